@@ -1,0 +1,13 @@
+//! oxccl's pure core: data types, errors, the parameter registry, the tuner's
+//! cost model, algorithm schedules and the reduction kernels.
+//!
+//! Nothing here does I/O or uses `unsafe`: every decision is a function of its
+//! inputs, so it can be tested exhaustively and planned for any rank count on
+//! a laptop. Executors (host, CUDA) and shells (Rust API, C ABI, CLI) sit above.
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod types;
+
+pub use error::{Error, ErrorKind, Result};
+pub use types::{byte_len, CollKind, DataType, RedOp, Scalar};
