@@ -1,1 +1,149 @@
-//! placeholder
+//! oxccl bootstrap: the unique id, the TCP rendezvous through a root,
+//! challenge/response authentication, out-of-band collectives and
+//! authenticated peer connections.
+//!
+//! # Flow
+//!
+//! 1. [`UniqueId::generate`] (`ncclGetUniqueId`) binds a listener on the
+//!    selected interface ([`ifname`]) and starts the root in this process; the
+//!    128-byte id ([`id`] documents the layout) carries the root's address, a
+//!    random 32-byte secret and a random run id. With `NCCL_COMM_ID` the id
+//!    carries that address and a derived secret instead, and rank 0's
+//!    [`Bootstrap::init`] starts the root there.
+//! 2. [`Bootstrap::init`]: every rank binds its own listener, connects to the
+//!    root (refused connects are retried with backoff until `init_timeout`),
+//!    authenticates, sends its rank, nranks, run id, listener
+//!    address, host name, host hash, pid and process token, and receives the
+//!    table of all ranks. The root checks ranks and nranks; a
+//!    violation reaches every connected rank as `InvalidUsage`; ranks that never
+//!    arrive are named in a `Timeout` sent to everyone who did.
+//! 3. Afterwards ranks talk directly: [`Bootstrap::send`]/[`Bootstrap::recv`]
+//!    (tagged messages), [`Bootstrap::allgather`], [`Bootstrap::barrier`], and
+//!    [`Bootstrap::connect_peer`]/[`Bootstrap::accept_peer`] for data streams.
+//!
+//! # Security
+//!
+//! Every connection (to the root and between ranks) is mutually authenticated
+//! with HMAC-SHA256 keyed by the id's secret before anything it sends is
+//! parsed; the secret never crosses the wire. Before authentication only
+//! fixed-size fields are read, a silent connection is dropped after 5 s, and
+//! each is handled on its own thread, so port scanners cannot stall a
+//! rendezvous. Frames are capped (4 KiB for the first frame after the
+//! handshake, 64 MiB otherwise) and checked before allocating.
+//!
+//! # Errors
+//!
+//! Timeouts are `Timeout`; an abort (the `abort` flag of [`BootstrapConfig`],
+//! polled every 50 ms) is `Remote` with a message starting
+//! "bootstrap: aborted"; a peer that closed or reset is `Remote`; mismatched
+//! ranks/nranks or an id of another run are `InvalidUsage`; bad arguments are
+//! `InvalidArgument`; OS failures are `System`.
+//!
+//! Parameters are passed in [`BootstrapConfig`]; this crate never reads the
+//! environment for them.
+
+mod auth;
+mod bootstrap;
+pub mod id;
+pub mod ifname;
+mod root;
+mod sys;
+mod wire;
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use oxccl_core::{Error, Result};
+
+pub use bootstrap::{select_interface, Bootstrap};
+pub use id::{UniqueId, UNIQUE_ID_BYTES};
+
+/// The source of the fixed secret used with `NCCL_COMM_ID` when no
+/// `OXCCL_AUTH_SECRET` is set (the id's secret is SHA-256 of these bytes).
+pub const UNAUTHENTICATED_SECRET: &str = "oxccl-unauthenticated-v1";
+
+/// An address family (`NCCL_SOCKET_FAMILY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `AF_INET`.
+    V4,
+    /// `AF_INET6`.
+    V6,
+}
+
+impl Family {
+    /// `AF_INET` / `AF_INET6`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::V4 => "AF_INET",
+            Family::V6 => "AF_INET6",
+        }
+    }
+}
+
+impl FromStr for Family {
+    type Err = Error;
+    /// Accepts `AF_INET`/`AF_INET6` (case-insensitive; also `inet`/`inet6`, `ipv4`/`ipv6`, `4`/`6`).
+    fn from_str(s: &str) -> Result<Family> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "AF_INET" | "INET" | "IPV4" | "4" => Ok(Family::V4),
+            "AF_INET6" | "INET6" | "IPV6" | "6" => Ok(Family::V6),
+            _ => Err(Error::invalid_argument(format!(
+                "NCCL_SOCKET_FAMILY={s}: expected AF_INET or AF_INET6"
+            ))),
+        }
+    }
+}
+
+/// Bootstrap settings, filled by the caller from the parameter registry.
+#[derive(Debug, Clone)]
+pub struct BootstrapConfig {
+    /// `NCCL_SOCKET_IFNAME`.
+    pub ifname: Option<String>,
+    /// `NCCL_SOCKET_FAMILY`.
+    pub family: Option<Family>,
+    /// `NCCL_COMM_ID`.
+    pub comm_id: Option<String>,
+    /// `OXCCL_AUTH_SECRET` (used with `NCCL_COMM_ID`).
+    pub auth_secret: Option<String>,
+    /// Limit for the rendezvous (connecting to the root, waiting for all ranks).
+    pub init_timeout: Duration,
+    /// Limit for each operation after init (a `recv`, one allgather step...).
+    pub timeout: Duration,
+    /// Set to make every wait return `Remote("bootstrap: aborted ...")` within ~50 ms.
+    pub abort: Arc<AtomicBool>,
+}
+
+impl Default for BootstrapConfig {
+    fn default() -> Self {
+        BootstrapConfig {
+            ifname: None,
+            family: None,
+            comm_id: None,
+            auth_secret: None,
+            init_timeout: Duration::from_secs(120),
+            timeout: Duration::from_secs(600),
+            abort: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// What the rendezvous tells every rank about every rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// The rank.
+    pub rank: usize,
+    /// Its host name (at most 255 bytes).
+    pub hostname: String,
+    /// Hash of host name and boot id: equal means same host.
+    pub host_hash: u64,
+    /// Its process id.
+    pub pid: u32,
+    /// A random number drawn once per process.
+    pub process_token: u64,
+    /// Its bootstrap listener.
+    pub listen_addr: SocketAddr,
+}

@@ -6,8 +6,17 @@
 //! a laptop. Executors (host, CUDA) and shells (Rust API, C ABI, CLI) sit above.
 #![forbid(unsafe_code)]
 
+pub mod algo;
+pub mod engine;
 pub mod error;
+pub mod float;
+pub mod logfmt;
+pub mod params;
+pub mod reduce;
+pub mod schedule;
+pub mod tuner;
 pub mod types;
 
 pub use error::{Error, ErrorKind, Result};
+pub use reduce::Reduction;
 pub use types::{byte_len, CollKind, DataType, RedOp, Scalar};

@@ -1,8 +1,123 @@
 //! The process's environment: parameters and logs.
 //!
-//! Thin I/O around the pure registry in `oxccl_core`: it reads the
-//! environment and configuration files once, and writes `NCCL_DEBUG` lines.
+//! Thin I/O around the pure registry and log formatting in `oxccl_core`:
+//!
+//! * [`params()`] reads the environment and the configuration files once
+//!   (`NCCL_CONF_FILE` if set, else `~/.nccl.conf` then `/etc/nccl.conf`; a missing file
+//!   is fine) into [`oxccl_core::params::Params`]. The environment wins over files, an
+//!   earlier file over a later one.
+//! * The `NCCL_DEBUG` logger ([`log`]) writes lines shaped like NCCL's to stdout (NCCL's
+//!   default sink) or to `NCCL_DEBUG_FILE`. Use the macros [`warn!`], [`info!`] and
+//!   [`trace!`].
+//!
+//! Start-up order, without recursion: `params()` never logs. The logger is built from
+//! `params()` on first use; right after, once per process, it reports the loading
+//! warnings (WARN) and echoes every honoured parameter that was set (INFO, subsystem
+//! ENV: `NAME set by environment to VALUE.`), writing those lines itself.
 
 pub mod log;
 
-pub use log::{Level, Subsys};
+pub use log::{last_error, set_device, Level, Subsys};
+
+use oxccl_core::params::{self, Params};
+use std::sync::OnceLock;
+
+struct Loaded {
+    params: Params,
+    /// Problems reading files (beyond what `Params` reports).
+    io_warnings: Vec<String>,
+}
+
+static LOADED: OnceLock<Loaded> = OnceLock::new();
+
+/// The parameters of this process, loaded once from the environment and the
+/// configuration files.
+pub fn params() -> &'static Params {
+    &loaded().params
+}
+
+/// Every warning from loading the parameters: unknown names, malformed values, bad
+/// configuration lines and unreadable files. The C shell and `oxccl doctor` print these.
+pub fn param_warnings() -> Vec<String> {
+    let l = loaded();
+    let mut w = l.io_warnings.clone();
+    w.extend(l.params.warnings());
+    w
+}
+
+fn loaded() -> &'static Loaded {
+    LOADED.get_or_init(load)
+}
+
+/// The configuration files to read, in precedence order.
+pub fn conf_files(env: &[(String, String)]) -> Vec<String> {
+    let get = |k: &str| {
+        env.iter()
+            .find(|(n, v)| n == k && !v.trim().is_empty())
+            .map(|(_, v)| v.trim().to_string())
+    };
+    if let Some(f) = get(params::CONF_FILE.name) {
+        return vec![f];
+    }
+    let mut files = Vec::new();
+    if let Some(home) = get("HOME") {
+        files.push(format!("{}/.nccl.conf", home.trim_end_matches('/')));
+    }
+    files.push("/etc/nccl.conf".to_string());
+    files
+}
+
+fn load() -> Loaded {
+    // vars_os: a non-UTF-8 variable must not panic the library; such names or values
+    // cannot be ours anyway.
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let mut io_warnings = Vec::new();
+    let mut files = Vec::new();
+    for path in conf_files(&env) {
+        match std::fs::read_to_string(&path) {
+            Ok(text) => files.push((path, text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if env.iter().any(|(k, _)| k == params::CONF_FILE.name) {
+                    io_warnings.push(format!("NCCL_CONF_FILE {path} does not exist"));
+                }
+            }
+            Err(e) => io_warnings.push(format!("cannot read configuration file {path}: {e}")),
+        }
+    }
+    let params = Params::from_sources(&env, &files).unwrap_or_default();
+    Loaded {
+        params,
+        io_warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::conf_files;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn conf_file_order() {
+        assert_eq!(
+            conf_files(&env(&[("HOME", "/home/u/")])),
+            vec!["/home/u/.nccl.conf", "/etc/nccl.conf"]
+        );
+        assert_eq!(conf_files(&env(&[])), vec!["/etc/nccl.conf"]);
+        assert_eq!(
+            conf_files(&env(&[("HOME", "/h"), ("NCCL_CONF_FILE", "/x/n.conf")])),
+            vec!["/x/n.conf"]
+        );
+        assert_eq!(
+            conf_files(&env(&[("HOME", "/h"), ("NCCL_CONF_FILE", " ")])),
+            vec!["/h/.nccl.conf", "/etc/nccl.conf"]
+        );
+    }
+}

@@ -1,59 +1,218 @@
-//! `NCCL_DEBUG` logging with lines shaped like NCCL's.
+//! `NCCL_DEBUG` logging with lines shaped like NCCL's (see `oxccl_core::logfmt`).
 //!
 //! Use the macros: `oxccl_env::warn!("...")`, `oxccl_env::info!(Subsys::INIT, "...")`,
 //! `oxccl_env::trace!(Subsys::COLL, "...")`.
-//! (Minimal first version; the full one honours NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE.)
+//!
+//! Sink: stdout, as NCCL's default; or `NCCL_DEBUG_FILE` (`%h` = host, `%p` = pid),
+//! created or truncated once and written one whole line per `write` (so it is
+//! line-buffered), used only when `NCCL_DEBUG` is above VERSION. If the file cannot be
+//! opened the logger says so in a WARN line and falls back to stdout.
+//!
+//! Every WARN message is kept, whether printed or not, for [`last_error`]
+//! (`ncclGetLastError`).
 
+use oxccl_core::logfmt::{self, LineCtx, LogConfig, Record};
+use oxccl_core::params::Source;
+use std::cell::Cell;
 use std::fmt;
+use std::fs::File;
+use std::io::Write;
+use std::sync::{Mutex, Once, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// Log level, in NCCL's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    None,
-    Version,
-    Warn,
-    Info,
-    Abort,
-    Trace,
+pub use oxccl_core::logfmt::{Level, Subsys};
+
+enum Sink {
+    Stdout,
+    File(Mutex<File>),
 }
 
-/// A subsystem mask (NCCL_DEBUG_SUBSYS).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Subsys(pub u32);
+struct Logger {
+    cfg: LogConfig,
+    host: String,
+    pid: u32,
+    start: Instant,
+    sink: Sink,
+    /// Set when NCCL_DEBUG_FILE could not be opened: reported once at start-up.
+    open_error: Option<String>,
+}
 
-impl Subsys {
-    pub const INIT: Subsys = Subsys(1 << 0);
-    pub const COLL: Subsys = Subsys(1 << 1);
-    pub const P2P: Subsys = Subsys(1 << 2);
-    pub const SHM: Subsys = Subsys(1 << 3);
-    pub const NET: Subsys = Subsys(1 << 4);
-    pub const GRAPH: Subsys = Subsys(1 << 5);
-    pub const TUNING: Subsys = Subsys(1 << 6);
-    pub const ENV: Subsys = Subsys(1 << 7);
-    pub const ALLOC: Subsys = Subsys(1 << 8);
-    pub const CALL: Subsys = Subsys(1 << 9);
-    pub const PROXY: Subsys = Subsys(1 << 10);
-    pub const NVLS: Subsys = Subsys(1 << 11);
-    pub const BOOTSTRAP: Subsys = Subsys(1 << 12);
-    pub const REG: Subsys = Subsys(1 << 13);
-    pub const ALL: Subsys = Subsys(u32::MAX);
+static LOGGER: OnceLock<Logger> = OnceLock::new();
+static ANNOUNCED: Once = Once::new();
+static LAST_ERROR: Mutex<Option<String>> = Mutex::new(None);
+
+thread_local! {
+    static DEVICE: Cell<i32> = const { Cell::new(0) };
+    static TID: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Sets the device shown in `[dev]` for this thread's lines. NCCL prints the CUDA
+/// device; host ranks print the rank's local index. Default 0.
+pub fn set_device(dev: i32) {
+    DEVICE.with(|d| d.set(dev));
+}
+
+/// The message of the last WARN in this process (printed or not), for `ncclGetLastError`.
+pub fn last_error() -> Option<String> {
+    LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Builds the logger and reports the start-up notes now (otherwise both happen on the
+/// first log call). Idempotent.
+pub fn init() {
+    logger();
+}
+
+/// The kernel's id of the calling thread, from `/proc/thread-self` (no `unsafe`
+/// needed); 0 where that is unavailable.
+fn tid() -> u64 {
+    TID.with(|t| {
+        if t.get() == 0 {
+            let id = std::fs::read_link("/proc/thread-self")
+                .ok()
+                .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+                .unwrap_or(0);
+            t.set(id);
+        }
+        t.get()
+    })
+}
+
+fn hostname() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_string());
+    logfmt::short_hostname(&raw)
+}
+
+fn build() -> Logger {
+    let cfg = LogConfig::from_params(crate::params());
+    let host = hostname();
+    let pid = std::process::id();
+    let mut open_error = None;
+    let sink = match cfg.file_path(&host, pid) {
+        Some(path) => match File::create(&path) {
+            Ok(f) => Sink::File(Mutex::new(f)),
+            Err(e) => {
+                open_error = Some(format!(
+                    "NCCL_DEBUG_FILE: cannot open {path}: {e}; logging to stdout"
+                ));
+                Sink::Stdout
+            }
+        },
+        None => Sink::Stdout,
+    };
+    Logger {
+        cfg,
+        host,
+        pid,
+        start: Instant::now(),
+        sink,
+        open_error,
+    }
+}
+
+fn logger() -> &'static Logger {
+    let l = LOGGER.get_or_init(build);
+    // The start-up notes write through `l` directly, never through `log`, so this
+    // cannot recurse.
+    ANNOUNCED.call_once(|| announce(l));
+    l
+}
+
+fn announce(l: &Logger) {
+    let here = file!();
+    if let Some(e) = &l.open_error {
+        l.emit(Level::Warn, Subsys::ALL, here, line!(), e);
+    }
+    for w in crate::param_warnings() {
+        l.emit(Level::Warn, Subsys::ENV, here, line!(), &w);
+    }
+    for (info, value, source) in crate::params().explicit() {
+        if !info.honoured {
+            continue;
+        }
+        let shown = info.display_value(value);
+        let msg = match source {
+            Source::File(path) => {
+                format!("{} set by configuration file {path} to {shown}.", info.name)
+            }
+            _ => format!("{} set by environment to {shown}.", info.name),
+        };
+        l.emit(Level::Info, Subsys::ENV, here, line!(), &msg);
+    }
+}
+
+impl Logger {
+    fn emit(&self, level: Level, subsys: Subsys, file: &str, line: u32, msg: &str) {
+        if !self.cfg.enabled(level, subsys) {
+            return;
+        }
+        let timestamp = if self.cfg.timestamped(level) {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            logfmt::strftime(
+                &self.cfg.timestamp_format,
+                now.as_secs() as i64,
+                now.subsec_nanos(),
+            )
+        } else {
+            String::new()
+        };
+        let ctx = LineCtx {
+            host: &self.host,
+            pid: self.pid,
+            tid: tid(),
+            dev: DEVICE.with(Cell::get),
+        };
+        let rec = Record {
+            level,
+            subsys,
+            file,
+            line,
+            elapsed_ms: self.start.elapsed().as_secs_f64() * 1e3,
+            msg,
+        };
+        let text = logfmt::format_line(&ctx, &rec, &timestamp);
+        // A failed log write has nowhere to be reported; it must not fail the caller.
+        let _ = match &self.sink {
+            Sink::Stdout => std::io::stdout().lock().write_all(text.as_bytes()),
+            Sink::File(f) => f
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .write_all(text.as_bytes()),
+        };
+    }
 }
 
 /// Writes one log line if `level`/`subsys` are enabled. Called by the macros.
 pub fn log(level: Level, subsys: Subsys, file: &str, line: u32, args: fmt::Arguments<'_>) {
-    let _ = (subsys, file, line);
-    let want = match std::env::var("NCCL_DEBUG").ok().as_deref().map(str::to_ascii_uppercase) {
-        Some(ref s) if s == "WARN" => Level::Warn,
-        Some(ref s) if s == "INFO" => Level::Info,
-        Some(ref s) if s == "TRACE" => Level::Trace,
-        _ => Level::None,
-    };
-    if level <= want {
-        eprintln!("oxccl {level:?}: {args}");
+    let mut warn_text = None;
+    if level == Level::Warn {
+        let text = args.to_string();
+        *LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some(text.clone());
+        warn_text = Some(text);
+    }
+    let l = logger();
+    if !l.cfg.enabled(level, subsys) {
+        return;
+    }
+    match warn_text {
+        Some(text) => l.emit(level, subsys, file, line, &text),
+        None => l.emit(level, subsys, file, line, &args.to_string()),
     }
 }
 
-/// `warn!("fmt", args...)`: a WARN line (subsystem ALL).
+/// Whether a line of `level` for `subsys` would be printed (to skip costly formatting).
+pub fn enabled(level: Level, subsys: Subsys) -> bool {
+    logger().cfg.enabled(level, subsys)
+}
+
+/// `warn!("fmt", args...)`: a WARN line (subsystem ALL). Its text also becomes
+/// [`last_error`](crate::last_error).
 #[macro_export]
 macro_rules! warn {
     ($($arg:tt)*) => {
@@ -69,10 +228,19 @@ macro_rules! info {
     };
 }
 
-/// `trace!(Subsys::X, "fmt", args...)`: a TRACE line for a subsystem.
+/// `trace!(Subsys::X, "fmt", args...)`: a TRACE line for a subsystem (`Subsys::CALL`
+/// gives NCCL's `NCCL CALL` shape).
 #[macro_export]
 macro_rules! trace {
     ($sub:expr, $($arg:tt)*) => {
         $crate::log::log($crate::log::Level::Trace, $sub, file!(), line!(), format_args!($($arg)*))
+    };
+}
+
+/// `version!("fmt", args...)`: a VERSION line (the bare message).
+#[macro_export]
+macro_rules! version {
+    ($($arg:tt)*) => {
+        $crate::log::log($crate::log::Level::Version, $crate::log::Subsys::ALL, file!(), line!(), format_args!($($arg)*))
     };
 }

@@ -1,1 +1,793 @@
-//! placeholder
+//! oxccl: collective communication with NCCL's semantics, in Rust.
+//!
+//! A [`Communicator`] is one rank of a group of ranks (threads of one process,
+//! processes of one host, or hosts) that run collectives together: all-reduce,
+//! broadcast, reduce, all-gather, reduce-scatter, all-to-all, gather, scatter,
+//! send and receive, on host memory. Ranks meet through a [`UniqueId`] made by
+//! one of them and passed to the others (or through `NCCL_COMM_ID`).
+//!
+//! ```
+//! let comms = oxccl::Communicator::init_all(2).unwrap();
+//! std::thread::scope(|s| {
+//!     for c in &comms {
+//!         s.spawn(move || {
+//!             let mut x = vec![c.rank() as f32 + 1.0; 4];
+//!             c.all_reduce_in_place(&mut x, oxccl::RedOp::Sum).unwrap();
+//!             assert_eq!(x, vec![3.0; 4]);
+//!         });
+//!     }
+//! });
+//! ```
+//!
+//! Every call blocks until its data has moved; every wait observes
+//! [`Communicator::abort`] and the timeout (`OXCCL_TIMEOUT_MS`), and a peer
+//! that dies turns into [`ErrorKind::Remote`] on the ranks waiting for it.
+
+pub use oxccl_core::algo::{Algo, Proto, Selection};
+pub use oxccl_core::{CollKind, DataType, Error, ErrorKind, RedOp, Result, Scalar};
+pub use oxccl_host::OpDesc;
+
+use oxccl_bootstrap::{Bootstrap, BootstrapConfig, Family};
+use oxccl_core::params::{self, Params, SocketFamily};
+use oxccl_env::Subsys;
+use oxccl_host::{HostComm, HostConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The version of oxccl.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// An element type of a buffer. Implemented for the Rust numeric types NCCL
+/// has and for the 16- and 8-bit float newtypes.
+pub trait Element: Copy + Send + Sync + 'static {
+    /// The NCCL data type of this element.
+    const DTYPE: DataType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {
+        $(impl Element for $t { const DTYPE: DataType = DataType::$d; })*
+    };
+}
+element!(i8 => Int8, u8 => Uint8, i32 => Int32, u32 => Uint32, i64 => Int64, u64 => Uint64, f32 => Float32, f64 => Float64);
+
+/// IEEE float16, as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub struct F16(pub u16);
+/// bfloat16, as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub struct Bf16(pub u16);
+/// fp8 e4m3 (OCP "fn"), as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub struct F8E4M3(pub u8);
+/// fp8 e5m2, as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub struct F8E5M2(pub u8);
+element!(F16 => Float16, Bf16 => Bfloat16, F8E4M3 => Float8e4m3, F8E5M2 => Float8e5m2);
+
+/// A unique id: the root's address and a random secret; made once, given to every rank.
+#[derive(Clone)]
+pub struct UniqueId(oxccl_bootstrap::UniqueId);
+
+impl UniqueId {
+    /// Makes an id and starts the rendezvous root in this process (`ncclGetUniqueId`).
+    pub fn new() -> Result<UniqueId> {
+        Ok(UniqueId(oxccl_bootstrap::UniqueId::generate(
+            &bootstrap_config(oxccl_env::params(), Arc::new(AtomicBool::new(false))),
+        )?))
+    }
+    /// The 128 bytes to pass to the other ranks.
+    pub fn as_bytes(&self) -> &[u8; 128] {
+        self.0.as_bytes()
+    }
+    /// An id from its 128 bytes; an error if they are not an oxccl id.
+    pub fn from_bytes(b: &[u8; 128]) -> Result<UniqueId> {
+        Ok(UniqueId(oxccl_bootstrap::UniqueId::from_bytes(b)?))
+    }
+}
+
+impl std::fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UniqueId(..)")
+    }
+}
+
+/// Per-communicator settings beyond the environment (`ncclConfig_t`'s role).
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Overrides `OXCCL_TIMEOUT_MS` for this communicator.
+    pub timeout: Option<Duration>,
+    /// Overrides `OXCCL_INIT_TIMEOUT_MS`.
+    pub init_timeout: Option<Duration>,
+    /// Overrides the host settings derived from the environment.
+    pub host: Option<HostConfig>,
+    /// A name for logs.
+    pub name: Option<String>,
+}
+
+fn bootstrap_config(p: &Params, abort: Arc<AtomicBool>) -> BootstrapConfig {
+    BootstrapConfig {
+        ifname: p.get(&params::SOCKET_IFNAME),
+        family: p.get(&params::SOCKET_FAMILY).map(|f| match f {
+            SocketFamily::Inet => Family::V4,
+            SocketFamily::Inet6 => Family::V6,
+        }),
+        comm_id: p.get(&params::COMM_ID),
+        auth_secret: p.get(&params::AUTH_SECRET),
+        init_timeout: Duration::from_millis(p.get(&params::INIT_TIMEOUT_MS)),
+        timeout: Duration::from_millis(p.get(&params::TIMEOUT_MS)),
+        abort,
+    }
+}
+
+/// The host settings the environment asks for.
+pub fn host_config(p: &Params) -> HostConfig {
+    let capacity = match p.source(&params::BUFFSIZE) {
+        // Host rings default to 1 MiB: NCCL's 4 MiB default is sized for GPU
+        // links; 1 MiB already pipelines in 512 KiB slices and keeps 8 local ranks
+        // within 8 * 7 * 3 channels * 1 MiB = 168 MiB of /dev/shm.
+        params::Source::Default => 1 << 20,
+        _ => p.get(&params::BUFFSIZE).min(1 << 30) as usize,
+    };
+    HostConfig {
+        shm_disable: p.get(&params::SHM_DISABLE),
+        p2p_disable: p.get(&params::P2P_DISABLE),
+        algos: p.get(&params::ALGO).unwrap_or_default(),
+        protos: p.get(&params::PROTO).unwrap_or_default(),
+        capacity,
+        min_channels: p.get(&params::MIN_NCHANNELS).map(|v| v as usize),
+        max_channels: p.get(&params::MAX_NCHANNELS).map(|v| v as usize),
+        nchannels: p.get(&params::HOST_NCHANNELS).map(|v| v as usize),
+        timeout: Duration::from_millis(p.get(&params::TIMEOUT_MS)),
+        spin: Duration::from_micros(p.get(&params::SPIN_US)),
+    }
+}
+
+struct Inner {
+    rank: usize,
+    nranks: usize,
+    abort: Arc<AtomicBool>,
+    /// `None` once destroyed or aborted.
+    comm: Mutex<Option<HostComm>>,
+    config: Config,
+}
+
+/// One rank of a communicator. Cheap to clone (clones share the rank).
+#[derive(Clone)]
+pub struct Communicator {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Communicator(rank {} of {})",
+            self.inner.rank, self.inner.nranks
+        )
+    }
+}
+
+impl Communicator {
+    /// Joins as `rank` of `nranks` (`ncclCommInitRank`).
+    pub fn init_rank(nranks: usize, id: &UniqueId, rank: usize) -> Result<Communicator> {
+        Self::init_rank_config(nranks, id, rank, Config::default())
+    }
+
+    /// Joins as `rank` of `nranks` with settings (`ncclCommInitRankConfig`).
+    pub fn init_rank_config(
+        nranks: usize,
+        id: &UniqueId,
+        rank: usize,
+        config: Config,
+    ) -> Result<Communicator> {
+        if nranks == 0 {
+            return Err(Error::invalid_argument("nranks must be at least 1 (got 0)"));
+        }
+        if rank >= nranks {
+            return Err(Error::invalid_argument(format!(
+                "rank {rank} is out of range for nranks {nranks} (valid: 0..={})",
+                nranks - 1
+            )));
+        }
+        let t0 = Instant::now();
+        let p = oxccl_env::params();
+        oxccl_env::set_device(rank as i32);
+        oxccl_env::info!(Subsys::INIT, "oxccl version {VERSION} (host collectives)");
+        let abort = Arc::new(AtomicBool::new(false));
+        let mut bcfg = bootstrap_config(p, abort.clone());
+        if let Some(t) = config.init_timeout {
+            bcfg.init_timeout = t;
+        }
+        if let Some(t) = config.timeout {
+            bcfg.timeout = t;
+        }
+        let mut hcfg = config.host.clone().unwrap_or_else(|| host_config(p));
+        if let Some(t) = config.timeout {
+            hcfg.timeout = t;
+        }
+        oxccl_env::info!(
+            Subsys::INIT,
+            "ncclCommInitRank rank {rank} nranks {nranks} - Init START"
+        );
+        let bs = Bootstrap::init(&id.0, nranks, rank, &bcfg)?;
+        let comm = HostComm::init(bs, hcfg, abort.clone())?;
+        oxccl_env::info!(
+            Subsys::INIT,
+            "ncclCommInitRank rank {rank} nranks {nranks} - Init COMPLETE ({:.3} s)",
+            t0.elapsed().as_secs_f64()
+        );
+        Ok(Communicator {
+            inner: Arc::new(Inner {
+                rank,
+                nranks,
+                abort,
+                comm: Mutex::new(Some(comm)),
+                config,
+            }),
+        })
+    }
+
+    /// Makes `n` ranks in this process, one communicator each (`ncclCommInitAll`).
+    /// Drive them from different threads, or from one thread with a [`Group`].
+    pub fn init_all(n: usize) -> Result<Vec<Communicator>> {
+        if n == 0 {
+            return Err(Error::invalid_argument("init_all: n must be at least 1"));
+        }
+        let id = UniqueId::new()?;
+        let results: Vec<Result<Communicator>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|r| {
+                    let id = &id;
+                    s.spawn(move || Communicator::init_rank(n, id, r))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::internal("init thread panicked")))
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    /// This rank (`ncclCommUserRank`).
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+    /// Ranks in the communicator (`ncclCommCount`).
+    pub fn size(&self) -> usize {
+        self.inner.nranks
+    }
+
+    /// The error that put the communicator in its error state, if any
+    /// (`ncclCommGetAsyncError`). Host operations complete before returning,
+    /// so this is the last operation's failure.
+    pub fn async_error(&self) -> Option<Error> {
+        if self.inner.abort.load(Ordering::Acquire) {
+            return Some(Error::invalid_usage("communicator aborted"));
+        }
+        match self.inner.comm.try_lock() {
+            Ok(g) => match g.as_ref() {
+                Some(c) => c.async_error().cloned(),
+                None => Some(Error::invalid_usage("communicator destroyed")),
+            },
+            Err(_) => None,
+        }
+    }
+
+    /// Stops every operation of this rank, now, from any thread
+    /// (`ncclCommAbort`): waits return, the transports close (peers see a
+    /// remote error), and later calls fail with `InvalidUsage`.
+    pub fn abort(&self) {
+        self.inner.abort.store(true, Ordering::Release);
+        if let Ok(mut g) = self.inner.comm.lock() {
+            g.take();
+        }
+        oxccl_env::info!(
+            Subsys::INIT,
+            "comm rank {} nranks {} - Abort COMPLETE",
+            self.inner.rank,
+            self.inner.nranks
+        );
+    }
+
+    /// Releases the rank's resources (`ncclCommDestroy`); dropping the last clone does the same.
+    pub fn destroy(self) -> Result<()> {
+        let mut g = self.lock_raw()?;
+        g.take();
+        Ok(())
+    }
+
+    fn lock_raw(&self) -> Result<MutexGuard<'_, Option<HostComm>>> {
+        self.inner
+            .comm
+            .lock()
+            .map_err(|_| Error::internal("communicator lock poisoned by a panic"))
+    }
+
+    fn with_comm<R>(&self, f: impl FnOnce(&mut HostComm) -> Result<R>) -> Result<R> {
+        if self.inner.abort.load(Ordering::Acquire) {
+            return Err(Error::invalid_usage(format!(
+                "rank {}: the communicator was aborted",
+                self.inner.rank
+            )));
+        }
+        let mut g = self.lock_raw()?;
+        let c = g.as_mut().ok_or_else(|| {
+            Error::invalid_usage(format!(
+                "rank {}: the communicator was destroyed or aborted",
+                self.inner.rank
+            ))
+        })?;
+        f(c)
+    }
+
+    /// Runs raw operations as one group (the C ABI's entry).
+    ///
+    /// # Safety
+    /// As [`oxccl_host::HostComm::run`]: every pointer valid for its operation.
+    pub unsafe fn run_raw(&self, ops: &[OpDesc]) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        self.with_comm(|c| unsafe { c.run(ops) })
+    }
+
+    fn run_one(&self, op: OpDesc) -> Result<()> {
+        // SAFETY: every caller builds `op` from live slices whose lengths it
+        // checked against the collective's extents, borrowed for this call.
+        unsafe { self.run_raw(&[op]) }
+    }
+
+    fn check_len(&self, what: &str, got: usize, want: usize) -> Result<()> {
+        if got != want {
+            return Err(Error::invalid_argument(format!(
+                "{what} has {got} elements; this call needs {want}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `recv = op over ranks of send` (`ncclAllReduce`).
+    pub fn all_reduce<T: Element>(&self, send: &[T], recv: &mut [T], op: RedOp) -> Result<()> {
+        self.check_len("all_reduce: recv", recv.len(), send.len())?;
+        self.run_one(desc::<T>(
+            CollKind::AllReduce,
+            send.as_ptr(),
+            recv.as_mut_ptr(),
+            send.len(),
+            op,
+            0,
+        ))
+    }
+    /// In-place all-reduce.
+    pub fn all_reduce_in_place<T: Element>(&self, buf: &mut [T], op: RedOp) -> Result<()> {
+        let p = buf.as_mut_ptr();
+        self.run_one(desc::<T>(CollKind::AllReduce, p, p, buf.len(), op, 0))
+    }
+    /// Root's `send` to every rank's `recv` (`ncclBroadcast`); `send` is read on the root only.
+    pub fn broadcast<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        if self.rank() == root {
+            self.check_len("broadcast: send", send.len(), recv.len())?;
+        }
+        self.run_one(desc::<T>(
+            CollKind::Broadcast,
+            send.as_ptr(),
+            recv.as_mut_ptr(),
+            recv.len(),
+            RedOp::Sum,
+            root,
+        ))
+    }
+    /// In-place broadcast (`ncclBcast`).
+    pub fn broadcast_in_place<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        let p = buf.as_mut_ptr();
+        self.run_one(desc::<T>(
+            CollKind::Broadcast,
+            p,
+            p,
+            buf.len(),
+            RedOp::Sum,
+            root,
+        ))
+    }
+    /// `recv` on the root = op over ranks of `send` (`ncclReduce`); `recv` is written on the root only.
+    pub fn reduce<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: RedOp,
+        root: usize,
+    ) -> Result<()> {
+        if self.rank() == root {
+            self.check_len("reduce: recv", recv.len(), send.len())?;
+        }
+        self.run_one(desc::<T>(
+            CollKind::Reduce,
+            send.as_ptr(),
+            recv.as_mut_ptr(),
+            send.len(),
+            op,
+            root,
+        ))
+    }
+    /// In-place reduce.
+    pub fn reduce_in_place<T: Element>(&self, buf: &mut [T], op: RedOp, root: usize) -> Result<()> {
+        let p = buf.as_mut_ptr();
+        self.run_one(desc::<T>(CollKind::Reduce, p, p, buf.len(), op, root))
+    }
+    /// Every rank's `send` into block `rank` of every `recv` (`ncclAllGather`).
+    pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.check_len(
+            "all_gather: recv",
+            recv.len(),
+            send.len().saturating_mul(self.size()),
+        )?;
+        self.run_one(desc::<T>(
+            CollKind::AllGather,
+            send.as_ptr(),
+            recv.as_mut_ptr(),
+            send.len(),
+            RedOp::Sum,
+            0,
+        ))
+    }
+    /// In-place all-gather: this rank's block of `buf` is its input.
+    pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
+        let n = self.size();
+        if buf.len() % n != 0 {
+            return Err(Error::invalid_argument(format!(
+                "all_gather_in_place: buffer of {} elements is not a multiple of {n} ranks",
+                buf.len()
+            )));
+        }
+        let count = buf.len() / n;
+        let p = buf.as_mut_ptr();
+        // SAFETY(pointer arithmetic only): the block lies inside `buf`.
+        let s = p.wrapping_add(self.rank() * count);
+        self.run_one(desc::<T>(CollKind::AllGather, s, p, count, RedOp::Sum, 0))
+    }
+    /// Block `rank` of op over ranks of `send` into `recv` (`ncclReduceScatter`).
+    pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: RedOp) -> Result<()> {
+        self.check_len(
+            "reduce_scatter: send",
+            send.len(),
+            recv.len().saturating_mul(self.size()),
+        )?;
+        self.run_one(desc::<T>(
+            CollKind::ReduceScatter,
+            send.as_ptr(),
+            recv.as_mut_ptr(),
+            recv.len(),
+            op,
+            0,
+        ))
+    }
+    /// In-place reduce-scatter: the result lands in this rank's block of `buf`.
+    pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: RedOp) -> Result<()> {
+        let n = self.size();
+        if buf.len() % n != 0 {
+            return Err(Error::invalid_argument(format!(
+                "reduce_scatter_in_place: buffer of {} elements is not a multiple of {n} ranks",
+                buf.len()
+            )));
+        }
+        let count = buf.len() / n;
+        let p = buf.as_mut_ptr();
+        let r = p.wrapping_add(self.rank() * count);
+        self.run_one(desc::<T>(CollKind::ReduceScatter, p, r, count, op, 0))
+    }
+    /// Block q of `send` to rank q, block q of `recv` from rank q (`ncclAlltoAll`).
+    pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let n = self.size();
+        self.check_len("all_to_all: recv", recv.len(), send.len())?;
+        if send.len() % n != 0 {
+            return Err(Error::invalid_argument(format!(
+                "all_to_all: buffer of {} elements is not a multiple of {n} ranks",
+                send.len()
+            )));
+        }
+        self.run_one(desc::<T>(
+            CollKind::AllToAll,
+            send.as_ptr(),
+            recv.as_mut_ptr(),
+            send.len() / n,
+            RedOp::Sum,
+            0,
+        ))
+    }
+    /// Every rank's `send` into block `rank` of the root's `recv` (`ncclGather`).
+    pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        if self.rank() == root {
+            self.check_len(
+                "gather: recv",
+                recv.len(),
+                send.len().saturating_mul(self.size()),
+            )?;
+        }
+        self.run_one(desc::<T>(
+            CollKind::Gather,
+            send.as_ptr(),
+            recv.as_mut_ptr(),
+            send.len(),
+            RedOp::Sum,
+            root,
+        ))
+    }
+    /// Block `rank` of the root's `send` into every `recv` (`ncclScatter`).
+    pub fn scatter<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        if self.rank() == root {
+            self.check_len(
+                "scatter: send",
+                send.len(),
+                recv.len().saturating_mul(self.size()),
+            )?;
+        }
+        self.run_one(desc::<T>(
+            CollKind::Scatter,
+            send.as_ptr(),
+            recv.as_mut_ptr(),
+            recv.len(),
+            RedOp::Sum,
+            root,
+        ))
+    }
+    /// Sends `buf` to `peer` (`ncclSend`); pairs with the peer's [`Communicator::recv`].
+    pub fn send<T: Element>(&self, buf: &[T], peer: usize) -> Result<()> {
+        self.run_one(desc::<T>(
+            CollKind::Send,
+            buf.as_ptr(),
+            std::ptr::null_mut(),
+            buf.len(),
+            RedOp::Sum,
+            peer,
+        ))
+    }
+    /// Receives into `buf` from `peer` (`ncclRecv`).
+    pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize) -> Result<()> {
+        self.run_one(desc::<T>(
+            CollKind::Recv,
+            std::ptr::null(),
+            buf.as_mut_ptr(),
+            buf.len(),
+            RedOp::Sum,
+            peer,
+        ))
+    }
+
+    /// A new communicator of the ranks that pass the same `color` (`ncclCommSplit`),
+    /// ordered by `key` then by rank here; `None` as color joins none and returns `None`.
+    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
+        const TAG_SPLIT: u32 = 0x5b1;
+        let me = self.rank();
+        let (members, new_rank) = {
+            let g = self.lock_raw()?;
+            let c = g.as_ref().ok_or_else(|| {
+                Error::invalid_usage("split: the communicator was destroyed or aborted")
+            })?;
+            let mut mine = Vec::with_capacity(9);
+            mine.push(u8::from(color.is_some()));
+            mine.extend_from_slice(&color.unwrap_or(0).to_le_bytes());
+            mine.extend_from_slice(&key.to_le_bytes());
+            let all = c.bootstrap().allgather(&mine)?;
+            let mut members: Vec<(i32, usize)> = Vec::new();
+            for (r, b) in all.iter().enumerate() {
+                if b.len() != 9 {
+                    return Err(Error::internal(format!(
+                        "split: rank {r} sent {} bytes",
+                        b.len()
+                    )));
+                }
+                let has = b[0] == 1;
+                let col = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+                let k = i32::from_le_bytes([b[5], b[6], b[7], b[8]]);
+                if has && Some(col) == color {
+                    members.push((k, r));
+                }
+            }
+            let Some(c0) = color else {
+                return Ok(None);
+            };
+            let _ = c0;
+            members.sort();
+            let new_rank = members.iter().position(|&(_, r)| r == me).unwrap_or(0);
+            // The new rank 0 makes the id and hands it to the others.
+            if new_rank == 0 {
+                let id = UniqueId::new()?;
+                for &(_, r) in &members[1..] {
+                    c.bootstrap().send(r, TAG_SPLIT, id.as_bytes())?;
+                }
+                drop(g);
+                return Communicator::init_rank_config(
+                    members.len(),
+                    &id,
+                    0,
+                    self.inner.config.clone(),
+                )
+                .map(Some);
+            }
+            let b = c.bootstrap().recv(members[0].1, TAG_SPLIT)?;
+            let arr: [u8; 128] = b
+                .as_slice()
+                .try_into()
+                .map_err(|_| Error::internal("split: the new root sent a short unique id"))?;
+            (members.len(), (new_rank, UniqueId::from_bytes(&arr)?))
+        };
+        let (nr, id) = new_rank;
+        Communicator::init_rank_config(members, &id, nr, self.inner.config.clone()).map(Some)
+    }
+}
+
+fn desc<T: Element>(
+    kind: CollKind,
+    send: *const T,
+    recv: *mut T,
+    count: usize,
+    op: RedOp,
+    root: usize,
+) -> OpDesc {
+    OpDesc {
+        kind,
+        send: send as *const u8,
+        recv: recv as *mut u8,
+        count,
+        dtype: T::DTYPE,
+        op,
+        root,
+    }
+}
+
+/// Operations issued together (`ncclGroupStart` / `ncclGroupEnd`): sends and
+/// receives in a group never deadlock whatever their order, and one thread can
+/// drive several communicators (ranks) in one group.
+#[derive(Default)]
+pub struct Group<'a> {
+    ops: Vec<(&'a Communicator, OpDesc)>,
+}
+
+impl<'a> Group<'a> {
+    /// An empty group.
+    pub fn new() -> Group<'a> {
+        Group { ops: Vec::new() }
+    }
+    /// Adds a send of `buf` to `peer` on `comm`.
+    pub fn send<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        buf: &'a [T],
+        peer: usize,
+    ) -> &mut Self {
+        self.ops.push((
+            comm,
+            desc::<T>(
+                CollKind::Send,
+                buf.as_ptr(),
+                std::ptr::null_mut(),
+                buf.len(),
+                RedOp::Sum,
+                peer,
+            ),
+        ));
+        self
+    }
+    /// Adds a receive into `buf` from `peer` on `comm`.
+    pub fn recv<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        buf: &'a mut [T],
+        peer: usize,
+    ) -> &mut Self {
+        self.ops.push((
+            comm,
+            desc::<T>(
+                CollKind::Recv,
+                std::ptr::null(),
+                buf.as_mut_ptr(),
+                buf.len(),
+                RedOp::Sum,
+                peer,
+            ),
+        ));
+        self
+    }
+    /// Adds an all-reduce on `comm`.
+    pub fn all_reduce<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: RedOp,
+    ) -> Result<&mut Self> {
+        comm.check_len("all_reduce: recv", recv.len(), send.len())?;
+        self.ops.push((
+            comm,
+            desc::<T>(
+                CollKind::AllReduce,
+                send.as_ptr(),
+                recv.as_mut_ptr(),
+                send.len(),
+                op,
+                0,
+            ),
+        ));
+        Ok(self)
+    }
+    /// Adds an in-place all-reduce on `comm`.
+    pub fn all_reduce_in_place<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        buf: &'a mut [T],
+        op: RedOp,
+    ) -> &mut Self {
+        let p = buf.as_mut_ptr();
+        self.ops
+            .push((comm, desc::<T>(CollKind::AllReduce, p, p, buf.len(), op, 0)));
+        self
+    }
+    /// Adds a raw operation.
+    ///
+    /// # Safety
+    /// The pointers of `op` must stay valid until [`Group::run`] returns.
+    pub unsafe fn push_raw(&mut self, comm: &'a Communicator, op: OpDesc) -> &mut Self {
+        self.ops.push((comm, op));
+        self
+    }
+    /// Issues every operation and waits for all (`ncclGroupEnd`).
+    pub fn run(self) -> Result<()> {
+        // SAFETY: every pointer came from a slice borrowed for 'a, which outlives self.
+        unsafe { run_group_raw(&self.ops) }
+    }
+}
+
+/// Runs raw operations on several communicators as one group.
+///
+/// # Safety
+/// Every pointer valid for its operation until this returns.
+pub unsafe fn run_group_raw(ops: &[(&Communicator, OpDesc)]) -> Result<()> {
+    // One entry per distinct communicator, in first-use order; lock them in
+    // address order so two threads grouping the same communicators can't deadlock.
+    let mut comms: Vec<&Communicator> = Vec::new();
+    for (c, _) in ops {
+        if !comms.iter().any(|x| Arc::ptr_eq(&x.inner, &c.inner)) {
+            comms.push(c);
+        }
+    }
+    let mut order: Vec<usize> = (0..comms.len()).collect();
+    order.sort_by_key(|&i| Arc::as_ptr(&comms[i].inner) as usize);
+    let mut guards: Vec<Option<MutexGuard<'_, Option<HostComm>>>> =
+        (0..comms.len()).map(|_| None).collect();
+    for &i in &order {
+        let c = comms[i];
+        if c.inner.abort.load(Ordering::Acquire) {
+            return Err(Error::invalid_usage(format!(
+                "rank {}: the communicator was aborted",
+                c.rank()
+            )));
+        }
+        guards[i] = Some(c.lock_raw()?);
+    }
+    let per: Vec<Vec<OpDesc>> = comms
+        .iter()
+        .map(|c| {
+            ops.iter()
+                .filter(|(x, _)| Arc::ptr_eq(&x.inner, &c.inner))
+                .map(|(_, o)| *o)
+                .collect()
+        })
+        .collect();
+    let mut items: Vec<(&mut HostComm, &[OpDesc])> = Vec::with_capacity(comms.len());
+    for (g, o) in guards.iter_mut().zip(per.iter()) {
+        let hc = g.as_mut().and_then(|g| g.as_mut()).ok_or_else(|| {
+            Error::invalid_usage("group: a communicator was destroyed or aborted")
+        })?;
+        items.push((hc, o.as_slice()));
+    }
+    // SAFETY: forwarded from this function's contract.
+    unsafe { oxccl_host::run_group(&mut items) }
+}

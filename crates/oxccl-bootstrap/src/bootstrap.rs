@@ -1,0 +1,736 @@
+//! The std::net driver: id generation, `Bootstrap::init`, out-of-band
+//! collectives and authenticated peer connections.
+//!
+//! Each `Bootstrap` owns a listener on the selected interface and an accept
+//! thread. Every incoming connection is authenticated on its own short-lived
+//! thread, then says what it is in a hello frame:
+//! - a *message channel*: the sender's persistent connection for
+//!   `send`/`allgather`/`barrier`; the thread stays and files each message in
+//!   a mailbox keyed by (peer, namespace, tag), so `send` never waits for the
+//!   receiver to call `recv` (no send/send deadlock), and different tags never
+//!   block each other;
+//! - a *data connection* (`connect_peer`): parked under (peer, tag) until
+//!   `accept_peer` asks for it.
+//!
+//! Outgoing message channels are opened on first use and kept per peer.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use oxccl_core::{Error, ErrorKind, Result};
+use oxccl_env::{info, warn, Subsys};
+
+use crate::auth::{self, HandshakeError};
+use crate::id::{derived_secret, parse_comm_id, UniqueId};
+use crate::root::{self, decode_table, Join, HANDSHAKE_TIMEOUT};
+use crate::wire::{self, Dec, Enc, Limits, CTRL_CAP, DATA_CAP, MAX_FRAME, POLL};
+use crate::{ifname, sys, BootstrapConfig, PeerInfo};
+
+const NS_USER: u8 = 0;
+const NS_ALLGATHER: u8 = 1;
+const NS_BARRIER: u8 = 2;
+const KIND_MSG: u8 = 0;
+const KIND_DATA: u8 = 1;
+/// Extra time a rank waits for the root's own timeout message.
+const ROOT_GRACE: Duration = Duration::from_secs(1);
+
+/// Selects the interface address per `cfg` (see [`ifname`]).
+pub fn select_interface(cfg: &BootstrapConfig) -> Result<ifname::Selection> {
+    let list = sys::interfaces()?;
+    ifname::select(&list, cfg.ifname.as_deref(), cfg.family)
+}
+
+/// Binds a listener on the selected interface address (never the wildcard),
+/// port 0, and logs "Bootstrap: Using NAME:ADDR<PORT>".
+fn bind_selected(cfg: &BootstrapConfig) -> Result<TcpListener> {
+    let sel = select_interface(cfg)?;
+    let f = &sel.iface;
+    let addr = match f.addr {
+        IpAddr::V4(_) => SocketAddr::new(f.addr, 0),
+        IpAddr::V6(ip) => SocketAddr::V6(SocketAddrV6::new(ip, 0, 0, f.scope_id)),
+    };
+    let l = TcpListener::bind(addr).map_err(|e| {
+        Error::system(format!(
+            "bootstrap: cannot listen on {} ({}): {e}",
+            f.addr, f.name
+        ))
+    })?;
+    let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
+    info!(
+        Subsys::BOOTSTRAP,
+        "Bootstrap: Using {}:{}<{port}>", f.name, f.addr
+    );
+    info!(Subsys::BOOTSTRAP, "Bootstrap: {} {}", f.name, sel.reason);
+    Ok(l)
+}
+
+fn random_u64() -> Result<u64> {
+    let n = auth::nonce()?;
+    Ok(u64::from_le_bytes(n[..8].try_into().expect("8")))
+}
+
+impl UniqueId {
+    /// `ncclGetUniqueId`. Without `cfg.comm_id`: binds a listener on the
+    /// selected interface and starts the root in this process (it serves one
+    /// rendezvous, then exits). With `cfg.comm_id`: encodes that address with
+    /// a derived secret and starts nothing; rank 0's `init` starts the root.
+    pub fn generate(cfg: &BootstrapConfig) -> Result<UniqueId> {
+        if let Some(c) = &cfg.comm_id {
+            let addr = parse_comm_id(c, cfg.family)?;
+            if cfg.auth_secret.is_none() {
+                info!(
+                    Subsys::BOOTSTRAP,
+                    "bootstrap: NCCL_COMM_ID={c} without OXCCL_AUTH_SECRET: the rendezvous is unauthenticated (anyone who can reach {addr} can join)"
+                );
+            }
+            return Ok(UniqueId::for_comm_id(
+                addr,
+                &derived_secret(cfg.auth_secret.as_deref()),
+            ));
+        }
+        let l = bind_selected(cfg)?;
+        let addr = l
+            .local_addr()
+            .map_err(|e| Error::system(format!("bootstrap: local_addr failed: {e}")))?;
+        let secret = auth::nonce()?;
+        let run_id = random_u64()?;
+        root::spawn_root(l, secret, run_id, cfg.init_timeout, cfg.abort.clone())?;
+        Ok(UniqueId::new(addr, run_id, &secret, 0))
+    }
+}
+
+#[derive(Default)]
+struct Mail {
+    msgs: HashMap<(usize, u8, u32), VecDeque<Vec<u8>>>,
+    streams: HashMap<(usize, u32), VecDeque<TcpStream>>,
+    /// Peers whose message channel to us ended, and why.
+    closed: HashMap<usize, String>,
+}
+
+struct Shared {
+    mail: Mutex<Mail>,
+    cv: Condvar,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Mail> {
+        self.mail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A rank's bootstrap: the peer table, out-of-band collectives and peer connections.
+///
+/// Methods take `&self`. `send`, `recv`, `connect_peer` and `accept_peer` may be
+/// called from several threads; `allgather` and `barrier` are serialised by an
+/// internal lock, and like any collective must be called in the same order on
+/// every rank. Intended use is one thread at a time per `Bootstrap`.
+///
+/// Every wait observes `cfg.timeout` (after init) and `cfg.abort`, polled every
+/// 50 ms. Dropping a `Bootstrap` closes its listener and connections; peers
+/// blocked in `recv` from it then fail with a `Remote` error.
+pub struct Bootstrap {
+    rank: usize,
+    nranks: usize,
+    peers: Vec<PeerInfo>,
+    cfg: BootstrapConfig,
+    key: [u8; 32],
+    run_id: u64,
+    shared: Arc<Shared>,
+    out: Mutex<HashMap<usize, TcpStream>>,
+    coll: Mutex<()>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Bootstrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bootstrap")
+            .field("rank", &self.rank)
+            .field("nranks", &self.nranks)
+            .field("run_id", &format_args!("{:#018x}", self.run_id))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Bootstrap {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.cv.notify_all();
+        if let Some(h) = self.acceptor.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn handshake_error(e: HandshakeError, who: &str, addr: SocketAddr, root: bool) -> Error {
+    match e {
+        HandshakeError::Rejected | HandshakeError::BadProof if root => Error::invalid_usage(
+            format!("bootstrap: the root at {addr} did not accept this unique id (it belongs to another run?)"),
+        ),
+        HandshakeError::Rejected | HandshakeError::BadProof => Error::invalid_usage(format!(
+            "bootstrap: {who} at {addr} failed mutual authentication (it holds another unique id's secret)"
+        )),
+        HandshakeError::NotOxccl => Error::invalid_usage(format!(
+            "bootstrap: {who} at {addr} is not an oxccl bootstrap endpoint (wrong NCCL_COMM_ID, or a stale unique id whose port was reused?)"
+        )),
+        HandshakeError::Io(e) => e.context(format!("bootstrap: handshake with {who} at {addr}")),
+    }
+}
+
+/// Connects within `lim`, in attempts of at most 1 s so an abort is seen.
+/// With `retry_refused` (during init: the root may not be listening yet) a
+/// refused connect is retried with backoff from 10 ms to 500 ms; without it (after
+/// init every rank's listener exists, so a refusal means the peer is gone) it
+/// is a `Remote` error at once.
+fn connect_retry(
+    addr: SocketAddr,
+    lim: &Limits,
+    who: &str,
+    retry_refused: bool,
+) -> Result<TcpStream> {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let left = lim
+            .remaining()
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
+        let last = match TcpStream::connect_timeout(&addr, left.max(Duration::from_millis(1))) {
+            Ok(s) => return Ok(s),
+            Err(e) => e,
+        };
+        let refused = last.kind() == std::io::ErrorKind::ConnectionRefused;
+        if refused && !retry_refused {
+            return Err(Error::remote(format!(
+                "bootstrap: {who} at {addr} refused the connection (did it exit or destroy its communicator?)"
+            )));
+        }
+        let pause = if refused || retry_refused {
+            backoff
+        } else {
+            Duration::ZERO
+        };
+        let until = Instant::now() + pause;
+        loop {
+            if let Err(e) = lim.check() {
+                return Err(if e.kind() == ErrorKind::Timeout {
+                    Error::timeout(format!(
+                        "bootstrap: could not connect to {who} at {addr} within {} (last error: {last}); is it running and reachable from this host?",
+                        wire::secs(lim.timeout)
+                    ))
+                } else {
+                    e
+                });
+            }
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            std::thread::sleep((until - now).min(POLL));
+        }
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+impl Bootstrap {
+    /// Joins the rendezvous of `id` as `rank` of `nranks` (see the crate docs).
+    pub fn init(
+        id: &UniqueId,
+        nranks: usize,
+        rank: usize,
+        cfg: &BootstrapConfig,
+    ) -> Result<Bootstrap> {
+        if nranks == 0 {
+            return Err(Error::invalid_argument(
+                "bootstrap: nranks must be at least 1 (got 0)",
+            ));
+        }
+        if nranks > i32::MAX as usize {
+            return Err(Error::invalid_argument(format!(
+                "bootstrap: nranks={nranks} is too large"
+            )));
+        }
+        if rank >= nranks {
+            return Err(Error::invalid_argument(format!(
+                "bootstrap: rank {rank} is out of range for nranks={nranks} (ranks are 0..={})",
+                nranks - 1
+            )));
+        }
+        let start = Instant::now();
+        let listener = bind_selected(cfg)?;
+        let listen_addr = listener
+            .local_addr()
+            .map_err(|e| Error::system(format!("bootstrap: local_addr failed: {e}")))?;
+        let shared = Arc::new(Shared {
+            mail: Mutex::new(Mail::default()),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let key = *id.secret();
+        let run_id = id.run_id();
+        let acceptor = spawn_acceptor(
+            listener,
+            key,
+            run_id,
+            nranks,
+            shared.clone(),
+            cfg.abort.clone(),
+        )?;
+        let mut boot = Bootstrap {
+            rank,
+            nranks,
+            peers: Vec::new(),
+            cfg: cfg.clone(),
+            key,
+            run_id,
+            shared,
+            out: Mutex::new(HashMap::new()),
+            coll: Mutex::new(()),
+            acceptor: Some(acceptor),
+        };
+        if id.rank0_starts_root() && rank == 0 {
+            let addr = id.root_addr();
+            let l = TcpListener::bind(addr).map_err(|e| {
+                Error::system(format!(
+                    "bootstrap: rank 0 cannot start the root at {addr} (NCCL_COMM_ID): {e}; the address must be one of this host's and the port free"
+                ))
+            })?;
+            info!(
+                Subsys::BOOTSTRAP,
+                "bootstrap: rank 0 started the root at {addr}"
+            );
+            root::spawn_root(l, key, run_id, cfg.init_timeout, cfg.abort.clone())?;
+        }
+        let me = PeerInfo {
+            rank,
+            hostname: sys::hostname(),
+            host_hash: sys::host_hash(),
+            pid: std::process::id(),
+            process_token: sys::process_token(),
+            listen_addr,
+        };
+        boot.peers = join_root(id, nranks, me, cfg, start)?;
+        Ok(boot)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    /// Every rank's information, in rank order.
+    pub fn peers(&self) -> &[PeerInfo] {
+        &self.peers
+    }
+
+    /// Whether `peer` runs on this host (same host hash); false when out of range.
+    pub fn is_same_host(&self, peer: usize) -> bool {
+        self.peers
+            .get(peer)
+            .is_some_and(|p| p.host_hash == self.peers[self.rank].host_hash)
+    }
+
+    /// Whether `peer` runs in this process (same host, pid and process token);
+    /// false when out of range.
+    pub fn is_same_process(&self, peer: usize) -> bool {
+        let b = &self.peers[self.rank];
+        self.peers.get(peer).is_some_and(|a| {
+            a.host_hash == b.host_hash && a.pid == b.pid && a.process_token == b.process_token
+        })
+    }
+
+    fn check_peer(&self, peer: usize, what: &str) -> Result<()> {
+        if peer >= self.nranks {
+            return Err(Error::invalid_argument(format!(
+                "bootstrap {what}: peer {peer} is out of range for nranks={}",
+                self.nranks
+            )));
+        }
+        Ok(())
+    }
+
+    fn limits(&self) -> Limits<'_> {
+        Limits::new(self.cfg.timeout, &self.cfg.abort)
+    }
+
+    /// Opens an authenticated connection to `peer` and sends the hello.
+    fn dial(&self, peer: usize, kind: u8, tag: u32, lim: &Limits) -> Result<TcpStream> {
+        let addr = self.peers[peer].listen_addr;
+        let who = format!("rank {peer}");
+        let mut s = connect_retry(addr, lim, &who, false)?;
+        wire::prepare(&s)?;
+        auth::client(&mut s, &self.key, lim).map_err(|e| handshake_error(e, &who, addr, false))?;
+        let mut m = Enc::new(wire::T_HELLO);
+        m.u32(self.rank as u32).u64(self.run_id).u8(kind).u32(tag);
+        wire::write_frame(&mut s, &m.0, lim)?;
+        Ok(s)
+    }
+
+    fn send_ns(&self, peer: usize, ns: u8, tag: u32, data: &[u8]) -> Result<()> {
+        if data.len() > DATA_CAP {
+            return Err(Error::invalid_argument(format!(
+                "bootstrap: message of {} bytes exceeds the {} MiB limit",
+                data.len(),
+                DATA_CAP >> 20
+            )));
+        }
+        if peer == self.rank {
+            let mut g = self.shared.lock();
+            g.msgs
+                .entry((peer, ns, tag))
+                .or_default()
+                .push_back(data.to_vec());
+            self.shared.cv.notify_all();
+            return Ok(());
+        }
+        let lim = self.limits();
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let s = match out.entry(peer) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(self.dial(peer, KIND_MSG, 0, &lim)?)
+            }
+        };
+        let mut m = Enc::new(wire::T_MSG);
+        m.u8(ns).u32(tag);
+        m.0.extend_from_slice(data);
+        if let Err(e) = wire::write_frame(s, &m.0, &lim) {
+            out.remove(&peer);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn recv_ns(&self, peer: usize, ns: u8, tag: u32) -> Result<Vec<u8>> {
+        let lim = self.limits();
+        let mut g = self.shared.lock();
+        loop {
+            if let Some(q) = g.msgs.get_mut(&(peer, ns, tag)) {
+                if let Some(m) = q.pop_front() {
+                    if q.is_empty() {
+                        g.msgs.remove(&(peer, ns, tag));
+                    }
+                    return Ok(m);
+                }
+            }
+            if let Some(why) = g.closed.get(&peer) {
+                return Err(Error::remote(why.clone()));
+            }
+            lim.check()?;
+            g = self
+                .shared
+                .cv
+                .wait_timeout(g, POLL)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Sends `data` to `peer` under `tag`. Returns once the bytes are handed
+    /// to the kernel (it does not wait for the peer's `recv`). At most 64 MiB.
+    pub fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
+        self.check_peer(peer, "send")?;
+        self.send_ns(peer, NS_USER, tag, data)
+            .map_err(|e| e.context(format!("bootstrap: send to rank {peer} (tag {tag})")))
+    }
+
+    /// Receives the next message from `peer` under `tag` (per (peer, tag), in
+    /// send order; other tags are buffered meanwhile).
+    pub fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>> {
+        self.check_peer(peer, "recv")?;
+        self.recv_ns(peer, NS_USER, tag)
+            .map_err(|e| e.context(format!("bootstrap: recv from rank {peer} (tag {tag})")))
+    }
+
+    /// Every rank's `mine`, in rank order. Ring: n-1 steps, each rank sends
+    /// and receives n-1 messages (sum of all payloads minus its own, in bytes).
+    pub fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let _g = self.coll.lock().unwrap_or_else(|p| p.into_inner());
+        let (n, r) = (self.nranks, self.rank);
+        let mut all = vec![Vec::new(); n];
+        all[r] = mine.to_vec();
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        for step in 0..n.saturating_sub(1) {
+            let s = (r + n - step) % n;
+            let d = (r + n - step - 1) % n;
+            self.send_ns(next, NS_ALLGATHER, 0, &all[s])
+                .map_err(|e| e.context(format!("bootstrap allgather: send to rank {next}")))?;
+            all[d] = self
+                .recv_ns(prev, NS_ALLGATHER, 0)
+                .map_err(|e| e.context(format!("bootstrap allgather: recv from rank {prev}")))?;
+        }
+        Ok(all)
+    }
+
+    /// Returns once every rank has entered the barrier (dissemination:
+    /// ceil(log2 n) rounds of one empty message each).
+    pub fn barrier(&self) -> Result<()> {
+        let _g = self.coll.lock().unwrap_or_else(|p| p.into_inner());
+        let (n, r) = (self.nranks, self.rank);
+        let mut k = 0u32;
+        while (1usize << k) < n {
+            let d = 1usize << k;
+            let (to, from) = ((r + d) % n, (r + n - d % n) % n);
+            self.send_ns(to, NS_BARRIER, k, &[])
+                .map_err(|e| e.context(format!("bootstrap barrier: send to rank {to}")))?;
+            self.recv_ns(from, NS_BARRIER, k)
+                .map_err(|e| e.context(format!("bootstrap barrier: recv from rank {from}")))?;
+            k += 1;
+        }
+        Ok(())
+    }
+
+    /// Opens an authenticated data connection to `peer`, which must call
+    /// `accept_peer(self.rank(), tag)`. Blocking stream, TCP_NODELAY set.
+    pub fn connect_peer(&self, peer: usize, tag: u32) -> Result<TcpStream> {
+        self.check_peer(peer, "connect_peer")?;
+        let lim = self.limits();
+        let s = self.dial(peer, KIND_DATA, tag, &lim).map_err(|e| {
+            e.context(format!(
+                "bootstrap: connect_peer to rank {peer} (tag {tag})"
+            ))
+        })?;
+        blocking(s)
+    }
+
+    /// Waits for the data connection that `peer` opens with
+    /// `connect_peer(self.rank(), tag)`. Connections for other (peer, tag) pairs
+    /// that arrive meanwhile are kept for their own `accept_peer`.
+    pub fn accept_peer(&self, peer: usize, tag: u32) -> Result<TcpStream> {
+        self.check_peer(peer, "accept_peer")?;
+        let lim = self.limits();
+        let mut g = self.shared.lock();
+        loop {
+            if let Some(q) = g.streams.get_mut(&(peer, tag)) {
+                if let Some(s) = q.pop_front() {
+                    if q.is_empty() {
+                        g.streams.remove(&(peer, tag));
+                    }
+                    drop(g);
+                    return blocking(s);
+                }
+            }
+            lim.check().map_err(|e| {
+                e.context(format!(
+                    "bootstrap: accept_peer from rank {peer} (tag {tag})"
+                ))
+            })?;
+            g = self
+                .shared
+                .cv
+                .wait_timeout(g, POLL)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+fn blocking(s: TcpStream) -> Result<TcpStream> {
+    let r = s
+        .set_read_timeout(None)
+        .and_then(|_| s.set_write_timeout(None))
+        .and_then(|_| s.set_nodelay(true));
+    r.map_err(|e| Error::system(format!("bootstrap: socket setup failed: {e}")))?;
+    Ok(s)
+}
+
+fn join_root(
+    id: &UniqueId,
+    nranks: usize,
+    me: PeerInfo,
+    cfg: &BootstrapConfig,
+    start: Instant,
+) -> Result<Vec<PeerInfo>> {
+    let root = id.root_addr();
+    let rank = me.rank;
+    let lim = Limits {
+        deadline: start.checked_add(cfg.init_timeout),
+        timeout: cfg.init_timeout,
+        abort: &cfg.abort,
+        stop: None,
+    };
+    let mut s = connect_retry(root, &lim, "the root", true)
+        .map_err(|e| e.context(format!("rank {rank} of {nranks}")))?;
+    wire::prepare(&s)?;
+    auth::client(&mut s, id.secret(), &lim)
+        .map_err(|e| handshake_error(e, "the root", root, true))?;
+    let join = Join {
+        nranks,
+        run_id: id.run_id(),
+        info: me.clone(),
+    };
+    wire::write_frame(&mut s, &join.encode(), &lim).map_err(|e| {
+        e.context(format!(
+            "bootstrap: sending rank {rank}'s join to the root at {root}"
+        ))
+    })?;
+    let wait = Limits {
+        deadline: lim.deadline.and_then(|d| d.checked_add(ROOT_GRACE)),
+        ..lim
+    };
+    let frame = match wire::read_frame(&mut s, MAX_FRAME, &wait, true) {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            return Err(Error::remote(format!(
+                "bootstrap: the root at {root} closed the connection before sending the rank table (did the process that created the unique id exit or abort?)"
+            )))
+        }
+        Err(e) if e.kind() == ErrorKind::Timeout => {
+            return Err(Error::timeout(format!(
+                "bootstrap: rank {rank} of {nranks}: no rank table from the root at {root} within {}",
+                wire::secs(cfg.init_timeout)
+            )))
+        }
+        Err(e) => return Err(e.context(format!("bootstrap: waiting for the root at {root}"))),
+    };
+    let mut d = Dec::new(&frame, "root reply");
+    match d.u8()? {
+        wire::T_TABLE => {}
+        wire::T_ERROR => return Err(wire::decode_error(&mut d)?),
+        t => {
+            return Err(Error::remote(format!(
+                "bootstrap: unexpected message type {t} from the root at {root}"
+            )))
+        }
+    }
+    let table = decode_table(&mut d)?;
+    let ok = table.len() == nranks
+        && table.iter().enumerate().all(|(i, p)| p.rank == i)
+        && table[rank] == me;
+    if !ok {
+        return Err(Error::internal(format!(
+            "bootstrap: the root at {root} sent an inconsistent rank table ({} entries for nranks={nranks})",
+            table.len()
+        )));
+    }
+    Ok(table)
+}
+
+fn spawn_acceptor(
+    listener: TcpListener,
+    key: [u8; 32],
+    run_id: u64,
+    nranks: usize,
+    shared: Arc<Shared>,
+    abort: Arc<AtomicBool>,
+) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("oxccl-bs-accept".into())
+        .spawn(move || {
+            while !shared.stop.load(Ordering::Relaxed) {
+                match sys::wait_acceptable(&listener, POLL) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        warn!(
+                            "bootstrap: poll on the listener failed: {e}; no more peer connections"
+                        );
+                        return;
+                    }
+                }
+                let Ok((s, addr)) = listener.accept() else {
+                    continue;
+                };
+                let (shared, abort) = (shared.clone(), abort.clone());
+                let r = std::thread::Builder::new()
+                    .name("oxccl-bs-conn".into())
+                    .spawn(move || serve_conn(s, addr, key, run_id, nranks, &shared, &abort));
+                if r.is_err() {
+                    warn!("bootstrap: cannot spawn a thread; connection from {addr} dropped");
+                }
+            }
+        })
+        .map_err(|e| Error::system(format!("bootstrap: cannot spawn a thread: {e}")))
+}
+
+fn serve_conn(
+    mut s: TcpStream,
+    addr: SocketAddr,
+    key: [u8; 32],
+    run_id: u64,
+    nranks: usize,
+    shared: &Shared,
+    abort: &AtomicBool,
+) {
+    let mut lim = Limits::new(HANDSHAKE_TIMEOUT, abort);
+    lim.stop = Some(&shared.stop);
+    if wire::prepare(&s).is_err() {
+        return;
+    }
+    if let Err(e) = auth::server(&mut s, &key, &lim) {
+        root::log_drop(addr, &e);
+        return;
+    }
+    let hello = match wire::read_frame(&mut s, CTRL_CAP, &lim, false) {
+        Ok(Some(f)) => f,
+        _ => return,
+    };
+    let parsed = (|| -> Result<(usize, u64, u8, u32)> {
+        let mut d = Dec::new(&hello, "hello");
+        if d.u8()? != wire::T_HELLO {
+            return Err(Error::remote("expected a hello"));
+        }
+        let r = (d.u32()? as usize, d.u64()?, d.u8()?, d.u32()?);
+        d.end()?;
+        Ok(r)
+    })();
+    let (from, their_run, kind, tag) = match parsed {
+        Ok(x) => x,
+        Err(e) => {
+            warn!(
+                "bootstrap: connection from {addr}: {}; dropped",
+                e.message()
+            );
+            return;
+        }
+    };
+    if their_run != run_id || from >= nranks || kind > KIND_DATA {
+        warn!("bootstrap: connection from {addr} claims rank {from} of run {their_run:#x} (this is run {run_id:#x} with {nranks} ranks); dropped");
+        return;
+    }
+    if kind == KIND_DATA {
+        let mut g = shared.lock();
+        g.streams.entry((from, tag)).or_default().push_back(s);
+        shared.cv.notify_all();
+        return;
+    }
+    shared.lock().closed.remove(&from);
+    let read = Limits {
+        deadline: None,
+        timeout: Duration::ZERO,
+        abort,
+        stop: Some(&shared.stop),
+    };
+    let why = loop {
+        let f = match wire::read_frame(&mut s, MAX_FRAME, &read, true) {
+            Ok(Some(f)) => f,
+            Ok(None) => break format!("bootstrap: rank {from} closed its connection (it exited or destroyed its communicator)"),
+            Err(e) => break format!("bootstrap: connection from rank {from} failed: {}", e.message()),
+        };
+        let mut d = Dec::new(&f, "message");
+        let parsed = (|| -> Result<(u8, u32)> {
+            if d.u8()? != wire::T_MSG {
+                return Err(Error::remote("expected a message"));
+            }
+            Ok((d.u8()?, d.u32()?))
+        })();
+        let Ok((ns, tag)) = parsed else {
+            break format!("bootstrap: rank {from} sent a malformed message");
+        };
+        let body = d.rest().to_vec();
+        let mut g = shared.lock();
+        g.msgs.entry((from, ns, tag)).or_default().push_back(body);
+        shared.cv.notify_all();
+    };
+    let mut g = shared.lock();
+    g.closed.insert(from, why);
+    shared.cv.notify_all();
+}

@@ -1,0 +1,510 @@
+//! The root: collects one join per rank and hands every rank the table.
+//!
+//! [`Rendezvous`] is the pure decision (checks and completion); [`spawn_root`]
+//! is the driver: an accept thread, one short-lived thread per incoming
+//! connection for the handshake and the join frame (so a silent or slow client
+//! cannot hold up the others, and is dropped after [`HANDSHAKE_TIMEOUT`]), and
+//! a coordinator thread that feeds joins to the [`Rendezvous`].
+//!
+//! Lifetime: the root serves one rendezvous. Its clock is `init_timeout` from
+//! the first join (or from its start while nobody has joined). When it runs
+//! out, every waiting rank gets a `Timeout` naming the ranks that never came,
+//! and the root exits with a WARN. After a violation (nranks mismatch,
+//! duplicate rank) the root answers every connected and every later rank with
+//! the same `InvalidUsage` until its clock runs out.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use oxccl_core::{Error, Result};
+use oxccl_env::{info, warn, Subsys};
+
+use crate::auth::{self, HandshakeError};
+use crate::wire::{self, Dec, Enc, Limits, CTRL_CAP, POLL, T_JOIN, T_TABLE};
+use crate::PeerInfo;
+
+/// How long an unauthenticated connection may take to finish its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most handshakes in flight at once; more connections are dropped at once.
+const MAX_PENDING: usize = 512;
+
+/// What a rank tells the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Join {
+    pub nranks: usize,
+    pub run_id: u64,
+    pub info: PeerInfo,
+}
+
+pub(crate) fn encode_peer(m: &mut Enc, p: &PeerInfo) {
+    m.u32(p.rank as u32)
+        .str(&p.hostname)
+        .u64(p.host_hash)
+        .u32(p.pid)
+        .u64(p.process_token)
+        .addr(&p.listen_addr);
+}
+
+pub(crate) fn decode_peer(d: &mut Dec) -> Result<PeerInfo> {
+    Ok(PeerInfo {
+        rank: d.u32()? as usize,
+        hostname: d.str()?,
+        host_hash: d.u64()?,
+        pid: d.u32()?,
+        process_token: d.u64()?,
+        listen_addr: d.addr()?,
+    })
+}
+
+impl Join {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut m = Enc::new(T_JOIN);
+        m.u32(self.nranks as u32).u64(self.run_id);
+        encode_peer(&mut m, &self.info);
+        m.0
+    }
+    pub fn decode(b: &[u8]) -> Result<Join> {
+        let mut d = Dec::new(b, "join");
+        if d.u8()? != T_JOIN {
+            return Err(Error::remote("bootstrap: expected a join message"));
+        }
+        let nranks = d.u32()? as usize;
+        let run_id = d.u64()?;
+        let info = decode_peer(&mut d)?;
+        d.end()?;
+        Ok(Join {
+            nranks,
+            run_id,
+            info,
+        })
+    }
+}
+
+pub(crate) fn encode_table(t: &[PeerInfo]) -> Vec<u8> {
+    let mut m = Enc::new(T_TABLE);
+    m.u32(t.len() as u32);
+    for p in t {
+        encode_peer(&mut m, p);
+    }
+    m.0
+}
+
+/// Decodes a table (type byte already consumed).
+pub(crate) fn decode_table(d: &mut Dec) -> Result<Vec<PeerInfo>> {
+    let n = d.u32()? as usize;
+    // Each entry is at least 45 bytes: bound n before reserving.
+    let mut v = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        v.push(decode_peer(d)?);
+    }
+    d.end()?;
+    Ok(v)
+}
+
+/// The root's decision for one join.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Keep the connection and wait for more ranks.
+    Wait,
+    /// Everyone is here: the table, in rank order.
+    Complete(Vec<PeerInfo>),
+    /// Refuse this join only (it is not part of this run).
+    RejectOne(Error),
+    /// The run cannot proceed: tell every connected rank.
+    RejectAll(Error),
+}
+
+/// The pure rendezvous state.
+#[derive(Debug)]
+pub(crate) struct Rendezvous {
+    run_id: u64,
+    first: Option<(usize, usize)>,
+    joined: BTreeMap<usize, PeerInfo>,
+    failed: Option<Error>,
+}
+
+impl Rendezvous {
+    pub fn new(run_id: u64) -> Rendezvous {
+        Rendezvous {
+            run_id,
+            first: None,
+            joined: BTreeMap::new(),
+            failed: None,
+        }
+    }
+
+    fn fail(&mut self, e: Error) -> Verdict {
+        self.failed = Some(e.clone());
+        Verdict::RejectAll(e)
+    }
+
+    pub fn on_join(&mut self, j: Join) -> Verdict {
+        let r = j.info.rank;
+        if j.run_id != self.run_id {
+            // Deliberately not fatal for the others: a stray rank of another
+            // run (which somehow holds our secret) must not kill this one.
+            return Verdict::RejectOne(Error::invalid_usage(format!(
+                "bootstrap: rank {r} joined with run id {:#x} but this root serves run {:#x}; its unique id belongs to another run",
+                j.run_id, self.run_id
+            )));
+        }
+        if let Some(e) = &self.failed {
+            return Verdict::RejectOne(e.clone());
+        }
+        if j.nranks == 0 || r >= j.nranks {
+            return self.fail(Error::invalid_usage(format!(
+                "bootstrap: rank {r} joined with nranks={} (rank out of range)",
+                j.nranks
+            )));
+        }
+        match self.first {
+            Some((r0, n0)) if n0 != j.nranks => {
+                return self.fail(Error::invalid_usage(format!(
+                    "bootstrap: rank {r} joined with nranks={} but rank {r0} said {n0}",
+                    j.nranks
+                )));
+            }
+            Some(_) => {}
+            None => self.first = Some((r, j.nranks)),
+        }
+        if self.joined.contains_key(&r) {
+            return self.fail(Error::invalid_usage(format!(
+                "bootstrap: rank {r} joined twice (were two processes given the same rank?)"
+            )));
+        }
+        self.joined.insert(r, j.info);
+        if self.joined.len() == j.nranks {
+            Verdict::Complete(self.joined.values().cloned().collect())
+        } else {
+            Verdict::Wait
+        }
+    }
+
+    pub fn any_joined(&self) -> bool {
+        self.first.is_some()
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// "ranks 3, 5 of 8 never connected to the root at ADDR within 30 s".
+    pub fn missing_message(&self, root: SocketAddr, t: Duration) -> Option<String> {
+        let (_, n) = self.first?;
+        let missing: Vec<String> = (0..n)
+            .filter(|r| !self.joined.contains_key(r))
+            .map(|r| r.to_string())
+            .collect();
+        let who = if missing.len() == 1 { "rank" } else { "ranks" };
+        Some(format!(
+            "bootstrap: {who} {} of {n} never connected to the root at {root} within {}",
+            missing.join(", "),
+            wire::secs(t)
+        ))
+    }
+}
+
+struct Arrival {
+    stream: TcpStream,
+    join: Join,
+}
+
+/// Starts the root on `listener` (threads; returns at once).
+pub(crate) fn spawn_root(
+    listener: TcpListener,
+    secret: [u8; 32],
+    run_id: u64,
+    init_timeout: Duration,
+    abort: Arc<AtomicBool>,
+) -> Result<()> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::system(format!("bootstrap root: local_addr failed: {e}")))?;
+    let done = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel::<Arrival>();
+    {
+        let done = done.clone();
+        let abort = abort.clone();
+        std::thread::Builder::new()
+            .name("oxccl-root-accept".into())
+            .spawn(move || accept_loop(listener, secret, tx, done, abort))
+            .map_err(|e| Error::system(format!("bootstrap root: cannot spawn a thread: {e}")))?;
+    }
+    std::thread::Builder::new()
+        .name("oxccl-root".into())
+        .spawn(move || {
+            coordinate(addr, run_id, init_timeout, &abort, rx);
+            done.store(true, Ordering::Relaxed);
+        })
+        .map_err(|e| Error::system(format!("bootstrap root: cannot spawn a thread: {e}")))?;
+    Ok(())
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    secret: [u8; 32],
+    tx: mpsc::Sender<Arrival>,
+    done: Arc<AtomicBool>,
+    abort: Arc<AtomicBool>,
+) {
+    let pending = Arc::new(AtomicUsize::new(0));
+    while !done.load(Ordering::Relaxed) {
+        match crate::sys::wait_acceptable(&listener, POLL) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                warn!("bootstrap root: poll failed: {e}; root stops accepting");
+                return;
+            }
+        }
+        let (stream, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(_) => continue,
+        };
+        if pending.load(Ordering::Relaxed) >= MAX_PENDING {
+            warn!("bootstrap root: {MAX_PENDING} handshakes in flight; connection from {peer} dropped");
+            continue;
+        }
+        pending.fetch_add(1, Ordering::Relaxed);
+        let (tx, done, abort, pending) = (tx.clone(), done.clone(), abort.clone(), pending.clone());
+        let spawned = std::thread::Builder::new()
+            .name("oxccl-root-hs".into())
+            .spawn(move || {
+                if let Some(join) = admit(stream, peer, &secret, &done, &abort) {
+                    let _ = tx.send(join);
+                }
+                pending.fetch_sub(1, Ordering::Relaxed);
+            });
+        if spawned.is_err() {
+            warn!(
+                "bootstrap root: cannot spawn a handshake thread; connection from {peer} dropped"
+            );
+        }
+    }
+}
+
+/// Authenticates a connection and reads its join; None (with a WARN) on failure.
+fn admit(
+    mut s: TcpStream,
+    peer: SocketAddr,
+    secret: &[u8; 32],
+    done: &AtomicBool,
+    abort: &AtomicBool,
+) -> Option<Arrival> {
+    let mut lim = Limits::new(HANDSHAKE_TIMEOUT, abort);
+    lim.stop = Some(done);
+    if wire::prepare(&s).is_err() {
+        return None;
+    }
+    if let Err(e) = auth::server(&mut s, secret, &lim) {
+        log_drop(peer, &e);
+        return None;
+    }
+    let frame = match wire::read_frame(&mut s, CTRL_CAP, &lim, false) {
+        Ok(Some(f)) => f,
+        Ok(None) => return None,
+        Err(e) => {
+            warn!(
+                "bootstrap: connection from {peer} sent no valid join ({}); dropped",
+                e.message()
+            );
+            return None;
+        }
+    };
+    match Join::decode(&frame) {
+        Ok(join) => Some(Arrival { stream: s, join }),
+        Err(e) => {
+            warn!(
+                "bootstrap: connection from {peer}: {}; dropped",
+                e.message()
+            );
+            None
+        }
+    }
+}
+
+pub(crate) fn log_drop(peer: SocketAddr, e: &HandshakeError) {
+    match e {
+        HandshakeError::BadProof | HandshakeError::Rejected => {
+            warn!("bootstrap: connection from {peer} failed authentication; dropped")
+        }
+        HandshakeError::NotOxccl => {
+            warn!("bootstrap: connection from {peer} is not an oxccl bootstrap handshake; dropped")
+        }
+        HandshakeError::Io(err) if err.message().starts_with("bootstrap: stopped") => {}
+        HandshakeError::Io(err) => warn!(
+            "bootstrap: connection from {peer} did not complete its handshake ({}); dropped",
+            err.message()
+        ),
+    }
+}
+
+fn send_best_effort(s: &mut TcpStream, payload: &[u8], abort: &AtomicBool) {
+    let lim = Limits::new(Duration::from_secs(2), abort);
+    let _ = wire::write_frame(s, payload, &lim);
+}
+
+fn coordinate(
+    addr: SocketAddr,
+    run_id: u64,
+    t: Duration,
+    abort: &AtomicBool,
+    rx: mpsc::Receiver<Arrival>,
+) {
+    let mut rv = Rendezvous::new(run_id);
+    let mut deadline = Instant::now() + t;
+    let mut conns: Vec<TcpStream> = Vec::new();
+    loop {
+        if abort.load(Ordering::Relaxed) {
+            let e = wire::encode_error(&wire::aborted());
+            for c in &mut conns {
+                send_best_effort(c, &e, abort);
+            }
+            return;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            if rv.failed() {
+                return;
+            }
+            match rv.missing_message(addr, t) {
+                Some(msg) => {
+                    warn!("{msg}; the root gives up");
+                    let e = wire::encode_error(&Error::timeout(msg));
+                    for c in &mut conns {
+                        send_best_effort(c, &e, abort);
+                    }
+                }
+                None => warn!(
+                    "bootstrap: no rank connected to the root at {addr} within {}; the root exits",
+                    wire::secs(t)
+                ),
+            }
+            return;
+        }
+        let a = match rx.recv_timeout((deadline - now).min(POLL)) {
+            Ok(a) => a,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        if !rv.any_joined() {
+            deadline = Instant::now() + t;
+        }
+        let mut s = a.stream;
+        match rv.on_join(a.join) {
+            Verdict::Wait => conns.push(s),
+            Verdict::RejectOne(e) => {
+                warn!("{}", e.message());
+                send_best_effort(&mut s, &wire::encode_error(&e), abort);
+            }
+            Verdict::RejectAll(e) => {
+                warn!("{}", e.message());
+                let p = wire::encode_error(&e);
+                conns.push(s);
+                for c in &mut conns {
+                    send_best_effort(c, &p, abort);
+                }
+                conns.clear();
+            }
+            Verdict::Complete(table) => {
+                conns.push(s);
+                let p = encode_table(&table);
+                let lim = Limits::new(t, abort);
+                for c in &mut conns {
+                    let _ = wire::write_frame(c, &p, &lim);
+                }
+                info!(
+                    Subsys::BOOTSTRAP,
+                    "bootstrap: root at {addr}: all {} ranks connected",
+                    table.len()
+                );
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn j(rank: usize, nranks: usize, run: u64) -> Join {
+        Join {
+            nranks,
+            run_id: run,
+            info: PeerInfo {
+                rank,
+                hostname: "h".into(),
+                host_hash: 1,
+                pid: 2,
+                process_token: 3,
+                listen_addr: "127.0.0.1:9".parse().unwrap(),
+            },
+        }
+    }
+
+    #[test]
+    fn completes_in_rank_order() {
+        let mut r = Rendezvous::new(7);
+        assert_eq!(r.on_join(j(2, 3, 7)), Verdict::Wait);
+        assert_eq!(r.on_join(j(0, 3, 7)), Verdict::Wait);
+        match r.on_join(j(1, 3, 7)) {
+            Verdict::Complete(t) => {
+                assert_eq!(t.iter().map(|p| p.rank).collect::<Vec<_>>(), [0, 1, 2])
+            }
+            v => panic!("{v:?}"),
+        }
+    }
+
+    #[test]
+    fn violations() {
+        let mut r = Rendezvous::new(7);
+        assert_eq!(r.on_join(j(0, 8, 7)), Verdict::Wait);
+        match r.on_join(j(3, 4, 7)) {
+            Verdict::RejectAll(e) => assert_eq!(
+                e.message(),
+                "bootstrap: rank 3 joined with nranks=4 but rank 0 said 8"
+            ),
+            v => panic!("{v:?}"),
+        }
+        // Later arrivals get the same error.
+        assert!(matches!(r.on_join(j(1, 8, 7)), Verdict::RejectOne(_)));
+
+        let mut r = Rendezvous::new(7);
+        r.on_join(j(2, 4, 7));
+        match r.on_join(j(2, 4, 7)) {
+            Verdict::RejectAll(e) => assert!(e.message().contains("rank 2 joined twice")),
+            v => panic!("{v:?}"),
+        }
+        let mut r = Rendezvous::new(7);
+        assert!(matches!(r.on_join(j(0, 2, 8)), Verdict::RejectOne(_)));
+        assert!(!r.any_joined());
+    }
+
+    #[test]
+    fn missing_names_ranks() {
+        let mut r = Rendezvous::new(1);
+        for k in [0, 1, 2, 4, 6, 7] {
+            r.on_join(j(k, 8, 1));
+        }
+        assert_eq!(
+            r.missing_message("10.0.0.1:4444".parse().unwrap(), Duration::from_secs(30))
+                .unwrap(),
+            "bootstrap: ranks 3, 5 of 8 never connected to the root at 10.0.0.1:4444 within 30 s"
+        );
+    }
+
+    #[test]
+    fn codec_round_trip() {
+        let x = j(5, 9, 3);
+        assert_eq!(Join::decode(&x.encode()).unwrap(), x);
+        let t = vec![x.info.clone(), j(6, 9, 3).info];
+        let b = encode_table(&t);
+        let mut d = Dec::new(&b[1..], "table");
+        assert_eq!(decode_table(&mut d).unwrap(), t);
+        assert!(Join::decode(&b[..10]).is_err());
+    }
+}

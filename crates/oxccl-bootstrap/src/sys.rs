@@ -1,0 +1,130 @@
+//! Thin OS wrappers: interface list, host name, host hash, readiness poll.
+//! The only `unsafe` of the crate lives here.
+
+use std::ffi::CStr;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use oxccl_core::{Error, Result};
+use sha2::{Digest, Sha256};
+
+use crate::ifname::Interface;
+
+/// Every IPv4/IPv6 address of every interface, in the OS's order.
+pub fn interfaces() -> Result<Vec<Interface>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `head` is a valid out-pointer; on success the list is freed below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(Error::system(format!(
+            "getifaddrs failed: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    let mut out = Vec::new();
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list from getifaddrs, valid until freeifaddrs.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        let up = ifa.ifa_flags & (libc::IFF_UP as u32) != 0;
+        // SAFETY: ifa_addr is non-null and points to at least a sockaddr header.
+        let fam = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        let (addr, scope_id) = match fam {
+            libc::AF_INET => {
+                // SAFETY: the family says this is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                (
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))),
+                    0,
+                )
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says this is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                (
+                    IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
+                    sin6.sin6_scope_id,
+                )
+            }
+            _ => continue,
+        };
+        out.push(Interface {
+            name,
+            addr,
+            scope_id,
+            up,
+        });
+    }
+    // SAFETY: `head` came from a successful getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// This host's name (at most 255 bytes), or "unknown".
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for buf.len() - 1 bytes; the last byte stays NUL.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// A hash identifying this host: SHA-256 of the host name and the kernel's
+/// boot id (so two containers with different host names on one machine differ,
+/// as in NCCL), first 8 bytes, little-endian.
+pub fn host_hash() -> u64 {
+    static H: OnceLock<u64> = OnceLock::new();
+    *H.get_or_init(|| {
+        let mut h = Sha256::new();
+        h.update(hostname().as_bytes());
+        if let Ok(b) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+            h.update(b.trim().as_bytes());
+        }
+        let d = h.finalize();
+        u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+    })
+}
+
+/// A random token drawn once per process (tells processes apart when pids repeat
+/// across containers).
+pub fn process_token() -> u64 {
+    static T: OnceLock<u64> = OnceLock::new();
+    *T.get_or_init(|| {
+        let mut b = [0u8; 8];
+        let _ = getrandom::getrandom(&mut b);
+        u64::from_le_bytes(b) | 1
+    })
+}
+
+/// Waits up to `timeout` for a connection to accept. Ok(true) when one is pending.
+pub fn wait_acceptable(l: &TcpListener, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: l.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd for the duration of the call.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(rc > 0)
+}

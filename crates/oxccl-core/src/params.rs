@@ -1,0 +1,1132 @@
+//! The parameter registry: every `NCCL_*` / `OXCCL_*` variable oxccl knows, declared
+//! once, with typed access and a record of where each value came from.
+//!
+//! ```
+//! use oxccl_core::params::{self, Params, Source};
+//! let env = vec![("NCCL_BUFFSIZE".to_string(), "1M".to_string())];
+//! let p = Params::from_sources(&env, &[("/etc/nccl.conf", "NCCL_SHM_DISABLE=1\n")]).unwrap();
+//! assert_eq!(p.get(&params::BUFFSIZE), 1 << 20);
+//! assert!(p.get(&params::SHM_DISABLE));
+//! assert_eq!(p.get(&params::SOCKET_IFNAME), None);
+//! assert_eq!(p.source(&params::SHM_DISABLE), Source::File("/etc/nccl.conf".into()));
+//! ```
+//!
+//! Each entry of the `params!` table below yields a typed constant (`Param<K>`, whose
+//! value type is `K::Value`) and a row of [`ALL`], which drives parsing, the typo
+//! check (`oxccl doctor`) and the generated `docs/env.md`.
+//!
+//! **Constant names** are the variable's name without its `NCCL_` or `OXCCL_` prefix
+//! (`NCCL_SHM_DISABLE` → `SHM_DISABLE`, `OXCCL_TIMEOUT_MS` → `TIMEOUT_MS`). Two
+//! variables that would share a constant name cannot both be declared: the compiler
+//! rejects the duplicate, so the rule stays unambiguous.
+//!
+//! **Honoured vs recognised.** `honoured` parameters change what oxccl does;
+//! `recognised` ones are NCCL variables oxccl does not use (yet): they are listed so that
+//! setting them raises no "unknown variable" warning, and their values are still
+//! checked against NCCL's form.
+//!
+//! **Sources** (NCCL's rules): the environment wins over configuration files, and an
+//! earlier file wins over a later one. Values are trimmed (so a format that must end in a space writes `_`,
+//! which NCCL_DEBUG_TIMESTAMP_FORMAT turns into one); an empty value counts as unset. A
+//! malformed value is never fatal: the default is used and [`Params::warnings`] says so.
+//! Unknown `NCCL_*`/`OXCCL_*` names get a warning with the closest known name (edit
+//! distance ≤ 3, or a prefix match), except a few names that other software sets
+//! (`NCCL_VERSION` in NVIDIA's containers, `NCCL_ROOT`/`NCCL_HOME`/`NCCL_LIB_DIR`/
+//! `NCCL_INCLUDE_DIR` for builds, PyTorch's old `NCCL_BLOCKING_WAIT`/
+//! `NCCL_ASYNC_ERROR_HANDLING`, and `NCCL_TESTS_*` / `OXCCL_TEST*`).
+//!
+//! **Configuration file grammar**: one `NAME=VALUE` per line; whitespace around name
+//! and value is ignored; blank lines and lines starting with `#` are skipped; a `#`
+//! preceded by whitespace starts a trailing comment; one pair of matching quotes around
+//! the value is removed (NCCL keeps them; removing them is kinder). Other lines are
+//! ignored with a warning.
+
+use crate::algo::{Algo, Choice, Proto, Selection};
+use crate::error::Result;
+use crate::logfmt::{Level, LevelSet, Subsys};
+use std::collections::HashMap;
+use std::fmt;
+use std::marker::PhantomData;
+
+/// How a parameter's text is parsed and what value it yields.
+pub trait ParamKind: 'static {
+    /// The typed value.
+    type Value;
+    /// What the table shows as the type.
+    const KIND: Kind;
+    /// Parses a (trimmed, non-empty) value; the error says what form was expected.
+    fn parse(s: &str) -> std::result::Result<Self::Value, String>;
+}
+
+/// A parameter's type, as shown in the table and in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    /// "bool", "u32", "size", ...
+    pub name: &'static str,
+    /// Absence means "auto" (the value is an `Option`).
+    pub optional: bool,
+    /// The value must not be printed (shown as `<redacted>`).
+    pub secret: bool,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.optional {
+            write!(f, "{} (optional)", self.name)
+        } else {
+            f.write_str(self.name)
+        }
+    }
+}
+
+const fn kind(name: &'static str) -> Kind {
+    Kind {
+        name,
+        optional: false,
+        secret: false,
+    }
+}
+
+/// `0/1`, `true/false`, `yes/no` (also `on/off`), any case.
+pub struct Bool;
+/// A decimal or `0x` hexadecimal `u32`.
+pub struct U32;
+/// A decimal or `0x` hexadecimal `u64`.
+pub struct U64;
+/// A decimal or `0x` hexadecimal `i64` (what NCCL's integer variables take).
+pub struct I64;
+/// A byte count: a plain number or one with a `K`, `M`, `G` or `T` suffix (binary
+/// multiples; `KB`, `KiB` and lower case accepted).
+pub struct Size;
+/// Any text.
+pub struct Str;
+/// Any text that must not be printed (shared secrets).
+pub struct Secret;
+/// An optional `K`: unset (or empty) means "auto", `None`.
+pub struct Opt<K>(PhantomData<K>);
+
+fn parse_uint(s: &str) -> Option<u64> {
+    let s = s.strip_prefix('+').unwrap_or(s);
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+impl ParamKind for Bool {
+    type Value = bool;
+    const KIND: Kind = kind("bool");
+    fn parse(s: &str) -> std::result::Result<bool, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err("0/1, true/false or yes/no".into()),
+        }
+    }
+}
+
+impl ParamKind for U32 {
+    type Value = u32;
+    const KIND: Kind = kind("u32");
+    fn parse(s: &str) -> std::result::Result<u32, String> {
+        parse_uint(s)
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| "an integer from 0 to 4294967295".into())
+    }
+}
+
+impl ParamKind for U64 {
+    type Value = u64;
+    const KIND: Kind = kind("u64");
+    fn parse(s: &str) -> std::result::Result<u64, String> {
+        parse_uint(s).ok_or_else(|| "a non-negative integer".into())
+    }
+}
+
+impl ParamKind for I64 {
+    type Value = i64;
+    const KIND: Kind = kind("i64");
+    fn parse(s: &str) -> std::result::Result<i64, String> {
+        let err = || "an integer".to_string();
+        match s.strip_prefix('-') {
+            Some(rest) => {
+                let v = parse_uint(rest).ok_or_else(err)?;
+                0i64.checked_sub_unsigned(v).ok_or_else(err)
+            }
+            None => parse_uint(s)
+                .and_then(|v| i64::try_from(v).ok())
+                .ok_or_else(err),
+        }
+    }
+}
+
+impl ParamKind for Size {
+    type Value = u64;
+    const KIND: Kind = kind("size");
+    fn parse(s: &str) -> std::result::Result<u64, String> {
+        let err = || "a byte count such as 4194304, 512K, 4M or 1G".to_string();
+        let lower = s.to_ascii_lowercase();
+        let (num, suffix) = if lower.starts_with("0x") {
+            (lower.as_str(), "")
+        } else {
+            let end = lower
+                .find(|c: char| !(c.is_ascii_digit() || c == '+'))
+                .unwrap_or(lower.len());
+            (&lower[..end], lower[end..].trim())
+        };
+        let shift = match suffix {
+            "" => 0,
+            "k" | "kb" | "kib" => 10,
+            "m" | "mb" | "mib" => 20,
+            "g" | "gb" | "gib" => 30,
+            "t" | "tb" | "tib" => 40,
+            _ => return Err(err()),
+        };
+        let n = parse_uint(num.trim()).ok_or_else(err)?;
+        n.checked_mul(1u64 << shift).ok_or_else(err)
+    }
+}
+
+impl ParamKind for Str {
+    type Value = String;
+    const KIND: Kind = kind("string");
+    fn parse(s: &str) -> std::result::Result<String, String> {
+        Ok(s.to_string())
+    }
+}
+
+impl ParamKind for Secret {
+    type Value = String;
+    const KIND: Kind = Kind {
+        name: "secret string",
+        optional: false,
+        secret: true,
+    };
+    fn parse(s: &str) -> std::result::Result<String, String> {
+        Ok(s.to_string())
+    }
+}
+
+impl<K: ParamKind> ParamKind for Opt<K> {
+    type Value = Option<K::Value>;
+    const KIND: Kind = Kind {
+        name: K::KIND.name,
+        optional: true,
+        secret: K::KIND.secret,
+    };
+    fn parse(s: &str) -> std::result::Result<Option<K::Value>, String> {
+        if s.is_empty() {
+            Ok(None)
+        } else {
+            K::parse(s).map(Some)
+        }
+    }
+}
+
+impl ParamKind for Level {
+    type Value = Level;
+    const KIND: Kind = kind("level");
+    fn parse(s: &str) -> std::result::Result<Level, String> {
+        Level::parse(s).ok_or_else(|| "one of VERSION, WARN, INFO, ABORT, TRACE".into())
+    }
+}
+
+impl ParamKind for Subsys {
+    type Value = Subsys;
+    const KIND: Kind = kind("subsystem list");
+    fn parse(s: &str) -> std::result::Result<Subsys, String> {
+        Subsys::parse_list(s)
+    }
+}
+
+impl ParamKind for LevelSet {
+    type Value = LevelSet;
+    const KIND: Kind = kind("level list");
+    fn parse(s: &str) -> std::result::Result<LevelSet, String> {
+        LevelSet::parse_list(s)
+    }
+}
+
+impl<T: Choice> ParamKind for Selection<T> {
+    type Value = Selection<T>;
+    const KIND: Kind = kind("selection");
+    fn parse(s: &str) -> std::result::Result<Selection<T>, String> {
+        Selection::parse(s).map_err(|e| e.message().to_string())
+    }
+}
+
+/// `NCCL_SOCKET_FAMILY`: which address family bootstrap and sockets use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SocketFamily {
+    /// `AF_INET`: IPv4.
+    Inet,
+    /// `AF_INET6`: IPv6.
+    Inet6,
+}
+
+impl ParamKind for SocketFamily {
+    type Value = SocketFamily;
+    const KIND: Kind = kind("AF_INET or AF_INET6");
+    fn parse(s: &str) -> std::result::Result<SocketFamily, String> {
+        if s.eq_ignore_ascii_case("AF_INET") {
+            Ok(SocketFamily::Inet)
+        } else if s.eq_ignore_ascii_case("AF_INET6") {
+            Ok(SocketFamily::Inet6)
+        } else {
+            Err("AF_INET or AF_INET6".into())
+        }
+    }
+}
+
+/// A typed handle on one parameter; pass it to [`Params::get`].
+pub struct Param<K> {
+    /// The variable's name ("NCCL_BUFFSIZE").
+    pub name: &'static str,
+    /// The default, as text of the parameter's own form ("" = unset).
+    pub default: &'static str,
+    _k: PhantomData<fn() -> K>,
+}
+
+impl<K: ParamKind> Param<K> {
+    const fn new(name: &'static str, default: &'static str) -> Self {
+        Param {
+            name,
+            default,
+            _k: PhantomData,
+        }
+    }
+
+    /// The default value.
+    pub fn default_value(&self) -> K::Value {
+        // Every registry default parses as its own kind (unit-tested over ALL).
+        K::parse(self.default).unwrap_or_else(|e| {
+            panic!(
+                "bug: default '{}' of {} is not {e}",
+                self.default, self.name
+            )
+        })
+    }
+}
+
+impl<K> Clone for Param<K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K> Copy for Param<K> {}
+impl<K> fmt::Debug for Param<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Param({})", self.name)
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct ParamInfo {
+    pub name: &'static str,
+    pub kind: Kind,
+    /// The default as text ("" = unset, meaning auto).
+    pub default: &'static str,
+    pub description: &'static str,
+    /// Whether oxccl acts on it (false: recognised NCCL variable, not used yet).
+    pub honoured: bool,
+    check: fn(&str) -> std::result::Result<(), String>,
+}
+
+impl ParamInfo {
+    /// Checks a value against the parameter's form; the error says what was expected.
+    pub fn check(&self, value: &str) -> std::result::Result<(), String> {
+        (self.check)(value.trim())
+    }
+
+    /// `value`, or `<redacted>` for secrets.
+    pub fn display_value<'a>(&self, value: &'a str) -> &'a str {
+        if self.kind.secret {
+            "<redacted>"
+        } else {
+            value
+        }
+    }
+}
+
+fn check<K: ParamKind>(s: &str) -> std::result::Result<(), String> {
+    K::parse(s).map(|_| ())
+}
+
+macro_rules! honoured_flag {
+    (honoured) => {
+        true
+    };
+    (recognised) => {
+        false
+    };
+}
+
+macro_rules! params {
+    ($( $konst:ident : $kind:ty = $name:literal, $default:literal, $use:ident, $desc:literal; )*) => {
+        $(
+            #[doc = concat!("`", $name, "`: ", $desc)]
+            pub const $konst: Param<$kind> = Param::new($name, $default);
+        )*
+        /// Every parameter, in declaration order (honoured ones first).
+        pub static ALL: &[ParamInfo] = &[
+            $(
+                ParamInfo {
+                    name: $name,
+                    kind: <$kind as ParamKind>::KIND,
+                    default: $default,
+                    description: $desc,
+                    honoured: honoured_flag!($use),
+                    check: check::<$kind>,
+                },
+            )*
+        ];
+    };
+}
+
+params! {
+    // ---- honoured: logging
+    DEBUG: Level = "NCCL_DEBUG", "NONE", honoured,
+        "Log level: VERSION, WARN, INFO, ABORT or TRACE (any case). Unset prints nothing.";
+    DEBUG_SUBSYS: Subsys = "NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV", honoured,
+        "Subsystems whose INFO/TRACE lines are printed: comma list of INIT COLL P2P SHM NET GRAPH TUNING ENV ALLOC ALLOC_HOST CALL PROXY NVLS BOOTSTRAP REG PROFILE RAS DESTROY ALL; a leading ^ means all but those.";
+    DEBUG_FILE: Opt<Str> = "NCCL_DEBUG_FILE", "", honoured,
+        "Log to this file instead of stdout (%h = host name, %p = pid); created or truncated once; used only when NCCL_DEBUG is above VERSION.";
+    DEBUG_TIMESTAMP_FORMAT: Str = "NCCL_DEBUG_TIMESTAMP_FORMAT", "[%F %T] ", honoured,
+        "strftime-style prefix of timestamped lines (UTC; _ becomes a space; %Nf = N digits of the second's fraction).";
+    DEBUG_TIMESTAMP_LEVELS: LevelSet = "NCCL_DEBUG_TIMESTAMP_LEVELS", "WARN", honoured,
+        "Levels whose lines carry a timestamp: comma list of level names, ALL, or ^ to invert.";
+    CONF_FILE: Opt<Str> = "NCCL_CONF_FILE", "", honoured,
+        "Configuration file to read instead of ~/.nccl.conf and /etc/nccl.conf (NAME=VALUE lines; the environment wins).";
+    // ---- honoured: networking and bootstrap
+    SOCKET_IFNAME: Opt<Str> = "NCCL_SOCKET_IFNAME", "", honoured,
+        "Network interfaces for bootstrap and TCP: comma list of name prefixes, ^ to exclude, = for exact names. Unset: pick automatically, avoiding lo and docker*.";
+    SOCKET_FAMILY: Opt<SocketFamily> = "NCCL_SOCKET_FAMILY", "", honoured,
+        "Address family to use: AF_INET or AF_INET6. Unset: either.";
+    COMM_ID: Opt<Str> = "NCCL_COMM_ID", "", honoured,
+        "Rendezvous address host:port (or [ipv6]:port): rank 0 listens there and the unique id encodes it.";
+    SOCKET_NTHREADS: Opt<U32> = "NCCL_SOCKET_NTHREADS", "", honoured,
+        "Threads per TCP connection. Unset: auto.";
+    NSOCKS_PERTHREAD: Opt<U32> = "NCCL_NSOCKS_PERTHREAD", "", honoured,
+        "Sockets per TCP thread. Unset: auto.";
+    // ---- honoured: transports and tuning
+    SHM_DISABLE: Bool = "NCCL_SHM_DISABLE", "0", honoured,
+        "1 disables the shared-memory transport.";
+    P2P_DISABLE: Bool = "NCCL_P2P_DISABLE", "0", honoured,
+        "1 disables the peer-to-peer (GPU direct / in-process) transport.";
+    ALGO: Opt<Selection<Algo>> = "NCCL_ALGO", "", honoured,
+        "Algorithms allowed: e.g. ring,tree or ^tree or allreduce:tree;broadcast:ring. Names: Tree Ring CollnetDirect CollnetChain NVLS NVLSTree PAT OneShot TwoShot. Unset: all.";
+    PROTO: Opt<Selection<Proto>> = "NCCL_PROTO", "", honoured,
+        "Protocols allowed, same grammar as NCCL_ALGO. Names: LL LL128 Simple. Unset: all.";
+    BUFFSIZE: Size = "NCCL_BUFFSIZE", "4M", honoured,
+        "Buffer size per peer and channel for the bulk (Simple) protocol.";
+    MIN_NCHANNELS: Opt<U32> = "NCCL_MIN_NCHANNELS", "", honoured,
+        "Lower bound on the number of channels. Unset: auto.";
+    MAX_NCHANNELS: Opt<U32> = "NCCL_MAX_NCHANNELS", "", honoured,
+        "Upper bound on the number of channels. Unset: auto.";
+    COMM_BLOCKING: Opt<Bool> = "NCCL_COMM_BLOCKING", "", honoured,
+        "Overrides the communicator config's blocking flag (0: non-blocking calls). Unset: use the config.";
+    // ---- honoured: oxccl's own
+    TIMEOUT_MS: U64 = "OXCCL_TIMEOUT_MS", "600000", honoured,
+        "Timeout of any blocking wait inside an operation, in milliseconds; past it the operation fails with ncclTimeout instead of hanging.";
+    INIT_TIMEOUT_MS: U64 = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,
+        "Timeout of rendezvous and connection setup, in milliseconds.";
+    AUTH_SECRET: Opt<Secret> = "OXCCL_AUTH_SECRET", "", honoured,
+        "Shared secret that authenticates ranks meeting through NCCL_COMM_ID instead of a unique id. Never logged.";
+    HOST_NCHANNELS: Opt<U32> = "OXCCL_HOST_NCHANNELS", "", honoured,
+        "Channels (parallel streams per peer) for host collectives. Unset: auto.";
+    SPIN_US: U64 = "OXCCL_SPIN_US", "50", honoured,
+        "How long a waiting rank spins before yielding its thread, in microseconds.";
+    CACHE_DIR: Opt<Str> = "OXCCL_CACHE_DIR", "", honoured,
+        "Directory for cached compiled kernels and tuning data. Unset: ~/.cache/oxccl.";
+
+    // ---- recognised, not used yet (NCCL's defaults in the descriptions)
+    SOCKET_RETRY_CNT: Opt<I64> = "NCCL_SOCKET_RETRY_CNT", "", recognised, "Connect retries (NCCL default 34).";
+    SOCKET_RETRY_SLEEP_MSEC: Opt<I64> = "NCCL_SOCKET_RETRY_SLEEP_MSEC", "", recognised, "Sleep between connect retries in ms (NCCL default 100).";
+    SOCKET_POLL_TIMEOUT_MSEC: Opt<I64> = "NCCL_SOCKET_POLL_TIMEOUT_MSEC", "", recognised, "Socket poll timeout in ms (NCCL default 0).";
+    IB_DISABLE: Opt<I64> = "NCCL_IB_DISABLE", "", recognised, "1 disables InfiniBand verbs.";
+    IB_HCA: Opt<Str> = "NCCL_IB_HCA", "", recognised, "InfiniBand adapters to use: hca[:port], ^ to exclude, = for exact names.";
+    IB_TIMEOUT: Opt<I64> = "NCCL_IB_TIMEOUT", "", recognised, "InfiniBand timeout exponent (NCCL default 20).";
+    IB_RETRY_CNT: Opt<I64> = "NCCL_IB_RETRY_CNT", "", recognised, "InfiniBand retry count (NCCL default 7).";
+    IB_GID_INDEX: Opt<I64> = "NCCL_IB_GID_INDEX", "", recognised, "RoCE GID index.";
+    IB_SL: Opt<I64> = "NCCL_IB_SL", "", recognised, "InfiniBand service level.";
+    IB_TC: Opt<I64> = "NCCL_IB_TC", "", recognised, "InfiniBand traffic class.";
+    IB_QPS_PER_CONNECTION: Opt<I64> = "NCCL_IB_QPS_PER_CONNECTION", "", recognised, "Queue pairs per connection.";
+    IB_PCI_RELAXED_ORDERING: Opt<I64> = "NCCL_IB_PCI_RELAXED_ORDERING", "", recognised, "PCI relaxed ordering for IB.";
+    IB_ADAPTIVE_ROUTING: Opt<I64> = "NCCL_IB_ADAPTIVE_ROUTING", "", recognised, "InfiniBand adaptive routing.";
+    IB_ROCE_VERSION_NUM: Opt<I64> = "NCCL_IB_ROCE_VERSION_NUM", "", recognised, "RoCE version.";
+    IB_ADDR_FAMILY: Opt<Str> = "NCCL_IB_ADDR_FAMILY", "", recognised, "RoCE address family.";
+    IB_MERGE_NICS: Opt<I64> = "NCCL_IB_MERGE_NICS", "", recognised, "Merge ports of dual-port NICs.";
+    P2P_LEVEL: Opt<Str> = "NCCL_P2P_LEVEL", "", recognised, "Furthest topology distance for GPU peer-to-peer: LOC NVL PIX PXB PHB SYS or 0-4.";
+    NTHREADS: Opt<I64> = "NCCL_NTHREADS", "", recognised, "GPU threads per block (NCCL default 512).";
+    LL128_NTHREADS: Opt<I64> = "NCCL_LL128_NTHREADS", "", recognised, "GPU threads per block for LL128 (NCCL default 640).";
+    MIN_CTAS: Opt<I64> = "NCCL_MIN_CTAS", "", recognised, "Minimum CTAs (NCCL's newer name for NCCL_MIN_NCHANNELS).";
+    MAX_CTAS: Opt<I64> = "NCCL_MAX_CTAS", "", recognised, "Maximum CTAs (NCCL's newer name for NCCL_MAX_NCHANNELS).";
+    MIN_NRINGS: Opt<I64> = "NCCL_MIN_NRINGS", "", recognised, "Old name of NCCL_MIN_NCHANNELS.";
+    MAX_NRINGS: Opt<I64> = "NCCL_MAX_NRINGS", "", recognised, "Old name of NCCL_MAX_NCHANNELS.";
+    LL_BUFFSIZE: Opt<I64> = "NCCL_LL_BUFFSIZE", "", recognised, "Buffer size for the LL protocol.";
+    LL128_BUFFSIZE: Opt<I64> = "NCCL_LL128_BUFFSIZE", "", recognised, "Buffer size for the LL128 protocol.";
+    TOPO_FILE: Opt<Str> = "NCCL_TOPO_FILE", "", recognised, "XML topology to load.";
+    TOPO_DUMP_FILE: Opt<Str> = "NCCL_TOPO_DUMP_FILE", "", recognised, "Where to dump the detected XML topology.";
+    TOPO_DUMP_FILE_RANK: Opt<I64> = "NCCL_TOPO_DUMP_FILE_RANK", "", recognised, "Rank that dumps the topology (NCCL default 0).";
+    GRAPH_FILE: Opt<Str> = "NCCL_GRAPH_FILE", "", recognised, "Search graphs to load.";
+    GRAPH_DUMP_FILE: Opt<Str> = "NCCL_GRAPH_DUMP_FILE", "", recognised, "Where to dump search graphs.";
+    NVLS_ENABLE: Opt<I64> = "NCCL_NVLS_ENABLE", "", recognised, "NVLink SHARP: 0 off, 1 on, 2 auto (NCCL default 2).";
+    CUMEM_ENABLE: Opt<I64> = "NCCL_CUMEM_ENABLE", "", recognised, "Use cuMem* (VMM) allocations (NCCL default auto).";
+    CUMEM_HOST_ENABLE: Opt<I64> = "NCCL_CUMEM_HOST_ENABLE", "", recognised, "Use cuMem host allocations (NCCL default auto).";
+    NET: Opt<Str> = "NCCL_NET", "", recognised, "Network module to force: IB, Socket or a plugin's name.";
+    NET_PLUGIN: Opt<Str> = "NCCL_NET_PLUGIN", "", recognised, "Network plugin library (none disables).";
+    TUNER_PLUGIN: Opt<Str> = "NCCL_TUNER_PLUGIN", "", recognised, "Tuner plugin library.";
+    PROFILER_PLUGIN: Opt<Str> = "NCCL_PROFILER_PLUGIN", "", recognised, "Profiler plugin library.";
+    ENV_PLUGIN: Opt<Str> = "NCCL_ENV_PLUGIN", "", recognised, "Environment plugin library.";
+    TUNER_CONFIG_FILE: Opt<Str> = "NCCL_TUNER_CONFIG_FILE", "", recognised, "Configuration of the example tuner plugin.";
+    LAUNCH_MODE: Opt<Str> = "NCCL_LAUNCH_MODE", "", recognised, "PARALLEL or GROUP (deprecated).";
+    CGA_CLUSTER_SIZE: Opt<I64> = "NCCL_CGA_CLUSTER_SIZE", "", recognised, "CUDA cluster size, 0-8.";
+    NET_GDR_LEVEL: Opt<Str> = "NCCL_NET_GDR_LEVEL", "", recognised, "Furthest distance for GPUDirect RDMA.";
+    NET_GDR_READ: Opt<I64> = "NCCL_NET_GDR_READ", "", recognised, "GPUDirect RDMA for sends.";
+    NET_SHARED_BUFFERS: Opt<I64> = "NCCL_NET_SHARED_BUFFERS", "", recognised, "Shared network buffers.";
+    NCHANNELS_PER_NET_PEER: Opt<I64> = "NCCL_NCHANNELS_PER_NET_PEER", "", recognised, "Channels per remote peer for point-to-point.";
+    CROSS_NIC: Opt<I64> = "NCCL_CROSS_NIC", "", recognised, "Rings/trees across NICs: 0, 1 or 2 (NCCL default 2).";
+    RUNTIME_CONNECT: Opt<I64> = "NCCL_RUNTIME_CONNECT", "", recognised, "Connect peers lazily at the first collective (NCCL default 1).";
+    LOCAL_REGISTER: Opt<I64> = "NCCL_LOCAL_REGISTER", "", recognised, "User buffer registration (NCCL default 1).";
+    GRAPH_REGISTER: Opt<I64> = "NCCL_GRAPH_REGISTER", "", recognised, "Buffer registration under CUDA graphs (NCCL default 1).";
+    WIN_ENABLE: Opt<I64> = "NCCL_WIN_ENABLE", "", recognised, "Window registration (NCCL default 1).";
+    P2P_NET_CHUNKSIZE: Opt<I64> = "NCCL_P2P_NET_CHUNKSIZE", "", recognised, "Point-to-point chunk size over the network (NCCL default 128K).";
+    P2P_PCI_CHUNKSIZE: Opt<I64> = "NCCL_P2P_PCI_CHUNKSIZE", "", recognised, "Point-to-point chunk size over PCI (NCCL default 128K).";
+    P2P_NVL_CHUNKSIZE: Opt<I64> = "NCCL_P2P_NVL_CHUNKSIZE", "", recognised, "Point-to-point chunk size over NVLink (NCCL default 512K).";
+    P2P_LL_THRESHOLD: Opt<I64> = "NCCL_P2P_LL_THRESHOLD", "", recognised, "Point-to-point uses LL below this size (NCCL default 16384).";
+    P2P_READ_ENABLE: Opt<I64> = "NCCL_P2P_READ_ENABLE", "", recognised, "Peer-to-peer reads instead of writes.";
+    P2P_USE_CUDA_MEMCPY: Opt<I64> = "NCCL_P2P_USE_CUDA_MEMCPY", "", recognised, "Copy engines for peer-to-peer.";
+    PXN_DISABLE: Opt<I64> = "NCCL_PXN_DISABLE", "", recognised, "Disable PXN routing (NCCL default 0).";
+    P2P_PXN_LEVEL: Opt<I64> = "NCCL_P2P_PXN_LEVEL", "", recognised, "PXN use for point-to-point (NCCL default 2).";
+    NVB_DISABLE: Opt<I64> = "NCCL_NVB_DISABLE", "", recognised, "Disable NVLink-bridge routing (NCCL default 0).";
+    MNNVL_ENABLE: Opt<I64> = "NCCL_MNNVL_ENABLE", "", recognised, "Multi-node NVLink (NCCL default 2).";
+    COLLNET_ENABLE: Opt<I64> = "NCCL_COLLNET_ENABLE", "", recognised, "CollNet/SHARP.";
+    NVLS_NCHANNELS: Opt<I64> = "NCCL_NVLS_NCHANNELS", "", recognised, "Channels for NVLS.";
+    PAT_ENABLE: Opt<I64> = "NCCL_PAT_ENABLE", "", recognised, "PAT algorithm (NCCL default 2).";
+    CHECK_MODE: Opt<Str> = "NCCL_CHECK_MODE", "", recognised, "Argument checking mode.";
+    CHECK_POINTERS: Opt<I64> = "NCCL_CHECK_POINTERS", "", recognised, "Check device pointers (NCCL default 0).";
+    GRAPH_MIXING_SUPPORT: Opt<I64> = "NCCL_GRAPH_MIXING_SUPPORT", "", recognised, "Mixing CUDA-graph and eager launches.";
+    GRAPH_STREAM_ORDERING: Opt<I64> = "NCCL_GRAPH_STREAM_ORDERING", "", recognised, "Stream ordering under CUDA graphs.";
+    RAS_ENABLE: Opt<I64> = "NCCL_RAS_ENABLE", "", recognised, "RAS subsystem (NCCL default 1).";
+    RAS_ADDR: Opt<Str> = "NCCL_RAS_ADDR", "", recognised, "RAS listening address (NCCL default localhost:28028).";
+    RAS_TIMEOUT_FACTOR: Opt<I64> = "NCCL_RAS_TIMEOUT_FACTOR", "", recognised, "RAS timeout factor (NCCL default 1).";
+    IGNORE_CPU_AFFINITY: Opt<I64> = "NCCL_IGNORE_CPU_AFFINITY", "", recognised, "Ignore the process's CPU affinity.";
+    SET_THREAD_NAME: Opt<I64> = "NCCL_SET_THREAD_NAME", "", recognised, "Name NCCL's threads.";
+    UID_STAGGER_THRESHOLD: Opt<I64> = "NCCL_UID_STAGGER_THRESHOLD", "", recognised, "Ranks above which unique-id connects are staggered (NCCL default 256).";
+    UID_STAGGER_RATE: Opt<I64> = "NCCL_UID_STAGGER_RATE", "", recognised, "Staggered connects per second (NCCL default 7000).";
+    OOB_NET_ENABLE: Opt<I64> = "NCCL_OOB_NET_ENABLE", "", recognised, "Bootstrap over the network plugin (NCCL default 0).";
+    OOB_NET_IFNAME: Opt<Str> = "NCCL_OOB_NET_IFNAME", "", recognised, "Interface for network-plugin bootstrap.";
+    DMABUF_ENABLE: Opt<I64> = "NCCL_DMABUF_ENABLE", "", recognised, "DMA-BUF registration (NCCL default 1).";
+    MEM_SYNC_DOMAIN: Opt<I64> = "NCCL_MEM_SYNC_DOMAIN", "", recognised, "CUDA memory synchronisation domain (NCCL default 1).";
+    SET_STACK_SIZE: Opt<I64> = "NCCL_SET_STACK_SIZE", "", recognised, "Set the CUDA stack size (NCCL default 0).";
+    LAUNCH_ORDER_IMPLICIT: Opt<I64> = "NCCL_LAUNCH_ORDER_IMPLICIT", "", recognised, "Implicit launch ordering (NCCL default 0).";
+    LAUNCH_RACE_FATAL: Opt<I64> = "NCCL_LAUNCH_RACE_FATAL", "", recognised, "Launch races are fatal (NCCL default 1).";
+    IPC_USE_ABSTRACT_SOCKET: Opt<I64> = "NCCL_IPC_USE_ABSTRACT_SOCKET", "", recognised, "Abstract Unix sockets for IPC (NCCL default 1).";
+    MULTI_RANK_GPU_ENABLE: Opt<I64> = "NCCL_MULTI_RANK_GPU_ENABLE", "", recognised, "Several ranks on one GPU (NCCL default 0).";
+    NO_CACHE: Opt<Str> = "NCCL_NO_CACHE", "", recognised, "Parameters not to cache.";
+    PARAM_DUMP_ALL: Opt<I64> = "NCCL_PARAM_DUMP_ALL", "", recognised, "Dump every parameter.";
+    GIN_ERROR_QUERY_SEC: Opt<I64> = "NCCL_GIN_ERROR_QUERY_SEC", "", recognised, "GPU-initiated networking error polling period.";
+}
+
+/// Names other software sets that are not NCCL library parameters; never warned about.
+const FOREIGN_NAMES: &[&str] = &[
+    "NCCL_VERSION",
+    "NCCL_HOME",
+    "NCCL_ROOT",
+    "NCCL_ROOT_DIR",
+    "NCCL_LIB_DIR",
+    "NCCL_INCLUDE_DIR",
+    "NCCL_BLOCKING_WAIT",
+    "NCCL_ASYNC_ERROR_HANDLING",
+];
+const FOREIGN_PREFIXES: &[&str] = &["NCCL_TESTS_", "OXCCL_TEST"];
+
+/// The row for `name` (exact, case-sensitive, as the environment is).
+pub fn lookup(name: &str) -> Option<&'static ParamInfo> {
+    ALL.iter().find(|p| p.name == name)
+}
+
+/// Whether `name` is one oxccl should check: it starts with `NCCL_` or `OXCCL_` and is
+/// not one of the names other software sets.
+pub fn is_checked_name(name: &str) -> bool {
+    (name.starts_with("NCCL_") || name.starts_with("OXCCL_"))
+        && !FOREIGN_NAMES.contains(&name)
+        && !FOREIGN_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<u8> = a.bytes().map(|c| c.to_ascii_uppercase()).collect();
+    let b: Vec<u8> = b.bytes().map(|c| c.to_ascii_uppercase()).collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        for j in 1..=b.len() {
+            let sub = prev[j - 1] + usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = sub.min(prev[j] + 1).min(cur[j - 1] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+/// The known name closest to `name`: the smallest edit distance (case-insensitive) if
+/// it is at most 3, else a known name that `name` is a prefix of or that is a prefix
+/// of `name`, sharing more than the `NCCL_`/`OXCCL_` part plus 3 characters.
+pub fn closest(name: &str) -> Option<&'static str> {
+    let best = ALL
+        .iter()
+        .map(|p| (edit_distance(name, p.name), p.name))
+        .min_by_key(|(d, _)| *d)?;
+    if best.0 <= 3 {
+        return Some(best.1);
+    }
+    let upper = name.to_ascii_uppercase();
+    let head = if upper.starts_with("OXCCL_") { 6 } else { 5 };
+    ALL.iter()
+        .filter(|p| {
+            let (short, long) = if p.name.len() < upper.len() {
+                (p.name, upper.as_str())
+            } else {
+                (upper.as_str(), p.name)
+            };
+            short.len() >= head + 3 && long.starts_with(short)
+        })
+        .min_by_key(|p| edit_distance(&upper, p.name))
+        .map(|p| p.name)
+}
+
+/// Where a value in effect came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// Not set, or set to a malformed value: the default.
+    Default,
+    /// The process environment.
+    Env,
+    /// A configuration file, by path.
+    File(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::Env => f.write_str("environment"),
+            Source::File(p) => write!(f, "configuration file {p}"),
+        }
+    }
+}
+
+/// The loaded parameters: the text in effect for each set, valid parameter, and the
+/// warnings collected while loading.
+#[derive(Debug, Clone, Default)]
+pub struct Params {
+    values: HashMap<&'static str, (String, Source)>,
+    warnings: Vec<String>,
+}
+
+/// One configuration file's `NAME=VALUE` pairs with their line numbers; malformed
+/// lines are reported through `warn`.
+fn parse_conf(path: &str, text: &str, warn: &mut Vec<String>) -> Vec<(String, String, usize)> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((name, value)) = line.split_once('=') else {
+            warn.push(format!(
+                "{path}:{}: ignoring line without '=': {line}",
+                i + 1
+            ));
+            continue;
+        };
+        let mut value = value;
+        if let Some(pos) = value
+            .char_indices()
+            .find(|&(j, c)| c == '#' && j > 0 && value[..j].ends_with(char::is_whitespace))
+            .map(|(j, _)| j)
+        {
+            value = &value[..pos];
+        }
+        let mut value = value.trim();
+        for q in ['"', '\''] {
+            if value.len() >= 2 && value.starts_with(q) && value.ends_with(q) {
+                value = &value[1..value.len() - 1];
+                break;
+            }
+        }
+        let name = name.trim();
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            warn.push(format!(
+                "{path}:{}: ignoring line with a bad name: {line}",
+                i + 1
+            ));
+            continue;
+        }
+        out.push((name.to_string(), value.to_string(), i + 1));
+    }
+    out
+}
+
+impl Params {
+    /// Loads parameters from environment pairs and configuration files (`(path, text)`,
+    /// in precedence order). The environment wins over files, an earlier file over a
+    /// later one. Never fails on bad input (malformed values and unknown names become
+    /// [`warnings`](Params::warnings)); the `Result` leaves room for sources that can.
+    pub fn from_sources<K, V, P, T>(env: &[(K, V)], files: &[(P, T)]) -> Result<Params>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+        P: AsRef<str>,
+        T: AsRef<str>,
+    {
+        let mut p = Params::default();
+        let mut seen_unknown: Vec<String> = Vec::new();
+        let mut take = |p: &mut Params,
+                        name: &str,
+                        value: &str,
+                        src: Source,
+                        origin: &str|
+         -> bool {
+            let Some(info) = lookup(name) else {
+                if is_checked_name(name) && !seen_unknown.iter().any(|n| n == name) {
+                    seen_unknown.push(name.to_string());
+                    let hint = match closest(name) {
+                        Some(c) => format!("; did you mean {c}?"),
+                        None => " (ignored)".to_string(),
+                    };
+                    p.warnings
+                        .push(format!("{name}{origin} is not a known variable{hint}"));
+                }
+                return false;
+            };
+            if p.values.contains_key(info.name) {
+                return false; // a higher-precedence source set it
+            }
+            let value = value.trim();
+            if value.is_empty() {
+                return false;
+            }
+            match info.check(value) {
+                Ok(()) => {
+                    p.values.insert(info.name, (value.to_string(), src));
+                    true
+                }
+                Err(expected) => {
+                    let shown_default = if info.default.trim().is_empty() {
+                        "unset (auto)".to_string()
+                    } else {
+                        info.default.to_string()
+                    };
+                    p.warnings.push(format!(
+                            "Invalid value '{}' for {}{origin}: expected {expected}; using default {shown_default}",
+                            info.display_value(value),
+                            info.name,
+                        ));
+                    // Lower-precedence sources must not fill in either.
+                    p.values.insert(info.name, (String::new(), Source::Default));
+                    true
+                }
+            }
+        };
+        for (k, v) in env {
+            take(&mut p, k.as_ref(), v.as_ref(), Source::Env, "");
+        }
+        for (path, text) in files {
+            let path = path.as_ref();
+            let mut file_warnings = Vec::new();
+            for (name, value, line) in parse_conf(path, text.as_ref(), &mut file_warnings) {
+                let origin = format!(" (in {path} line {line})");
+                take(
+                    &mut p,
+                    &name,
+                    &value,
+                    Source::File(path.to_string()),
+                    &origin,
+                );
+            }
+            p.warnings.extend(file_warnings);
+        }
+        // Malformed values were recorded as empty defaults; drop them.
+        p.values.retain(|_, (_, src)| *src != Source::Default);
+        Ok(p)
+    }
+
+    /// Loads from environment-style pairs only (handy in tests).
+    pub fn from_pairs<K: AsRef<str>, V: AsRef<str>>(env: &[(K, V)]) -> Params {
+        let no_files: &[(&str, &str)] = &[];
+        Params::from_sources(env, no_files).unwrap_or_default()
+    }
+
+    /// The value in effect for `param`.
+    pub fn get<K: ParamKind>(&self, param: &Param<K>) -> K::Value {
+        match self.values.get(param.name) {
+            Some((text, _)) => K::parse(text).unwrap_or_else(|_| param.default_value()),
+            None => param.default_value(),
+        }
+    }
+
+    /// Where the value in effect for `param` came from.
+    pub fn source<K: ParamKind>(&self, param: &Param<K>) -> Source {
+        self.source_of(param.name)
+    }
+
+    /// [`Params::source`] by name (`Default` for unknown names).
+    pub fn source_of(&self, name: &str) -> Source {
+        self.values
+            .get(name)
+            .map_or(Source::Default, |(_, s)| s.clone())
+    }
+
+    /// The text in effect for a parameter that was set (validly), by name.
+    pub fn raw(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(|(t, _)| t.as_str())
+    }
+
+    /// The parameters set by the environment or a file, in table order, with their text
+    /// and source (secrets included: use [`ParamInfo::display_value`] before printing).
+    pub fn explicit(&self) -> Vec<(&'static ParamInfo, &str, &Source)> {
+        ALL.iter()
+            .filter_map(|info| {
+                self.values
+                    .get(info.name)
+                    .map(|(t, s)| (info, t.as_str(), s))
+            })
+            .collect()
+    }
+
+    /// Unknown names (with a suggestion where one is close), malformed values (with the
+    /// expected form and the default used instead) and bad configuration-file lines.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+}
+
+/// `docs/env.md`: the table of every parameter, generated from [`ALL`].
+pub fn markdown_table() -> String {
+    let esc = |s: &str| s.replace('|', "\\|");
+    let mut out = String::new();
+    out.push_str("# Environment variables\n\n");
+    out.push_str(
+        "<!-- Generated from crates/oxccl-core/src/params.rs by \
+         `OXCCL_BLESS=1 cargo test -p oxccl-env --test env_doc`; do not edit by hand. -->\n\n",
+    );
+    out.push_str(
+        "oxccl reads these from the environment and from configuration files \
+         (`NCCL_CONF_FILE` if set, else `~/.nccl.conf` then `/etc/nccl.conf`; lines `NAME=VALUE`, \
+         `#` comments). The environment wins over files; an earlier file wins over a later one. \
+         A malformed value is not fatal: the default is used and a warning says so. \
+         Unknown `NCCL_*`/`OXCCL_*` names are reported with the closest known name.\n\n",
+    );
+    for (title, honoured) in [
+        ("Honoured", true),
+        (
+            "Recognised, not used yet (NCCL variables; setting them raises no warning)",
+            false,
+        ),
+    ] {
+        out.push_str(&format!("## {title}\n\n"));
+        out.push_str("| name | type | default | honoured | description |\n");
+        out.push_str("| --- | --- | --- | --- | --- |\n");
+        for p in ALL.iter().filter(|p| p.honoured == honoured) {
+            let default = if p.default.is_empty() {
+                "unset".to_string()
+            } else {
+                format!("`{}`", esc(p.default))
+            };
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} |\n",
+                p.name,
+                esc(&p.kind.to_string()),
+                default,
+                if p.honoured { "yes" } else { "no" },
+                esc(p.description)
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::CollKind;
+
+    #[test]
+    fn every_default_parses_as_its_own_kind() {
+        for p in ALL {
+            assert!(
+                p.check(p.default).is_ok(),
+                "default '{}' of {} does not parse as {}",
+                p.default,
+                p.name,
+                p.kind
+            );
+            assert!(p.name.starts_with("NCCL_") || p.name.starts_with("OXCCL_"));
+            assert!(!p.description.is_empty(), "{}", p.name);
+            assert!(!p.kind.optional || p.default.is_empty(), "{}", p.name);
+        }
+        let d = Params::default();
+        assert_eq!(d.get(&DEBUG), Level::None);
+        assert_eq!(
+            d.get(&DEBUG_SUBSYS),
+            Subsys::INIT | Subsys::BOOTSTRAP | Subsys::ENV
+        );
+        assert_eq!(d.get(&DEBUG_TIMESTAMP_FORMAT), "[%F %T] ");
+        assert_eq!(d.get(&DEBUG_TIMESTAMP_LEVELS), LevelSet::of(Level::Warn));
+        assert_eq!(d.get(&BUFFSIZE), 4 << 20);
+        assert!(!d.get(&SHM_DISABLE));
+        assert!(!d.get(&P2P_DISABLE));
+        assert_eq!(d.get(&MAX_NCHANNELS), None);
+        assert_eq!(d.get(&COMM_BLOCKING), None);
+        assert_eq!(d.get(&ALGO), None);
+        assert_eq!(d.get(&TIMEOUT_MS), 600_000);
+        assert_eq!(d.get(&INIT_TIMEOUT_MS), 120_000);
+        assert_eq!(d.get(&SPIN_US), 50);
+        assert_eq!(d.get(&AUTH_SECRET), None);
+        assert_eq!(d.source(&BUFFSIZE), Source::Default);
+        assert!(d.warnings().is_empty());
+    }
+
+    #[test]
+    fn names_are_unique_and_honoured_set_is_complete() {
+        let mut names: Vec<&str> = ALL.iter().map(|p| p.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len());
+        let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
+        assert_eq!(honoured.len(), 25);
+        assert!(ALL.len() > 80);
+    }
+
+    #[test]
+    fn typed_values() {
+        let p = Params::from_pairs(&[
+            ("NCCL_SHM_DISABLE", "Yes"),
+            ("NCCL_P2P_DISABLE", "0"),
+            ("NCCL_BUFFSIZE", "512K"),
+            ("NCCL_MAX_NCHANNELS", "0x10"),
+            ("NCCL_COMM_BLOCKING", "false"),
+            ("NCCL_SOCKET_IFNAME", " eth0,ib "),
+            ("NCCL_SOCKET_FAMILY", "af_inet6"),
+            ("NCCL_DEBUG", "info"),
+            ("NCCL_DEBUG_SUBSYS", "^INIT"),
+            ("NCCL_ALGO", "allreduce:tree;broadcast:ring"),
+            ("NCCL_PROTO", "^LL128"),
+            ("OXCCL_TIMEOUT_MS", "1500"),
+            ("NCCL_IB_TIMEOUT", "-1"),
+            ("NCCL_MIN_NCHANNELS", ""),
+        ]);
+        assert!(p.warnings().is_empty(), "{:?}", p.warnings());
+        assert!(p.get(&SHM_DISABLE));
+        assert!(!p.get(&P2P_DISABLE));
+        assert_eq!(p.get(&BUFFSIZE), 512 * 1024);
+        assert_eq!(p.get(&MAX_NCHANNELS), Some(16));
+        assert_eq!(p.get(&MIN_NCHANNELS), None);
+        assert_eq!(p.source(&MIN_NCHANNELS), Source::Default);
+        assert_eq!(p.get(&COMM_BLOCKING), Some(false));
+        assert_eq!(p.get(&SOCKET_IFNAME).as_deref(), Some("eth0,ib"));
+        assert_eq!(p.get(&SOCKET_FAMILY), Some(SocketFamily::Inet6));
+        assert_eq!(p.get(&DEBUG), Level::Info);
+        assert!(!p.get(&DEBUG_SUBSYS).intersects(Subsys::INIT));
+        let algo = p.get(&ALGO).unwrap();
+        assert!(algo.allows(CollKind::AllReduce, Algo::Tree));
+        assert!(!algo.allows(CollKind::AllReduce, Algo::Ring));
+        let proto = p.get(&PROTO).unwrap();
+        assert_eq!(
+            proto.allowed(CollKind::AllReduce),
+            vec![Proto::LL, Proto::Simple]
+        );
+        assert_eq!(p.get(&TIMEOUT_MS), 1500);
+        assert_eq!(p.get(&IB_TIMEOUT), Some(-1));
+        assert_eq!(p.raw("NCCL_BUFFSIZE"), Some("512K"));
+        assert_eq!(p.explicit().len(), 13);
+    }
+
+    #[test]
+    fn sizes_and_ints() {
+        assert_eq!(Size::parse("4194304"), Ok(4194304));
+        assert_eq!(Size::parse("4M"), Ok(4 << 20));
+        assert_eq!(Size::parse("4m"), Ok(4 << 20));
+        assert_eq!(Size::parse("1G"), Ok(1 << 30));
+        assert_eq!(Size::parse("2KiB"), Ok(2048));
+        assert_eq!(Size::parse("3kb"), Ok(3072));
+        assert_eq!(Size::parse("0x100"), Ok(256));
+        assert_eq!(Size::parse("1T"), Ok(1 << 40));
+        assert!(Size::parse("4X").is_err());
+        assert!(Size::parse("M").is_err());
+        assert!(Size::parse("-1").is_err());
+        assert!(Size::parse("99999999999999999999").is_err());
+        assert!(Size::parse("20000000000G").is_err());
+        assert_eq!(I64::parse("-2"), Ok(-2));
+        assert_eq!(I64::parse("-0x10"), Ok(-16));
+        assert_eq!(I64::parse("-9223372036854775808"), Ok(i64::MIN));
+        assert!(I64::parse("9223372036854775808").is_err());
+        assert!(U32::parse("4294967296").is_err());
+        assert!(U64::parse("1.5").is_err());
+        for (s, v) in [("TRUE", true), ("no", false), ("1", true), ("Off", false)] {
+            assert_eq!(Bool::parse(s), Ok(v));
+        }
+        assert!(Bool::parse("2").is_err());
+    }
+
+    #[test]
+    fn env_beats_file_and_earlier_file_beats_later() {
+        let env = vec![("NCCL_BUFFSIZE".to_string(), "1M".to_string())];
+        let files = [
+            (
+                "/home/u/.nccl.conf",
+                "# mine\nNCCL_BUFFSIZE=2M\n  NCCL_SOCKET_IFNAME = eth1  \n\n",
+            ),
+            (
+                "/etc/nccl.conf",
+                "NCCL_SOCKET_IFNAME=eth9\nNCCL_SHM_DISABLE=1 # site policy\nOXCCL_SPIN_US=\"7\"\n",
+            ),
+        ];
+        let p = Params::from_sources(&env, &files).unwrap();
+        assert!(p.warnings().is_empty(), "{:?}", p.warnings());
+        assert_eq!(p.get(&BUFFSIZE), 1 << 20);
+        assert_eq!(p.source(&BUFFSIZE), Source::Env);
+        assert_eq!(p.get(&SOCKET_IFNAME).as_deref(), Some("eth1"));
+        assert_eq!(
+            p.source(&SOCKET_IFNAME),
+            Source::File("/home/u/.nccl.conf".into())
+        );
+        assert!(p.get(&SHM_DISABLE));
+        assert_eq!(
+            p.source(&SHM_DISABLE),
+            Source::File("/etc/nccl.conf".into())
+        );
+        assert_eq!(p.get(&SPIN_US), 7);
+        assert_eq!(p.source(&TIMEOUT_MS), Source::Default);
+    }
+
+    #[test]
+    fn malformed_value_uses_default_and_warns() {
+        let files = [(
+            "/etc/nccl.conf",
+            "NCCL_BUFFSIZE=8M\nNCCL_SHM_DISABLE=maybe\nnonsense\n",
+        )];
+        let env = [("NCCL_BUFFSIZE", "lots"), ("NCCL_SOCKET_FAMILY", "AF_UNIX")];
+        let p = Params::from_sources(&env, &files).unwrap();
+        // The malformed environment value wins over the file (NCCL's rule) and falls back
+        // to the default.
+        assert_eq!(p.get(&BUFFSIZE), 4 << 20);
+        assert_eq!(p.source(&BUFFSIZE), Source::Default);
+        assert!(!p.get(&SHM_DISABLE));
+        assert_eq!(p.get(&SOCKET_FAMILY), None);
+        let w = p.warnings();
+        assert_eq!(w.len(), 4, "{w:?}");
+        assert_eq!(
+            w[0],
+            "Invalid value 'lots' for NCCL_BUFFSIZE: expected a byte count such as 4194304, \
+             512K, 4M or 1G; using default 4M"
+        );
+        assert_eq!(
+            w[1],
+            "Invalid value 'AF_UNIX' for NCCL_SOCKET_FAMILY: expected AF_INET or AF_INET6; \
+             using default unset (auto)"
+        );
+        assert_eq!(
+            w[2],
+            "Invalid value 'maybe' for NCCL_SHM_DISABLE (in /etc/nccl.conf line 2): expected \
+             0/1, true/false or yes/no; using default 0"
+        );
+        assert_eq!(
+            w[3],
+            "/etc/nccl.conf:3: ignoring line without '=': nonsense"
+        );
+    }
+
+    #[test]
+    fn secrets_are_not_echoed_in_warnings() {
+        let p = Params::from_pairs(&[("OXCCL_AUTH_SECRET", "hunter2")]);
+        assert_eq!(p.get(&AUTH_SECRET).as_deref(), Some("hunter2"));
+        let info = lookup("OXCCL_AUTH_SECRET").unwrap();
+        assert_eq!(info.display_value("hunter2"), "<redacted>");
+        assert!(info.kind.secret);
+    }
+
+    #[test]
+    fn unknown_names() {
+        let env = [
+            ("NCCL_SOCKET_IFNAM", "eth0"),
+            ("NCCL_COMPLETELY_UNRELATED_THING", "1"),
+            ("NCCL_DEBG", "INFO"),
+            ("OXCCL_TIMEOUT", "5"),
+            ("NCCL_VERSION", "2.21.5"),
+            ("NCCL_TESTS_SPLIT_MASK", "1"),
+            ("NCCL_IB_HCA", "mlx5"),
+            ("PATH", "/usr/bin"),
+            ("nccl_debug", "INFO"),
+        ];
+        let p = Params::from_sources(&env, &[("/etc/nccl.conf", "NCCL_SHM_DISABEL=1\n")]).unwrap();
+        let w = p.warnings();
+        assert_eq!(
+            w,
+            vec![
+                "NCCL_SOCKET_IFNAM is not a known variable; did you mean NCCL_SOCKET_IFNAME?"
+                    .to_string(),
+                "NCCL_COMPLETELY_UNRELATED_THING is not a known variable (ignored)".to_string(),
+                "NCCL_DEBG is not a known variable; did you mean NCCL_DEBUG?".to_string(),
+                "OXCCL_TIMEOUT is not a known variable; did you mean OXCCL_TIMEOUT_MS?".to_string(),
+                "NCCL_SHM_DISABEL (in /etc/nccl.conf line 1) is not a known variable; did you mean \
+                 NCCL_SHM_DISABLE?"
+                    .to_string(),
+            ]
+        );
+        assert_eq!(p.get(&SOCKET_IFNAME), None);
+        // Prefix matches beyond distance 3.
+        assert_eq!(
+            closest("NCCL_DEBUG_TIMESTAMP"),
+            Some("NCCL_DEBUG_TIMESTAMP_FORMAT")
+        );
+        assert_eq!(
+            closest("NCCL_SOCKET_IFNAME_LIST"),
+            Some("NCCL_SOCKET_IFNAME")
+        );
+        assert_eq!(closest("NCCL_ZZZZZZZZZZZZZ"), None);
+        assert_eq!(closest("nccl_buffsize"), Some("NCCL_BUFFSIZE"));
+    }
+
+    #[test]
+    fn conf_grammar() {
+        let mut w = Vec::new();
+        let pairs = parse_conf(
+            "f",
+            "  # comment\n\nA=1\n B = two words \nC=x#y\nD=v # note\nE='q'\nF=\n=3\n",
+            &mut w,
+        );
+        let got: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(n, v, _)| (n.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("A", "1"),
+                ("B", "two words"),
+                ("C", "x#y"),
+                ("D", "v"),
+                ("E", "q"),
+                ("F", "")
+            ]
+        );
+        assert_eq!(
+            w,
+            vec!["f:9: ignoring line with a bad name: =3".to_string()]
+        );
+    }
+
+    #[test]
+    fn markdown_lists_every_parameter() {
+        let md = markdown_table();
+        for p in ALL {
+            assert!(md.contains(&format!("| `{}` |", p.name)), "{}", p.name);
+        }
+        assert!(md.contains("| `NCCL_BUFFSIZE` | size | `4M` | yes |"));
+    }
+}

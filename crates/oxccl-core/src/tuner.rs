@@ -1,0 +1,295 @@
+//! The tuner: picks an algorithm, a protocol and a channel count per call from
+//! a cost model (latency + bytes / bandwidth), within what `NCCL_ALGO` and
+//! `NCCL_PROTO` allow.
+//!
+//! The model is the usual pipeline formula. A schedule with `h` sequential hops
+//! that moves its data in `k` slices of `s` bytes takes
+//! `(k + h - 1) * (alpha + s * f / beta)`, where `alpha` is the fixed cost of one
+//! slice crossing one hop (a flag or header observed by the peer), `beta` the
+//! per-hop bandwidth and `f` the bytes a node must push per slice byte (2 for a
+//! tree node feeding two children). For host transports the protocols differ
+//! only in slice size: LL pipelines in 16 KiB slices (small fill time, more
+//! per-slice overhead), LL128 in 128 KiB, Simple in half a stream buffer
+//! (fewest slices; the deadlock bound of ADR 0001 caps it at capacity/2).
+
+use crate::algo::{Algo, Proto, Selection};
+use crate::error::{Error, Result};
+use crate::schedule::Shaped;
+use crate::types::CollKind;
+
+/// What a hop between two ranks costs on a transport.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkModel {
+    /// Fixed cost of one slice crossing one hop, microseconds.
+    pub alpha_us: f64,
+    /// Bytes per microsecond one hop moves (1 GB/s = 1000 B/µs).
+    pub beta_bpus: f64,
+    /// Channels worth using for large messages (more TCP sockets help; one
+    /// host thread driving shared-memory rings gains nothing from more).
+    pub useful_channels: usize,
+}
+
+impl LinkModel {
+    /// Shared memory between processes: ~1 µs to see a peer's counter move
+    /// (cache-line transfer plus polling), ~6 GB/s per copy stream on the 2-core
+    /// development machine (a copy reads and writes every byte once).
+    pub const SHM: LinkModel = LinkModel {
+        alpha_us: 1.0,
+        beta_bpus: 6000.0,
+        useful_channels: 1,
+    };
+    /// Threads of one process: the same rings in the heap.
+    pub const INPROC: LinkModel = LinkModel::SHM;
+    /// TCP over loopback or a LAN: ~20 µs per message through the kernel,
+    /// ~2.5 GB/s per socket; a few sockets per peer help.
+    pub const TCP: LinkModel = LinkModel {
+        alpha_us: 20.0,
+        beta_bpus: 2500.0,
+        useful_channels: 4,
+    };
+}
+
+/// Everything the tuner decides from.
+#[derive(Debug, Clone)]
+pub struct TuneInput<'a> {
+    pub kind: CollKind,
+    /// The operation's size as nccl-tests counts it (all_reduce: the buffer; all_gather: the gathered total).
+    pub bytes: usize,
+    pub nranks: usize,
+    /// The slowest link the schedule would cross.
+    pub link: LinkModel,
+    pub algos: &'a Selection<Algo>,
+    pub protos: &'a Selection<Proto>,
+    /// Stream capacity per channel in bytes (NCCL_BUFFSIZE).
+    pub capacity: usize,
+    /// NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS when set.
+    pub min_channels: Option<usize>,
+    pub max_channels: Option<usize>,
+}
+
+/// The tuner's decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    pub algo: Algo,
+    pub proto: Proto,
+    pub shaped: Shaped,
+    pub nchannels: usize,
+    /// Pipeline slice in bytes.
+    pub slice: usize,
+    /// The model's estimate, microseconds.
+    pub est_us: f64,
+}
+
+/// Algorithms a host executor can run for a collective, with their schedule.
+fn candidates(kind: CollKind) -> &'static [(Algo, Shaped)] {
+    match kind {
+        CollKind::AllReduce => &[
+            (Algo::Ring, Shaped::Ring),
+            (Algo::Tree, Shaped::Tree),
+            (Algo::OneShot, Shaped::OneShot),
+        ],
+        // Rings and chains; point-to-point patterns have no algorithm choice and
+        // report Ring.
+        _ => &[(Algo::Ring, Shaped::Ring)],
+    }
+}
+
+/// Slice size of a protocol for a stream of `capacity` bytes.
+pub fn slice_for(proto: Proto, capacity: usize) -> usize {
+    let cap_half = (capacity / 2).max(64) & !7;
+    match proto {
+        Proto::LL => (16 << 10).min(cap_half),
+        Proto::LL128 => (128 << 10).min(cap_half),
+        Proto::Simple => cap_half.min(4 << 20),
+    }
+}
+
+fn log2_ceil(n: usize) -> f64 {
+    (usize::BITS - (n.max(1) - 1).leading_zeros()) as f64
+}
+
+/// The model's time for one (algorithm, slice, channels) choice.
+pub fn estimate(
+    kind: CollKind,
+    shaped: Shaped,
+    bytes: usize,
+    n: usize,
+    link: &LinkModel,
+    slice: usize,
+    nch: usize,
+) -> f64 {
+    let n_f = n as f64;
+    let b = bytes as f64;
+    if n <= 1 {
+        return b / (link.beta_bpus * 4.0);
+    }
+    // Channels split the data; channels beyond what the link gains from run one
+    // after another (one host thread drives them), so they only add overhead.
+    let useful = link.useful_channels.max(1) as f64;
+    let serial = nch as f64 / (nch as f64).min(useful);
+    let per_ch = b / nch as f64;
+    let pipe = |hops: f64, chunk: f64, factor: f64| {
+        let s = (slice as f64).min(chunk.max(1.0));
+        let k = (chunk / s).ceil().max(1.0);
+        (k + hops - 1.0) * (link.alpha_us + s * factor / link.beta_bpus)
+    };
+    match (kind, shaped) {
+        (CollKind::AllReduce, Shaped::Ring) => pipe(2.0 * (n_f - 1.0), per_ch / n_f, 1.0) * serial,
+        (CollKind::AllReduce, Shaped::Tree) => {
+            let depth = log2_ceil(n + 1) - 1.0;
+            let trees = if nch >= 2 { 2.0 } else { 1.0 };
+            pipe(2.0 * depth.max(1.0), b / trees, 2.0) * trees / trees.min(useful)
+        }
+        (CollKind::AllReduce, Shaped::OneShot) => {
+            link.alpha_us + (n_f - 1.0) * b / link.beta_bpus + n_f * b / (link.beta_bpus * 4.0)
+        }
+        (CollKind::AllGather | CollKind::ReduceScatter, _) => {
+            pipe(n_f - 1.0, per_ch / n_f, 1.0) * serial
+        }
+        (CollKind::Broadcast | CollKind::Reduce, _) => pipe(n_f - 1.0, per_ch, 1.0) * serial,
+        // Point-to-point patterns: one hop, everything streamed.
+        _ => link.alpha_us + b / (link.beta_bpus * (nch as f64).min(useful)),
+    }
+}
+
+/// Picks the cheapest allowed (algorithm, protocol, channels) for a call.
+pub fn choose(input: &TuneInput<'_>) -> Result<Plan> {
+    let kind = input.kind;
+    let max_ch = input
+        .max_channels
+        .unwrap_or(input.link.useful_channels)
+        .clamp(1, 64);
+    let min_ch = input.min_channels.unwrap_or(1).clamp(1, max_ch);
+    let mut best: Option<Plan> = None;
+    for &(algo, shaped) in candidates(kind) {
+        if !input.algos.allows(kind, algo) {
+            continue;
+        }
+        // One-shot moves (n-1)·S per rank: only worth it while latency dominates.
+        if shaped == Shaped::OneShot && input.bytes > (256 << 10) {
+            continue;
+        }
+        for &proto in &[Proto::LL, Proto::LL128, Proto::Simple] {
+            if !input.protos.allows(kind, proto) {
+                continue;
+            }
+            let slice = slice_for(proto, input.capacity);
+            for nch in min_ch..=max_ch {
+                let est = estimate(
+                    kind,
+                    shaped,
+                    input.bytes,
+                    input.nranks,
+                    &input.link,
+                    slice,
+                    nch,
+                );
+                let better = match &best {
+                    None => true,
+                    Some(b) => est < b.est_us,
+                };
+                if better {
+                    best = Some(Plan {
+                        algo,
+                        proto,
+                        shaped,
+                        nchannels: nch,
+                        slice,
+                        est_us: est,
+                    });
+                }
+            }
+        }
+    }
+    best.ok_or_else(|| {
+        Error::invalid_usage(format!(
+            "NCCL_ALGO={} / NCCL_PROTO={} leave no algorithm and protocol for {kind} (this executor runs {} with LL, LL128 or Simple)",
+            input.algos,
+            input.protos,
+            candidates(kind)
+                .iter()
+                .map(|(a, _)| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input<'a>(
+        kind: CollKind,
+        bytes: usize,
+        n: usize,
+        a: &'a Selection<Algo>,
+        p: &'a Selection<Proto>,
+    ) -> TuneInput<'a> {
+        TuneInput {
+            kind,
+            bytes,
+            nranks: n,
+            link: LinkModel::SHM,
+            algos: a,
+            protos: p,
+            capacity: 4 << 20,
+            min_channels: None,
+            max_channels: None,
+        }
+    }
+
+    #[test]
+    fn small_all_reduce_is_one_shot_large_is_ring() {
+        let a = Selection::all();
+        let p = Selection::all();
+        let small = choose(&input(CollKind::AllReduce, 8, 2, &a, &p)).unwrap();
+        assert_eq!(small.shaped, Shaped::OneShot);
+        let large = choose(&input(CollKind::AllReduce, 128 << 20, 4, &a, &p)).unwrap();
+        assert_eq!(large.shaped, Shaped::Ring);
+        assert_eq!(large.proto, Proto::Simple);
+    }
+
+    #[test]
+    fn tree_beats_ring_for_mid_sizes_at_scale() {
+        let a = Selection::parse("ring,tree").unwrap();
+        let p = Selection::all();
+        let t = choose(&input(CollKind::AllReduce, 4096, 64, &a, &p)).unwrap();
+        assert_eq!(t.shaped, Shaped::Tree);
+    }
+
+    #[test]
+    fn env_grammar_restricts() {
+        let a = Selection::parse("allreduce:tree").unwrap();
+        let p = Selection::parse("simple").unwrap();
+        let t = choose(&input(CollKind::AllReduce, 8, 2, &a, &p)).unwrap();
+        assert_eq!((t.algo, t.proto), (Algo::Tree, Proto::Simple));
+        let none = Selection::parse("^ring").unwrap();
+        let e = choose(&input(CollKind::Broadcast, 8, 2, &none, &p)).unwrap_err();
+        assert!(e.message().contains("NCCL_ALGO"), "{e}");
+    }
+
+    #[test]
+    fn channel_bounds_are_honoured() {
+        let a = Selection::all();
+        let p = Selection::all();
+        let mut i = input(CollKind::AllReduce, 64 << 20, 4, &a, &p);
+        i.link = LinkModel::TCP;
+        i.max_channels = Some(2);
+        assert!(choose(&i).unwrap().nchannels <= 2);
+        i.min_channels = Some(2);
+        i.link = LinkModel::SHM;
+        assert_eq!(choose(&i).unwrap().nchannels, 2);
+    }
+
+    #[test]
+    fn slices_respect_the_deadlock_bound() {
+        for cap in [64usize, 4096, 1 << 20, 4 << 20, 64 << 20] {
+            for proto in [Proto::LL, Proto::LL128, Proto::Simple] {
+                let s = slice_for(proto, cap);
+                assert!(s * 2 <= cap.max(128), "{proto:?} {cap}");
+                assert_eq!(s % 8, 0);
+            }
+        }
+    }
+}

@@ -1,0 +1,715 @@
+//! A host communicator: transports to every peer, chosen by where the peer
+//! is, and the execution of operations and groups over them.
+//!
+//! Transport per pair (symmetric, so both ends agree without talking):
+//! same process → in-process rings (unless `NCCL_P2P_DISABLE`); same host →
+//! shared-memory rings (unless `NCCL_SHM_DISABLE`); otherwise TCP.
+
+use crate::exec::{drive, Streams, Task, WaitPolicy};
+use crate::transport::{
+    inproc_pair, shm_link, tcp_link, LinkKind, PeerControl, PeerLink, RecvHalf, SendHalf,
+    ShmRingLayout, ShmSegment,
+};
+use oxccl_bootstrap::Bootstrap;
+use oxccl_core::algo::{Algo, Proto, Selection};
+use oxccl_core::engine::{Buffers, Engine, Header, StreamSeqs};
+use oxccl_core::schedule::{build, Request, Shape, Shaped};
+use oxccl_core::tuner::{choose, LinkModel, Plan, TuneInput};
+use oxccl_core::{byte_len, CollKind, DataType, Error, ErrorKind, RedOp, Reduction, Result};
+use oxccl_env::Subsys;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// Settings of a host communicator (resolved from the parameter registry by the caller).
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    pub shm_disable: bool,
+    pub p2p_disable: bool,
+    pub algos: Selection<Algo>,
+    pub protos: Selection<Proto>,
+    /// Bytes of each stream's ring (shared memory, in-process) or socket buffer (TCP).
+    pub capacity: usize,
+    pub min_channels: Option<usize>,
+    pub max_channels: Option<usize>,
+    /// Channels for collectives (OXCCL_HOST_NCHANNELS); default by transport.
+    pub nchannels: Option<usize>,
+    pub timeout: Duration,
+    pub spin: Duration,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            shm_disable: false,
+            p2p_disable: false,
+            algos: Selection::all(),
+            protos: Selection::all(),
+            capacity: 1 << 20,
+            min_channels: None,
+            max_channels: None,
+            nchannels: None,
+            timeout: Duration::from_secs(600),
+            spin: Duration::from_micros(50),
+        }
+    }
+}
+
+/// One operation as the C ABI and the Rust API hand it over: raw buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct OpDesc {
+    pub kind: CollKind,
+    pub send: *const u8,
+    pub recv: *mut u8,
+    /// Elements, as NCCL counts them for `kind`.
+    pub count: usize,
+    pub dtype: DataType,
+    pub op: RedOp,
+    /// Root (broadcast, reduce, gather, scatter) or peer (send, recv).
+    pub root: usize,
+}
+
+/// A host communicator.
+pub struct HostComm {
+    rank: usize,
+    nranks: usize,
+    bootstrap: Bootstrap,
+    tx: Vec<Vec<Box<dyn SendHalf>>>,
+    rx: Vec<Vec<Box<dyn RecvHalf>>>,
+    controls: Vec<Option<PeerControl>>,
+    kinds: Vec<Option<LinkKind>>,
+    seqs: StreamSeqs,
+    coll_channels: usize,
+    p2p_channels: usize,
+    link: LinkModel,
+    cfg: HostConfig,
+    abort: Arc<AtomicBool>,
+    failed: Option<Error>,
+    /// Keeps this rank's shared-memory segment mapped.
+    _segment: Option<Arc<ShmSegment>>,
+}
+
+/// In-process link ends waiting for their owner: (comm key, from, to) → link.
+fn inproc_registry() -> &'static Mutex<HashMap<(u64, usize, usize), PeerLink>> {
+    static R: OnceLock<Mutex<HashMap<(u64, usize, usize), PeerLink>>> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+const TAG_CONTROL: u32 = 0x100;
+const TAG_DATA: u32 = 0x200;
+
+impl HostComm {
+    /// Connects this rank to every peer of `bootstrap` and returns the communicator.
+    pub fn init(bootstrap: Bootstrap, cfg: HostConfig, abort: Arc<AtomicBool>) -> Result<HostComm> {
+        let rank = bootstrap.rank();
+        let n = bootstrap.nranks();
+        let peers = bootstrap.peers().to_vec();
+        let kind_of = |a: usize, b: usize| -> LinkKind {
+            let (pa, pb) = (&peers[a], &peers[b]);
+            let same_host = pa.host_hash == pb.host_hash;
+            let same_proc = same_host && pa.process_token == pb.process_token;
+            if same_proc && !cfg.p2p_disable {
+                LinkKind::InProc
+            } else if same_host && !cfg.shm_disable {
+                LinkKind::Shm
+            } else {
+                LinkKind::Tcp
+            }
+        };
+        let any_tcp = (0..n).any(|a| (a + 1..n).any(|b| kind_of(a, b) == LinkKind::Tcp));
+        let link = if any_tcp {
+            LinkModel::TCP
+        } else if (0..n).all(|a| (a + 1..n).all(|b| kind_of(a, b) == LinkKind::InProc)) {
+            LinkModel::INPROC
+        } else {
+            LinkModel::SHM
+        };
+        // Channels: two for collectives on rings (enough for the double tree),
+        // four on TCP (several sockets per peer carry more than one); p2p gets
+        // its own so that sends and receives never share a stream with collectives.
+        let coll_channels = cfg
+            .nchannels
+            .or(cfg.max_channels)
+            .unwrap_or(if any_tcp { 4 } else { 2 })
+            .clamp(1, 32);
+        let p2p_channels = if any_tcp { 2 } else { 1 };
+        let nch = coll_channels + p2p_channels;
+        let cap = (cfg.capacity.max(256)) & !7;
+
+        // A key shared by all ranks of this communicator, for the in-process registry.
+        let mut mine = [0u8; 8];
+        getrandom::getrandom(&mut mine).map_err(|e| Error::system(format!("getrandom: {e}")))?;
+        let all = bootstrap.allgather(&mine)?;
+        let key = u64::from_le_bytes(
+            all[0]
+                .as_slice()
+                .try_into()
+                .map_err(|_| Error::internal("bootstrap allgather returned a short key"))?,
+        );
+
+        // Shared memory: one segment per rank with the rings its shm peers write into.
+        let shm_peers = |q: usize| -> Vec<usize> {
+            (0..n)
+                .filter(|&p| p != q && kind_of(p, q) == LinkKind::Shm)
+                .collect()
+        };
+        let my_shm = shm_peers(rank);
+        let layout = ShmRingLayout {
+            npeers: my_shm.len(),
+            nchannels: nch,
+            capacity: cap,
+        };
+        let segment = if my_shm.is_empty() {
+            None
+        } else {
+            Some(ShmSegment::create_rings(layout).map_err(|e| {
+                e.context(format!(
+                    "rank {rank}: shared-memory rings for {} local peers ({} channels of {} bytes each)",
+                    my_shm.len(),
+                    nch,
+                    cap
+                ))
+            })?)
+        };
+        let name = segment
+            .as_ref()
+            .map(|s| s.name().to_string())
+            .unwrap_or_default();
+        let names = bootstrap.allgather(name.as_bytes())?;
+
+        // In-process pairs: the lower rank makes both ends and leaves the other.
+        for q in rank + 1..n {
+            if kind_of(rank, q) == LinkKind::InProc {
+                let (a, b) = inproc_pair(rank, q, nch, cap)?;
+                let mut reg = inproc_registry()
+                    .lock()
+                    .map_err(|_| Error::internal("inproc registry poisoned"))?;
+                reg.insert((key, rank, q), a);
+                reg.insert((key, q, rank), b);
+            }
+        }
+        bootstrap.barrier()?;
+
+        let mut links: Vec<Option<PeerLink>> = (0..n).map(|_| None).collect();
+        // Sockets: pairs in lexicographic order, the lower rank connecting, so no
+        // two ranks wait on each other in a cycle.
+        for a in 0..n {
+            for b in a + 1..n {
+                if a != rank && b != rank {
+                    continue;
+                }
+                let q = if a == rank { b } else { a };
+                let kind = kind_of(rank, q);
+                if kind == LinkKind::InProc {
+                    continue;
+                }
+                let connect = |tag: u32| {
+                    if rank < q {
+                        bootstrap.connect_peer(q, tag)
+                    } else {
+                        bootstrap.accept_peer(q, tag)
+                    }
+                };
+                let who = format!("rank {q} (pid {} on {})", peers[q].pid, peers[q].hostname);
+                let control = PeerControl::socket(q, connect(TAG_CONTROL)?, who)?;
+                let link = match kind {
+                    LinkKind::Shm => {
+                        let theirs_name = String::from_utf8_lossy(&names[q]).to_string();
+                        let their_layout = ShmRingLayout {
+                            npeers: shm_peers(q).len(),
+                            nchannels: nch,
+                            capacity: cap,
+                        };
+                        let theirs = ShmSegment::open_rings(&theirs_name, their_layout)?;
+                        let mine_seg = segment
+                            .as_ref()
+                            .ok_or_else(|| Error::internal("shm peer without a segment"))?;
+                        let peer_slot = my_shm.iter().position(|&p| p == q).unwrap_or(0);
+                        let my_slot = shm_peers(q).iter().position(|&p| p == rank).unwrap_or(0);
+                        shm_link(q, mine_seg, peer_slot, &theirs, my_slot, control)?
+                    }
+                    _ => {
+                        let mut data = Vec::with_capacity(nch);
+                        for c in 0..nch {
+                            data.push(connect(TAG_DATA + c as u32)?);
+                        }
+                        tcp_link(q, data, control, cap.max(1 << 20))?
+                    }
+                };
+                links[q] = Some(link);
+            }
+        }
+        for (q, slot) in links.iter_mut().enumerate() {
+            if q != rank && kind_of(rank, q) == LinkKind::InProc {
+                let mut reg = inproc_registry()
+                    .lock()
+                    .map_err(|_| Error::internal("inproc registry poisoned"))?;
+                *slot = Some(reg.remove(&(key, q, rank)).ok_or_else(|| {
+                    Error::internal(format!("in-process link from rank {q} missing"))
+                })?);
+            }
+        }
+        // Everyone has opened every segment: names can go (mappings stay).
+        bootstrap.barrier()?;
+        if let Some(s) = &segment {
+            s.unlink()?;
+        }
+
+        let mut tx: Vec<Vec<Box<dyn SendHalf>>> = Vec::with_capacity(n);
+        let mut rx: Vec<Vec<Box<dyn RecvHalf>>> = Vec::with_capacity(n);
+        let mut controls = Vec::with_capacity(n);
+        let mut kinds = Vec::with_capacity(n);
+        for l in links {
+            match l {
+                Some(l) => {
+                    kinds.push(Some(l.kind));
+                    tx.push(l.send);
+                    rx.push(l.recv);
+                    controls.push(Some(l.control));
+                }
+                None => {
+                    kinds.push(None);
+                    tx.push(Vec::new());
+                    rx.push(Vec::new());
+                    controls.push(None);
+                }
+            }
+        }
+        if rank == 0 {
+            let order: Vec<String> = (0..n).map(|r| r.to_string()).collect();
+            for c in 0..coll_channels {
+                oxccl_env::info!(
+                    Subsys::INIT,
+                    "Channel {c:02}/{coll_channels:02} : {}",
+                    order.join(" ")
+                );
+            }
+        }
+        for (q, k) in kinds.iter().enumerate() {
+            if let Some(k) = k {
+                oxccl_env::info!(
+                    Subsys::INIT | Subsys::SHM,
+                    "Channel 00/{nch} : {rank}[{rank}] -> {q}[{q}] via {}",
+                    transport_label(*k)
+                );
+            }
+        }
+        Ok(HostComm {
+            rank,
+            nranks: n,
+            bootstrap,
+            tx,
+            rx,
+            controls,
+            kinds,
+            seqs: StreamSeqs::new(n, nch),
+            coll_channels,
+            p2p_channels,
+            link,
+            cfg,
+            abort,
+            failed: None,
+            _segment: segment,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    /// Ranks in the communicator.
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+    /// The bootstrap (for out-of-band exchanges such as split).
+    pub fn bootstrap(&self) -> &Bootstrap {
+        &self.bootstrap
+    }
+    /// How each peer is reached (None for self).
+    pub fn link_kinds(&self) -> &[Option<LinkKind>] {
+        &self.kinds
+    }
+    /// The error that put this communicator in its error state, if any.
+    pub fn async_error(&self) -> Option<&Error> {
+        self.failed.as_ref()
+    }
+    /// The abort flag (set it from any thread to make waits return).
+    pub fn abort_flag(&self) -> &Arc<AtomicBool> {
+        &self.abort
+    }
+
+    /// The tuner's plan for an operation of `bytes` (nccl-tests' size).
+    pub fn plan(&self, kind: CollKind, bytes: usize) -> Result<Plan> {
+        choose(&TuneInput {
+            kind,
+            bytes,
+            nranks: self.nranks,
+            link: self.link,
+            algos: &self.cfg.algos,
+            protos: &self.cfg.protos,
+            capacity: self.cfg.capacity,
+            min_channels: self.cfg.min_channels,
+            max_channels: Some(self.coll_channels),
+        })
+    }
+
+    /// Runs a group of operations on this communicator.
+    ///
+    /// # Safety
+    /// Every pointer in `ops` must be valid for the bytes its operation reads or
+    /// writes (NCCL's rules for the collective, `count` elements of `dtype`)
+    /// until this call returns, and no other thread may access written bytes.
+    pub unsafe fn run(&mut self, ops: &[OpDesc]) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { run_group(&mut [(self, ops)]) }
+    }
+
+    fn poison_all(&mut self, err: &Error) {
+        for c in self.controls.iter_mut().flatten() {
+            c.poison(err);
+        }
+    }
+}
+
+fn transport_label(k: LinkKind) -> &'static str {
+    match k {
+        LinkKind::InProc => "P2P/direct pointer",
+        LinkKind::Shm => "SHM/direct/direct",
+        LinkKind::Tcp => "NET/Socket/0",
+    }
+}
+
+/// Element counts (send, recv) for a collective on `n` ranks, and whether this
+/// rank uses each buffer.
+fn extents(op: &OpDesc, rank: usize, n: usize) -> (usize, usize, bool, bool) {
+    let c = op.count;
+    let root = rank == op.root;
+    match op.kind {
+        CollKind::AllReduce => (c, c, true, true),
+        CollKind::Broadcast => (c, c, root, true),
+        CollKind::Reduce => (c, c, true, root),
+        CollKind::AllGather => (c, c.saturating_mul(n), true, true),
+        CollKind::ReduceScatter => (c.saturating_mul(n), c, true, true),
+        CollKind::AllToAll => (c.saturating_mul(n), c.saturating_mul(n), true, true),
+        CollKind::Gather => (c, c.saturating_mul(n), true, root),
+        CollKind::Scatter => (c.saturating_mul(n), c, root, true),
+        CollKind::Send => (c, 0, true, false),
+        CollKind::Recv => (0, c, false, true),
+    }
+}
+
+/// Whether the buffers are NCCL's in-place layout for the collective.
+fn in_place_layout(op: &OpDesc, rank: usize, esize: usize) -> bool {
+    let s = op.send as usize;
+    let r = op.recv as usize;
+    if s == 0 || r == 0 {
+        return false;
+    }
+    let blk = op.count.wrapping_mul(esize);
+    match op.kind {
+        CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce => s == r,
+        CollKind::AllGather => s == r.wrapping_add(rank.wrapping_mul(blk)),
+        CollKind::ReduceScatter => r == s.wrapping_add(rank.wrapping_mul(blk)),
+        CollKind::Gather => rank == op.root && s == r.wrapping_add(op.root.wrapping_mul(blk)),
+        CollKind::Scatter => rank == op.root && r == s.wrapping_add(op.root.wrapping_mul(blk)),
+        _ => false,
+    }
+}
+
+struct Prepared<'b> {
+    task: Task<'b>,
+}
+
+/// Validates one operation and builds its engine and buffers.
+///
+/// # Safety
+/// As [`HostComm::run`].
+unsafe fn prepare<'b>(
+    comm: &mut HostComm,
+    op: &OpDesc,
+    scratch: &'b mut Vec<u8>,
+) -> Result<Prepared<'b>> {
+    let n = comm.nranks;
+    let rank = comm.rank;
+    let name = op.kind.snake_name();
+    if matches!(
+        op.kind,
+        CollKind::Broadcast
+            | CollKind::Reduce
+            | CollKind::Gather
+            | CollKind::Scatter
+            | CollKind::Send
+            | CollKind::Recv
+    ) && op.root >= n
+    {
+        let what = if matches!(op.kind, CollKind::Send | CollKind::Recv) {
+            "peer"
+        } else {
+            "root"
+        };
+        return Err(Error::invalid_argument(format!(
+            "{name}: {what} {} is out of range for a communicator of {n} ranks (valid: 0..={})",
+            op.root,
+            n - 1
+        )));
+    }
+    let e = op.dtype.size();
+    let (sc, rc, use_s, use_r) = extents(op, rank, n);
+    let sbytes = byte_len(sc, op.dtype, &format!("{name}: send buffer"))?;
+    let rbytes = byte_len(rc, op.dtype, &format!("{name}: receive buffer"))?;
+    if sbytes > isize::MAX as usize || rbytes > isize::MAX as usize {
+        return Err(Error::invalid_argument(format!(
+            "{name}: count {} of {} is larger than any buffer can be",
+            op.count, op.dtype
+        )));
+    }
+    if use_s && sbytes > 0 && op.send.is_null() {
+        return Err(Error::invalid_argument(format!(
+            "{name}: sendbuff is NULL with count {}",
+            op.count
+        )));
+    }
+    if use_r && rbytes > 0 && op.recv.is_null() {
+        return Err(Error::invalid_argument(format!(
+            "{name}: recvbuff is NULL with count {}",
+            op.count
+        )));
+    }
+    let in_place = in_place_layout(op, rank, e);
+    // With the in-place form the engine sees one buffer: the larger of the two.
+    let (send_slice, recv_slice): (Option<&'b [u8]>, &'b mut [u8]) = if in_place {
+        let (ptr, len) = match op.kind {
+            CollKind::ReduceScatter | CollKind::Scatter => (op.send as *mut u8, sbytes),
+            _ => (op.recv, rbytes),
+        };
+        // SAFETY: the caller guarantees the buffer is valid for these bytes and
+        // exclusively ours for the call; for in-place layouts the send bytes lie
+        // inside this one buffer, which is the only slice made.
+        (None, unsafe { mut_slice(ptr, len) })
+    } else {
+        let s = if use_s && sbytes > 0 {
+            // SAFETY: valid for sbytes by the caller's contract; only read.
+            unsafe { std::slice::from_raw_parts(op.send, sbytes) }
+        } else {
+            &[]
+        };
+        let r = if use_r {
+            unsafe { mut_slice(op.recv, rbytes) }
+        } else {
+            &mut []
+        };
+        if !s.is_empty() && !r.is_empty() {
+            let (s0, s1) = (s.as_ptr() as usize, s.as_ptr() as usize + s.len());
+            let (r0, r1) = (r.as_ptr() as usize, r.as_ptr() as usize + r.len());
+            if s0 < r1 && r0 < s1 {
+                return Err(Error::invalid_argument(format!(
+                    "{name}: sendbuff and recvbuff overlap but are not the in-place layout of {name}"
+                )));
+            }
+        }
+        (Some(s), r)
+    };
+    let total_bytes = match op.kind {
+        CollKind::AllGather | CollKind::AllToAll => rbytes,
+        CollKind::ReduceScatter => sbytes,
+        CollKind::Gather => rbytes.max(sbytes.saturating_mul(n)),
+        CollKind::Scatter => sbytes.max(rbytes.saturating_mul(n)),
+        _ => sbytes.max(rbytes),
+    };
+    let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
+    let (plan, nch, base_ch) = if p2p {
+        let nch = comm.p2p_channels;
+        (
+            Plan {
+                algo: Algo::Ring,
+                proto: Proto::Simple,
+                shaped: Shaped::Ring,
+                nchannels: nch,
+                slice: comm.cfg.capacity / 2,
+                est_us: 0.0,
+            },
+            nch,
+            comm.coll_channels,
+        )
+    } else {
+        let p = comm.plan(op.kind, total_bytes)?;
+        (p, p.nchannels, 0)
+    };
+    let red = if matches!(
+        op.kind,
+        CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter
+    ) {
+        Some(Reduction::new(op.dtype, op.op, n)?)
+    } else {
+        None
+    };
+    let req = Request {
+        kind: op.kind,
+        count: op.count,
+        root: op.root,
+        rank,
+        nranks: n,
+        in_place,
+    };
+    let mut program = build(
+        &req,
+        plan.shaped,
+        &Shape {
+            nchannels: nch,
+            slice: plan.slice,
+            elem: e,
+        },
+    );
+    for l in &mut program.lanes {
+        l.channel += base_ch;
+    }
+    scratch.resize(program.scratch_bytes, 0);
+    let (tx, rx) = program.streams();
+    let mut streams = HashSet::new();
+    streams.extend(tx.into_iter().map(|(p, c)| (p, c, true)));
+    streams.extend(rx.into_iter().map(|(p, c)| (p, c, false)));
+    let header = Header {
+        seq: 0,
+        kind: op.kind,
+        dtype: op.dtype,
+        op: if red.is_some() { op.op.wire_code() } else { 0 },
+        nchannels: nch as u8,
+        count: op.count as u64,
+        root: op.root as u32,
+        algo: plan.shaped as u8,
+    };
+    oxccl_env::info!(
+        Subsys::COLL,
+        "{}: opCount {:x} sendbuff {:p} recvbuff {:p} count {} datatype {} op {} root {} comm rank {} [nranks={}] -> Algo {} proto {} nchannels {}",
+        op.kind.nccl_name(),
+        comm.seqs.tx.iter().flatten().sum::<u32>(),
+        op.send,
+        op.recv,
+        op.count,
+        op.dtype as i32,
+        op.op.wire_code(),
+        op.root,
+        rank,
+        n,
+        plan.algo,
+        plan.proto,
+        nch
+    );
+    let engine = Engine::new(program, red, header, rank, &mut comm.seqs);
+    Ok(Prepared {
+        task: Task {
+            engine,
+            bufs: Buffers {
+                send: send_slice,
+                recv: recv_slice,
+                scratch: &mut scratch[..],
+            },
+            streams,
+            what: format!("{name}(count {}, {}, {})", op.count, op.dtype, op.op),
+        },
+    })
+}
+
+/// A mutable slice from a raw pointer, empty for zero length.
+///
+/// # Safety
+/// `ptr` valid for `len` bytes of reads and writes, not aliased, for `'a`.
+unsafe fn mut_slice<'a>(ptr: *mut u8, len: usize) -> &'a mut [u8] {
+    if len == 0 || ptr.is_null() {
+        &mut []
+    } else {
+        // SAFETY: by this function's contract.
+        unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+    }
+}
+
+/// Runs one group: the operations of several communicators driven by this
+/// thread, all issued together (NCCL's group semantics: send/recv pairs never
+/// deadlock whatever their order; operations sharing a stream keep issue order).
+///
+/// # Safety
+/// As [`HostComm::run`], for every operation.
+pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> {
+    for (comm, _) in items.iter() {
+        if let Some(e) = &comm.failed {
+            return Err(Error::new(
+                ErrorKind::InvalidUsage,
+                format!(
+                    "rank {} of {}: the communicator is in an error state after: {e}; destroy or abort it",
+                    comm.rank, comm.nranks
+                ),
+            ));
+        }
+    }
+    // Scratch buffers outlive the tasks that borrow them.
+    let mut scratch: Vec<Vec<Vec<u8>>> = items
+        .iter()
+        .map(|(_, ops)| vec![Vec::new(); ops.len()])
+        .collect();
+    let mut groups: Vec<Vec<Task<'_>>> = Vec::with_capacity(items.len());
+    let mut timeout = Duration::ZERO;
+    let mut spin = Duration::ZERO;
+    for ((comm, ops), scr) in items.iter_mut().zip(scratch.iter_mut()) {
+        timeout = timeout.max(comm.cfg.timeout);
+        spin = spin.max(comm.cfg.spin);
+        let mut tasks = Vec::with_capacity(ops.len());
+        for (op, s) in ops.iter().zip(scr.iter_mut()) {
+            // Argument errors leave the communicator usable: nothing was sent.
+            // SAFETY: forwarded from this function's contract.
+            tasks.push(unsafe { prepare(comm, op, s) }?.task);
+        }
+        // Receive buffers of one group must not overlap anything else in it.
+        check_group_overlaps(&tasks)?;
+        groups.push(tasks);
+    }
+    let mut streams: Vec<Streams<'_>> = items
+        .iter_mut()
+        .map(|(comm, _)| {
+            let who = format!("rank {} of {}", comm.rank, comm.nranks);
+            Streams {
+                tx: &mut comm.tx,
+                rx: &mut comm.rx,
+                controls: &mut comm.controls,
+                abort: &comm.abort,
+                who,
+            }
+        })
+        .collect();
+    let result = drive(&mut streams, &mut groups, WaitPolicy { timeout, spin });
+    drop(streams);
+    drop(groups);
+    if let Err(e) = &result {
+        oxccl_env::warn!("{e}");
+        for (comm, _) in items.iter_mut() {
+            comm.failed = Some(e.clone());
+            comm.poison_all(e);
+        }
+    }
+    result
+}
+
+fn check_group_overlaps(tasks: &[Task<'_>]) -> Result<()> {
+    let mut ranges: Vec<(usize, usize, bool)> = Vec::new();
+    for t in tasks {
+        let r = &t.bufs.recv;
+        if !r.is_empty() {
+            ranges.push((r.as_ptr() as usize, r.len(), true));
+        }
+        if let Some(s) = t.bufs.send {
+            if !s.is_empty() {
+                ranges.push((s.as_ptr() as usize, s.len(), false));
+            }
+        }
+    }
+    for (i, a) in ranges.iter().enumerate() {
+        for b in &ranges[i + 1..] {
+            if (a.2 || b.2) && a.0 < b.0 + b.1 && b.0 < a.0 + a.1 {
+                return Err(Error::invalid_argument(
+                    "a receive buffer in this group overlaps another buffer of the group",
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! The host progress loop: polls the step engines of one group (one or more
+//! communicators driven by this thread) until all are done, waiting between
+//! polls with a spin-then-yield-then-sleep policy that observes abort, a
+//! timeout and the liveness of the peers waited on.
+
+use crate::transport::{PeerControl, RecvHalf, SendHalf};
+use oxccl_core::engine::{Buffers, Engine};
+use oxccl_core::{Error, ErrorKind, Result};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The streams of one communicator, as the loop needs them.
+pub struct Streams<'c> {
+    pub tx: &'c mut [Vec<Box<dyn SendHalf>>],
+    pub rx: &'c mut [Vec<Box<dyn RecvHalf>>],
+    pub controls: &'c mut [Option<PeerControl>],
+    pub abort: &'c AtomicBool,
+    /// Names the communicator in messages ("rank 2 of 4").
+    pub who: String,
+}
+
+/// One engine with its buffers and the streams it touches.
+pub struct Task<'b> {
+    pub engine: Engine,
+    pub bufs: Buffers<'b>,
+    /// (peer, channel, is_send) streams this task uses.
+    pub streams: HashSet<(usize, usize, bool)>,
+    /// For messages: "all_reduce #3 (count 1024, float)".
+    pub what: String,
+}
+
+/// How long to wait and how.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitPolicy {
+    pub timeout: Duration,
+    /// Spin this long before yielding the CPU.
+    pub spin: Duration,
+}
+
+/// Runs the tasks of several communicators (`groups[i]` belongs to `streams[i]`)
+/// to completion. A task waits for every earlier task of its communicator that
+/// shares a stream with it, so operations on one stream keep issue order.
+pub fn drive(
+    streams: &mut [Streams<'_>],
+    groups: &mut [Vec<Task<'_>>],
+    policy: WaitPolicy,
+) -> Result<()> {
+    let start = Instant::now();
+    let mut idle_since: Option<Instant> = None;
+    let mut last_check = Instant::now();
+    let mut yields = 0u32;
+    loop {
+        let mut moved = false;
+        let mut all_done = true;
+        for (ci, tasks) in groups.iter_mut().enumerate() {
+            let s = &mut streams[ci];
+            // TCP streams move bytes only when pumped.
+            for (peer, chans) in s.rx.iter_mut().enumerate() {
+                for c in chans.iter_mut() {
+                    moved |= c
+                        .fill()
+                        .map_err(|e| e.context(format!("{}: from rank {peer}", s.who)))?;
+                }
+            }
+            let mut busy: HashSet<(usize, usize, bool)> = HashSet::new();
+            for t in tasks.iter_mut() {
+                if t.engine.is_done() {
+                    continue;
+                }
+                all_done = false;
+                if t.streams.iter().any(|k| busy.contains(k)) {
+                    busy.extend(t.streams.iter().copied());
+                    continue;
+                }
+                busy.extend(t.streams.iter().copied());
+                moved |= t
+                    .engine
+                    .poll(&mut t.bufs, s.tx, s.rx)
+                    .map_err(|e| e.context(format!("{}: {}", s.who, t.what)))?;
+                if !t.engine.is_done() {
+                    all_done = false;
+                }
+            }
+            for (peer, chans) in s.tx.iter_mut().enumerate() {
+                for c in chans.iter_mut() {
+                    moved |= c
+                        .flush()
+                        .map_err(|e| e.context(format!("{}: to rank {peer}", s.who)))?;
+                }
+            }
+        }
+        if all_done
+            && groups.iter().all(|g| g.iter().all(|t| t.engine.is_done()))
+            && streams
+                .iter()
+                .all(|s| s.tx.iter().flatten().all(|c| c.unflushed() == 0))
+        {
+            return Ok(());
+        }
+        if moved {
+            idle_since = None;
+            yields = 0;
+            continue;
+        }
+        let now = Instant::now();
+        let idle = *idle_since.get_or_insert(now);
+        // Liveness, abort and timeout: every 200 µs of waiting. A dead peer's
+        // control socket reads EOF at once, so a killed rank is seen within
+        // about a millisecond, not at the timeout.
+        if now.duration_since(last_check) >= Duration::from_micros(200) {
+            last_check = now;
+            for (ci, tasks) in groups.iter().enumerate() {
+                let s = &mut streams[ci];
+                if s.abort.load(Ordering::Acquire) {
+                    return Err(Error::new(
+                        ErrorKind::InvalidUsage,
+                        format!("{}: operation aborted (ncclCommAbort)", s.who),
+                    ));
+                }
+                let mut peers: Vec<usize> = tasks
+                    .iter()
+                    .filter(|t| !t.engine.is_done())
+                    .flat_map(|t| t.engine.waiting_on().into_iter().map(|(p, _, _)| p))
+                    .collect();
+                peers.sort_unstable();
+                peers.dedup();
+                for p in peers {
+                    if let Some(Some(c)) = s.controls.get_mut(p) {
+                        c.check().map_err(|e| e.context(s.who.clone()))?;
+                    }
+                }
+            }
+            if now.duration_since(start) >= policy.timeout {
+                return Err(timeout_error(streams, groups, policy.timeout));
+            }
+        }
+        if now.duration_since(idle) < policy.spin {
+            std::hint::spin_loop();
+        } else if yields < 200 {
+            yields += 1;
+            std::thread::yield_now();
+        } else {
+            // Long waits (a peer that is late by milliseconds) sleep briefly so
+            // that oversubscribed machines (8 ranks on 2 cores) make progress.
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+fn timeout_error(streams: &[Streams<'_>], groups: &[Vec<Task<'_>>], t: Duration) -> Error {
+    let mut parts = Vec::new();
+    for (ci, tasks) in groups.iter().enumerate() {
+        for task in tasks.iter().filter(|t| !t.engine.is_done()) {
+            let w: Vec<String> = task
+                .engine
+                .waiting_on()
+                .into_iter()
+                .map(|(p, c, send)| {
+                    if send {
+                        format!("room to send to rank {p} (channel {c})")
+                    } else {
+                        format!("data from rank {p} (channel {c})")
+                    }
+                })
+                .collect();
+            parts.push(format!(
+                "{}: {} waiting for {}",
+                streams[ci].who,
+                task.what,
+                w.join(", ")
+            ));
+        }
+    }
+    Error::timeout(format!(
+        "operation did not complete within {:.1} s (OXCCL_TIMEOUT_MS): {}",
+        t.as_secs_f64(),
+        parts.join("; ")
+    ))
+}

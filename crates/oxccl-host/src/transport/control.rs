@@ -1,0 +1,386 @@
+//! Per-peer liveness and poisoning ([`PeerControl`]).
+//!
+//! - In-process peers share an `Arc` with an "alive" flag (cleared when either
+//!   side's control is dropped) and one poison slot per side.
+//! - Peers in other processes (shared memory or TCP) have a dedicated control
+//!   TCP connection. The kernel closes a process's sockets when it exits or is
+//!   killed (already while it is a zombie), so EOF or a reset on this socket
+//!   means the peer is gone. A poison is one frame on it:
+//!
+//! ```text
+//! magic u32 LE "OXP1" | kind u32 LE (ncclResult_t) | len u32 LE (<= 4096) | len bytes of UTF-8
+//! ```
+//!
+//! followed by a write shutdown. Nothing else is ever sent on the socket.
+
+use std::io::{ErrorKind as IoKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use oxccl_core::{Error, ErrorKind, Result};
+
+use super::ring::Liveness;
+
+const MAGIC: u32 = u32::from_le_bytes(*b"OXP1");
+const FRAME_HEADER: usize = 12;
+/// Longest poison text carried (longer texts are cut at a char boundary).
+pub const MAX_POISON_TEXT: usize = 4096;
+/// How long `poison` may spend pushing its frame into the socket.
+const POISON_WRITE_BUDGET: Duration = Duration::from_millis(5);
+
+/// State shared by the two ends of an in-process link.
+pub(crate) struct InprocShared {
+    alive: AtomicBool,
+    /// `reported[s]`: the error side `s` poisoned the link with.
+    reported: [Mutex<Option<Error>>; 2],
+    /// `ranks[s]`: the rank of side `s`.
+    ranks: [usize; 2],
+}
+
+impl InprocShared {
+    pub(crate) fn new(rank_a: usize, rank_b: usize) -> Arc<InprocShared> {
+        Arc::new(InprocShared {
+            alive: AtomicBool::new(true),
+            reported: [Mutex::new(None), Mutex::new(None)],
+            ranks: [rank_a, rank_b],
+        })
+    }
+
+    /// The state of the link as side `side` sees its peer.
+    fn status(&self, side: usize) -> Result<()> {
+        let other = 1 - side;
+        let peer = self.ranks[other];
+        let reported = self.reported[other]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(e) = reported {
+            return Err(Error::new(
+                e.kind(),
+                format!("rank {peer} reported: {}", e.message()),
+            ));
+        }
+        if !self.alive.load(Ordering::Acquire) {
+            return Err(Error::remote(format!(
+                "rank {peer} (a thread of this process) closed its connection: \
+                 its communicator was destroyed or its thread exited"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One side's view of an in-process link, given to its rings.
+pub(crate) struct InprocView {
+    pub(crate) shared: Arc<InprocShared>,
+    pub(crate) side: usize,
+}
+
+impl Liveness for InprocView {
+    fn status(&self) -> Result<()> {
+        self.shared.status(self.side)
+    }
+}
+
+struct SocketControl {
+    stream: TcpStream,
+    /// How the peer is named in messages besides its rank ("pid 1234 on host h").
+    who: String,
+    rbuf: Vec<u8>,
+    poison_sent: bool,
+}
+
+enum Inner {
+    InProc {
+        shared: Arc<InprocShared>,
+        side: usize,
+    },
+    Socket(SocketControl),
+}
+
+/// Liveness and poisoning of one peer, beside its data streams.
+pub struct PeerControl {
+    peer: usize,
+    inner: Inner,
+    failed: Option<Error>,
+}
+
+impl std::fmt::Debug for PeerControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.inner {
+            Inner::InProc { .. } => "inproc",
+            Inner::Socket(_) => "socket",
+        };
+        f.debug_struct("PeerControl")
+            .field("peer", &self.peer)
+            .field("kind", &kind)
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
+impl PeerControl {
+    /// The two ends of an in-process control: the first is held by `rank_a`
+    /// (its peer is `rank_b`), the second by `rank_b`.
+    pub(crate) fn inproc_pair(rank_a: usize, rank_b: usize) -> (PeerControl, PeerControl) {
+        let shared = InprocShared::new(rank_a, rank_b);
+        (
+            PeerControl {
+                peer: rank_b,
+                inner: Inner::InProc {
+                    shared: shared.clone(),
+                    side: 0,
+                },
+                failed: None,
+            },
+            PeerControl {
+                peer: rank_a,
+                inner: Inner::InProc { shared, side: 1 },
+                failed: None,
+            },
+        )
+    }
+
+    /// The shared state of an in-process control (for its rings' liveness).
+    pub(crate) fn inproc_view(&self) -> Option<InprocView> {
+        match &self.inner {
+            Inner::InProc { shared, side } => Some(InprocView {
+                shared: shared.clone(),
+                side: *side,
+            }),
+            Inner::Socket(_) => None,
+        }
+    }
+
+    /// A control over a dedicated TCP connection to `peer`, already connected
+    /// and authenticated. `who` names the peer in messages besides its rank,
+    /// e.g. `"pid 1234 on host node7"`; when empty, the socket's peer address is
+    /// used. The socket is set non-blocking.
+    pub fn socket(peer: usize, stream: TcpStream, who: impl Into<String>) -> Result<PeerControl> {
+        let mut who = who.into();
+        if who.is_empty() {
+            who = match stream.peer_addr() {
+                Ok(a) => a.to_string(),
+                Err(_) => "address unknown".to_string(),
+            };
+        }
+        stream.set_nonblocking(true).map_err(|e| {
+            Error::system(format!(
+                "control connection to rank {peer} ({who}): cannot make it non-blocking: {e}"
+            ))
+        })?;
+        Ok(PeerControl {
+            peer,
+            inner: Inner::Socket(SocketControl {
+                stream,
+                who,
+                rbuf: Vec::new(),
+                poison_sent: false,
+            }),
+            failed: None,
+        })
+    }
+
+    /// The peer's rank.
+    pub fn peer(&self) -> usize {
+        self.peer
+    }
+
+    /// `Err(Remote)` if the peer is gone or closed the connection, or the
+    /// error the peer poisoned the link with (its kind; text prefixed
+    /// `"rank R reported: "`). Non-blocking; once it has failed it keeps
+    /// returning the same error.
+    pub fn check(&mut self) -> Result<()> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let peer = self.peer;
+        let res = match &mut self.inner {
+            Inner::InProc { shared, side } => shared.status(*side),
+            Inner::Socket(s) => s.check(peer),
+        };
+        if let Err(e) = &res {
+            self.failed = Some(e.clone());
+        }
+        res
+    }
+
+    /// Tells the peer that this rank failed with `err` (best effort; never
+    /// blocks more than a few ms). Afterwards the peer's `check()` returns the
+    /// error with its kind and `"rank <me> reported: "` before its text.
+    pub fn poison(&mut self, err: &Error) {
+        match &mut self.inner {
+            Inner::InProc { shared, side } => {
+                let mut slot = shared.reported[*side]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if slot.is_none() {
+                    *slot = Some(err.clone());
+                }
+            }
+            Inner::Socket(s) => s.poison(err),
+        }
+    }
+}
+
+impl Drop for PeerControl {
+    fn drop(&mut self) {
+        if let Inner::InProc { shared, .. } = &self.inner {
+            shared.alive.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Encodes a poison frame for `err` (text cut to [`MAX_POISON_TEXT`] bytes).
+fn encode_frame(err: &Error) -> Vec<u8> {
+    let msg = err.message();
+    let mut cut = msg.len().min(MAX_POISON_TEXT);
+    while !msg.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let text = &msg.as_bytes()[..cut];
+    let mut frame = Vec::with_capacity(FRAME_HEADER + text.len());
+    frame.extend_from_slice(&MAGIC.to_le_bytes());
+    frame.extend_from_slice(&(err.kind().code() as u32).to_le_bytes());
+    frame.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    frame.extend_from_slice(text);
+    frame
+}
+
+/// Parses a frame at the start of `buf`: `Ok(None)` if incomplete.
+/// Returns `(kind, text)`. Lengths are checked before anything is sized from them.
+fn decode_frame(buf: &[u8]) -> std::result::Result<Option<(ErrorKind, String)>, String> {
+    if buf.len() < FRAME_HEADER {
+        return Ok(None);
+    }
+    let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+    if word(0) != MAGIC {
+        return Err(format!("bad magic {:#010x}", word(0)));
+    }
+    let kind = ErrorKind::from_code(word(4) as i32).unwrap_or(ErrorKind::Remote);
+    let len = word(8) as usize;
+    if len > MAX_POISON_TEXT {
+        return Err(format!("text length {len} over {MAX_POISON_TEXT}"));
+    }
+    if buf.len() < FRAME_HEADER + len {
+        return Ok(None);
+    }
+    let text = String::from_utf8_lossy(&buf[FRAME_HEADER..FRAME_HEADER + len]).into_owned();
+    Ok(Some((kind, text)))
+}
+
+impl SocketControl {
+    fn gone(&self, peer: usize, how: &str) -> Error {
+        Error::remote(format!(
+            "rank {peer} ({}) {how}: process exited or was killed",
+            self.who
+        ))
+    }
+
+    fn check(&mut self, peer: usize) -> Result<()> {
+        let mut tmp = [0u8; 512];
+        loop {
+            match self.stream.read(&mut tmp) {
+                Ok(0) => {
+                    if !self.rbuf.is_empty() {
+                        return Err(Error::remote(format!(
+                            "rank {peer} ({}) closed its connection in the middle of an error report",
+                            self.who
+                        )));
+                    }
+                    return Err(self.gone(peer, "closed its connection"));
+                }
+                Ok(n) => {
+                    self.rbuf.extend_from_slice(&tmp[..n]);
+                    match decode_frame(&self.rbuf) {
+                        Ok(None) => {}
+                        Ok(Some((kind, text))) => {
+                            return Err(Error::new(kind, format!("rank {peer} reported: {text}")));
+                        }
+                        Err(why) => {
+                            return Err(Error::remote(format!(
+                                "rank {peer} ({}) sent a malformed message on its control connection ({why})",
+                                self.who
+                            )));
+                        }
+                    }
+                }
+                Err(e) if e.kind() == IoKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == IoKind::Interrupted => {}
+                Err(e) if e.kind() == IoKind::ConnectionReset => {
+                    return Err(self.gone(peer, "reset its connection"));
+                }
+                Err(e) => {
+                    return Err(Error::remote(format!(
+                        "control connection to rank {peer} ({}) failed: {e}",
+                        self.who
+                    )));
+                }
+            }
+        }
+    }
+
+    fn poison(&mut self, err: &Error) {
+        if self.poison_sent {
+            return;
+        }
+        self.poison_sent = true;
+        let frame = encode_frame(err);
+        let deadline = Instant::now() + POISON_WRITE_BUDGET;
+        let mut off = 0;
+        while off < frame.len() {
+            match self.stream.write(&frame[off..]) {
+                Ok(0) => break,
+                Ok(n) => off += n,
+                Err(e) if e.kind() == IoKind::Interrupted => {}
+                Err(e) if e.kind() == IoKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = self.stream.shutdown(Shutdown::Write);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_round_trip_and_limits() {
+        let e = Error::invalid_usage("mismatch: all_reduce vs broadcast");
+        let f = encode_frame(&e);
+        let (k, t) = decode_frame(&f).unwrap().unwrap();
+        assert_eq!(k, ErrorKind::InvalidUsage);
+        assert_eq!(t, e.message());
+        assert_eq!(decode_frame(&f[..f.len() - 1]).unwrap(), None);
+        let long = Error::remote("é".repeat(5000));
+        let f = encode_frame(&long);
+        let (_, t) = decode_frame(&f).unwrap().unwrap();
+        assert!(t.len() <= MAX_POISON_TEXT && t.chars().all(|c| c == 'é'));
+        let mut bad = encode_frame(&e);
+        bad[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_frame(&bad).is_err());
+        assert!(decode_frame(b"garbage garbage").is_err());
+    }
+
+    #[test]
+    fn inproc_poison_and_drop() {
+        let (mut a, mut b) = PeerControl::inproc_pair(0, 1);
+        assert!(a.check().is_ok() && b.check().is_ok());
+        a.poison(&Error::invalid_usage("bad call"));
+        let e = b.check().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidUsage);
+        assert_eq!(e.message(), "rank 0 reported: bad call");
+        drop(b);
+        let e = a.check().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Remote);
+        assert!(e.message().contains("rank 1"), "{e}");
+    }
+}
