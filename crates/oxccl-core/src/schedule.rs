@@ -211,7 +211,7 @@ impl Program {
     }
 
     /// Every `(peer, channel)` stream used for sending, and for receiving.
-    pub fn streams(&self) -> (Vec<(usize, usize)>, Vec<(usize, usize)>) {
+    pub fn streams(&self) -> (Vec<StreamId>, Vec<StreamId>) {
         let mut s = Vec::new();
         let mut r = Vec::new();
         for lane in &self.lanes {
@@ -231,6 +231,9 @@ impl Program {
         (s, r)
     }
 }
+
+/// A stream: `(peer, channel)`.
+pub type StreamId = (usize, usize);
 
 /// `n` rounded up to a multiple of 8.
 pub fn pad8(n: usize) -> usize {

@@ -512,7 +512,7 @@ fn mismatched_counts_are_invalid_usage() {
             )
         })
         .collect();
-    let send = vec![0u8; 44];
+    let send = [0u8; 44];
     let mut recv = [vec![0u8; 44], vec![0u8; 44]];
     let mut errs = Vec::new();
     for _ in 0..4 {

@@ -91,8 +91,10 @@ pub struct HostComm {
 }
 
 /// In-process link ends waiting for their owner: (comm key, from, to) → link.
-fn inproc_registry() -> &'static Mutex<HashMap<(u64, usize, usize), PeerLink>> {
-    static R: OnceLock<Mutex<HashMap<(u64, usize, usize), PeerLink>>> = OnceLock::new();
+type InprocRegistry = Mutex<HashMap<(u64, usize, usize), PeerLink>>;
+
+fn inproc_registry() -> &'static InprocRegistry {
+    static R: OnceLock<InprocRegistry> = OnceLock::new();
     R.get_or_init(|| Mutex::new(HashMap::new()))
 }
 

@@ -99,15 +99,17 @@ fn model(slots: usize, total: u32, pbatch: usize, cbatch: usize) {
 
 #[test]
 fn loom_ring_single_records_wrap() {
-    // 2 slots, 4 records: every slot is reused; one record per step.
-    loom::model(|| model(2, 4, 1, 1));
+    // 2 slots, 3 records: a slot is reused; one record per step. Unbounded
+    // preemptions: every interleaving.
+    loom::model(|| model(2, 3, 1, 1));
 }
 
 #[test]
 fn loom_ring_batches_wrap() {
-    // 3 slots, 5 records, batches of up to 2: spans split at the wrap point and
-    // the cached counters are used between refreshes.
+    // 3 slots, 7 records, batches of up to 2: spans split at the wrap point,
+    // every slot is reused twice, and the cached counters are used between
+    // refreshes. Bounded to 4 preemptions to keep it under a minute.
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.check(|| model(3, 5, 2, 2));
+    b.preemption_bound = Some(4);
+    b.check(|| model(3, 7, 2, 2));
 }

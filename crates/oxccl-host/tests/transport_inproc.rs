@@ -58,7 +58,7 @@ fn inproc_poison_reaches_a_waiting_peer() {
     let waiter = std::thread::spawn(move || {
         // Wait for data that never comes, checking the control like an executor.
         wait_for(Duration::from_secs(5), || match b.recv[0].peek() {
-            Ok(s) if s.is_empty() => b.control.check().err(),
+            Ok([]) => b.control.check().err(),
             Ok(_) => panic!("unexpected data"),
             Err(e) => Some(e),
         })

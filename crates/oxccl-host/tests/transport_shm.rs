@@ -56,7 +56,8 @@ fn parent_setup(test: &str, role: &str, layout: ShmRingLayout) -> (PeerLink, std
     mine.unlink().unwrap();
     send_line(&mut ctl, "opened");
     assert_eq!(recv_line(&mut ctl), "ready");
-    let control = PeerControl::socket(1, ctl, format!("pid {}", child.id())).unwrap();
+    // A full name is accepted as it is.
+    let control = PeerControl::socket(1, ctl, format!("rank 1 (pid {})", child.id())).unwrap();
     let link = shm_link(1, &mine, 0, &theirs, 0, control).unwrap();
     (link, child)
 }
@@ -124,7 +125,7 @@ fn shm_two_processes_stream_8mb_over_4_channels() {
         got += n;
         if n == 0 {
             link.control.check().unwrap();
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
     }
     let dt = t0.elapsed().as_secs_f64();
@@ -156,7 +157,7 @@ fn stream_one_way(link: &mut PeerLink, total: usize) -> bool {
         link.send[0].commit(n);
         sent += n;
         if n == 0 {
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
     }
     true

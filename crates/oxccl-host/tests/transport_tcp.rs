@@ -196,4 +196,5 @@ fn tcp_garbage_on_control_is_an_error_not_an_allocation() {
     let (e, _) = wait_for(Duration::from_secs(2), || c.check().err()).unwrap();
     assert_eq!(e.kind(), ErrorKind::Remote);
     assert!(e.message().contains("malformed"), "{e}");
+    assert!(e.message().starts_with("rank 4 (127.0.0.1:"), "{e}");
 }

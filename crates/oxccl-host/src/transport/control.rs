@@ -86,7 +86,7 @@ impl Liveness for InprocView {
 
 struct SocketControl {
     stream: TcpStream,
-    /// How the peer is named in messages besides its rank ("pid 1234 on host h").
+    /// How the peer is named in messages ("rank 3 (pid 1234 on host h)").
     who: String,
     rbuf: Vec<u8>,
     poison_sent: bool,
@@ -156,8 +156,10 @@ impl PeerControl {
 
     /// A control over a dedicated TCP connection to `peer`, already connected
     /// and authenticated. `who` names the peer in messages besides its rank,
-    /// e.g. `"pid 1234 on host node7"`; when empty, the socket's peer address is
-    /// used. The socket is set non-blocking.
+    /// e.g. `"pid 1234 on host node7"` (messages then say `rank 3 (pid 1234 on
+    /// host node7)`); a `who` already starting with `"rank <peer> "` is used as
+    /// it is; when empty, the socket's peer address is used. The socket is set
+    /// non-blocking.
     pub fn socket(peer: usize, stream: TcpStream, who: impl Into<String>) -> Result<PeerControl> {
         let mut who = who.into();
         if who.is_empty() {
@@ -166,9 +168,15 @@ impl PeerControl {
                 Err(_) => "address unknown".to_string(),
             };
         }
+        // Accept a full name too ("rank 3 (pid 1234 on h)").
+        let who = if who.starts_with(&format!("rank {peer} ")) {
+            who
+        } else {
+            format!("rank {peer} ({who})")
+        };
         stream.set_nonblocking(true).map_err(|e| {
             Error::system(format!(
-                "control connection to rank {peer} ({who}): cannot make it non-blocking: {e}"
+                "control connection to {who}: cannot make it non-blocking: {e}"
             ))
         })?;
         Ok(PeerControl {
@@ -272,11 +280,8 @@ fn decode_frame(buf: &[u8]) -> std::result::Result<Option<(ErrorKind, String)>, 
 }
 
 impl SocketControl {
-    fn gone(&self, peer: usize, how: &str) -> Error {
-        Error::remote(format!(
-            "rank {peer} ({}) {how}: process exited or was killed",
-            self.who
-        ))
+    fn gone(&self, how: &str) -> Error {
+        Error::remote(format!("{} {how}: process exited or was killed", self.who))
     }
 
     fn check(&mut self, peer: usize) -> Result<()> {
@@ -286,11 +291,11 @@ impl SocketControl {
                 Ok(0) => {
                     if !self.rbuf.is_empty() {
                         return Err(Error::remote(format!(
-                            "rank {peer} ({}) closed its connection in the middle of an error report",
+                            "{} closed its connection in the middle of an error report",
                             self.who
                         )));
                     }
-                    return Err(self.gone(peer, "closed its connection"));
+                    return Err(self.gone("closed its connection"));
                 }
                 Ok(n) => {
                     self.rbuf.extend_from_slice(&tmp[..n]);
@@ -301,7 +306,7 @@ impl SocketControl {
                         }
                         Err(why) => {
                             return Err(Error::remote(format!(
-                                "rank {peer} ({}) sent a malformed message on its control connection ({why})",
+                                "{} sent a malformed message on its control connection ({why})",
                                 self.who
                             )));
                         }
@@ -310,11 +315,11 @@ impl SocketControl {
                 Err(e) if e.kind() == IoKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == IoKind::Interrupted => {}
                 Err(e) if e.kind() == IoKind::ConnectionReset => {
-                    return Err(self.gone(peer, "reset its connection"));
+                    return Err(self.gone("reset its connection"));
                 }
                 Err(e) => {
                     return Err(Error::remote(format!(
-                        "control connection to rank {peer} ({}) failed: {e}",
+                        "control connection to {} failed: {e}",
                         self.who
                     )));
                 }
