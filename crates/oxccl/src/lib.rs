@@ -198,7 +198,10 @@ impl Communicator {
         let t0 = Instant::now();
         let p = oxccl_env::params();
         oxccl_env::set_device(rank as i32);
-        oxccl_env::info!(Subsys::INIT, "oxccl version {VERSION} (host collectives)");
+        static VERSION_ONCE: std::sync::Once = std::sync::Once::new();
+        VERSION_ONCE.call_once(|| {
+            oxccl_env::version!("oxccl version {VERSION} (NCCL API, host collectives)")
+        });
         let abort = Arc::new(AtomicBool::new(false));
         let mut bcfg = bootstrap_config(p, abort.clone());
         if let Some(t) = config.init_timeout {
@@ -211,15 +214,20 @@ impl Communicator {
         if let Some(t) = config.timeout {
             hcfg.timeout = t;
         }
+        let comm_id = id.0.run_id();
         oxccl_env::info!(
             Subsys::INIT,
-            "ncclCommInitRank rank {rank} nranks {nranks} - Init START"
+            "ncclCommInitRank comm rank {rank} nranks {nranks} cudaDev -1 busId 0 commId {comm_id:#x} - Init START"
         );
         let bs = Bootstrap::init(&id.0, nranks, rank, &bcfg)?;
         let comm = HostComm::init(bs, hcfg, abort.clone())?;
         oxccl_env::info!(
             Subsys::INIT,
-            "ncclCommInitRank rank {rank} nranks {nranks} - Init COMPLETE ({:.3} s)",
+            "ncclCommInitRank comm rank {rank} nranks {nranks} cudaDev -1 busId 0 commId {comm_id:#x} - Init COMPLETE"
+        );
+        oxccl_env::info!(
+            Subsys::INIT,
+            "Init timings - ncclCommInitRank: rank {rank} nranks {nranks} total {:.2}",
             t0.elapsed().as_secs_f64()
         );
         Ok(Communicator {
@@ -788,6 +796,20 @@ pub unsafe fn run_group_raw(ops: &[(&Communicator, OpDesc)]) -> Result<()> {
         })?;
         items.push((hc, o.as_slice()));
     }
-    // SAFETY: forwarded from this function's contract.
-    unsafe { oxccl_host::run_group(&mut items) }
+    // No panic crosses the API: a panic inside the executor (a bug) becomes an
+    // internal error. The communicators involved are left in their error state.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { oxccl_host::run_group(&mut items) }
+    }));
+    r.unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(Error::internal(format!(
+            "panic in the host executor: {what}"
+        )))
+    })
 }

@@ -1,0 +1,649 @@
+//! The implementations behind the exported functions. Each checks its
+//! arguments first and returns an `oxccl::Error` whose message names the
+//! parameter at fault; `lib.rs` turns that into an `ncclResult_t`, a WARN and
+//! the text of `ncclGetLastError`.
+
+#![allow(non_snake_case, non_upper_case_globals)]
+
+use crate::abi::*;
+use crate::config;
+use crate::group::{self, Desc, OpSpec};
+use crate::handle::{self, lock, Comm, PreMul, State};
+use oxccl::{CollKind, Communicator, DataType, Error, ErrorKind, RedOp, Result, UniqueId};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub(crate) fn unsupported(name: &str) -> Error {
+    Error::invalid_usage(format!("{name} is not supported by oxccl yet"))
+}
+
+fn in_progress() -> Error {
+    Error::new(ErrorKind::InProgress, "")
+}
+
+fn null_arg(what: &str) -> Error {
+    Error::invalid_argument(format!("{what} is NULL"))
+}
+
+fn dtype(v: c_int) -> Result<DataType> {
+    DataType::from_raw(v).map_err(|_| {
+        Error::invalid_argument(format!(
+            "invalid datatype {v} (valid: 0..{})",
+            ncclNumTypes - 1
+        ))
+    })
+}
+
+fn rank_arg(what: &str, v: c_int, nranks: usize) -> Result<usize> {
+    if v < 0 || v as usize >= nranks {
+        return Err(Error::invalid_argument(format!(
+            "invalid {what} {v} (valid: 0..{} for a communicator of {nranks} ranks)",
+            nranks.saturating_sub(1)
+        )));
+    }
+    Ok(v as usize)
+}
+
+/// The reduction for an `ncclRedOp_t` value on `comm` for data of type `t`.
+fn red_op(comm: &Comm, op: c_int, t: DataType) -> Result<OpSpec> {
+    if (0..ncclNumOps).contains(&op) {
+        return Ok(OpSpec::Builtin(RedOp::from_raw(op)?));
+    }
+    let slot = if op >= ncclNumOps {
+        lock(&comm.ops)
+            .get((op - ncclNumOps) as usize)
+            .copied()
+            .flatten()
+    } else {
+        None
+    };
+    let Some(p) = slot else {
+        return Err(Error::invalid_argument(format!(
+            "invalid reduction op {op} (valid: 0..{} or an op created on this communicator by ncclRedOpCreatePreMulSum)",
+            ncclNumOps - 1
+        )));
+    };
+    let (PreMul::Immediate(_, pt) | PreMul::Device(_, pt)) = p;
+    if pt != t {
+        return Err(Error::invalid_argument(format!(
+            "reduction op {op} was created for datatype {} ({pt}) but the call uses {} ({t})",
+            pt as i32, t as i32
+        )));
+    }
+    Ok(OpSpec::from_premul(p))
+}
+
+/// A collective or send/receive: checks, then queues (inside a group) or runs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn collective(
+    kind: CollKind,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    op: Option<c_int>,
+    root: Option<c_int>,
+    comm: ncclComm_t,
+) -> Result<()> {
+    let r = (|| {
+        let c = handle::lookup(comm, "comm")?;
+        let t = dtype(datatype)?;
+        let spec = match op {
+            Some(o) => red_op(&c, o, t)?,
+            None => OpSpec::Builtin(RedOp::Sum),
+        };
+        let (rank, nranks) = match c.dims() {
+            Ok(d) => d,
+            Err(e) if e.kind() == ErrorKind::InProgress && !group::in_group() => {
+                c.wait()?;
+                c.dims()?
+            }
+            Err(e) if e.kind() == ErrorKind::InProgress => {
+                return Err(Error::invalid_usage(
+                    "the communicator is still being created; call ncclGroupEnd (and wait for ncclCommGetAsyncError to return ncclSuccess) before using it",
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        let root = match root {
+            Some(r) => {
+                let what = if matches!(kind, CollKind::Send | CollKind::Recv) {
+                    "peer"
+                } else {
+                    "root"
+                };
+                rank_arg(what, r, nranks)?
+            }
+            None => 0,
+        };
+        let is_root = rank == root;
+        let (need_s, need_r) = match kind {
+            CollKind::Broadcast | CollKind::Scatter => (is_root, true),
+            CollKind::Reduce | CollKind::Gather => (true, is_root),
+            CollKind::Send => (true, false),
+            CollKind::Recv => (false, true),
+            _ => (true, true),
+        };
+        if count > 0 && need_s && send.is_null() {
+            return Err(Error::invalid_argument(format!(
+                "sendbuff is NULL with count {count}"
+            )));
+        }
+        if count > 0 && need_r && recv.is_null() {
+            return Err(Error::invalid_argument(format!(
+                "recvbuff is NULL with count {count}"
+            )));
+        }
+        let d = Desc {
+            kind,
+            send: send.cast(),
+            recv: recv.cast(),
+            count,
+            dtype: t,
+            op: spec,
+            root,
+        };
+        if group::in_group() {
+            group::enqueue(c, d);
+            Ok(())
+        } else {
+            group::execute(vec![(c, d)])
+        }
+    })();
+    if let Err(e) = &r {
+        group::record_error(e);
+    }
+    r
+}
+
+pub(crate) unsafe fn get_version(version: *mut c_int) -> Result<()> {
+    if version.is_null() {
+        return Err(null_arg("version"));
+    }
+    // SAFETY: checked non-NULL; the caller passes a writable int.
+    unsafe { version.write(NCCL_VERSION_CODE) };
+    Ok(())
+}
+
+pub(crate) unsafe fn get_unique_id(out: *mut ncclUniqueId) -> Result<()> {
+    if out.is_null() {
+        return Err(null_arg("uniqueId"));
+    }
+    let id = UniqueId::new()?;
+    let mut u = ncclUniqueId::default();
+    for (d, s) in u.internal.iter_mut().zip(id.as_bytes()) {
+        *d = *s as _;
+    }
+    // SAFETY: checked non-NULL; the caller passes a writable ncclUniqueId.
+    unsafe { out.write(u) };
+    Ok(())
+}
+
+fn id_bytes(id: &ncclUniqueId) -> [u8; 128] {
+    let mut b = [0u8; 128];
+    for (d, s) in b.iter_mut().zip(id.internal.iter()) {
+        *d = *s as u8;
+    }
+    b
+}
+
+/// The rank's index among the ranks this process created for the same unique id
+/// (what `ncclCommCuDevice` reports on the host).
+fn local_index(id: &[u8; 128]) -> i32 {
+    static SEEN: OnceLock<Mutex<HashMap<[u8; 128], i32>>> = OnceLock::new();
+    let mut m = lock(SEEN.get_or_init(|| Mutex::new(HashMap::new())));
+    let e = m.entry(*id).or_insert(0);
+    let v = *e;
+    *e += 1;
+    v
+}
+
+pub(crate) unsafe fn init_rank_config(
+    out: *mut ncclComm_t,
+    nranks: c_int,
+    id: ncclUniqueId,
+    rank: c_int,
+    cfg: *const u8,
+) -> Result<()> {
+    if out.is_null() {
+        return Err(null_arg("comm (the output pointer)"));
+    }
+    // SAFETY: checked non-NULL; the caller passes a writable ncclComm_t.
+    unsafe { out.write(std::ptr::null_mut()) };
+    if nranks < 1 {
+        return Err(Error::invalid_argument(format!(
+            "invalid nranks {nranks} (must be at least 1)"
+        )));
+    }
+    let rank = rank_arg("rank", rank, nranks as usize)?;
+    let nranks = nranks as usize;
+    // SAFETY: forwarded: config is NULL or an initialised ncclConfig_t.
+    let parsed = unsafe { config::parse(cfg) }?;
+    let bytes = id_bytes(&id);
+    let uid = UniqueId::from_bytes(&bytes).map_err(|e| {
+        Error::invalid_argument(format!(
+            "commId is not a unique id from ncclGetUniqueId: {}",
+            e.message()
+        ))
+    })?;
+    let blocking = config::blocking(parsed.blocking);
+    let device = local_index(&bytes);
+    let ocfg = parsed.config;
+    if group::in_group() || !blocking {
+        let c = Comm::new(
+            Some((rank, nranks)),
+            device,
+            blocking,
+            ocfg.clone(),
+            State::Pending,
+        );
+        let h = handle::register(c.clone());
+        // SAFETY: as above.
+        unsafe { out.write(h) };
+        let job: group::Job =
+            Box::new(move || Communicator::init_rank_config(nranks, &uid, rank, ocfg).map(Some));
+        if group::in_group() {
+            group::defer(Some(c), job);
+            return Ok(());
+        }
+        spawn_init(c, job)?;
+        return Err(in_progress());
+    }
+    let comm = Communicator::init_rank_config(nranks, &uid, rank, ocfg.clone())?;
+    let h = handle::register(Comm::ready(comm, device, blocking, ocfg));
+    // SAFETY: as above.
+    unsafe { out.write(h) };
+    Ok(())
+}
+
+/// Runs a non-blocking creation on its own thread.
+fn spawn_init(c: Arc<Comm>, job: group::Job) -> Result<()> {
+    let target = c.clone();
+    std::thread::Builder::new()
+        .name("oxccl-init".into())
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                .unwrap_or_else(|_| Err(Error::internal("communicator creation panicked")));
+            target.finish(r);
+        })
+        .map_err(|e| {
+            c.finish(Err(Error::system(format!(
+                "cannot start an init thread: {e}"
+            ))));
+            Error::system(format!("cannot start an init thread: {e}"))
+        })?;
+    Ok(())
+}
+
+pub(crate) unsafe fn init_rank_scalable(
+    out: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    n_id: c_int,
+    ids: *const ncclUniqueId,
+    cfg: *const u8,
+) -> Result<()> {
+    if n_id < 1 {
+        return Err(Error::invalid_argument(format!(
+            "invalid nId {n_id} (must be at least 1)"
+        )));
+    }
+    if ids.is_null() {
+        return Err(null_arg("commIds"));
+    }
+    // Every rank holds the same nId ids; oxccl needs one root, so all ranks
+    // meet at the first id's root.
+    // SAFETY: checked non-NULL; the caller passes nId >= 1 ids.
+    let id = unsafe { ids.read() };
+    // SAFETY: forwarded.
+    unsafe { init_rank_config(out, nranks, id, myrank, cfg) }
+}
+
+pub(crate) unsafe fn init_all(
+    out: *mut ncclComm_t,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> Result<()> {
+    if out.is_null() {
+        return Err(null_arg("comms"));
+    }
+    if ndev < 1 {
+        return Err(Error::invalid_argument(format!(
+            "invalid ndev {ndev} (must be at least 1)"
+        )));
+    }
+    let n = ndev as usize;
+    let mut devs: Vec<i32> = (0..ndev).collect();
+    if !devlist.is_null() {
+        // SAFETY: a non-NULL devlist has ndev entries (NCCL's contract).
+        let d = unsafe { std::slice::from_raw_parts(devlist, n) };
+        for (i, &v) in d.iter().enumerate() {
+            if v < 0 {
+                return Err(Error::invalid_argument(format!(
+                    "devlist[{i}] = {v} is not a device index"
+                )));
+            }
+            if d[..i].contains(&v) {
+                return Err(Error::invalid_argument(format!(
+                    "devlist[{i}] = {v} appears twice"
+                )));
+            }
+        }
+        devs = d.to_vec();
+    }
+    let blocking = config::blocking(None);
+    let comms = Communicator::init_all(n)?;
+    for (i, c) in comms.into_iter().enumerate() {
+        let h = handle::register(Comm::ready(c, devs[i], blocking, oxccl::Config::default()));
+        // SAFETY: a non-NULL comms has ndev writable entries (NCCL's contract).
+        unsafe { out.add(i).write(h) };
+    }
+    Ok(())
+}
+
+pub(crate) unsafe fn comm_split(
+    comm: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    out: *mut ncclComm_t,
+    cfg: *const u8,
+) -> Result<()> {
+    let parent = handle::lookup(comm, "comm")?;
+    if out.is_null() {
+        return Err(null_arg("newcomm"));
+    }
+    // SAFETY: checked non-NULL.
+    unsafe { out.write(std::ptr::null_mut()) };
+    if color < NCCL_SPLIT_NOCOLOR {
+        return Err(Error::invalid_argument(format!(
+            "invalid color {color} (must be >= 0 or NCCL_SPLIT_NOCOLOR)"
+        )));
+    }
+    let (ocfg, blocking) = if cfg.is_null() {
+        (parent.config.clone(), parent.blocking)
+    } else {
+        // SAFETY: forwarded.
+        let p = unsafe { config::parse(cfg) }?;
+        let b = config::blocking(p.blocking.or(Some(parent.blocking)));
+        (p.config, b)
+    };
+    let col = (color >= 0).then_some(color as u32);
+    let p2 = parent.clone();
+    let job: group::Job = Box::new(move || p2.wait()?.split(col, key));
+    if col.is_none() {
+        // Takes part in the split (it is collective) but makes no communicator.
+        if group::in_group() {
+            group::defer(None, job);
+            return Ok(());
+        }
+        return job().map(|_| ());
+    }
+    let device = parent.device;
+    if group::in_group() || !blocking {
+        let c = Comm::new(None, device, blocking, ocfg, State::Pending);
+        let h = handle::register(c.clone());
+        // SAFETY: checked non-NULL.
+        unsafe { out.write(h) };
+        if group::in_group() {
+            group::defer(Some(c), job);
+            return Ok(());
+        }
+        spawn_init(c, job)?;
+        return Err(in_progress());
+    }
+    match job()? {
+        Some(nc) => {
+            let h = handle::register(Comm::ready(nc, device, blocking, ocfg));
+            // SAFETY: checked non-NULL.
+            unsafe { out.write(h) };
+            Ok(())
+        }
+        None => Err(Error::internal("split with a color made no communicator")),
+    }
+}
+
+pub(crate) fn comm_finalize(comm: ncclComm_t) -> Result<()> {
+    let c = handle::lookup(comm, "comm")?;
+    c.wait().map(|_| ())
+}
+
+pub(crate) fn comm_destroy(comm: ncclComm_t) -> Result<()> {
+    let c = handle::unregister(comm, "comm")?;
+    c.destroy()
+}
+
+pub(crate) fn comm_abort(comm: ncclComm_t) -> Result<()> {
+    if comm.is_null() {
+        // NCCL accepts a NULL communicator here and does nothing.
+        return Ok(());
+    }
+    let c = handle::unregister(comm, "comm")?;
+    c.abort();
+    Ok(())
+}
+
+pub(crate) unsafe fn comm_get_async_error(comm: ncclComm_t, out: *mut ncclResult_t) -> Result<()> {
+    let c = handle::lookup(comm, "comm")?;
+    if out.is_null() {
+        return Err(null_arg("asyncError"));
+    }
+    // SAFETY: checked non-NULL.
+    unsafe { out.write(c.async_code()) };
+    Ok(())
+}
+
+pub(crate) unsafe fn comm_count(comm: ncclComm_t, out: *mut c_int) -> Result<()> {
+    let c = handle::lookup(comm, "comm")?;
+    if out.is_null() {
+        return Err(null_arg("count"));
+    }
+    let (_, n) = c.dims()?;
+    // SAFETY: checked non-NULL.
+    unsafe { out.write(n as c_int) };
+    Ok(())
+}
+
+pub(crate) unsafe fn comm_user_rank(comm: ncclComm_t, out: *mut c_int) -> Result<()> {
+    let c = handle::lookup(comm, "comm")?;
+    if out.is_null() {
+        return Err(null_arg("rank"));
+    }
+    let (r, _) = c.dims()?;
+    // SAFETY: checked non-NULL.
+    unsafe { out.write(r as c_int) };
+    Ok(())
+}
+
+pub(crate) unsafe fn comm_cu_device(comm: ncclComm_t, out: *mut c_int) -> Result<()> {
+    let c = handle::lookup(comm, "comm")?;
+    if out.is_null() {
+        return Err(null_arg("device"));
+    }
+    // SAFETY: checked non-NULL.
+    unsafe { out.write(c.device) };
+    Ok(())
+}
+
+pub(crate) unsafe fn red_op_create_pre_mul_sum(
+    op: *mut ncclRedOp_t,
+    scalar: *mut c_void,
+    datatype: c_int,
+    residence: c_int,
+    comm: ncclComm_t,
+) -> Result<()> {
+    let c = handle::lookup(comm, "comm")?;
+    if op.is_null() {
+        return Err(null_arg("op"));
+    }
+    if scalar.is_null() {
+        return Err(null_arg("scalar"));
+    }
+    let t = dtype(datatype)?;
+    let p = match residence {
+        ncclScalarHostImmediate => {
+            // SAFETY: the caller passes a readable value of type `datatype`.
+            PreMul::Immediate(unsafe { group::read_scalar(scalar as usize, t) }, t)
+        }
+        ncclScalarDevice => PreMul::Device(scalar as usize, t),
+        _ => {
+            return Err(Error::invalid_argument(format!(
+            "invalid residence {residence} (valid: 0 ncclScalarDevice, 1 ncclScalarHostImmediate)"
+        )))
+        }
+    };
+    let mut ops = lock(&c.ops);
+    let i = match ops.iter().position(Option::is_none) {
+        Some(i) => {
+            ops[i] = Some(p);
+            i
+        }
+        None => {
+            if ops.len() >= (c_int::MAX - ncclNumOps) as usize {
+                return Err(Error::invalid_usage(
+                    "too many reduction ops on this communicator",
+                ));
+            }
+            ops.push(Some(p));
+            ops.len() - 1
+        }
+    };
+    // SAFETY: checked non-NULL.
+    unsafe { op.write(ncclNumOps + i as c_int) };
+    Ok(())
+}
+
+pub(crate) fn red_op_destroy(op: ncclRedOp_t, comm: ncclComm_t) -> Result<()> {
+    let c = handle::lookup(comm, "comm")?;
+    if (0..ncclNumOps).contains(&op) {
+        return Err(Error::invalid_argument(format!(
+            "op {op} is a built-in reduction op and cannot be destroyed"
+        )));
+    }
+    let mut ops = lock(&c.ops);
+    let slot = if op >= ncclNumOps {
+        ops.get_mut((op - ncclNumOps) as usize)
+    } else {
+        None
+    };
+    match slot {
+        Some(s @ Some(_)) => {
+            *s = None;
+            while ops.last().is_some_and(Option::is_none) {
+                ops.pop();
+            }
+            Ok(())
+        }
+        _ => Err(Error::invalid_argument(format!(
+            "op {op} is not a reduction op created on this communicator"
+        ))),
+    }
+}
+
+/// Host allocations of `ncclMemAlloc`: address -> layout.
+fn allocations() -> std::sync::MutexGuard<'static, HashMap<usize, std::alloc::Layout>> {
+    static A: OnceLock<Mutex<HashMap<usize, std::alloc::Layout>>> = OnceLock::new();
+    lock(A.get_or_init(|| Mutex::new(HashMap::new())))
+}
+
+/// Alignment of `ncclMemAlloc` buffers (a page; NCCL's window alignment).
+pub(crate) const MEM_ALIGN: usize = 4096;
+
+pub(crate) unsafe fn mem_alloc(ptr: *mut *mut c_void, size: usize) -> Result<()> {
+    if ptr.is_null() {
+        return Err(null_arg("ptr"));
+    }
+    let layout = std::alloc::Layout::from_size_align(size.max(1), MEM_ALIGN).map_err(|_| {
+        Error::invalid_argument(format!("size {size} is larger than any allocation can be"))
+    })?;
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(Error::system(format!(
+            "cannot allocate {size} bytes of host memory"
+        )));
+    }
+    allocations().insert(p as usize, layout);
+    // SAFETY: checked non-NULL.
+    unsafe { ptr.write(p.cast()) };
+    Ok(())
+}
+
+pub(crate) fn mem_free(ptr: *mut c_void) -> Result<()> {
+    if ptr.is_null() {
+        return Ok(());
+    }
+    let Some(layout) = allocations().remove(&(ptr as usize)) else {
+        return Err(Error::invalid_argument(format!(
+            "ptr {ptr:p} was not allocated by ncclMemAlloc (or was already freed)"
+        )));
+    };
+    // SAFETY: `ptr` came from alloc_zeroed with this layout and is freed once
+    // (it was just removed from the table).
+    unsafe { std::alloc::dealloc(ptr.cast(), layout) };
+    Ok(())
+}
+
+pub(crate) unsafe fn comm_register(
+    comm: ncclComm_t,
+    buff: *mut c_void,
+    size: usize,
+    handle_out: *mut *mut c_void,
+) -> Result<()> {
+    let c = handle::lookup(comm, "comm")?;
+    if handle_out.is_null() {
+        return Err(null_arg("handle"));
+    }
+    if buff.is_null() && size > 0 {
+        return Err(Error::invalid_argument(format!(
+            "buff is NULL with size {size}"
+        )));
+    }
+    // Host memory needs no registration: the handle only identifies the call.
+    let b = Box::new((buff as usize, size));
+    let key = &*b as *const (usize, usize) as usize;
+    lock(&c.regs).insert(key, b);
+    // SAFETY: checked non-NULL.
+    unsafe { handle_out.write(key as *mut c_void) };
+    Ok(())
+}
+
+pub(crate) fn comm_deregister(comm: ncclComm_t, h: *mut c_void) -> Result<()> {
+    let c = handle::lookup(comm, "comm")?;
+    if h.is_null() {
+        return Err(null_arg("handle"));
+    }
+    let removed = lock(&c.regs).remove(&(h as usize));
+    match removed {
+        Some(_) => Ok(()),
+        None => Err(Error::invalid_argument(format!(
+            "handle {h:p} is not a registration of this communicator"
+        ))),
+    }
+}
+
+pub(crate) fn group_start() -> Result<()> {
+    group::start();
+    Ok(())
+}
+
+pub(crate) fn group_end() -> Result<()> {
+    group::end()
+}
+
+pub(crate) unsafe fn group_simulate_end(info: *mut ncclSimInfo_t) -> Result<()> {
+    if info.is_null() {
+        return Err(null_arg("simInfo"));
+    }
+    // SAFETY: checked non-NULL; the caller passes an initialised ncclSimInfo_t.
+    let magic = unsafe { std::ptr::addr_of!((*info).magic).read_unaligned() };
+    if magic != NCCL_SIM_INFO_MAGIC {
+        return Err(Error::invalid_argument(format!(
+            "ncclSimInfo_t argument not initialized via NCCL_SIM_INFO_INITIALIZER (magic 0x{magic:x})"
+        )));
+    }
+    // The group level is closed (its operations are dropped, not run) so the
+    // caller's group nesting stays balanced; the estimate itself is not offered.
+    group::end_discard()?;
+    Err(unsupported("ncclGroupSimulateEnd"))
+}

@@ -1,0 +1,256 @@
+//! `ncclGroupStart` / `ncclGroupEnd`: per-thread nesting, queued operations
+//! and deferred communicator creation.
+//!
+//! Inside a group (depth > 0 on this thread) collectives and send/receive are
+//! queued and communicator creations (`ncclCommInitRank*`, `ncclCommSplit`)
+//! are deferred; the outermost `ncclGroupEnd` first runs the creations, one
+//! thread each, all at once (so one thread can create the several ranks it
+//! drives, as nccl-tests does), then every queued operation of every
+//! communicator together through `oxccl::run_group_raw`.
+
+use crate::handle::{touch, Comm, PreMul};
+use oxccl::{CollKind, Communicator, DataType, Error, ErrorKind, OpDesc, RedOp, Result};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+/// The reduction of a queued operation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum OpSpec {
+    Builtin(RedOp),
+    /// A pre-multiplied sum whose scalar is read when the operation runs.
+    DeviceScalar(usize, DataType),
+}
+
+impl OpSpec {
+    pub fn from_premul(p: PreMul) -> OpSpec {
+        match p {
+            PreMul::Immediate(s, _) => OpSpec::Builtin(RedOp::PreMulSum(s)),
+            PreMul::Device(a, t) => OpSpec::DeviceScalar(a, t),
+        }
+    }
+}
+
+/// One operation, checked and ready to run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Desc {
+    pub kind: CollKind,
+    pub send: *const u8,
+    pub recv: *mut u8,
+    pub count: usize,
+    pub dtype: DataType,
+    pub op: OpSpec,
+    pub root: usize,
+}
+
+/// A creation to run at the outermost `ncclGroupEnd`.
+pub(crate) type Job = Box<dyn FnOnce() -> Result<Option<Communicator>> + Send>;
+
+struct Deferred {
+    /// None for a split with `NCCL_SPLIT_NOCOLOR` (it takes part, makes nothing).
+    target: Option<Arc<Comm>>,
+    job: Job,
+}
+
+#[derive(Default)]
+struct GroupState {
+    depth: usize,
+    ops: Vec<(Arc<Comm>, Desc)>,
+    inits: Vec<Deferred>,
+    error: Option<Error>,
+}
+
+thread_local! {
+    static GROUP: RefCell<GroupState> = RefCell::new(GroupState::default());
+}
+
+pub(crate) fn in_group() -> bool {
+    GROUP.with(|g| g.borrow().depth > 0)
+}
+
+pub(crate) fn start() {
+    GROUP.with(|g| g.borrow_mut().depth += 1);
+}
+
+pub(crate) fn enqueue(comm: Arc<Comm>, d: Desc) {
+    GROUP.with(|g| g.borrow_mut().ops.push((comm, d)));
+}
+
+pub(crate) fn defer(target: Option<Arc<Comm>>, job: Job) {
+    GROUP.with(|g| g.borrow_mut().inits.push(Deferred { target, job }));
+}
+
+/// Remembers the first error of a call made inside the group: `ncclGroupEnd`
+/// returns it too, and drops the group's queued operations.
+pub(crate) fn record_error(e: &Error) {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 && g.error.is_none() {
+            g.error = Some(e.clone());
+        }
+    });
+}
+
+/// Leaves one group level; at the outermost one, takes what was queued.
+fn pop() -> Result<Option<GroupState>> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Err(Error::invalid_usage(
+                "called without a matching ncclGroupStart",
+            ));
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok(None);
+        }
+        Ok(Some(std::mem::take(&mut *g)))
+    })
+}
+
+/// `ncclGroupEnd`.
+pub(crate) fn end() -> Result<()> {
+    let Some(st) = pop()? else {
+        return Ok(());
+    };
+    let init_result = run_inits(st.inits);
+    if let Some(e) = st.error {
+        for (c, _) in &st.ops {
+            touch(c);
+        }
+        return Err(Error::new(
+            e.kind(),
+            format!(
+                "a call inside the group failed ({}); its operations were not run",
+                e.message()
+            ),
+        ));
+    }
+    init_result?;
+    if st.ops.is_empty() {
+        return Ok(());
+    }
+    execute(st.ops)
+}
+
+/// `ncclGroupSimulateEnd`: leaves the group level without running its
+/// operations (creations still run, their handles were handed out).
+pub(crate) fn end_discard() -> Result<()> {
+    if let Some(st) = pop()? {
+        run_inits(st.inits)?;
+    }
+    Ok(())
+}
+
+/// Runs deferred creations, a thread each. Blocking ones are joined and the
+/// first failure returned; if any is non-blocking none is joined and the
+/// result is `ncclInProgress` (poll `ncclCommGetAsyncError`).
+fn run_inits(inits: Vec<Deferred>) -> Result<()> {
+    if inits.is_empty() {
+        return Ok(());
+    }
+    let blocking = inits
+        .iter()
+        .all(|d| d.target.as_ref().is_none_or(|c| c.blocking));
+    let mut threads = Vec::with_capacity(inits.len());
+    let mut targets = Vec::with_capacity(inits.len());
+    for (i, d) in inits.into_iter().enumerate() {
+        let target = d.target.clone();
+        targets.push(d.target);
+        let job = d.job;
+        let t = std::thread::Builder::new()
+            .name(format!("oxccl-init-{i}"))
+            .spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                    .unwrap_or_else(|_| Err(Error::internal("communicator creation panicked")));
+                match target {
+                    Some(c) => {
+                        let e = r.as_ref().err().cloned();
+                        c.finish(r);
+                        e
+                    }
+                    None => r.err(),
+                }
+            })
+            .map_err(|e| Error::system(format!("cannot start an init thread: {e}")))?;
+        threads.push(t);
+    }
+    if !blocking {
+        return Err(Error::new(ErrorKind::InProgress, ""));
+    }
+    let mut first = None;
+    for (t, target) in threads.into_iter().zip(targets) {
+        let err = t
+            .join()
+            .unwrap_or_else(|_| Some(Error::internal("init thread panicked")));
+        if let (Some(e), None) = (err, &first) {
+            if let Some(c) = &target {
+                touch(c);
+            }
+            first = Some(e);
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Reads the scalar of a pre-multiplied sum (`ncclScalarDevice`: host memory here).
+///
+/// # Safety
+/// `addr` points at a readable value of type `t`.
+pub(crate) unsafe fn read_scalar(addr: usize, t: DataType) -> oxccl::Scalar {
+    use oxccl::Scalar::{F64, I64, U64};
+    use oxccl_core::float as fl;
+    let p = addr as *const u8;
+    // SAFETY: the caller guarantees a readable value of type `t` at `p`;
+    // read_unaligned makes no alignment assumption.
+    unsafe {
+        match t {
+            DataType::Int8 => I64(p.cast::<i8>().read_unaligned() as i64),
+            DataType::Uint8 => U64(p.read_unaligned() as u64),
+            DataType::Int32 => I64(p.cast::<i32>().read_unaligned() as i64),
+            DataType::Uint32 => U64(p.cast::<u32>().read_unaligned() as u64),
+            DataType::Int64 => I64(p.cast::<i64>().read_unaligned()),
+            DataType::Uint64 => U64(p.cast::<u64>().read_unaligned()),
+            DataType::Float16 => F64(fl::f16_to_f32(p.cast::<u16>().read_unaligned()) as f64),
+            DataType::Float32 => F64(p.cast::<f32>().read_unaligned() as f64),
+            DataType::Float64 => F64(p.cast::<f64>().read_unaligned()),
+            DataType::Bfloat16 => F64(fl::bf16_to_f32(p.cast::<u16>().read_unaligned()) as f64),
+            DataType::Float8e4m3 => F64(fl::e4m3_to_f32(p.read_unaligned()) as f64),
+            DataType::Float8e5m2 => F64(fl::e5m2_to_f32(p.read_unaligned()) as f64),
+        }
+    }
+}
+
+/// Runs operations now, all communicators together; waits for communicators
+/// still initialising. Operations complete before this returns.
+pub(crate) fn execute(ops: Vec<(Arc<Comm>, Desc)>) -> Result<()> {
+    let mut owned: Vec<(Communicator, OpDesc)> = Vec::with_capacity(ops.len());
+    for (c, d) in &ops {
+        touch(c);
+        let comm = c.wait()?;
+        let op = match d.op {
+            OpSpec::Builtin(o) => o,
+            // SAFETY: the caller of ncclRedOpCreatePreMulSum(ncclScalarDevice)
+            // keeps the scalar valid while the op is used.
+            OpSpec::DeviceScalar(a, t) => RedOp::PreMulSum(unsafe { read_scalar(a, t) }),
+        };
+        owned.push((
+            comm,
+            OpDesc {
+                kind: d.kind,
+                send: d.send,
+                recv: d.recv,
+                count: d.count,
+                dtype: d.dtype,
+                op,
+                root: d.root,
+            },
+        ));
+    }
+    let refs: Vec<(&Communicator, OpDesc)> = owned.iter().map(|(c, o)| (c, *o)).collect();
+    // SAFETY: the C caller guarantees the buffers are valid for the operations
+    // until they complete, and they complete before this returns.
+    unsafe { oxccl::run_group_raw(&refs) }
+}
