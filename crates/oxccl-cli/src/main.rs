@@ -1,1 +1,76 @@
-fn main() {}
+//! `oxccl`: the command-line tool of oxccl.
+//!
+//! `oxccl perf <collective>` benchmarks and checks collectives with
+//! nccl-tests' flags and table (see [`perf`]).
+
+mod perf;
+
+use clap::{Parser, Subcommand};
+
+/// A command-line mistake: reported on one line, exit status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+#[derive(Parser)]
+#[command(
+    name = "oxccl",
+    version,
+    about = "oxccl: collective communication with NCCL's semantics, in Rust",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Benchmark and check a collective: nccl-tests' flags and table
+    Perf(perf::PerfArgs),
+}
+
+/// Clap's error on one line: its message lines up to the usage, joined.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut parts: Vec<&str> = Vec::new();
+    for l in text.lines() {
+        let l = l.trim();
+        if l.starts_with("Usage:") || l.starts_with("For more information") {
+            break;
+        }
+        if l.is_empty() || l.starts_with("tip:") {
+            continue;
+        }
+        parts.push(l.strip_prefix("error: ").unwrap_or(l));
+    }
+    parts.join(" ")
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => e.exit(),
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = e.print();
+                    std::process::exit(2);
+                }
+                _ => {
+                    let sub = if std::env::args().nth(1).as_deref() == Some("perf") {
+                        "oxccl perf --help"
+                    } else {
+                        "oxccl --help"
+                    };
+                    eprintln!("oxccl: {} (see '{sub}')", one_line(&e));
+                    std::process::exit(2);
+                }
+            }
+        }
+    };
+    let code = match cli.cmd {
+        Cmd::Perf(a) => perf::main(&a),
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,178 @@
+//! nccl-tests' table layout: widths, the time column's precision tiers and
+//! C's `%g`, so oxccl's and nccl-tests' tables line up column for column.
+
+/// C's `%g` (6 significant digits, trailing zeros dropped, exponent form
+/// below 1e-4 and from 1e6 up).
+pub fn fmt_g(x: f64) -> String {
+    if x == 0.0 {
+        return "0".into();
+    }
+    if x.is_nan() {
+        return "nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let s = format!("{x:.5e}");
+    let (mant, exp) = s.split_once('e').expect("exponent form");
+    let exp: i32 = exp.parse().expect("exponent");
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", strip_zeros(mant), exp.abs())
+    } else {
+        strip_zeros(&format!("{:.*}", (5 - exp) as usize, x)).to_string()
+    }
+}
+
+fn strip_zeros(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
+}
+
+/// The time column: two decimals under 100 us, one under 10000 us, none above.
+pub fn fmt_time(us: f64) -> String {
+    if us >= 10000.0 {
+        format!("{us:7.0}")
+    } else if us >= 100.0 {
+        format!("{us:7.1}")
+    } else {
+        format!("{us:7.2}")
+    }
+}
+
+/// One half (out-of-place or in-place) of a data line.
+#[derive(Clone, Copy, Debug)]
+pub struct Half {
+    pub time_us: f64,
+    pub algbw: f64,
+    pub busbw: f64,
+    /// Wrong elements summed over ranks; None when not checked (`-c 0`).
+    pub wrong: Option<u64>,
+}
+
+fn half(h: Option<&Half>) -> String {
+    match h {
+        Some(h) => {
+            let w = h.wrong.map_or("N/A".to_string(), |w| fmt_g(w as f64));
+            format!(
+                "  {}  {:6.2}  {:6.2}  {:>5}",
+                fmt_time(h.time_us),
+                h.algbw,
+                h.busbw,
+                w
+            )
+        }
+        None => format!("  {:>7}  {:>6}  {:>6}  {:>5}", "N/A", "N/A", "N/A", "N/A"),
+    }
+}
+
+/// A data line: `%12li  %12li  %8s  %6s  %6s` then the two halves.
+pub fn data_line(
+    size: u64,
+    count: usize,
+    dtype: &str,
+    redop: &str,
+    root: i64,
+    oop: &Half,
+    ip: Option<&Half>,
+) -> String {
+    format!(
+        "{size:>12}  {count:>12}  {dtype:>8}  {redop:>6}  {root:>6}{}{}",
+        half(Some(oop)),
+        half(ip)
+    )
+}
+
+/// The three header rows above the data lines.
+pub fn column_header() -> [String; 3] {
+    let pre = format!("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}", "", "", "", "", "");
+    let l1 = format!(
+        "{pre}{:>23}{:9}{:>22}{:10}",
+        "out-of-place", "", "in-place", ""
+    );
+    let h = format!(
+        "  {:>7}  {:>6}  {:>6} {:>6}",
+        "time", "algbw", "busbw", "#wrong"
+    );
+    let l2 = format!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{h}{h}",
+        "size", "count", "type", "redop", "root"
+    );
+    let u = format!(
+        "  {:>7}  {:>6}  {:>6}  {:>5}",
+        "(us)", "(GB/s)", "(GB/s)", ""
+    );
+    let l3 = format!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{u}{u}",
+        "(B)", "(elements)", "", "", ""
+    );
+    [l1, l2, l3]
+}
+
+/// The footer lines (nccl-tests' `# %-20s : ...`), then `#` and a blank line.
+pub fn footer(errors: usize, avg_busbw: f64) -> String {
+    format!(
+        "# {:<20} : {} {}\n# {:<20} : {} \n#\n",
+        "Out of bounds values",
+        errors,
+        if errors == 0 { "OK" } else { "FAILED" },
+        "Avg bus bandwidth",
+        fmt_g(avg_busbw)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn g_matches_c() {
+        assert_eq!(fmt_g(0.0), "0");
+        assert_eq!(fmt_g(70.742), "70.742");
+        assert_eq!(fmt_g(3.0), "3");
+        assert_eq!(fmt_g(1234567.0), "1.23457e+06");
+        assert_eq!(fmt_g(123456.0), "123456");
+        assert_eq!(fmt_g(0.0001), "0.0001");
+        assert_eq!(fmt_g(0.00001234), "1.234e-05");
+        assert_eq!(fmt_g(2.5e-7), "2.5e-07");
+        assert_eq!(fmt_g(1.0 / 3.0), "0.333333");
+        assert_eq!(fmt_g(99.99999), "100");
+    }
+
+    #[test]
+    fn layout_matches_nccl_tests() {
+        let oop = Half {
+            time_us: 135.8,
+            algbw: 0.0,
+            busbw: 0.0,
+            wrong: Some(0),
+        };
+        let ip = Half {
+            time_us: 123.5,
+            ..oop
+        };
+        assert_eq!(
+            data_line(8, 2, "float", "sum", -1, &oop, Some(&ip)),
+            "           8             2     float     sum      -1    135.8    0.00    0.00      0    123.5    0.00    0.00      0"
+        );
+        let big = Half {
+            time_us: 12646.0,
+            algbw: 169.81,
+            busbw: 318.4,
+            wrong: None,
+        };
+        assert!(data_line(2147483648, 536870912, "float", "sum", -1, &big, None)
+            .starts_with("  2147483648     536870912     float     sum      -1    12646  169.81  318.40    N/A      N/A"));
+        let [l1, l2, l3] = column_header();
+        assert_eq!(l1, "#                                                              out-of-place                       in-place          ");
+        assert_eq!(l2, "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong");
+        assert_eq!(l3, "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ");
+        assert_eq!(
+            footer(0, 70.742),
+            "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 70.742 \n#\n"
+        );
+    }
+}

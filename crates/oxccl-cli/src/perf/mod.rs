@@ -1,0 +1,439 @@
+//! `oxccl perf`: nccl-tests' benchmarks and correctness checks on oxccl.
+//!
+//! The flags keep nccl-tests' letters and meanings, and the table keeps its
+//! layout, so a run of `oxccl perf all_reduce -b 8 -e 128M -f 2` lines up with
+//! one of `all_reduce_perf -b 8 -e 128M -f 2`. Ranks are local processes
+//! (default), threads, or the processes of an external launcher (torchrun,
+//! Slurm, Open MPI); see [`launch`].
+
+pub mod bench;
+pub mod coll;
+pub mod data;
+pub mod fmt;
+pub mod launch;
+
+use crate::UsageError;
+use clap::{Args, ValueEnum};
+use coll::Coll;
+use oxccl::{DataType, RedOp};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the ranks run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LaunchKind {
+    /// One child process per `-t` ranks, over shared memory.
+    Process,
+    /// Every rank a thread of this process.
+    Thread,
+}
+
+/// Which executor runs the collectives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// Host memory (the only backend of this build).
+    Cpu,
+    /// GPU memory (not built yet).
+    Cuda,
+    /// The best available: cpu in this build.
+    Auto,
+}
+
+/// A list of reduction ops (`-o`).
+#[derive(Clone, Debug)]
+pub struct OpList(pub Vec<RedOp>);
+/// A list of data types (`-d`).
+#[derive(Clone, Debug)]
+pub struct TypeList(pub Vec<DataType>);
+
+const OP_NAMES: &str = "sum, prod, max, min, avg or all";
+const TYPE_NAMES: &str = "int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, f8e4m3, f8e5m2 or all";
+
+fn parse_ops(s: &str) -> Result<OpList, String> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(OpList(RedOp::BUILTIN.to_vec()));
+    }
+    s.split(',')
+        .map(|t| {
+            RedOp::parse(t.trim()).map_err(|_| format!("unknown op '{t}' (accepted: {OP_NAMES})"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(OpList)
+}
+
+fn parse_types(s: &str) -> Result<TypeList, String> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(TypeList(DataType::ALL.to_vec()));
+    }
+    s.split(',')
+        .map(|t| {
+            DataType::parse(t.trim())
+                .map_err(|_| format!("unknown data type '{t}' (accepted: {TYPE_NAMES})"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(TypeList)
+}
+
+fn at_least_one(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!("'{s}' is not a whole number of 1 or more")),
+    }
+}
+
+/// A byte count with an optional K, M or G suffix (KiB, MiB, GiB; `B` or `iB` may follow).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let bad = || format!("'{s}' is not a byte count (expected e.g. 8, 64K, 1M or 2G)");
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix("ib"))
+        .or_else(|| t.strip_suffix(['B', 'b']))
+        .unwrap_or(t);
+    let (num, mul) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        Some(_) => (t, 1),
+        None => return Err(bad()),
+    };
+    let v: u64 = num.parse().map_err(|_| bad())?;
+    v.checked_mul(mul).ok_or_else(bad)
+}
+
+/// `oxccl perf` flags: nccl-tests' letters and meanings, plus oxccl's launch options.
+#[derive(Args, Debug, Clone)]
+#[command(after_help = "\
+Sizes go from -b to -e, multiplied by -f when it is above 1, else increased by -i.
+Each size runs -w warm-up iterations, then -n timed iterations of -m operations
+(-m operations form one group for all_reduce and sendrecv, and run one after
+another for the other collectives), then -c checked iterations. Only rank 0
+prints. alltoall and sendrecv have no in-place form: their in-place columns
+print N/A. Exit status: 0 ok, 2 bad arguments, 7 wrong results, 1 any other failure.
+
+Ranks: --ranks local ranks as child processes (-t ranks per process as threads)
+or as threads of this process (--launch thread). Under torchrun (RANK,
+WORLD_SIZE), Slurm (SLURM_PROCID, SLURM_NTASKS) or Open MPI
+(OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE) each process is -t ranks of that
+world and meets the others through NCCL_COMM_ID, else MASTER_ADDR:MASTER_PORT
+(port + 1 when TORCHELASTIC_USE_AGENT_STORE=True: torchrun's store holds the port).")]
+pub struct PerfArgs {
+    /// all_reduce, all_gather, broadcast, reduce, reduce_scatter, alltoall, gather, scatter or sendrecv (also nccl-tests' names: all_reduce_perf, allreduce)
+    #[arg(value_name = "COLLECTIVE")]
+    pub collective: String,
+    /// Smallest size in bytes (K, M, G suffixes: KiB, MiB, GiB)
+    #[arg(short = 'b', long = "minbytes", value_name = "BYTES", default_value = "32M", value_parser = parse_size)]
+    pub minbytes: u64,
+    /// Largest size in bytes
+    #[arg(short = 'e', long = "maxbytes", value_name = "BYTES", default_value = "32M", value_parser = parse_size)]
+    pub maxbytes: u64,
+    /// Size increment when -f is 1
+    #[arg(short = 'i', long = "stepbytes", value_name = "BYTES", default_value = "1M", value_parser = parse_size)]
+    pub stepbytes: u64,
+    /// Size multiplier (1: add -i instead)
+    #[arg(
+        short = 'f',
+        long = "stepfactor",
+        value_name = "N",
+        default_value_t = 1
+    )]
+    pub stepfactor: u64,
+    /// Timed iterations per size
+    #[arg(short = 'n', long = "iters", value_name = "N", default_value_t = 20,
+          value_parser = at_least_one)]
+    pub iters: u64,
+    /// Warm-up iterations per size
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        visible_alias = "warmup-iters",
+        value_name = "N",
+        default_value_t = 5
+    )]
+    pub warmup_iters: u64,
+    /// Operations per iteration (one group for all_reduce and sendrecv, else sequential)
+    #[arg(short = 'm', long = "agg_iters", visible_alias = "agg-iters", value_name = "N", default_value_t = 1,
+          value_parser = at_least_one)]
+    pub agg_iters: u64,
+    /// Checked iterations per size (0: no check, #wrong prints N/A)
+    #[arg(short = 'c', long = "check", value_name = "N", default_value_t = 1)]
+    pub check: u64,
+    /// Reduction op: sum, prod, max, min, avg, or all
+    #[arg(short = 'o', long = "op", value_name = "OP", default_value = "sum", value_parser = parse_ops)]
+    pub op: OpList,
+    /// Data type: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2, or all
+    #[arg(short = 'd', long = "datatype", value_name = "TYPE", default_value = "float", value_parser = parse_types)]
+    pub datatype: TypeList,
+    /// Root rank of broadcast, reduce, gather and scatter
+    #[arg(short = 'r', long = "root", value_name = "RANK", default_value_t = 0)]
+    pub root: usize,
+    /// Ranks per process, as threads
+    #[arg(short = 't', long = "nthreads", value_name = "N", default_value_t = 1,
+          value_parser = at_least_one)]
+    pub nthreads: u64,
+    /// GPUs per thread (needs the CUDA backend)
+    #[arg(short = 'g', long = "ngpus", value_name = "N", default_value_t = 1)]
+    pub ngpus: u64,
+    /// CUDA graph launches (needs the CUDA backend)
+    #[arg(short = 'G', long = "cudagraph", value_name = "N", default_value_t = 0)]
+    pub cudagraph: u64,
+    /// Accepted for nccl-tests compatibility: host operations always block
+    #[arg(short = 'z', long = "blocking", value_name = "0-3", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub blocking: u8,
+    /// Per-rank times combined as 0 rank 0's, 1 the average, 2 the minimum, 3 the maximum
+    #[arg(short = 'a', long = "average", value_name = "0-3", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub average: u8,
+    /// Seconds an operation may take before the communicators are aborted (0: library default)
+    #[arg(
+        short = 'T',
+        long = "timeout",
+        value_name = "SECONDS",
+        default_value_t = 0
+    )]
+    pub timeout: u64,
+    /// Write the configuration and every result line as JSON to this file
+    #[arg(
+        short = 'J',
+        long = "output_file",
+        visible_alias = "output-file",
+        value_name = "PATH"
+    )]
+    pub output_file: Option<PathBuf>,
+    /// Local ranks to start [default: 2 for sendrecv, else 4]
+    #[arg(long, value_name = "N")]
+    pub ranks: Option<usize>,
+    /// Executor
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// How local ranks run [default: process, or the external launcher's processes when one is detected]
+    #[arg(long, value_enum)]
+    pub launch: Option<LaunchKind>,
+}
+
+/// Where this invocation's ranks come from.
+#[derive(Clone, Debug)]
+pub enum Launch {
+    /// Start `ranks / threads` child processes.
+    Process,
+    /// Run every rank as a thread here.
+    Thread,
+    /// Be `threads` ranks of an external launcher's world.
+    External(launch::External),
+}
+
+/// Validated settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub coll: Coll,
+    pub sizes: Vec<u64>,
+    pub minbytes: u64,
+    pub maxbytes: u64,
+    pub stepbytes: u64,
+    pub stepfactor: u64,
+    pub iters: u64,
+    pub warmup: u64,
+    pub agg: u64,
+    pub check: u64,
+    pub ops: Vec<RedOp>,
+    pub types: Vec<DataType>,
+    pub root: usize,
+    pub threads: usize,
+    pub average: u8,
+    pub blocking: u8,
+    pub timeout: Option<Duration>,
+    pub json: Option<PathBuf>,
+    /// Ranks of the whole world.
+    pub nranks: usize,
+    pub launch: Launch,
+}
+
+/// The most local ranks one invocation starts.
+const MAX_LOCAL_RANKS: usize = 1024;
+
+/// The sizes nccl-tests visits: from `min` to `max`, times `factor` when it
+/// is above 1, else plus `step`.
+pub fn sizes(min: u64, max: u64, step: u64, factor: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut s = min;
+    while s <= max {
+        v.push(s);
+        let next = if factor > 1 {
+            s.saturating_mul(factor).max(s + 1)
+        } else {
+            s.saturating_add(step)
+        };
+        if next == s || next == u64::MAX {
+            break;
+        }
+        s = next;
+    }
+    v
+}
+
+impl Settings {
+    /// Checks the flags against each other and the environment.
+    pub fn from_args(a: &PerfArgs) -> Result<Settings, UsageError> {
+        let coll = Coll::parse(&a.collective).ok_or_else(|| {
+            UsageError(format!(
+                "unknown collective '{}' (accepted: {})",
+                a.collective,
+                Coll::ALL.map(|c| c.name()).join(", ")
+            ))
+        })?;
+        if a.backend == Backend::Cuda {
+            return Err(UsageError(
+                "--backend cuda: the CUDA backend is not built yet (use --backend cpu or auto)"
+                    .into(),
+            ));
+        }
+        if a.ngpus != 1 {
+            return Err(UsageError(format!(
+                "-g/--ngpus {}: GPUs need the CUDA backend, which this build does not have yet (accepted: 1; use --ranks for more host ranks)",
+                a.ngpus
+            )));
+        }
+        if a.cudagraph != 0 {
+            return Err(UsageError(format!(
+                "-G/--cudagraph {}: CUDA graphs need the CUDA backend, which this build does not have yet (accepted: 0)",
+                a.cudagraph
+            )));
+        }
+        if a.stepfactor == 0 {
+            return Err(UsageError(
+                "-f/--stepfactor 0: accepted values are 1 (step by -i/--stepbytes) or more (multiply)".into(),
+            ));
+        }
+        if a.minbytes > a.maxbytes {
+            return Err(UsageError(format!(
+                "-b/--minbytes {} is larger than -e/--maxbytes {} (accepted: minbytes <= maxbytes)",
+                a.minbytes, a.maxbytes
+            )));
+        }
+        if a.stepfactor == 1 && a.stepbytes == 0 && a.minbytes < a.maxbytes {
+            return Err(UsageError(
+                "-i/--stepbytes 0 with -f/--stepfactor 1 never reaches -e/--maxbytes (accepted: a step of 1 byte or more, or -f 2 or more)".into(),
+            ));
+        }
+        let threads = a.nthreads as usize;
+        let external = if a.launch.is_none() {
+            launch::External::detect(threads)?
+        } else {
+            None
+        };
+        let (launch, nranks) = match (&external, a.launch) {
+            (Some(e), _) => {
+                if let Some(r) = a.ranks {
+                    if r != e.world * threads {
+                        return Err(UsageError(format!(
+                            "--ranks {r}: under {} the world is {} ranks ({} processes x -t {threads}); leave --ranks out or pass --launch to start local ranks instead",
+                            e.launcher, e.world * threads, e.world
+                        )));
+                    }
+                }
+                (Launch::External(e.clone()), e.world * threads)
+            }
+            (None, kind) => {
+                let ranks = a.ranks.unwrap_or_else(|| coll.default_ranks());
+                if ranks == 0 || ranks > MAX_LOCAL_RANKS {
+                    return Err(UsageError(format!(
+                        "--ranks {ranks}: accepted values are 1 to {MAX_LOCAL_RANKS}"
+                    )));
+                }
+                match kind.unwrap_or(LaunchKind::Process) {
+                    LaunchKind::Process => {
+                        if ranks % threads != 0 {
+                            return Err(UsageError(format!(
+                                "-t/--nthreads {threads} does not divide --ranks {ranks} (accepted: a divisor of --ranks)"
+                            )));
+                        }
+                        (Launch::Process, ranks)
+                    }
+                    LaunchKind::Thread => {
+                        if threads != 1 && threads != ranks {
+                            return Err(UsageError(format!(
+                                "-t/--nthreads {threads} with --launch thread: every rank is a thread of one process (accepted: 1 or --ranks)"
+                            )));
+                        }
+                        (Launch::Thread, ranks)
+                    }
+                }
+            }
+        };
+        if coll.rooted() && a.root >= nranks {
+            return Err(UsageError(format!(
+                "-r/--root {}: accepted values are 0 to {} for {nranks} ranks",
+                a.root,
+                nranks - 1
+            )));
+        }
+        Ok(Settings {
+            coll,
+            sizes: sizes(a.minbytes, a.maxbytes, a.stepbytes, a.stepfactor),
+            minbytes: a.minbytes,
+            maxbytes: a.maxbytes,
+            stepbytes: a.stepbytes,
+            stepfactor: a.stepfactor,
+            iters: a.iters,
+            warmup: a.warmup_iters,
+            agg: a.agg_iters,
+            check: a.check,
+            ops: if coll.reduces() {
+                a.op.0.clone()
+            } else {
+                Vec::new()
+            },
+            types: a.datatype.0.clone(),
+            root: if coll.rooted() { a.root } else { 0 },
+            threads: match external {
+                None if a.launch == Some(LaunchKind::Thread) => nranks,
+                _ => threads,
+            },
+            average: a.average,
+            blocking: a.blocking,
+            timeout: (a.timeout > 0).then(|| Duration::from_secs(a.timeout)),
+            json: a.output_file.clone(),
+            nranks,
+            launch,
+        })
+    }
+}
+
+/// Runs `oxccl perf`; returns the exit status.
+pub fn main(args: &PerfArgs) -> i32 {
+    let s = match Settings::from_args(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("oxccl perf: {}", e.0);
+            return 2;
+        }
+    };
+    launch::run(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_parsing() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("128M"), Ok(128 << 20));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("-1").is_err());
+    }
+
+    #[test]
+    fn size_sweeps() {
+        assert_eq!(sizes(8, 64, 0, 2), vec![8, 16, 32, 64]);
+        assert_eq!(sizes(8, 100, 0, 4), vec![8, 32]);
+        assert_eq!(sizes(0, 4, 0, 2), vec![0, 1, 2, 4]);
+        assert_eq!(sizes(1, 3, 1, 1), vec![1, 2, 3]);
+        assert_eq!(sizes(5, 5, 0, 1), vec![5]);
+    }
+}

@@ -1,0 +1,637 @@
+//! End-to-end tests of `oxccl perf`: real rank processes (and threads), the
+//! table, JSON output, external launchers, bad input and dying ranks.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_oxccl");
+
+fn perf(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("perf").args(args);
+    // Never join an outer launcher's world by accident.
+    for v in [
+        "RANK",
+        "WORLD_SIZE",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "NCCL_COMM_ID",
+        "OXCCL_PERF_RANK",
+    ] {
+        c.env_remove(v);
+    }
+    c.stdin(Stdio::null());
+    c
+}
+
+/// Runs with a deadline; panics (after killing it) if it runs past `secs`.
+fn run_for(mut c: Command, secs: u64) -> Output {
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start oxccl");
+    let t0 = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if t0.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "oxccl ran past {secs} s\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// One half of a data line: time, algbw, busbw, #wrong (None for N/A).
+#[derive(Debug)]
+struct HalfRow {
+    algbw: f64,
+    busbw: f64,
+    wrong: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Row {
+    size: u64,
+    count: u64,
+    dtype: String,
+    redop: String,
+    root: i64,
+    oop: HalfRow,
+    ip: Option<HalfRow>,
+}
+
+fn parse_half(f: &[&str]) -> Option<HalfRow> {
+    if f[0] == "N/A" {
+        return None;
+    }
+    Some(HalfRow {
+        algbw: f[1].parse().unwrap(),
+        busbw: f[2].parse().unwrap(),
+        wrong: f[3].parse().ok(),
+    })
+}
+
+/// The data lines of a table (checked against the fixed column layout).
+fn rows(stdout: &str) -> Vec<Row> {
+    stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            // %12li  %12li  %8s  %6s  %6s then twice "  %7s  %6s  %6s  %5s".
+            assert_eq!(
+                l.len(),
+                12 + 2 + 12 + 2 + 8 + 2 + 6 + 2 + 6 + 2 * 32,
+                "{l:?}"
+            );
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 13, "{l}");
+            Row {
+                size: f[0].parse().unwrap(),
+                count: f[1].parse().unwrap(),
+                dtype: f[2].into(),
+                redop: f[3].into(),
+                root: f[4].parse().unwrap(),
+                oop: parse_half(&f[5..9]).expect("out-of-place is measured"),
+                ip: parse_half(&f[9..13]),
+            }
+        })
+        .collect()
+}
+
+fn assert_ok(out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+fn check_all_reduce_table(stdout: &str, n: usize) {
+    assert!(stdout.starts_with("# oxccl perf version"), "{stdout}");
+    for r in 0..n {
+        assert!(
+            stdout.contains(&format!("#  Rank {r:2} Group  0 Pid")),
+            "rank {r} missing:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains(
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"
+    ));
+    assert!(stdout.contains("# Out of bounds values : 0 OK\n"));
+    assert!(stdout.contains("# Avg bus bandwidth    : "));
+    let rows = rows(stdout);
+    // -b 8 -e 64K -f 4: 8, 32, ..., 32768.
+    let sizes: Vec<u64> = rows.iter().map(|r| r.size).collect();
+    assert_eq!(sizes, vec![8, 32, 128, 512, 2048, 8192, 32768]);
+    let factor = 2.0 * (n as f64 - 1.0) / n as f64;
+    for r in &rows {
+        assert_eq!(r.count, r.size / 4);
+        assert_eq!(
+            (r.dtype.as_str(), r.redop.as_str(), r.root),
+            ("float", "sum", -1)
+        );
+        for h in [Some(&r.oop), r.ip.as_ref()].into_iter().flatten() {
+            assert_eq!(h.wrong, Some(0), "{r:?}");
+            // Both columns are rounded to 2 decimals.
+            assert!(
+                (h.busbw - h.algbw * factor).abs() <= 0.005 + 0.005 * factor + 1e-9,
+                "busbw {} vs algbw {} x {factor}",
+                h.busbw,
+                h.algbw
+            );
+        }
+    }
+}
+
+#[test]
+fn all_reduce_sweep_two_and_three_processes() {
+    for n in [2, 3] {
+        let mut c = perf(&[
+            "-b", "8", "-e", "64K", "-f", "4", "-n", "2", "-w", "1", "-c", "1",
+        ]);
+        c.args(["--ranks", &n.to_string()]);
+        c.arg("allreduce");
+        let out = run_for(c, 60);
+        assert_ok(&out);
+        check_all_reduce_table(&text(&out.stdout), n);
+    }
+}
+
+#[test]
+fn every_collective_type_and_op_over_two_ranks() {
+    for coll in [
+        "all_reduce",
+        "all_gather",
+        "broadcast",
+        "reduce",
+        "reduce_scatter",
+        "alltoall",
+        "gather",
+        "scatter",
+        "sendrecv_perf",
+    ] {
+        let c = perf(&[
+            coll, "--ranks", "2", "-b", "64", "-e", "1K", "-f", "16", "-n", "1", "-w", "0", "-c",
+            "1", "-d", "all", "-o", "all", "-r", "1",
+        ]);
+        let out = run_for(c, 60);
+        assert_ok(&out);
+        let stdout = text(&out.stdout);
+        let rows = rows(&stdout);
+        let reduces = matches!(coll, "all_reduce" | "reduce" | "reduce_scatter");
+        // 12 types x (5 ops or none) x 2 sizes.
+        assert_eq!(rows.len(), 12 * if reduces { 5 } else { 1 } * 2, "{coll}");
+        for r in &rows {
+            assert_eq!(r.oop.wrong, Some(0), "{coll} {r:?}");
+            let has_ip = !matches!(coll, "alltoall" | "sendrecv_perf");
+            assert_eq!(r.ip.is_some(), has_ip, "{coll}");
+            if let Some(ip) = &r.ip {
+                assert_eq!(ip.wrong, Some(0), "{coll} {r:?}");
+            }
+            let rooted = matches!(coll, "broadcast" | "reduce" | "gather" | "scatter");
+            assert_eq!(r.root, if rooted { 1 } else { -1 });
+            if !reduces {
+                assert_eq!(r.redop, "none");
+            }
+        }
+    }
+}
+
+#[test]
+fn thread_launch_with_aggregation() {
+    let c = perf(&[
+        "all_reduce",
+        "--launch",
+        "thread",
+        "--ranks",
+        "3",
+        "-b",
+        "1K",
+        "-e",
+        "4K",
+        "-f",
+        "2",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "-m",
+        "3",
+        "-c",
+        "2",
+        "-o",
+        "all",
+    ]);
+    let out = run_for(c, 60);
+    assert_ok(&out);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("launch thread"));
+    let rs = rows(&stdout);
+    assert_eq!(rs.len(), 5 * 3);
+    assert!(rs.iter().all(|r| r.oop.wrong == Some(0)));
+    // sendrecv groups -m pairs too.
+    let c = perf(&[
+        "sendrecv", "-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "-m", "4", "-t", "2",
+    ]);
+    let out = run_for(c, 60);
+    assert_ok(&out);
+    let rows = rows(&text(&out.stdout));
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].oop.wrong, Some(0));
+    assert!(rows[0].ip.is_none());
+}
+
+#[test]
+fn no_check_prints_na() {
+    let c = perf(&[
+        "broadcast",
+        "--ranks",
+        "2",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "-c",
+        "0",
+    ]);
+    let out = run_for(c, 60);
+    assert_ok(&out);
+    let rows = rows(&text(&out.stdout));
+    assert_eq!(rows[0].oop.wrong, None);
+    assert_eq!(rows[0].ip.as_ref().unwrap().wrong, None);
+}
+
+#[test]
+fn json_output_has_config_and_records() {
+    let dir = std::env::temp_dir().join(format!("oxccl-perf-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("out.json");
+    let c = perf(&[
+        "reduce_scatter",
+        "--ranks",
+        "2",
+        "-b",
+        "256",
+        "-e",
+        "1K",
+        "-f",
+        "2",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "-d",
+        "float,bfloat16",
+        "-o",
+        "max",
+        "-J",
+        path.to_str().unwrap(),
+    ]);
+    let out = run_for(c, 60);
+    assert_ok(&out);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(doc["collective"], "reduce_scatter");
+    assert_eq!(doc["config"]["nranks"], 2);
+    assert_eq!(doc["config"]["minbytes"], 256);
+    assert_eq!(doc["config"]["ops"][0], "max");
+    assert_eq!(doc["ranks"].as_array().unwrap().len(), 2);
+    let res = doc["results"].as_array().unwrap();
+    assert_eq!(res.len(), 2 * 3);
+    for r in res {
+        for half in ["out_of_place", "in_place"] {
+            assert_eq!(r[half]["wrong"], 0, "{r}");
+            assert!(r[half]["time_us"].as_f64().unwrap() > 0.0);
+            let alg = r[half]["algbw_gbps"].as_f64().unwrap();
+            let bus = r[half]["busbw_gbps"].as_f64().unwrap();
+            assert!((bus - alg * 0.5).abs() < 1e-9);
+        }
+        assert_eq!(r["redop"], "max");
+    }
+    assert_eq!(res[0]["size"], 256);
+    assert_eq!(res[0]["count"], 32);
+    assert_eq!(res[3]["type"], "bfloat16");
+    assert_eq!(doc["ok"], true);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn torchrun_style_external_launch() {
+    let port = free_port().to_string();
+    let kids: Vec<_> = (0..2)
+        .map(|r| {
+            let mut c = perf(&[
+                "all_gather",
+                "-b",
+                "1K",
+                "-e",
+                "4K",
+                "-f",
+                "2",
+                "-n",
+                "2",
+                "-w",
+                "1",
+            ]);
+            c.env("RANK", r.to_string())
+                .env("WORLD_SIZE", "2")
+                .env("LOCAL_RANK", r.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    let t0 = Instant::now();
+    let outs: Vec<Output> = kids
+        .into_iter()
+        .map(|k| k.wait_with_output().unwrap())
+        .collect();
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    for o in &outs {
+        assert_ok(o);
+    }
+    let stdout0 = text(&outs[0].stdout);
+    assert!(
+        stdout0.contains("# nRanks 2 launch external (torchrun)"),
+        "{stdout0}"
+    );
+    assert!(stdout0.contains("#  Rank  1 Group  0 Pid"));
+    assert_eq!(rows(&stdout0).len(), 3);
+    assert!(rows(&stdout0).iter().all(|r| r.oop.wrong == Some(0)));
+    // Only rank 0 prints.
+    assert!(outs[1].stdout.is_empty(), "{}", text(&outs[1].stdout));
+}
+
+#[test]
+fn external_launch_without_address_is_a_usage_error() {
+    let mut c = perf(&["all_reduce"]);
+    c.env("RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .env_remove("MASTER_ADDR")
+        .env_remove("MASTER_PORT");
+    let out = run_for(c, 20);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("MASTER_ADDR"));
+}
+
+#[test]
+fn bad_input_is_one_line_and_status_2() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["all_reduce", "--frobnicate"], "--frobnicate"),
+        (&["all_reduce", "-b", "1M", "-e", "1K"], "-b/--minbytes"),
+        (&["all_reduce", "-f", "0"], "-f/--stepfactor"),
+        (&["all_reduce", "-d", "float17"], "--datatype"),
+        (&["all_reduce", "-o", "mulsum"], "--op"),
+        (&["all_reduce", "--ranks", "0"], "--ranks"),
+        (&["all_reduce", "-g", "2"], "CUDA backend"),
+        (&["all_reduce", "-G", "1"], "CUDA backend"),
+        (
+            &["all_reduce", "--backend", "cuda"],
+            "CUDA backend is not built yet",
+        ),
+        (&["broadcast", "-r", "5", "--ranks", "2"], "-r/--root"),
+        (&["all_reducer"], "unknown collective"),
+        (&["all_reduce", "-n", "0"], "--iters"),
+        (&["all_reduce", "-b", "12Q"], "--minbytes"),
+        (&["all_reduce", "-t", "3", "--ranks", "4"], "-t/--nthreads"),
+        (&["all_reduce", "-a", "4"], "--average"),
+        (&["all_reduce", "--launch", "fibers"], "--launch"),
+        (
+            &["all_reduce", "-J", "/nonexistent-dir/x.json"],
+            "-J/--output_file",
+        ),
+        (&[], "<COLLECTIVE>"),
+    ];
+    for (args, needle) in cases {
+        let out = run_for(perf(args), 20);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn help_lists_perf() {
+    let out = run_for(
+        {
+            let mut c = Command::new(BIN);
+            c.arg("--help");
+            c
+        },
+        20,
+    );
+    assert_ok(&out);
+    let t = text(&out.stdout);
+    assert!(t.contains("perf"));
+    assert!(!t.contains("doctor"));
+}
+
+#[test]
+fn wrong_results_fail_with_status_7() {
+    let mut c = perf(&[
+        "all_reduce",
+        "--ranks",
+        "2",
+        "-b",
+        "64",
+        "-e",
+        "256",
+        "-f",
+        "4",
+        "-n",
+        "1",
+        "-w",
+        "0",
+    ]);
+    c.env("OXCCL_PERF_TEST_CORRUPT_RANK", "1");
+    let out = run_for(c, 60);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("# Out of bounds values : 4 FAILED"),
+        "{stdout}"
+    );
+    assert!(rows(&stdout).iter().all(|r| r.oop.wrong == Some(1)));
+}
+
+#[test]
+fn a_rank_that_aborts_stops_the_run() {
+    for launch in ["process", "thread"] {
+        let mut c = perf(&[
+            "all_reduce",
+            "--ranks",
+            "3",
+            "--launch",
+            launch,
+            "-b",
+            "1K",
+            "-e",
+            "1M",
+            "-f",
+            "2",
+            "-n",
+            "5",
+            "-w",
+            "1",
+        ]);
+        c.env("OXCCL_PERF_TEST_ABORT_RANK", "1");
+        let t0 = Instant::now();
+        let out = run_for(c, 30);
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        assert_ne!(out.status.code(), Some(0));
+        let err = text(&out.stderr);
+        assert!(err.contains("rank 1"), "{err}");
+        if launch == "process" {
+            assert!(err.contains("rank 1 (pid"), "{err}");
+            assert!(err.contains("SIGABRT"), "{err}");
+            assert_eq!(out.status.code(), Some(1));
+        }
+    }
+}
+
+/// Starts a long run and returns it with the pid of `rank` (from the rank list).
+/// The caller waits for it.
+#[allow(clippy::zombie_processes)]
+fn start_and_find(
+    args: &[&str],
+    rank: usize,
+) -> (
+    std::process::Child,
+    i32,
+    BufReader<std::process::ChildStdout>,
+) {
+    let mut c = perf(args);
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut rd = BufReader::new(child.stdout.take().unwrap());
+    let want = format!("#  Rank {rank:2} Group  0 Pid");
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(rd.read_line(&mut line).unwrap() > 0, "no rank list");
+        if let Some(rest) = line.strip_prefix(&want) {
+            let pid = rest.split_whitespace().next().unwrap().parse().unwrap();
+            return (child, pid, rd);
+        }
+    }
+}
+
+fn wait_deadline(child: &mut std::process::Child, secs: u64) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if t0.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            panic!("still running after {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_killed_rank_is_named_within_seconds() {
+    let (mut child, pid, _rd) = start_and_find(
+        &[
+            "all_reduce",
+            "--ranks",
+            "3",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "100000000",
+            "-w",
+            "1",
+        ],
+        2,
+    );
+    // SAFETY: kill(2) on a pid we read from our own child's rank list.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let t0 = Instant::now();
+    let st = wait_deadline(&mut child, 15);
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert_eq!(st.code(), Some(1));
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains(&format!(
+            "rank 2 (pid {pid}) was killed by signal 9 (SIGKILL)"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn timeout_aborts_a_stuck_run() {
+    let (mut child, pid, _rd) = start_and_find(
+        &[
+            "all_reduce",
+            "--ranks",
+            "2",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "100000000",
+            "-w",
+            "1",
+            "-T",
+            "1",
+        ],
+        1,
+    );
+    // A stopped rank never answers: the others must give up after -T.
+    // SAFETY: kill(2) on a pid we read from our own child's rank list.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t0 = Instant::now();
+    let st = wait_deadline(&mut child, 20);
+    assert!(t0.elapsed() < Duration::from_secs(8));
+    assert_eq!(st.code(), Some(1));
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("-T/--timeout"), "{err}");
+    // The stopped rank was killed by the launcher, not left behind.
+    // SAFETY: signal 0 only probes whether the pid exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    assert!(!alive, "rank 1 (pid {pid}) was left running");
+}
