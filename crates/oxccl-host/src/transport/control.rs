@@ -174,6 +174,7 @@ impl PeerControl {
         } else {
             format!("rank {peer} ({who})")
         };
+        super::sys::enable_keepalive(&stream, 5, 1, 5);
         stream.set_nonblocking(true).map_err(|e| {
             Error::system(format!(
                 "control connection to {who}: cannot make it non-blocking: {e}"

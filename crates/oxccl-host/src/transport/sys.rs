@@ -26,13 +26,17 @@ fn get_opt(stream: &TcpStream, opt: libc::c_int) -> Option<usize> {
 }
 
 fn set_opt(stream: &TcpStream, opt: libc::c_int, bytes: usize) -> bool {
-    let v: libc::c_int = bytes.min(i32::MAX as usize) as libc::c_int;
+    set_level_opt(stream, libc::SOL_SOCKET, opt, bytes)
+}
+
+fn set_level_opt(stream: &TcpStream, level: libc::c_int, opt: libc::c_int, value: usize) -> bool {
+    let v: libc::c_int = value.min(i32::MAX as usize) as libc::c_int;
     // SAFETY: the fd is valid while `stream` is borrowed; `v` is a c_int and
     // its size is passed.
     let rc = unsafe {
         libc::setsockopt(
             stream.as_raw_fd(),
-            libc::SOL_SOCKET,
+            level,
             opt,
             (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
@@ -57,4 +61,17 @@ pub(crate) fn raise_socket_buffers(stream: &TcpStream, bytes: usize) {
             set_opt(stream, opt, bytes);
         }
     }
+}
+
+/// Keepalive probes on an idle connection: a peer whose host vanished or
+/// whose link was cut is declared dead after `idle + interval * count`
+/// seconds (5 + 1 * 5 = 10 s with the values the control sockets use), instead
+/// of at the operation timeout (600 s by default). A healthy peer answers
+/// probes from its kernel, so a slow or busy rank is never mistaken for a dead
+/// one. Best effort: failures leave the socket as it was.
+pub(crate) fn enable_keepalive(stream: &TcpStream, idle_s: usize, interval_s: usize, count: usize) {
+    set_level_opt(stream, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    set_level_opt(stream, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle_s);
+    set_level_opt(stream, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, interval_s);
+    set_level_opt(stream, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, count);
 }
