@@ -307,7 +307,7 @@ impl Bootstrap {
         let me = PeerInfo {
             rank,
             hostname: sys::hostname(),
-            host_hash: sys::host_hash(),
+            host_hash: sys::host_hash(cfg.host_id.as_deref()),
             pid: std::process::id(),
             process_token: sys::process_token(),
             listen_addr,

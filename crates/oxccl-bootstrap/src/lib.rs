@@ -109,6 +109,8 @@ pub struct BootstrapConfig {
     pub comm_id: Option<String>,
     /// `OXCCL_AUTH_SECRET` (used with `NCCL_COMM_ID`).
     pub auth_secret: Option<String>,
+    /// `NCCL_HOSTID`: names this host instead of hostname + boot id.
+    pub host_id: Option<String>,
     /// Limit for the rendezvous (connecting to the root, waiting for all ranks).
     pub init_timeout: Duration,
     /// Limit for each operation after init (a `recv`, one allgather step...).
@@ -124,6 +126,7 @@ impl Default for BootstrapConfig {
             family: None,
             comm_id: None,
             auth_secret: None,
+            host_id: None,
             init_timeout: Duration::from_secs(120),
             timeout: Duration::from_secs(600),
             abort: Arc::new(AtomicBool::new(false)),

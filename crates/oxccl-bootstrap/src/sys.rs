@@ -85,7 +85,13 @@ pub fn hostname() -> String {
 /// A hash identifying this host: SHA-256 of the host name and the kernel's
 /// boot id (so two containers with different host names on one machine differ,
 /// as in NCCL), first 8 bytes, little-endian.
-pub fn host_hash() -> u64 {
+pub fn host_hash(host_id: Option<&str>) -> u64 {
+    // NCCL_HOSTID names the host explicitly: containers or network namespaces
+    // that share a hostname and boot id but not memory must not look alike.
+    if let Some(id) = host_id {
+        let d = Sha256::digest(format!("oxccl-hostid:{id}").as_bytes());
+        return u64::from_le_bytes(d[..8].try_into().expect("8 bytes"));
+    }
     static H: OnceLock<u64> = OnceLock::new();
     *H.get_or_init(|| {
         let mut h = Sha256::new();

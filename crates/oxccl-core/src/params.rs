@@ -405,6 +405,8 @@ params! {
         "Address family to use: AF_INET or AF_INET6. Unset: either.";
     COMM_ID: Opt<Str> = "NCCL_COMM_ID", "", honoured,
         "Rendezvous address host:port (or [ipv6]:port): rank 0 listens there and the unique id encodes it.";
+    HOSTID: Opt<Str> = "NCCL_HOSTID", "", honoured,
+        "Names this host for transport choice instead of hostname + boot id: ranks with equal values use shared memory, others TCP.";
     SOCKET_NTHREADS: Opt<U32> = "NCCL_SOCKET_NTHREADS", "", honoured,
         "Threads per TCP connection. Unset: auto.";
     NSOCKS_PERTHREAD: Opt<U32> = "NCCL_NSOCKS_PERTHREAD", "", honoured,
@@ -898,7 +900,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 25);
+        assert_eq!(honoured.len(), 26);
         assert!(ALL.len() > 80);
     }
 

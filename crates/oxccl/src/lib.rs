@@ -119,6 +119,7 @@ fn bootstrap_config(p: &Params, abort: Arc<AtomicBool>) -> BootstrapConfig {
         }),
         comm_id: p.get(&params::COMM_ID),
         auth_secret: p.get(&params::AUTH_SECRET),
+        host_id: p.get(&params::HOSTID),
         init_timeout: Duration::from_millis(p.get(&params::INIT_TIMEOUT_MS)),
         timeout: Duration::from_millis(p.get(&params::TIMEOUT_MS)),
         abort,
