@@ -1,0 +1,82 @@
+// oxccl kernels: shared device helpers. Compiled by NVRTC with no include
+// paths: NVRTC 13.0 has no built-in cuda_fp16.h/cuda_bf16.h/cuda_fp8.h (checked:
+// "could not open source file cuda_fp16.h"), so the narrow-float conversions
+// below are single PTX `cvt` instructions (fp8 ones need sm_89 or newer).
+#pragma once
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+// Flags live in device memory from cuMemAlloc. The peer writes our flag word
+// through its peer mapping with a system-scope release; we poll it with a
+// system-scope acquire, so everything the peer did before the release
+// (finishing its reads of our buffers, or having its input ready) is visible
+// to us after the acquire.
+__device__ __forceinline__ void st_release_sys(u64* p, u64 v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ u64 ld_acquire_sys(const u64* p) {
+    u64 v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// A barrier between block b of this GPU and block b of the peer GPU.
+// Values only grow (a 64-bit sequence), so a wait for `v` is `>= v` and a
+// fast peer that already wrote v+1 does not stall us.
+__device__ __forceinline__ void pair_barrier(u64* my_flag, u64* peer_flag, u64 v) {
+    __syncthreads();  // the whole block's reads and writes come before the signal
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        st_release_sys(peer_flag, v);
+        while (ld_acquire_sys(my_flag) < v) {
+        }
+    }
+    __syncthreads();  // nobody touches peer data before thread 0 saw the peer's signal
+}
+
+// float16 <-> float32 (round to nearest even).
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short f32_to_f16(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+// bfloat16 <-> float32: decoding is exact (the top half of a float).
+__device__ __forceinline__ float bf16_to_f32(unsigned short b) {
+    return __uint_as_float(((unsigned int)b) << 16);
+}
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+// fp8 (OCP e4m3 "fn" and e5m2) <-> float32, through f16 (exact for both).
+// Encoding is round to nearest even with saturation to the largest finite
+// value (NVIDIA's __NV_SATFINITE), NaN stays NaN.
+__device__ __forceinline__ float e4m3_to_f32(unsigned char v) {
+    unsigned int h2;
+    unsigned short in = v;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(in));
+    return f16_to_f32((unsigned short)(h2 & 0xffff));
+}
+__device__ __forceinline__ float e5m2_to_f32(unsigned char v) {
+    unsigned int h2;
+    unsigned short in = v;
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(in));
+    return f16_to_f32((unsigned short)(h2 & 0xffff));
+}
+__device__ __forceinline__ unsigned char f32_to_e4m3(float f) {
+    unsigned short r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+    return (unsigned char)(r & 0xff);
+}
+__device__ __forceinline__ unsigned char f32_to_e5m2(float f) {
+    unsigned short r;
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+    return (unsigned char)(r & 0xff);
+}

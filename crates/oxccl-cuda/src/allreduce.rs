@@ -1,0 +1,289 @@
+//! One-shot all-reduce across two GPUs of one process, over peer mappings.
+//!
+//! See `kernels/allreduce.cu` for the protocol. Host side: both GPUs get the
+//! same launch (same grid, same barrier sequence numbers) on their own
+//! stream; nothing waits on the host, so a call costs one launch per GPU.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use cudarc::driver::sys;
+use oxccl_core::{DataType, Error, RedOp, Result};
+
+use crate::compile;
+use crate::device::{DeviceBuffer, Gpu, Module};
+use crate::kernels;
+
+/// Threads per block (the kernels' `__launch_bounds__`).
+pub const THREADS: u32 = 512;
+/// Units (16-byte packs or elements) per thread per round (`OXCCL_UNROLL`).
+pub const UNROLL: u64 = 2;
+/// Most blocks per launch: one flag word per block on each GPU.
+pub const MAX_BLOCKS: u32 = 64;
+
+/// `struct ArArgs` of `allreduce.cu`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct ArArgs {
+    in0: u64,
+    in1: u64,
+    out: u64,
+    my_flags: u64,
+    peer_flags: u64,
+    count: u64,
+    seq: u64,
+    scale: f64,
+    nranks: u32,
+    inplace: u32,
+    vec: u32,
+    pad: u32,
+}
+
+/// The kernel name's type part.
+pub fn type_tag(t: DataType) -> &'static str {
+    match t {
+        DataType::Int8 => "i8",
+        DataType::Uint8 => "u8",
+        DataType::Int32 => "i32",
+        DataType::Uint32 => "u32",
+        DataType::Int64 => "i64",
+        DataType::Uint64 => "u64",
+        DataType::Float16 => "f16",
+        DataType::Float32 => "f32",
+        DataType::Float64 => "f64",
+        DataType::Bfloat16 => "bf16",
+        DataType::Float8e4m3 => "e4m3",
+        DataType::Float8e5m2 => "e5m2",
+    }
+}
+
+/// The kernel name's op part; `None` for ops this kernel family lacks (PreMulSum).
+pub fn op_tag(op: RedOp) -> Option<&'static str> {
+    match op {
+        RedOp::Sum => Some("sum"),
+        RedOp::Prod => Some("prod"),
+        RedOp::Max => Some("max"),
+        RedOp::Min => Some("min"),
+        RedOp::Avg => Some("avg"),
+        RedOp::PreMulSum(_) => None,
+    }
+}
+
+/// `oxccl_ar1_<type>_<op>`.
+pub fn kernel_name(t: DataType, op: RedOp) -> Option<String> {
+    Some(format!("oxccl_ar1_{}_{}", type_tag(t), op_tag(op)?))
+}
+
+/// Blocks and rounds for `count` elements of `t` (`vec`: 16-byte packs).
+/// Both GPUs compute the same plan.
+pub fn plan(count: usize, t: DataType, vec: bool) -> (u32, u64) {
+    let units = if vec {
+        (count * t.size() / 16) as u64
+    } else {
+        count as u64
+    };
+    let per_block = THREADS as u64 * UNROLL;
+    let blocks = units.div_ceil(per_block).clamp(1, MAX_BLOCKS as u64);
+    let rounds = units.div_ceil(per_block * blocks);
+    (blocks as u32, rounds)
+}
+
+/// A buffer and a byte offset into it.
+#[derive(Debug, Clone, Copy)]
+pub struct At<'a, 'g> {
+    /// The buffer.
+    pub buf: &'a DeviceBuffer<'g>,
+    /// Byte offset of the first element.
+    pub offset: usize,
+}
+
+impl<'a, 'g> From<&'a DeviceBuffer<'g>> for At<'a, 'g> {
+    fn from(buf: &'a DeviceBuffer<'g>) -> Self {
+        At { buf, offset: 0 }
+    }
+}
+
+impl At<'_, '_> {
+    fn ptr_for(&self, bytes: usize, what: &str) -> Result<u64> {
+        if self
+            .offset
+            .checked_add(bytes)
+            .is_none_or(|e| e > self.buf.len())
+        {
+            return Err(Error::invalid_argument(format!(
+                "{what}: bytes {}..{} are outside a buffer of {} bytes",
+                self.offset,
+                self.offset.saturating_add(bytes),
+                self.buf.len()
+            )));
+        }
+        Ok(self.buf.ptr() + self.offset as u64)
+    }
+}
+
+/// A two-GPU one-shot all-reduce: peer access both ways, a flag word per
+/// block on each GPU, the kernels loaded on both.
+pub struct OneShot2<'g> {
+    gpus: [&'g Gpu; 2],
+    flags: [DeviceBuffer<'g>; 2],
+    modules: [Module<'g>; 2],
+    functions: HashMap<String, [sys::CUfunction; 2]>,
+    seq: u64,
+}
+
+impl<'g> OneShot2<'g> {
+    /// Sets up `gpus[0]` as rank 0 and `gpus[1]` as rank 1: enables peer
+    /// access both ways, allocates zeroed flags and loads the kernels (compiled
+    /// by NVRTC or taken from the cache).
+    pub fn new(gpus: [&'g Gpu; 2]) -> Result<OneShot2<'g>> {
+        gpus[0].enable_peer_access(gpus[1])?;
+        gpus[1].enable_peer_access(gpus[0])?;
+        let mut flags = Vec::new();
+        let mut modules = Vec::new();
+        for g in gpus {
+            let f = g.alloc(MAX_BLOCKS as usize * 8)?;
+            f.fill(0)?;
+            flags.push(f);
+            let img = compile::compile(&kernels::ALLREDUCE, g.arch()?)?;
+            modules.push(g.load_module(&img.image)?);
+        }
+        let [f0, f1]: [DeviceBuffer<'g>; 2] = flags
+            .try_into()
+            .map_err(|_| Error::internal("two flag buffers"))?;
+        let [m0, m1]: [Module<'g>; 2] = modules
+            .try_into()
+            .map_err(|_| Error::internal("two modules"))?;
+        Ok(OneShot2 {
+            gpus,
+            flags: [f0, f1],
+            modules: [m0, m1],
+            functions: HashMap::new(),
+            seq: 1,
+        })
+    }
+
+    /// `recv[r] = send[0] op send[1]` on both GPUs, `count` elements of `t`.
+    /// Queued on each GPU's stream; returns without waiting. `recv[r]` may be
+    /// `send[r]` (in place). Buffers must be on their rank's GPU.
+    pub fn all_reduce(
+        &mut self,
+        send: [At<'_, 'g>; 2],
+        recv: [At<'_, 'g>; 2],
+        count: usize,
+        t: DataType,
+        op: RedOp,
+    ) -> Result<()> {
+        let name = kernel_name(t, op).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "the one-shot GPU all-reduce has no kernel for op {}",
+                op.name()
+            ))
+        })?;
+        if count == 0 {
+            return Ok(());
+        }
+        let bytes = count * t.size();
+        for r in 0..2 {
+            if send[r].buf.gpu().ordinal() != self.gpus[r].ordinal()
+                || recv[r].buf.gpu().ordinal() != self.gpus[r].ordinal()
+            {
+                return Err(Error::invalid_argument(format!(
+                    "rank {r}'s buffers must be on GPU {}",
+                    self.gpus[r].ordinal()
+                )));
+            }
+        }
+        let s = [
+            send[0].ptr_for(bytes, "send 0")?,
+            send[1].ptr_for(bytes, "send 1")?,
+        ];
+        let d = [
+            recv[0].ptr_for(bytes, "recv 0")?,
+            recv[1].ptr_for(bytes, "recv 1")?,
+        ];
+        for r in 0..2 {
+            if d[r] != s[r] && d[r] < s[r] + bytes as u64 && s[r] < d[r] + bytes as u64 {
+                return Err(Error::invalid_argument(format!(
+                    "rank {r}: send and recv overlap without being the same buffer"
+                )));
+            }
+        }
+        let vec = (s[0] | s[1] | d[0] | d[1]) % 16 == 0;
+        // Both GPUs must run the same barriers: if either rank works in
+        // place, both use the in-place protocol (also safe out of place).
+        let inplace = d[0] == s[0] || d[1] == s[1];
+        let (blocks, rounds) = plan(count, t, vec);
+        let seq = self.seq;
+        self.seq += rounds + 3; // past every barrier value this call can use
+        let functions = match self.functions.get(&name) {
+            Some(f) => *f,
+            None => {
+                let f = [
+                    self.modules[0].function(&name)?,
+                    self.modules[1].function(&name)?,
+                ];
+                self.functions.insert(name, f);
+                f
+            }
+        };
+        for r in 0..2 {
+            let args = ArArgs {
+                in0: s[0],
+                in1: s[1],
+                out: d[r],
+                my_flags: self.flags[r].ptr(),
+                peer_flags: self.flags[1 - r].ptr(),
+                count: count as u64,
+                seq,
+                scale: 0.5,
+                nranks: 2,
+                inplace: inplace as u32,
+                vec: vec as u32,
+                pad: 0,
+            };
+            let mut a = args;
+            let mut params = [&mut a as *mut ArArgs as *mut c_void];
+            // SAFETY: the kernel takes one `ArArgs` by value, laid out as the
+            // repr(C) struct above; every pointer in it is inside a live
+            // allocation (checked) on a GPU that this one has peer access to,
+            // and the flags hold MAX_BLOCKS >= blocks words.
+            unsafe { self.gpus[r].launch(functions[r], blocks, THREADS, &mut params)? };
+        }
+        Ok(())
+    }
+
+    /// Waits for both GPUs.
+    pub fn synchronize(&self) -> Result<()> {
+        self.gpus[0].synchronize()?;
+        self.gpus[1].synchronize()
+    }
+
+    /// The GPUs, in rank order.
+    pub fn gpus(&self) -> [&'g Gpu; 2] {
+        self.gpus
+    }
+}
+
+/// Copies `bytes` from `src` to `dst` with the copy kernel on `gpu`'s stream
+/// (either may be a peer's buffer when peer access is enabled).
+pub fn copy(
+    gpu: &Gpu,
+    module: &Module<'_>,
+    dst: At<'_, '_>,
+    src: At<'_, '_>,
+    bytes: usize,
+) -> Result<()> {
+    let d = dst.ptr_for(bytes, "copy dst")?;
+    let s = src.ptr_for(bytes, "copy src")?;
+    let f: sys::CUfunction = module.function("oxccl_copy")?;
+    let (mut d, mut s, mut n) = (d, s, bytes as u64);
+    let blocks = (bytes as u64 / 16).div_ceil(THREADS as u64).clamp(1, 264) as u32;
+    let mut params = [
+        &mut d as *mut u64 as *mut c_void,
+        &mut s as *mut u64 as *mut c_void,
+        &mut n as *mut u64 as *mut c_void,
+    ];
+    // SAFETY: oxccl_copy(void*, const void*, u64): three 8-byte values; the
+    // ranges are inside live allocations (checked).
+    unsafe { gpu.launch(f, blocks, THREADS, &mut params) }
+}

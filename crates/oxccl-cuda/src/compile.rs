@@ -1,0 +1,276 @@
+//! NVRTC compilation with an on-disk cache of CUBINs.
+//!
+//! A program is compiled for one real architecture (`sm_90`: machine code, no
+//! PTX, so the driver JIT is never involved) with `--std=c++17`, and the CUBIN
+//! is stored under the cache folder as
+//! `<program>-sm_<arch>-nvrtc<major>.<minor>-<hash>.cubin`, where the hash is
+//! SHA-256 over the program's text, the headers' names and texts and the
+//! options. A second process start finds the file and compiles nothing.
+//!
+//! The folder is `OXCCL_CACHE_DIR`, else `$XDG_CACHE_HOME/oxccl/kernels`,
+//! else `$HOME/.cache/oxccl/kernels`; when none can be created the CUBIN is
+//! only kept in memory. Files are written to a temporary name and renamed, so
+//! concurrent processes never read half a file.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, CString};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use cudarc::nvrtc::sys;
+use oxccl_core::{Error, ErrorKind, Result};
+use sha2::{Digest, Sha256};
+
+use crate::kernels::{KernelSource, HEADERS};
+use crate::loader;
+
+/// A compiled program.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// The CUBIN.
+    pub image: Arc<Vec<u8>>,
+    /// Where it came from.
+    pub origin: Origin,
+    /// The cache file (read or written), if any.
+    pub cache_file: Option<PathBuf>,
+}
+
+/// Where a compiled program came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Origin {
+    /// Compiled by NVRTC now, taking this many milliseconds.
+    Compiled(f64),
+    /// Read from the disk cache.
+    DiskCache,
+    /// Already compiled or read by this process.
+    Memory,
+}
+
+/// The default cache folder (see the module docs).
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(v) = std::env::var_os("OXCCL_CACHE_DIR").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(v));
+    }
+    if let Some(v) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(v).join("oxccl/kernels"));
+    }
+    std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .map(|h| PathBuf::from(h).join(".cache/oxccl/kernels"))
+}
+
+/// NVRTC options for `arch` (e.g. 90 for sm_90).
+pub fn options(arch: u32) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture=sm_{arch}"),
+        "--std=c++17".into(),
+    ]
+}
+
+/// The cache file name for `src` compiled for `arch` by NVRTC `version`.
+pub fn cache_file_name(src: &KernelSource, arch: u32, version: (i32, i32)) -> String {
+    let mut h = Sha256::new();
+    h.update(src.name.as_bytes());
+    h.update([0]);
+    h.update(src.source.as_bytes());
+    for (name, text) in HEADERS {
+        h.update([0]);
+        h.update(name.as_bytes());
+        h.update([0]);
+        h.update(text.as_bytes());
+    }
+    for o in options(arch) {
+        h.update([0]);
+        h.update(o.as_bytes());
+    }
+    let digest = h.finalize();
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let stem = src.name.trim_end_matches(".cu");
+    format!(
+        "{stem}-sm_{arch}-nvrtc{}.{}-{hex}.cubin",
+        version.0, version.1
+    )
+}
+
+type MemKey = (String, u32, Option<PathBuf>);
+static MEMORY: OnceLock<Mutex<HashMap<MemKey, Arc<Vec<u8>>>>> = OnceLock::new();
+
+/// The CUBIN of `src` for `arch`: from this process's memory, else the disk
+/// cache in `cache_dir` (None: no disk cache), else compiled by NVRTC (and
+/// stored).
+pub fn compile_cached(src: &KernelSource, arch: u32, cache_dir: Option<&Path>) -> Result<Compiled> {
+    let info = loader::nvrtc()?;
+    let file_name = cache_file_name(src, arch, info.version);
+    let key = (file_name.clone(), arch, cache_dir.map(Path::to_path_buf));
+    let mem = MEMORY.get_or_init(Default::default);
+    if let Some(img) = mem.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(Compiled {
+            image: img.clone(),
+            origin: Origin::Memory,
+            cache_file: cache_dir.map(|d| d.join(&file_name)),
+        });
+    }
+    let path = cache_dir.map(|d| d.join(&file_name));
+    if let Some(p) = &path {
+        if let Ok(bytes) = std::fs::read(p) {
+            if !bytes.is_empty() {
+                let img = Arc::new(bytes);
+                mem.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key, img.clone());
+                return Ok(Compiled {
+                    image: img,
+                    origin: Origin::DiskCache,
+                    cache_file: path,
+                });
+            }
+        }
+    }
+    let t = Instant::now();
+    let bytes = compile_now(src, arch)?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let img = Arc::new(bytes);
+    let mut stored = None;
+    if let (Some(dir), Some(p)) = (cache_dir, &path) {
+        if store(dir, p, &img).is_ok() {
+            stored = Some(p.clone());
+        }
+    }
+    mem.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, img.clone());
+    Ok(Compiled {
+        image: img,
+        origin: Origin::Compiled(ms),
+        cache_file: stored,
+    })
+}
+
+/// Compiles `src` for `arch` with the default cache folder.
+pub fn compile(src: &KernelSource, arch: u32) -> Result<Compiled> {
+    compile_cached(src, arch, default_cache_dir().as_deref())
+}
+
+fn store(dir: &Path, path: &Path, img: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("kernel"),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, img)?;
+    std::fs::rename(&tmp, path)
+}
+
+fn nvrtc_err(what: &str, r: sys::nvrtcResult) -> Error {
+    Error::new(ErrorKind::UnhandledCuda, format!("{what} failed: {r:?}"))
+}
+
+/// Compiles without any cache. Errors carry NVRTC's log.
+pub fn compile_now(src: &KernelSource, arch: u32) -> Result<Vec<u8>> {
+    loader::nvrtc()?;
+    loader::guarded("NVRTC", || compile_inner(src, arch))
+}
+
+fn cstring(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::internal("NUL byte in a kernel source or option"))
+}
+
+fn compile_inner(src: &KernelSource, arch: u32) -> Result<Vec<u8>> {
+    let text = cstring(src.source)?;
+    let name = cstring(src.name)?;
+    let hdr_texts: Vec<CString> = HEADERS
+        .iter()
+        .map(|h| cstring(h.1))
+        .collect::<Result<_>>()?;
+    let hdr_names: Vec<CString> = HEADERS
+        .iter()
+        .map(|h| cstring(h.0))
+        .collect::<Result<_>>()?;
+    let hdr_text_ptrs: Vec<*const c_char> = hdr_texts.iter().map(|c| c.as_ptr()).collect();
+    let hdr_name_ptrs: Vec<*const c_char> = hdr_names.iter().map(|c| c.as_ptr()).collect();
+    let opts: Vec<CString> = options(arch)
+        .iter()
+        .map(|o| cstring(o))
+        .collect::<Result<_>>()?;
+    let opt_ptrs: Vec<*const c_char> = opts.iter().map(|c| c.as_ptr()).collect();
+
+    let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: every pointer is a live NUL-terminated string; the arrays hold
+    // `HEADERS.len()` entries each; nvrtc copies what it needs.
+    let r = unsafe {
+        sys::nvrtcCreateProgram(
+            &mut prog,
+            text.as_ptr(),
+            name.as_ptr(),
+            hdr_text_ptrs.len() as i32,
+            hdr_text_ptrs.as_ptr(),
+            hdr_name_ptrs.as_ptr(),
+        )
+    };
+    if r != sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(nvrtc_err("nvrtcCreateProgram", r));
+    }
+    struct Prog(sys::nvrtcProgram);
+    impl Drop for Prog {
+        fn drop(&mut self) {
+            // SAFETY: created above, destroyed once.
+            unsafe {
+                sys::nvrtcDestroyProgram(&mut self.0);
+            }
+        }
+    }
+    let prog = Prog(prog);
+    // SAFETY: `prog` is live; `opt_ptrs` holds `opts.len()` live strings.
+    let r = unsafe { sys::nvrtcCompileProgram(prog.0, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
+    if r != sys::nvrtcResult::NVRTC_SUCCESS {
+        let log = program_log(prog.0);
+        return Err(Error::new(
+            ErrorKind::UnhandledCuda,
+            format!(
+                "NVRTC could not compile {} for sm_{arch} ({r:?}):\n{log}",
+                src.name
+            ),
+        ));
+    }
+    let mut size = 0usize;
+    // SAFETY: `prog` compiled; writes one usize.
+    let r = unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) };
+    if r != sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(nvrtc_err("nvrtcGetCUBINSize", r));
+    }
+    let mut buf = vec![0u8; size];
+    // SAFETY: `buf` has the `size` bytes nvrtc asked for.
+    let r = unsafe { sys::nvrtcGetCUBIN(prog.0, buf.as_mut_ptr() as *mut c_char) };
+    if r != sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(nvrtc_err("nvrtcGetCUBIN", r));
+    }
+    if buf.is_empty() {
+        return Err(Error::new(
+            ErrorKind::UnhandledCuda,
+            format!("NVRTC produced an empty CUBIN for {}", src.name),
+        ));
+    }
+    Ok(buf)
+}
+
+fn program_log(prog: sys::nvrtcProgram) -> String {
+    let mut size = 0usize;
+    // SAFETY: `prog` is live; writes one usize.
+    if unsafe { sys::nvrtcGetProgramLogSize(prog, &mut size) } != sys::nvrtcResult::NVRTC_SUCCESS {
+        return String::from("(no log)");
+    }
+    let mut buf = vec![0u8; size.max(1)];
+    // SAFETY: `buf` holds the `size` bytes nvrtc asked for.
+    if unsafe { sys::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char) }
+        != sys::nvrtcResult::NVRTC_SUCCESS
+    {
+        return String::from("(no log)");
+    }
+    String::from_utf8_lossy(&buf)
+        .trim_end_matches('\0')
+        .to_string()
+}

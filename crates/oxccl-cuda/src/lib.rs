@@ -1,0 +1,22 @@
+//! oxccl's CUDA executor (first slice): guarded driver and NVRTC loading,
+//! CUDA C++ kernels compiled by NVRTC with an on-disk cache, device memory and
+//! peer access, and a one-shot all-reduce for two GPUs in one process.
+//!
+//! Everything builds and tests without CUDA: CUDA is reached through cudarc's
+//! dynamic loading, and every entry point first checks (with `dlopen`/`dlsym`,
+//! see [`loader`]) that the library and symbols cudarc would load are there,
+//! so a machine without a GPU gets an [`oxccl_core::Error`] ("no CUDA driver:
+//! ..."), never a panic.
+//!
+//! `unsafe` lives in [`loader`] (dlopen/dlsym), [`compile`] (NVRTC) and
+//! [`device`]/[`allreduce`] (driver calls); each block has a `// SAFETY:` line.
+
+pub mod allreduce;
+pub mod compile;
+pub mod device;
+pub mod kernels;
+pub mod loader;
+
+pub use allreduce::OneShot2;
+pub use device::{DeviceBuffer, Event, Gpu};
+pub use loader::{driver, nvrtc, probe_driver, DriverInfo, NvrtcInfo, Unavailable};

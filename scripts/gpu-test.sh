@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs oxccl-cuda's GPU tests ON the GPU test machine, from the repo root.
+#
+# Build here first (the GPU machine has no Rust toolchain):
+#   scripts/gpu-test.sh --build      # on the development machine: builds the
+#                                    # release test binaries into .devcarry/
+# then on the GPU machine (e.g. through the device tool, carrying .devcarry):
+#   scripts/gpu-test.sh              # runs them and prints a pass/fail table
+#
+# NVLink multicast stays off in everything this starts (shared/gpu.md rules).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CARRY=.devcarry/oxccl-cuda
+
+if [ "${1:-}" = "--build" ]; then
+  set -e
+  rm -rf "$CARRY" && mkdir -p "$CARRY"
+  # The test executables, found through cargo's JSON messages.
+  cargo test --release -p oxccl-cuda --no-run --message-format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])' |
+    while read -r name exe; do
+      [ "$name" = oxccl_cuda ] && continue # the library's unit tests: none need a GPU
+      # Debug info off: the device tool carries at most 64 MiB.
+      objcopy --strip-debug "$exe" "$CARRY/$name"; echo "carried $name"
+    done
+  ls -la "$CARRY"
+  exit 0
+fi
+
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+for d in /usr/local/cuda-13.0/targets/x86_64-linux/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
+done
+export OXCCL_CACHE_DIR="${OXCCL_CACHE_DIR:-$(mktemp -d /tmp/oxccl-cache.XXXXXX)}"
+OUTDIR="${OUT:-/tmp/oxccl-gpu-test}"
+mkdir -p "$OUTDIR"
+
+echo "== machine"
+date -u +%FT%TZ
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+nvidia-smi topo -m
+echo "OXCCL_CACHE_DIR=$OXCCL_CACHE_DIR"
+
+declare -a rows
+run() { # name, command...
+  local name=$1; shift
+  echo; echo "== $name: $*"
+  local t0=$(date +%s.%N)
+  timeout "${OXCCL_TEST_TIMEOUT:-180}" "$@" 2>&1 | tee "$OUTDIR/$name.log"
+  local rc=${PIPESTATUS[0]}
+  local t1=$(date +%s.%N)
+  local secs=$(python3 -c "print(f'{$t1-$t0:.1f}')")
+  local skipped=$(grep -c SKIPPED "$OUTDIR/$name.log")
+  rows+=("$(printf '%-34s %-5s %6ss  skipped-lines=%s' "$name" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$secs" "$skipped")")
+}
+
+B=$CARRY
+run no_driver        "$B/no_driver" --nocapture --test-threads=1
+run kernels_compile  env OXCCL_REQUIRE_NVRTC=1 "$B/kernels_compile" --nocapture
+run gpu_first_start  "$B/gpu" --nocapture --test-threads=1
+# A second process start: every kernel must come from the disk cache.
+run gpu_second_start "$B/gpu" --nocapture --test-threads=1 device_memory_round_trip_and_copy_kernel
+grep -q "copy.cu: DiskCache" "$OUTDIR/gpu_second_start.log" && echo "second start: kernels from the disk cache" \
+  || rows+=("second start did not read the disk cache   FAIL")
+ls -la "$OXCCL_CACHE_DIR"
+run timing           "$B/gpu" --nocapture --ignored --test-threads=1 timing_one_shot_all_reduce
+
+if [ -x /opt/torch/.venv/bin/python3 ] && [ -f scripts/nccl_allreduce_timing.py ]; then
+  OXCCL_TEST_TIMEOUT=120 run nccl_reference /opt/torch/.venv/bin/python3 -m torch.distributed.run --standalone --nproc-per-node=2 scripts/nccl_allreduce_timing.py
+fi
+
+echo; echo "== summary"
+printf '%s\n' "${rows[@]}" | tee "$OUTDIR/summary.txt"
+! printf '%s\n' "${rows[@]}" | grep -q FAIL
