@@ -12,12 +12,13 @@ PY=${GLOO_PYTHON:-python3}
 MAX=$((128 << 20))
 out=$(mktemp -d)
 cargo build --release -q --bin oxccl
+OXCCL="${CARGO_TARGET_DIR:-target}/release/oxccl"
 if ! "$PY" -c "import torch.distributed" 2>/dev/null; then
   echo "no torch for $PY: set GLOO_PYTHON to a python with torch installed" >&2
   exit 2
 fi
 for r in $(seq 1 "$ROUNDS"); do
-  target/release/oxccl perf all_reduce --ranks 2 -b 8 -e $MAX -f 2 -n 50 -w 10 -c 1 \
+  "$OXCCL" perf all_reduce --ranks 2 -b 8 -e $MAX -f 2 -n 50 -w 10 -c 1 \
     -J "$out/oxccl.$r.json" > "$out/oxccl.$r.txt"
   "$PY" bench/gloo_all_reduce.py 2 8 $MAX 2>/dev/null | grep -v '^#' > "$out/gloo.$r.txt"
 done
