@@ -15,8 +15,10 @@ CARRY=.devcarry/oxccl-cuda
 if [ "${1:-}" = "--build" ]; then
   set -e
   rm -rf "$CARRY" && mkdir -p "$CARRY"
-  # The test executables, found through cargo's JSON messages.
-  cargo test --release -p oxccl-cuda --no-run --message-format=json 2>/dev/null |
+  # The test executables, found through cargo's JSON messages: oxccl-cuda's
+  # and the C API's GPU routing test.
+  { cargo test --release -p oxccl-cuda --no-run --message-format=json 2>/dev/null
+    cargo test --release -p oxccl-nccl --test gpu_abi --no-run --message-format=json 2>/dev/null; } |
     python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -29,7 +31,14 @@ for line in sys.stdin:
       # Debug info off: the device tool carries at most 64 MiB.
       objcopy --strip-debug "$exe" "$CARRY/$name"; echo "carried $name"
     done
-  ls -la "$CARRY"
+  # libnccl.so.2 + nccl.h for C programs and nccl-tests (NCCL_HOME layout).
+  cargo build --release -p oxccl-nccl --lib
+  L=.devcarry/oxccl-nccl
+  rm -rf "$L" && mkdir -p "$L/lib" "$L/include"
+  objcopy --strip-debug "${CARGO_TARGET_DIR:-target}/release/libnccl.so" "$L/lib/libnccl.so"
+  ln -sf libnccl.so "$L/lib/libnccl.so.2"
+  cp crates/oxccl-nccl/include/nccl.h "$L/include/"
+  ls -la "$CARRY" "$L/lib"
   exit 0
 fi
 
@@ -69,9 +78,10 @@ run gpu_second_start "$B/gpu" --nocapture --test-threads=1 device_memory_round_t
 grep -q "copy.cu: DiskCache" "$OUTDIR/gpu_second_start.log" && echo "second start: kernels from the disk cache" \
   || rows+=("second start did not read the disk cache   FAIL")
 ls -la "$OXCCL_CACHE_DIR"
+run gpu_abi          "$B/gpu_abi" --nocapture --test-threads=1
 run timing           "$B/gpu" --nocapture --ignored --test-threads=1 timing_one_shot_all_reduce
 
-if [ -x /opt/torch/.venv/bin/python3 ] && [ -f scripts/nccl_allreduce_timing.py ]; then
+if [ -z "${OXCCL_SKIP_TORCH:-}" ] && [ -x /opt/torch/.venv/bin/python3 ] && [ -f scripts/nccl_allreduce_timing.py ]; then
   OXCCL_TEST_TIMEOUT=120 run nccl_reference /opt/torch/.venv/bin/python3 -m torch.distributed.run --standalone --nproc-per-node=2 scripts/nccl_allreduce_timing.py
 fi
 

@@ -1,16 +1,31 @@
 // One-shot all-reduce for two GPUs with peer-mapped buffers.
 //
-// Each GPU runs the same grid. Block b of GPU r and block b of the peer form
-// a pair that owns the same slices of the buffer. A pair meets at a
-// flag barrier (common.cuh), then each side reads both inputs (its own and the
-// peer's, through the peer mapping), reduces them in rank order (x0 op x1,
-// so both GPUs produce the same bits) and writes its own output.
+// Each GPU runs the same grid (both sides compute it from count and type).
+// Block b of GPU r and block b of the peer form a pair that owns the same
+// slices of the buffer. A pair meets at a flag barrier (common.cuh), then each
+// side reads both inputs (its own and the peer's, through the peer mapping),
+// reduces them in rank order (x0 op x1, so both GPUs produce the same bits)
+// and writes its own output.
+//
+// Each GPU's launch knows only its own buffers: the peer's input pointer
+// travels through a mailbox next to the flags. At the entry barrier block b
+// writes {its input pointer, its bits} into the peer's mailbox slot b, then
+// releases the peer's flag b; after acquiring its own flag it reads the
+// peer's slot. So the two launches are independent (no host matching, no
+// host round trip): each GPU's n-th call meets the peer's n-th call.
+// A mailbox slot is rewritten only by the peer's next call, whose entry comes
+// after this call's last barrier, which this block signals only after it read
+// the slot.
+//
+// Both sides must take the same protocol: the bits say "my pointers are not
+// 16-byte aligned" (then both move single elements) and "I work in place"
+// (then both use the in-place protocol, also safe out of place).
 //
 // Cost per GPU: reads 2S (S local + S over NVLink), writes S, 2 barriers
 // (entry: the peer's input is ready; exit: the peer finished reading ours, so
-// the caller may overwrite it once the kernel returns). Aimed at small
-// messages, where the floor is one launch (~4 us) plus one NVLink round trip;
-// at 1 MB the peer read is ~2.8 us at the ~370 GB/s measured for SM reads.
+// the caller may overwrite it once the kernel returns). Floor: one launch
+// (~4 us) plus one NVLink round trip for small messages; S / (peer-read
+// bandwidth, ~370 GB/s measured) for large ones.
 //
 // In place (out aliases the local input) a round loads its values into
 // registers, meets the peer again (the peer has loaded them too), and only
@@ -18,22 +33,23 @@
 //
 // Barrier values: the host passes `seq`, the first value of this call, and
 // moves its counter past seq + rounds + 3, an upper bound on the barriers any
-// block does here, so values on every flag word only grow.
+// block does here, so values on every flag word only grow (an epoch counter:
+// a flag left by an earlier call can never satisfy a later call's wait).
 #include "common.cuh"
 
+// Flag words per GPU; the mailbox (2 words per block) follows them.
+#define OXCCL_MAX_BLOCKS 128
+
 struct ArArgs {
-    const void* in0;   // rank 0's input (local or peer pointer)
-    const void* in1;   // rank 1's input
+    const void* in;    // this GPU's input
     void* out;         // this GPU's output
-    u64* my_flags;     // this GPU's flag words (written by the peer), one per block
-    u64* peer_flags;   // the peer's flag words (through the peer mapping)
+    u64* my_flags;     // this GPU's flags + mailbox (written by the peer)
+    u64* peer_flags;   // the peer's flags + mailbox (through the peer mapping)
     u64 count;         // elements
     u64 seq;           // first barrier value of this call
     double scale;      // float avg: the pre-multiplier (1 / nranks)
     u32 nranks;        // integer avg divides by this
-    u32 inplace;       // out aliases this GPU's input
-    u32 vec;           // in0, in1 and out are 16-byte aligned: move 16-byte packs
-    u32 pad_;
+    u32 rank;          // 0 or 1: which input is x0
 };
 
 enum { OP_SUM = 0, OP_PROD = 1, OP_MAX = 2, OP_MIN = 3, OP_AVG = 4 };
@@ -160,7 +176,8 @@ __device__ __forceinline__ typename E::S red_unit(typename E::S a, typename E::S
 // Every block runs the same number of rounds (barriers must pair up).
 template <typename E, int OP, typename Unit>
 __device__ __forceinline__ void ar_rounds(const Unit* x0, const Unit* x1, Unit* o, u64 n,
-                                          const ArArgs& a, u64& seq, u64* myf, u64* pf) {
+                                          const ArArgs& a, bool inplace, u64& seq, u64* myf,
+                                          u64* pf) {
     typedef typename E::A A;
     const A scale = (A)a.scale;
     const u64 per_block = (u64)blockDim.x * OXCCL_UNROLL;
@@ -177,7 +194,7 @@ __device__ __forceinline__ void ar_rounds(const Unit* x0, const Unit* x1, Unit* 
                 v1[j] = ldcg(x1 + i);
             }
         }
-        if (a.inplace) pair_barrier(myf, pf, seq++);
+        if (inplace) pair_barrier(myf, pf, seq++);
 #pragma unroll
         for (int j = 0; j < OXCCL_UNROLL; j++) {
             const u64 i = base + (u64)j * blockDim.x;
@@ -189,33 +206,59 @@ __device__ __forceinline__ void ar_rounds(const Unit* x0, const Unit* x1, Unit* 
 template <typename E, int OP>
 __device__ __forceinline__ void one_shot(const ArArgs& a) {
     typedef typename E::S S;
+    __shared__ u64 peer_box[2];
     u64* myf = a.my_flags + blockIdx.x;
     u64* pf = a.peer_flags + blockIdx.x;
     u64 seq = a.seq;
-    pair_barrier(myf, pf, seq++);  // entry: the peer's input is ready
-    if (a.vec) {
+    const u64 my_bits = ((((u64)a.in | (u64)a.out) & 15) != 0 ? 1ull : 0ull) |
+                        (a.in == (const void*)a.out ? 2ull : 0ull);
+    // Entry: post our input pointer in the peer's mailbox, then meet the peer
+    // (its input is ready, and its pointer is in our mailbox).
+    if (threadIdx.x == 0) {
+        volatile u64* box = (volatile u64*)(a.peer_flags + OXCCL_MAX_BLOCKS + 2 * blockIdx.x);
+        box[0] = (u64)a.in;
+        box[1] = my_bits;
+        __threadfence_system();
+        st_release_sys(pf, seq);
+        while (ld_acquire_sys(myf) < seq) {
+        }
+        const volatile u64* mine =
+            (const volatile u64*)(a.my_flags + OXCCL_MAX_BLOCKS + 2 * blockIdx.x);
+        peer_box[0] = mine[0];
+        peer_box[1] = mine[1];
+    }
+    __syncthreads();
+    seq++;
+    const void* peer_in = (const void*)peer_box[0];
+    const u64 bits = my_bits | peer_box[1];
+    const bool vec = (bits & 1) == 0;
+    const bool inplace = (bits & 2) != 0;
+    const void* in0 = a.rank == 0 ? a.in : peer_in;
+    const void* in1 = a.rank == 0 ? peer_in : a.in;
+    if (vec) {
         constexpr u64 N = 16 / sizeof(S);
         const u64 nvec = a.count / N;
-        ar_rounds<E, OP, uint4>((const uint4*)a.in0, (const uint4*)a.in1, (uint4*)a.out, nvec,
-                                a, seq, myf, pf);
+        ar_rounds<E, OP, uint4>((const uint4*)in0, (const uint4*)in1, (uint4*)a.out, nvec, a,
+                                inplace, seq, myf, pf);
         const u64 tail = a.count - nvec * N;  // fewer than N elements, done by block 0
         if (tail != 0 && blockIdx.x == 0) {
-            const S* x0 = (const S*)a.in0 + nvec * N;
-            const S* x1 = (const S*)a.in1 + nvec * N;
+            const S* x0 = (const S*)in0 + nvec * N;
+            const S* x1 = (const S*)in1 + nvec * N;
             S* o = (S*)a.out + nvec * N;
             S v0 = S(), v1 = S();
             if (threadIdx.x < tail) {
                 v0 = ldcg(x0 + threadIdx.x);
                 v1 = ldcg(x1 + threadIdx.x);
             }
-            if (a.inplace) pair_barrier(myf, pf, seq++);
+            if (inplace) pair_barrier(myf, pf, seq++);
             if (threadIdx.x < tail)
                 o[threadIdx.x] = red2<E, OP>(v0, v1, (typename E::A)a.scale, a.nranks);
         }
     } else {
-        ar_rounds<E, OP, S>((const S*)a.in0, (const S*)a.in1, (S*)a.out, a.count, a, seq, myf, pf);
+        ar_rounds<E, OP, S>((const S*)in0, (const S*)in1, (S*)a.out, a.count, a, inplace, seq,
+                            myf, pf);
     }
-    if (!a.inplace) pair_barrier(myf, pf, seq++);  // exit: the peer is done with our input
+    if (!inplace) pair_barrier(myf, pf, seq++);  // exit: the peer is done with our input
 }
 
 typedef IntE<signed char, unsigned int> I8E;

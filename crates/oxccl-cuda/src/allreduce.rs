@@ -18,25 +18,50 @@ use crate::kernels;
 pub const THREADS: u32 = 512;
 /// Units (16-byte packs or elements) per thread per round (`OXCCL_UNROLL`).
 pub const UNROLL: u64 = 2;
-/// Most blocks per launch: one flag word per block on each GPU.
-pub const MAX_BLOCKS: u32 = 64;
+/// Most blocks per launch (`OXCCL_MAX_BLOCKS`): one flag word and a two-word
+/// mailbox slot per block on each GPU. 128 <= 132 SMs of an H100/H200, so
+/// every block of a launch can be resident at once (a block waits for its
+/// partner on the peer GPU, never for another block of its own grid).
+pub const MAX_BLOCKS: u32 = 128;
+/// Words of the flags buffer: flags, then the mailbox.
+pub const FLAG_WORDS: usize = 3 * MAX_BLOCKS as usize;
+/// Bytes of the flags buffer each GPU of a pair allocates (zeroed).
+pub const FLAG_BYTES: usize = FLAG_WORDS * 8;
 
-/// `struct ArArgs` of `allreduce.cu`, field for field.
+/// `struct ArArgs` of `allreduce.cu`, field for field (64 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct ArArgs {
-    in0: u64,
-    in1: u64,
-    out: u64,
-    my_flags: u64,
-    peer_flags: u64,
-    count: u64,
-    seq: u64,
-    scale: f64,
-    nranks: u32,
-    inplace: u32,
-    vec: u32,
-    pad: u32,
+pub struct ArArgs {
+    /// This GPU's input.
+    pub input: u64,
+    /// This GPU's output.
+    pub output: u64,
+    /// This GPU's flags + mailbox.
+    pub my_flags: u64,
+    /// The peer's flags + mailbox (a peer pointer).
+    pub peer_flags: u64,
+    /// Elements.
+    pub count: u64,
+    /// First barrier value of this call.
+    pub seq: u64,
+    /// Float avg's pre-multiplier.
+    pub scale: f64,
+    /// Integer avg's divisor.
+    pub nranks: u32,
+    /// 0 or 1.
+    pub rank: u32,
+}
+
+/// Most blocks a launch uses: `OXCCL_CUDA_AR_BLOCKS` (1..=128), else 128.
+pub fn block_limit() -> u32 {
+    static L: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *L.get_or_init(|| {
+        std::env::var("OXCCL_CUDA_AR_BLOCKS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .map(|v| v.clamp(1, MAX_BLOCKS))
+            .unwrap_or(MAX_BLOCKS)
+    })
 }
 
 /// The kernel name's type part.
@@ -74,18 +99,60 @@ pub fn kernel_name(t: DataType, op: RedOp) -> Option<String> {
     Some(format!("oxccl_ar1_{}_{}", type_tag(t), op_tag(op)?))
 }
 
-/// Blocks and rounds for `count` elements of `t` (`vec`: 16-byte packs).
-/// Both GPUs compute the same plan.
-pub fn plan(count: usize, t: DataType, vec: bool) -> (u32, u64) {
-    let units = if vec {
-        (count * t.size() / 16) as u64
-    } else {
-        count as u64
-    };
+/// The grid and the barrier budget of a call: (blocks, sequence values
+/// the call may use). Both GPUs compute it from `count` and `t` alone (each
+/// launch knows only its own pointers), so their grids match: blocks cover
+/// the buffer in 16-byte packs, and the budget is an upper bound that also
+/// holds when the kernel falls back to single elements (misaligned buffers).
+pub fn plan(count: usize, t: DataType, max_blocks: u32) -> (u32, u64) {
+    let packs = (count as u64 * t.size() as u64) / 16;
     let per_block = THREADS as u64 * UNROLL;
-    let blocks = units.div_ceil(per_block).clamp(1, MAX_BLOCKS as u64);
-    let rounds = units.div_ceil(per_block * blocks);
-    (blocks as u32, rounds)
+    let blocks = packs
+        .div_ceil(per_block)
+        .clamp(1, max_blocks.clamp(1, MAX_BLOCKS) as u64);
+    // entry + one per round (in place) + the tail's + exit
+    let rounds = (count as u64).div_ceil(per_block * blocks);
+    (blocks as u32, rounds + 3)
+}
+
+/// Launches this GPU's half of a one-shot all-reduce on `stream` (the
+/// context that owns `f` and `stream` must be current).
+///
+/// # Safety
+/// `args` must describe live device memory: `input`/`output` hold `count`
+/// elements on this GPU, `my_flags`/`peer_flags` are [`FLAG_BYTES`] flag
+/// buffers of this GPU and of a peer this context has peer access to, and
+/// the peer must launch its half with the same `count`, type, `seq` and grid.
+pub unsafe fn launch_half(
+    f: sys::CUfunction,
+    blocks: u32,
+    stream: sys::CUstream,
+    args: ArArgs,
+) -> Result<()> {
+    let mut a = args;
+    let mut params = [&mut a as *mut ArArgs as *mut c_void];
+    crate::loader::guarded("cuLaunchKernel", || {
+        // SAFETY: the kernel takes one ArArgs by value, laid out as the repr(C)
+        // struct; the caller vouches for the pointers in it.
+        unsafe {
+            crate::device::check(
+                sys::cuLaunchKernel(
+                    f,
+                    blocks,
+                    1,
+                    1,
+                    THREADS,
+                    1,
+                    1,
+                    0,
+                    stream,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ),
+                "cuLaunchKernel",
+            )
+        }
+    })
 }
 
 /// A buffer and a byte offset into it.
@@ -141,7 +208,7 @@ impl<'g> OneShot2<'g> {
         let mut flags = Vec::new();
         let mut modules = Vec::new();
         for g in gpus {
-            let f = g.alloc(MAX_BLOCKS as usize * 8)?;
+            let f = g.alloc(FLAG_BYTES)?;
             f.fill(0)?;
             flags.push(f);
             let img = compile::compile(&kernels::ALLREDUCE, g.arch()?)?;
@@ -208,13 +275,9 @@ impl<'g> OneShot2<'g> {
                 )));
             }
         }
-        let vec = (s[0] | s[1] | d[0] | d[1]) % 16 == 0;
-        // Both GPUs must run the same barriers: if either rank works in
-        // place, both use the in-place protocol (also safe out of place).
-        let inplace = d[0] == s[0] || d[1] == s[1];
-        let (blocks, rounds) = plan(count, t, vec);
+        let (blocks, budget) = plan(count, t, block_limit());
         let seq = self.seq;
-        self.seq += rounds + 3; // past every barrier value this call can use
+        self.seq += budget; // past every barrier value this call can use
         let functions = match self.functions.get(&name) {
             Some(f) => *f,
             None => {
@@ -228,26 +291,22 @@ impl<'g> OneShot2<'g> {
         };
         for r in 0..2 {
             let args = ArArgs {
-                in0: s[0],
-                in1: s[1],
-                out: d[r],
+                input: s[r],
+                output: d[r],
                 my_flags: self.flags[r].ptr(),
                 peer_flags: self.flags[1 - r].ptr(),
                 count: count as u64,
                 seq,
                 scale: 0.5,
                 nranks: 2,
-                inplace: inplace as u32,
-                vec: vec as u32,
-                pad: 0,
+                rank: r as u32,
             };
-            let mut a = args;
-            let mut params = [&mut a as *mut ArArgs as *mut c_void];
-            // SAFETY: the kernel takes one `ArArgs` by value, laid out as the
-            // repr(C) struct above; every pointer in it is inside a live
-            // allocation (checked) on a GPU that this one has peer access to,
-            // and the flags hold MAX_BLOCKS >= blocks words.
-            unsafe { self.gpus[r].launch(functions[r], blocks, THREADS, &mut params)? };
+            self.gpus[r].bind()?;
+            // SAFETY: every pointer in `args` is inside a live allocation
+            // (checked) on a GPU that this one has peer access to; the flags
+            // hold FLAG_WORDS words; both halves get the same count, type,
+            // seq and grid.
+            unsafe { launch_half(functions[r], blocks, self.gpus[r].stream(), args)? };
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! oxccl's CUDA executor (first slice): guarded driver and NVRTC loading,
 //! CUDA C++ kernels compiled by NVRTC with an on-disk cache, device memory and
-//! peer access, and a one-shot all-reduce for two GPUs in one process.
+//! peer access, a one-shot all-reduce for two GPUs in one process, and what
+//! the C ABI needs to run it on the caller's streams ([`capi`]).
 //!
 //! Everything builds and tests without CUDA: CUDA is reached through cudarc's
 //! dynamic loading, and every entry point first checks (with `dlopen`/`dlsym`,
@@ -12,6 +13,7 @@
 //! [`device`]/[`allreduce`] (driver calls); each block has a `// SAFETY:` line.
 
 pub mod allreduce;
+pub mod capi;
 pub mod compile;
 pub mod device;
 pub mod kernels;

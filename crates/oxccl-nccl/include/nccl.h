@@ -29,6 +29,25 @@
 typedef struct CUstream_st* cudaStream_t;
 #endif
 
+/*
+ * Compiled by nvcc: CUDA's narrow float types, as programs written against
+ * NVIDIA's nccl.h expect them to be visible after including it (nccl-tests
+ * uses `half`, and `__nv_bfloat16` / `__nv_fp8_*` when CUDA's headers define
+ * __CUDA_BF16_TYPES_EXIST__ / __CUDA_FP8_TYPES_EXIST__). Plain C and C++
+ * builds include nothing from CUDA. Define OXCCL_NO_CUDA_FP_HEADERS to skip.
+ */
+#if defined(__CUDACC__) && !defined(OXCCL_NO_CUDA_FP_HEADERS) && defined(__has_include)
+#if __has_include(<cuda_fp16.h>)
+#include <cuda_fp16.h>
+#endif
+#if __has_include(<cuda_bf16.h>)
+#include <cuda_bf16.h>
+#endif
+#if __has_include(<cuda_fp8.h>)
+#include <cuda_fp8.h>
+#endif
+#endif
+
 #define NCCL_MAJOR 2
 #define NCCL_MINOR 27
 #define NCCL_PATCH 5

@@ -10,6 +10,7 @@ use crate::config;
 use crate::group::{self, Desc, OpSpec};
 use crate::handle::{self, lock, Comm, PreMul, State};
 use oxccl::{CollKind, Communicator, DataType, Error, ErrorKind, RedOp, Result, UniqueId};
+use oxccl_cuda::capi::{self as cuda, DevComm, Memory};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -85,6 +86,7 @@ pub(crate) unsafe fn collective(
     op: Option<c_int>,
     root: Option<c_int>,
     comm: ncclComm_t,
+    stream: *mut c_void,
 ) -> Result<()> {
     let r = (|| {
         let c = handle::lookup(comm, "comm")?;
@@ -135,6 +137,14 @@ pub(crate) unsafe fn collective(
                 "recvbuff is NULL with count {count}"
             )));
         }
+        if let Some(dev) = device_route(&c, kind, send, recv)? {
+            let launch = prepare_device(&dev, kind, send, recv, count, t, spec, stream)?;
+            if group::in_group() {
+                group::enqueue_device(c, launch);
+                return Ok(());
+            }
+            return launch.go();
+        }
         let d = Desc {
             kind,
             send: send.cast(),
@@ -155,6 +165,132 @@ pub(crate) unsafe fn collective(
         group::record_error(e);
     }
     r
+}
+
+/// The NCCL function behind a kind, for messages.
+pub(crate) fn coll_name(kind: CollKind) -> &'static str {
+    match kind {
+        CollKind::AllReduce => "ncclAllReduce",
+        CollKind::Broadcast => "ncclBroadcast",
+        CollKind::Reduce => "ncclReduce",
+        CollKind::AllGather => "ncclAllGather",
+        CollKind::ReduceScatter => "ncclReduceScatter",
+        CollKind::AllToAll => "ncclAlltoAll",
+        CollKind::Gather => "ncclGather",
+        CollKind::Scatter => "ncclScatter",
+        CollKind::Send => "ncclSend",
+        CollKind::Recv => "ncclRecv",
+    }
+}
+
+/// Where an operation runs: `None` for the host backend (no CUDA driver, or
+/// both buffers are host memory: NULL, pageable, pinned), `Some(gpu state)`
+/// for the CUDA path (device buffers of this communicator's GPU). Device
+/// buffers that the CUDA path cannot take are an error, never a host run
+/// (the host would dereference device pointers).
+pub(crate) fn device_route(
+    c: &Comm,
+    kind: CollKind,
+    send: *const c_void,
+    recv: *mut c_void,
+) -> Result<Option<Arc<DevComm>>> {
+    if !cuda::available() {
+        return Ok(None);
+    }
+    let ms = cuda::memory_of(send)?;
+    let mr = cuda::memory_of(recv as *const c_void)?;
+    let ord = match (ms, mr) {
+        (Memory::Host, Memory::Host) => return Ok(None),
+        (Memory::Device(a), Memory::Device(b)) if a != b => {
+            return Err(Error::invalid_argument(format!(
+                "sendbuff is on GPU {a} but recvbuff is on GPU {b}"
+            )))
+        }
+        (Memory::Device(a), Memory::Device(_)) => a,
+        (Memory::Device(a), Memory::Host) if recv.is_null() => a,
+        (Memory::Host, Memory::Device(b)) if send.is_null() => b,
+        (Memory::Device(a), Memory::Host) => {
+            return Err(Error::invalid_argument(format!(
+                "sendbuff is device memory of GPU {a} but recvbuff is host memory: both must be host memory or both device memory"
+            )))
+        }
+        (Memory::Host, Memory::Device(b)) => {
+            return Err(Error::invalid_argument(format!(
+                "recvbuff is device memory of GPU {b} but sendbuff is host memory: both must be host memory or both device memory"
+            )))
+        }
+    };
+    let name = coll_name(kind);
+    if kind != CollKind::AllReduce {
+        return Err(Error::invalid_usage(format!(
+            "{name} on device buffers is not supported by oxccl yet: on GPUs only ncclAllReduce runs (1 or 2 GPUs in one process); every collective runs on host buffers"
+        )));
+    }
+    let dev = match c.gpu() {
+        Some(Ok(d)) => d,
+        Some(Err(e)) => {
+            return Err(Error::new(
+                e.kind(),
+                format!(
+                    "{name} on device buffers: this communicator's GPU setup failed when it was created: {}",
+                    e.message()
+                ),
+            ))
+        }
+        None => {
+            return Err(Error::invalid_usage(format!(
+                "{name} on device buffers (GPU {ord}): this communicator has no GPU state; it was created without a current CUDA context (call cudaSetDevice before ncclCommInitRank*), or by ncclCommSplit, which oxccl's GPU path does not cover yet"
+            )))
+        }
+    };
+    if dev.ordinal() != ord {
+        return Err(Error::invalid_argument(format!(
+            "the buffers are on GPU {ord} but the communicator's device is GPU {}",
+            dev.ordinal()
+        )));
+    }
+    Ok(Some(dev))
+}
+
+/// Checks a device-buffer operation and prepares its launch.
+#[allow(clippy::too_many_arguments)]
+fn prepare_device(
+    dev: &Arc<DevComm>,
+    kind: CollKind,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    t: DataType,
+    spec: OpSpec,
+    stream: *mut c_void,
+) -> Result<cuda::Launch> {
+    let op = match spec {
+        OpSpec::Builtin(o) => o,
+        OpSpec::DeviceScalar(..) => {
+            return Err(Error::invalid_usage(format!(
+                "{} with a PreMulSum op on device buffers is not supported by oxccl yet",
+                coll_name(kind)
+            )))
+        }
+    };
+    dev.prepare_all_reduce(send as u64, recv as u64, count, t, op, stream as usize)
+}
+
+/// Sets up a rank's GPU state: WARNs when that fails (the communicator still
+/// works on host buffers; device buffers then get the error).
+fn setup_gpu(c: &Comm, ordinal: i32, key: &[u8], rank: usize, nranks: usize) {
+    let r = DevComm::new(ordinal, key, rank, nranks);
+    match &r {
+        Ok(_) => oxccl_env::info!(
+            oxccl_env::log::Subsys::INIT,
+            "rank {rank}/{nranks}: GPU {ordinal} ready (flags in device memory; all-reduce on device buffers runs on the GPU)"
+        ),
+        Err(e) => oxccl_env::warn!(
+            "rank {rank}/{nranks}: GPU {ordinal} setup failed, device buffers will be refused on this communicator: {}",
+            e.message()
+        ),
+    }
+    c.set_gpu(r);
 }
 
 pub(crate) unsafe fn get_version(version: *mut c_int) -> Result<()> {
@@ -228,7 +364,11 @@ pub(crate) unsafe fn init_rank_config(
         ))
     })?;
     let blocking = config::blocking(parsed.blocking);
-    let device = local_index(&bytes);
+    // The calling thread's current CUDA device (cudaSetDevice), read here:
+    // creation inside a group runs on other threads.
+    let cuda_dev = cuda::current_device();
+    let index = local_index(&bytes);
+    let device = cuda_dev.unwrap_or(index);
     let ocfg = parsed.config;
     if group::in_group() || !blocking {
         let c = Comm::new(
@@ -241,8 +381,14 @@ pub(crate) unsafe fn init_rank_config(
         let h = handle::register(c.clone());
         // SAFETY: as above.
         unsafe { out.write(h) };
-        let job: group::Job =
-            Box::new(move || Communicator::init_rank_config(nranks, &uid, rank, ocfg).map(Some));
+        let target = c.clone();
+        let job: group::Job = Box::new(move || {
+            let comm = Communicator::init_rank_config(nranks, &uid, rank, ocfg)?;
+            if let Some(d) = cuda_dev {
+                setup_gpu(&target, d, &bytes, rank, nranks);
+            }
+            Ok(Some(comm))
+        });
         if group::in_group() {
             group::defer(Some(c), job);
             return Ok(());
@@ -251,7 +397,11 @@ pub(crate) unsafe fn init_rank_config(
         return Err(in_progress());
     }
     let comm = Communicator::init_rank_config(nranks, &uid, rank, ocfg.clone())?;
-    let h = handle::register(Comm::ready(comm, device, blocking, ocfg));
+    let c = Comm::ready(comm, device, blocking, ocfg);
+    if let Some(d) = cuda_dev {
+        setup_gpu(&c, d, &bytes, rank, nranks);
+    }
+    let h = handle::register(c);
     // SAFETY: as above.
     unsafe { out.write(h) };
     Ok(())
@@ -334,8 +484,19 @@ pub(crate) unsafe fn init_all(
     }
     let blocking = config::blocking(None);
     let comms = Communicator::init_all(n)?;
+    // A clique key of its own (no unique id here).
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let key = format!(
+        "oxccl-init-all:{}:{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     for (i, c) in comms.into_iter().enumerate() {
-        let h = handle::register(Comm::ready(c, devs[i], blocking, oxccl::Config::default()));
+        let comm = Comm::ready(c, devs[i], blocking, oxccl::Config::default());
+        if cuda::available() {
+            setup_gpu(&comm, devs[i], key.as_bytes(), i, n);
+        }
+        let h = handle::register(comm);
         // SAFETY: a non-NULL comms has ndev writable entries (NCCL's contract).
         unsafe { out.add(i).write(h) };
     }
@@ -553,6 +714,12 @@ pub(crate) unsafe fn mem_alloc(ptr: *mut *mut c_void, size: usize) -> Result<()>
     if ptr.is_null() {
         return Err(null_arg("ptr"));
     }
+    // Device memory of the current CUDA device when a context is current.
+    if let Some(p) = cuda::mem_alloc_current(size)? {
+        // SAFETY: checked non-NULL.
+        unsafe { ptr.write(p as *mut c_void) };
+        return Ok(());
+    }
     let layout = std::alloc::Layout::from_size_align(size.max(1), MEM_ALIGN).map_err(|_| {
         Error::invalid_argument(format!("size {size} is larger than any allocation can be"))
     })?;
@@ -573,7 +740,11 @@ pub(crate) fn mem_free(ptr: *mut c_void) -> Result<()> {
     if ptr.is_null() {
         return Ok(());
     }
-    let Some(layout) = allocations().remove(&(ptr as usize)) else {
+    let host = allocations().remove(&(ptr as usize));
+    let Some(layout) = host else {
+        if cuda::mem_free(ptr as u64)? {
+            return Ok(());
+        }
         return Err(Error::invalid_argument(format!(
             "ptr {ptr:p} was not allocated by ncclMemAlloc (or was already freed)"
         )));

@@ -55,6 +55,9 @@ struct Deferred {
 struct GroupState {
     depth: usize,
     ops: Vec<(Arc<Comm>, Desc)>,
+    /// Operations on device buffers, checked, launched at the outermost end
+    /// in issue order (before the host operations, which block).
+    dev_ops: Vec<(Arc<Comm>, oxccl_cuda::capi::Launch)>,
     inits: Vec<Deferred>,
     error: Option<Error>,
 }
@@ -73,6 +76,10 @@ pub(crate) fn start() {
 
 pub(crate) fn enqueue(comm: Arc<Comm>, d: Desc) {
     GROUP.with(|g| g.borrow_mut().ops.push((comm, d)));
+}
+
+pub(crate) fn enqueue_device(comm: Arc<Comm>, l: oxccl_cuda::capi::Launch) {
+    GROUP.with(|g| g.borrow_mut().dev_ops.push((comm, l)));
 }
 
 pub(crate) fn defer(target: Option<Arc<Comm>>, job: Job) {
@@ -117,6 +124,9 @@ pub(crate) fn end() -> Result<()> {
         for (c, _) in &st.ops {
             touch(c);
         }
+        for (c, _) in &st.dev_ops {
+            touch(c);
+        }
         return Err(Error::new(
             e.kind(),
             format!(
@@ -126,6 +136,12 @@ pub(crate) fn end() -> Result<()> {
         ));
     }
     init_result?;
+    // Device operations were checked when they were called; launching only
+    // queues work on the callers' streams, so nothing here waits for a GPU.
+    for (c, l) in st.dev_ops {
+        touch(&c);
+        l.go()?;
+    }
     if st.ops.is_empty() {
         return Ok(());
     }

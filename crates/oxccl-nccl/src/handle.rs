@@ -41,8 +41,14 @@ pub(crate) struct Comm {
     magic: u64,
     /// (rank, nranks): known at the call for init, after the split for a split.
     dims: OnceLock<(usize, usize)>,
-    /// What `ncclCommCuDevice` reports: the rank's index among this process's ranks.
+    /// What `ncclCommCuDevice` reports: the current CUDA device when the
+    /// communicator was created, else the rank's index among this process's ranks.
     pub device: i32,
+    /// The rank's GPU state (flags, clique, sequence), when it has a GPU:
+    /// `None` without a driver or a current CUDA context at creation (and for
+    /// splits); `Some(Err)` when setting it up failed (reported at the first
+    /// collective on device buffers).
+    gpu: Mutex<Option<Result<Arc<oxccl_cuda::capi::DevComm>>>>,
     /// Blocking (default) or not (`config.blocking = 0`, or `NCCL_COMM_BLOCKING=0`).
     pub blocking: bool,
     pub config: Config,
@@ -82,6 +88,7 @@ impl Comm {
             state: Mutex::new(state),
             cv: Condvar::new(),
             aborted: AtomicBool::new(false),
+            gpu: Mutex::new(None),
             ops: Mutex::new(Vec::new()),
             regs: Mutex::new(HashMap::new()),
             last_error: Mutex::new(None),
@@ -170,6 +177,7 @@ impl Comm {
         let _ = self.wait();
         let old = std::mem::replace(&mut *lock(&self.state), State::Closed);
         self.cv.notify_all();
+        self.drop_gpu();
         match old {
             State::Ready(c) => c.destroy(),
             _ => Ok(()),
@@ -187,6 +195,27 @@ impl Comm {
         }
         drop(st);
         self.cv.notify_all();
+        // Not freed: a kernel of this rank may still wait on the GPU for a
+        // peer that will never come, and freeing synchronises the context.
+        if let Some(g) = lock(&self.gpu).take() {
+            std::mem::forget(g);
+        }
+    }
+
+    /// Records the outcome of the GPU setup.
+    pub fn set_gpu(&self, g: Result<Arc<oxccl_cuda::capi::DevComm>>) {
+        *lock(&self.gpu) = Some(g);
+    }
+
+    /// The GPU state (see the field).
+    pub fn gpu(&self) -> Option<Result<Arc<oxccl_cuda::capi::DevComm>>> {
+        lock(&self.gpu).clone()
+    }
+
+    /// Frees the GPU state (flags, clique membership, context reference).
+    fn drop_gpu(&self) {
+        let g = lock(&self.gpu).take();
+        drop(g);
     }
 
     pub fn set_last_error(&self, text: &str) {

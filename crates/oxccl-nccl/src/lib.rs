@@ -9,9 +9,12 @@
 //! Each function is exported twice, as `ncclX` and as its profiling twin
 //! `pncclX`, both calling the same implementation (NCCL's PMPI-style pair).
 //!
-//! On the host backend (no CUDA) device pointers are host pointers, the
-//! `cudaStream_t` argument is accepted and ignored, and every operation has
-//! completed when its call returns.
+//! Host buffers (and every buffer when there is no CUDA driver) go to the
+//! host backend: the `cudaStream_t` argument is ignored and the operation has
+//! completed when its call returns. `ncclAllReduce` on device buffers of a
+//! 1- or 2-rank communicator in this process runs oxccl's GPU kernel on the
+//! caller's stream (`oxccl_cuda::capi`); other device-buffer operations are
+//! refused with `ncclInvalidUsage` (see `docs/c-abi.md`).
 
 #![allow(non_snake_case)]
 
@@ -281,7 +284,7 @@ nccl_api! {
     }
 }
 nccl_api! {
-    /// On the host: the rank's index among this process's ranks of the communicator.
+    /// The CUDA device current at creation; without one, the rank's index among this process's ranks.
     ncclCommCuDevice / pncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) {
         unsafe { api::comm_cu_device(comm, device) }
     }
@@ -296,7 +299,7 @@ nccl_api! {
 // ---- memory and registration ---------------------------------------------------
 
 nccl_api! {
-    /// Host memory, zeroed, aligned to 4096 bytes.
+    /// Device memory of the current CUDA context (`cuMemAlloc`); without one, zeroed host memory aligned to 4096 bytes.
     ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) {
         unsafe { api::mem_alloc(ptr, size) }
     }
@@ -341,78 +344,67 @@ nccl_api! {
 nccl_api! {
     /// `recvbuff` on `root` = op over ranks of `sendbuff` (in place: `sendbuff == recvbuff`).
     ncclReduce / pncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::Reduce, sendbuff, recvbuff, count, datatype, Some(op), Some(root), comm) }
+        unsafe { api::collective(CollKind::Reduce, sendbuff, recvbuff, count, datatype, Some(op), Some(root), comm, stream) }
     }
 }
 nccl_api! {
     /// In-place broadcast of `buff` from `root`.
     ncclBcast / pncclBcast(buff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::Broadcast, buff, buff, count, datatype, None, Some(root), comm) }
+        unsafe { api::collective(CollKind::Broadcast, buff, buff, count, datatype, None, Some(root), comm, stream) }
     }
 }
 nccl_api! {
     /// `root`'s `sendbuff` into every `recvbuff`.
     ncclBroadcast / pncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::Broadcast, sendbuff, recvbuff, count, datatype, None, Some(root), comm) }
+        unsafe { api::collective(CollKind::Broadcast, sendbuff, recvbuff, count, datatype, None, Some(root), comm, stream) }
     }
 }
 nccl_api! {
-    /// `recvbuff` = op over ranks of `sendbuff`.
+    /// `recvbuff` = op over ranks of `sendbuff` (device buffers: on the GPUs, on `stream`).
     ncclAllReduce / pncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), None, comm) }
+        unsafe { api::collective(CollKind::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), None, comm, stream) }
     }
 }
 nccl_api! {
     /// Block `rank` of the reduction into `recvbuff` (in place: `recvbuff == sendbuff + rank*recvcount`).
     ncclReduceScatter / pncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, Some(op), None, comm) }
+        unsafe { api::collective(CollKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, Some(op), None, comm, stream) }
     }
 }
 nccl_api! {
     /// Every rank's `sendbuff` into block `rank` of `recvbuff` (in place: `sendbuff == recvbuff + rank*sendcount`).
     ncclAllGather / pncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::AllGather, sendbuff, recvbuff, sendcount, datatype, None, None, comm) }
+        unsafe { api::collective(CollKind::AllGather, sendbuff, recvbuff, sendcount, datatype, None, None, comm, stream) }
     }
 }
 nccl_api! {
     /// Block q of `sendbuff` to rank q; `count` elements per peer.
     ncclAlltoAll / pncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::AllToAll, sendbuff, recvbuff, count, datatype, None, None, comm) }
+        unsafe { api::collective(CollKind::AllToAll, sendbuff, recvbuff, count, datatype, None, None, comm, stream) }
     }
 }
 nccl_api! {
     /// Every rank's `sendbuff` into block `rank` of `root`'s `recvbuff`.
     ncclGather / pncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::Gather, sendbuff, recvbuff, count, datatype, None, Some(root), comm) }
+        unsafe { api::collective(CollKind::Gather, sendbuff, recvbuff, count, datatype, None, Some(root), comm, stream) }
     }
 }
 nccl_api! {
     /// Block `rank` of `root`'s `sendbuff` into every `recvbuff`.
     ncclScatter / pncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::Scatter, sendbuff, recvbuff, count, datatype, None, Some(root), comm) }
+        unsafe { api::collective(CollKind::Scatter, sendbuff, recvbuff, count, datatype, None, Some(root), comm, stream) }
     }
 }
 nccl_api! {
     /// Sends `count` elements to `peer`.
     ncclSend / pncclSend(sendbuff: *const c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::Send, sendbuff, std::ptr::null_mut(), count, datatype, None, Some(peer), comm) }
+        unsafe { api::collective(CollKind::Send, sendbuff, std::ptr::null_mut(), count, datatype, None, Some(peer), comm, stream) }
     }
 }
 nccl_api! {
     /// Receives `count` elements from `peer`.
     ncclRecv / pncclRecv(recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) {
-        let _ = stream;
-        unsafe { api::collective(CollKind::Recv, std::ptr::null(), recvbuff, count, datatype, None, Some(peer), comm) }
+        unsafe { api::collective(CollKind::Recv, std::ptr::null(), recvbuff, count, datatype, None, Some(peer), comm, stream) }
     }
 }
 

@@ -1,0 +1,659 @@
+//! What NCCL's C API (`oxccl-nccl`, `libnccl.so.2`) needs from CUDA: where a
+//! pointer lives, the calling thread's current device, `ncclMemAlloc`'s device
+//! memory, and a communicator's GPU state ([`DevComm`]) that launches the
+//! one-shot all-reduce on the caller's stream.
+//!
+//! Contexts: the caller's CUDA runtime keeps its current device as the
+//! driver's current context (the device's primary context after
+//! `cudaSetDevice` and a first runtime call). oxccl works in the same primary
+//! contexts, and every function here that needs a context makes it current
+//! through a scope guard (`CtxScope`), which puts the caller's context back when it ends,
+//! so the runtime's current device never changes under the caller.
+//!
+//! Two GPUs in one process (nccl-tests `-g 2`, `ncclCommInitAll`): each rank's
+//! [`DevComm`] allocates a flags buffer (flags + mailbox, see
+//! `kernels/allreduce.cu`) with `cuMemAlloc` at init and joins its *clique* (the
+//! ranks of the same communicator created in this process); the member that
+//! completes a pair enables peer access both ways. A call launches this rank's
+//! half on the caller's stream and returns: the two halves find each other on
+//! the GPUs (the n-th call of one rank meets the n-th call of the other), so
+//! there is no host synchronisation and no host matching of calls.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use cudarc::driver::sys::{self, CUresult};
+use oxccl_core::{DataType, Error, ErrorKind, RedOp, Result};
+
+use crate::allreduce::{self, ArArgs, FLAG_BYTES};
+use crate::device::check;
+use crate::loader::{self, guarded};
+use crate::{compile, kernels};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// True when a CUDA driver with at least one GPU is usable (probed once).
+pub fn available() -> bool {
+    loader::probe_driver().is_ok()
+}
+
+/// Makes a context current for its lifetime; puts the previous one back.
+pub(crate) struct CtxScope {
+    saved: sys::CUcontext,
+}
+
+impl CtxScope {
+    /// Makes `ctx` current (the driver must have been probed).
+    pub(crate) fn enter(ctx: sys::CUcontext) -> Result<CtxScope> {
+        guarded("cuCtxSetCurrent", || {
+            let mut saved: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: writes one handle; then sets a retained context current.
+            unsafe {
+                check(sys::cuCtxGetCurrent(&mut saved), "cuCtxGetCurrent")?;
+                if saved != ctx {
+                    check(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
+                }
+            }
+            Ok(CtxScope { saved })
+        })
+    }
+}
+
+impl Drop for CtxScope {
+    fn drop(&mut self) {
+        // SAFETY: `saved` was current before (or NULL, which unbinds); errors ignored in drop.
+        unsafe {
+            sys::cuCtxSetCurrent(self.saved);
+        }
+    }
+}
+
+/// The device (ordinal) of the calling thread's current context; `None`
+/// without a driver or without a current context (a thread that never used
+/// CUDA).
+pub fn current_device() -> Option<i32> {
+    loader::driver().ok()?;
+    guarded("cuCtxGetCurrent", || {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one handle.
+        unsafe { check(sys::cuCtxGetCurrent(&mut ctx), "cuCtxGetCurrent")? };
+        if ctx.is_null() {
+            return Ok(None);
+        }
+        let mut dev: sys::CUdevice = 0;
+        // SAFETY: a context is current; writes one int.
+        unsafe { check(sys::cuCtxGetDevice(&mut dev), "cuCtxGetDevice")? };
+        Ok(Some(dev))
+    })
+    .ok()
+    .flatten()
+}
+
+/// Where a pointer's memory is, as the collectives need to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    /// Host memory (pageable, pinned, or unknown to CUDA), or no driver.
+    Host,
+    /// Device memory of this device ordinal.
+    Device(i32),
+}
+
+/// `cuPointerGetAttribute(MEMORY_TYPE, DEVICE_ORDINAL)`: a pointer CUDA does
+/// not know (`CUDA_ERROR_INVALID_VALUE`), host/pinned memory, NULL, or no
+/// driver at all is [`Memory::Host`].
+pub fn memory_of(ptr: *const c_void) -> Result<Memory> {
+    if ptr.is_null() || loader::driver().is_err() {
+        return Ok(Memory::Host);
+    }
+    guarded("cuPointerGetAttribute", || {
+        let mut kind: u32 = 0;
+        // SAFETY: MEMORY_TYPE writes one CUmemorytype (a 32-bit enum).
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                &mut kind as *mut u32 as *mut c_void,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                ptr as sys::CUdeviceptr,
+            )
+        };
+        if r == CUresult::CUDA_ERROR_INVALID_VALUE {
+            return Ok(Memory::Host);
+        }
+        check(r, "cuPointerGetAttribute(MEMORY_TYPE)")?;
+        if kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+            return Ok(Memory::Host);
+        }
+        let mut ord: i32 = -1;
+        // SAFETY: DEVICE_ORDINAL writes one int.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                &mut ord as *mut i32 as *mut c_void,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr as sys::CUdeviceptr,
+            )
+        };
+        check(r, "cuPointerGetAttribute(DEVICE_ORDINAL)")?;
+        Ok(Memory::Device(ord))
+    })
+}
+
+/// `ncclMemAlloc`'s device allocations: address -> the context that owns it.
+fn device_allocations() -> MutexGuard<'static, HashMap<u64, usize>> {
+    static A: OnceLock<Mutex<HashMap<u64, usize>>> = OnceLock::new();
+    lock(A.get_or_init(|| Mutex::new(HashMap::new())))
+}
+
+/// `cuMemAlloc` of `bytes` in the calling thread's current context; `None`
+/// without a driver or a current context (the caller then uses host memory).
+pub fn mem_alloc_current(bytes: usize) -> Result<Option<u64>> {
+    if current_device().is_none() {
+        return Ok(None);
+    }
+    guarded("cuMemAlloc", || {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        let mut p: sys::CUdeviceptr = 0;
+        // SAFETY: writes a handle and a pointer; a context is current.
+        unsafe {
+            check(sys::cuCtxGetCurrent(&mut ctx), "cuCtxGetCurrent")?;
+            check(sys::cuMemAlloc_v2(&mut p, bytes.max(1)), "cuMemAlloc")?;
+        }
+        device_allocations().insert(p, ctx as usize);
+        Ok(Some(p))
+    })
+}
+
+/// Frees a pointer of [`mem_alloc_current`]; `false` if it is not one.
+pub fn mem_free(ptr: u64) -> Result<bool> {
+    let Some(ctx) = device_allocations().remove(&ptr) else {
+        return Ok(false);
+    };
+    let _scope = CtxScope::enter(ctx as sys::CUcontext)?;
+    guarded("cuMemFree", || {
+        // SAFETY: allocated by cuMemAlloc in this context, freed once (removed above).
+        unsafe { check(sys::cuMemFree_v2(ptr), "cuMemFree")? };
+        Ok(true)
+    })
+}
+
+/// One rank's entry in its clique.
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    rank: usize,
+    ordinal: i32,
+    ctx: usize,
+    flags: u64,
+}
+
+/// Cliques by key (the communicator's unique id bytes).
+fn cliques() -> MutexGuard<'static, HashMap<Vec<u8>, Vec<Member>>> {
+    static C: OnceLock<Mutex<HashMap<Vec<u8>, Vec<Member>>>> = OnceLock::new();
+    lock(C.get_or_init(|| Mutex::new(HashMap::new())))
+}
+
+/// Enables `from`'s context to read `to`'s memory (once: already enabled is fine).
+fn enable_peer(from: &Member, to: &Member) -> Result<()> {
+    let mut can = 0;
+    guarded("cuDeviceCanAccessPeer", || {
+        // SAFETY: writes one int; both are valid device ordinals.
+        unsafe {
+            check(
+                sys::cuDeviceCanAccessPeer(&mut can, from.ordinal, to.ordinal),
+                "cuDeviceCanAccessPeer",
+            )
+        }
+    })?;
+    if can == 0 {
+        return Err(Error::new(
+            ErrorKind::UnhandledCuda,
+            format!(
+                "GPU {} cannot access GPU {} (cuDeviceCanAccessPeer = 0: no NVLink/PCIe peer path, or ACS blocks it)",
+                from.ordinal, to.ordinal
+            ),
+        ));
+    }
+    let _scope = CtxScope::enter(from.ctx as sys::CUcontext)?;
+    guarded("cuCtxEnablePeerAccess", || {
+        // SAFETY: `from`'s context is current; `to`'s context is retained by its DevComm.
+        let r = unsafe { sys::cuCtxEnablePeerAccess(to.ctx as sys::CUcontext, 0) };
+        if r == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            return Ok(());
+        }
+        check(r, "cuCtxEnablePeerAccess")
+    })
+}
+
+/// Loaded all-reduce modules, one per device, for the life of the process.
+struct Loaded {
+    module: usize,
+    functions: HashMap<String, usize>,
+}
+
+fn modules() -> MutexGuard<'static, HashMap<i32, Loaded>> {
+    static M: OnceLock<Mutex<HashMap<i32, Loaded>>> = OnceLock::new();
+    lock(M.get_or_init(|| Mutex::new(HashMap::new())))
+}
+
+/// One rank's GPU state: its device's primary context (retained), a flags
+/// buffer from `cuMemAlloc` (flags + mailbox, zeroed), the barrier sequence.
+#[derive(Debug)]
+pub struct DevComm {
+    key: Vec<u8>,
+    rank: usize,
+    nranks: usize,
+    ordinal: i32,
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+    flags: u64,
+    /// The first barrier value of the next call (only grows).
+    seq: Mutex<u64>,
+}
+
+// SAFETY: the handles are process-wide driver objects; every use makes the
+// context current on the calling thread first (CtxScope), and the sequence
+// counter is behind a mutex.
+unsafe impl Send for DevComm {}
+// SAFETY: as above.
+unsafe impl Sync for DevComm {}
+
+/// What a launch needs, checked; [`Launch::go`] launches it.
+#[derive(Debug)]
+pub struct Launch {
+    comm: Arc<DevComm>,
+    kind: LaunchKind,
+    stream: usize,
+}
+
+#[derive(Debug)]
+enum LaunchKind {
+    /// Nothing to do (count 0, or one rank in place).
+    Nothing,
+    /// One rank, out of place: a device-to-device copy.
+    Copy { dst: u64, src: u64, bytes: usize },
+    /// This rank's half of the one-shot kernel.
+    Half {
+        f: usize,
+        blocks: u32,
+        budget: u64,
+        args: ArArgs,
+    },
+}
+
+impl DevComm {
+    /// Sets up rank `rank` of `nranks` on GPU `ordinal` and joins the clique
+    /// `key`: retains the primary context, allocates and zeroes the flags,
+    /// and enables peer access with every member already there.
+    pub fn new(ordinal: i32, key: &[u8], rank: usize, nranks: usize) -> Result<Arc<DevComm>> {
+        let info = loader::driver()?;
+        if ordinal < 0 || ordinal as usize >= info.devices {
+            return Err(Error::invalid_argument(format!(
+                "GPU {ordinal} does not exist ({} visible)",
+                info.devices
+            )));
+        }
+        let (dev, ctx) = guarded("cuDevicePrimaryCtxRetain", || {
+            let mut dev: sys::CUdevice = 0;
+            let mut ctx: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: out-pointers are valid; the driver was probed.
+            unsafe {
+                check(sys::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
+                check(
+                    sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+                    "cuDevicePrimaryCtxRetain",
+                )?;
+            }
+            Ok((dev, ctx))
+        })?;
+        let mut me = DevComm {
+            key: key.to_vec(),
+            rank,
+            nranks,
+            ordinal,
+            dev,
+            ctx,
+            flags: 0,
+            seq: Mutex::new(1),
+        };
+        {
+            let _scope = CtxScope::enter(ctx)?;
+            let flags = guarded("cuMemAlloc", || {
+                let mut p: sys::CUdeviceptr = 0;
+                // SAFETY: the context is current; writes one pointer; the memset
+                // covers the allocation; the synchronize makes it complete.
+                unsafe {
+                    check(sys::cuMemAlloc_v2(&mut p, FLAG_BYTES), "cuMemAlloc")?;
+                    let r = check(sys::cuMemsetD8_v2(p, 0, FLAG_BYTES), "cuMemsetD8")
+                        .and_then(|_| check(sys::cuCtxSynchronize(), "cuCtxSynchronize"));
+                    if let Err(e) = r {
+                        sys::cuMemFree_v2(p);
+                        return Err(e);
+                    }
+                }
+                Ok(p)
+            })?;
+            me.flags = flags;
+        } // Drop of `me` from here on frees the flags and releases the context.
+        let m = Member {
+            rank,
+            ordinal,
+            ctx: ctx as usize,
+            flags: me.flags,
+        };
+        let joined = {
+            let mut cl = cliques();
+            let members = cl.entry(me.key.clone()).or_default();
+            let mut r = Ok(());
+            if members.iter().any(|x| x.rank == rank) {
+                r = Err(Error::invalid_usage(format!(
+                    "rank {rank} of this communicator was already created in this process"
+                )));
+            }
+            for other in members.iter() {
+                if r.is_ok() && other.ordinal != ordinal {
+                    r = enable_peer(&m, other).and_then(|_| enable_peer(other, &m));
+                }
+            }
+            if r.is_ok() {
+                members.push(m);
+            }
+            r
+        }; // the clique lock is released before `me` can drop
+        joined.map(|_| Arc::new(me))
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    /// The peer rank's entry, for two ranks in this process.
+    fn peer(&self) -> Result<Member> {
+        let cl = cliques();
+        let members = cl.get(&self.key).map(Vec::as_slice).unwrap_or(&[]);
+        let Some(p) = members.iter().find(|m| m.rank != self.rank) else {
+            return Err(Error::invalid_usage(format!(
+                "device buffers across processes are not supported by oxccl yet: rank {} of this \
+                 2-rank communicator is not in this process (CUDA IPC is not done; use host \
+                 buffers, or one process driving both GPUs)",
+                1 - self.rank
+            )));
+        };
+        if p.ordinal == self.ordinal {
+            return Err(Error::invalid_usage(format!(
+                "both ranks of this communicator use GPU {}: two ranks on one GPU are not \
+                 supported by oxccl's GPU path yet",
+                self.ordinal
+            )));
+        }
+        Ok(*p)
+    }
+
+    /// Loads (once per device) the all-reduce module and returns kernel `name`.
+    fn function(&self, name: &str) -> Result<usize> {
+        let mut mods = modules();
+        if let std::collections::hash_map::Entry::Vacant(slot) = mods.entry(self.ordinal) {
+            let arch = guarded("cuDeviceGetAttribute", || {
+                let (mut major, mut minor) = (0, 0);
+                // SAFETY: each writes one int for a valid device.
+                unsafe {
+                    check(
+                        sys::cuDeviceGetAttribute(
+                            &mut major,
+                            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                            self.dev,
+                        ),
+                        "cuDeviceGetAttribute",
+                    )?;
+                    check(
+                        sys::cuDeviceGetAttribute(
+                            &mut minor,
+                            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                            self.dev,
+                        ),
+                        "cuDeviceGetAttribute",
+                    )?;
+                }
+                Ok((major * 10 + minor) as u32)
+            })?;
+            let img = compile::compile(&kernels::ALLREDUCE, arch)?;
+            let _scope = CtxScope::enter(self.ctx)?;
+            let module = guarded("cuModuleLoadData", || {
+                let mut m: sys::CUmodule = std::ptr::null_mut();
+                // SAFETY: a complete CUBIN that outlives the call; our context is current.
+                unsafe {
+                    check(
+                        sys::cuModuleLoadData(&mut m, img.image.as_ptr() as *const c_void),
+                        "cuModuleLoadData",
+                    )?
+                };
+                Ok(m)
+            })?;
+            slot.insert(Loaded {
+                module: module as usize,
+                functions: HashMap::new(),
+            });
+        }
+        let l = mods
+            .get_mut(&self.ordinal)
+            .ok_or_else(|| Error::internal("module table"))?;
+        if let Some(f) = l.functions.get(name) {
+            return Ok(*f);
+        }
+        let c = std::ffi::CString::new(name)
+            .map_err(|_| Error::invalid_argument("NUL in a kernel name"))?;
+        let f = guarded("cuModuleGetFunction", || {
+            let mut f: sys::CUfunction = std::ptr::null_mut();
+            // SAFETY: the module is loaded (never unloaded); `c` is NUL-terminated.
+            unsafe {
+                check(
+                    sys::cuModuleGetFunction(&mut f, l.module as sys::CUmodule, c.as_ptr()),
+                    &format!("cuModuleGetFunction({name})"),
+                )?
+            };
+            Ok(f as usize)
+        })?;
+        l.functions.insert(name.to_string(), f);
+        Ok(f)
+    }
+
+    /// Checks an all-reduce of `count` elements of `t` from `send` to `recv`
+    /// (device pointers of this rank's GPU) on `stream`, and prepares its
+    /// launch. Nothing is launched and no barrier value is taken, so a group
+    /// can check all its operations before launching any.
+    pub fn prepare_all_reduce(
+        self: &Arc<Self>,
+        send: u64,
+        recv: u64,
+        count: usize,
+        t: DataType,
+        op: RedOp,
+        stream: usize,
+    ) -> Result<Launch> {
+        let name = allreduce::kernel_name(t, op).ok_or_else(|| {
+            Error::invalid_usage(format!(
+                "ncclAllReduce with op {} on device buffers is not supported by oxccl yet \
+                 (GPU kernels: sum, prod, max, min, avg)",
+                op.name()
+            ))
+        })?;
+        let bytes = count
+            .checked_mul(t.size())
+            .ok_or_else(|| Error::invalid_argument(format!("count {count} is too large")))?;
+        let done = |kind| {
+            Ok(Launch {
+                comm: self.clone(),
+                kind,
+                stream,
+            })
+        };
+        if count == 0 {
+            return done(LaunchKind::Nothing);
+        }
+        if send != recv
+            && send.checked_add(bytes as u64).is_some_and(|e| recv < e)
+            && recv.checked_add(bytes as u64).is_some_and(|e| send < e)
+        {
+            return Err(Error::invalid_argument(
+                "sendbuff and recvbuff overlap without being the same buffer",
+            ));
+        }
+        match self.nranks {
+            1 if send == recv => done(LaunchKind::Nothing),
+            1 => done(LaunchKind::Copy {
+                dst: recv,
+                src: send,
+                bytes,
+            }),
+            2 => {
+                let peer = self.peer()?;
+                let f = self.function(&name)?;
+                let (blocks, budget) = allreduce::plan(count, t, allreduce::block_limit());
+                done(LaunchKind::Half {
+                    f,
+                    blocks,
+                    budget,
+                    args: ArArgs {
+                        input: send,
+                        output: recv,
+                        my_flags: self.flags,
+                        peer_flags: peer.flags,
+                        count: count as u64,
+                        seq: 0,
+                        scale: 0.5,
+                        nranks: 2,
+                        rank: self.rank as u32,
+                    },
+                })
+            }
+            n => Err(Error::invalid_usage(format!(
+                "device buffers on a communicator of {n} ranks are not supported by oxccl yet \
+                 (the GPU path covers 1 or 2 ranks in one process)"
+            ))),
+        }
+    }
+}
+
+impl Launch {
+    /// Launches on the stream (this rank's context made current for the
+    /// call); returns without waiting for the GPU.
+    pub fn go(self) -> Result<()> {
+        let c = &self.comm;
+        let stream = self.stream as sys::CUstream;
+        match self.kind {
+            LaunchKind::Nothing => Ok(()),
+            LaunchKind::Copy { dst, src, bytes } => {
+                let _scope = CtxScope::enter(c.ctx)?;
+                guarded("cuMemcpyDtoDAsync", || {
+                    // SAFETY: both ranges are device memory of this GPU (checked by the caller).
+                    unsafe {
+                        check(
+                            sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream),
+                            "cuMemcpyDtoDAsync",
+                        )
+                    }
+                })
+            }
+            LaunchKind::Half {
+                f,
+                blocks,
+                budget,
+                mut args,
+            } => {
+                let _scope = CtxScope::enter(c.ctx)?;
+                let mut seq = lock(&c.seq);
+                args.seq = *seq;
+                // SAFETY: the pointers were checked to be this GPU's device
+                // memory, the flags are both ranks' FLAG_BYTES buffers with
+                // peer access enabled at init, and the peer's n-th call
+                // computes the same grid and sequence from the same count/type.
+                unsafe { allreduce::launch_half(f as sys::CUfunction, blocks, stream, args)? };
+                *seq += budget;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for DevComm {
+    fn drop(&mut self) {
+        if let Some(members) = cliques().get_mut(&self.key) {
+            members.retain(|m| m.flags != self.flags);
+        }
+        // SAFETY: our flags and our retained context, freed/released once;
+        // errors are ignored in drop.
+        unsafe {
+            let mut saved: sys::CUcontext = std::ptr::null_mut();
+            sys::cuCtxGetCurrent(&mut saved);
+            if self.flags != 0 && sys::cuCtxSetCurrent(self.ctx) == CUresult::CUDA_SUCCESS {
+                sys::cuCtxSynchronize();
+                sys::cuMemFree_v2(self.flags);
+            }
+            sys::cuCtxSetCurrent(saved);
+            sys::cuDevicePrimaryCtxRelease_v2(self.dev);
+        }
+        let mut cl = cliques();
+        if cl.get(&self.key).is_some_and(Vec::is_empty) {
+            cl.remove(&self.key);
+        }
+    }
+}
+
+/// What `cudaSetDevice(ordinal)` does for the driver API: retains the
+/// device's primary context and makes it current on the calling thread (for
+/// tests and tools that drive the C API without the CUDA runtime). The
+/// reference is kept for the life of the process.
+pub fn use_device(ordinal: i32) -> Result<()> {
+    loader::driver()?;
+    guarded("cuDevicePrimaryCtxRetain", || {
+        let mut dev: sys::CUdevice = 0;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointers are valid; the driver was probed.
+        unsafe {
+            check(sys::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
+            check(
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+                "cuDevicePrimaryCtxRetain",
+            )?;
+            check(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        }
+    })
+}
+
+/// Copies host bytes to device memory (synchronous; ordered after the
+/// legacy default stream's work).
+pub fn copy_to_device(dst: u64, src: &[u8]) -> Result<()> {
+    loader::driver()?;
+    guarded("cuMemcpyHtoD", || {
+        // SAFETY: the caller passes device memory of at least src.len() bytes.
+        unsafe {
+            check(
+                sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()),
+                "cuMemcpyHtoD",
+            )
+        }
+    })
+}
+
+/// Copies device memory to host bytes (synchronous, as [`copy_to_device`]).
+pub fn copy_from_device(dst: &mut [u8], src: u64) -> Result<()> {
+    loader::driver()?;
+    guarded("cuMemcpyDtoH", || {
+        // SAFETY: the caller passes device memory of at least dst.len() bytes.
+        unsafe {
+            check(
+                sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()),
+                "cuMemcpyDtoH",
+            )
+        }
+    })
+}
+
+/// Waits for all work of the calling thread's current context.
+pub fn synchronize_current() -> Result<()> {
+    loader::driver()?;
+    // SAFETY: no arguments.
+    guarded("cuCtxSynchronize", || unsafe {
+        check(sys::cuCtxSynchronize(), "cuCtxSynchronize")
+    })
+}

@@ -1,0 +1,350 @@
+//! The C API's routing between the host backend and the GPU path.
+//!
+//! Without a GPU (CI): host pointers go to the host backend, `ncclMemAlloc`
+//! returns host memory when no CUDA context is current, `ncclCommCuDevice`
+//! reports the rank's index. With two GPUs (the GPU machine,
+//! `scripts/gpu-test.sh`): nccl-tests' `-g 2` sequence (one thread, group
+//! init with `cudaSetDevice`-style current contexts, `ncclMemAlloc`, grouped
+//! all-reduces), in place and out of place, count 0, 30 calls back to back,
+//! ungrouped calls, and the refusals (other collectives on device buffers,
+//! mixed host/device buffers).
+
+#![allow(clippy::needless_range_loop)] // ranks index several parallel arrays
+
+use nccl::abi::*;
+use nccl::*;
+use oxccl_cuda::capi;
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+const INT32: i32 = 2;
+const INT64: i32 = 4;
+const FLOAT32: i32 = 7;
+const SUM: i32 = 0;
+const MAX: i32 = 2;
+
+fn ok(r: ncclResult_t, what: &str) {
+    assert_eq!(r, ncclSuccess, "{what}: {:?}", unsafe {
+        std::ffi::CStr::from_ptr(ncclGetLastError(null_mut()))
+    });
+}
+
+fn init_all(n: i32) -> Vec<ncclComm_t> {
+    let mut comms = vec![null_mut(); n as usize];
+    ok(
+        unsafe { ncclCommInitAll(comms.as_mut_ptr(), n, std::ptr::null()) },
+        "ncclCommInitAll",
+    );
+    comms
+}
+
+#[test]
+fn host_memory_without_a_cuda_context_runs_on_the_host_backend() {
+    // A fresh thread has no current CUDA context, GPU machine or not.
+    std::thread::spawn(|| {
+        assert_eq!(capi::current_device(), None);
+        let comms = init_all(2);
+        let n = 1000usize;
+        let mut bufs = Vec::new();
+        for r in 0..2 {
+            let mut p: *mut c_void = null_mut();
+            ok(unsafe { ncclMemAlloc(&mut p, n * 4) }, "ncclMemAlloc");
+            assert_eq!(capi::memory_of(p).unwrap(), capi::Memory::Host);
+            // Host memory: writable from here.
+            let s = unsafe { std::slice::from_raw_parts_mut(p as *mut f32, n) };
+            for (i, v) in s.iter_mut().enumerate() {
+                *v = (i + r) as f32;
+            }
+            bufs.push(p);
+        }
+        ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+        for r in 0..2 {
+            ok(
+                unsafe { ncclAllReduce(bufs[r], bufs[r], n, FLOAT32, SUM, comms[r], null_mut()) },
+                "ncclAllReduce",
+            );
+        }
+        ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+        for p in &bufs {
+            let s = unsafe { std::slice::from_raw_parts(*p as *const f32, n) };
+            for (i, v) in s.iter().enumerate() {
+                assert_eq!(*v, (2 * i + 1) as f32);
+            }
+        }
+        for (r, c) in comms.iter().enumerate() {
+            let mut d = -1;
+            ok(unsafe { ncclCommCuDevice(*c, &mut d) }, "ncclCommCuDevice");
+            assert_eq!(d, r as i32);
+        }
+        for p in bufs {
+            ok(unsafe { ncclMemFree(p) }, "ncclMemFree");
+        }
+        for c in comms {
+            ok(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy");
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn stack_and_heap_pointers_are_host_memory() {
+    let x = [0u8; 16];
+    let v = vec![0u8; 1 << 20];
+    assert_eq!(
+        capi::memory_of(x.as_ptr() as *const c_void).unwrap(),
+        capi::Memory::Host
+    );
+    assert_eq!(
+        capi::memory_of(v.as_ptr() as *const c_void).unwrap(),
+        capi::Memory::Host
+    );
+    assert_eq!(
+        capi::memory_of(std::ptr::null()).unwrap(),
+        capi::Memory::Host
+    );
+}
+
+fn two_gpus() -> bool {
+    match oxccl_cuda::Gpu::count() {
+        Ok(n) if n >= 2 => true,
+        Ok(n) => {
+            println!("SKIPPED: {n} GPU(s), need 2");
+            false
+        }
+        Err(e) => {
+            println!("SKIPPED: no GPU ({})", e.message());
+            false
+        }
+    }
+}
+
+fn dev_alloc(ordinal: i32, bytes: usize) -> *mut c_void {
+    capi::use_device(ordinal).unwrap();
+    let mut p: *mut c_void = null_mut();
+    ok(unsafe { ncclMemAlloc(&mut p, bytes) }, "ncclMemAlloc");
+    assert_eq!(capi::memory_of(p).unwrap(), capi::Memory::Device(ordinal));
+    p
+}
+
+fn put<T: Copy>(p: *mut c_void, v: &[T]) {
+    let b =
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) };
+    capi::copy_to_device(p as u64, b).unwrap();
+}
+
+fn get<T: Copy + Default>(p: *mut c_void, n: usize) -> Vec<T> {
+    let mut v = vec![T::default(); n];
+    let b = unsafe {
+        std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>())
+    };
+    capi::copy_from_device(b, p as u64).unwrap();
+    v
+}
+
+fn sync_both() {
+    for d in 0..2 {
+        capi::use_device(d).unwrap();
+        capi::synchronize_current().unwrap();
+    }
+}
+
+/// nccl-tests' `-g 2` sequence through the C API, on two GPUs.
+#[test]
+fn two_gpus_one_thread_like_nccl_tests() {
+    if !two_gpus() {
+        return;
+    }
+    std::thread::spawn(|| {
+        let mut id = ncclUniqueId::default();
+        ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
+        let mut comms = [null_mut(); 2];
+        ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+        for r in 0..2 {
+            capi::use_device(r as i32).unwrap();
+            let mut cfg = ncclConfig_t::default();
+            ok(
+                unsafe { ncclCommInitRankConfig(&mut comms[r], 2, id, r as i32, &mut cfg) },
+                "ncclCommInitRankConfig",
+            );
+        }
+        ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd (init)");
+        for (r, c) in comms.iter().enumerate() {
+            let mut d = -1;
+            ok(unsafe { ncclCommCuDevice(*c, &mut d) }, "ncclCommCuDevice");
+            assert_eq!(d, r as i32);
+        }
+
+        // Out of place and in place, float sum and int32 max, odd counts.
+        for &n in &[1usize, 3, 17, 1000, 4099, 1 << 20, (1 << 20) + 5] {
+            let send: Vec<_> = (0..2).map(|r| dev_alloc(r, n * 4)).collect();
+            let recv: Vec<_> = (0..2).map(|r| dev_alloc(r, n * 4)).collect();
+            for r in 0..2 {
+                let v: Vec<f32> = (0..n)
+                    .map(|i| ((i % 1000) as f32) * (r as f32 + 1.0))
+                    .collect();
+                put(send[r], &v);
+            }
+            ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+            for r in 0..2 {
+                ok(
+                    unsafe {
+                        ncclAllReduce(send[r], recv[r], n, FLOAT32, SUM, comms[r], null_mut())
+                    },
+                    "ncclAllReduce float sum",
+                );
+            }
+            ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+            sync_both();
+            for r in 0..2 {
+                let got: Vec<f32> = get(recv[r], n);
+                for (i, g) in got.iter().enumerate() {
+                    assert_eq!(*g, ((i % 1000) as f32) * 3.0, "n={n} rank {r} [{i}]");
+                }
+            }
+            // In place, int32 max, ungrouped (each call launches at once).
+            for r in 0..2 {
+                let v: Vec<i32> = (0..n)
+                    .map(|i| {
+                        if (i + r) % 2 == 0 {
+                            i as i32
+                        } else {
+                            -(i as i32)
+                        }
+                    })
+                    .collect();
+                put(send[r], &v);
+            }
+            for r in 0..2 {
+                ok(
+                    unsafe { ncclAllReduce(send[r], send[r], n, INT32, MAX, comms[r], null_mut()) },
+                    "ncclAllReduce int32 max in place",
+                );
+            }
+            sync_both();
+            for r in 0..2 {
+                let got: Vec<i32> = get(send[r], n);
+                for (i, g) in got.iter().enumerate() {
+                    assert_eq!(*g, i as i32, "n={n} rank {r} [{i}]");
+                }
+            }
+            for p in send.into_iter().chain(recv) {
+                ok(unsafe { ncclMemFree(p) }, "ncclMemFree");
+            }
+        }
+
+        // 30 in-place sums back to back: each doubles the value; a flag of an
+        // earlier call must never satisfy a later one.
+        let n = 4096 + 3;
+        let bufs: Vec<_> = (0..2).map(|r| dev_alloc(r, n * 8)).collect();
+        for b in &bufs {
+            put(*b, &vec![1i64; n]);
+        }
+        for _ in 0..30 {
+            ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+            for r in 0..2 {
+                ok(
+                    unsafe { ncclAllReduce(bufs[r], bufs[r], n, INT64, SUM, comms[r], null_mut()) },
+                    "ncclAllReduce i64 sum",
+                );
+            }
+            ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+        }
+        sync_both();
+        for b in &bufs {
+            assert!(get::<i64>(*b, n).iter().all(|v| *v == 1 << 30));
+        }
+
+        // Count 0: nothing runs, success.
+        ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+        for r in 0..2 {
+            ok(
+                unsafe { ncclAllReduce(bufs[r], bufs[r], 0, FLOAT32, SUM, comms[r], null_mut()) },
+                "ncclAllReduce count 0",
+            );
+        }
+        ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+
+        // Refusals: other collectives on device buffers, mixed buffers.
+        capi::use_device(0).unwrap();
+        let r = unsafe { ncclBroadcast(bufs[0], bufs[0], 16, FLOAT32, 0, comms[0], null_mut()) };
+        assert_eq!(r, ncclInvalidUsage);
+        let text = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comms[0])) }
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            text.contains("ncclBroadcast on device buffers is not supported"),
+            "{text}"
+        );
+        let mut host = vec![0f32; 16];
+        let r = unsafe {
+            ncclAllReduce(
+                bufs[0],
+                host.as_mut_ptr() as *mut c_void,
+                16,
+                FLOAT32,
+                SUM,
+                comms[0],
+                null_mut(),
+            )
+        };
+        assert_eq!(r, ncclInvalidArgument);
+        // The caller's current device is left as it was.
+        capi::use_device(1).unwrap();
+        ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+        for r in 0..2 {
+            ok(
+                unsafe { ncclAllReduce(bufs[r], bufs[r], n, INT64, SUM, comms[r], null_mut()) },
+                "ncclAllReduce",
+            );
+        }
+        ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+        assert_eq!(capi::current_device(), Some(1));
+        sync_both();
+
+        for p in bufs {
+            ok(unsafe { ncclMemFree(p) }, "ncclMemFree");
+        }
+        for c in comms {
+            ok(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy");
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// `ncclCommInitAll` on two GPUs: float sum in one group.
+#[test]
+fn two_gpus_init_all() {
+    if !two_gpus() {
+        return;
+    }
+    std::thread::spawn(|| {
+        let comms = init_all(2);
+        let n = 12345;
+        let bufs: Vec<_> = (0..2).map(|r| dev_alloc(r, n * 4)).collect();
+        for (r, b) in bufs.iter().enumerate() {
+            put(*b, &vec![r as f32 + 1.0; n]);
+        }
+        ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+        for r in 0..2 {
+            ok(
+                unsafe { ncclAllReduce(bufs[r], bufs[r], n, FLOAT32, SUM, comms[r], null_mut()) },
+                "ncclAllReduce",
+            );
+        }
+        ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+        sync_both();
+        for b in &bufs {
+            assert!(get::<f32>(*b, n).iter().all(|v| *v == 3.0));
+        }
+        for p in bufs {
+            ok(unsafe { ncclMemFree(p) }, "ncclMemFree");
+        }
+        for c in comms {
+            ok(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy");
+        }
+    })
+    .join()
+    .unwrap();
+}
