@@ -134,9 +134,15 @@ impl StreamSeqs {
     }
 }
 
+/// How far a stream's header has crossed. Rings hand out contiguous space
+/// only up to their wrap point, so when a stream's position is 8 or 16 bytes
+/// before the wrap, the 24-byte header must cross in 8-byte pieces: waiting
+/// for 24 contiguous bytes there waits forever (a deadlock found by the
+/// oxccl integration tests once enough small operations had wrapped a ring).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum HeaderState {
-    Pending,
+    /// Bytes moved so far; a receiver keeps them until the header is whole.
+    Pending(usize, [u8; HEADER_BYTES]),
     Done,
 }
 
@@ -177,7 +183,7 @@ impl Engine {
             .map(|(p, c)| {
                 let s = seqs.tx[p][c];
                 seqs.tx[p][c] = s.wrapping_add(1);
-                ((p, c), HeaderState::Pending, s)
+                ((p, c), HeaderState::Pending(0, [0; HEADER_BYTES]), s)
             })
             .collect();
         let rx_hdr = rx
@@ -185,7 +191,7 @@ impl Engine {
             .map(|(p, c)| {
                 let s = seqs.rx[p][c];
                 seqs.rx[p][c] = s.wrapping_add(1);
-                ((p, c), HeaderState::Pending, s)
+                ((p, c), HeaderState::Pending(0, [0; HEADER_BYTES]), s)
             })
             .collect();
         let lanes = vec![LaneState { idx: 0, pos: 0 }; program.lanes.len()];
@@ -308,20 +314,25 @@ impl Engine {
                 "send on a stream the program did not declare",
             ));
         };
-        if ent.1 == HeaderState::Done {
+        let HeaderState::Pending(done, _) = ent.1 else {
             return Ok(true);
-        }
+        };
         let h = Header {
             seq: ent.2,
             ..self.header
         };
         let s = stream(tx, peer, ch)?;
         let out = s.reserve()?;
-        if out.len() < HEADER_BYTES {
+        let w = round8(out.len()).min(HEADER_BYTES - done);
+        if w == 0 {
             return Ok(false);
         }
-        out[..HEADER_BYTES].copy_from_slice(&h.encode());
-        s.commit(HEADER_BYTES);
+        out[..w].copy_from_slice(&h.encode()[done..done + w]);
+        s.commit(w);
+        if done + w < HEADER_BYTES {
+            ent.1 = HeaderState::Pending(done + w, [0; HEADER_BYTES]);
+            return Ok(false);
+        }
         ent.1 = HeaderState::Done;
         Ok(true)
     }
@@ -340,16 +351,23 @@ impl Engine {
                 "receive on a stream the program did not declare",
             ));
         };
-        if ent.1 == HeaderState::Done {
+        let HeaderState::Pending(done, mut buf) = ent.1 else {
             return Ok(true);
-        }
+        };
         let s = stream(rx, peer, ch)?;
         let inp = s.peek()?;
-        if inp.len() < HEADER_BYTES {
+        let w = round8(inp.len()).min(HEADER_BYTES - done);
+        if w == 0 {
+            return Ok(false);
+        }
+        buf[done..done + w].copy_from_slice(&inp[..w]);
+        s.consume(w);
+        if done + w < HEADER_BYTES {
+            ent.1 = HeaderState::Pending(done + w, buf);
             return Ok(false);
         }
         let expect = Header { seq: ent.2, ..mine };
-        let got = Header::decode(&inp[..HEADER_BYTES]);
+        let got = Header::decode(&buf);
         let ok = match got {
             Some(g) => {
                 // The receiving side of a point-to-point pair announces Recv,
@@ -380,7 +398,6 @@ impl Engine {
                 expect.describe()
             )));
         }
-        s.consume(HEADER_BYTES);
         ent.1 = HeaderState::Done;
         Ok(true)
     }

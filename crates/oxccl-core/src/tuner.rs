@@ -174,7 +174,13 @@ pub fn choose(input: &TuneInput<'_>) -> Result<Plan> {
             continue;
         }
         // One-shot moves (n-1)·S per rank: only worth it while latency dominates.
-        if shaped == Shaped::OneShot && input.bytes > (256 << 10) {
+        // A cost rule, so it yields only to another allowed algorithm: with
+        // NCCL_ALGO=allreduce:oneshot alone, calls over 256 KiB used to fail
+        // with "no algorithm" although one-shot runs any size.
+        let other_allowed = candidates(kind)
+            .iter()
+            .any(|&(a, s)| s != Shaped::OneShot && input.algos.allows(kind, a));
+        if shaped == Shaped::OneShot && input.bytes > (256 << 10) && other_allowed {
             continue;
         }
         for &proto in &[Proto::LL, Proto::LL128, Proto::Simple] {

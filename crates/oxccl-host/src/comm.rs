@@ -139,16 +139,46 @@ impl HostComm {
         let nch = coll_channels + p2p_channels;
         let cap = (cfg.capacity.max(256)) & !7;
 
-        // A key shared by all ranks of this communicator, for the in-process registry.
-        let mut mine = [0u8; 8];
+        // A key shared by all ranks of this communicator, for the in-process
+        // registry, and the settings every rank must share: streams per peer
+        // and every input of the tuner's plan (its slice size and channels
+        // decide how bytes are cut on the wire, and no header carries the
+        // slice). Ranks that differ fail here, all of them, with both
+        // settings named: before this check, a different NCCL_BUFFSIZE or
+        // NCCL_PROTO gave silently wrong all-reduce results over TCP, a hang
+        // between threads, and a different channel count an internal error.
+        // The transport of a pair is decided by each end alone from its own
+        // NCCL_SHM_DISABLE / NCCL_P2P_DISABLE, so those must agree too.
+        let settings = format!(
+            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}",
+            cfg.capacity,
+            cfg.algos,
+            cfg.protos,
+            cfg.min_channels,
+            cfg.max_channels,
+            u8::from(cfg.shm_disable),
+            u8::from(cfg.p2p_disable)
+        );
+        let mut mine = vec![0u8; 8];
         getrandom::getrandom(&mut mine).map_err(|e| Error::system(format!("getrandom: {e}")))?;
+        mine.extend_from_slice(settings.as_bytes());
         let all = bootstrap.allgather(&mine)?;
         let key = u64::from_le_bytes(
             all[0]
-                .as_slice()
-                .try_into()
-                .map_err(|_| Error::internal("bootstrap allgather returned a short key"))?,
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| Error::internal("bootstrap allgather returned a short key"))?,
         );
+        if let Some((q, theirs)) = all
+            .iter()
+            .enumerate()
+            .find(|(_, b)| b.get(8..) != Some(settings.as_bytes()))
+        {
+            return Err(Error::invalid_usage(format!(
+                "rank {q} runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE",
+                String::from_utf8_lossy(theirs.get(8..).unwrap_or(&[]))
+            )));
+        }
 
         // Shared memory: one segment per rank with the rings its shm peers write into.
         let shm_peers = |q: usize| -> Vec<usize> {
@@ -247,7 +277,11 @@ impl HostComm {
                 let mut reg = inproc_registry()
                     .lock()
                     .map_err(|_| Error::internal("inproc registry poisoned"))?;
-                *slot = Some(reg.remove(&(key, q, rank)).ok_or_else(|| {
+                // (key, me, peer) holds my end (the one whose `peer` is q);
+                // taking (key, q, me) swapped the ends, which moved the data
+                // right but made every liveness and poison message name this
+                // rank instead of the peer.
+                *slot = Some(reg.remove(&(key, rank, q)).ok_or_else(|| {
                     Error::internal(format!("in-process link from rank {q} missing"))
                 })?);
             }
@@ -652,18 +686,55 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
     let mut groups: Vec<Vec<Task<'_>>> = Vec::with_capacity(items.len());
     let mut timeout = Duration::ZERO;
     let mut spin = Duration::ZERO;
-    for ((comm, ops), scr) in items.iter_mut().zip(scratch.iter_mut()) {
+    // Argument errors leave the communicator usable: nothing was sent, and the
+    // per-stream sequence numbers that the operations prepared before the
+    // faulty one took are given back (else every later call on those streams
+    // fails as "mismatched operations").
+    let saved: Vec<StreamSeqs> = items.iter().map(|(c, _)| c.seqs.clone()).collect();
+    let mut self_copies: Vec<(usize, *const u8, *mut u8)> = Vec::new();
+    let mut failure: Option<Error> = None;
+    'prep: for ((comm, ops), scr) in items.iter_mut().zip(scratch.iter_mut()) {
         timeout = timeout.max(comm.cfg.timeout);
         spin = spin.max(comm.cfg.spin);
+        let rank = comm.rank;
+        match self_pairs(rank, ops) {
+            Ok(v) => self_copies.extend(v),
+            Err(e) => {
+                failure = Some(e);
+                break 'prep;
+            }
+        }
         let mut tasks = Vec::with_capacity(ops.len());
         for (op, s) in ops.iter().zip(scr.iter_mut()) {
-            // Argument errors leave the communicator usable: nothing was sent.
+            if is_self_p2p(op, rank) {
+                continue;
+            }
             // SAFETY: forwarded from this function's contract.
-            tasks.push(unsafe { prepare(comm, op, s) }?.task);
+            match unsafe { prepare(comm, op, s) } {
+                Ok(p) => tasks.push(p.task),
+                Err(e) => {
+                    failure = Some(e);
+                    break 'prep;
+                }
+            }
         }
         // Receive buffers of one group must not overlap anything else in it.
-        check_group_overlaps(&tasks)?;
+        if let Err(e) = check_group_overlaps(&tasks) {
+            failure = Some(e);
+            break 'prep;
+        }
         groups.push(tasks);
+    }
+    if let Some(e) = failure {
+        for ((comm, _), seqs) in items.iter_mut().zip(saved) {
+            comm.seqs = seqs;
+        }
+        return Err(e);
+    }
+    for &(bytes, src, dst) in &self_copies {
+        // SAFETY: both pointers are valid for `bytes` by this function's
+        // contract (checked non-null above); `copy` allows them to overlap.
+        unsafe { std::ptr::copy(src, dst, bytes) };
     }
     let mut streams: Vec<Streams<'_>> = items
         .iter_mut()
@@ -685,10 +756,75 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
         oxccl_env::warn!("{e}");
         for (comm, _) in items.iter_mut() {
             comm.failed = Some(e.clone());
-            comm.poison_all(e);
+            // An abort is this rank's decision, not its peers' misuse: they
+            // see a remote error, as `ncclCommAbort`'s contract says (the
+            // abort's own InvalidUsage kind used to travel in the poison).
+            if comm.abort.load(std::sync::atomic::Ordering::Acquire) {
+                comm.poison_all(&Error::remote(e.message()));
+            } else {
+                comm.poison_all(e);
+            }
         }
     }
     result
+}
+
+/// A send to or a receive from this rank itself.
+fn is_self_p2p(op: &OpDesc, rank: usize) -> bool {
+    matches!(op.kind, CollKind::Send | CollKind::Recv) && op.root == rank
+}
+
+/// Pairs this rank's sends to itself with its receives from itself, in issue
+/// order: each pair is a local copy `(bytes, from, to)`. NCCL allows them in
+/// a group, and PyTorch's all-to-all over send/recv issues one per rank;
+/// without this they failed with "no stream to rank R" (an internal error).
+fn self_pairs(rank: usize, ops: &[OpDesc]) -> Result<Vec<(usize, *const u8, *mut u8)>> {
+    let pick = |k: CollKind| {
+        ops.iter()
+            .filter(move |o| o.kind == k && o.root == rank)
+            .collect::<Vec<_>>()
+    };
+    let (sends, recvs) = (pick(CollKind::Send), pick(CollKind::Recv));
+    // Argument errors first, as for operations with a peer.
+    let mut out = Vec::with_capacity(sends.len());
+    for o in sends.iter().chain(&recvs) {
+        let name = o.kind.snake_name();
+        let bytes = byte_len(o.count, o.dtype, &format!("{name} to self"))?;
+        if bytes > isize::MAX as usize {
+            return Err(Error::invalid_argument(format!(
+                "{name}: count {} of {} is larger than any buffer can be",
+                o.count, o.dtype
+            )));
+        }
+        let ptr = if o.kind == CollKind::Send {
+            o.send
+        } else {
+            o.recv as *const u8
+        };
+        if bytes > 0 && ptr.is_null() {
+            return Err(Error::invalid_argument(format!(
+                "{name} (self): buffer is NULL with count {}",
+                o.count
+            )));
+        }
+    }
+    if sends.len() != recvs.len() {
+        return Err(Error::invalid_usage(format!(
+            "rank {rank}: {} send(s) to itself but {} receive(s) from itself in one group; a send to self needs a matching receive from self in the same group",
+            sends.len(),
+            recvs.len()
+        )));
+    }
+    for (s, r) in sends.into_iter().zip(recvs) {
+        if s.count != r.count || s.dtype != r.dtype {
+            return Err(Error::invalid_usage(format!(
+                "rank {rank}: a send to itself of count {} ({}) meets a receive from itself of count {} ({})",
+                s.count, s.dtype, r.count, r.dtype
+            )));
+        }
+        out.push((s.count * s.dtype.size(), s.send, r.recv));
+    }
+    Ok(out)
 }
 
 fn check_group_overlaps(tasks: &[Task<'_>]) -> Result<()> {

@@ -58,9 +58,10 @@ pub fn drive(
             // TCP streams move bytes only when pumped.
             for (peer, chans) in s.rx.iter_mut().enumerate() {
                 for c in chans.iter_mut() {
-                    moved |= c
-                        .fill()
-                        .map_err(|e| e.context(format!("{}: from rank {peer}", s.who)))?;
+                    moved |= c.fill().map_err(|e| {
+                        reported_cause(s.controls, &[peer], e)
+                            .context(format!("{}: from rank {peer}", s.who))
+                    })?;
                 }
             }
             let mut busy: HashSet<(usize, usize, bool)> = HashSet::new();
@@ -74,19 +75,20 @@ pub fn drive(
                     continue;
                 }
                 busy.extend(t.streams.iter().copied());
-                moved |= t
-                    .engine
-                    .poll(&mut t.bufs, s.tx, s.rx)
-                    .map_err(|e| e.context(format!("{}: {}", s.who, t.what)))?;
+                moved |= t.engine.poll(&mut t.bufs, s.tx, s.rx).map_err(|e| {
+                    let peers: Vec<usize> = t.streams.iter().map(|k| k.0).collect();
+                    reported_cause(s.controls, &peers, e).context(format!("{}: {}", s.who, t.what))
+                })?;
                 if !t.engine.is_done() {
                     all_done = false;
                 }
             }
             for (peer, chans) in s.tx.iter_mut().enumerate() {
                 for c in chans.iter_mut() {
-                    moved |= c
-                        .flush()
-                        .map_err(|e| e.context(format!("{}: to rank {peer}", s.who)))?;
+                    moved |= c.flush().map_err(|e| {
+                        reported_cause(s.controls, &[peer], e)
+                            .context(format!("{}: to rank {peer}", s.who))
+                    })?;
                 }
             }
         }
@@ -146,6 +148,29 @@ pub fn drive(
             std::thread::sleep(Duration::from_micros(50));
         }
     }
+}
+
+/// A peer's stream failing (a TCP connection closed or reset) is often the
+/// echo of an earlier failure: the peer failed, reported why on its control
+/// connection, and exited, closing its sockets. Its report names the root
+/// cause (say, the rank that was killed), the broken stream only the
+/// messenger, so a report on the control of one of `peers` wins. (Seen in the
+/// oxccl tests: with rank 2 killed, rank 0 blamed rank 1's closed socket.)
+fn reported_cause(controls: &mut [Option<PeerControl>], peers: &[usize], e: Error) -> Error {
+    if e.kind() != ErrorKind::Remote {
+        return e;
+    }
+    for &p in peers {
+        if let Some(Some(c)) = controls.get_mut(p) {
+            if let Err(r) = c.check() {
+                // `PeerControl::check` prefixes a peer's report so.
+                if r.message().starts_with(&format!("rank {p} reported: ")) {
+                    return r;
+                }
+            }
+        }
+    }
+    e
 }
 
 fn timeout_error(streams: &[Streams<'_>], groups: &[Vec<Task<'_>>], t: Duration) -> Error {

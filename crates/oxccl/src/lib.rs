@@ -25,12 +25,14 @@
 
 pub use oxccl_core::algo::{Algo, Proto, Selection};
 pub use oxccl_core::{CollKind, DataType, Error, ErrorKind, RedOp, Result, Scalar};
-pub use oxccl_host::OpDesc;
+// `Config::host` is public: its type must be nameable without depending on
+// oxccl-host directly.
+pub use oxccl_host::{HostConfig, OpDesc};
 
 use oxccl_bootstrap::{Bootstrap, BootstrapConfig, Family};
 use oxccl_core::params::{self, Params, SocketFamily};
 use oxccl_env::Subsys;
-use oxccl_host::{HostComm, HostConfig};
+use oxccl_host::HostComm;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
