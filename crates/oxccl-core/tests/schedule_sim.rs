@@ -9,10 +9,15 @@ use oxccl_core::{CollKind, DataType, RedOp, Reduction, Result};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+/// A stream with a ring's shape: `cap` bytes in flight at most, and, like a
+/// real ring, contiguous space and data only up to the wrap point (positions
+/// are totals modulo `cap`), so headers and slices get split at the wrap.
 struct Wire {
     q: VecDeque<u8>,
     inflight: usize,
     cap: usize,
+    written: usize,
+    consumed: usize,
 }
 
 struct SimTx {
@@ -31,7 +36,7 @@ struct SimRx {
 impl SendHalf for SimTx {
     fn reserve(&mut self) -> Result<&mut [u8]> {
         let w = self.w.lock().unwrap();
-        let free = w.cap - w.inflight;
+        let free = (w.cap - w.inflight).min(w.cap - w.written % w.cap);
         self.stage.resize(free, 0);
         Ok(&mut self.stage[..])
     }
@@ -40,6 +45,7 @@ impl SendHalf for SimTx {
         let mut w = self.w.lock().unwrap();
         assert!(w.inflight + n <= w.cap);
         w.inflight += n;
+        w.written += n;
         w.q.extend(&self.stage[..n]);
     }
     fn flush(&mut self) -> Result<bool> {
@@ -54,13 +60,16 @@ impl RecvHalf for SimRx {
         self.start = 0;
         let take = w.q.len();
         self.local.extend(w.q.drain(..take));
-        let n = self.local.len().min(self.granule);
+        let to_wrap = w.cap - w.consumed % w.cap;
+        let n = self.local.len().min(self.granule).min(to_wrap);
         Ok(&self.local[..n])
     }
     fn consume(&mut self, n: usize) {
         assert_eq!(n % 8, 0, "consume of {n} bytes");
         self.start += n;
-        self.w.lock().unwrap().inflight -= n;
+        let mut w = self.w.lock().unwrap();
+        w.inflight -= n;
+        w.consumed += n;
     }
     fn fill(&mut self) -> Result<bool> {
         Ok(false)
@@ -86,6 +95,8 @@ fn mesh(n: usize, nch: usize, cap: usize, granule: usize) -> Vec<(Tx, Rx)> {
                     q: VecDeque::new(),
                     inflight: 0,
                     cap,
+                    written: 0,
+                    consumed: 0,
                 }));
                 out[a].0[b].push(Box::new(SimTx {
                     w: w.clone(),
@@ -538,5 +549,79 @@ fn mismatched_counts_are_invalid_usage() {
             e.message().contains("count=10") && e.message().contains("count=11"),
             "{e}"
         );
+    }
+}
+
+/// Many operations on the same streams: headers and slices start at every
+/// offset of a small ring, including 8 and 16 bytes before its wrap point
+/// (where a 24-byte header cannot be written or read in one piece).
+#[test]
+fn consecutive_ops_cross_wrap_points() {
+    for n in [2usize, 3] {
+        let cap = 64;
+        let mut net = mesh(n, 1, cap, 1 << 20);
+        let mut seqs: Vec<StreamSeqs> = (0..n).map(|_| StreamSeqs::new(n, 1)).collect();
+        for op_i in 0..60usize {
+            let count = 1 + op_i % 5;
+            let shape = Shape {
+                nchannels: 1,
+                slice: 16,
+                elem: 4,
+            };
+            let sends: Vec<Vec<u8>> = (0..n)
+                .map(|r| {
+                    (0..count)
+                        .flat_map(|i| ((r + i + op_i) as i32).to_le_bytes())
+                        .collect()
+                })
+                .collect();
+            let mut recvs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; count * 4]).collect();
+            let mut engines: Vec<Engine> = (0..n)
+                .map(|r| {
+                    let req = Request {
+                        kind: CollKind::AllReduce,
+                        count,
+                        root: 0,
+                        rank: r,
+                        nranks: n,
+                        in_place: false,
+                    };
+                    let h = Header {
+                        seq: 0,
+                        kind: CollKind::AllReduce,
+                        dtype: DataType::Int32,
+                        op: 0,
+                        nchannels: 1,
+                        count: count as u64,
+                        root: 0,
+                        algo: 0,
+                    };
+                    let red = Reduction::new(DataType::Int32, RedOp::Sum, n).ok();
+                    Engine::new(build(&req, Shaped::Ring, &shape), red, h, r, &mut seqs[r])
+                })
+                .collect();
+            let mut idle = 0;
+            while !engines.iter().all(|e| e.is_done()) {
+                let mut moved = false;
+                for r in 0..n {
+                    let (tx, rx) = &mut net[r];
+                    let mut b = Buffers {
+                        send: Some(&sends[r]),
+                        recv: &mut recvs[r],
+                        scratch: &mut [],
+                    };
+                    moved |= engines[r].poll(&mut b, tx, rx).unwrap();
+                }
+                idle = if moved { 0 } else { idle + 1 };
+                assert!(idle < 3, "deadlock at op {op_i} (n={n}, count={count})");
+            }
+            for (r, recv) in recvs.iter().enumerate() {
+                for i in 0..count {
+                    let want: i32 = (0..n).map(|q| (q + i + op_i) as i32).sum();
+                    let got = i32::from_le_bytes(recv[i * 4..i * 4 + 4].try_into().unwrap());
+                    assert_eq!(got, want, "op {op_i} rank {r} elem {i}");
+                }
+            }
+        }
     }
 }
