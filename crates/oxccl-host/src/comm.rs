@@ -632,7 +632,12 @@ unsafe fn prepare<'b>(
         plan.proto,
         nch
     );
-    let engine = Engine::new(program, red, header, rank, &mut comm.seqs);
+    let mut engine = Engine::new(program, red, header, rank, &mut comm.seqs);
+    // In place, the destination lines were just read (the input): they are
+    // cached, and streaming stores would only evict them (measured slower).
+    if !in_place && total_bytes >= crate::stream_copy::NT_THRESHOLD {
+        engine.set_bulk_copy(crate::stream_copy::nt_copy);
+    }
     Ok(Prepared {
         task: Task {
             engine,

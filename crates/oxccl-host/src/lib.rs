@@ -9,6 +9,7 @@
 
 pub mod comm;
 pub mod exec;
+pub mod stream_copy;
 pub mod transport;
 
 pub use comm::{run_group, HostComm, HostConfig, OpDesc};

@@ -242,6 +242,34 @@ fn threads_large_counts() {
     }
 }
 
+/// Out-of-place operations of 16 MiB and more place received data with
+/// streaming stores (oxccl_host::stream_copy): check those paths' results.
+#[test]
+fn threads_streaming_store_sizes() {
+    let _w = Watchdog::new("threads_streaming_store_sizes", Duration::from_secs(300));
+    let comms = init_threads(2, &test_config(|_| {})).unwrap();
+    let count = (17usize << 20) / 4 + 5;
+    for (i, coll) in [Coll::AllReduce, Coll::AllGather, Coll::Broadcast]
+        .into_iter()
+        .enumerate()
+    {
+        let case = Case {
+            coll,
+            dtype: DataType::Float32,
+            op: RedOp::Sum,
+            count: if coll == Coll::AllGather {
+                count / 2
+            } else {
+                count
+            },
+            root: 1,
+            in_place: false,
+            seed: 7 + i as u64,
+        };
+        run_case_threads(&comms, &case);
+    }
+}
+
 fn all_reduce_sweep(comms: &[Communicator], tag: u64) {
     let mut seed = tag;
     for (dtype, op) in [
