@@ -29,19 +29,23 @@ ox, gl = {}, {}
 for r in range(1, rounds + 1):
     d = json.load(open(f"{out}/oxccl.{r}.json"))
     for rec in d["results"]:
-        o = rec["out_of_place"]
-        ox.setdefault(rec["size"], []).append((o["time_us"], o["busbw_gbps"]))
+        o, i = rec["out_of_place"], rec["in_place"]
+        ox.setdefault(rec["size"], []).append((o["time_us"], o["busbw_gbps"], i["time_us"], i["busbw_gbps"]))
     for line in open(f"{out}/gloo.{r}.txt"):
         f = line.split()
         if len(f) == 4:
             gl.setdefault(int(f[0]), []).append((float(f[1]), float(f[3])))
+med = statistics.median
 print(f"# host all_reduce, 2 processes, float32, median of {rounds} alternated rounds")
-print("#      bytes   oxccl_us  gloo_us   oxccl_busbw  gloo_busbw  busbw_ratio")
+print("# torch.distributed.all_reduce is in place, so the ratio compares oxccl's in-place column with Gloo")
+print("#      bytes  oxccl_us(oop)  oxccl_us(ip)   gloo_us   busbw(oop)   busbw(ip)  gloo_busbw   ratio(ip)")
 for size in sorted(ox):
     if size not in gl:
         continue
-    ot = statistics.median(t for t, _ in ox[size]); ob = statistics.median(b for _, b in ox[size])
-    gt = statistics.median(t for t, _ in gl[size]); gb = statistics.median(b for _, b in gl[size])
-    ratio = f"{ob / gb:8.1f}x" if gb > 0.0005 else "      -"
-    print(f"{size:12d} {ot:10.2f} {gt:8.1f} {ob:13.3f} {gb:11.3f} {ratio}")
+    v = ox[size]
+    ot, ob = med(x[0] for x in v), med(x[1] for x in v)
+    it, ib = med(x[2] for x in v), med(x[3] for x in v)
+    gt, gb = med(t for t, _ in gl[size]), med(b for _, b in gl[size])
+    ratio = f"{ib / gb:8.1f}x" if gb > 0.0005 else f"{gt / it:6.0f}x(t)"
+    print(f"{size:12d} {ot:14.2f} {it:13.2f} {gt:9.1f} {ob:12.3f} {ib:11.3f} {gb:11.3f} {ratio:>11}")
 PY
