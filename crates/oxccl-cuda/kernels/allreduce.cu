@@ -19,7 +19,7 @@
 //
 // Both sides must take the same protocol: the bits say "my pointers are not
 // 16-byte aligned" (then both move single elements) and "I work in place"
-// (then both use the in-place protocol, also safe out of place).
+// (then both use the two-shot all-reduce, also correct out of place).
 //
 // Cost per GPU: reads 2S (S local + S over NVLink), writes S, 2 barriers
 // (entry: the peer's input is ready; exit: the peer finished reading ours, so
@@ -27,32 +27,73 @@
 // (~4 us) plus one NVLink round trip for small messages; S / (peer-read
 // bandwidth, ~370 GB/s measured) for large ones.
 //
-// In place (out aliases the local input) a round loads its values into
-// registers, meets the peer again (the peer has loaded them too), and only
-// then stores, so nobody reads a value the owner already overwrote.
+// In place (out aliases an input on either side) the all-reduce is two-shot
+// instead (see pair_reduce): each side reduces its half and writes it to both
+// outputs, so nobody reads a value its owner already overwrote, still with
+// two barriers per call. The same kernels also do reduce-scatter and reduce
+// (ArArgs.mode); oxccl_pcopy at the end does all-gather, broadcast and
+// send/receive.
 //
 // Barrier values: the host passes `seq`, the first value of this call, and
-// moves its counter past seq + rounds + 3, an upper bound on the barriers any
-// block does here, so values on every flag word only grow (an epoch counter:
-// a flag left by an earlier call can never satisfy a later call's wait).
+// moves its counter past seq + 3 (entry, exit, a spare), so values on every
+// flag word only grow (an epoch counter: a flag left by an earlier call can
+// never satisfy a later call's wait).
 #include "common.cuh"
 
-// Flag words per GPU; the mailbox (2 words per block) follows them.
+// Flag words per GPU; the mailbox (MBOX words per block) follows them.
 #define OXCCL_MAX_BLOCKS 128
+#define OXCCL_MBOX 4
+
+// Modes of the reducing kernels (ArArgs.mode).
+enum { MODE_ALLREDUCE = 0, MODE_REDUCE_SCATTER = 1, MODE_REDUCE = 2 };
+// Bits a side posts in its mailbox (ArArgs.bits adds host-chosen ones).
+enum { BIT_MISALIGNED = 1, BIT_INPLACE = 2, BIT_TWO_SHOT = 4 };
 
 struct ArArgs {
     const void* in;    // this GPU's input
     void* out;         // this GPU's output
     u64* my_flags;     // this GPU's flags + mailbox (written by the peer)
     u64* peer_flags;   // the peer's flags + mailbox (through the peer mapping)
-    u64 count;         // elements
+    u64 count;         // elements (reduce-scatter: per rank)
     u64 seq;           // first barrier value of this call
-    double scale;      // float avg: the pre-multiplier (1 / nranks)
+    double scale;      // float avg / PreMulSum: the pre-multiplier
     u32 nranks;        // integer avg divides by this
     u32 rank;          // 0 or 1: which input is x0
+    u64 iscale;        // integer PreMulSum: the scalar's bits
+    u64 scalar_ptr;    // PreMulSum with a device scalar: its address (else 0)
+    u32 mode;          // MODE_*
+    u32 root;          // MODE_REDUCE: the rank that gets the result
+    u64 bits;          // host-chosen mailbox bits (BIT_TWO_SHOT)
 };
 
-enum { OP_SUM = 0, OP_PROD = 1, OP_MAX = 2, OP_MIN = 3, OP_AVG = 4 };
+// Posts {in, out, bits, scalar} in the peer's mailbox slot of this block,
+// meets the peer at barrier `seq` and reads the peer's slot into `box`
+// (shared memory, 4 words). Called by the whole block.
+__device__ __forceinline__ void entry_exchange(u64* my_flags, u64* peer_flags, u64 seq,
+                                               u64 in, u64 out, u64 bits, u64 scalar,
+                                               u64* box) {
+    if (threadIdx.x == 0) {
+        volatile u64* pb =
+            (volatile u64*)(peer_flags + OXCCL_MAX_BLOCKS + OXCCL_MBOX * blockIdx.x);
+        pb[0] = in;
+        pb[1] = out;
+        pb[2] = bits;
+        pb[3] = scalar;
+        __threadfence_system();
+        st_release_sys(peer_flags + blockIdx.x, seq);
+        while (ld_acquire_sys(my_flags + blockIdx.x) < seq) {
+        }
+        const volatile u64* mine =
+            (const volatile u64*)(my_flags + OXCCL_MAX_BLOCKS + OXCCL_MBOX * blockIdx.x);
+        box[0] = mine[0];
+        box[1] = mine[1];
+        box[2] = mine[2];
+        box[3] = mine[3];
+    }
+    __syncthreads();
+}
+
+enum { OP_SUM = 0, OP_PROD = 1, OP_MAX = 2, OP_MIN = 3, OP_AVG = 4, OP_PREMULSUM = 5 };
 
 // Element traits: S is the storage type, A the arithmetic (accumulation) type.
 template <typename S_, typename U_>
@@ -105,6 +146,11 @@ struct E5M2E {
     static __device__ __forceinline__ S store(A a) { return f32_to_e5m2(a); }
 };
 
+// Products that are never contracted into an FMA with a following add
+// (NVRTC contracts by default): the pre-multiplied inputs of avg/PreMulSum
+// must round like the host reference's separate multiply and add.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 __device__ __forceinline__ float amax(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double amax(double a, double b) { return fmax(a, b); }
 __device__ __forceinline__ float amin(float a, float b) { return fminf(a, b); }
@@ -115,16 +161,16 @@ __device__ __forceinline__ double amin(double a, double b) { return fmin(a, b); 
 // 1/nranks (rounded to the storage type), integer avg divides the wrapped sum.
 template <typename E, int OP>
 __device__ __forceinline__ typename E::S red2(typename E::S x0, typename E::S x1,
-                                              typename E::A scale, u32 nranks) {
+                                              typename E::A s0, typename E::A s1, u32 nranks) {
     typedef typename E::S S;
     if constexpr (E::is_float) {
         if constexpr (OP == OP_SUM) return E::store(E::load(x0) + E::load(x1));
         if constexpr (OP == OP_PROD) return E::store(E::load(x0) * E::load(x1));
         if constexpr (OP == OP_MAX) return E::store(amax(E::load(x0), E::load(x1)));
         if constexpr (OP == OP_MIN) return E::store(amin(E::load(x0), E::load(x1)));
-        if constexpr (OP == OP_AVG) {
-            S p0 = E::store(E::load(x0) * scale);
-            S p1 = E::store(E::load(x1) * scale);
+        if constexpr (OP == OP_AVG || OP == OP_PREMULSUM) {
+            S p0 = E::store(mul_rn(E::load(x0), s0));
+            S p1 = E::store(mul_rn(E::load(x1), s1));
             return E::store(E::load(p0) + E::load(p1));
         }
     } else {
@@ -136,6 +182,10 @@ __device__ __forceinline__ typename E::S red2(typename E::S x0, typename E::S x1
         if constexpr (OP == OP_AVG) {
             S s = (S)((U)x0 + (U)x1);
             return (S)(s / (S)nranks);
+        }
+        if constexpr (OP == OP_PREMULSUM) {
+            // Each rank's own scalar (NCCL: every rank may pass its own).
+            return (S)((U)x0 * (U)s0 + (U)x1 * (U)s1);
         }
     }
     return x0;  // unreachable
@@ -150,7 +200,7 @@ __device__ __forceinline__ S ldcg(const S* p) {
 
 // A unit is what one thread moves at once: a 16-byte pack, or one element.
 template <typename E, int OP>
-__device__ __forceinline__ uint4 red_unit(uint4 a, uint4 b, typename E::A scale, u32 nranks) {
+__device__ __forceinline__ uint4 red_unit(uint4 a, uint4 b, typename E::A s0, typename E::A s1, u32 nranks) {
     typedef typename E::S S;
     constexpr int N = 16 / sizeof(S);
     union P {
@@ -161,104 +211,234 @@ __device__ __forceinline__ uint4 red_unit(uint4 a, uint4 b, typename E::A scale,
     ua.v = a;
     ub.v = b;
 #pragma unroll
-    for (int i = 0; i < N; i++) uo.e[i] = red2<E, OP>(ua.e[i], ub.e[i], scale, nranks);
+    for (int i = 0; i < N; i++) uo.e[i] = red2<E, OP>(ua.e[i], ub.e[i], s0, s1, nranks);
     return uo.v;
 }
 template <typename E, int OP>
 __device__ __forceinline__ typename E::S red_unit(typename E::S a, typename E::S b,
-                                                  typename E::A scale, u32 nranks) {
-    return red2<E, OP>(a, b, scale, nranks);
+                                                  typename E::A s0, typename E::A s1, u32 nranks) {
+    return red2<E, OP>(a, b, s0, s1, nranks);
 }
 
-#define OXCCL_UNROLL 2
+#define OXCCL_UNROLL 4
 
-// Rounds over `n` units: each thread takes OXCCL_UNROLL units per round.
-// Every block runs the same number of rounds (barriers must pair up).
-template <typename E, int OP, typename Unit>
-__device__ __forceinline__ void ar_rounds(const Unit* x0, const Unit* x1, Unit* o, u64 n,
-                                          const ArArgs& a, bool inplace, u64& seq, u64* myf,
-                                          u64* pf) {
+// The scalar of avg / PreMulSum in the arithmetic type: from device memory
+// (ncclScalarDevice) when scalar_ptr is set, else from the launch arguments.
+template <typename E>
+__device__ __forceinline__ typename E::A scale_of(const ArArgs& a) {
+    typedef typename E::S S;
     typedef typename E::A A;
-    const A scale = (A)a.scale;
-    const u64 per_block = (u64)blockDim.x * OXCCL_UNROLL;
-    const u64 per_round = per_block * gridDim.x;
-    const u64 rounds = (n + per_round - 1) / per_round;
-    for (u64 k = 0; k < rounds; k++) {
-        const u64 base = k * per_round + blockIdx.x * per_block + threadIdx.x;
+    if constexpr (E::is_float) {
+        if (a.scalar_ptr != 0) return E::load(*(const volatile S*)a.scalar_ptr);
+        return (A)a.scale;
+    } else {
+        if (a.scalar_ptr != 0) return (A) * (const volatile S*)a.scalar_ptr;
+        return (A)a.iscale;
+    }
+}
+
+// oa[i] = ob[i] = x0[i] op x1[i] for units i in [lo, hi) (ob may be NULL),
+// spread over the grid, OXCCL_UNROLL units per thread per step; every value
+// is loaded before any is stored, and a unit is touched by one thread only,
+// so oa may alias x0 or x1 (in place).
+template <typename E, int OP, typename Unit>
+__device__ __forceinline__ void red_range(const Unit* x0, const Unit* x1, Unit* oa, Unit* ob,
+                                          u64 lo, u64 hi, typename E::A s0, typename E::A s1, u32 nranks) {
+    const u64 stride = (u64)blockDim.x * gridDim.x;
+    for (u64 base = lo + (u64)blockIdx.x * blockDim.x + threadIdx.x; base < hi;
+         base += stride * OXCCL_UNROLL) {
         Unit v0[OXCCL_UNROLL], v1[OXCCL_UNROLL];
 #pragma unroll
         for (int j = 0; j < OXCCL_UNROLL; j++) {
-            const u64 i = base + (u64)j * blockDim.x;
-            if (i < n) {
+            const u64 i = base + (u64)j * stride;
+            if (i < hi) {
                 v0[j] = ldcg(x0 + i);
                 v1[j] = ldcg(x1 + i);
             }
         }
-        if (inplace) pair_barrier(myf, pf, seq++);
 #pragma unroll
         for (int j = 0; j < OXCCL_UNROLL; j++) {
-            const u64 i = base + (u64)j * blockDim.x;
-            if (i < n) o[i] = red_unit<E, OP>(v0[j], v1[j], scale, a.nranks);
+            const u64 i = base + (u64)j * stride;
+            if (i < hi) {
+                const Unit r = red_unit<E, OP>(v0[j], v1[j], s0, s1, nranks);
+                oa[i] = r;
+                if (ob) ob[i] = r;
+            }
         }
     }
 }
 
+// Elements [lo, hi) of S-typed arrays: 16-byte packs when `vec` (all four
+// base pointers 16-byte aligned), the unaligned head and tail by block 0.
 template <typename E, int OP>
-__device__ __forceinline__ void one_shot(const ArArgs& a) {
+__device__ __forceinline__ void red_elems(const void* x0v, const void* x1v, void* oav, void* obv,
+                                          u64 lo, u64 hi, bool vec, typename E::A s0,
+                                          typename E::A s1, u32 nranks) {
     typedef typename E::S S;
-    __shared__ u64 peer_box[2];
-    u64* myf = a.my_flags + blockIdx.x;
-    u64* pf = a.peer_flags + blockIdx.x;
-    u64 seq = a.seq;
-    const u64 my_bits = ((((u64)a.in | (u64)a.out) & 15) != 0 ? 1ull : 0ull) |
-                        (a.in == (const void*)a.out ? 2ull : 0ull);
-    // Entry: post our input pointer in the peer's mailbox, then meet the peer
-    // (its input is ready, and its pointer is in our mailbox).
-    if (threadIdx.x == 0) {
-        volatile u64* box = (volatile u64*)(a.peer_flags + OXCCL_MAX_BLOCKS + 2 * blockIdx.x);
-        box[0] = (u64)a.in;
-        box[1] = my_bits;
-        __threadfence_system();
-        st_release_sys(pf, seq);
-        while (ld_acquire_sys(myf) < seq) {
-        }
-        const volatile u64* mine =
-            (const volatile u64*)(a.my_flags + OXCCL_MAX_BLOCKS + 2 * blockIdx.x);
-        peer_box[0] = mine[0];
-        peer_box[1] = mine[1];
+    const S* x0 = (const S*)x0v;
+    const S* x1 = (const S*)x1v;
+    S* oa = (S*)oav;
+    S* ob = (S*)obv;
+    if (hi <= lo) return;
+    if (!vec) {
+        red_range<E, OP, S>(x0, x1, oa, ob, lo, hi, s0, s1, nranks);
+        return;
     }
-    __syncthreads();
-    seq++;
-    const void* peer_in = (const void*)peer_box[0];
-    const u64 bits = my_bits | peer_box[1];
-    const bool vec = (bits & 1) == 0;
-    const bool inplace = (bits & 2) != 0;
+    constexpr u64 N = 16 / sizeof(S);
+    u64 ulo = (lo + N - 1) / N, uhi = hi / N;
+    if (uhi < ulo) uhi = ulo;
+    red_range<E, OP, uint4>((const uint4*)x0, (const uint4*)x1, (uint4*)oa, (uint4*)ob, ulo, uhi,
+                            s0, s1, nranks);
+    if (blockIdx.x == 0) {
+        const u64 hend = ulo * N < hi ? ulo * N : hi;  // head: [lo, hend)
+        for (u64 i = lo + threadIdx.x; i < hend; i += blockDim.x) {
+            const S r = red2<E, OP>(ldcg(x0 + i), ldcg(x1 + i), s0, s1, nranks);
+            oa[i] = r;
+            if (ob) ob[i] = r;
+        }
+        const u64 tlo = uhi * N > hend ? uhi * N : hend;  // tail: [tlo, hi)
+        for (u64 i = tlo + threadIdx.x; i < hi; i += blockDim.x) {
+            const S r = red2<E, OP>(ldcg(x0 + i), ldcg(x1 + i), s0, s1, nranks);
+            oa[i] = r;
+            if (ob) ob[i] = r;
+        }
+    }
+}
+
+// The reducing kernels' body. Entry barrier (the mailbox exchange: the peer's
+// input and output pointers and bits), the work of the mode, exit barrier
+// (the peer finished reading our input and writing our output, so the caller
+// may use both once the kernel ends). Two barriers per call, whatever the size.
+//
+// All-reduce, one-shot (out of place, smaller messages): both sides read both
+// inputs over the whole buffer and write their own output.
+// All-reduce, two-shot (in place, or BIT_TWO_SHOT from either side): rank r
+// reduces its half of the elements and writes the result to both outputs
+// (its own and, through the peer mapping, the peer's). The halves never
+// overlap, so in place needs no barrier between reading and writing: nobody
+// else reads or writes a half but its owner. Per GPU: S/2 read from the
+// peer, S/2 written to the peer, as the one-shot's S read.
+// Reduce-scatter: rank r reduces block r of both inputs into its output.
+// Reduce: the root reduces both inputs into its output; the other side only
+// keeps its input alive until the root is done (the exit barrier).
+template <typename E, int OP>
+__device__ __forceinline__ void pair_reduce(const ArArgs& a) {
+    typedef typename E::S S;
+    typedef typename E::A A;
+    __shared__ u64 box[4];
+    const u64 sz = sizeof(S);
+    const u64 extra = a.mode == MODE_REDUCE_SCATTER ? a.count * sz : 0;
+    const u64 my_bits = ((((u64)a.in | (u64)a.out | extra) & 15) != 0 ? BIT_MISALIGNED : 0) |
+                        (a.in == (const void*)a.out ? BIT_INPLACE : 0) | a.bits;
+    // Each rank's scalar (avg, PreMulSum) travels with its pointers: with
+    // PreMulSum every rank may pass its own (nccl-tests does: 1 and 2).
+    union {
+        A v;
+        u64 u;
+    } mine, theirs;
+    mine.u = 0;
+    mine.v = scale_of<E>(a);
+    entry_exchange(a.my_flags, a.peer_flags, a.seq, (u64)a.in, (u64)a.out, my_bits, mine.u, box);
+    theirs.u = box[3];
+    const A s0 = a.rank == 0 ? mine.v : theirs.v;
+    const A s1 = a.rank == 0 ? theirs.v : mine.v;
+    const void* peer_in = (const void*)box[0];
+    void* peer_out = (void*)box[1];
+    const u64 bits = my_bits | box[2];
+    const bool vec = (bits & BIT_MISALIGNED) == 0;
     const void* in0 = a.rank == 0 ? a.in : peer_in;
     const void* in1 = a.rank == 0 ? peer_in : a.in;
-    if (vec) {
-        constexpr u64 N = 16 / sizeof(S);
-        const u64 nvec = a.count / N;
-        ar_rounds<E, OP, uint4>((const uint4*)in0, (const uint4*)in1, (uint4*)a.out, nvec, a,
-                                inplace, seq, myf, pf);
-        const u64 tail = a.count - nvec * N;  // fewer than N elements, done by block 0
-        if (tail != 0 && blockIdx.x == 0) {
-            const S* x0 = (const S*)in0 + nvec * N;
-            const S* x1 = (const S*)in1 + nvec * N;
-            S* o = (S*)a.out + nvec * N;
-            S v0 = S(), v1 = S();
-            if (threadIdx.x < tail) {
-                v0 = ldcg(x0 + threadIdx.x);
-                v1 = ldcg(x1 + threadIdx.x);
-            }
-            if (inplace) pair_barrier(myf, pf, seq++);
-            if (threadIdx.x < tail)
-                o[threadIdx.x] = red2<E, OP>(v0, v1, (typename E::A)a.scale, a.nranks);
+    if (a.mode == MODE_ALLREDUCE) {
+        if ((bits & (BIT_INPLACE | BIT_TWO_SHOT)) == 0) {
+            red_elems<E, OP>(in0, in1, a.out, nullptr, 0, a.count, vec, s0, s1, a.nranks);
+        } else {
+            // Split at a 16-byte pack boundary (both sides compute the same).
+            constexpr u64 N = 16 / sizeof(S);
+            const u64 half = (a.count / N / 2) * N;
+            const u64 lo = a.rank == 0 ? 0 : half;
+            const u64 hi = a.rank == 0 ? half : a.count;
+            red_elems<E, OP>(in0, in1, a.out, peer_out, lo, hi, vec, s0, s1, a.nranks);
         }
-    } else {
-        ar_rounds<E, OP, S>((const S*)in0, (const S*)in1, (S*)a.out, a.count, a, inplace, seq,
-                            myf, pf);
+    } else if (a.mode == MODE_REDUCE_SCATTER) {
+        const u64 off = (u64)a.rank * a.count * sz;
+        red_elems<E, OP>((const char*)in0 + off, (const char*)in1 + off, a.out, nullptr, 0,
+                         a.count, vec, s0, s1, a.nranks);
+    } else if (a.rank == a.root) {
+        red_elems<E, OP>(in0, in1, a.out, nullptr, 0, a.count, vec, s0, s1, a.nranks);
     }
-    if (!inplace) pair_barrier(myf, pf, seq++);  // exit: the peer is done with our input
+    pair_barrier(a.my_flags + blockIdx.x, a.peer_flags + blockIdx.x, a.seq + 1);
+}
+
+// ---- Copies between the two GPUs (all-gather, broadcast, send/receive) ----
+
+enum { CP_ALLGATHER = 0, CP_BROADCAST = 1, CP_P2P = 2 };
+
+struct CpArgs {
+    const void* in;   // this GPU's input (send buffer), or NULL
+    void* out;        // this GPU's output (receive buffer), or NULL
+    u64* my_flags;
+    u64* peer_flags;
+    u64 bytes;        // all-gather: per rank; broadcast: all; p2p: to receive
+    u64 seq;
+    u32 mode;         // CP_*
+    u32 rank;
+    u32 root;         // broadcast
+    u32 pad;
+};
+
+// dst[0..n) = src[0..n) over the grid: 16-byte packs when src and dst have
+// the same offset modulo 16 (bytes before the first pack by block 0), else bytes.
+__device__ __forceinline__ void copy_bytes(char* dst, const char* src, u64 n) {
+    if (n == 0 || dst == src) return;
+    const u64 stride = (u64)blockDim.x * gridDim.x;
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((((u64)dst ^ (u64)src) & 15) != 0) {
+        for (u64 i = tid; i < n; i += stride) dst[i] = *(const volatile char*)(src + i);
+        return;
+    }
+    u64 head = (16 - ((u64)dst & 15)) & 15;
+    if (head > n) head = n;
+    const u64 packs = (n - head) / 16;
+    const uint4* s4 = (const uint4*)(src + head);
+    uint4* d4 = (uint4*)(dst + head);
+    for (u64 base = tid; base < packs; base += stride * OXCCL_UNROLL) {
+        uint4 v[OXCCL_UNROLL];
+#pragma unroll
+        for (int j = 0; j < OXCCL_UNROLL; j++) {
+            const u64 i = base + (u64)j * stride;
+            if (i < packs) v[j] = ldcg(s4 + i);
+        }
+#pragma unroll
+        for (int j = 0; j < OXCCL_UNROLL; j++) {
+            const u64 i = base + (u64)j * stride;
+            if (i < packs) d4[i] = v[j];
+        }
+    }
+    if (blockIdx.x == 0) {
+        for (u64 i = threadIdx.x; i < head; i += blockDim.x)
+            dst[i] = *(const volatile char*)(src + i);
+        for (u64 i = head + packs * 16 + threadIdx.x; i < n; i += blockDim.x)
+            dst[i] = *(const volatile char*)(src + i);
+    }
+}
+
+// Entry barrier (mailbox: the peer's in/out pointers), then each side pulls
+// what it needs into its own output, then the exit barrier (the peer finished
+// reading our input). Both sides launch the same grid (from the same bytes).
+extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
+    __shared__ u64 box[4];
+    entry_exchange(a.my_flags, a.peer_flags, a.seq, (u64)a.in, (u64)a.out, 0, 0, box);
+    const char* peer_in = (const char*)box[0];
+    const u32 peer = 1 - a.rank;
+    if (a.mode == CP_ALLGATHER) {
+        copy_bytes((char*)a.out + a.rank * a.bytes, (const char*)a.in, a.bytes);
+        copy_bytes((char*)a.out + peer * a.bytes, peer_in, a.bytes);
+    } else if (a.mode == CP_BROADCAST) {
+        copy_bytes((char*)a.out, a.rank == a.root ? (const char*)a.in : peer_in, a.bytes);
+    } else if (a.out != nullptr && peer_in != nullptr) {
+        copy_bytes((char*)a.out, peer_in, a.bytes);
+    }
+    pair_barrier(a.my_flags + blockIdx.x, a.peer_flags + blockIdx.x, a.seq + 1);
 }
 
 typedef IntE<signed char, unsigned int> I8E;
@@ -270,14 +450,15 @@ typedef IntE<unsigned long long, unsigned long long> U64E;
 
 #define OXCCL_AR1(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ar1_##TN##_##ON(ArArgs a) { \
-        one_shot<E, OP>(a);                                                              \
+        pair_reduce<E, OP>(a);                                                           \
     }
 #define OXCCL_AR1_ALL_OPS(TN, E)      \
     OXCCL_AR1(TN, E, sum, OP_SUM)     \
     OXCCL_AR1(TN, E, prod, OP_PROD)   \
     OXCCL_AR1(TN, E, max, OP_MAX)     \
     OXCCL_AR1(TN, E, min, OP_MIN)     \
-    OXCCL_AR1(TN, E, avg, OP_AVG)
+    OXCCL_AR1(TN, E, avg, OP_AVG)     \
+    OXCCL_AR1(TN, E, premulsum, OP_PREMULSUM)
 
 OXCCL_AR1_ALL_OPS(i8, I8E)
 OXCCL_AR1_ALL_OPS(u8, U8E)

@@ -17,18 +17,64 @@ use crate::kernels;
 /// Threads per block (the kernels' `__launch_bounds__`).
 pub const THREADS: u32 = 512;
 /// Units (16-byte packs or elements) per thread per round (`OXCCL_UNROLL`).
-pub const UNROLL: u64 = 2;
-/// Most blocks per launch (`OXCCL_MAX_BLOCKS`): one flag word and a two-word
-/// mailbox slot per block on each GPU. 128 <= 132 SMs of an H100/H200, so
+pub const UNROLL: u64 = 4;
+/// Most blocks per launch (`OXCCL_MAX_BLOCKS`): one flag word and a
+/// [`MBOX_WORDS`]-word mailbox slot per block on each GPU. 128 <= 132 SMs of an H100/H200, so
 /// every block of a launch can be resident at once (a block waits for its
 /// partner on the peer GPU, never for another block of its own grid).
 pub const MAX_BLOCKS: u32 = 128;
+/// Words of a block's mailbox slot (`OXCCL_MBOX`: input, output, bits, spare).
+pub const MBOX_WORDS: usize = 4;
 /// Words of the flags buffer: flags, then the mailbox.
-pub const FLAG_WORDS: usize = 3 * MAX_BLOCKS as usize;
+pub const FLAG_WORDS: usize = (1 + MBOX_WORDS) * MAX_BLOCKS as usize;
+/// Barrier values one call of any kernel here takes (entry and exit; one spare).
+pub const BUDGET: u64 = 3;
+
+/// `ArArgs.mode`: all-reduce.
+pub const MODE_ALLREDUCE: u32 = 0;
+/// `ArArgs.mode`: reduce-scatter (`count` per rank).
+pub const MODE_REDUCE_SCATTER: u32 = 1;
+/// `ArArgs.mode`: reduce to `root`.
+pub const MODE_REDUCE: u32 = 2;
+/// `ArArgs.bits`: take the two-shot all-reduce even out of place.
+pub const BIT_TWO_SHOT: u64 = 4;
+
+/// `CpArgs.mode`: all-gather.
+pub const CP_ALLGATHER: u32 = 0;
+/// `CpArgs.mode`: broadcast.
+pub const CP_BROADCAST: u32 = 1;
+/// `CpArgs.mode`: send/receive (each side pulls the peer's send buffer).
+pub const CP_P2P: u32 = 2;
+
+/// `struct CpArgs` of `allreduce.cu` (the `oxccl_pcopy` kernel), field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CpArgs {
+    /// This GPU's input (send buffer) or 0.
+    pub input: u64,
+    /// This GPU's output (receive buffer) or 0.
+    pub output: u64,
+    /// This GPU's flags + mailbox.
+    pub my_flags: u64,
+    /// The peer's flags + mailbox.
+    pub peer_flags: u64,
+    /// All-gather: bytes per rank; broadcast: all; p2p: bytes to receive.
+    pub bytes: u64,
+    /// First barrier value of this call.
+    pub seq: u64,
+    /// `CP_*`.
+    pub mode: u32,
+    /// 0 or 1.
+    pub rank: u32,
+    /// Broadcast's root.
+    pub root: u32,
+    /// Padding.
+    pub pad: u32,
+}
 /// Bytes of the flags buffer each GPU of a pair allocates (zeroed).
 pub const FLAG_BYTES: usize = FLAG_WORDS * 8;
 
-/// `struct ArArgs` of `allreduce.cu`, field for field (64 bytes).
+/// `struct ArArgs` of `allreduce.cu`, field for field (96 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ArArgs {
@@ -50,6 +96,46 @@ pub struct ArArgs {
     pub nranks: u32,
     /// 0 or 1.
     pub rank: u32,
+    /// Integer PreMulSum's scalar (two's complement bits).
+    pub iscale: u64,
+    /// PreMulSum with a device-resident scalar: its address, else 0.
+    pub scalar_ptr: u64,
+    /// `MODE_*`.
+    pub mode: u32,
+    /// Reduce's root.
+    pub root: u32,
+    /// Mailbox bits chosen by the host (`BIT_TWO_SHOT`).
+    pub bits: u64,
+}
+
+impl ArArgs {
+    /// An all-reduce's arguments with the optional fields zeroed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn all_reduce(
+        input: u64,
+        output: u64,
+        my_flags: u64,
+        peer_flags: u64,
+        count: u64,
+        rank: u32,
+    ) -> ArArgs {
+        ArArgs {
+            input,
+            output,
+            my_flags,
+            peer_flags,
+            count,
+            seq: 0,
+            scale: 0.5,
+            nranks: 2,
+            rank,
+            iscale: 0,
+            scalar_ptr: 0,
+            mode: MODE_ALLREDUCE,
+            root: 0,
+            bits: 0,
+        }
+    }
 }
 
 /// Most blocks a launch uses: `OXCCL_CUDA_AR_BLOCKS` (1..=128), else 128.
@@ -82,7 +168,7 @@ pub fn type_tag(t: DataType) -> &'static str {
     }
 }
 
-/// The kernel name's op part; `None` for ops this kernel family lacks (PreMulSum).
+/// The kernel name's op part (always `Some`: every op has kernels).
 pub fn op_tag(op: RedOp) -> Option<&'static str> {
     match op {
         RedOp::Sum => Some("sum"),
@@ -90,7 +176,7 @@ pub fn op_tag(op: RedOp) -> Option<&'static str> {
         RedOp::Max => Some("max"),
         RedOp::Min => Some("min"),
         RedOp::Avg => Some("avg"),
-        RedOp::PreMulSum(_) => None,
+        RedOp::PreMulSum(_) => Some("premulsum"),
     }
 }
 
@@ -110,9 +196,58 @@ pub fn plan(count: usize, t: DataType, max_blocks: u32) -> (u32, u64) {
     let blocks = packs
         .div_ceil(per_block)
         .clamp(1, max_blocks.clamp(1, MAX_BLOCKS) as u64);
-    // entry + one per round (in place) + the tail's + exit
-    let rounds = (count as u64).div_ceil(per_block * blocks);
-    (blocks as u32, rounds + 3)
+    // entry + exit (+ a spare): no kernel meets the peer in between
+    (blocks as u32, BUDGET)
+}
+
+/// Puts the scalar of `op` (avg, PreMulSum with an immediate scalar) into `args`.
+pub fn set_scalar(args: &mut ArArgs, op: RedOp) {
+    if let RedOp::PreMulSum(s) = op {
+        args.scale = s.as_f64();
+        args.iscale = s.as_u64_bits();
+    }
+}
+
+/// Launches `oxccl_pcopy` (the context that owns `f` and `stream` must be current).
+///
+/// # Safety
+/// As [`launch_half`], for the copy's buffers.
+pub unsafe fn launch_copy(
+    f: sys::CUfunction,
+    blocks: u32,
+    stream: sys::CUstream,
+    args: CpArgs,
+) -> Result<()> {
+    let mut a = args;
+    let mut params = [&mut a as *mut CpArgs as *mut c_void];
+    crate::loader::guarded("cuLaunchKernel", || {
+        // SAFETY: the kernel takes one CpArgs by value (repr(C) layout).
+        unsafe {
+            crate::device::check(
+                sys::cuLaunchKernel(
+                    f,
+                    blocks,
+                    1,
+                    1,
+                    THREADS,
+                    1,
+                    1,
+                    0,
+                    stream,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ),
+                "cuLaunchKernel",
+            )
+        }
+    })
+}
+
+/// The copy kernel's grid for `bytes` (both sides compute it from the same bytes).
+pub fn copy_blocks(bytes: u64, max_blocks: u32) -> u32 {
+    (bytes / 16)
+        .div_ceil(THREADS as u64 * UNROLL)
+        .clamp(1, max_blocks.clamp(1, MAX_BLOCKS) as u64) as u32
 }
 
 /// Launches this GPU's half of a one-shot all-reduce on `stream` (the
@@ -290,17 +425,16 @@ impl<'g> OneShot2<'g> {
             }
         };
         for r in 0..2 {
-            let args = ArArgs {
-                input: s[r],
-                output: d[r],
-                my_flags: self.flags[r].ptr(),
-                peer_flags: self.flags[1 - r].ptr(),
-                count: count as u64,
-                seq,
-                scale: 0.5,
-                nranks: 2,
-                rank: r as u32,
-            };
+            let mut args = ArArgs::all_reduce(
+                s[r],
+                d[r],
+                self.flags[r].ptr(),
+                self.flags[1 - r].ptr(),
+                count as u64,
+                r as u32,
+            );
+            args.seq = seq;
+            set_scalar(&mut args, op);
             self.gpus[r].bind()?;
             // SAFETY: every pointer in `args` is inside a live allocation
             // (checked) on a GPU that this one has peer access to; the flags

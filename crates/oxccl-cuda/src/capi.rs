@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use cudarc::driver::sys::{self, CUresult};
 use oxccl_core::{DataType, Error, ErrorKind, RedOp, Result};
 
-use crate::allreduce::{self, ArArgs, FLAG_BYTES};
+use crate::allreduce::{self, ArArgs, CpArgs, FLAG_BYTES};
 use crate::device::check;
 use crate::loader::{self, guarded};
 use crate::{compile, kernels};
@@ -271,12 +271,21 @@ enum LaunchKind {
     Nothing,
     /// One rank, out of place: a device-to-device copy.
     Copy { dst: u64, src: u64, bytes: usize },
-    /// This rank's half of the one-shot kernel.
+    /// This rank's half of a reducing kernel.
     Half {
         f: usize,
         blocks: u32,
         budget: u64,
         args: ArArgs,
+    },
+    /// This rank's half of the copy kernel.
+    Pcopy { f: usize, blocks: u32, args: CpArgs },
+    /// Sends and receives `(peer, pointer, bytes)`; `f` is `oxccl_pcopy`
+    /// (0 when every peer is this rank).
+    P2p {
+        f: usize,
+        sends: Vec<(usize, u64, usize)>,
+        recvs: Vec<(usize, u64, usize)>,
     },
 }
 
@@ -457,6 +466,14 @@ impl DevComm {
         Ok(f)
     }
 
+    fn launch(self: &Arc<Self>, kind: LaunchKind, stream: usize) -> Result<Launch> {
+        Ok(Launch {
+            comm: self.clone(),
+            kind,
+            stream,
+        })
+    }
+
     /// Checks an all-reduce of `count` elements of `t` from `send` to `recv`
     /// (device pointers of this rank's GPU) on `stream`, and prepares its
     /// launch. Nothing is launched and no barrier value is taken, so a group
@@ -470,68 +487,286 @@ impl DevComm {
         op: RedOp,
         stream: usize,
     ) -> Result<Launch> {
-        let name = allreduce::kernel_name(t, op).ok_or_else(|| {
-            Error::invalid_usage(format!(
-                "ncclAllReduce with op {} on device buffers is not supported by oxccl yet \
-                 (GPU kernels: sum, prod, max, min, avg)",
-                op.name()
-            ))
-        })?;
+        self.prepare_reduce(Reduction::AllReduce, send, recv, count, t, op, None, stream)
+    }
+
+    /// A reducing collective (all-reduce, reduce-scatter with `count`
+    /// elements per rank, reduce to a root) on device buffers; `scalar_ptr`:
+    /// a PreMulSum's device-resident scalar (then `op`'s scalar is ignored).
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare_reduce(
+        self: &Arc<Self>,
+        what: Reduction,
+        send: u64,
+        recv: u64,
+        count: usize,
+        t: DataType,
+        op: RedOp,
+        scalar_ptr: Option<u64>,
+        stream: usize,
+    ) -> Result<Launch> {
+        let name = allreduce::kernel_name(t, op)
+            .ok_or_else(|| Error::invalid_usage(format!("no GPU kernel for op {}", op.name())))?;
         let bytes = count
             .checked_mul(t.size())
             .ok_or_else(|| Error::invalid_argument(format!("count {count} is too large")))?;
-        let done = |kind| {
-            Ok(Launch {
-                comm: self.clone(),
-                kind,
-                stream,
-            })
-        };
         if count == 0 {
-            return done(LaunchKind::Nothing);
+            return self.launch(LaunchKind::Nothing, stream);
         }
+        let (mode, root, in_bytes) = match what {
+            Reduction::AllReduce => (allreduce::MODE_ALLREDUCE, 0, bytes),
+            Reduction::ReduceScatter => (
+                allreduce::MODE_REDUCE_SCATTER,
+                0,
+                bytes.saturating_mul(self.nranks),
+            ),
+            Reduction::Reduce { root } => (allreduce::MODE_REDUCE, root, bytes),
+        };
+        let rs_inplace = what == Reduction::ReduceScatter
+            && recv == send.wrapping_add((self.rank * bytes) as u64);
         if send != recv
-            && send.checked_add(bytes as u64).is_some_and(|e| recv < e)
+            && !rs_inplace
+            && send.checked_add(in_bytes as u64).is_some_and(|e| recv < e)
             && recv.checked_add(bytes as u64).is_some_and(|e| send < e)
         {
             return Err(Error::invalid_argument(
                 "sendbuff and recvbuff overlap without being the same buffer",
             ));
         }
+        let nonroot_reduce = matches!(what, Reduction::Reduce { root } if root != self.rank);
         match self.nranks {
-            1 if send == recv => done(LaunchKind::Nothing),
-            1 => done(LaunchKind::Copy {
-                dst: recv,
-                src: send,
-                bytes,
-            }),
+            1 if scalar_ptr.is_some() || matches!(op, RedOp::PreMulSum(_)) => {
+                Err(Error::invalid_usage(
+                    "PreMulSum on device buffers of a 1-rank communicator is not supported by oxccl yet",
+                ))
+            }
+            1 if send == recv => self.launch(LaunchKind::Nothing, stream),
+            1 => self.launch(
+                LaunchKind::Copy {
+                    dst: recv,
+                    src: send,
+                    bytes,
+                },
+                stream,
+            ),
             2 => {
                 let peer = self.peer()?;
                 let f = self.function(&name)?;
                 let (blocks, budget) = allreduce::plan(count, t, allreduce::block_limit());
-                done(LaunchKind::Half {
-                    f,
-                    blocks,
-                    budget,
-                    args: ArArgs {
-                        input: send,
-                        output: recv,
-                        my_flags: self.flags,
-                        peer_flags: peer.flags,
-                        count: count as u64,
-                        seq: 0,
-                        scale: 0.5,
-                        nranks: 2,
-                        rank: self.rank as u32,
+                let mut args =
+                    self.reduce_args(send, recv, count, peer.flags, op, scalar_ptr, mode);
+                args.root = root as u32;
+                if nonroot_reduce {
+                    args.output = 0;
+                }
+                self.launch(
+                    LaunchKind::Half {
+                        f,
+                        blocks,
+                        budget,
+                        args,
                     },
-                })
+                    stream,
+                )
             }
-            n => Err(Error::invalid_usage(format!(
-                "device buffers on a communicator of {n} ranks are not supported by oxccl yet \
-                 (the GPU path covers 1 or 2 ranks in one process)"
-            ))),
+            n => Err(too_many(n)),
         }
     }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_args(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        peer_flags: u64,
+        op: RedOp,
+        scalar_ptr: Option<u64>,
+        mode: u32,
+    ) -> ArArgs {
+        let mut args = ArArgs::all_reduce(
+            send,
+            recv,
+            self.flags,
+            peer_flags,
+            count as u64,
+            self.rank as u32,
+        );
+        allreduce::set_scalar(&mut args, op);
+        args.scalar_ptr = scalar_ptr.unwrap_or(0);
+        args.mode = mode;
+        if mode == allreduce::MODE_ALLREDUCE && two_shot_forced(count) {
+            args.bits |= allreduce::BIT_TWO_SHOT;
+        }
+        args
+    }
+
+    /// A copying collective on device buffers: all-gather (`bytes` per
+    /// rank) or broadcast from `root` (`bytes` in all).
+    pub fn prepare_copy(
+        self: &Arc<Self>,
+        what: CopyKind,
+        send: u64,
+        recv: u64,
+        bytes: usize,
+        stream: usize,
+    ) -> Result<Launch> {
+        if bytes == 0 {
+            return self.launch(LaunchKind::Nothing, stream);
+        }
+        let (mode, root) = match what {
+            CopyKind::AllGather => (allreduce::CP_ALLGATHER, 0),
+            CopyKind::Broadcast { root } => (allreduce::CP_BROADCAST, root),
+        };
+        match self.nranks {
+            1 if send == recv => self.launch(LaunchKind::Nothing, stream),
+            1 => self.launch(
+                LaunchKind::Copy {
+                    dst: recv,
+                    src: send,
+                    bytes,
+                },
+                stream,
+            ),
+            2 => {
+                let peer = self.peer()?;
+                let f = self.function("oxccl_pcopy")?;
+                let blocks = allreduce::copy_blocks(bytes as u64, allreduce::block_limit());
+                self.launch(
+                    LaunchKind::Pcopy {
+                        f,
+                        blocks,
+                        args: CpArgs {
+                            input: send,
+                            output: recv,
+                            my_flags: self.flags,
+                            peer_flags: peer.flags,
+                            bytes: bytes as u64,
+                            seq: 0,
+                            mode,
+                            rank: self.rank as u32,
+                            root: root as u32,
+                            pad: 0,
+                        },
+                    },
+                    stream,
+                )
+            }
+            n => Err(too_many(n)),
+        }
+    }
+
+    /// Point-to-point operations of this rank (sends and receives, each
+    /// `(peer rank, device pointer, bytes)`), launched together: the i-th
+    /// send to a peer meets the peer's i-th receive from this rank. Inside a
+    /// group, [`launch_all`] merges every p2p launch of a communicator into one.
+    pub fn prepare_p2p(
+        self: &Arc<Self>,
+        sends: Vec<(usize, u64, usize)>,
+        recvs: Vec<(usize, u64, usize)>,
+        stream: usize,
+    ) -> Result<Launch> {
+        for &(p, _, _) in sends.iter().chain(recvs.iter()) {
+            if p >= self.nranks {
+                return Err(Error::invalid_argument(format!("peer {p} does not exist")));
+            }
+        }
+        if self.nranks > 2 {
+            return Err(too_many(self.nranks));
+        }
+        let f = if sends.iter().chain(recvs.iter()).any(|x| x.0 != self.rank) {
+            self.peer()?;
+            self.function("oxccl_pcopy")?
+        } else {
+            0
+        };
+        self.launch(LaunchKind::P2p { f, sends, recvs }, stream)
+    }
+}
+
+fn too_many(n: usize) -> Error {
+    Error::invalid_usage(format!(
+        "device buffers on a communicator of {n} ranks are not supported by oxccl yet \
+         (the GPU path covers 1 or 2 ranks in one process)"
+    ))
+}
+
+/// `OXCCL_CUDA_AR_TWO_SHOT`: the all-reduce size (bytes... elements here are
+/// counted as given) from which out-of-place calls also take the two-shot
+/// algorithm: unset or `0` = never (in place always takes it), `1` = always.
+fn two_shot_forced(count: usize) -> bool {
+    static T: OnceLock<u64> = OnceLock::new();
+    let min = *T.get_or_init(|| {
+        std::env::var("OXCCL_CUDA_AR_TWO_SHOT")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    });
+    min != 0 && count as u64 >= min
+}
+
+/// Which reducing collective ([`DevComm::prepare_reduce`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduction {
+    /// All-reduce.
+    AllReduce,
+    /// Reduce-scatter (`count` per rank).
+    ReduceScatter,
+    /// Reduce to `root`.
+    Reduce {
+        /// The rank that gets the result.
+        root: usize,
+    },
+}
+
+/// Which copying collective ([`DevComm::prepare_copy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyKind {
+    /// All-gather.
+    AllGather,
+    /// Broadcast from `root`.
+    Broadcast {
+        /// The rank whose send buffer is copied.
+        root: usize,
+    },
+}
+
+/// Launches operations in order, except that the point-to-point launches of
+/// each communicator are merged into one (after the others), so sends and
+/// receives of one group meet their peers' whatever order they were called in.
+pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
+    let mut p2p: Vec<Launch> = Vec::new();
+    for l in launches {
+        match l.kind {
+            LaunchKind::P2p { .. } => {
+                let key = Arc::as_ptr(&l.comm);
+                if let Some(m) = p2p.iter_mut().find(|m| Arc::as_ptr(&m.comm) == key) {
+                    if let (
+                        LaunchKind::P2p { f, sends, recvs },
+                        LaunchKind::P2p {
+                            f: f2,
+                            sends: s2,
+                            recvs: r2,
+                        },
+                    ) = (&mut m.kind, l.kind)
+                    {
+                        if *f == 0 {
+                            *f = f2;
+                        }
+                        sends.extend(s2);
+                        recvs.extend(r2);
+                    }
+                } else {
+                    p2p.push(l);
+                }
+            }
+            _ => l.go()?,
+        }
+    }
+    for l in p2p {
+        l.go()?;
+    }
+    Ok(())
 }
 
 impl Launch {
@@ -571,7 +806,120 @@ impl Launch {
                 *seq += budget;
                 Ok(())
             }
+            LaunchKind::Pcopy {
+                f,
+                blocks,
+                mut args,
+            } => {
+                let _scope = CtxScope::enter(c.ctx)?;
+                let mut seq = lock(&c.seq);
+                args.seq = *seq;
+                // SAFETY: as for Half: this GPU's buffers (checked by the
+                // caller), both flag buffers with peer access; the peer's
+                // n-th call computes the same grid from the same bytes.
+                unsafe { allreduce::launch_copy(f as sys::CUfunction, blocks, stream, args)? };
+                *seq += allreduce::BUDGET;
+                Ok(())
+            }
+            LaunchKind::P2p { f, sends, recvs } => c.go_p2p(f, sends, recvs, stream),
         }
+    }
+}
+
+impl Launch {
+    /// Whether this is a send/receive launch (merged by [`launch_all`]).
+    pub fn is_p2p(&self) -> bool {
+        matches!(self.kind, LaunchKind::P2p { .. })
+    }
+}
+
+impl DevComm {
+    /// This rank's index in its communicator.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Ranks in the communicator.
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    /// Runs one rank's merged sends and receives: those to itself are
+    /// device-to-device copies (the i-th send to self fills the i-th receive
+    /// from self); with the peer, the k-th copy kernel carries this rank's
+    /// k-th send and k-th receive (both sides launch max(sends, receives)
+    /// kernels, the same number).
+    fn go_p2p(
+        &self,
+        f: usize,
+        sends: Vec<(usize, u64, usize)>,
+        recvs: Vec<(usize, u64, usize)>,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let mine = |v: &[(usize, u64, usize)], me: bool| -> Vec<(u64, usize)> {
+            v.iter()
+                .filter(|x| (x.0 == self.rank) == me)
+                .map(|x| (x.1, x.2))
+                .collect()
+        };
+        let (ss, rs) = (mine(&sends, true), mine(&recvs, true));
+        if ss.len() != rs.len() {
+            return Err(Error::invalid_usage(format!(
+                "rank {}: {} send(s) to itself but {} receive(s) from itself in this group",
+                self.rank,
+                ss.len(),
+                rs.len()
+            )));
+        }
+        let _scope = CtxScope::enter(self.ctx)?;
+        for ((src, sb), (dst, rb)) in ss.into_iter().zip(rs) {
+            if sb != rb {
+                return Err(Error::invalid_usage(format!(
+                    "rank {}: a send to itself of {sb} bytes meets a receive of {rb} bytes",
+                    self.rank
+                )));
+            }
+            if src != dst && sb > 0 {
+                guarded("cuMemcpyDtoDAsync", || {
+                    // SAFETY: both are this GPU's device memory of sb bytes (routed by the caller).
+                    unsafe {
+                        check(
+                            sys::cuMemcpyDtoDAsync_v2(dst, src, sb, stream),
+                            "cuMemcpyDtoDAsync",
+                        )
+                    }
+                })?;
+            }
+        }
+        let (ps, pr) = (mine(&sends, false), mine(&recvs, false));
+        let n = ps.len().max(pr.len());
+        if n == 0 {
+            return Ok(());
+        }
+        let peer = self.peer()?;
+        for k in 0..n {
+            let (input, sb) = ps.get(k).copied().unwrap_or((0, 0));
+            let (output, rb) = pr.get(k).copied().unwrap_or((0, 0));
+            let blocks = allreduce::copy_blocks(sb.max(rb) as u64, allreduce::block_limit());
+            let mut seq = lock(&self.seq);
+            let args = CpArgs {
+                input,
+                output,
+                my_flags: self.flags,
+                peer_flags: peer.flags,
+                bytes: rb as u64,
+                seq: *seq,
+                mode: allreduce::CP_P2P,
+                rank: self.rank as u32,
+                root: 0,
+                pad: 0,
+            };
+            // SAFETY: this GPU's buffers; the peer's k-th kernel of its batch
+            // carries the matching receive/send, with the same grid.
+            unsafe { allreduce::launch_copy(f as sys::CUfunction, blocks, stream, args)? };
+            *seq += allreduce::BUDGET;
+        }
+        Ok(())
     }
 }
 

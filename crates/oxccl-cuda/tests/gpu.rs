@@ -186,7 +186,13 @@ fn one_shot_all_reduce_matches_host_reference() {
     let mut ulps = 0;
     let mut failures = Vec::new();
     for t in DataType::ALL {
-        for op in RedOp::BUILTIN {
+        // PreMulSum with an immediate scalar: 1.5 for floats, 3 for integers.
+        let premul = RedOp::PreMulSum(if t.is_float() {
+            oxccl_core::Scalar::F64(1.5)
+        } else {
+            oxccl_core::Scalar::I64(3)
+        });
+        for op in RedOp::BUILTIN.into_iter().chain([premul]) {
             for (i, &count) in counts.iter().enumerate() {
                 // Mix layouts: out of place, in place, and a misaligned offset
                 // (scalar path) every third count.
@@ -235,7 +241,7 @@ fn one_shot_all_reduce_matches_host_reference() {
             }
         }
     }
-    eprintln!("one-shot all_reduce: {cases} cases (12 types x 5 ops x {} counts), {ulps} elements 1 ulp off, {} failures", counts.len(), failures.len());
+    eprintln!("one-shot all_reduce: {cases} cases (12 types x 6 ops x {} counts), {ulps} elements 1 ulp off, {} failures", counts.len(), failures.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

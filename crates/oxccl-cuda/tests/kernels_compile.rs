@@ -60,7 +60,8 @@ fn all_reduce_kernels_exist_for_every_type_and_op() {
     let bytes = img.image.as_slice();
     let mut n = 0;
     for t in DataType::ALL {
-        for op in RedOp::BUILTIN {
+        let premul = RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0));
+        for op in RedOp::BUILTIN.into_iter().chain([premul]) {
             let name = allreduce::kernel_name(t, op).unwrap();
             assert!(
                 bytes.windows(name.len()).any(|w| w == name.as_bytes()),
@@ -69,7 +70,11 @@ fn all_reduce_kernels_exist_for_every_type_and_op() {
             n += 1;
         }
     }
-    assert_eq!(n, 60);
+    assert_eq!(n, 72);
+    assert!(
+        bytes.windows(11).any(|w| w == b"oxccl_pcopy"),
+        "oxccl_pcopy is not in the CUBIN"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

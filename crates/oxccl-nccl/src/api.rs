@@ -138,7 +138,7 @@ pub(crate) unsafe fn collective(
             )));
         }
         if let Some(dev) = device_route(&c, kind, send, recv)? {
-            let launch = prepare_device(&dev, kind, send, recv, count, t, spec, stream)?;
+            let launch = prepare_device(&dev, kind, send, recv, count, t, spec, root, stream)?;
             if group::in_group() {
                 group::enqueue_device(c, launch);
                 return Ok(());
@@ -221,11 +221,6 @@ pub(crate) fn device_route(
         }
     };
     let name = coll_name(kind);
-    if kind != CollKind::AllReduce {
-        return Err(Error::invalid_usage(format!(
-            "{name} on device buffers is not supported by oxccl yet: on GPUs only ncclAllReduce runs (1 or 2 GPUs in one process); every collective runs on host buffers"
-        )));
-    }
     let dev = match c.gpu() {
         Some(Ok(d)) => d,
         Some(Err(e)) => {
@@ -262,18 +257,91 @@ fn prepare_device(
     count: usize,
     t: DataType,
     spec: OpSpec,
+    root: usize,
     stream: *mut c_void,
 ) -> Result<cuda::Launch> {
-    let op = match spec {
-        OpSpec::Builtin(o) => o,
-        OpSpec::DeviceScalar(..) => {
-            return Err(Error::invalid_usage(format!(
-                "{} with a PreMulSum op on device buffers is not supported by oxccl yet",
-                coll_name(kind)
-            )))
-        }
+    // A PreMulSum scalar in device memory is read by the kernel; one in host
+    // memory (ncclScalarDevice with a host pointer) is read now.
+    let (op, scalar_ptr) = match spec {
+        OpSpec::Builtin(o) => (o, None),
+        OpSpec::DeviceScalar(a, st) => match cuda::memory_of(a as *const c_void)? {
+            Memory::Device(_) => (RedOp::PreMulSum(oxccl::Scalar::F64(0.0)), Some(a as u64)),
+            // SAFETY: the caller of ncclRedOpCreatePreMulSum keeps the scalar valid.
+            Memory::Host => (RedOp::PreMulSum(unsafe { group::read_scalar(a, st) }), None),
+        },
     };
-    dev.prepare_all_reduce(send as u64, recv as u64, count, t, op, stream as usize)
+    let bytes = count
+        .checked_mul(t.size())
+        .ok_or_else(|| Error::invalid_argument(format!("count {count} is too large")))?;
+    let (s, r, st) = (send as u64, recv as u64, stream as usize);
+    let (rank, nranks) = (dev.rank(), dev.nranks());
+    let others = || (0..nranks).filter(move |&p| p != rank);
+    match kind {
+        CollKind::AllReduce => dev.prepare_reduce(
+            cuda::Reduction::AllReduce,
+            s,
+            r,
+            count,
+            t,
+            op,
+            scalar_ptr,
+            st,
+        ),
+        CollKind::ReduceScatter => dev.prepare_reduce(
+            cuda::Reduction::ReduceScatter,
+            s,
+            r,
+            count,
+            t,
+            op,
+            scalar_ptr,
+            st,
+        ),
+        CollKind::Reduce => dev.prepare_reduce(
+            cuda::Reduction::Reduce { root },
+            s,
+            r,
+            count,
+            t,
+            op,
+            scalar_ptr,
+            st,
+        ),
+        CollKind::AllGather => dev.prepare_copy(cuda::CopyKind::AllGather, s, r, bytes, st),
+        CollKind::Broadcast => {
+            dev.prepare_copy(cuda::CopyKind::Broadcast { root }, s, r, bytes, st)
+        }
+        CollKind::Send => dev.prepare_p2p(vec![(root, s, bytes)], vec![], st),
+        CollKind::Recv => dev.prepare_p2p(vec![], vec![(root, r, bytes)], st),
+        CollKind::AllToAll => {
+            let at = |b: u64, p: usize| b + (p * bytes) as u64;
+            let mut sends = vec![(rank, at(s, rank), bytes)];
+            let mut recvs = vec![(rank, at(r, rank), bytes)];
+            for p in others() {
+                sends.push((p, at(s, p), bytes));
+                recvs.push((p, at(r, p), bytes));
+            }
+            dev.prepare_p2p(sends, recvs, st)
+        }
+        CollKind::Gather => {
+            if rank == root {
+                let mut recvs = vec![(rank, r + (rank * bytes) as u64, bytes)];
+                recvs.extend(others().map(|p| (p, r + (p * bytes) as u64, bytes)));
+                dev.prepare_p2p(vec![(rank, s, bytes)], recvs, st)
+            } else {
+                dev.prepare_p2p(vec![(root, s, bytes)], vec![], st)
+            }
+        }
+        CollKind::Scatter => {
+            if rank == root {
+                let mut sends = vec![(rank, s + (rank * bytes) as u64, bytes)];
+                sends.extend(others().map(|p| (p, s + (p * bytes) as u64, bytes)));
+                dev.prepare_p2p(sends, vec![(rank, r, bytes)], st)
+            } else {
+                dev.prepare_p2p(vec![], vec![(root, r, bytes)], st)
+            }
+        }
+    }
 }
 
 /// Sets up a rank's GPU state: WARNs when that fails (the communicator still
@@ -283,7 +351,7 @@ fn setup_gpu(c: &Comm, ordinal: i32, key: &[u8], rank: usize, nranks: usize) {
     match &r {
         Ok(_) => oxccl_env::info!(
             oxccl_env::log::Subsys::INIT,
-            "rank {rank}/{nranks}: GPU {ordinal} ready (flags in device memory; all-reduce on device buffers runs on the GPU)"
+            "rank {rank}/{nranks}: GPU {ordinal} ready (flags in device memory; collectives on device buffers run on the GPU)"
         ),
         Err(e) => oxccl_env::warn!(
             "rank {rank}/{nranks}: GPU {ordinal} setup failed, device buffers will be refused on this communicator: {}",

@@ -138,10 +138,12 @@ pub(crate) fn end() -> Result<()> {
     init_result?;
     // Device operations were checked when they were called; launching only
     // queues work on the callers' streams, so nothing here waits for a GPU.
+    let mut launches = Vec::with_capacity(st.dev_ops.len());
     for (c, l) in st.dev_ops {
         touch(&c);
-        l.go()?;
+        launches.push(l);
     }
+    oxccl_cuda::capi::launch_all(launches)?;
     if st.ops.is_empty() {
         return Ok(());
     }

@@ -11,10 +11,11 @@
 //!
 //! Host buffers (and every buffer when there is no CUDA driver) go to the
 //! host backend: the `cudaStream_t` argument is ignored and the operation has
-//! completed when its call returns. `ncclAllReduce` on device buffers of a
-//! 1- or 2-rank communicator in this process runs oxccl's GPU kernel on the
-//! caller's stream (`oxccl_cuda::capi`); other device-buffer operations are
-//! refused with `ncclInvalidUsage` (see `docs/c-abi.md`).
+//! completed when its call returns. Every collective and send/receive on
+//! device buffers of a 1- or 2-rank communicator in this process runs
+//! oxccl's GPU kernels on the caller's stream (`oxccl_cuda::capi`); other
+//! device-buffer layouts (across processes, more ranks) are refused with
+//! `ncclInvalidUsage` (see `docs/c-abi.md`).
 
 #![allow(non_snake_case)]
 

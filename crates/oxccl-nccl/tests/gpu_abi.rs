@@ -6,8 +6,9 @@
 //! `scripts/gpu-test.sh`): nccl-tests' `-g 2` sequence (one thread, group
 //! init with `cudaSetDevice`-style current contexts, `ncclMemAlloc`, grouped
 //! all-reduces), in place and out of place, count 0, 30 calls back to back,
-//! ungrouped calls, and the refusals (other collectives on device buffers,
-//! mixed host/device buffers).
+//! ungrouped calls, the refusal of mixed host/device buffers; every other
+//! collective and send/receive on device buffers, PreMulSum (immediate and
+//! device scalars).
 
 #![allow(clippy::needless_range_loop)] // ranks index several parallel arrays
 
@@ -265,17 +266,8 @@ fn two_gpus_one_thread_like_nccl_tests() {
         }
         ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
 
-        // Refusals: other collectives on device buffers, mixed buffers.
+        // Refusals: mixed host/device buffers.
         capi::use_device(0).unwrap();
-        let r = unsafe { ncclBroadcast(bufs[0], bufs[0], 16, FLOAT32, 0, comms[0], null_mut()) };
-        assert_eq!(r, ncclInvalidUsage);
-        let text = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comms[0])) }
-            .to_string_lossy()
-            .into_owned();
-        assert!(
-            text.contains("ncclBroadcast on device buffers is not supported"),
-            "{text}"
-        );
         let mut host = vec![0f32; 16];
         let r = unsafe {
             ncclAllReduce(
@@ -340,6 +332,358 @@ fn two_gpus_init_all() {
         }
         for p in bufs {
             ok(unsafe { ncclMemFree(p) }, "ncclMemFree");
+        }
+        for c in comms {
+            ok(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy");
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// A device buffer of `n` i32 with `off` bytes of slack in front (`off` = 4
+/// makes every pointer misaligned for 16-byte packs).
+fn dev_i32(ordinal: i32, n: usize, off: usize) -> (*mut c_void, *mut c_void) {
+    let base = dev_alloc(ordinal, n * 4 + 16);
+    (base, unsafe { (base as *mut u8).add(off) } as *mut c_void)
+}
+
+fn val(r: usize, i: usize) -> i32 {
+    (i as i32 % 9973) * 10 + r as i32 + 1
+}
+
+/// Every collective and send/receive on device buffers of two GPUs, int32,
+/// odd counts, aligned and misaligned pointers, in place and out of place;
+/// PreMulSum with an immediate and a device scalar (float).
+#[test]
+fn two_gpus_every_collective() {
+    if !two_gpus() {
+        return;
+    }
+    std::thread::spawn(|| {
+        let comms = init_all(2);
+        let group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str| {
+            ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+            for r in 0..2 {
+                ok(f(r), what);
+            }
+            ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+            sync_both();
+        };
+        for &n in &[1usize, 5, 4099, (1 << 20) + 3] {
+            for &off in &[0usize, 4] {
+                let ctx = format!("n={n} off={off}");
+                // 2n-element send and receive buffers per rank.
+                let sb: Vec<_> = (0..2).map(|r| dev_i32(r, 2 * n, off)).collect();
+                let rb: Vec<_> = (0..2).map(|r| dev_i32(r, 2 * n, off)).collect();
+                let (s, d): (Vec<_>, Vec<_>) = (
+                    sb.iter().map(|x| x.1).collect(),
+                    rb.iter().map(|x| x.1).collect(),
+                );
+                let fill = || {
+                    for r in 0..2 {
+                        let v: Vec<i32> = (0..2 * n).map(|i| val(r, i)).collect();
+                        put(s[r], &v);
+                        put(d[r], &vec![-7i32; 2 * n]);
+                    }
+                };
+                let at =
+                    |p: *mut c_void, k: usize| unsafe { (p as *mut i32).add(k) } as *mut c_void;
+
+                // all-gather, out of place then in place
+                fill();
+                group(
+                    &|r| unsafe { ncclAllGather(s[r], d[r], n, INT32, comms[r], null_mut()) },
+                    "ncclAllGather",
+                );
+                for r in 0..2 {
+                    let g: Vec<i32> = get(d[r], 2 * n);
+                    for q in 0..2 {
+                        for i in 0..n {
+                            assert_eq!(
+                                g[q * n + i],
+                                val(q, i),
+                                "{ctx} allgather rank {r} block {q} [{i}]"
+                            );
+                        }
+                    }
+                }
+                fill();
+                for r in 0..2 {
+                    put(
+                        at(d[r], r * n),
+                        &(0..n).map(|i| val(r, i)).collect::<Vec<i32>>(),
+                    );
+                }
+                group(
+                    &|r| unsafe {
+                        ncclAllGather(at(d[r], r * n), d[r], n, INT32, comms[r], null_mut())
+                    },
+                    "ncclAllGather in place",
+                );
+                for r in 0..2 {
+                    let g: Vec<i32> = get(d[r], 2 * n);
+                    for q in 0..2 {
+                        for i in 0..n {
+                            assert_eq!(
+                                g[q * n + i],
+                                val(q, i),
+                                "{ctx} allgather in place rank {r} [{q}][{i}]"
+                            );
+                        }
+                    }
+                }
+
+                // reduce-scatter sum, out of place then in place
+                fill();
+                group(
+                    &|r| unsafe {
+                        ncclReduceScatter(s[r], d[r], n, INT32, SUM, comms[r], null_mut())
+                    },
+                    "ncclReduceScatter",
+                );
+                for r in 0..2 {
+                    let g: Vec<i32> = get(d[r], n);
+                    for i in 0..n {
+                        assert_eq!(
+                            g[i],
+                            val(0, r * n + i) + val(1, r * n + i),
+                            "{ctx} reducescatter rank {r} [{i}]"
+                        );
+                    }
+                }
+                fill();
+                group(
+                    &|r| unsafe {
+                        ncclReduceScatter(
+                            s[r],
+                            at(s[r], r * n),
+                            n,
+                            INT32,
+                            MAX,
+                            comms[r],
+                            null_mut(),
+                        )
+                    },
+                    "ncclReduceScatter in place",
+                );
+                for r in 0..2 {
+                    let g: Vec<i32> = get(at(s[r], r * n), n);
+                    for i in 0..n {
+                        assert_eq!(
+                            g[i],
+                            val(1, r * n + i),
+                            "{ctx} reducescatter in place rank {r} [{i}]"
+                        );
+                    }
+                }
+
+                // broadcast from each root, out of place and in place
+                for root in 0..2 {
+                    fill();
+                    group(
+                        &|r| unsafe {
+                            ncclBroadcast(s[r], d[r], n, INT32, root as i32, comms[r], null_mut())
+                        },
+                        "ncclBroadcast",
+                    );
+                    for r in 0..2 {
+                        let g: Vec<i32> = get(d[r], n);
+                        for i in 0..n {
+                            assert_eq!(
+                                g[i],
+                                val(root, i),
+                                "{ctx} broadcast root {root} rank {r} [{i}]"
+                            );
+                        }
+                    }
+                    fill();
+                    group(
+                        &|r| unsafe {
+                            ncclBroadcast(s[r], s[r], n, INT32, root as i32, comms[r], null_mut())
+                        },
+                        "ncclBroadcast in place",
+                    );
+                    for r in 0..2 {
+                        let g: Vec<i32> = get(s[r], n);
+                        for i in 0..n {
+                            assert_eq!(
+                                g[i],
+                                val(root, i),
+                                "{ctx} broadcast in place root {root} rank {r} [{i}]"
+                            );
+                        }
+                    }
+                }
+
+                // reduce (sum) to each root; the other rank's output is untouched
+                for root in 0..2 {
+                    fill();
+                    group(
+                        &|r| unsafe {
+                            ncclReduce(s[r], d[r], n, INT32, SUM, root as i32, comms[r], null_mut())
+                        },
+                        "ncclReduce",
+                    );
+                    for r in 0..2 {
+                        let g: Vec<i32> = get(d[r], n);
+                        for i in 0..n {
+                            let want = if r == root { val(0, i) + val(1, i) } else { -7 };
+                            assert_eq!(g[i], want, "{ctx} reduce root {root} rank {r} [{i}]");
+                        }
+                    }
+                }
+
+                // send/receive both ways in one group (sendrecv_perf)
+                fill();
+                group(
+                    &|r| unsafe {
+                        let a = ncclSend(s[r], n, INT32, (1 - r) as i32, comms[r], null_mut());
+                        if a != ncclSuccess {
+                            return a;
+                        }
+                        ncclRecv(d[r], n, INT32, (1 - r) as i32, comms[r], null_mut())
+                    },
+                    "ncclSend/ncclRecv",
+                );
+                for r in 0..2 {
+                    let g: Vec<i32> = get(d[r], n);
+                    for i in 0..n {
+                        assert_eq!(g[i], val(1 - r, i), "{ctx} sendrecv rank {r} [{i}]");
+                    }
+                }
+
+                // all-to-all, gather to 0, scatter from 1
+                fill();
+                group(
+                    &|r| unsafe { ncclAlltoAll(s[r], d[r], n, INT32, comms[r], null_mut()) },
+                    "ncclAlltoAll",
+                );
+                for r in 0..2 {
+                    let g: Vec<i32> = get(d[r], 2 * n);
+                    for q in 0..2 {
+                        for i in 0..n {
+                            assert_eq!(
+                                g[q * n + i],
+                                val(q, r * n + i),
+                                "{ctx} alltoall rank {r} [{q}][{i}]"
+                            );
+                        }
+                    }
+                }
+                fill();
+                group(
+                    &|r| unsafe { ncclGather(s[r], d[r], n, INT32, 0, comms[r], null_mut()) },
+                    "ncclGather",
+                );
+                let g: Vec<i32> = get(d[0], 2 * n);
+                for q in 0..2 {
+                    for i in 0..n {
+                        assert_eq!(g[q * n + i], val(q, i), "{ctx} gather [{q}][{i}]");
+                    }
+                }
+                fill();
+                group(
+                    &|r| unsafe { ncclScatter(s[r], d[r], n, INT32, 1, comms[r], null_mut()) },
+                    "ncclScatter",
+                );
+                for r in 0..2 {
+                    let g: Vec<i32> = get(d[r], n);
+                    for i in 0..n {
+                        assert_eq!(g[i], val(1, r * n + i), "{ctx} scatter rank {r} [{i}]");
+                    }
+                }
+
+                // PreMulSum, float: immediate scalars that differ per rank
+                // (1 and 2, as nccl-tests passes) for an in-place all-reduce,
+                // and a device scalar 2.0 for a reduce-scatter.
+                let mut ops = [0i32; 2];
+                let mut dops = [0i32; 2];
+                let mine = [1.0f32, 2.0f32];
+                let two: Vec<_> = (0..2).map(|r| dev_alloc(r, 4)).collect();
+                for r in 0..2 {
+                    put(two[r], &[2.0f32]);
+                    ok(
+                        unsafe {
+                            ncclRedOpCreatePreMulSum(
+                                &mut ops[r],
+                                &mine[r] as *const f32 as *mut c_void,
+                                FLOAT32,
+                                ncclScalarHostImmediate,
+                                comms[r],
+                            )
+                        },
+                        "ncclRedOpCreatePreMulSum",
+                    );
+                    ok(
+                        unsafe {
+                            ncclRedOpCreatePreMulSum(
+                                &mut dops[r],
+                                two[r],
+                                FLOAT32,
+                                ncclScalarDevice,
+                                comms[r],
+                            )
+                        },
+                        "ncclRedOpCreatePreMulSum device",
+                    );
+                }
+                for r in 0..2 {
+                    put(
+                        s[r],
+                        &(0..2 * n)
+                            .map(|i| (i % 100) as f32 + r as f32)
+                            .collect::<Vec<f32>>(),
+                    );
+                }
+                group(
+                    &|r| unsafe {
+                        ncclAllReduce(s[r], s[r], 2 * n, FLOAT32, ops[r], comms[r], null_mut())
+                    },
+                    "ncclAllReduce premulsum",
+                );
+                for r in 0..2 {
+                    let g: Vec<f32> = get(s[r], 2 * n);
+                    for i in 0..2 * n {
+                        let x = (i % 100) as f32;
+                        assert_eq!(g[i], x + 2.0 * (x + 1.0), "{ctx} premulsum rank {r} [{i}]");
+                    }
+                }
+                group(
+                    &|r| unsafe {
+                        ncclReduceScatter(s[r], d[r], n, FLOAT32, dops[r], comms[r], null_mut())
+                    },
+                    "ncclReduceScatter premulsum device",
+                );
+                for r in 0..2 {
+                    let g: Vec<f32> = get(d[r], n);
+                    for i in 0..n {
+                        let x = ((r * n + i) % 100) as f32;
+                        assert_eq!(
+                            g[i],
+                            4.0 * (3.0 * x + 2.0),
+                            "{ctx} premulsum device rank {r} [{i}]"
+                        );
+                    }
+                }
+                for r in 0..2 {
+                    ok(
+                        unsafe { ncclRedOpDestroy(ops[r], comms[r]) },
+                        "ncclRedOpDestroy",
+                    );
+                    ok(
+                        unsafe { ncclRedOpDestroy(dops[r], comms[r]) },
+                        "ncclRedOpDestroy",
+                    );
+                }
+                for p in two
+                    .into_iter()
+                    .chain(sb.iter().map(|x| x.0))
+                    .chain(rb.iter().map(|x| x.0))
+                {
+                    ok(unsafe { ncclMemFree(p) }, "ncclMemFree");
+                }
+            }
         }
         for c in comms {
             ok(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy");
