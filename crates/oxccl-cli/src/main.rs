@@ -1,9 +1,11 @@
 //! `oxccl`: the command-line tool of oxccl.
 //!
 //! `oxccl perf <collective>` benchmarks and checks collectives with
-//! nccl-tests' flags and table (see [`perf`]).
+//! nccl-tests' flags and table (see [`perf`]); `oxccl plot` draws its JSON
+//! (or nccl-tests' text output) as an SVG (see [`plot`]).
 
 mod perf;
+mod plot;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +29,8 @@ struct Cli {
 enum Cmd {
     /// Benchmark and check a collective: nccl-tests' flags and table
     Perf(perf::PerfArgs),
+    /// Plot bus bandwidth and time against size from `oxccl perf -J` or nccl-tests output, as SVG
+    Plot(plot::PlotArgs),
 }
 
 /// Clap's error on one line: its message lines up to the usage, joined.
@@ -58,10 +62,10 @@ fn main() {
                     std::process::exit(2);
                 }
                 _ => {
-                    let sub = if std::env::args().nth(1).as_deref() == Some("perf") {
-                        "oxccl perf --help"
-                    } else {
-                        "oxccl --help"
+                    let sub = match std::env::args().nth(1).as_deref() {
+                        Some("perf") => "oxccl perf --help",
+                        Some("plot") => "oxccl plot --help",
+                        _ => "oxccl --help",
                     };
                     eprintln!("oxccl: {} (see '{sub}')", one_line(&e));
                     std::process::exit(2);
@@ -71,6 +75,7 @@ fn main() {
     };
     let code = match cli.cmd {
         Cmd::Perf(a) => perf::main(&a),
+        Cmd::Plot(a) => plot::main(&a),
     };
     std::process::exit(code);
 }

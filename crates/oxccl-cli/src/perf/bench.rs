@@ -9,6 +9,7 @@
 //! the failure path (`#wrong`, FAILED, exit status 7).
 
 use super::coll::{Coll, Counts};
+use super::compare::CmpComm;
 use super::data::{self, encode, Gen};
 use super::fmt::{self, Half};
 use super::{Launch, Settings};
@@ -122,6 +123,10 @@ struct Runner<'a> {
     corrupt: bool,
     /// What is running, for error messages.
     ctx: String,
+    /// Rank 0's progress bar, when stderr is a terminal.
+    progress: Option<super::progress::Progress>,
+    /// `--compare`: this rank's communicator of the other library.
+    cmp: Option<CmpComm>,
 }
 
 /// Runs global rank `rank` (local rank `local`) to the end; returns 0, 7
@@ -147,6 +152,20 @@ pub fn rank_main(
         }
     };
     act.register(slot, rank, &comm);
+    let cmp = match (&s.compare, &s.compare_id) {
+        (Some(lib), Some(id)) => match CmpComm::init(lib, s.nranks, id, rank) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!(
+                    "oxccl perf: rank {rank}: --compare {}: {e}",
+                    lib.path.display()
+                );
+                comm.abort();
+                return 1;
+            }
+        },
+        _ => None,
+    };
     let hook = |name: &str| {
         std::env::var(name)
             .ok()
@@ -165,6 +184,8 @@ pub fn rank_main(
         abort_after_timing: hook("OXCCL_PERF_TEST_ABORT_RANK"),
         corrupt: hook("OXCCL_PERF_TEST_CORRUPT_RANK"),
         ctx: "startup".into(),
+        progress: None,
+        cmp,
     };
     match r.run(local) {
         Ok(()) => {
@@ -263,6 +284,10 @@ impl Runner<'_> {
             self.print_header(&ranks);
         }
         let s = self.s;
+        if self.report.is_some() {
+            let per_type = s.sizes.len() * s.ops.len().max(1);
+            self.progress = super::progress::Progress::on_terminal(per_type * s.types.len());
+        }
         for &dt in &s.types {
             let mut bufs = self.alloc(dt);
             // Settle after allocating (and first-touching) the buffers: ranks
@@ -279,9 +304,23 @@ impl Runner<'_> {
             };
             for op in ops {
                 for &bytes in &s.sizes {
-                    self.case(dt, op, bytes, &mut bufs)?;
+                    if let Some(p) = self.progress.as_mut() {
+                        p.start_case(bytes);
+                    }
+                    let r = self.case(dt, op, bytes, &mut bufs);
+                    if let Some(p) = self.progress.as_mut() {
+                        if r.is_err() {
+                            p.clear();
+                        } else {
+                            p.finish_case();
+                        }
+                    }
+                    r?;
                 }
             }
+        }
+        if let Some(p) = self.progress.take() {
+            p.clear();
         }
         if let Some(rep) = &self.report {
             let avg = if rep.bw_count > 0 {
@@ -346,8 +385,12 @@ impl Runner<'_> {
             );
         }
         o += "#\n";
-        for l in fmt::column_header() {
-            o += &l;
+        let extra = s.compare.as_ref().map(|l| fmt::compare_header(&l.label()));
+        for (i, l) in fmt::column_header().iter().enumerate() {
+            o += l;
+            if let Some(x) = &extra {
+                o += &x[i];
+            }
             o.push('\n');
         }
         let mut out = std::io::stdout().lock();
@@ -543,6 +586,65 @@ impl Runner<'_> {
         Ok((secs, wrong))
     }
 
+    /// `--compare`: times the other library on the out-of-place case (same
+    /// buffers, warm-up and iterations) and checks one iteration; returns
+    /// (seconds per operation, wrong elements here or None unchecked).
+    fn cmp_half(
+        &mut self,
+        dt: DataType,
+        op: Option<RedOp>,
+        c: Counts,
+        bufs: &mut Bufs,
+    ) -> Result<(f64, Option<u64>), Error> {
+        let s = self.s;
+        let red = op.unwrap_or(RedOp::Sum);
+        let agg = s.agg as usize;
+        let nslots = bufs.slots.len();
+        self.fill(false, &Gen::new(dt, op, self.n, 0), c, bufs, nslots);
+        let send = bufs.send.as_mut_ptr();
+        let calls: Vec<Vec<OpDesc>> = if nslots > 1 {
+            vec![bufs
+                .slots
+                .iter_mut()
+                .flat_map(|b| self.descs(false, dt, red, c, send, b.as_mut_ptr()))
+                .collect()]
+        } else {
+            let d = self.descs(false, dt, red, c, send, bufs.slots[0].as_mut_ptr());
+            vec![d; agg]
+        };
+        let cmp = self.cmp.as_ref().expect("--compare communicator");
+        let run = |ops: &[OpDesc]| -> Result<(), Error> {
+            self.act.begin(self.slot);
+            // SAFETY: as in `call`: the pointers come from this rank's `Bufs`,
+            // sized by `alloc` for the sweep's largest counts.
+            let r = unsafe { cmp.run(ops) };
+            self.act.end(self.slot);
+            r.map_err(|e| Error::new(ErrorKind::Remote, format!("--compare library: {e}")))
+        };
+        for _ in 0..s.warmup {
+            for call in &calls {
+                run(call)?;
+            }
+        }
+        self.barrier()?;
+        let t0 = Instant::now();
+        for _ in 0..s.iters {
+            for call in &calls {
+                run(call)?;
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64() / (s.iters * s.agg) as f64;
+        if s.check == 0 {
+            return Ok((secs, None));
+        }
+        let g = Gen::new(dt, op, self.n, 1);
+        self.fill(false, &g, c, bufs, 1);
+        let send = bufs.send.as_mut_ptr();
+        let d = self.descs(false, dt, red, c, send, bufs.slots[0].as_mut_ptr());
+        run(&d)?;
+        Ok((secs, Some(self.verify(false, &g, c, &bufs.slots[0]))))
+    }
+
     fn combine(&self, times: &[f64]) -> f64 {
         match self.s.average {
             0 => times[0],
@@ -572,6 +674,16 @@ impl Runner<'_> {
             opname
         );
         let oop = self.half(false, dt, op, c, bufs)?;
+        let cmp = if self.cmp.is_some() {
+            self.ctx = self
+                .ctx
+                .replace("out-of-place", "out-of-place, --compare library");
+            let r = self.cmp_half(dt, op, c, bufs)?;
+            self.ctx = self.ctx.replace(", --compare library", "");
+            Some(r)
+        } else {
+            None
+        };
         let ip = if coll.has_in_place() {
             self.ctx = self.ctx.replace("out-of-place", "in-place");
             Some(self.half(true, dt, op, c, bufs)?)
@@ -579,19 +691,25 @@ impl Runner<'_> {
             None
         };
         self.ctx = format!("{} of {} B (collecting results)", coll.name(), bytes);
-        let mut wrong = [oop.1, ip.map_or(0, |x| x.1)];
+        let mut wrong = [
+            oop.1,
+            ip.map_or(0, |x| x.1),
+            cmp.and_then(|x| x.1).unwrap_or(0),
+        ];
         self.act.begin(self.slot);
         let r = self.comm.all_reduce_in_place(&mut wrong, RedOp::Sum);
         self.act.end(self.slot);
         r?;
-        let mine = [oop.0, ip.map_or(0.0, |x| x.0)];
-        let mut all = vec![0f64; 2 * self.n];
+        let mine = [oop.0, ip.map_or(0.0, |x| x.0), cmp.map_or(0.0, |x| x.0)];
+        let mut all = vec![0f64; 3 * self.n];
         self.act.begin(self.slot);
         let r = self.comm.all_gather(&mine, &mut all);
         self.act.end(self.slot);
         r?;
-        let t_oop = self.combine(&all.iter().step_by(2).copied().collect::<Vec<_>>());
-        let t_ip = self.combine(&all.iter().skip(1).step_by(2).copied().collect::<Vec<_>>());
+        let column = |k: usize| all.iter().skip(k).step_by(3).copied().collect::<Vec<_>>();
+        let t_oop = self.combine(&column(0));
+        let t_ip = self.combine(&column(1));
+        let t_cmp = self.combine(&column(2));
         let checked = s.check > 0;
         self.errors += usize::from(wrong[0] > 0) + usize::from(ip.is_some() && wrong[1] > 0);
         let Some(rep) = self.report.as_mut() else {
@@ -612,7 +730,13 @@ impl Runner<'_> {
         let h_ip = ip.map(|_| mk(t_ip, wrong[1]));
         let size = (c.send.max(c.recv) * es) as u64;
         let root: i64 = if coll.rooted() { s.root as i64 } else { -1 };
-        let line = fmt::data_line(
+        let h_cmp = cmp.map(|_| mk(t_cmp, wrong[2]));
+        let ratio = if h_oop.time_us > 0.0 {
+            t_cmp * 1e6 / h_oop.time_us
+        } else {
+            0.0
+        };
+        let mut line = fmt::data_line(
             size,
             c.param,
             dt.name(),
@@ -621,6 +745,12 @@ impl Runner<'_> {
             &h_oop,
             h_ip.as_ref(),
         );
+        if let Some(h) = &h_cmp {
+            line += &fmt::compare_cells(h, ratio);
+        }
+        if let Some(p) = &self.progress {
+            p.clear();
+        }
         {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{line}");
@@ -649,17 +779,40 @@ impl Runner<'_> {
             "out_of_place": half_json(&h_oop),
             "in_place": h_ip.as_ref().map(half_json),
         }));
+        if let (Some(h), Some(last)) = (&h_cmp, rep.results.last_mut()) {
+            let mut v = half_json(h);
+            v["ratio"] = json!(ratio);
+            last["compare"] = v;
+        }
         Ok(())
     }
 
     fn json_doc(&self, ranks: &[(u32, u32, String)], avg: f64) -> Value {
         let s = self.s;
         let rep = self.report.as_ref().expect("rank 0");
+        let hosts = {
+            let mut h: Vec<&str> = ranks.iter().map(|r| r.2.as_str()).collect();
+            h.sort_unstable();
+            h.dedup();
+            h.len()
+        };
         json!({
             "tool": "oxccl perf",
             "oxccl_version": oxccl::VERSION,
+            "library": "oxccl",
+            "library_version": oxccl::VERSION,
             "collective": s.coll.name(),
             "backend": "cpu",
+            "host": ranks.first().map_or_else(hostname, |r| r.2.clone()),
+            "hosts": hosts,
+            "compare": s.compare.as_ref().map(|l| json!({
+                "path": l.path.display().to_string(),
+                "library": l.label(),
+                "nccl_version": super::compare::version_string(l.version),
+                "version_code": l.version,
+            })),
+            "machine": format!("{} x{}", cpu_model(),
+                std::thread::available_parallelism().map_or(1, |n| n.get())),
             "config": {
                 "nranks": self.n,
                 "nthreads": s.threads,

@@ -112,6 +112,30 @@ pub fn column_header() -> [String; 3] {
     [l1, l2, l3]
 }
 
+/// `--compare`'s cells after a data line: the other library's out-of-place
+/// time, busbw and #wrong, then its time over oxccl's (above 1: oxccl is faster).
+pub fn compare_cells(h: &Half, ratio: f64) -> String {
+    let w = h.wrong.map_or("N/A".to_string(), |w| fmt_g(w as f64));
+    format!(
+        "  {}  {:6.2} {:>6}  {:6.2}",
+        fmt_time(h.time_us),
+        h.busbw,
+        w,
+        ratio
+    )
+}
+
+/// `--compare`'s header cells, appended to the three header rows.
+pub fn compare_header(label: &str) -> [String; 3] {
+    let l1 = format!("  compare: {label}");
+    let l2 = format!(
+        "  {:>7}  {:>6} {:>6}  {:>6}",
+        "time", "busbw", "#wrong", "ratio"
+    );
+    let l3 = format!("  {:>7}  {:>6} {:>6}  {:>6}", "(us)", "(GB/s)", "", "(x)");
+    [l1, l2, l3]
+}
+
 /// The footer lines (nccl-tests' `# %-20s : ...`), then `#` and a blank line.
 pub fn footer(errors: usize, avg_busbw: f64) -> String {
     format!(
@@ -170,6 +194,12 @@ mod tests {
         assert_eq!(l1, "#                                                              out-of-place                       in-place          ");
         assert_eq!(l2, "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong");
         assert_eq!(l3, "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ");
+        // --compare's cells line up under their header.
+        let cells = compare_cells(&oop, 1.234);
+        let [_, h2, h3] = compare_header("libnccl.so 2.27.5");
+        assert_eq!(cells, "    135.8    0.00      0    1.23");
+        assert_eq!(h2, "     time   busbw #wrong   ratio");
+        assert_eq!(h3.len(), cells.len());
         assert_eq!(
             footer(0, 70.742),
             "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 70.742 \n#\n"

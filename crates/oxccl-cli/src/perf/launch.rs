@@ -20,6 +20,26 @@ use std::time::{Duration, Instant};
 const ENV_RANK: &str = "OXCCL_PERF_RANK";
 const ENV_ID: &str = "OXCCL_PERF_ID";
 const ENV_PARENT: &str = "OXCCL_PERF_PARENT";
+const ENV_CMP_ID: &str = "OXCCL_PERF_COMPARE_ID";
+
+/// `--compare`: the other library's unique id, from the library (launching
+/// side) or from `OXCCL_PERF_COMPARE_ID` (a child).
+fn compare_id(s: &mut Settings, child: bool) -> Result<(), String> {
+    let Some(lib) = &s.compare else {
+        return Ok(());
+    };
+    let id = if child {
+        std::env::var(ENV_CMP_ID)
+            .ok()
+            .and_then(|h| unhex(&h))
+            .ok_or_else(|| format!("{ENV_CMP_ID} is missing or not 256 hex digits"))?
+    } else {
+        lib.unique_id()
+            .map_err(|e| format!("--compare {}: {e}", lib.path.display()))?
+    };
+    s.compare_id = Some(id);
+    Ok(())
+}
 
 /// One process of an external launcher's world.
 #[derive(Clone, Debug)]
@@ -141,9 +161,14 @@ fn check_json_path(s: &Settings) -> Result<(), UsageError> {
 }
 
 /// Runs the ranks this invocation is responsible for; returns the exit status.
-pub fn run(s: Settings) -> i32 {
+pub fn run(mut s: Settings) -> i32 {
+    let child = std::env::var(ENV_RANK);
+    if let Err(e) = compare_id(&mut s, child.is_ok()) {
+        eprintln!("oxccl perf: {e}");
+        return 1;
+    }
     // A child of our own launcher?
-    if let Ok(first) = std::env::var(ENV_RANK) {
+    if let Ok(first) = child {
         return run_child(&s, &first);
     }
     let writes_json = match &s.launch {
@@ -338,6 +363,10 @@ fn run_parent(s: &Settings) -> i32 {
             .env(ENV_RANK, first.to_string())
             .env(ENV_ID, &idhex)
             .env(ENV_PARENT, std::process::id().to_string())
+            .env(
+                ENV_CMP_ID,
+                s.compare_id.map(|i| hex(&i)).unwrap_or_default(),
+            )
             .stdin(Stdio::null())
             .spawn();
         match spawned {

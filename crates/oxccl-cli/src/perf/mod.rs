@@ -8,9 +8,11 @@
 
 pub mod bench;
 pub mod coll;
+pub mod compare;
 pub mod data;
 pub mod fmt;
 pub mod launch;
+pub mod progress;
 
 use crate::UsageError;
 use clap::{Args, ValueEnum};
@@ -210,6 +212,9 @@ pub struct PerfArgs {
     /// How local ranks run [default: process, or the external launcher's processes when one is detected]
     #[arg(long, value_enum)]
     pub launch: Option<LaunchKind>,
+    /// Also run every size through this NCCL-API library (e.g. libnccl.so.2), interleaved, on the same host buffers; adds its time, busbw and a ratio column (out-of-place)
+    #[arg(long, value_name = "PATH")]
+    pub compare: Option<PathBuf>,
 }
 
 /// Where this invocation's ranks come from.
@@ -247,6 +252,10 @@ pub struct Settings {
     /// Ranks of the whole world.
     pub nranks: usize,
     pub launch: Launch,
+    /// `--compare`: the other library.
+    pub compare: Option<compare::Lib>,
+    /// `--compare`: the other library's unique id, once made (rank 0's side) or received.
+    pub compare_id: Option<[u8; 128]>,
 }
 
 /// The most local ranks one invocation starts.
@@ -361,6 +370,19 @@ impl Settings {
                 }
             }
         };
+        let compare = match &a.compare {
+            None => None,
+            Some(p) => {
+                if let Launch::External(e) = &launch {
+                    return Err(UsageError(format!(
+                        "--compare {}: not available under an external launcher ({}) yet (accepted: local ranks, --launch process or thread)",
+                        p.display(),
+                        e.launcher
+                    )));
+                }
+                Some(compare::Lib::load(p, coll).map_err(UsageError)?)
+            }
+        };
         if coll.rooted() && a.root >= nranks {
             return Err(UsageError(format!(
                 "-r/--root {}: accepted values are 0 to {} for {nranks} ranks",
@@ -396,6 +418,8 @@ impl Settings {
             json: a.output_file.clone(),
             nranks,
             launch,
+            compare,
+            compare_id: None,
         })
     }
 }
