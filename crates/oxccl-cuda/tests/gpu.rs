@@ -14,14 +14,14 @@ fn gpus_or_skip(test: &str, need: usize) -> bool {
     match loader::probe_driver() {
         Ok(info) if info.devices >= need => true,
         Ok(info) => {
-            eprintln!(
+            skip_notice(&format!(
                 "SKIPPED: {test}: needs {need} GPUs, {} visible",
                 info.devices
-            );
+            ));
             false
         }
         Err(u) if u.is_no_gpu() => {
-            eprintln!("SKIPPED: no GPU ({test}: {})", u.to_error());
+            skip_notice(&format!("SKIPPED: no GPU ({test}: {})", u.to_error()));
             false
         }
         Err(u) => panic!("{test}: {}", u.to_error()),
@@ -337,4 +337,11 @@ fn timing_one_shot_all_reduce() {
         assert_eq!(got, reference(DataType::Float32, RedOp::Sum, &data, &data));
         bytes *= 2;
     }
+}
+
+/// Prints a skip notice on the real stderr: libtest captures the print macros
+/// of passing tests, so `eprintln!` would hide the skip in CI logs.
+fn skip_notice(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
 }

@@ -110,11 +110,11 @@ fn two_gpus() -> bool {
     match oxccl_cuda::Gpu::count() {
         Ok(n) if n >= 2 => true,
         Ok(n) => {
-            println!("SKIPPED: {n} GPU(s), need 2");
+            skip_notice(&format!("SKIPPED: {n} GPU(s), need 2"));
             false
         }
         Err(e) => {
-            println!("SKIPPED: no GPU ({})", e.message());
+            skip_notice(&format!("SKIPPED: no GPU ({})", e.message()));
             false
         }
     }
@@ -691,4 +691,11 @@ fn two_gpus_every_collective() {
     })
     .join()
     .unwrap();
+}
+
+/// Prints a skip notice on the real stderr: libtest captures the print macros
+/// of passing tests, so `eprintln!` would hide the skip in CI logs.
+fn skip_notice(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
 }
