@@ -59,6 +59,8 @@ use std::time::Duration;
 use oxccl_core::{Error, Result};
 
 pub use bootstrap::{select_interface, Bootstrap};
+/// Every IPv4/IPv6 address of every interface (getifaddrs), for tools such as `oxccl doctor`.
+pub use sys::interfaces;
 pub use id::{UniqueId, UNIQUE_ID_BYTES};
 
 /// The source of the fixed secret used with `NCCL_COMM_ID` when no

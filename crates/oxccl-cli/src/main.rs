@@ -2,8 +2,10 @@
 //!
 //! `oxccl perf <collective>` benchmarks and checks collectives with
 //! nccl-tests' flags and table (see [`perf`]); `oxccl plot` draws its JSON
-//! (or nccl-tests' text output) as an SVG (see [`plot`]).
+//! (or nccl-tests' text output) as an SVG (see [`plot`]); `oxccl doctor`
+//! checks the machine and says how to fix what is wrong (see [`doctor`]).
 
+mod doctor;
 mod perf;
 mod plot;
 
@@ -31,6 +33,8 @@ enum Cmd {
     Perf(perf::PerfArgs),
     /// Plot bus bandwidth and time against size from `oxccl perf -J` or nccl-tests output, as SVG
     Plot(plot::PlotArgs),
+    /// Find what is wrong with this machine for collective communication, and how to fix it
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Clap's error on one line: its message lines up to the usage, joined.
@@ -65,6 +69,7 @@ fn main() {
                     let sub = match std::env::args().nth(1).as_deref() {
                         Some("perf") => "oxccl perf --help",
                         Some("plot") => "oxccl plot --help",
+                        Some("doctor") => "oxccl doctor --help",
                         _ => "oxccl --help",
                     };
                     eprintln!("oxccl: {} (see '{sub}')", one_line(&e));
@@ -76,6 +81,7 @@ fn main() {
     let code = match cli.cmd {
         Cmd::Perf(a) => perf::main(&a),
         Cmd::Plot(a) => plot::main(&a),
+        Cmd::Doctor(a) => doctor::main(&a),
     };
     std::process::exit(code);
 }

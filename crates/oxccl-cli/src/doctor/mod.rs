@@ -1,0 +1,228 @@
+//! `oxccl doctor`: what is wrong with this machine for collective
+//! communication, and how to fix it.
+//!
+//! Every check reads the machine through a [`System`] rooted at `--sysroot`
+//! (default `/`) and decides in pure code ([`checks`]); the few OS calls that
+//! have no file to stand for them (statvfs, getifaddrs, dlopen, connect) live
+//! in [`probe`] and run only on the real root. Library loads run in a child
+//! process (`oxccl doctor --probe-nccl PATH`, `--probe-driver`) with a 5 s
+//! timeout, so a broken or hanging library cannot take the doctor down.
+//!
+//! Exit status: 0 when nothing failed, 1 when any check failed (✘), 2 for a
+//! bad command line.
+
+mod checks;
+mod probe;
+mod system;
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+pub use system::System;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+    Skip,
+}
+
+impl Status {
+    fn symbol(self) -> &'static str {
+        match self {
+            Status::Ok => "✔",
+            Status::Warn => "⚠",
+            Status::Fail => "✘",
+            Status::Skip => "–",
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+            Status::Skip => "skip",
+        }
+    }
+}
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Stable machine-readable id (`shm.size`, `env.NCCL_SOCKET_IFNAM`).
+    pub id: String,
+    /// The section it belongs to (`Shared memory`).
+    pub title: &'static str,
+    pub status: Status,
+    /// What was found.
+    pub detail: String,
+    /// How to fix it (every ✘ has one).
+    pub fix: Option<String>,
+}
+
+impl Check {
+    pub fn new(id: impl Into<String>, title: &'static str, status: Status, detail: String) -> Self {
+        Check {
+            id: id.into(),
+            title,
+            status,
+            detail,
+            fix: None,
+        }
+    }
+    pub fn fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+#[derive(Args)]
+#[command(
+    about = "Find what is wrong with this machine for collective communication, and say how to fix it",
+    after_help = "Checks: environment variables, shared memory and limits, container, network \
+interfaces and NCCL_SOCKET_IFNAME, InfiniBand, CUDA driver and NVRTC, NCCL libraries, and \
+TCP reachability of --peers. Exit status: 0 when no check failed, 1 when any did (✘), 2 for a \
+bad command line."
+)]
+pub struct DoctorArgs {
+    /// Print the checks as JSON instead of text
+    #[arg(long)]
+    pub json: bool,
+    /// Read /sys, /proc, /etc, /dev/shm and library folders under DIR (recorded fixtures)
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub sysroot: PathBuf,
+    /// Ranks that will run on this host (for the /dev/shm need); default: the number of CPUs
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub ranks: Option<u64>,
+    /// Peers to test TCP reachability of: host[:port],... (port default: NCCL_COMM_ID's, else 29500)
+    #[arg(long, value_name = "HOST[:PORT],...", value_delimiter = ',')]
+    pub peers: Vec<String>,
+    /// Internal: dlopen PATH, print its ncclGetVersion and exit
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub probe_nccl: Option<PathBuf>,
+    /// Internal: probe the CUDA driver and NVRTC, print the result and exit
+    #[arg(long, hide = true)]
+    pub probe_driver: bool,
+}
+
+/// Runs the doctor; the process exit status.
+pub fn main(a: &DoctorArgs) -> i32 {
+    if let Some(p) = &a.probe_nccl {
+        return probe::probe_nccl_child(p);
+    }
+    if a.probe_driver {
+        return probe::probe_driver_child();
+    }
+    if !a.sysroot.is_dir() {
+        eprintln!(
+            "oxccl doctor: --sysroot {}: not a folder (see 'oxccl doctor --help')",
+            a.sysroot.display()
+        );
+        return 2;
+    }
+    // Canonical, so that library symlinks resolved under it map back to machine paths.
+    let root = std::fs::canonicalize(&a.sysroot).unwrap_or_else(|_| a.sysroot.clone());
+    let sys = System::new(root);
+    let all = run_all(&sys, a);
+    if a.json {
+        println!("{}", to_json(&sys, &all));
+    } else {
+        print!("{}", to_text(&sys, &all));
+    }
+    exit_code(&all)
+}
+
+/// 1 when any check failed, else 0.
+pub fn exit_code(all: &[Check]) -> i32 {
+    i32::from(all.iter().any(|c| c.status == Status::Fail))
+}
+
+fn run_all(sys: &System, a: &DoctorArgs) -> Vec<Check> {
+    let facts = probe::gather(sys, a.ranks);
+    let mut all = Vec::new();
+    all.extend(checks::environment(&facts.env));
+    all.extend(checks::shared_memory(&facts.shm));
+    all.push(checks::memlock(
+        &facts.limits,
+        !facts.net.ib_devices.is_empty(),
+    ));
+    all.push(checks::container(&facts.container));
+    all.extend(checks::network(&facts.net));
+    all.extend(checks::driver(&facts.driver));
+    all.extend(checks::nccl_libraries(&facts.nccl));
+    if !a.peers.is_empty() {
+        let default_port = checks::default_peer_port(sys.var("NCCL_COMM_ID"));
+        let results = probe::reach_peers(&a.peers, default_port);
+        all.extend(checks::peers(&results));
+    }
+    all
+}
+
+fn to_text(sys: &System, all: &[Check]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "oxccl doctor {} (root {})",
+        oxccl::VERSION,
+        sys.root.display()
+    );
+    let mut last = "";
+    for c in all {
+        if c.title != last {
+            let _ = writeln!(s, "\n{}", c.title);
+            last = c.title;
+        }
+        let mut lines = c.detail.lines();
+        let _ = writeln!(s, "  {} {}", c.status.symbol(), lines.next().unwrap_or(""));
+        for l in lines {
+            let _ = writeln!(s, "    {l}");
+        }
+        if let Some(f) = &c.fix {
+            let _ = writeln!(s, "    fix: {f}");
+        }
+    }
+    let n = |st: Status| all.iter().filter(|c| c.status == st).count();
+    let _ = writeln!(
+        s,
+        "\n{} ok, {} warning(s), {} failed, {} skipped",
+        n(Status::Ok),
+        n(Status::Warn),
+        n(Status::Fail),
+        n(Status::Skip)
+    );
+    s
+}
+
+fn to_json(sys: &System, all: &[Check]) -> String {
+    let n = |st: Status| all.iter().filter(|c| c.status == st).count();
+    let checks: Vec<serde_json::Value> = all
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "id": c.id,
+                "title": c.title,
+                "status": c.status.name(),
+                "detail": c.detail,
+                "fix": c.fix,
+            })
+        })
+        .collect();
+    let v = serde_json::json!({
+        "tool": "oxccl doctor",
+        "version": oxccl::VERSION,
+        "root": sys.root.display().to_string(),
+        "checks": checks,
+        "summary": {
+            "ok": n(Status::Ok),
+            "warn": n(Status::Warn),
+            "fail": n(Status::Fail),
+            "skip": n(Status::Skip),
+        },
+        "exit": exit_code(all),
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default()
+}

@@ -1,0 +1,702 @@
+//! Gathering facts: files under the sysroot, and on the real root the OS
+//! calls that stand for files (statvfs, getifaddrs) and child processes that
+//! load libraries (`--probe-nccl`, `--probe-driver`) under a timeout. Nothing
+//! here decides; nothing here panics or waits without a bound.
+
+use std::ffi::{CStr, CString};
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use oxccl_bootstrap::ifname::Interface;
+use oxccl_bootstrap::Family;
+use oxccl_core::params::{self, Params, SocketFamily};
+
+use super::checks::{
+    self, ContainerFacts, DriverFacts, EnvFacts, NcclFacts, NcclLib, NetFacts, NetIf, PeerResult,
+    ProbeDriver, ShmFacts,
+};
+use super::System;
+
+/// How long a child that loads a library may take.
+pub const CHILD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one TCP connect (or name lookup) to a peer may take.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Everything the checks look at.
+pub struct Facts {
+    pub env: EnvFacts,
+    pub shm: ShmFacts,
+    pub limits: Result<String, String>,
+    pub container: ContainerFacts,
+    pub net: NetFacts,
+    pub driver: DriverFacts,
+    pub nccl: NcclFacts,
+}
+
+fn config_files(sys: &System) -> Vec<(String, String)> {
+    let mut paths = Vec::new();
+    match sys.var("NCCL_CONF_FILE").filter(|v| !v.trim().is_empty()) {
+        Some(p) => paths.push(p.to_string()),
+        None => {
+            if let Some(h) = sys.var("HOME") {
+                paths.push(format!("{h}/.nccl.conf"));
+            }
+            paths.push("/etc/nccl.conf".into());
+        }
+    }
+    paths
+        .into_iter()
+        .filter_map(|p| sys.read(&p).map(|t| (p, t)))
+        .collect()
+}
+
+pub fn gather(sys: &System, ranks: Option<u64>) -> Facts {
+    let files = config_files(sys);
+    let p = Params::from_sources(&sys.env, &files).unwrap_or_default();
+    let ib_devices = sys.list("/sys/class/infiniband");
+    let gpus = sys.list("/proc/driver/nvidia/gpus").len();
+    let nvswitch = sys.exists("/proc/driver/nvidia-nvswitch")
+        || sys
+            .list("/dev")
+            .iter()
+            .any(|n| n.starts_with("nvidia-nvswitch"));
+    let container = ContainerFacts {
+        kind: checks::detect_container(
+            sys.exists("/.dockerenv"),
+            sys.exists("/run/.containerenv"),
+            sys.read("/proc/1/cgroup").as_deref(),
+        ),
+    };
+    let env = EnvFacts {
+        vars: sys.env.clone(),
+        files: files.clone(),
+        gpus,
+        nvswitch,
+        ib_devices: ib_devices.clone(),
+    };
+    let shm = gather_shm(sys, &p, ranks, container.kind.is_some());
+    let limits = sys
+        .read("/proc/self/limits")
+        .ok_or_else(|| "/proc/self/limits cannot be read".to_string());
+    let net = gather_net(sys, &p, ib_devices);
+    let driver = gather_driver(sys);
+    let nccl = gather_nccl(sys);
+    Facts {
+        env,
+        shm,
+        limits,
+        container,
+        net,
+        driver,
+        nccl,
+    }
+}
+
+// ---------------------------------------------------------------- shm
+
+fn statvfs(path: &Path) -> Result<(u64, u64), String> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid C string and `st` a valid out-pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(format!(
+            "statvfs({}): {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    let fr = st.f_frsize as u64;
+    Ok((st.f_bavail as u64 * fr, st.f_blocks as u64 * fr))
+}
+
+/// The fixture stand-in for statvfs: `/dev/shm.statvfs` with `total BYTES` and `free BYTES`.
+fn shm_fixture(text: &str) -> Option<(u64, u64)> {
+    let mut total = None;
+    let mut free = None;
+    for l in text.lines() {
+        let mut it = l.split_whitespace();
+        match (it.next(), it.next().and_then(|v| v.parse::<u64>().ok())) {
+            (Some("total"), Some(v)) => total = Some(v),
+            (Some("free"), Some(v)) => free = Some(v),
+            _ => {}
+        }
+    }
+    let total = total?;
+    Some((free.unwrap_or(total), total))
+}
+
+fn gather_shm(sys: &System, p: &Params, ranks: Option<u64>, container: bool) -> ShmFacts {
+    let (space, space_from) = if sys.is_real() {
+        (statvfs(Path::new("/dev/shm")), "statvfs".to_string())
+    } else {
+        match sys.read("/dev/shm.statvfs") {
+            Some(t) => (
+                shm_fixture(&t).ok_or_else(|| "/dev/shm.statvfs has no 'total BYTES' line".into()),
+                "/dev/shm.statvfs under --sysroot".to_string(),
+            ),
+            None => (
+                Err("no /dev/shm.statvfs under --sysroot".into()),
+                String::new(),
+            ),
+        }
+    };
+    let (ranks, ranks_from) = match ranks {
+        Some(r) => (r, "from --ranks".to_string()),
+        None => {
+            let cpus = if sys.is_real() {
+                std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+            } else {
+                sys.read("/proc/cpuinfo").map_or(1, |t| {
+                    (t.lines().filter(|l| l.starts_with("processor")).count() as u64).max(1)
+                })
+            };
+            (cpus, "= CPUs (--ranks to change)".to_string())
+        }
+    };
+    // The host transport's own settings: oxccl::host_config resolves NCCL_BUFFSIZE
+    // (1 MiB default for host rings) and the channel overrides; with no override
+    // the host uses 2 collective channels on shared memory, plus 1 for send/recv.
+    let cfg = oxccl::host_config(p);
+    let coll = cfg.nchannels.or(cfg.max_channels).unwrap_or(2).clamp(1, 32) as u64;
+    ShmFacts {
+        space,
+        space_from,
+        ranks,
+        ranks_from,
+        channels: coll + 1,
+        capacity: (cfg.capacity.max(256) & !7) as u64,
+        disabled: cfg.shm_disable,
+        container,
+    }
+}
+
+// ---------------------------------------------------------------- network
+
+fn getifaddrs() -> Result<Vec<Interface>, String> {
+    oxccl_bootstrap::interfaces().map_err(|e| e.to_string())
+}
+
+fn gather_net(sys: &System, p: &Params, ib_devices: Vec<String>) -> NetFacts {
+    let mut ifaces = Vec::new();
+    for name in sys.list("/sys/class/net") {
+        let base = format!("/sys/class/net/{name}");
+        let rd = |f: &str| {
+            sys.read(&format!("{base}/{f}"))
+                .map(|s| s.trim().to_string())
+        };
+        ifaces.push(NetIf {
+            operstate: rd("operstate"),
+            mtu: rd("mtu").and_then(|m| m.parse().ok()),
+            mac: rd("address").filter(|m| !m.is_empty() && m != "00:00:00:00:00:00"),
+            name,
+        });
+    }
+    let (addrs, addrs_from) = if sys.is_real() {
+        match getifaddrs() {
+            Ok(a) => (a, Ok("getifaddrs".to_string())),
+            Err(e) => (Vec::new(), Err(e)),
+        }
+    } else {
+        // Fixture stand-in: /sys/class/net/<if>/ip, one address per line.
+        let mut v = Vec::new();
+        for i in &ifaces {
+            let up = i.operstate.as_deref() != Some("down");
+            for l in sys
+                .read(&format!("/sys/class/net/{}/ip", i.name))
+                .unwrap_or_default()
+                .lines()
+            {
+                if let Ok(addr) = l.trim().parse::<IpAddr>() {
+                    v.push(Interface {
+                        name: i.name.clone(),
+                        addr,
+                        scope_id: 0,
+                        up,
+                    });
+                }
+            }
+        }
+        (v, Ok("/sys/class/net/*/ip under --sysroot".to_string()))
+    };
+    let mut ib_ports = Vec::new();
+    for dev in &ib_devices {
+        for port in sys.list(&format!("/sys/class/infiniband/{dev}/ports")) {
+            if let Some(st) = sys.read(&format!("/sys/class/infiniband/{dev}/ports/{port}/state")) {
+                ib_ports.push(format!("{dev}:{port} {}", st.trim()));
+            }
+        }
+    }
+    NetFacts {
+        ifaces,
+        addrs,
+        addrs_from,
+        ifname: p.get(&params::SOCKET_IFNAME),
+        family: p.get(&params::SOCKET_FAMILY).map(|f| match f {
+            SocketFamily::Inet => Family::V4,
+            SocketFamily::Inet6 => Family::V6,
+        }),
+        ib_devices,
+        ib_ports,
+        ib_disable: p.get(&params::IB_DISABLE),
+    }
+}
+
+// ---------------------------------------------------------------- children
+
+/// Runs this executable with `args`, waits at most `timeout`; its stdout, or why not.
+fn run_child(args: &[&std::ffi::OsStr], timeout: Duration) -> Result<String, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let mut child = Command::new(exe)
+        .arg("doctor")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the probe: {e}"))?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let mut out = String::new();
+                if let Some(mut so) = child.stdout.take() {
+                    let _ = so.read_to_string(&mut out);
+                }
+                if status.success() {
+                    return Ok(out);
+                }
+                let why = out.trim();
+                return Err(match status.code() {
+                    Some(c) if !why.is_empty() => format!("{why} (probe exit {c})"),
+                    Some(c) => format!("the probe exited with status {c}"),
+                    None => "the probe was killed by a signal (the library crashed it)".into(),
+                });
+            }
+            Ok(None) if start.elapsed() >= timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "loading it did not finish within {} s (killed)",
+                    timeout.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(format!("waiting for the probe: {e}")),
+        }
+    }
+}
+
+/// `oxccl doctor --probe-nccl PATH`: dlopen it, call ncclGetVersion, print the code.
+pub fn probe_nccl_child(path: &Path) -> i32 {
+    let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
+        println!("path contains NUL");
+        return 1;
+    };
+    // SAFETY: `c` is a valid C string. Loading runs the library's initialisers,
+    // which is why this runs in a child process under a timeout.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        // SAFETY: dlerror returns a valid C string or null.
+        let e = unsafe { libc::dlerror() };
+        let msg = if e.is_null() {
+            "dlopen failed".to_string()
+        } else {
+            // SAFETY: non-null dlerror text is NUL-terminated.
+            unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+        };
+        println!("dlopen: {msg}");
+        return 1;
+    }
+    // SAFETY: `h` is a live handle and the name a valid C string.
+    let sym = unsafe { libc::dlsym(h, c"ncclGetVersion".as_ptr()) };
+    if sym.is_null() {
+        println!("no ncclGetVersion symbol");
+        return 1;
+    }
+    // SAFETY: ncclGetVersion's C signature is `ncclResult_t ncclGetVersion(int*)`.
+    let f: extern "C" fn(*mut libc::c_int) -> libc::c_int = unsafe { std::mem::transmute(sym) };
+    let mut v: libc::c_int = 0;
+    let rc = f(&mut v);
+    if rc != 0 {
+        println!("ncclGetVersion returned {rc}");
+        return 1;
+    }
+    println!("{v}");
+    0
+}
+
+/// `oxccl doctor --probe-driver`: the driver and NVRTC probes, as one JSON line.
+pub fn probe_driver_child() -> i32 {
+    use oxccl_cuda::loader::{nvrtc, probe_driver, Unavailable};
+    let mut v = match probe_driver() {
+        Ok(d) => serde_json::json!({
+            "state": "ok", "path": d.path, "version": d.version, "devices": d.devices,
+        }),
+        Err(Unavailable::NoDriver { tried }) => serde_json::json!({
+            "state": "no_driver", "message": format!("tried {}", tried.join(", ")),
+        }),
+        Err(Unavailable::NoGpu { path, reason }) => serde_json::json!({
+            "state": "no_gpu", "path": path, "message": reason,
+        }),
+        Err(Unavailable::Failed(e)) => serde_json::json!({
+            "state": "failed", "message": e.to_string(),
+        }),
+    };
+    match nvrtc() {
+        Ok(n) => {
+            v["nvrtc_path"] = n.path.clone().into();
+            v["nvrtc_version"] = format!("{}.{}", n.version.0, n.version.1).into();
+        }
+        Err(e) => v["nvrtc_error"] = e.to_string().into(),
+    }
+    println!("{v}");
+    0
+}
+
+fn parse_driver_report(text: &str) -> Result<ProbeDriver, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text.trim()).map_err(|e| format!("unreadable probe output ({e})"))?;
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    Ok(ProbeDriver {
+        state: s("state").unwrap_or_default(),
+        path: s("path"),
+        version: v.get("version").and_then(|x| x.as_i64()),
+        devices: v.get("devices").and_then(|x| x.as_i64()),
+        message: s("message"),
+        nvrtc: match (s("nvrtc_path"), s("nvrtc_version")) {
+            (Some(p), Some(ver)) => Ok((p, ver)),
+            _ => Err(s("nvrtc_error").unwrap_or_else(|| "not reported".into())),
+        },
+    })
+}
+
+fn gather_driver(sys: &System) -> DriverFacts {
+    if !sys.is_real() {
+        let mut files = Vec::new();
+        for f in ["/proc/driver/nvidia/version", "/dev/nvidiactl"] {
+            if sys.exists(f) {
+                files.push(f.to_string());
+            }
+        }
+        for g in sys.list("/dev").iter().filter(|n| {
+            n.strip_prefix("nvidia")
+                .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+        }) {
+            files.push(format!("/dev/{g}"));
+        }
+        return DriverFacts::Fixture(files);
+    }
+    DriverFacts::Probed {
+        driver: run_child(&["--probe-driver".as_ref()], CHILD_TIMEOUT)
+            .and_then(|t| parse_driver_report(&t)),
+        cuda_visible_devices: sys.var("CUDA_VISIBLE_DEVICES").map(str::to_string),
+    }
+}
+
+// ---------------------------------------------------------------- NCCL
+
+/// Folders of `/etc/ld.so.conf` (following `include` globs), under the root.
+fn ld_so_conf_dirs(sys: &System, file: &str, depth: u32, out: &mut Vec<String>) {
+    if depth > 4 {
+        return;
+    }
+    let Some(text) = sys.read(file) else { return };
+    for l in text.lines() {
+        let l = l.split('#').next().unwrap_or("").trim();
+        if l.is_empty() {
+            continue;
+        }
+        if let Some(pat) = l.strip_prefix("include") {
+            let pat = pat.trim();
+            let pat = if pat.starts_with('/') {
+                pat.to_string()
+            } else {
+                format!("/etc/{pat}")
+            };
+            for f in sys.glob(&pat) {
+                ld_so_conf_dirs(sys, &f, depth + 1, out);
+            }
+        } else if l.starts_with('/') {
+            out.push(l.to_string());
+        }
+    }
+}
+
+/// `ldconfig -p`'s libnccl entries (real root only), bounded by a timeout.
+fn ldconfig_nccl() -> Result<Vec<String>, String> {
+    let mut child = Command::new("ldconfig")
+        .arg("-p")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .or_else(|_| {
+            Command::new("/sbin/ldconfig")
+                .arg("-p")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+        })
+        .map_err(|e| format!("ldconfig not available ({e}); the loader cache was read from /etc/ld.so.conf instead"))?;
+    let mut so = child.stdout.take().ok_or("no ldconfig output")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        let _ = tx.send(s);
+    });
+    let out = rx.recv_timeout(CHILD_TIMEOUT);
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = out.map_err(|_| "ldconfig -p did not finish in time".to_string())?;
+    Ok(text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("libnccl.so"))
+        .filter_map(|l| l.rsplit_once("=> ").map(|(_, p)| p.trim().to_string()))
+        .collect())
+}
+
+fn gather_nccl(sys: &System) -> NcclFacts {
+    // (folder or file, origin, on the loader's path), in the loader's order.
+    let mut places: Vec<(String, String, bool)> = Vec::new();
+    let mut notes = Vec::new();
+    for f in sys
+        .var("LD_PRELOAD")
+        .unwrap_or("")
+        .split([' ', ':'])
+        .filter(|f| f.contains("libnccl"))
+    {
+        places.push((f.to_string(), "LD_PRELOAD".into(), true));
+    }
+    for d in sys.var("LD_LIBRARY_PATH").unwrap_or("").split(':') {
+        if !d.is_empty() {
+            places.push((d.to_string(), "LD_LIBRARY_PATH".into(), true));
+        }
+    }
+    if sys.is_real() {
+        match ldconfig_nccl() {
+            Ok(files) => {
+                for f in files {
+                    places.push((f, "loader cache (ldconfig -p)".into(), true));
+                }
+            }
+            Err(e) => notes.push(e),
+        }
+    }
+    let mut conf = Vec::new();
+    ld_so_conf_dirs(sys, "/etc/ld.so.conf", 0, &mut conf);
+    for d in conf {
+        places.push((d, "loader cache (/etc/ld.so.conf)".into(), true));
+    }
+    for d in ["/lib", "/usr/lib", "/lib64", "/usr/lib64"] {
+        places.push((d.into(), "loader default folders".into(), true));
+    }
+    // Not on the loader's path: where NCCL gets installed.
+    for pat in [
+        "/usr/local/lib",
+        "/usr/local/cuda*/lib64",
+        "/usr/local/cuda*/targets/*/lib",
+        "/usr/local/nccl*/lib",
+        "/opt/nccl*/lib",
+    ] {
+        for d in sys.glob(pat) {
+            places.push((d, "/usr/local or /opt".into(), false));
+        }
+    }
+    let mut conda = vec!["/opt/conda".to_string()];
+    if let Some(c) = sys.var("CONDA_PREFIX") {
+        conda.push(c.to_string());
+    }
+    if let Some(h) = sys.var("HOME") {
+        conda.push(format!("{h}/miniconda3"));
+        conda.push(format!("{h}/anaconda3"));
+    }
+    for c in &conda {
+        places.push((format!("{c}/lib"), "conda".into(), false));
+    }
+    let mut py = vec!["/usr".to_string(), "/usr/local".to_string()];
+    py.extend(conda.iter().cloned());
+    if let Some(v) = sys.var("VIRTUAL_ENV") {
+        py.push(v.to_string());
+    }
+    if let Some(h) = sys.var("HOME") {
+        py.push(format!("{h}/.local"));
+    }
+    for prefix in &py {
+        for sp in ["site-packages", "dist-packages"] {
+            for d in sys.glob(&format!("{prefix}/lib/python3*/{sp}/nvidia/nccl/lib")) {
+                places.push((d, "pip (nvidia-nccl)".into(), false));
+            }
+        }
+    }
+    let searched = places.len();
+    // Files, in the loader's order.
+    let mut libs: Vec<NcclLib> = Vec::new();
+    let mut seen: Vec<PathBuf> = Vec::new();
+    for (place, origin, on_path) in &places {
+        let rooted = sys.path(place);
+        let files: Vec<String> = if rooted.is_file() {
+            vec![place.clone()]
+        } else {
+            sys.list(place)
+                .into_iter()
+                .filter(|n| n == "libnccl.so" || n.starts_with("libnccl.so."))
+                .map(|n| format!("{}/{n}", place.trim_end_matches('/')))
+                .collect()
+        };
+        for f in files {
+            let rp = sys.path(&f);
+            let canon = std::fs::canonicalize(&rp).unwrap_or_else(|_| rp.clone());
+            // One entry per file: a symlink and its target (libnccl.so.2 ->
+            // libnccl.so.2.21.5) are the same library; the first name found
+            // (sorted, so the SONAME link before the versioned file) stays.
+            if seen.contains(&canon) {
+                continue;
+            }
+            seen.push(canon.clone());
+            let target = sys.unroot(&canon);
+            let version = nccl_version(&canon, &f, &target);
+            libs.push(NcclLib {
+                path: f,
+                target,
+                origin: origin.clone(),
+                on_loader_path: *on_path,
+                version,
+            });
+        }
+    }
+    NcclFacts {
+        libs,
+        searched,
+        notes,
+    }
+}
+
+fn is_elf(p: &Path) -> bool {
+    let mut b = [0u8; 4];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+        && b == *b"\x7fELF"
+}
+
+fn nccl_version(canon: &Path, path: &str, target: &str) -> Result<(String, &'static str), String> {
+    let by_name = checks::version_from_name(target).or_else(|| checks::version_from_name(path));
+    // Real libraries are asked, also under a fixture root (a test may plant a
+    // built one); fake ones (fixtures) only have their name to go by.
+    if is_elf(canon) {
+        match run_child(&["--probe-nccl".as_ref(), canon.as_os_str()], CHILD_TIMEOUT) {
+            Ok(out) => {
+                if let Ok(code) = out.trim().parse::<i64>() {
+                    return Ok((checks::decode_nccl_version(code), "ncclGetVersion"));
+                }
+                return by_name
+                    .map(|v| (v, "file name"))
+                    .ok_or_else(|| format!("unreadable probe output {:?}", out.trim()));
+            }
+            Err(e) => {
+                return by_name.map(|v| (v, "file name")).ok_or(e);
+            }
+        }
+    }
+    by_name
+        .map(|v| (v, "file name"))
+        .ok_or_else(|| "not a loadable library and no version in its name".into())
+}
+
+// ---------------------------------------------------------------- peers
+
+fn split_peer(p: &str, default_port: u16) -> Result<(String, u16), String> {
+    let p = p.trim();
+    if let Some(rest) = p.strip_prefix('[') {
+        let (host, tail) = rest.split_once(']').ok_or("missing ']'")?;
+        let port = match tail.strip_prefix(':') {
+            Some(t) => t.parse().map_err(|_| format!("bad port '{t}'"))?,
+            None => default_port,
+        };
+        return Ok((host.to_string(), port));
+    }
+    match p.rsplit_once(':') {
+        Some((h, port)) if !h.contains(':') => Ok((
+            h.to_string(),
+            port.parse().map_err(|_| format!("bad port '{port}'"))?,
+        )),
+        _ => Ok((p.to_string(), default_port)),
+    }
+}
+
+fn reach_one(target: &str, default_port: u16) -> Result<(SocketAddr, Duration), String> {
+    let (host, port) = split_peer(target, default_port)?;
+    // Name lookup can block: do it on a thread and stop waiting after the timeout.
+    let (tx, rx) = mpsc::channel();
+    let h2 = host.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(
+            (h2.as_str(), port)
+                .to_socket_addrs()
+                .map(|a| a.collect::<Vec<_>>()),
+        );
+    });
+    let addrs = match rx.recv_timeout(PEER_TIMEOUT) {
+        Ok(Ok(a)) if !a.is_empty() => a,
+        Ok(Ok(_)) => return Err(format!("{host} has no address")),
+        Ok(Err(e)) => return Err(format!("cannot resolve {host}: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "resolving {host} took over {} s",
+                PEER_TIMEOUT.as_secs()
+            ))
+        }
+    };
+    let mut errs = Vec::new();
+    let deadline = Instant::now() + PEER_TIMEOUT;
+    for a in &addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left < Duration::from_millis(50) {
+            break;
+        }
+        let t0 = Instant::now();
+        match TcpStream::connect_timeout(a, left) {
+            Ok(_) => return Ok((*a, t0.elapsed())),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => errs.push(format!(
+                "{a}: no answer within {} s (a firewall dropping packets, or no route)",
+                PEER_TIMEOUT.as_secs()
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                errs.push(format!("{a}: connection refused (nothing listens on port {port}, or a firewall rejects it)"))
+            }
+            Err(e) => errs.push(format!("{a}: {e}")),
+        }
+    }
+    Err(errs.join("; "))
+}
+
+/// Connects to every peer in parallel, each bounded by [`PEER_TIMEOUT`].
+pub fn reach_peers(peers: &[String], default_port: u16) -> Vec<PeerResult> {
+    let handles: Vec<_> = peers
+        .iter()
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            let p = p.trim().to_string();
+            std::thread::spawn(move || PeerResult {
+                result: reach_one(&p, default_port),
+                target: p,
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join().unwrap_or_else(|_| PeerResult {
+                target: "?".into(),
+                result: Err("the check panicked".into()),
+            })
+        })
+        .collect()
+}
