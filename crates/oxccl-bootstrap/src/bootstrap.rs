@@ -565,6 +565,7 @@ fn join_root(
     let join = Join {
         nranks,
         run_id: id.run_id(),
+        timeout_ms: cfg.init_timeout.as_millis().min(u64::MAX as u128) as u64,
         info: me.clone(),
     };
     wire::write_frame(&mut s, &join.encode(), &lim).map_err(|e| {

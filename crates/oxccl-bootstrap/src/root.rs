@@ -36,6 +36,10 @@ const MAX_PENDING: usize = 512;
 pub(crate) struct Join {
     pub nranks: usize,
     pub run_id: u64,
+    /// The joining rank's own init timeout, in milliseconds: the root waits
+    /// for the missing ranks no longer than the most impatient rank, so that
+    /// rank hears which ranks are missing instead of timing out blind.
+    pub timeout_ms: u64,
     pub info: PeerInfo,
 }
 
@@ -62,7 +66,9 @@ pub(crate) fn decode_peer(d: &mut Dec) -> Result<PeerInfo> {
 impl Join {
     pub fn encode(&self) -> Vec<u8> {
         let mut m = Enc::new(T_JOIN);
-        m.u32(self.nranks as u32).u64(self.run_id);
+        m.u32(self.nranks as u32)
+            .u64(self.run_id)
+            .u64(self.timeout_ms);
         encode_peer(&mut m, &self.info);
         m.0
     }
@@ -73,11 +79,13 @@ impl Join {
         }
         let nranks = d.u32()? as usize;
         let run_id = d.u64()?;
+        let timeout_ms = d.u64()?;
         let info = decode_peer(&mut d)?;
         d.end()?;
         Ok(Join {
             nranks,
             run_id,
+            timeout_ms,
             info,
         })
     }
@@ -356,6 +364,8 @@ fn coordinate(
 ) {
     let mut rv = Rendezvous::new(run_id);
     let mut deadline = Instant::now() + t;
+    // The shortest timeout in play, for messages.
+    let mut eff = t;
     let mut conns: Vec<TcpStream> = Vec::new();
     loop {
         if abort.load(Ordering::Relaxed) {
@@ -370,7 +380,7 @@ fn coordinate(
             if rv.failed() {
                 return;
             }
-            match rv.missing_message(addr, t) {
+            match rv.missing_message(addr, eff) {
                 Some(msg) => {
                     warn!("{msg}; the root gives up");
                     let e = wire::encode_error(&Error::timeout(msg));
@@ -390,9 +400,16 @@ fn coordinate(
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
+        // The root's clock: its own timeout from the first arrival, shortened
+        // to any joining rank's timeout (counted from that rank's arrival).
+        let now = Instant::now();
+        let jt = Duration::from_millis(a.join.timeout_ms.max(1));
         if !rv.any_joined() {
-            deadline = Instant::now() + t;
+            deadline = now + t.min(jt);
+        } else {
+            deadline = deadline.min(now + jt);
         }
+        eff = eff.min(jt);
         let mut s = a.stream;
         match rv.on_join(a.join) {
             Verdict::Wait => conns.push(s),
@@ -435,6 +452,7 @@ mod tests {
         Join {
             nranks,
             run_id: run,
+            timeout_ms: 1000,
             info: PeerInfo {
                 rank,
                 hostname: "h".into(),
