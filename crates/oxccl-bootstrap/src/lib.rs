@@ -59,9 +59,9 @@ use std::time::Duration;
 use oxccl_core::{Error, Result};
 
 pub use bootstrap::{select_interface, Bootstrap};
+pub use id::{UniqueId, UNIQUE_ID_BYTES};
 /// Every IPv4/IPv6 address of every interface (getifaddrs), for tools such as `oxccl doctor`.
 pub use sys::interfaces;
-pub use id::{UniqueId, UNIQUE_ID_BYTES};
 
 /// The source of the fixed secret used with `NCCL_COMM_ID` when no
 /// `OXCCL_AUTH_SECRET` is set (the id's secret is SHA-256 of these bytes).

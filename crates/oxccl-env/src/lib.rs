@@ -76,7 +76,7 @@ fn load() -> Loaded {
     let mut io_warnings = Vec::new();
     let mut files = Vec::new();
     for path in conf_files(&env) {
-        match std::fs::read_to_string(&path) {
+        match read_conf_file(&path) {
             Ok(text) => files.push((path, text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if env.iter().any(|(k, _)| k == params::CONF_FILE.name) {
@@ -91,6 +91,36 @@ fn load() -> Loaded {
         params,
         io_warnings,
     }
+}
+
+/// Bytes of a configuration file read at most: real files are a few lines;
+/// `NCCL_CONF_FILE=/dev/zero` must not make the first call allocate without
+/// bound (found by `tests/fuzz_conf_file.rs`).
+const CONF_FILE_MAX: u64 = 1 << 20;
+
+/// Reads a configuration file: regular files only (a FIFO would block the
+/// first oxccl call forever), at most [`CONF_FILE_MAX`] bytes.
+fn read_conf_file(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    // stat before open: opening a FIFO for reading blocks until a writer comes.
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > CONF_FILE_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {CONF_FILE_MAX} bytes"),
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(CONF_FILE_MAX)
+        .read_to_string(&mut text)?;
+    Ok(text)
 }
 
 #[cfg(test)]
