@@ -56,6 +56,25 @@ impl Default for HostConfig {
     }
 }
 
+/// Channels per peer as `(collective, point-to-point)`: two for collectives on
+/// rings (enough for the double tree), four on TCP (several sockets per peer
+/// carry more than one); p2p gets its own so that sends and receives never
+/// share a stream with collectives. `any_tcp`: some pair of the communicator
+/// talks over TCP. (Also used by `oxccl doctor` to size /dev/shm.)
+pub fn host_channels(cfg: &HostConfig, any_tcp: bool) -> (usize, usize) {
+    let coll = cfg
+        .nchannels
+        .or(cfg.max_channels)
+        .unwrap_or(if any_tcp { 4 } else { 2 })
+        .clamp(1, 32);
+    (coll, if any_tcp { 2 } else { 1 })
+}
+
+/// Data bytes of each stream's ring: the configured size, a multiple of 8, at least 256.
+pub fn ring_capacity(cfg: &HostConfig) -> usize {
+    cfg.capacity.max(256) & !7
+}
+
 /// One operation as the C ABI and the Rust API hand it over: raw buffers.
 #[derive(Debug, Clone, Copy)]
 pub struct OpDesc {
@@ -148,17 +167,9 @@ impl HostComm {
         } else {
             LinkModel::SHM
         };
-        // Channels: two for collectives on rings (enough for the double tree),
-        // four on TCP (several sockets per peer carry more than one); p2p gets
-        // its own so that sends and receives never share a stream with collectives.
-        let coll_channels = cfg
-            .nchannels
-            .or(cfg.max_channels)
-            .unwrap_or(if any_tcp { 4 } else { 2 })
-            .clamp(1, 32);
-        let p2p_channels = if any_tcp { 2 } else { 1 };
+        let (coll_channels, p2p_channels) = host_channels(&cfg, any_tcp);
         let nch = coll_channels + p2p_channels;
-        let cap = (cfg.capacity.max(256)) & !7;
+        let cap = ring_capacity(&cfg);
 
         // A key shared by all ranks of this communicator, for the in-process
         // registry, and the settings every rank must share: streams per peer

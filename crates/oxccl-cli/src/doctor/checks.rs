@@ -206,16 +206,21 @@ pub struct ShmFacts {
     pub container: bool,
 }
 
-/// Ring header and segment header bytes (oxccl-host's `RING_HEADER_BYTES`, `SEG_HEADER_BYTES`).
-const RING_HEADER: u64 = 128;
-const SEG_HEADER: u64 = 128;
-
 /// Bytes of /dev/shm `ranks` ranks on one host need: each rank's segment holds
-/// one ring per (other local rank, channel).
+/// one ring per (other local rank, channel), laid out as the transport does
+/// (`oxccl_host::transport::ShmRingLayout`).
 pub fn shm_need(ranks: u64, channels: u64, capacity: u64) -> u64 {
-    let ring = RING_HEADER + capacity.div_ceil(64) * 64;
-    let per_rank = SEG_HEADER + ranks.saturating_sub(1) * channels * ring;
-    ranks.saturating_mul(per_rank)
+    let layout = oxccl_host::transport::ShmRingLayout {
+        npeers: ranks.saturating_sub(1) as usize,
+        nchannels: channels as usize,
+        capacity: capacity as usize,
+    };
+    ranks.saturating_mul(layout.segment_size() as u64)
+}
+
+/// Bytes of one ring with its header, as the transport lays it out.
+fn ring_bytes(capacity: u64) -> u64 {
+    oxccl_host::transport::ring::ring_footprint(capacity as usize) as u64
 }
 
 pub fn shared_memory(f: &ShmFacts) -> Vec<Check> {
@@ -246,7 +251,7 @@ pub fn shared_memory(f: &ShmFacts) -> Vec<Check> {
         f.ranks,
         f.ranks.saturating_sub(1),
         f.channels,
-        fmt_bytes(RING_HEADER + f.capacity.div_ceil(64) * 64),
+        fmt_bytes(ring_bytes(f.capacity)),
         fmt_bytes(f.capacity),
         f.ranks_from
     );

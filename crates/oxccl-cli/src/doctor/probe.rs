@@ -158,18 +158,18 @@ fn gather_shm(sys: &System, p: &Params, ranks: Option<u64>, container: bool) -> 
             (cpus, "= CPUs (--ranks to change)".to_string())
         }
     };
-    // The host transport's own settings: oxccl::host_config resolves NCCL_BUFFSIZE
-    // (1 MiB default for host rings) and the channel overrides; with no override
-    // the host uses 2 collective channels on shared memory, plus 1 for send/recv.
+    // The host transport's own rules (oxccl_host::comm): NCCL_BUFFSIZE via
+    // oxccl::host_config (1 MiB default for host rings) and the channel count
+    // of a communicator whose local peers talk over shared memory.
     let cfg = oxccl::host_config(p);
-    let coll = cfg.nchannels.or(cfg.max_channels).unwrap_or(2).clamp(1, 32) as u64;
+    let (coll, p2p) = oxccl_host::comm::host_channels(&cfg, false);
     ShmFacts {
         space,
         space_from,
         ranks,
         ranks_from,
-        channels: coll + 1,
-        capacity: (cfg.capacity.max(256) & !7) as u64,
+        channels: (coll + p2p) as u64,
+        capacity: oxccl_host::comm::ring_capacity(&cfg) as u64,
         disabled: cfg.shm_disable,
         container,
     }
