@@ -545,6 +545,16 @@ unsafe fn prepare<'b>(
         )));
     }
     let in_place = in_place_layout(op, rank, e);
+    // Checked on the raw addresses, before any slice exists: overlapping
+    // shared and exclusive slices must never be made, even briefly.
+    if !in_place && use_s && use_r && sbytes > 0 && rbytes > 0 {
+        let (s0, r0) = (op.send as usize, op.recv as usize);
+        if s0 < r0.saturating_add(rbytes) && r0 < s0.saturating_add(sbytes) {
+            return Err(Error::invalid_argument(format!(
+                "{name}: sendbuff and recvbuff overlap but are not the in-place layout of {name}"
+            )));
+        }
+    }
     // With the in-place form the engine sees one buffer: the larger of the two.
     let (send_slice, recv_slice): (Option<&'b [u8]>, &'b mut [u8]) = if in_place {
         let (ptr, len) = match op.kind {
@@ -567,15 +577,6 @@ unsafe fn prepare<'b>(
         } else {
             &mut []
         };
-        if !s.is_empty() && !r.is_empty() {
-            let (s0, s1) = (s.as_ptr() as usize, s.as_ptr() as usize + s.len());
-            let (r0, r1) = (r.as_ptr() as usize, r.as_ptr() as usize + r.len());
-            if s0 < r1 && r0 < s1 {
-                return Err(Error::invalid_argument(format!(
-                    "{name}: sendbuff and recvbuff overlap but are not the in-place layout of {name}"
-                )));
-            }
-        }
         (Some(s), r)
     };
     let total_bytes = match op.kind {
@@ -741,6 +742,17 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
                 break 'prep;
             }
         }
+        // Receive buffers of one group must not overlap anything else in it
+        // (self send/recv pairs are local copies, checked by self_pairs).
+        let others: Vec<OpDesc> = ops
+            .iter()
+            .filter(|op| !is_self_p2p(op, rank))
+            .copied()
+            .collect();
+        if let Err(e) = check_group_overlaps(&others, rank, comm.nranks) {
+            failure = Some(e);
+            break 'prep;
+        }
         let mut tasks = Vec::with_capacity(ops.len());
         for (op, s) in ops.iter().zip(scr.iter_mut()) {
             if is_self_p2p(op, rank) {
@@ -754,11 +766,6 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
                     break 'prep;
                 }
             }
-        }
-        // Receive buffers of one group must not overlap anything else in it.
-        if let Err(e) = check_group_overlaps(&tasks) {
-            failure = Some(e);
-            break 'prep;
         }
         groups.push(tasks);
     }
@@ -864,27 +871,45 @@ fn self_pairs(rank: usize, ops: &[OpDesc]) -> Result<Vec<(usize, *const u8, *mut
     Ok(out)
 }
 
-fn check_group_overlaps(tasks: &[Task<'_>]) -> Result<()> {
-    let mut ranges: Vec<(usize, usize, bool)> = Vec::new();
-    for t in tasks {
-        let r = &t.bufs.recv;
-        if !r.is_empty() {
-            ranges.push((r.as_ptr() as usize, r.len(), true));
-        }
-        if let Some(s) = t.bufs.send {
-            if !s.is_empty() {
-                ranges.push((s.as_ptr() as usize, s.len(), false));
-            }
-        }
+/// Byte ranges an operation touches on this rank: `(start, len, written)`;
+/// an in-place layout is one written range.
+fn op_ranges(op: &OpDesc, rank: usize, n: usize) -> Vec<(usize, usize, bool)> {
+    let e = op.dtype.size();
+    let (sc, rc, use_s, use_r) = extents(op, rank, n);
+    let (sb, rb) = (sc.saturating_mul(e), rc.saturating_mul(e));
+    if in_place_layout(op, rank, e) {
+        return match op.kind {
+            CollKind::ReduceScatter | CollKind::Scatter => vec![(op.send as usize, sb, true)],
+            _ => vec![(op.recv as usize, rb, true)],
+        };
     }
-    for (i, a) in ranges.iter().enumerate() {
-        for b in &ranges[i + 1..] {
-            if (a.2 || b.2) && a.0 < b.0 + b.1 && b.0 < a.0 + a.1 {
-                return Err(Error::invalid_argument(
-                    "a receive buffer in this group overlaps another buffer of the group",
-                ));
+    let mut v = Vec::new();
+    if use_s && sb > 0 && !op.send.is_null() {
+        v.push((op.send as usize, sb, false));
+    }
+    if use_r && rb > 0 && !op.recv.is_null() {
+        v.push((op.recv as usize, rb, true));
+    }
+    v
+}
+
+/// Receive buffers of one group must not overlap any other buffer of the
+/// group. Checked on the raw addresses before any slice is made.
+fn check_group_overlaps(ops: &[OpDesc], rank: usize, n: usize) -> Result<()> {
+    let mut ranges: Vec<(usize, usize, bool)> = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let mine = op_ranges(op, rank, n);
+        for a in &mine {
+            for b in &ranges {
+                if (a.2 || b.2) && a.0 < b.0.saturating_add(b.1) && b.0 < a.0.saturating_add(a.1) {
+                    return Err(Error::invalid_argument(format!(
+                        "a receive buffer in this group overlaps another buffer of the group (operation {i}, {})",
+                        op.kind
+                    )));
+                }
             }
         }
+        ranges.extend(mine);
     }
     Ok(())
 }
