@@ -354,3 +354,49 @@ fn bad_unique_ids_and_init_arguments() {
     let comms: Vec<Communicator> = ok.into_iter().map(|r| r.unwrap()).collect();
     still_usable(&comms);
 }
+
+/// Two operations of one group writing the same bytes: refused before anything
+/// is sent (checked on the raw addresses), and the communicator stays usable.
+#[test]
+fn overlapping_receive_buffers_in_one_group() {
+    let _w = Watchdog::new(
+        "overlapping_receive_buffers_in_one_group",
+        Duration::from_secs(60),
+    );
+    let comms = Communicator::init_all(2).unwrap();
+    let mut buf = vec![0f32; 16];
+    let p = buf.as_mut_ptr() as *mut u8;
+    let recv = |dst: *mut u8| OpDesc {
+        kind: CollKind::Recv,
+        send: std::ptr::null(),
+        recv: dst,
+        count: 8,
+        dtype: DataType::Float32,
+        op: RedOp::Sum,
+        root: 1,
+    };
+    // The second receive starts 16 bytes into the first one's 32.
+    let ops = [(&comms[0], recv(p)), (&comms[0], recv(p.wrapping_add(16)))];
+    // SAFETY: both pointers lie inside `buf`, alive for the call; the call must
+    // fail before touching them.
+    let r = unsafe { oxccl::run_group_raw(&ops) };
+    assert_err(&r, ErrorKind::InvalidArgument, &["overlaps another buffer"]);
+    // Still usable: a disjoint pair of receives matched by sends on rank 1.
+    on_ranks(&comms, |c| {
+        let mut a = vec![0f32; 8];
+        let mut b = vec![0f32; 8];
+        let src = vec![c.rank() as f32 + 1.0; 8];
+        let mut g = oxccl::Group::new();
+        if c.rank() == 0 {
+            g.recv(c, &mut a, 1).recv(c, &mut b, 1);
+        } else {
+            g.send(c, &src, 0).send(c, &src, 0);
+        }
+        g.run().unwrap();
+        if c.rank() == 0 {
+            assert_eq!(a, vec![2.0; 8]);
+            assert_eq!(b, vec![2.0; 8]);
+        }
+    });
+    drop(buf);
+}
