@@ -508,20 +508,8 @@ impl Engine {
                     return Ok(0);
                 }
                 let d = w.min(len - pos.min(len));
-                match local {
-                    Local::Raw(r) => red.accumulate(
-                        &mut out[..d],
-                        read_region(bufs, r, pos, d)?,
-                        &inp[..d],
-                        false,
-                    ),
-                    Local::Partial(r) => red.combine3(
-                        &mut out[..d],
-                        read_region(bufs, r, pos, d)?,
-                        &inp[..d],
-                        false,
-                    ),
-                }
+                let l = read_region(bufs, local.region(), pos, d)?;
+                reduce_to(&red, local, &mut out[..d], l, &inp[..d], false);
                 out[d..w].fill(0);
                 so.commit(w);
                 si.consume(w);
@@ -547,10 +535,7 @@ impl Engine {
                 // the same bytes in the receive buffer: one pass over the
                 // inputs, and the buffer write can bypass the caches.
                 let l = read_region(bufs, local.region(), pos, d)?;
-                match local {
-                    Local::Raw(_) => red.accumulate(&mut out[..d], l, &inp[..d], last),
-                    Local::Partial(_) => red.combine3(&mut out[..d], l, &inp[..d], last),
-                }
+                reduce_to(&red, local, &mut out[..d], l, &inp[..d], last);
                 (self.bulk)(write_region(bufs, dst, pos, d)?, &out[..d]);
                 out[d..w].fill(0);
                 so.commit(w);
@@ -700,6 +685,15 @@ fn with_pair<R>(
 }
 
 /// `dst[pos..pos+d] = inp ⊕ local[pos..pos+d]`.
+/// `out = inp ⊕ l`, where `l` holds the bytes of `local`: pre-scaled first
+/// when they are raw input, combined as they are when already a partial.
+fn reduce_to(red: &Reduction, local: Local, out: &mut [u8], l: &[u8], inp: &[u8], last: bool) {
+    match local {
+        Local::Raw(_) => red.accumulate(out, l, inp, last),
+        Local::Partial(_) => red.combine3(out, l, inp, last),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn reduce_into(
     bufs: &mut Buffers<'_>,
@@ -715,7 +709,6 @@ fn reduce_into(
     with_pair(bufs, local.region(), dst, pos, d, |p| match (p, raw) {
         (Pair::Same(b), true) => red.accumulate_in_place(b, inp, last),
         (Pair::Same(b), false) => red.combine(b, inp, last),
-        (Pair::Split(l, o), true) => red.accumulate(o, l, inp, last),
-        (Pair::Split(l, o), false) => red.combine3(o, l, inp, last),
+        (Pair::Split(l, o), _) => reduce_to(red, local, o, l, inp, last),
     })
 }

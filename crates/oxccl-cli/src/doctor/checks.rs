@@ -19,18 +19,9 @@ const PEERS: &str = "Peers";
 
 const MIB: u64 = 1 << 20;
 
-/// `64.0 MiB`, `1.50 GiB`.
-pub fn fmt_bytes(n: u64) -> String {
-    if n >= 1 << 30 {
-        format!("{:.2} GiB", n as f64 / (1u64 << 30) as f64)
-    } else if n >= MIB {
-        format!("{:.1} MiB", n as f64 / MIB as f64)
-    } else if n >= 1024 {
-        format!("{:.0} KiB", n as f64 / 1024.0)
-    } else {
-        format!("{n} B")
-    }
-}
+/// `64.0 MiB`, `1.50 GiB`: the transport's own formatting, so the doctor and
+/// the /dev/shm error speak the same units.
+pub use oxccl_host::transport::shm::fmt_bytes;
 
 // ---------------------------------------------------------------- environment
 
