@@ -18,7 +18,7 @@ if [ "${1:-}" = "--build" ]; then
   # The test executables, found through cargo's JSON messages: oxccl-cuda's
   # and the C API's GPU routing test.
   { cargo test --release -p oxccl-cuda --no-run --message-format=json 2>/dev/null
-    cargo test --release -p oxccl-nccl --test gpu_abi --no-run --message-format=json 2>/dev/null; } |
+    cargo test --release -p oxccl-nccl --test gpu_abi --test gpu_procs --no-run --message-format=json 2>/dev/null; } |
     python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -38,7 +38,12 @@ for line in sys.stdin:
   objcopy --strip-debug "${CARGO_TARGET_DIR:-target}/release/libnccl.so" "$L/lib/libnccl.so"
   ln -sf libnccl.so "$L/lib/libnccl.so.2"
   cp crates/oxccl-nccl/include/nccl.h "$L/include/"
-  ls -la "$CARRY" "$L/lib"
+  # sm_90 CUBINs of every kernel (the H200s), so the GPU machine's processes
+  # load them from the disk cache instead of each compiling for ~30 s.
+  rm -rf .devcarry/kcache && mkdir -p .devcarry/kcache
+  OXCCL_WARM_CACHE=$PWD/.devcarry/kcache cargo test --release -p oxccl-cuda --test kernels_compile \
+    every_kernel_compiles_for_sm90 -- --nocapture 2>&1 | grep -E "bytes of|test result"
+  ls -la "$CARRY" "$L/lib" .devcarry/kcache
   exit 0
 fi
 
@@ -47,6 +52,11 @@ for d in /usr/local/cuda-13.0/targets/x86_64-linux/lib /usr/local/cuda/targets/x
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
 done
 export OXCCL_CACHE_DIR="${OXCCL_CACHE_DIR:-$(mktemp -d /tmp/oxccl-cache.XXXXXX)}"
+# Kernels compiled by --build (same NVRTC 13.0, sm_90), when carried. The
+# first-start row below then checks the cache path rather than NVRTC.
+if [ -n "${OXCCL_USE_KCACHE:-}" ] && [ -d .devcarry/kcache ]; then
+  cp .devcarry/kcache/* "$OXCCL_CACHE_DIR"/ 2>/dev/null || true
+fi
 OUTDIR="${OUT:-/tmp/oxccl-gpu-test}"
 mkdir -p "$OUTDIR"
 
@@ -57,8 +67,9 @@ nvidia-smi topo -m
 echo "OXCCL_CACHE_DIR=$OXCCL_CACHE_DIR"
 
 declare -a rows
-run() { # name, command...
+run() { # name, command...  (OXCCL_GPU_ONLY="name ..." runs only those rows)
   local name=$1; shift
+  if [ -n "${OXCCL_GPU_ONLY:-}" ] && [[ " $OXCCL_GPU_ONLY " != *" $name "* ]]; then return; fi
   echo; echo "== $name: $*"
   local t0=$(date +%s.%N)
   timeout "${OXCCL_TEST_TIMEOUT:-180}" "$@" 2>&1 | tee "$OUTDIR/$name.log"
@@ -75,14 +86,36 @@ run kernels_compile  env OXCCL_REQUIRE_NVRTC=1 "$B/kernels_compile" --nocapture
 run gpu_first_start  "$B/gpu" --nocapture --test-threads=1
 # A second process start: every kernel must come from the disk cache.
 run gpu_second_start "$B/gpu" --nocapture --test-threads=1 device_memory_round_trip_and_copy_kernel
-grep -q "copy.cu: DiskCache" "$OUTDIR/gpu_second_start.log" && echo "second start: kernels from the disk cache" \
-  || rows+=("second start did not read the disk cache   FAIL")
+if [ -f "$OUTDIR/gpu_second_start.log" ]; then
+  grep -q "copy.cu: DiskCache" "$OUTDIR/gpu_second_start.log" && echo "second start: kernels from the disk cache" \
+    || rows+=("second start did not read the disk cache   FAIL")
+fi
 ls -la "$OXCCL_CACHE_DIR"
 run gpu_abi          "$B/gpu_abi" --nocapture --test-threads=1
+# The same in-process tests through the ring path: forced over peer memory,
+# and through pinned host memory (NCCL_P2P_DISABLE=1).
+run gpu_abi_ring     env OXCCL_CUDA_RING=1 "$B/gpu_abi" --nocapture --test-threads=1
+run gpu_abi_host     env NCCL_P2P_DISABLE=1 "$B/gpu_abi" --nocapture --test-threads=1
+# One process per GPU (CUDA IPC), 3 and 4 ranks, host memory, a missing peer.
+OXCCL_TEST_TIMEOUT=600 run gpu_procs "$B/gpu_procs" --nocapture --test-threads=1
 run timing           "$B/gpu" --nocapture --ignored --test-threads=1 timing_one_shot_all_reduce
 
 if [ -z "${OXCCL_SKIP_TORCH:-}" ] && [ -x /opt/torch/.venv/bin/python3 ] && [ -f scripts/nccl_allreduce_timing.py ]; then
   OXCCL_TEST_TIMEOUT=120 run nccl_reference /opt/torch/.venv/bin/python3 -m torch.distributed.run --standalone --nproc-per-node=2 scripts/nccl_allreduce_timing.py
+fi
+
+# PyTorch, one process per GPU, NVIDIA's NCCL then oxccl (LD_PRELOAD): the
+# digests of every output must be equal.
+TR=/opt/torch/.venv/bin/python3
+if [ -z "${OXCCL_SKIP_TORCH:-}" ] && [ -x $TR ]; then
+  OXCCL_TEST_TIMEOUT=300 run torch_nccl $TR -m torch.distributed.run --standalone --nproc-per-node=2 scripts/torch_check.py
+  OXCCL_TEST_TIMEOUT=300 run torch_oxccl env LD_PRELOAD="$PWD/.devcarry/oxccl-nccl/lib/libnccl.so.2" \
+    $TR -m torch.distributed.run --standalone --nproc-per-node=2 scripts/torch_check.py
+  if [ -f "$OUTDIR/torch_nccl.log" ] && [ -f "$OUTDIR/torch_oxccl.log" ]; then
+    a=$(grep '^digest' "$OUTDIR/torch_nccl.log"); b=$(grep '^digest' "$OUTDIR/torch_oxccl.log")
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then rows+=("torch digests equal (NCCL = oxccl)  PASS")
+    else rows+=("torch digests differ: '$a' vs '$b'  FAIL"); fi
+  fi
 fi
 
 echo; echo "== summary"

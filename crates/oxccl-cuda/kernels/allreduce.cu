@@ -38,7 +38,7 @@
 // moves its counter past seq + 3 (entry, exit, a spare), so values on every
 // flag word only grow (an epoch counter: a flag left by an earlier call can
 // never satisfy a later call's wait).
-#include "common.cuh"
+#include "elem.cuh"
 
 // Flag words per GPU; the mailbox (MBOX words per block) follows them.
 #define OXCCL_MAX_BLOCKS 128
@@ -93,69 +93,6 @@ __device__ __forceinline__ void entry_exchange(u64* my_flags, u64* peer_flags, u
     __syncthreads();
 }
 
-enum { OP_SUM = 0, OP_PROD = 1, OP_MAX = 2, OP_MIN = 3, OP_AVG = 4, OP_PREMULSUM = 5 };
-
-// Element traits: S is the storage type, A the arithmetic (accumulation) type.
-template <typename S_, typename U_>
-struct IntE {
-    typedef S_ S;
-    typedef S_ A;
-    typedef U_ U;  // wrapping arithmetic is done in this unsigned type
-    static constexpr bool is_float = false;
-};
-struct F32E {
-    typedef float S;
-    typedef float A;
-    static constexpr bool is_float = true;
-    static __device__ __forceinline__ A load(S s) { return s; }
-    static __device__ __forceinline__ S store(A a) { return a; }
-};
-struct F64E {
-    typedef double S;
-    typedef double A;
-    static constexpr bool is_float = true;
-    static __device__ __forceinline__ A load(S s) { return s; }
-    static __device__ __forceinline__ S store(A a) { return a; }
-};
-struct F16E {
-    typedef unsigned short S;
-    typedef float A;
-    static constexpr bool is_float = true;
-    static __device__ __forceinline__ A load(S s) { return f16_to_f32(s); }
-    static __device__ __forceinline__ S store(A a) { return f32_to_f16(a); }
-};
-struct BF16E {
-    typedef unsigned short S;
-    typedef float A;
-    static constexpr bool is_float = true;
-    static __device__ __forceinline__ A load(S s) { return bf16_to_f32(s); }
-    static __device__ __forceinline__ S store(A a) { return f32_to_bf16(a); }
-};
-struct E4M3E {
-    typedef unsigned char S;
-    typedef float A;
-    static constexpr bool is_float = true;
-    static __device__ __forceinline__ A load(S s) { return e4m3_to_f32(s); }
-    static __device__ __forceinline__ S store(A a) { return f32_to_e4m3(a); }
-};
-struct E5M2E {
-    typedef unsigned char S;
-    typedef float A;
-    static constexpr bool is_float = true;
-    static __device__ __forceinline__ A load(S s) { return e5m2_to_f32(s); }
-    static __device__ __forceinline__ S store(A a) { return f32_to_e5m2(a); }
-};
-
-// Products that are never contracted into an FMA with a following add
-// (NVRTC contracts by default): the pre-multiplied inputs of avg/PreMulSum
-// must round like the host reference's separate multiply and add.
-__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float amax(float a, float b) { return fmaxf(a, b); }
-__device__ __forceinline__ double amax(double a, double b) { return fmax(a, b); }
-__device__ __forceinline__ float amin(float a, float b) { return fminf(a, b); }
-__device__ __forceinline__ double amin(double a, double b) { return fmin(a, b); }
-
 // x0 op x1 with NCCL's semantics (see oxccl-core's reduce.rs): integers wrap,
 // narrow floats compute in f32, float avg pre-multiplies each input by
 // 1/nranks (rounded to the storage type), integer avg divides the wrapped sum.
@@ -191,12 +128,6 @@ __device__ __forceinline__ typename E::S red2(typename E::S x0, typename E::S x1
     return x0;  // unreachable
 }
 
-// Loads that bypass L1 (peer data must not come from a stale line).
-__device__ __forceinline__ uint4 ldcg(const uint4* p) { return __ldcg(p); }
-template <typename S>
-__device__ __forceinline__ S ldcg(const S* p) {
-    return *(const volatile S*)p;
-}
 
 // A unit is what one thread moves at once: a 16-byte pack, or one element.
 template <typename E, int OP>
@@ -220,7 +151,7 @@ __device__ __forceinline__ typename E::S red_unit(typename E::S a, typename E::S
     return red2<E, OP>(a, b, s0, s1, nranks);
 }
 
-#define OXCCL_UNROLL 4
+
 
 // The scalar of avg / PreMulSum in the arithmetic type: from device memory
 // (ncclScalarDevice) when scalar_ptr is set, else from the launch arguments.
@@ -441,12 +372,6 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
     pair_barrier(a.my_flags + blockIdx.x, a.peer_flags + blockIdx.x, a.seq + 1);
 }
 
-typedef IntE<signed char, unsigned int> I8E;
-typedef IntE<unsigned char, unsigned int> U8E;
-typedef IntE<int, unsigned int> I32E;
-typedef IntE<unsigned int, unsigned int> U32E;
-typedef IntE<long long, unsigned long long> I64E;
-typedef IntE<unsigned long long, unsigned long long> U64E;
 
 #define OXCCL_AR1(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ar1_##TN##_##ON(ArArgs a) { \

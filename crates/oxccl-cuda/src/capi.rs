@@ -28,7 +28,9 @@ use oxccl_core::{DataType, Error, ErrorKind, RedOp, Result};
 
 use crate::allreduce::{self, ArArgs, CpArgs, FLAG_BYTES};
 use crate::device::check;
+use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
+use crate::ring::{self, Exchange, Ring, RingConfig};
 use crate::{compile, kernels};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -230,8 +232,8 @@ struct Loaded {
     functions: HashMap<String, usize>,
 }
 
-fn modules() -> MutexGuard<'static, HashMap<i32, Loaded>> {
-    static M: OnceLock<Mutex<HashMap<i32, Loaded>>> = OnceLock::new();
+fn modules() -> MutexGuard<'static, HashMap<(i32, &'static str), Loaded>> {
+    static M: OnceLock<Mutex<HashMap<(i32, &'static str), Loaded>>> = OnceLock::new();
     lock(M.get_or_init(|| Mutex::new(HashMap::new())))
 }
 
@@ -248,6 +250,12 @@ pub struct DevComm {
     flags: u64,
     /// The first barrier value of the next call (only grows).
     seq: Mutex<u64>,
+    /// The ring path ([`DevComm::setup_ring`]); unset for a rank that never
+    /// set it up (one rank, or ranks without GPUs).
+    ring: OnceLock<std::result::Result<Ring, Error>>,
+    /// Every operation with peers takes the ring path (NCCL_P2P_DISABLE=1,
+    /// or `OXCCL_CUDA_RING=1`).
+    ring_only: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the handles are process-wide driver objects; every use makes the
@@ -280,6 +288,12 @@ enum LaunchKind {
     },
     /// This rank's half of the copy kernel.
     Pcopy { f: usize, blocks: u32, args: CpArgs },
+    /// A ring collective.
+    Ring {
+        f: usize,
+        blocks: u32,
+        args: ring::RingArgs,
+    },
     /// Sends and receives `(peer, pointer, bytes)`; `f` is `oxccl_pcopy`
     /// (0 when every peer is this rank).
     P2p {
@@ -323,6 +337,8 @@ impl DevComm {
             ctx,
             flags: 0,
             seq: Mutex::new(1),
+            ring: OnceLock::new(),
+            ring_only: std::sync::atomic::AtomicBool::new(false),
         };
         {
             let _scope = CtxScope::enter(ctx)?;
@@ -400,8 +416,14 @@ impl DevComm {
 
     /// Loads (once per device) the all-reduce module and returns kernel `name`.
     fn function(&self, name: &str) -> Result<usize> {
+        self.function_in(&kernels::ALLREDUCE, name)
+    }
+
+    /// Loads (once per device) the module of `src` and returns kernel `name`.
+    fn function_in(&self, src: &KernelSource, name: &str) -> Result<usize> {
         let mut mods = modules();
-        if let std::collections::hash_map::Entry::Vacant(slot) = mods.entry(self.ordinal) {
+        let key = (self.ordinal, src.name);
+        if let std::collections::hash_map::Entry::Vacant(slot) = mods.entry(key) {
             let arch = guarded("cuDeviceGetAttribute", || {
                 let (mut major, mut minor) = (0, 0);
                 // SAFETY: each writes one int for a valid device.
@@ -425,7 +447,7 @@ impl DevComm {
                 }
                 Ok((major * 10 + minor) as u32)
             })?;
-            let img = compile::compile(&kernels::ALLREDUCE, arch)?;
+            let img = compile::compile(src, arch)?;
             let _scope = CtxScope::enter(self.ctx)?;
             let module = guarded("cuModuleLoadData", || {
                 let mut m: sys::CUmodule = std::ptr::null_mut();
@@ -444,7 +466,7 @@ impl DevComm {
             });
         }
         let l = mods
-            .get_mut(&self.ordinal)
+            .get_mut(&key)
             .ok_or_else(|| Error::internal("module table"))?;
         if let Some(f) = l.functions.get(name) {
             return Ok(*f);
@@ -549,6 +571,15 @@ impl DevComm {
                 },
                 stream,
             ),
+            _ if self.use_ring() => {
+                let m = match what {
+                    Reduction::AllReduce => ring::RM_ALLREDUCE,
+                    Reduction::ReduceScatter => ring::RM_REDUCE_SCATTER,
+                    Reduction::Reduce { .. } => ring::RM_REDUCE,
+                };
+                let out = if nonroot_reduce { 0 } else { recv };
+                self.ring_launch(m, t, op, send, out, count, bytes as u64, root, scalar_ptr, stream)
+            }
             2 => {
                 let peer = self.peer()?;
                 let f = self.function(&name)?;
@@ -628,6 +659,26 @@ impl DevComm {
                 },
                 stream,
             ),
+            _ if self.use_ring() => {
+                // Bytes as uint8 elements: the ring moves them in 16-byte packs
+                // where the buffers allow.
+                let (m, root) = match what {
+                    CopyKind::AllGather => (ring::RM_ALLGATHER, 0),
+                    CopyKind::Broadcast { root } => (ring::RM_BROADCAST, root),
+                };
+                self.ring_launch(
+                    m,
+                    DataType::Uint8,
+                    RedOp::Sum,
+                    send,
+                    recv,
+                    bytes,
+                    bytes as u64,
+                    root,
+                    None,
+                    stream,
+                )
+            }
             2 => {
                 let peer = self.peer()?;
                 let f = self.function("oxccl_pcopy")?;
@@ -671,12 +722,18 @@ impl DevComm {
                 return Err(Error::invalid_argument(format!("peer {p} does not exist")));
             }
         }
-        if self.nranks > 2 {
+        let ring = self.use_ring();
+        if self.nranks > 2 && !ring {
             return Err(too_many(self.nranks));
         }
         let f = if sends.iter().chain(recvs.iter()).any(|x| x.0 != self.rank) {
-            self.peer()?;
-            self.function("oxccl_pcopy")?
+            if ring {
+                self.ring()?;
+                self.function_in(&kernels::RING, "oxccl_ring_p2p")?
+            } else {
+                self.peer()?;
+                self.function("oxccl_pcopy")?
+            }
         } else {
             0
         };
@@ -821,6 +878,14 @@ impl Launch {
                 *seq += allreduce::BUDGET;
                 Ok(())
             }
+            LaunchKind::Ring { f, blocks, args } => {
+                c.ring()?;
+                let _scope = CtxScope::enter(c.ctx)?;
+                // SAFETY: the buffers were checked to be this GPU's device
+                // memory of the sizes the mode uses; the ring is live (held
+                // by `c`), and every rank makes the matching call.
+                unsafe { ring::launch_ring(f as sys::CUfunction, blocks, stream, args) }
+            }
             LaunchKind::P2p { f, sends, recvs } => c.go_p2p(f, sends, recvs, stream),
         }
     }
@@ -834,6 +899,120 @@ impl Launch {
 }
 
 impl DevComm {
+    /// Sets up the ring path (collective: every rank of the communicator
+    /// calls it, in the same order relative to other bootstrap traffic).
+    /// A failure is kept: operations that need the ring return it.
+    pub fn setup_ring(&self, cfg: &RingConfig, exchange: Exchange) -> Result<()> {
+        let forced = std::env::var("OXCCL_CUDA_RING").is_ok_and(|v| v.trim() == "1");
+        if cfg.p2p_disable || forced {
+            self.ring_only
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let r = Ring::setup(self.dev, self.ctx, self.rank, self.nranks, cfg, exchange);
+        let out = r.as_ref().map(|_| ()).map_err(Clone::clone);
+        let _ = self.ring.set(r);
+        out
+    }
+
+    /// The ring, or why there is none.
+    fn ring(&self) -> Result<&Ring> {
+        match self.ring.get() {
+            Some(Ok(r)) => {
+                if r.aborted() {
+                    return Err(Error::invalid_usage("communicator aborted"));
+                }
+                if let Some(e) = r.error() {
+                    return Err(e);
+                }
+                Ok(r)
+            }
+            Some(Err(e)) => Err(Error::new(
+                e.kind(),
+                format!(
+                    "the GPU ring of this communicator could not be set up: {}",
+                    e.message()
+                ),
+            )),
+            None => Err(Error::invalid_usage(format!(
+                "device buffers on this {}-rank communicator need the GPU ring path, which was \
+                 not set up (not every rank had a CUDA device current at creation)",
+                self.nranks
+            ))),
+        }
+    }
+
+    /// The ring's window kind and whether rank `r` shares this process
+    /// (for INFO lines), when the ring is set up.
+    pub fn ring_info(&self) -> Option<(ring::WindowKind, u32, u64)> {
+        match self.ring.get() {
+            Some(Ok(r)) => Some((r.kind(), r.channels(), r.footprint())),
+            _ => None,
+        }
+    }
+
+    /// Whether rank `r` runs in this process (per the ring setup).
+    pub fn same_process(&self, r: usize) -> bool {
+        match self.ring.get() {
+            Some(Ok(x)) => x.same_process(r),
+            _ => false,
+        }
+    }
+
+    /// An error a GPU operation of this rank ended with (a peer that never
+    /// came, an abort), for `ncclCommGetAsyncError`.
+    pub fn async_error(&self) -> Option<Error> {
+        match self.ring.get() {
+            Some(Ok(r)) => r.error(),
+            _ => None,
+        }
+    }
+
+    /// Stops this rank's GPU operations (`ncclCommAbort`): ring kernels
+    /// leave their waits within about a millisecond.
+    pub fn abort(&self) {
+        if let Some(Ok(r)) = self.ring.get() {
+            r.abort();
+        }
+    }
+
+    /// Whether operations with peers take the ring path: more than two
+    /// ranks, the peer in another process, or the ring forced.
+    fn use_ring(&self) -> bool {
+        if self.nranks > 2 || self.ring_only.load(std::sync::atomic::Ordering::Relaxed) {
+            return true;
+        }
+        let cl = cliques();
+        let members = cl.get(&self.key).map(Vec::as_slice).unwrap_or(&[]);
+        !members.iter().any(|m| m.rank != self.rank)
+    }
+
+    /// A ring collective's launch.
+    #[allow(clippy::too_many_arguments)]
+    fn ring_launch(
+        self: &Arc<Self>,
+        mode: u32,
+        t: DataType,
+        op: RedOp,
+        send: u64,
+        recv: u64,
+        count: usize,
+        link_bytes: u64,
+        root: usize,
+        scalar_ptr: Option<u64>,
+        stream: usize,
+    ) -> Result<Launch> {
+        let r = self.ring()?;
+        let f = self.function_in(&kernels::RING, &ring::kernel_name(t, op))?;
+        let mut args = r.args(mode, send, recv, count as u64, root as u32);
+        if let RedOp::PreMulSum(s) = op {
+            args.scale = s.as_f64();
+            args.iscale = s.as_u64_bits();
+        }
+        args.scalar_ptr = scalar_ptr.unwrap_or(0);
+        let blocks = ring::coll_channels(link_bytes, r.channels());
+        self.launch(LaunchKind::Ring { f, blocks, args }, stream)
+    }
+
     /// This rank's index in its communicator.
     pub fn rank(&self) -> usize {
         self.rank
@@ -890,6 +1069,23 @@ impl DevComm {
                     }
                 })?;
             }
+        }
+        if self.use_ring() {
+            let others = |v: &[(usize, u64, usize)]| -> Vec<(usize, u64, usize)> {
+                v.iter().filter(|x| x.0 != self.rank).copied().collect()
+            };
+            let (os, or) = (others(&sends), others(&recvs));
+            if os.is_empty() && or.is_empty() {
+                return Ok(());
+            }
+            let r = self.ring()?;
+            for (blocks, args) in r.p2p_launches(&os, &or)? {
+                // SAFETY: this GPU's buffers of the given sizes (checked by
+                // the caller); the ring is live; the peers' launch of the
+                // same index carries the matching operations.
+                unsafe { ring::launch_p2p(f as sys::CUfunction, blocks, stream, &args)? };
+            }
+            return Ok(());
         }
         let (ps, pr) = (mine(&sends, false), mine(&recvs, false));
         let n = ps.len().max(pr.len());

@@ -1,7 +1,10 @@
 //! The CUDA C++ sources in `kernels/`, compiled by NVRTC on first use.
 
 /// Headers the sources `#include`, handed to NVRTC by name.
-pub const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("../kernels/common.cuh"))];
+pub const HEADERS: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("../kernels/common.cuh")),
+    ("elem.cuh", include_str!("../kernels/elem.cuh")),
+];
 
 /// One `.cu` file: a program for NVRTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,5 +27,12 @@ pub const COPY: KernelSource = KernelSource {
     source: include_str!("../kernels/copy.cu"),
 };
 
+/// The ring collectives over FIFO connections, `oxccl_ring_<type>_<op>`
+/// (12 types x 6 ops), and `oxccl_ring_p2p` (sends and receives of a group).
+pub const RING: KernelSource = KernelSource {
+    name: "ring.cu",
+    source: include_str!("../kernels/ring.cu"),
+};
+
 /// Every program, for the compile-everything test.
-pub const ALL: &[KernelSource] = &[ALLREDUCE, COPY];
+pub const ALL: &[KernelSource] = &[ALLREDUCE, COPY, RING];

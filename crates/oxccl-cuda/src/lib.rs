@@ -18,6 +18,7 @@ pub mod compile;
 pub mod device;
 pub mod kernels;
 pub mod loader;
+pub mod ring;
 
 pub use allreduce::OneShot2;
 pub use device::{DeviceBuffer, Event, Gpu};

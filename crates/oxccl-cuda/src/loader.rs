@@ -71,6 +71,16 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuEventElapsedTime_v2",
     "cuGetErrorName",
     "cuGetErrorString",
+    "cuDeviceGetPCIBusId",
+    "cuDeviceGetByPCIBusId",
+    "cuIpcGetMemHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemHostGetDevicePointer_v2",
+    "cuMemHostRegister_v2",
+    "cuMemHostUnregister",
 ];
 
 /// NVRTC functions oxccl calls.

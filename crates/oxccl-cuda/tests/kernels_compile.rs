@@ -35,7 +35,15 @@ fn every_kernel_compiles_for_sm90() {
     }
     for src in kernels::ALL {
         let t = std::time::Instant::now();
-        let cubin = compile::compile_now(src, 90).unwrap_or_else(|e| panic!("{e}"));
+        // OXCCL_WARM_CACHE=DIR also stores the CUBINs there (scripts/gpu-test.sh
+        // --build ships them, so the GPU machine's first start compiles nothing).
+        let cubin = match std::env::var_os("OXCCL_WARM_CACHE") {
+            Some(d) => compile::compile_cached(src, 90, Some(std::path::Path::new(&d)))
+                .unwrap_or_else(|e| panic!("{e}"))
+                .image
+                .to_vec(),
+            None => compile::compile_now(src, 90).unwrap_or_else(|e| panic!("{e}")),
+        };
         assert!(
             cubin.starts_with(b"\x7fELF"),
             "{}: not an ELF CUBIN",

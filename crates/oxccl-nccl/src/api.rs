@@ -10,7 +10,9 @@ use crate::config;
 use crate::group::{self, Desc, OpSpec};
 use crate::handle::{self, lock, Comm, PreMul, State};
 use oxccl::{CollKind, Communicator, DataType, Error, ErrorKind, RedOp, Result, UniqueId};
+use oxccl_core::params;
 use oxccl_cuda::capi::{self as cuda, DevComm, Memory};
+use oxccl_cuda::ring as cuda_ring;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -344,14 +346,93 @@ fn prepare_device(
     }
 }
 
-/// Sets up a rank's GPU state: WARNs when that fails (the communicator still
-/// works on host buffers; device buffers then get the error).
-fn setup_gpu(c: &Comm, ordinal: i32, key: &[u8], rank: usize, nranks: usize) {
-    let r = DevComm::new(ordinal, key, rank, nranks);
+/// The GPU ring path's settings from the parameters and the communicator's timeout.
+fn ring_config(timeout: Option<std::time::Duration>) -> cuda_ring::RingConfig {
+    let p = oxccl_env::params();
+    cuda_ring::RingConfig::new(
+        p.get(&params::P2P_DISABLE),
+        p.get(&params::BUFFSIZE),
+        p.get(&params::MIN_NCHANNELS),
+        p.get(&params::MAX_NCHANNELS),
+        timeout.unwrap_or_else(|| std::time::Duration::from_millis(p.get(&params::TIMEOUT_MS))),
+    )
+}
+
+/// Sets up a rank's GPU state. Collective: every rank of a new communicator
+/// calls it, with its CUDA device or `None`, so the bootstrap exchanges stay
+/// in step. Round 1 agrees on a clique key (rank 0's process nonce and
+/// counter: the same on every rank, new for every communicator) and whether
+/// every rank has a GPU; then the rank's [`DevComm`]; then, when every rank
+/// has one, the ring path ([`DevComm::setup_ring`]). A failure WARNs: the
+/// communicator still works on host buffers, and device buffers get the error.
+fn setup_gpu(
+    c: &Comm,
+    comm: &Communicator,
+    ordinal: Option<i32>,
+    rank: usize,
+    nranks: usize,
+    timeout: Option<std::time::Duration>,
+) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut mine = vec![ordinal.is_some() as u8];
+    mine.extend_from_slice(&std::process::id().to_le_bytes());
+    mine.extend_from_slice(
+        &NEXT
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_le_bytes(),
+    );
+    let all = if nranks > 1 {
+        match comm.exchange(&mine) {
+            Ok(a) => a,
+            Err(e) => {
+                oxccl_env::warn!(
+                    "rank {rank}/{nranks}: GPU setup exchange failed, device buffers will be refused on this communicator: {}",
+                    e.message()
+                );
+                if ordinal.is_some() {
+                    c.set_gpu(Err(e));
+                }
+                return;
+            }
+        }
+    } else {
+        vec![mine]
+    };
+    let Some(ordinal) = ordinal else {
+        return;
+    };
+    let mut key = b"oxccl-gpu:".to_vec();
+    key.extend_from_slice(all[0].get(1..).unwrap_or_default());
+    let every_gpu = all.iter().all(|b| b.first() == Some(&1));
+    let r = DevComm::new(ordinal, &key, rank, nranks);
+    if nranks > 1 && every_gpu {
+        // Round 2 (inside setup_ring's agreement): the ring, when every rank
+        // made its DevComm; a rank whose DevComm failed still takes part.
+        let ok = r.is_ok() as u8;
+        match comm.exchange(&[ok]) {
+            Ok(v) if v.iter().all(|b| b.first() == Some(&1)) => {
+                if let Ok(dev) = &r {
+                    let cfg = ring_config(timeout);
+                    match dev.setup_ring(&cfg, &|b| comm.exchange(b)) {
+                        Ok(()) => log_ring(dev, rank, nranks),
+                        Err(e) => oxccl_env::warn!(
+                            "rank {rank}/{nranks}: GPU {ordinal}: the ring path could not be set up ({}); device buffers need it for this communicator",
+                            e.message()
+                        ),
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => oxccl_env::warn!(
+                "rank {rank}/{nranks}: GPU setup exchange failed: {}",
+                e.message()
+            ),
+        }
+    }
     match &r {
         Ok(_) => oxccl_env::info!(
             oxccl_env::log::Subsys::INIT,
-            "rank {rank}/{nranks}: GPU {ordinal} ready (flags in device memory; collectives on device buffers run on the GPU)"
+            "rank {rank}/{nranks}: GPU {ordinal} ready (collectives on device buffers run on the GPU)"
         ),
         Err(e) => oxccl_env::warn!(
             "rank {rank}/{nranks}: GPU {ordinal} setup failed, device buffers will be refused on this communicator: {}",
@@ -359,6 +440,38 @@ fn setup_gpu(c: &Comm, ordinal: i32, key: &[u8], rank: usize, nranks: usize) {
         ),
     }
     c.set_gpu(r);
+}
+
+/// NCCL-style INFO lines for the ring: the channels and each link's transport.
+fn log_ring(dev: &DevComm, rank: usize, nranks: usize) {
+    let Some((kind, nch, bytes)) = dev.ring_info() else {
+        return;
+    };
+    let order: String = (0..nranks).map(|r| format!(" {r:>3}")).collect();
+    let next = (rank + 1) % nranks;
+    let via = kind.transport(dev.same_process(next));
+    for ch in 0..nch {
+        oxccl_env::info!(
+            oxccl_env::log::Subsys::INIT,
+            "Channel {ch:02}/{nch:02} :{order}"
+        );
+    }
+    for ch in 0..nch {
+        oxccl_env::info!(
+            oxccl_env::log::Subsys::INIT,
+            "Channel {ch:02}/0 : {rank}[{}] -> {next}[{next}] via {via}",
+            dev.ordinal()
+        );
+    }
+    oxccl_env::info!(
+        oxccl_env::log::Subsys::INIT,
+        "rank {rank}/{nranks}: GPU ring: {nch} channels, {:.1} MiB of connection buffers ({})",
+        bytes as f64 / (1 << 20) as f64,
+        match kind {
+            cuda_ring::WindowKind::Device => "device memory",
+            cuda_ring::WindowKind::Host => "pinned host memory",
+        }
+    );
 }
 
 pub(crate) unsafe fn get_version(version: *mut c_int) -> Result<()> {
@@ -451,10 +564,9 @@ pub(crate) unsafe fn init_rank_config(
         unsafe { out.write(h) };
         let target = c.clone();
         let job: group::Job = Box::new(move || {
+            let timeout = ocfg.timeout;
             let comm = Communicator::init_rank_config(nranks, &uid, rank, ocfg)?;
-            if let Some(d) = cuda_dev {
-                setup_gpu(&target, d, &bytes, rank, nranks);
-            }
+            setup_gpu(&target, &comm, cuda_dev, rank, nranks, timeout);
             Ok(Some(comm))
         });
         if group::in_group() {
@@ -465,10 +577,9 @@ pub(crate) unsafe fn init_rank_config(
         return Err(in_progress());
     }
     let comm = Communicator::init_rank_config(nranks, &uid, rank, ocfg.clone())?;
-    let c = Comm::ready(comm, device, blocking, ocfg);
-    if let Some(d) = cuda_dev {
-        setup_gpu(&c, d, &bytes, rank, nranks);
-    }
+    let timeout = ocfg.timeout;
+    let c = Comm::ready(comm.clone(), device, blocking, ocfg);
+    setup_gpu(&c, &comm, cuda_dev, rank, nranks, timeout);
     let h = handle::register(c);
     // SAFETY: as above.
     unsafe { out.write(h) };
@@ -552,18 +663,20 @@ pub(crate) unsafe fn init_all(
     }
     let blocking = config::blocking(None);
     let comms = Communicator::init_all(n)?;
-    // A clique key of its own (no unique id here).
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let key = format!(
-        "oxccl-init-all:{}:{}",
-        std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    for (i, c) in comms.into_iter().enumerate() {
-        let comm = Comm::ready(c, devs[i], blocking, oxccl::Config::default());
-        if cuda::available() {
-            setup_gpu(&comm, devs[i], key.as_bytes(), i, n);
+    let gpu = cuda::available();
+    let ready: Vec<Arc<Comm>> = comms
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Comm::ready(c.clone(), devs[i], blocking, oxccl::Config::default()))
+        .collect();
+    // The GPU setup is collective: one thread per rank.
+    std::thread::scope(|s| {
+        for (i, (c, comm)) in ready.iter().zip(comms.iter()).enumerate() {
+            let d = gpu.then_some(devs[i]);
+            s.spawn(move || setup_gpu(c, comm, d, i, n, None));
         }
+    });
+    for (i, comm) in ready.into_iter().enumerate() {
         let h = handle::register(comm);
         // SAFETY: a non-NULL comms has ndev writable entries (NCCL's contract).
         unsafe { out.add(i).write(h) };
@@ -599,8 +712,23 @@ pub(crate) unsafe fn comm_split(
     };
     let col = (color >= 0).then_some(color as u32);
     let p2 = parent.clone();
-    let job: group::Job = Box::new(move || p2.wait()?.split(col, key));
+    // The child gets the parent's GPU (the same device, a ring of its own).
+    let ordinal = match parent.gpu() {
+        Some(Ok(d)) => Some(d.ordinal()),
+        _ => None,
+    };
+    let timeout = ocfg.timeout;
+    let split_job = move |target: Option<Arc<Comm>>| -> group::Job {
+        Box::new(move || {
+            let nc = p2.wait()?.split(col, key)?;
+            if let (Some(nc), Some(t)) = (&nc, &target) {
+                setup_gpu(t, nc, ordinal, nc.rank(), nc.size(), timeout);
+            }
+            Ok(nc)
+        })
+    };
     if col.is_none() {
+        let job = split_job(None);
         // Takes part in the split (it is collective) but makes no communicator.
         if group::in_group() {
             group::defer(None, job);
@@ -614,6 +742,7 @@ pub(crate) unsafe fn comm_split(
         let h = handle::register(c.clone());
         // SAFETY: checked non-NULL.
         unsafe { out.write(h) };
+        let job = split_job(Some(c.clone()));
         if group::in_group() {
             group::defer(Some(c), job);
             return Ok(());
@@ -621,9 +750,12 @@ pub(crate) unsafe fn comm_split(
         spawn_init(c, job)?;
         return Err(in_progress());
     }
-    match job()? {
+    let nc = parent.wait()?.split(col, key)?;
+    match nc {
         Some(nc) => {
-            let h = handle::register(Comm::ready(nc, device, blocking, ocfg));
+            let c = Comm::ready(nc.clone(), device, blocking, ocfg);
+            setup_gpu(&c, &nc, ordinal, nc.rank(), nc.size(), timeout);
+            let h = handle::register(c);
             // SAFETY: checked non-NULL.
             unsafe { out.write(h) };
             Ok(())

@@ -55,6 +55,8 @@ pub(crate) struct Comm {
     state: Mutex<State>,
     cv: Condvar,
     aborted: AtomicBool,
+    /// The GPU async error was logged (once).
+    gpu_error_logged: AtomicBool,
     /// Ops made by `ncclRedOpCreatePreMulSum`: slot i is op `ncclNumOps + i`.
     pub ops: Mutex<Vec<Option<PreMul>>>,
     /// Dummy registration handles of `ncclCommRegister` (address -> (buff, size)).
@@ -88,6 +90,7 @@ impl Comm {
             state: Mutex::new(state),
             cv: Condvar::new(),
             aborted: AtomicBool::new(false),
+            gpu_error_logged: AtomicBool::new(false),
             gpu: Mutex::new(None),
             ops: Mutex::new(Vec::new()),
             regs: Mutex::new(HashMap::new()),
@@ -167,9 +170,28 @@ impl Comm {
         match &*lock(&self.state) {
             State::Pending => ErrorKind::InProgress.code(),
             State::Failed(e) => e.kind().code(),
-            State::Ready(c) => c.async_error().map(|e| e.kind().code()).unwrap_or(0),
+            State::Ready(c) => c
+                .async_error()
+                .or_else(|| self.gpu_async_error())
+                .map(|e| e.kind().code())
+                .unwrap_or(0),
             State::Closed => ErrorKind::InvalidUsage.code(),
         }
+    }
+
+    /// An error a GPU operation ended with (a peer that never came, a
+    /// timeout), logged once as a WARN naming it.
+    pub fn gpu_async_error(&self) -> Option<Error> {
+        let g = lock(&self.gpu).clone();
+        let e = match g {
+            Some(Ok(d)) => d.async_error(),
+            _ => None,
+        }?;
+        if !self.gpu_error_logged.swap(true, Ordering::AcqRel) {
+            oxccl_env::warn!("{}", e.message());
+            self.set_last_error(e.message());
+        }
+        Some(e)
     }
 
     /// `ncclCommDestroy`: waits for a pending initialisation, then frees the rank.
@@ -195,9 +217,13 @@ impl Comm {
         }
         drop(st);
         self.cv.notify_all();
-        // Not freed: a kernel of this rank may still wait on the GPU for a
-        // peer that will never come, and freeing synchronises the context.
+        // The ring kernels leave their waits on the abort word; the state is
+        // still not freed: a one-shot kernel of this rank may wait on the GPU
+        // for a peer that will never come, and freeing synchronises the context.
         if let Some(g) = lock(&self.gpu).take() {
+            if let Ok(d) = &g {
+                d.abort();
+            }
             std::mem::forget(g);
         }
     }

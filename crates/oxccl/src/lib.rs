@@ -341,6 +341,14 @@ impl Communicator {
         f(c)
     }
 
+    /// Every rank's `mine`, in rank order, through the bootstrap (a
+    /// collective: every rank must call it, in the same order relative to
+    /// the other collectives). For setup exchanges of layers above the host
+    /// collectives, such as the GPU path's IPC handles.
+    pub fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.with_comm(|c| c.bootstrap().allgather(mine))
+    }
+
     /// Runs raw operations as one group (the C ABI's entry).
     ///
     /// # Safety

@@ -1,0 +1,84 @@
+// oxccl kernels: element types and reduction operators shared by the
+// two-GPU kernels (allreduce.cu) and the ring kernels (ring.cu).
+#pragma once
+#include "common.cuh"
+
+enum { OP_SUM = 0, OP_PROD = 1, OP_MAX = 2, OP_MIN = 3, OP_AVG = 4, OP_PREMULSUM = 5 };
+
+// Element traits: S is the storage type, A the arithmetic (accumulation) type.
+template <typename S_, typename U_>
+struct IntE {
+    typedef S_ S;
+    typedef S_ A;
+    typedef U_ U;  // wrapping arithmetic is done in this unsigned type
+    static constexpr bool is_float = false;
+};
+struct F32E {
+    typedef float S;
+    typedef float A;
+    static constexpr bool is_float = true;
+    static __device__ __forceinline__ A load(S s) { return s; }
+    static __device__ __forceinline__ S store(A a) { return a; }
+};
+struct F64E {
+    typedef double S;
+    typedef double A;
+    static constexpr bool is_float = true;
+    static __device__ __forceinline__ A load(S s) { return s; }
+    static __device__ __forceinline__ S store(A a) { return a; }
+};
+struct F16E {
+    typedef unsigned short S;
+    typedef float A;
+    static constexpr bool is_float = true;
+    static __device__ __forceinline__ A load(S s) { return f16_to_f32(s); }
+    static __device__ __forceinline__ S store(A a) { return f32_to_f16(a); }
+};
+struct BF16E {
+    typedef unsigned short S;
+    typedef float A;
+    static constexpr bool is_float = true;
+    static __device__ __forceinline__ A load(S s) { return bf16_to_f32(s); }
+    static __device__ __forceinline__ S store(A a) { return f32_to_bf16(a); }
+};
+struct E4M3E {
+    typedef unsigned char S;
+    typedef float A;
+    static constexpr bool is_float = true;
+    static __device__ __forceinline__ A load(S s) { return e4m3_to_f32(s); }
+    static __device__ __forceinline__ S store(A a) { return f32_to_e4m3(a); }
+};
+struct E5M2E {
+    typedef unsigned char S;
+    typedef float A;
+    static constexpr bool is_float = true;
+    static __device__ __forceinline__ A load(S s) { return e5m2_to_f32(s); }
+    static __device__ __forceinline__ S store(A a) { return f32_to_e5m2(a); }
+};
+
+// Products that are never contracted into an FMA with a following add
+// (NVRTC contracts by default): the pre-multiplied inputs of avg/PreMulSum
+// must round like the host reference's separate multiply and add.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float amax(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double amax(double a, double b) { return fmax(a, b); }
+__device__ __forceinline__ float amin(float a, float b) { return fminf(a, b); }
+__device__ __forceinline__ double amin(double a, double b) { return fmin(a, b); }
+
+// Units (16-byte packs or elements) a thread moves per round of a copy loop.
+#define OXCCL_UNROLL 4
+
+// Loads that bypass L1 (peer data must not come from a stale line).
+__device__ __forceinline__ uint4 ldcg(const uint4* p) { return __ldcg(p); }
+template <typename S>
+__device__ __forceinline__ S ldcg(const S* p) {
+    return *(const volatile S*)p;
+}
+
+typedef IntE<signed char, unsigned int> I8E;
+typedef IntE<unsigned char, unsigned int> U8E;
+typedef IntE<int, unsigned int> I32E;
+typedef IntE<unsigned int, unsigned int> U32E;
+typedef IntE<long long, unsigned long long> I64E;
+typedef IntE<unsigned long long, unsigned long long> U64E;

@@ -1,0 +1,607 @@
+// Ring collectives and point-to-point transfers over FIFO connections: any
+// number of ranks, in one process or one process per GPU, through peer
+// device memory (CUDA IPC or a peer mapping) or through host memory
+// (NCCL_P2P_DISABLE=1, or no peer-to-peer path).
+//
+// Memory. Each rank owns a *window* (device memory from cuMemAlloc, shared
+// with the other processes by an IPC handle; or pinned host memory shared
+// through /dev/shm). The window holds one region per (other rank, channel):
+//
+//   +0    tail: how many slots the other rank has filled (written by it)
+//   +128  head: how many of *our* slots the other rank has drained (written by it)
+//   +256  nslots slots of `slot` bytes: data the other rank sends us
+//
+// So a sender writes data and its tail into the receiver's window, and the
+// receiver writes its head into the sender's window: every flag is polled in
+// the poller's own window and written remotely (a remote write is posted, a
+// remote read is a round trip). The counts live on the GPU between calls
+// (RingArgs.state, device-local), so a launch needs no host bookkeeping and
+// replays under CUDA graphs: they only grow, and the two ends of a connection
+// advance them by the same number of steps per call (both compute the same
+// chunking from the same count, type and channel count).
+//
+// Blocks. Block c of a collective is channel c: it runs the whole ring
+// algorithm on its contiguous part of the buffer, one slot per step. A step
+// waits (thread 0) for the incoming slot and for a free outgoing slot, the
+// block moves the data (reducing on the way), then thread 0 publishes the
+// outgoing tail (after a system fence) and the incoming head.
+//
+// Waits observe the host's abort word and a timeout (host-mapped control
+// words, RingArgs.ctrl): a peer that never comes ends the kernel with an
+// error the host reports through ncclCommGetAsyncError, never a hang.
+#include "elem.cuh"
+
+enum { RM_ALLREDUCE = 0, RM_REDUCE_SCATTER = 1, RM_ALLGATHER = 2, RM_BROADCAST = 3, RM_REDUCE = 4 };
+enum { RERR_TIMEOUT = 1, RERR_ABORT = 2 };
+#define RING_HDR 256
+#define RING_HEAD 128
+#define RING_P2P_MAX_OPS 64
+#define RING_P2P_MAX_ITEMS 16
+
+struct RingCommon {
+    const u64* peers;  // [nranks] each rank's window, as mapped in this process
+    u64* state;        // [2][nranks][nch]: slots sent to / received from each rank
+    u32* ctrl;         // host-mapped: [0] abort (host), [1] error, [2] peer, [3] channel
+    u64 region;        // bytes per (rank, channel) region: RING_HDR + nslots * slot
+    u64 slot;          // bytes per slot (a multiple of 16)
+    u64 timeout_ns;    // a wait longer than this is an error (0: never)
+    u32 nranks;
+    u32 rank;
+    u32 nch;           // channels of the window layout (launches use <= nch blocks)
+    u32 nslots;
+};
+
+struct RingArgs {
+    RingCommon c;
+    const void* in;
+    void* out;
+    u64 count;         // all-reduce, reduce, broadcast: elements; RS/AG: per rank
+    double scale;      // float avg / PreMulSum multiplier
+    u64 iscale;        // integer PreMulSum multiplier
+    u64 scalar_ptr;    // PreMulSum scalar in device memory, else 0
+    u32 mode;          // RM_*
+    u32 root;
+};
+
+// Where (rank, channel) lives in `owner`'s window.
+__device__ __forceinline__ char* region_of(const RingCommon& c, u32 owner, u32 other, u32 ch) {
+    const u32 idx = other < owner ? other : other - 1;
+    return (char*)c.peers[owner] + ((u64)idx * c.nch + ch) * c.region;
+}
+
+__device__ __forceinline__ u64 gtimer() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Records the first error (code, peer, channel) in the host-mapped words.
+__device__ __forceinline__ void ring_fail(const RingCommon& c, u32 code, u32 peer) {
+    if (atomicCAS(c.ctrl + 1, 0u, code) == 0u) {
+        c.ctrl[2] = peer;
+        c.ctrl[3] = blockIdx.x;
+        __threadfence_system();
+    }
+}
+
+__device__ __forceinline__ bool ring_stopped(const RingCommon& c) {
+    const volatile u32* w = c.ctrl;
+    return w[0] != 0 || w[1] != 0;
+}
+
+// Thread 0: waits until *p >= v; false on abort, another block's error or timeout.
+__device__ __forceinline__ bool wait_ge(const RingCommon& c, const u64* p, u64 v, u32 peer) {
+    u64 spins = 0, t0 = 0;
+    while (ld_acquire_sys(p) < v) {
+        // One check of the host words every 1024 polls: a poll of local
+        // memory is ~0.5 us, so an abort is seen within about a millisecond
+        // without putting a PCIe read on every poll.
+        if ((++spins & 1023) == 0) {
+            if (ring_stopped(c)) return false;
+            const u64 now = gtimer();
+            if (t0 == 0) {
+                t0 = now;
+            } else if (c.timeout_ns != 0 && now - t0 > c.timeout_ns) {
+                ring_fail(c, RERR_TIMEOUT, peer);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+// ---- Elementwise: v = recv (op) pre(in); out = post(v) ----
+
+template <typename E, int OP>
+__device__ __forceinline__ typename E::S rpre(typename E::S x, typename E::A s) {
+    typedef typename E::S S;
+    if constexpr (OP == OP_AVG || OP == OP_PREMULSUM) {
+        if constexpr (E::is_float) {
+            return E::store(mul_rn(E::load(x), s));
+        } else if constexpr (OP == OP_PREMULSUM) {
+            typedef typename E::U U;
+            return (S)((U)x * (U)s);
+        }
+    }
+    return x;
+}
+
+template <typename E, int OP>
+__device__ __forceinline__ typename E::S rcomb(typename E::S a, typename E::S b) {
+    typedef typename E::S S;
+    if constexpr (E::is_float) {
+        if constexpr (OP == OP_PROD) return E::store(E::load(a) * E::load(b));
+        if constexpr (OP == OP_MAX) return E::store(amax(E::load(a), E::load(b)));
+        if constexpr (OP == OP_MIN) return E::store(amin(E::load(a), E::load(b)));
+        return E::store(E::load(a) + E::load(b));
+    } else {
+        typedef typename E::U U;
+        if constexpr (OP == OP_PROD) return (S)((U)a * (U)b);
+        if constexpr (OP == OP_MAX) return a > b ? a : b;
+        if constexpr (OP == OP_MIN) return a < b ? a : b;
+        return (S)((U)a + (U)b);
+    }
+}
+
+template <typename E, int OP>
+__device__ __forceinline__ typename E::S rpost(typename E::S x, u32 nranks) {
+    typedef typename E::S S;
+    if constexpr (!E::is_float && OP == OP_AVG) return (S)(x / (S)nranks);
+    return x;
+}
+
+// What a step does with its operands.
+enum { F_RECV = 1, F_IN = 2, F_PRE = 4, F_POST = 8 };
+
+template <typename E, int OP>
+__device__ __forceinline__ typename E::S relem(u32 f, typename E::S r, typename E::S b,
+                                               typename E::A s, u32 nranks) {
+    typename E::S v;
+    if ((f & F_RECV) && (f & F_IN)) {
+        v = rcomb<E, OP>(r, (f & F_PRE) ? rpre<E, OP>(b, s) : b);
+    } else if (f & F_RECV) {
+        v = r;
+    } else {
+        v = (f & F_PRE) ? rpre<E, OP>(b, s) : b;
+    }
+    return (f & F_POST) ? rpost<E, OP>(v, nranks) : v;
+}
+
+template <typename E, int OP>
+__device__ __forceinline__ uint4 relem(u32 f, uint4 r, uint4 b, typename E::A s, u32 nranks) {
+    typedef typename E::S S;
+    constexpr int N = 16 / sizeof(S);
+    union P {
+        uint4 v;
+        S e[N];
+    };
+    P ur, ub, uo;
+    ur.v = r;
+    ub.v = b;
+#pragma unroll
+    for (int i = 0; i < N; i++) uo.e[i] = relem<E, OP>(f, ur.e[i], ub.e[i], s, nranks);
+    return uo.v;
+}
+
+// o1[i] (if o1) and o2[i] (if o2) = relem(r[i], b[i]) for i in [0, n) units,
+// by the whole block. Every load of an unrolled group comes before its stores.
+template <typename E, int OP, typename Unit>
+__device__ __forceinline__ void rmove(u32 f, const Unit* r, const Unit* b, Unit* o1, Unit* o2,
+                                      u64 n, typename E::A s, u32 nranks) {
+    const u64 stride = blockDim.x;
+    for (u64 base = threadIdx.x; base < n; base += stride * OXCCL_UNROLL) {
+        Unit vr[OXCCL_UNROLL], vb[OXCCL_UNROLL];
+#pragma unroll
+        for (int j = 0; j < OXCCL_UNROLL; j++) {
+            const u64 i = base + (u64)j * stride;
+            if (i < n) {
+                if (f & F_RECV) vr[j] = ldcg(r + i);
+                if (f & F_IN) vb[j] = ldcg(b + i);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < OXCCL_UNROLL; j++) {
+            const u64 i = base + (u64)j * stride;
+            if (i < n) {
+                const Unit v = relem<E, OP>(f, vr[j], vb[j], s, nranks);
+                if (o1) o1[i] = v;
+                if (o2) o2[i] = v;
+            }
+        }
+    }
+}
+
+// n elements: 16-byte packs when every pointer is 16-byte aligned, the rest
+// (or everything, when one is not) element by element.
+template <typename E, int OP>
+__device__ __forceinline__ void rmove_elems(u32 f, const void* r, const void* b, void* o1, void* o2,
+                                            u64 n, typename E::A s, u32 nranks) {
+    typedef typename E::S S;
+    constexpr u64 N = 16 / sizeof(S);
+    const u64 mis = ((f & F_RECV) ? (u64)r : 0) | ((f & F_IN) ? (u64)b : 0) | (u64)o1 | (u64)o2;
+    u64 done = 0;
+    if ((mis & 15) == 0) {
+        const u64 packs = n / N;
+        rmove<E, OP, uint4>(f, (const uint4*)r, (const uint4*)b, (uint4*)o1, (uint4*)o2, packs, s,
+                            nranks);
+        done = packs * N;
+    }
+    if (done < n) {
+        rmove<E, OP, S>(f, (const S*)r + done, (const S*)b + done, o1 ? (S*)o1 + done : nullptr,
+                        o2 ? (S*)o2 + done : nullptr, n - done, s, nranks);
+    }
+}
+
+// A channel's two connections: from `prev` and to `next`.
+struct Chan {
+    const u64* rtail;  // mine: prev's tail
+    const char* rdata; // mine: prev's slots
+    u64* rhead;        // prev's window: my head for prev
+    u64* stail;        // next's window: my tail
+    char* sdata;       // next's window: my slots
+    const u64* shead;  // mine: next's head
+    u64 rstep, sstep;
+    u32 prev, next;
+    int fail;
+};
+
+__device__ __forceinline__ void chan_open(Chan& k, const RingCommon& c, u32 prev, u32 next) {
+    const u32 me = c.rank, ch = blockIdx.x;
+    char* rr = region_of(c, me, prev, ch);
+    k.rtail = (const u64*)rr;
+    k.rdata = rr + RING_HDR;
+    k.rhead = (u64*)(region_of(c, prev, me, ch) + RING_HEAD);
+    char* sr = region_of(c, next, me, ch);
+    k.stail = (u64*)sr;
+    k.sdata = sr + RING_HDR;
+    k.shead = (const u64*)(region_of(c, me, next, ch) + RING_HEAD);
+    k.rstep = c.state[(u64)(c.nranks + prev) * c.nch + ch];
+    k.sstep = c.state[(u64)next * c.nch + ch];
+    k.prev = prev;
+    k.next = next;
+    k.fail = 0;
+}
+
+__device__ __forceinline__ void chan_close(const Chan& k, const RingCommon& c) {
+    const u32 ch = blockIdx.x;
+    c.state[(u64)(c.nranks + k.prev) * c.nch + ch] = k.rstep;
+    c.state[(u64)k.next * c.nch + ch] = k.sstep;
+}
+
+// One ring step of n elements by the whole block: optionally receive a slot
+// from prev, combine with `in`, write `out`, and send a slot to next.
+// Returns false (for every thread) when the channel failed. Not inlined: a
+// kernel has ~15 call sites of it, and inlining them all made ring.cu an
+// 11 MB CUBIN that NVRTC took 147 s to build (2 cores); one copy per kernel
+// costs a call per slot, nothing next to a slot's 128 KiB.
+template <typename E, int OP>
+__device__ __noinline__ bool rstep(Chan& k, const RingCommon& c, u32 f, bool send,
+                                      const void* in, void* out, u64 n, typename E::A s) {
+    if (n == 0) return true;
+    if (threadIdx.x == 0) {
+        bool ok = true;
+        if (f & F_RECV) ok = wait_ge(c, k.rtail, k.rstep + 1, k.prev);
+        // A free outgoing slot: next has drained all but nslots - 1 of ours.
+        if (ok && send && k.sstep + 1 > c.nslots)
+            ok = wait_ge(c, k.shead, k.sstep + 1 - c.nslots, k.next);
+        k.fail = ok ? 0 : 1;
+    }
+    __syncthreads();
+    if (k.fail) return false;
+    const void* r = k.rdata + (k.rstep % c.nslots) * c.slot;
+    void* o2 = send ? (void*)(k.sdata + (k.sstep % c.nslots) * c.slot) : nullptr;
+    rmove_elems<E, OP>(f, r, in, out, o2, n, s, c.nranks);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        if (send) st_release_sys(k.stail, ++k.sstep);
+        if (f & F_RECV) st_release_sys(k.rhead, ++k.rstep);
+    }
+    // Thread 0's counters are the ones that matter (the others never read them).
+    return true;
+}
+
+template <typename E>
+__device__ __forceinline__ typename E::A ring_scale(const RingArgs& a) {
+    typedef typename E::S S;
+    typedef typename E::A A;
+    if constexpr (E::is_float) {
+        if (a.scalar_ptr != 0) return E::load(*(const volatile S*)a.scalar_ptr);
+        return (A)a.scale;
+    } else {
+        if (a.scalar_ptr != 0) return (A) * (const volatile S*)a.scalar_ptr;
+        return (A)a.iscale;
+    }
+}
+
+__device__ __forceinline__ u64 umin(u64 a, u64 b) { return a < b ? a : b; }
+__device__ __forceinline__ u32 mod(long long x, u32 n) { return (u32)(((x % (long long)n) + n) % n); }
+
+template <typename E, int OP>
+__device__ void ring_run(const RingArgs& a) {
+    typedef typename E::S S;
+    typedef typename E::A A;
+    const RingCommon& c = a.c;
+    __shared__ Chan k;
+    const u32 n = c.nranks, q = c.rank;
+    if (threadIdx.x == 0) {
+        chan_open(k, c, (q + n - 1) % n, (q + 1) % n);
+        k.fail = ring_stopped(c) ? 1 : 0;  // read once: every thread must take the same branch
+    }
+    __syncthreads();
+    if (k.fail) return;
+    const A s = ring_scale<E>(a);
+    const u64 pack = 16 / sizeof(S);
+    const u64 E_ = (c.slot / sizeof(S)) / pack * pack;  // elements per slot
+    // This channel's part of [0, count), in whole packs.
+    const u64 per = ((a.count + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
+    const u64 lo = umin((u64)blockIdx.x * per, a.count), hi = umin(lo + per, a.count);
+    const S* in = (const S*)a.in;
+    S* out = (S*)a.out;
+    bool ok = true;
+    if (a.mode == RM_ALLREDUCE) {
+        for (u64 base = lo; ok && base < hi; base += (u64)n * E_) {
+            const u64 rem = hi - base;
+            const u64 cs = rem >= (u64)n * E_ ? E_ : ((rem + n - 1) / n + pack - 1) / pack * pack;
+#define CH(kk) (base + (u64)(kk) * cs)
+#define CL(kk) (CH(kk) >= hi ? 0 : umin(cs, hi - CH(kk)))
+            u32 kk = mod((long long)q - 1, n);
+            ok = rstep<E, OP>(k, c, F_IN | F_PRE, true, in + CH(kk), nullptr, CL(kk), s);
+            for (u32 st = 1; ok && st + 1 < n; st++) {
+                kk = mod((long long)q - 1 - st, n);
+                ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE, true, in + CH(kk), nullptr, CL(kk), s);
+            }
+            if (!ok) break;
+            kk = q;
+            ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE | F_POST, true, in + CH(kk), out + CH(kk),
+                              CL(kk), s);
+            for (u32 j = 1; ok && j + 1 < n; j++) {
+                kk = mod((long long)q - j, n);
+                ok = rstep<E, OP>(k, c, F_RECV, true, nullptr, out + CH(kk), CL(kk), s);
+            }
+            if (!ok) break;
+            kk = (q + 1) % n;
+            ok = rstep<E, OP>(k, c, F_RECV, false, nullptr, out + CH(kk), CL(kk), s);
+#undef CH
+#undef CL
+        }
+    } else if (a.mode == RM_REDUCE_SCATTER) {
+        const u64 M = a.count;
+        for (u64 base = lo; ok && base < hi; base += E_) {
+            const u64 cs = umin(E_, hi - base);
+            u32 kk = mod((long long)q - 1, n);
+            ok = rstep<E, OP>(k, c, F_IN | F_PRE, true, in + kk * M + base, nullptr, cs, s);
+            for (u32 st = 1; ok && st + 1 < n; st++) {
+                kk = mod((long long)q - 1 - st, n);
+                ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE, true, in + kk * M + base, nullptr, cs, s);
+            }
+            if (ok)
+                ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE | F_POST, false, in + (u64)q * M + base,
+                                  out + base, cs, s);
+        }
+    } else if (a.mode == RM_ALLGATHER) {
+        const u64 M = a.count;
+        S* mine = out + (u64)q * M;
+        for (u64 base = lo; ok && base < hi; base += E_) {
+            const u64 cs = umin(E_, hi - base);
+            ok = rstep<E, OP>(k, c, F_IN, true, in + base, in == mine ? nullptr : mine + base, cs, s);
+            for (u32 j = 1; ok && j < n; j++) {
+                const u32 kk = mod((long long)q - j, n);
+                ok = rstep<E, OP>(k, c, F_RECV, j + 1 < n, nullptr, out + (u64)kk * M + base, cs, s);
+            }
+        }
+    } else if (a.mode == RM_BROADCAST) {
+        const u32 p = mod((long long)q - a.root, n);
+        for (u64 base = lo; ok && base < hi; base += E_) {
+            const u64 cs = umin(E_, hi - base);
+            if (p == 0) {
+                ok = rstep<E, OP>(k, c, F_IN, true, in + base, in == out ? nullptr : out + base, cs, s);
+            } else {
+                ok = rstep<E, OP>(k, c, F_RECV, p + 1 < n, nullptr, out + base, cs, s);
+            }
+        }
+    } else if (a.mode == RM_REDUCE) {
+        const u32 p = mod((long long)q - a.root - 1, n);
+        for (u64 base = lo; ok && base < hi; base += E_) {
+            const u64 cs = umin(E_, hi - base);
+            if (p == 0) {
+                ok = rstep<E, OP>(k, c, F_IN | F_PRE, true, in + base, nullptr, cs, s);
+            } else if (p + 1 < n) {
+                ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE, true, in + base, nullptr, cs, s);
+            } else {
+                ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE | F_POST, false, in + base, out + base, cs, s);
+            }
+        }
+    }
+    __syncthreads();
+    if (ok && threadIdx.x == 0) chan_close(k, c);
+}
+
+// ---- Point-to-point: sends and receives of one group ----
+
+struct P2pOp {
+    u64 ptr;    // device buffer of this rank
+    u64 bytes;
+    u32 peer;
+    u32 recv;   // 0: send to peer, 1: receive from peer
+    u32 nch;    // channels (connection channels 0..nch-1), the same on both ends
+    u32 pad;
+};
+
+struct P2pArgs {
+    RingCommon c;
+    u32 nops;
+    u32 nitems;  // sum of ops[i].nch
+    P2pOp ops[RING_P2P_MAX_OPS];
+};
+
+// dst[0..n) = src[0..n) by the whole block (16-byte packs when both allow).
+__device__ __forceinline__ void block_copy(char* dst, const char* src, u64 n) {
+    if ((((u64)dst | (u64)src) & 15) == 0) {
+        const u64 packs = n / 16;
+        const uint4* s4 = (const uint4*)src;
+        uint4* d4 = (uint4*)dst;
+        for (u64 base = threadIdx.x; base < packs; base += (u64)blockDim.x * OXCCL_UNROLL) {
+            uint4 v[OXCCL_UNROLL];
+#pragma unroll
+            for (int j = 0; j < OXCCL_UNROLL; j++) {
+                const u64 i = base + (u64)j * blockDim.x;
+                if (i < packs) v[j] = ldcg(s4 + i);
+            }
+#pragma unroll
+            for (int j = 0; j < OXCCL_UNROLL; j++) {
+                const u64 i = base + (u64)j * blockDim.x;
+                if (i < packs) d4[i] = v[j];
+            }
+        }
+        for (u64 i = packs * 16 + threadIdx.x; i < n; i += blockDim.x)
+            dst[i] = *(const volatile char*)(src + i);
+    } else {
+        for (u64 i = threadIdx.x; i < n; i += blockDim.x) dst[i] = *(const volatile char*)(src + i);
+    }
+}
+
+struct Item {
+    char* buf;        // this item's part of the user buffer
+    u64 bytes;        // its length
+    u64 done;         // bytes moved so far
+    const u64* wait;  // recv: my tail from peer; send: my head from peer
+    u64* post;        // recv: peer's head for me; send: peer's tail for me
+    char* slots;      // recv: my slots from peer; send: peer's slots for me
+    u64 step;
+    u32 peer, recv, ch, pad;
+};
+
+// Each block serves several (op, channel) items, taking whichever is ready,
+// so sends and receives of one group progress together whatever their
+// order (a block never blocks on one item while another could move).
+extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
+    const RingCommon& c = a.c;
+    __shared__ Item it[RING_P2P_MAX_ITEMS];
+    __shared__ int pick;
+    __shared__ u32 nmine;
+    if (threadIdx.x == 0) {
+        u32 m = 0, idx = 0;
+        for (u32 o = 0; o < a.nops; o++) {
+            const P2pOp& op = a.ops[o];
+            const u64 per = ((op.bytes + op.nch - 1) / op.nch + 15) / 16 * 16;
+            for (u32 ch = 0; ch < op.nch; ch++, idx++) {
+                if (idx % gridDim.x != blockIdx.x || m >= RING_P2P_MAX_ITEMS) continue;
+                Item& x = it[m++];
+                const u64 lo = umin((u64)ch * per, op.bytes);
+                x.buf = (char*)op.ptr + lo;
+                x.bytes = umin(lo + per, op.bytes) - lo;
+                x.done = 0;
+                x.peer = op.peer;
+                x.recv = op.recv;
+                x.ch = ch;
+                char* mine = region_of(c, c.rank, op.peer, ch);
+                char* theirs = region_of(c, op.peer, c.rank, ch);
+                if (op.recv) {
+                    x.wait = (const u64*)mine;
+                    x.post = (u64*)(theirs + RING_HEAD);
+                    x.slots = mine + RING_HDR;
+                    x.step = c.state[(u64)(c.nranks + op.peer) * c.nch + ch];
+                } else {
+                    x.wait = (const u64*)(mine + RING_HEAD);
+                    x.post = (u64*)theirs;
+                    x.slots = theirs + RING_HDR;
+                    x.step = c.state[(u64)op.peer * c.nch + ch];
+                }
+            }
+        }
+        nmine = ring_stopped(c) ? 0 : m;  // read once, for the whole block
+    }
+    __syncthreads();
+    bool failed = false;
+    for (;;) {
+        if (threadIdx.x == 0) {
+            int p = -1;
+            bool left = false;
+            u64 spins = 0, t0 = 0;
+            while (p < 0) {
+                left = false;
+                for (u32 i = 0; i < nmine && p < 0; i++) {
+                    Item& x = it[i];
+                    if (x.done >= x.bytes) continue;
+                    left = true;
+                    const u64 need = x.recv ? x.step + 1 : (x.step + 1 > c.nslots ? x.step + 1 - c.nslots : 0);
+                    if (ld_acquire_sys(x.wait) >= need) p = (int)i;
+                }
+                if (!left) break;
+                if (p < 0 && (++spins & 1023) == 0) {
+                    if (ring_stopped(c)) {
+                        p = -2;
+                        break;
+                    }
+                    const u64 now = gtimer();
+                    if (t0 == 0) {
+                        t0 = now;
+                    } else if (c.timeout_ns != 0 && now - t0 > c.timeout_ns) {
+                        u32 peer = 0;
+                        for (u32 i = 0; i < nmine; i++)
+                            if (it[i].done < it[i].bytes) peer = it[i].peer;
+                        ring_fail(c, RERR_TIMEOUT, peer);
+                        p = -2;
+                        break;
+                    }
+                }
+            }
+            pick = left ? p : -1;
+        }
+        __syncthreads();
+        const int p = pick;
+        if (p == -2) failed = true;
+        if (p < 0) break;
+        Item& x = it[p];
+        const u64 n = umin(c.slot, x.bytes - x.done);
+        char* slot = x.slots + (x.step % c.nslots) * c.slot;
+        if (x.recv) {
+            block_copy(x.buf + x.done, slot, n);
+        } else {
+            block_copy(slot, x.buf + x.done, n);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence_system();
+            st_release_sys(x.post, ++x.step);
+            x.done += n;
+        }
+        __syncthreads();
+    }
+    if (!failed && threadIdx.x == 0) {
+        for (u32 i = 0; i < nmine; i++) {
+            const Item& x = it[i];
+            if (x.recv) {
+                c.state[(u64)(c.nranks + x.peer) * c.nch + x.ch] = x.step;
+            } else {
+                c.state[(u64)x.peer * c.nch + x.ch] = x.step;
+            }
+        }
+    }
+}
+
+#define OXCCL_RING(TN, E, ON, OP)                                                         \
+    extern "C" __global__ void __launch_bounds__(512) oxccl_ring_##TN##_##ON(RingArgs a) { \
+        ring_run<E, OP>(a);                                                               \
+    }
+#define OXCCL_RING_ALL_OPS(TN, E)      \
+    OXCCL_RING(TN, E, sum, OP_SUM)     \
+    OXCCL_RING(TN, E, prod, OP_PROD)   \
+    OXCCL_RING(TN, E, max, OP_MAX)     \
+    OXCCL_RING(TN, E, min, OP_MIN)     \
+    OXCCL_RING(TN, E, avg, OP_AVG)     \
+    OXCCL_RING(TN, E, premulsum, OP_PREMULSUM)
+
+OXCCL_RING_ALL_OPS(i8, I8E)
+OXCCL_RING_ALL_OPS(u8, U8E)
+OXCCL_RING_ALL_OPS(i32, I32E)
+OXCCL_RING_ALL_OPS(u32, U32E)
+OXCCL_RING_ALL_OPS(i64, I64E)
+OXCCL_RING_ALL_OPS(u64, U64E)
+OXCCL_RING_ALL_OPS(f16, F16E)
+OXCCL_RING_ALL_OPS(f32, F32E)
+OXCCL_RING_ALL_OPS(f64, F64E)
+OXCCL_RING_ALL_OPS(bf16, BF16E)
+OXCCL_RING_ALL_OPS(e4m3, E4M3E)
+OXCCL_RING_ALL_OPS(e5m2, E5M2E)

@@ -1,0 +1,1145 @@
+//! The ring path: collectives and grouped sends/receives over FIFO
+//! connections (`kernels/ring.cu`), for any number of ranks, one process or
+//! one process per GPU, through peer device memory or through host memory.
+//!
+//! Setup is collective (every rank of the communicator calls
+//! [`Ring::setup`] with the same configuration) and runs four rounds of the
+//! bootstrap's all-gather, each carrying an "ok" byte so that a rank that
+//! fails locally makes every rank fail with a message naming it, instead of
+//! leaving the others waiting:
+//!
+//! 1. who: boot id and process nonce (same host, same process), PCI bus id,
+//!    `NCCL_P2P_DISABLE`;
+//! 2. whether this rank reaches every other GPU peer-to-peer
+//!    (`cuDeviceCanAccessPeer` on the device with that bus id);
+//! 3. the window: device memory (`cuMemAlloc` + an IPC handle) when every
+//!    rank said yes, else pinned host memory in a /dev/shm file;
+//! 4. whether every peer window could be mapped.
+//!
+//! Ranks on other hosts have no ring (GPU buffers across hosts are the
+//! network transport's job): setup then fails with that reason, and device
+//! buffers on that communicator get it as their error.
+
+use std::ffi::{c_void, CString};
+use std::time::Duration;
+
+use cudarc::driver::sys::{self, CUresult};
+use oxccl_core::{DataType, Error, ErrorKind, RedOp, Result};
+
+use crate::device::check;
+use crate::loader::guarded;
+
+/// Bytes before a region's slots (`RING_HDR`: tail line, head line).
+pub const HDR_BYTES: u64 = 256;
+/// Most point-to-point operations in one launch (`RING_P2P_MAX_OPS`).
+pub const P2P_MAX_OPS: usize = 64;
+/// Threads per block (the kernels' `__launch_bounds__`).
+pub const THREADS: u32 = 512;
+/// Most blocks of a point-to-point launch: with at most [`P2P_MAX_OPS`] ops
+/// of at most 16 channels, 128 blocks hold <= 8 items each, under the
+/// kernel's 16 (`RING_P2P_MAX_ITEMS`); and 128 <= 132 SMs, so every block is
+/// resident (a block waits for other GPUs, never for a block of its own grid).
+pub const P2P_MAX_BLOCKS: u32 = 128;
+/// Most channels a window has (a collective launches one block per channel).
+pub const MAX_CHANNELS: u32 = 32;
+
+/// `kernels/ring.cu` modes.
+pub const RM_ALLREDUCE: u32 = 0;
+/// Reduce-scatter (`count` per rank).
+pub const RM_REDUCE_SCATTER: u32 = 1;
+/// All-gather (`count` per rank).
+pub const RM_ALLGATHER: u32 = 2;
+/// Broadcast from `root`.
+pub const RM_BROADCAST: u32 = 3;
+/// Reduce to `root`.
+pub const RM_REDUCE: u32 = 4;
+
+/// Settings of the ring path (from the communicator's parameters).
+#[derive(Debug, Clone)]
+pub struct RingConfig {
+    /// `NCCL_P2P_DISABLE=1`: go through host memory.
+    pub p2p_disable: bool,
+    /// Channels (blocks per collective, connections per peer).
+    pub channels: u32,
+    /// Bytes per slot (a multiple of 16).
+    pub slot: usize,
+    /// Slots per connection.
+    pub nslots: u32,
+    /// A GPU wait longer than this ends the kernel with an error.
+    pub timeout: Duration,
+}
+
+impl RingConfig {
+    /// The ring settings for `NCCL_BUFFSIZE` (bytes per connection), the
+    /// channel bounds and the timeout: 4 slots of buffsize/16 (NCCL_BUFFSIZE
+    /// is per connection of all protocols; 16 channels x 1 MiB per peer by
+    /// default keeps a 2-rank window at 16 MiB), each slot
+    /// 16 KiB..1 MiB (16-byte multiple); channels `max_channels`, else 16,
+    /// at least `min_channels`, within 1..=32.
+    pub fn new(
+        p2p_disable: bool,
+        buffsize: u64,
+        min_channels: Option<u32>,
+        max_channels: Option<u32>,
+        timeout: Duration,
+    ) -> RingConfig {
+        let slot = (buffsize / 16).clamp(16 << 10, 1 << 20) / 16 * 16;
+        // 16 channels: one block moves ~20-25 GB/s over NVLink, so 16 cover
+        // the 2xH200 machine's ~360 GB/s of peer writes.
+        let mut ch = max_channels.unwrap_or(16);
+        if let Some(m) = min_channels {
+            ch = ch.max(m);
+        }
+        RingConfig {
+            p2p_disable,
+            channels: ch.clamp(1, MAX_CHANNELS),
+            slot: slot as usize,
+            nslots: 4,
+            timeout,
+        }
+    }
+
+    /// Bytes of one rank's window for `nranks` ranks.
+    pub fn window_bytes(&self, nranks: usize) -> u64 {
+        nranks.saturating_sub(1) as u64 * self.channels as u64 * self.region()
+    }
+
+    fn region(&self) -> u64 {
+        HDR_BYTES + self.nslots as u64 * self.slot as u64
+    }
+}
+
+/// Blocks (channels) of a collective moving `bytes` through each link: one
+/// per 64 KiB, so a small message keeps one block (one chain of flag round
+/// trips) and 1 MiB already spreads over 16. Both ends compute it from the
+/// same count, type and configuration.
+pub fn coll_channels(bytes: u64, channels: u32) -> u32 {
+    bytes.div_ceil(64 << 10).clamp(1, channels.max(1) as u64) as u32
+}
+
+/// Channels of one send or receive of `bytes`: one per 128 KiB, at most 16
+/// (the two ends compute the same from the same byte count).
+pub fn p2p_channels(bytes: u64, channels: u32) -> u32 {
+    bytes
+        .div_ceil(128 << 10)
+        .clamp(1, channels.clamp(1, 16) as u64) as u32
+}
+
+/// The blocks of a point-to-point launch of `items` (op, channel) items.
+pub fn p2p_blocks(items: u32) -> u32 {
+    items.clamp(1, P2P_MAX_BLOCKS)
+}
+
+/// `oxccl_ring_<type>_<op>`.
+pub fn kernel_name(t: DataType, op: RedOp) -> String {
+    format!(
+        "oxccl_ring_{}_{}",
+        crate::allreduce::type_tag(t),
+        crate::allreduce::op_tag(op).unwrap_or("sum")
+    )
+}
+
+/// `struct RingCommon` of `ring.cu`, field for field (64 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RingCommon {
+    peers: u64,
+    state: u64,
+    ctrl: u64,
+    region: u64,
+    slot: u64,
+    timeout_ns: u64,
+    nranks: u32,
+    rank: u32,
+    nch: u32,
+    nslots: u32,
+}
+
+/// `struct RingArgs` of `ring.cu` (120 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RingArgs {
+    c: RingCommon,
+    /// Input.
+    pub input: u64,
+    /// Output.
+    pub output: u64,
+    /// Elements (reduce-scatter, all-gather: per rank).
+    pub count: u64,
+    /// Float avg / PreMulSum multiplier.
+    pub scale: f64,
+    /// Integer PreMulSum multiplier (two's complement bits).
+    pub iscale: u64,
+    /// A PreMulSum scalar in device memory, else 0.
+    pub scalar_ptr: u64,
+    /// `RM_*`.
+    pub mode: u32,
+    /// Broadcast's or reduce's root.
+    pub root: u32,
+}
+
+/// `struct P2pOp` of `ring.cu` (32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct P2pOp {
+    ptr: u64,
+    bytes: u64,
+    peer: u32,
+    recv: u32,
+    nch: u32,
+    pad: u32,
+}
+
+/// `struct P2pArgs` of `ring.cu` (2120 bytes, under the 4 KiB parameter limit).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct P2pArgs {
+    c: RingCommon,
+    nops: u32,
+    nitems: u32,
+    ops: [P2pOp; P2P_MAX_OPS],
+}
+
+/// Where the windows live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    /// Device memory, mapped by peers through CUDA IPC or peer access.
+    Device,
+    /// Pinned host memory in /dev/shm (no peer-to-peer, or NCCL_P2P_DISABLE=1).
+    Host,
+}
+
+impl WindowKind {
+    /// How NCCL's INFO lines name the transport.
+    pub fn transport(self, same_process: bool) -> &'static str {
+        match (self, same_process) {
+            (WindowKind::Device, true) => "P2P/direct pointer",
+            (WindowKind::Device, false) => "P2P/IPC",
+            (WindowKind::Host, _) => "SHM/host memory",
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Mapping {
+    /// cuIpcOpenMemHandle's pointer.
+    Ipc(u64),
+    /// A peer's /dev/shm window mapped and registered here.
+    Shm { addr: usize, len: usize },
+    /// A peer context retained for peer access (released at drop).
+    Ctx(sys::CUdevice),
+}
+
+#[derive(Debug)]
+enum Local {
+    Device(u64),
+    Shm {
+        addr: usize,
+        len: usize,
+        name: CString,
+        unlinked: bool,
+    },
+}
+
+/// One rank's ring state (see the module doc).
+#[derive(Debug)]
+pub struct Ring {
+    kind: WindowKind,
+    ctx: sys::CUcontext,
+    common: RingCommon,
+    local: Local,
+    peers_buf: u64,
+    state: u64,
+    ctrl_host: *mut u32,
+    mappings: Vec<Mapping>,
+    same_process: Vec<bool>,
+    bytes: u64,
+}
+
+// SAFETY: the raw pointers are driver allocations owned by this value; every
+// use makes `ctx` current first, and the control words are only read or
+// written with volatile accesses (the GPU is the other party).
+unsafe impl Send for Ring {}
+// SAFETY: as above.
+unsafe impl Sync for Ring {}
+
+/// The bootstrap all-gather: this rank's bytes in, every rank's bytes out.
+pub type Exchange<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
+
+fn boot_id() -> [u8; 36] {
+    let mut b = [0u8; 36];
+    let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap_or_else(|_| format!("{:?}", std::env::var("HOSTNAME")));
+    for (d, c) in b.iter_mut().zip(s.trim().bytes()) {
+        *d = c;
+    }
+    b
+}
+
+/// A number that tells this process from every other one on the host (PID
+/// namespaces can repeat PIDs).
+fn process_nonce() -> u64 {
+    static N: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        t ^ ((std::process::id() as u64) << 40) ^ (&N as *const _ as u64)
+    })
+}
+
+/// Round-1 record: who and where.
+struct Who {
+    ok: bool,
+    boot: [u8; 36],
+    nonce: u64,
+    ordinal: i32,
+    bus: [u8; 16],
+    p2p_disable: bool,
+}
+
+impl Who {
+    const LEN: usize = 1 + 36 + 8 + 4 + 16 + 1;
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(Self::LEN);
+        v.push(self.ok as u8);
+        v.extend_from_slice(&self.boot);
+        v.extend_from_slice(&self.nonce.to_le_bytes());
+        v.extend_from_slice(&self.ordinal.to_le_bytes());
+        v.extend_from_slice(&self.bus);
+        v.push(self.p2p_disable as u8);
+        v
+    }
+    fn decode(b: &[u8], rank: usize) -> Result<Who> {
+        if b.len() != Self::LEN {
+            return Err(Error::internal(format!(
+                "GPU ring setup: rank {rank} sent a {}-byte record (expected {})",
+                b.len(),
+                Self::LEN
+            )));
+        }
+        let mut boot = [0u8; 36];
+        boot.copy_from_slice(&b[1..37]);
+        let mut bus = [0u8; 16];
+        bus.copy_from_slice(&b[49..65]);
+        Ok(Who {
+            ok: b[0] == 1,
+            boot,
+            nonce: u64::from_le_bytes(b[37..45].try_into().unwrap_or_default()),
+            ordinal: i32::from_le_bytes(b[45..49].try_into().unwrap_or_default()),
+            bus,
+            p2p_disable: b[65] == 1,
+        })
+    }
+}
+
+/// Every rank's verdict byte: the first rank that is not ok, with its message.
+fn all_ok(round: &str, all: &[Vec<u8>]) -> Result<()> {
+    for (r, b) in all.iter().enumerate() {
+        if b.first() != Some(&1) {
+            let why = String::from_utf8_lossy(b.get(1..).unwrap_or_default()).into_owned();
+            return Err(Error::remote(format!(
+                "GPU ring setup ({round}): rank {r} failed{}",
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {why}")
+                }
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f`; every rank learns whether every rank's `f` succeeded. A local
+/// failure is returned as it is; another rank's names that rank.
+fn agree<T>(round: &str, exchange: Exchange, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let r = f();
+    let mine = match &r {
+        Ok(_) => vec![1u8],
+        Err(e) => {
+            let mut v = vec![0u8];
+            v.extend_from_slice(
+                e.message()
+                    .as_bytes()
+                    .get(..400)
+                    .unwrap_or(e.message().as_bytes()),
+            );
+            v
+        }
+    };
+    let all = exchange(&mine)?;
+    let t = r?;
+    all_ok(round, &all)?;
+    Ok(t)
+}
+
+fn bus_id(dev: sys::CUdevice) -> Result<[u8; 16]> {
+    let mut b = [0 as std::ffi::c_char; 16];
+    guarded("cuDeviceGetPCIBusId", || {
+        // SAFETY: writes at most 16 bytes, NUL-terminated.
+        unsafe {
+            check(
+                sys::cuDeviceGetPCIBusId(b.as_mut_ptr(), 16, dev),
+                "cuDeviceGetPCIBusId",
+            )
+        }
+    })?;
+    Ok(b.map(|c| c as u8))
+}
+
+fn device_by_bus(bus: &[u8; 16]) -> Option<sys::CUdevice> {
+    let end = bus.iter().position(|&c| c == 0).unwrap_or(16);
+    let s = CString::new(&bus[..end]).ok()?;
+    let mut d: sys::CUdevice = 0;
+    guarded("cuDeviceGetByPCIBusId", || {
+        // SAFETY: `s` is NUL-terminated; writes one int.
+        unsafe {
+            check(
+                sys::cuDeviceGetByPCIBusId(&mut d, s.as_ptr()),
+                "cuDeviceGetByPCIBusId",
+            )
+        }
+    })
+    .ok()?;
+    Some(d)
+}
+
+fn can_access(a: sys::CUdevice, b: sys::CUdevice) -> bool {
+    if a == b {
+        return true;
+    }
+    let mut can = 0;
+    guarded("cuDeviceCanAccessPeer", || {
+        // SAFETY: writes one int; both are valid devices.
+        unsafe {
+            check(
+                sys::cuDeviceCanAccessPeer(&mut can, a, b),
+                "cuDeviceCanAccessPeer",
+            )
+        }
+    })
+    .is_ok()
+        && can == 1
+}
+
+fn shm_name() -> CString {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    CString::new(format!(
+        "/oxccl-gpu-{}-{:x}-{n}",
+        std::process::id(),
+        process_nonce() & 0xffff_ffff
+    ))
+    .unwrap_or_default()
+}
+
+/// Maps `len` bytes of the shm file `name` (created when `create`) read-write.
+fn shm_map(name: &CString, len: usize, create: bool) -> Result<usize> {
+    let flags = if create {
+        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL
+    } else {
+        libc::O_RDWR
+    };
+    let show = name.to_string_lossy();
+    // SAFETY: NUL-terminated name; plain flags.
+    let fd = unsafe { libc::shm_open(name.as_ptr(), flags, 0o600) };
+    if fd < 0 {
+        return Err(Error::system(format!(
+            "shm_open(/dev/shm{show}): {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let r = (|| {
+        if create {
+            // SAFETY: fd is ours; reserves the blocks so a full /dev/shm fails
+            // here, not with SIGBUS on first touch.
+            let e = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+            if e != 0 {
+                return Err(Error::system(format!(
+                    "cannot reserve {len} bytes in /dev/shm for the GPU ring's host window ({}): \
+                     /dev/shm is too small (containers: --shm-size or --ipc=host)",
+                    std::io::Error::from_raw_os_error(e)
+                )));
+            }
+        }
+        // SAFETY: maps a file we hold open; len is its size.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::system(format!(
+                "mmap of /dev/shm{show} ({len} bytes): {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(p as usize)
+    })();
+    // SAFETY: fd is ours; the mapping (if any) stays valid after close.
+    unsafe { libc::close(fd) };
+    if r.is_err() && create {
+        // SAFETY: NUL-terminated name of the file we created.
+        unsafe { libc::shm_unlink(name.as_ptr()) };
+    }
+    r
+}
+
+/// Registers host memory with CUDA (portable, device-mapped); its device address.
+fn host_register(addr: usize, len: usize) -> Result<u64> {
+    guarded("cuMemHostRegister", || {
+        let mut d: sys::CUdeviceptr = 0;
+        // SAFETY: [addr, addr+len) is a live mapping we own; registered once
+        // in this process (peers in this process use the owner's address).
+        unsafe {
+            check(
+                sys::cuMemHostRegister_v2(
+                    addr as *mut c_void,
+                    len,
+                    sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP,
+                ),
+                "cuMemHostRegister",
+            )?;
+            if let Err(e) = check(
+                sys::cuMemHostGetDevicePointer_v2(&mut d, addr as *mut c_void, 0),
+                "cuMemHostGetDevicePointer",
+            ) {
+                sys::cuMemHostUnregister(addr as *mut c_void);
+                return Err(e);
+            }
+        }
+        Ok(d)
+    })
+}
+
+fn dev_alloc_zeroed(bytes: usize) -> Result<u64> {
+    guarded("cuMemAlloc", || {
+        let mut p: sys::CUdeviceptr = 0;
+        // SAFETY: a context is current (the caller's scope); the memset covers
+        // the allocation and the synchronize completes it.
+        unsafe {
+            check(sys::cuMemAlloc_v2(&mut p, bytes.max(16)), "cuMemAlloc")?;
+            let r = check(sys::cuMemsetD8_v2(p, 0, bytes.max(16)), "cuMemsetD8")
+                .and_then(|_| check(sys::cuCtxSynchronize(), "cuCtxSynchronize"));
+            if let Err(e) = r {
+                sys::cuMemFree_v2(p);
+                return Err(e);
+            }
+        }
+        Ok(p)
+    })
+}
+
+impl Ring {
+    /// Sets up this rank's ring (collective: see the module doc). `ctx` is
+    /// this rank's (retained) context on device `dev`.
+    pub fn setup(
+        dev: sys::CUdevice,
+        ctx: sys::CUcontext,
+        rank: usize,
+        nranks: usize,
+        cfg: &RingConfig,
+        exchange: Exchange,
+    ) -> Result<Ring> {
+        let _scope = crate::capi::CtxScope::enter(ctx)?;
+        // Round 1: who.
+        let who = {
+            let r = bus_id(dev).map(|bus| Who {
+                ok: true,
+                boot: boot_id(),
+                nonce: process_nonce(),
+                ordinal: dev,
+                bus,
+                p2p_disable: cfg.p2p_disable,
+            });
+            let mine = match &r {
+                Ok(w) => w.encode(),
+                Err(_) => {
+                    let mut v = vec![0u8; Who::LEN];
+                    v[0] = 0;
+                    v
+                }
+            };
+            let all = exchange(&mine)?;
+            r?;
+            let mut v = Vec::with_capacity(nranks);
+            for (i, b) in all.iter().enumerate() {
+                let w = Who::decode(b, i)?;
+                if !w.ok {
+                    return Err(Error::remote(format!(
+                        "GPU ring setup: rank {i} could not read its GPU's PCI bus id"
+                    )));
+                }
+                v.push(w);
+            }
+            v
+        };
+        if who.len() != nranks {
+            return Err(Error::internal("GPU ring setup: wrong number of records"));
+        }
+        if let Some(r) = who.iter().position(|w| w.boot != who[rank].boot) {
+            return Err(Error::invalid_usage(format!(
+                "device buffers across hosts are not supported by oxccl yet: rank {r} is on \
+                 another host than rank {rank} (the GPU network transport is not done; use host \
+                 buffers for this communicator)"
+            )));
+        }
+        let same_process: Vec<bool> = who.iter().map(|w| w.nonce == who[rank].nonce).collect();
+        // Round 2: can this rank reach every GPU peer-to-peer?
+        let any_disable = who.iter().any(|w| w.p2p_disable);
+        let mut reach = !any_disable;
+        if reach {
+            for (i, w) in who.iter().enumerate() {
+                if i == rank {
+                    continue;
+                }
+                reach &= match device_by_bus(&w.bus) {
+                    Some(d) => can_access(dev, d),
+                    None => false,
+                };
+            }
+        }
+        let verdicts = exchange(&[reach as u8])?;
+        let kind = if verdicts.iter().all(|v| v.first() == Some(&1)) {
+            WindowKind::Device
+        } else {
+            WindowKind::Host
+        };
+        let common = RingCommon {
+            peers: 0,
+            state: 0,
+            ctrl: 0,
+            region: cfg.region(),
+            slot: cfg.slot as u64,
+            timeout_ns: cfg.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            nranks: nranks as u32,
+            rank: rank as u32,
+            nch: cfg.channels,
+            nslots: cfg.nslots,
+        };
+        let bytes = cfg.window_bytes(nranks);
+        let mut me = Ring {
+            kind,
+            ctx,
+            common,
+            local: Local::Device(0),
+            peers_buf: 0,
+            state: 0,
+            ctrl_host: std::ptr::null_mut(),
+            mappings: Vec::new(),
+            same_process,
+            bytes,
+        };
+        // Round 3: the window, its control words and counters; descriptors out.
+        let desc = agree("window", exchange, || me.make_window(nranks))?;
+        let all = exchange(&desc)?;
+        // Round 4: map every peer's window.
+        agree("mapping", exchange, || me.map_peers(&who, &all))?;
+        if let Local::Shm { name, unlinked, .. } = &mut me.local {
+            // Every peer has mapped it: the name is no longer needed, and a
+            // crash from here on leaves nothing behind in /dev/shm.
+            // SAFETY: NUL-terminated name of the file we created.
+            unsafe { libc::shm_unlink(name.as_ptr()) };
+            *unlinked = true;
+        }
+        Ok(me)
+    }
+
+    /// Allocates the window, counters and control words; this rank's descriptor.
+    fn make_window(&mut self, nranks: usize) -> Result<Vec<u8>> {
+        let n = nranks;
+        let nch = self.common.nch as usize;
+        self.state = dev_alloc_zeroed(2 * n * nch * 8)?;
+        let mut host: *mut c_void = std::ptr::null_mut();
+        guarded("cuMemHostAlloc", || {
+            // SAFETY: writes one pointer; 64 bytes of portable mapped pinned memory.
+            unsafe {
+                check(
+                    sys::cuMemHostAlloc(
+                        &mut host,
+                        64,
+                        sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
+                    ),
+                    "cuMemHostAlloc",
+                )
+            }
+        })?;
+        self.ctrl_host = host as *mut u32;
+        // SAFETY: 64 bytes just allocated.
+        unsafe { std::ptr::write_bytes(host as *mut u8, 0, 64) };
+        let mut dctrl: sys::CUdeviceptr = 0;
+        guarded("cuMemHostGetDevicePointer", || {
+            // SAFETY: `host` is mapped pinned memory.
+            unsafe {
+                check(
+                    sys::cuMemHostGetDevicePointer_v2(&mut dctrl, host, 0),
+                    "cuMemHostGetDevicePointer",
+                )
+            }
+        })?;
+        self.common.ctrl = dctrl;
+        self.common.state = self.state;
+        let len = self.bytes.max(16) as usize;
+        // Descriptor: kind, address (for ranks of this process), IPC handle, shm name.
+        let mut d = vec![0u8; 1 + 8 + 64 + 64];
+        match self.kind {
+            WindowKind::Device => {
+                let p = dev_alloc_zeroed(len)?;
+                self.local = Local::Device(p);
+                let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+                guarded("cuIpcGetMemHandle", || {
+                    // SAFETY: `p` is a cuMemAlloc allocation of this context.
+                    unsafe { check(sys::cuIpcGetMemHandle(&mut h, p), "cuIpcGetMemHandle") }
+                })?;
+                d[0] = 1;
+                d[1..9].copy_from_slice(&p.to_le_bytes());
+                for (o, c) in d[9..73].iter_mut().zip(h.reserved.iter()) {
+                    *o = *c as u8;
+                }
+            }
+            WindowKind::Host => {
+                let name = shm_name();
+                let addr = shm_map(&name, len, true)?;
+                self.local = Local::Shm {
+                    addr,
+                    len,
+                    name: name.clone(),
+                    unlinked: false,
+                };
+                let dp = host_register(addr, len)?;
+                d[0] = 2;
+                d[1..9].copy_from_slice(&dp.to_le_bytes());
+                let nb = name.as_bytes();
+                d[73..73 + nb.len().min(63)].copy_from_slice(&nb[..nb.len().min(63)]);
+            }
+        }
+        Ok(d)
+    }
+
+    /// Maps every peer's window and writes the device table of window addresses.
+    fn map_peers(&mut self, who: &[Who], all: &[Vec<u8>]) -> Result<()> {
+        let n = who.len();
+        let rank = self.common.rank as usize;
+        let mut table = vec![0u64; n];
+        for (i, d) in all.iter().enumerate() {
+            if d.len() != 137 {
+                return Err(Error::internal(format!(
+                    "GPU ring setup: rank {i}'s window descriptor has {} bytes",
+                    d.len()
+                )));
+            }
+            let addr = u64::from_le_bytes(d[1..9].try_into().unwrap_or_default());
+            if i == rank {
+                table[i] = addr;
+                continue;
+            }
+            let len = self.bytes.max(16) as usize;
+            table[i] = match (d[0], self.same_process[i]) {
+                (1, true) => {
+                    // Another rank of this process: its pointer, with peer access.
+                    if who[i].ordinal != who[rank].ordinal {
+                        self.enable_peer(who[i].ordinal)?;
+                    }
+                    addr
+                }
+                (1, false) => {
+                    let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+                    for (o, c) in h.reserved.iter_mut().zip(d[9..73].iter()) {
+                        *o = *c as std::ffi::c_char;
+                    }
+                    let mut p: sys::CUdeviceptr = 0;
+                    guarded("cuIpcOpenMemHandle", || {
+                        // SAFETY: a handle from cuIpcGetMemHandle of another
+                        // process on this host; writes one pointer.
+                        unsafe {
+                            check(
+                                sys::cuIpcOpenMemHandle_v2(
+                                    &mut p,
+                                    h,
+                                    sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+                                ),
+                                &format!("cuIpcOpenMemHandle (rank {i}'s window)"),
+                            )
+                        }
+                    })?;
+                    self.mappings.push(Mapping::Ipc(p));
+                    p
+                }
+                (2, true) => addr,
+                (2, false) => {
+                    let end = d[73..].iter().position(|&c| c == 0).unwrap_or(64);
+                    let name = CString::new(&d[73..73 + end])
+                        .map_err(|_| Error::internal("shm name with NUL"))?;
+                    let a = shm_map(&name, len, false)?;
+                    match host_register(a, len) {
+                        Ok(dp) => {
+                            self.mappings.push(Mapping::Shm { addr: a, len });
+                            dp
+                        }
+                        Err(e) => {
+                            // SAFETY: our mapping of `len` bytes, unused.
+                            unsafe { libc::munmap(a as *mut c_void, len) };
+                            return Err(e);
+                        }
+                    }
+                }
+                (k, _) => {
+                    return Err(Error::internal(format!(
+                        "GPU ring setup: rank {i} sent window kind {k}"
+                    )))
+                }
+            };
+        }
+        let p = dev_alloc_zeroed(n * 8)?;
+        self.peers_buf = p;
+        self.common.peers = p;
+        let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+        guarded("cuMemcpyHtoD", || {
+            // SAFETY: `p` holds n * 8 bytes.
+            unsafe {
+                check(
+                    sys::cuMemcpyHtoD_v2(p, bytes.as_ptr() as *const c_void, bytes.len()),
+                    "cuMemcpyHtoD",
+                )
+            }
+        })
+    }
+
+    fn enable_peer(&mut self, ordinal: i32) -> Result<()> {
+        let mut pctx: sys::CUcontext = std::ptr::null_mut();
+        guarded("cuDevicePrimaryCtxRetain", || {
+            // SAFETY: writes one handle for a device of this process.
+            unsafe {
+                check(
+                    sys::cuDevicePrimaryCtxRetain(&mut pctx, ordinal),
+                    "cuDevicePrimaryCtxRetain",
+                )
+            }
+        })?;
+        self.mappings.push(Mapping::Ctx(ordinal));
+        guarded("cuCtxEnablePeerAccess", || {
+            // SAFETY: our context is current (setup's scope); pctx is retained.
+            let r = unsafe { sys::cuCtxEnablePeerAccess(pctx, 0) };
+            if r == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                return Ok(());
+            }
+            check(r, "cuCtxEnablePeerAccess")
+        })
+    }
+
+    /// Where the windows live.
+    pub fn kind(&self) -> WindowKind {
+        self.kind
+    }
+
+    /// Whether rank `r` runs in this process.
+    pub fn same_process(&self, r: usize) -> bool {
+        self.same_process.get(r).copied().unwrap_or(false)
+    }
+
+    /// Channels of the window.
+    pub fn channels(&self) -> u32 {
+        self.common.nch
+    }
+
+    /// Device and pinned bytes this rank holds for the ring.
+    pub fn footprint(&self) -> u64 {
+        self.bytes + 2 * self.common.nranks as u64 * self.common.nch as u64 * 8 + 64
+    }
+
+    /// Tells the kernels of this rank to stop (`ncclCommAbort`): their waits
+    /// end within about a millisecond.
+    pub fn abort(&self) {
+        if !self.ctrl_host.is_null() {
+            // SAFETY: the first of our 16 control words; the GPU reads it.
+            unsafe { std::ptr::write_volatile(self.ctrl_host, 1) };
+        }
+    }
+
+    /// The error a kernel of this rank recorded, if any.
+    pub fn error(&self) -> Option<Error> {
+        if self.ctrl_host.is_null() {
+            return None;
+        }
+        // SAFETY: words 1..4 of our control block, written by the GPU.
+        let (code, peer, ch) = unsafe {
+            (
+                std::ptr::read_volatile(self.ctrl_host.add(1)),
+                std::ptr::read_volatile(self.ctrl_host.add(2)),
+                std::ptr::read_volatile(self.ctrl_host.add(3)),
+            )
+        };
+        match code {
+            0 => None,
+            1 => Some(Error::new(
+                ErrorKind::Remote,
+                format!(
+                    "a GPU collective waited for rank {peer} (channel {ch}) longer than the \
+                     timeout ({:.0} s, OXCCL_TIMEOUT_MS): that rank did not make the matching \
+                     call, or died",
+                    self.common.timeout_ns as f64 / 1e9
+                ),
+            )),
+            _ => Some(Error::remote(format!(
+                "GPU collective ended by error code {code} (peer {peer}, channel {ch})"
+            ))),
+        }
+    }
+
+    /// Whether the communicator was aborted.
+    pub fn aborted(&self) -> bool {
+        // SAFETY: word 0 of our control block.
+        !self.ctrl_host.is_null() && unsafe { std::ptr::read_volatile(self.ctrl_host) } != 0
+    }
+
+    /// A collective's arguments (the caller fills the scalar fields).
+    pub fn args(&self, mode: u32, input: u64, output: u64, count: u64, root: u32) -> RingArgs {
+        RingArgs {
+            c: self.common,
+            input,
+            output,
+            count,
+            scale: 1.0 / self.common.nranks as f64,
+            iscale: 0,
+            scalar_ptr: 0,
+            mode,
+            root,
+        }
+    }
+
+    /// The launches of a group's sends and receives with other ranks
+    /// (`(peer, pointer, bytes)`): the k-th launch carries the k-th send
+    /// and the k-th receive with each peer, so every launch's partners are
+    /// in the peers' launch of the same index.
+    pub fn p2p_launches(
+        &self,
+        sends: &[(usize, u64, usize)],
+        recvs: &[(usize, u64, usize)],
+    ) -> Result<Vec<(u32, P2pArgs)>> {
+        let n = self.common.nranks as usize;
+        let mut per: Vec<Vec<P2pOp>> = Vec::new();
+        let mut seen = vec![[0usize; 2]; n];
+        for (dir, list) in [(0u32, sends), (1u32, recvs)] {
+            for &(peer, ptr, bytes) in list {
+                if bytes == 0 {
+                    continue;
+                }
+                let k = seen[peer][dir as usize];
+                seen[peer][dir as usize] += 1;
+                if per.len() <= k {
+                    per.push(Vec::new());
+                }
+                per[k].push(P2pOp {
+                    ptr,
+                    bytes: bytes as u64,
+                    peer: peer as u32,
+                    recv: dir,
+                    nch: p2p_channels(bytes as u64, self.common.nch),
+                    pad: 0,
+                });
+            }
+        }
+        let mut out = Vec::new();
+        for ops in per {
+            for chunk in ops.chunks(P2P_MAX_OPS) {
+                if chunk.len() < ops.len() {
+                    return Err(Error::invalid_usage(format!(
+                        "more than {P2P_MAX_OPS} sends and receives with distinct peers in one \
+                         group on device buffers are not supported by oxccl yet ({} here)",
+                        ops.len()
+                    )));
+                }
+                let mut a = P2pArgs {
+                    c: self.common,
+                    nops: chunk.len() as u32,
+                    nitems: 0,
+                    ops: [P2pOp::default(); P2P_MAX_OPS],
+                };
+                for (d, s) in a.ops.iter_mut().zip(chunk) {
+                    *d = *s;
+                    a.nitems += s.nch;
+                }
+                out.push((p2p_blocks(a.nitems), a));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Launches a ring collective (the context that owns `f` and `stream` must be current).
+///
+/// # Safety
+/// `args` must come from [`Ring::args`] of a live ring, with input and
+/// output device memory of this GPU that holds what the mode reads and
+/// writes, and every other rank must make the matching call.
+pub unsafe fn launch_ring(
+    f: sys::CUfunction,
+    blocks: u32,
+    stream: sys::CUstream,
+    args: RingArgs,
+) -> Result<()> {
+    let mut a = args;
+    let mut params = [&mut a as *mut RingArgs as *mut c_void];
+    guarded("cuLaunchKernel", || {
+        // SAFETY: the kernel takes one RingArgs by value (repr(C) layout);
+        // the caller vouches for the pointers.
+        unsafe {
+            check(
+                sys::cuLaunchKernel(
+                    f,
+                    blocks,
+                    1,
+                    1,
+                    THREADS,
+                    1,
+                    1,
+                    0,
+                    stream,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ),
+                "cuLaunchKernel(ring)",
+            )
+        }
+    })
+}
+
+/// Launches `oxccl_ring_p2p`.
+///
+/// # Safety
+/// As [`launch_ring`], for the operations' buffers.
+pub unsafe fn launch_p2p(
+    f: sys::CUfunction,
+    blocks: u32,
+    stream: sys::CUstream,
+    args: &P2pArgs,
+) -> Result<()> {
+    let mut a = *args;
+    let mut params = [&mut a as *mut P2pArgs as *mut c_void];
+    guarded("cuLaunchKernel", || {
+        // SAFETY: the kernel takes one P2pArgs by value (repr(C) layout);
+        // the driver copies the parameters at launch.
+        unsafe {
+            check(
+                sys::cuLaunchKernel(
+                    f,
+                    blocks,
+                    1,
+                    1,
+                    THREADS,
+                    1,
+                    1,
+                    0,
+                    stream,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ),
+                "cuLaunchKernel(ring p2p)",
+            )
+        }
+    })
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: everything freed here was allocated or opened by this value,
+        // once; errors are ignored in drop. Our context is made current for
+        // the device frees and restored after.
+        unsafe {
+            let mut saved: sys::CUcontext = std::ptr::null_mut();
+            sys::cuCtxGetCurrent(&mut saved);
+            if sys::cuCtxSetCurrent(self.ctx) == CUresult::CUDA_SUCCESS {
+                sys::cuCtxSynchronize();
+                for m in self.mappings.drain(..) {
+                    match m {
+                        Mapping::Ipc(p) => {
+                            sys::cuIpcCloseMemHandle(p);
+                        }
+                        Mapping::Shm { addr, len } => {
+                            sys::cuMemHostUnregister(addr as *mut c_void);
+                            libc::munmap(addr as *mut c_void, len);
+                        }
+                        Mapping::Ctx(d) => {
+                            sys::cuDevicePrimaryCtxRelease_v2(d);
+                        }
+                    }
+                }
+                match &self.local {
+                    Local::Device(p) if *p != 0 => {
+                        sys::cuMemFree_v2(*p);
+                    }
+                    Local::Shm {
+                        addr,
+                        len,
+                        name,
+                        unlinked,
+                    } => {
+                        sys::cuMemHostUnregister(*addr as *mut c_void);
+                        libc::munmap(*addr as *mut c_void, *len);
+                        if !unlinked {
+                            libc::shm_unlink(name.as_ptr());
+                        }
+                    }
+                    _ => {}
+                }
+                for p in [self.peers_buf, self.state] {
+                    if p != 0 {
+                        sys::cuMemFree_v2(p);
+                    }
+                }
+                if !self.ctrl_host.is_null() {
+                    sys::cuMemFreeHost(self.ctrl_host as *mut c_void);
+                }
+            }
+            sys::cuCtxSetCurrent(saved);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_match_the_kernel() {
+        assert_eq!(std::mem::size_of::<RingCommon>(), 64);
+        assert_eq!(std::mem::size_of::<RingArgs>(), 120);
+        assert_eq!(std::mem::size_of::<P2pOp>(), 32);
+        assert_eq!(std::mem::size_of::<P2pArgs>(), 64 + 8 + 32 * P2P_MAX_OPS);
+        assert!(std::mem::size_of::<P2pArgs>() <= 4096);
+    }
+
+    #[test]
+    fn config_from_buffsize() {
+        let c = RingConfig::new(false, 4 << 20, None, None, Duration::from_secs(1));
+        assert_eq!((c.slot, c.nslots, c.channels), (256 << 10, 4, 16));
+        let c = RingConfig::new(false, 1024, Some(40), None, Duration::from_secs(1));
+        assert_eq!((c.slot, c.channels), (16 << 10, MAX_CHANNELS));
+        let c = RingConfig::new(true, (256 << 10) + 7, None, Some(4), Duration::from_secs(1));
+        assert_eq!((c.slot % 16, c.channels), (0, 4));
+        assert_eq!(c.window_bytes(1), 0);
+        assert_eq!(c.window_bytes(3), 2 * 4 * (HDR_BYTES + 4 * c.slot as u64));
+    }
+
+    #[test]
+    fn channel_counts() {
+        assert_eq!(coll_channels(0, 16), 1);
+        assert_eq!(coll_channels(8, 16), 1);
+        assert_eq!(coll_channels(64 << 10, 16), 1);
+        assert_eq!(coll_channels((64 << 10) + 1, 16), 2);
+        assert_eq!(coll_channels(1 << 30, 16), 16);
+        assert_eq!(coll_channels(1 << 30, 0), 1);
+        assert_eq!(p2p_channels(1, 16), 1);
+        assert_eq!(p2p_channels(1 << 30, 32), 16);
+        assert_eq!(p2p_blocks(64 * 16), P2P_MAX_BLOCKS);
+        // Every block serves at most 16 items (RING_P2P_MAX_ITEMS).
+        assert!((P2P_MAX_OPS as u32 * 16).div_ceil(P2P_MAX_BLOCKS) <= 16);
+    }
+}

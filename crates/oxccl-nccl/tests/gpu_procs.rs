@@ -1,0 +1,481 @@
+//! One process per rank (torchrun style) on device buffers, through the C
+//! API: the GPU ring path over CUDA IPC (or pinned host memory with
+//! `NCCL_P2P_DISABLE=1`).
+//!
+//! The test starts its own ranks as child processes (this test binary again,
+//! `--exact child_rank`, with the rank and the unique id in the
+//! environment). Each child takes GPU `rank % gpus`, so 4 ranks on the
+//! 2-GPU machine put two ranks on each GPU and exercise a 4-rank ring.
+//! Every case runs the collective on device buffers and the same collective
+//! on host copies through oxccl's host backend (the reference), and compares
+//! the bytes: inputs are small integers, so every sum, product, average and
+//! PreMulSum is exact in every type and any reduction order gives the same
+//! bits.
+//!
+//! Without two GPUs it prints `SKIPPED: ...` and passes (CI).
+
+#![allow(clippy::needless_range_loop)]
+
+use nccl::abi::*;
+use nccl::*;
+use oxccl_core::float as fl;
+use oxccl_cuda::capi;
+use std::ffi::c_void;
+use std::process::Command;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+const TYPES: &[(i32, &str, usize)] = &[
+    (0, "int8", 1),
+    (1, "uint8", 1),
+    (2, "int32", 4),
+    (3, "uint32", 4),
+    (4, "int64", 8),
+    (5, "uint64", 8),
+    (6, "float16", 2),
+    (7, "float32", 4),
+    (8, "float64", 8),
+    (9, "bfloat16", 2),
+    (10, "fp8e4m3", 1),
+    (11, "fp8e5m2", 1),
+];
+const OPS: &[(i32, &str)] = &[(0, "sum"), (1, "prod"), (2, "max"), (3, "min"), (4, "avg")];
+
+fn ok(r: ncclResult_t, what: &str) {
+    assert_eq!(r, ncclSuccess, "{what}: {:?}", unsafe {
+        std::ffi::CStr::from_ptr(ncclGetLastError(null_mut()))
+    });
+}
+
+fn skip_notice(msg: &str) {
+    eprintln!("{msg}");
+    println!("{msg}");
+}
+
+fn gpus() -> usize {
+    match oxccl_cuda::Gpu::count() {
+        Ok(n) => n,
+        Err(e) => {
+            skip_notice(&format!("SKIPPED: no GPU ({})", e.message()));
+            0
+        }
+    }
+}
+
+/// The value of element `i` on rank `r`: a small integer (0..=3) encoded in
+/// type `t`, so every reduction over up to 4 ranks is exact.
+fn encode(t: i32, v: u8, out: &mut Vec<u8>) {
+    let f = v as f32;
+    match t {
+        0 | 1 => out.push(v),
+        2 | 3 => out.extend_from_slice(&(v as u32).to_le_bytes()),
+        4 | 5 => out.extend_from_slice(&(v as u64).to_le_bytes()),
+        6 => out.extend_from_slice(&fl::f32_to_f16(f).to_le_bytes()),
+        7 => out.extend_from_slice(&f.to_le_bytes()),
+        8 => out.extend_from_slice(&(v as f64).to_le_bytes()),
+        9 => out.extend_from_slice(&fl::f32_to_bf16(f).to_le_bytes()),
+        10 => out.push(fl::f32_to_e4m3(f)),
+        11 => out.push(fl::f32_to_e5m2(f)),
+        _ => unreachable!(),
+    }
+}
+
+fn input(t: i32, n: usize, rank: usize, salt: usize) -> Vec<u8> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        // 1..=3 keeps products away from 0 (so a wrong operand shows) and
+        // small (3^4 = 81 fits every type exactly).
+        encode(t, ((i * 7 + rank * 3 + salt) % 3 + 1) as u8, &mut v);
+    }
+    v
+}
+
+struct Dev {
+    p: *mut c_void,
+    len: usize,
+}
+
+impl Dev {
+    fn new(len: usize) -> Dev {
+        let mut p: *mut c_void = null_mut();
+        ok(
+            unsafe { ncclMemAlloc(&mut p, len.max(1) + 16) },
+            "ncclMemAlloc",
+        );
+        Dev { p, len }
+    }
+    fn put(&self, b: &[u8]) {
+        assert!(b.len() <= self.len);
+        capi::copy_to_device(self.p as u64, b).unwrap();
+    }
+    fn get(&self, n: usize) -> Vec<u8> {
+        let mut v = vec![0u8; n];
+        capi::copy_from_device(&mut v, self.p as u64).unwrap();
+        v
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        unsafe { ncclMemFree(self.p) };
+    }
+}
+
+/// One rank's sweep; returns the number of cases checked.
+fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
+    let mut cases = 0;
+    let host_sync = || capi::synchronize_current().unwrap();
+    let only = std::env::var("OXCCL_TEST_TYPES").unwrap_or_default();
+    for &count in counts {
+        for &(t, tname, sz) in TYPES {
+            if !only.is_empty() && !only.split(',').any(|x| x == tname) {
+                continue;
+            }
+            let bytes = count * sz;
+            let total = bytes * n;
+            let sb = Dev::new(total);
+            let rb = Dev::new(total);
+            let ctx = |what: &str| format!("rank {rank} {what} {tname} count {count}");
+            // Reductions: all-reduce, reduce-scatter, reduce.
+            for &(op, oname) in OPS {
+                // all-reduce (out of place; in place every other type)
+                let inp = input(t, count, rank, op as usize);
+                sb.put(&inp);
+                let in_place = t % 2 == 0;
+                let dst = if in_place { sb.p } else { rb.p };
+                ok(
+                    unsafe { ncclAllReduce(sb.p, dst, count, t, op, comm, null_mut()) },
+                    "ncclAllReduce",
+                );
+                host_sync();
+                let got = if in_place {
+                    sb.get(bytes)
+                } else {
+                    rb.get(bytes)
+                };
+                let mut want = vec![0u8; bytes];
+                ok(
+                    unsafe {
+                        ncclAllReduce(
+                            inp.as_ptr() as *const c_void,
+                            want.as_mut_ptr() as *mut c_void,
+                            count,
+                            t,
+                            op,
+                            comm,
+                            null_mut(),
+                        )
+                    },
+                    "host ncclAllReduce",
+                );
+                assert!(got == want, "{} {oname}", ctx("all_reduce"));
+                // reduce-scatter
+                let inp = input(t, count * n, rank, op as usize + 1);
+                sb.put(&inp);
+                ok(
+                    unsafe { ncclReduceScatter(sb.p, rb.p, count, t, op, comm, null_mut()) },
+                    "ncclReduceScatter",
+                );
+                host_sync();
+                let got = rb.get(bytes);
+                let mut want = vec![0u8; bytes];
+                ok(
+                    unsafe {
+                        ncclReduceScatter(
+                            inp.as_ptr() as *const c_void,
+                            want.as_mut_ptr() as *mut c_void,
+                            count,
+                            t,
+                            op,
+                            comm,
+                            null_mut(),
+                        )
+                    },
+                    "host ncclReduceScatter",
+                );
+                assert!(got == want, "{} {oname}", ctx("reduce_scatter"));
+                // reduce to the last rank
+                let root = n - 1;
+                let inp = input(t, count, rank, op as usize + 2);
+                sb.put(&inp);
+                ok(
+                    unsafe { ncclReduce(sb.p, rb.p, count, t, op, root as i32, comm, null_mut()) },
+                    "ncclReduce",
+                );
+                host_sync();
+                let mut want = vec![0u8; bytes];
+                ok(
+                    unsafe {
+                        ncclReduce(
+                            inp.as_ptr() as *const c_void,
+                            want.as_mut_ptr() as *mut c_void,
+                            count,
+                            t,
+                            op,
+                            root as i32,
+                            comm,
+                            null_mut(),
+                        )
+                    },
+                    "host ncclReduce",
+                );
+                if rank == root {
+                    assert!(rb.get(bytes) == want, "{} {oname}", ctx("reduce"));
+                }
+                cases += 3;
+            }
+            // Copies: all-gather, broadcast, all-to-all, send/receive ring shift.
+            let inp = input(t, count, rank, 5);
+            sb.put(&inp);
+            ok(
+                unsafe { ncclAllGather(sb.p, rb.p, count, t, comm, null_mut()) },
+                "ncclAllGather",
+            );
+            host_sync();
+            let mut want = Vec::new();
+            for q in 0..n {
+                want.extend(input(t, count, q, 5));
+            }
+            assert!(rb.get(total) == want, "{}", ctx("all_gather"));
+            let root = 1 % n;
+            ok(
+                unsafe { ncclBroadcast(sb.p, rb.p, count, t, root as i32, comm, null_mut()) },
+                "ncclBroadcast",
+            );
+            host_sync();
+            assert!(
+                rb.get(bytes) == input(t, count, root, 5),
+                "{}",
+                ctx("broadcast")
+            );
+            let all = input(t, count * n, rank, 6);
+            sb.put(&all);
+            ok(
+                unsafe { ncclAlltoAll(sb.p, rb.p, count, t, comm, null_mut()) },
+                "ncclAlltoAll",
+            );
+            host_sync();
+            let mut want = Vec::new();
+            for q in 0..n {
+                let theirs = input(t, count * n, q, 6);
+                want.extend_from_slice(&theirs[rank * bytes..(rank + 1) * bytes]);
+            }
+            assert!(rb.get(total) == want, "{}", ctx("alltoall"));
+            sb.put(&inp);
+            ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+            ok(
+                unsafe { ncclSend(sb.p, count, t, ((rank + 1) % n) as i32, comm, null_mut()) },
+                "ncclSend",
+            );
+            ok(
+                unsafe {
+                    ncclRecv(
+                        rb.p,
+                        count,
+                        t,
+                        ((rank + n - 1) % n) as i32,
+                        comm,
+                        null_mut(),
+                    )
+                },
+                "ncclRecv",
+            );
+            ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+            host_sync();
+            assert!(
+                rb.get(bytes) == input(t, count, (rank + n - 1) % n, 5),
+                "{}",
+                ctx("sendrecv")
+            );
+            cases += 4;
+        }
+    }
+    cases
+}
+
+/// The child's body: runs only when started by a parent test.
+#[test]
+fn child_rank() {
+    let Ok(rank) = std::env::var("OXCCL_TEST_RANK") else {
+        return;
+    };
+    let rank: usize = rank.parse().unwrap();
+    let n: usize = std::env::var("OXCCL_TEST_NRANKS").unwrap().parse().unwrap();
+    let hex = std::env::var("OXCCL_TEST_ID").unwrap();
+    let counts: Vec<usize> = std::env::var("OXCCL_TEST_COUNTS")
+        .unwrap()
+        .split(',')
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let g = oxccl_cuda::Gpu::count().unwrap();
+    capi::use_device((rank % g) as i32).unwrap();
+    let mut id = ncclUniqueId::default();
+    for (i, b) in id.internal.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap() as _;
+    }
+    let mut comm: ncclComm_t = null_mut();
+    let t0 = Instant::now();
+    ok(
+        unsafe { ncclCommInitRank(&mut comm, n as i32, id, rank as i32) },
+        "ncclCommInitRank",
+    );
+    eprintln!("rank {rank}: init {:.2} s", t0.elapsed().as_secs_f64());
+    if std::env::var("OXCCL_TEST_MODE").is_ok_and(|m| m == "missing_peer") {
+        missing_peer(comm, rank);
+        return;
+    }
+    let t0 = Instant::now();
+    let cases = sweep(comm, rank, n, &counts);
+    let mut err = 0;
+    ok(
+        unsafe { ncclCommGetAsyncError(comm, &mut err) },
+        "ncclCommGetAsyncError",
+    );
+    assert_eq!(err, ncclSuccess);
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    println!(
+        "CHILD OK rank {rank}: {cases} cases in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// Rank 1 never makes the call: rank 0's all-reduce must end on the GPU
+/// with a remote error (OXCCL_TIMEOUT_MS) reported by
+/// ncclCommGetAsyncError, and abort must return.
+fn missing_peer(comm: ncclComm_t, rank: usize) {
+    if rank != 0 {
+        std::thread::sleep(Duration::from_secs(15));
+        ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
+        println!("CHILD OK rank {rank}: stayed away");
+        return;
+    }
+    let b = Dev::new(4096);
+    let t0 = Instant::now();
+    ok(
+        unsafe { ncclAllReduce(b.p, b.p, 1024, 7, 0, comm, null_mut()) },
+        "ncclAllReduce",
+    );
+    let mut err = ncclSuccess;
+    while err == ncclSuccess && t0.elapsed() < Duration::from_secs(12) {
+        ok(
+            unsafe { ncclCommGetAsyncError(comm, &mut err) },
+            "ncclCommGetAsyncError",
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(err, ncclRemoteError, "after {secs:.1} s");
+    let msg = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }
+        .to_string_lossy()
+        .into_owned();
+    assert!(msg.contains("rank 1"), "{msg}");
+    // The kernel has ended: the stream completes.
+    capi::synchronize_current().unwrap();
+    ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
+    println!("CHILD OK rank 0: remote error after {secs:.1} s: {msg}");
+}
+
+fn run_ranks(n: usize, counts: &str, env: &[(&str, &str)]) {
+    let mut id = ncclUniqueId::default();
+    ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
+    let hex: String = id
+        .internal
+        .iter()
+        .map(|b| format!("{:02x}", *b as u8))
+        .collect();
+    let exe = std::env::current_exe().unwrap();
+    let mut kids = Vec::new();
+    for r in 0..n {
+        let mut c = Command::new(&exe);
+        c.args(["--exact", "child_rank", "--nocapture", "--test-threads=1"])
+            .env("OXCCL_TEST_RANK", r.to_string())
+            .env("OXCCL_TEST_NRANKS", n.to_string())
+            .env("OXCCL_TEST_ID", &hex)
+            .env("OXCCL_TEST_COUNTS", counts);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        kids.push(c.spawn().unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut failed = Vec::new();
+    for (r, mut k) in kids.into_iter().enumerate() {
+        loop {
+            if let Some(st) = k.try_wait().unwrap() {
+                if !st.success() {
+                    failed.push(format!("rank {r}: {st}"));
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = k.kill();
+                failed.push(format!("rank {r}: killed after 600 s"));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert!(failed.is_empty(), "{failed:?}");
+}
+
+const COUNTS: &str = "0,1,5,4099,70001";
+
+#[test]
+fn two_processes_two_gpus_every_collective_type_and_op() {
+    if gpus() < 2 {
+        return;
+    }
+    run_ranks(2, COUNTS, &[]);
+}
+
+#[test]
+fn two_processes_large_messages() {
+    if gpus() < 2 {
+        return;
+    }
+    // 48 Mi elements: many rounds of every channel's slots.
+    run_ranks(
+        2,
+        "12582917",
+        &[("OXCCL_TEST_TYPES", "float32,bfloat16,int8")],
+    );
+}
+
+#[test]
+fn two_processes_through_host_memory() {
+    if gpus() < 2 {
+        return;
+    }
+    run_ranks(2, "0,1,4099,300007", &[("NCCL_P2P_DISABLE", "1")]);
+}
+
+#[test]
+fn four_processes_two_per_gpu() {
+    if gpus() < 2 {
+        return;
+    }
+    run_ranks(4, "0,1,4099,70001", &[]);
+}
+
+#[test]
+fn three_processes_ring() {
+    if gpus() < 2 {
+        return;
+    }
+    run_ranks(3, "7,65537", &[]);
+}
+
+#[test]
+fn a_missing_peer_is_a_remote_error_not_a_hang() {
+    if gpus() < 2 {
+        return;
+    }
+    run_ranks(
+        2,
+        "1",
+        &[
+            ("OXCCL_TEST_MODE", "missing_peer"),
+            ("OXCCL_TIMEOUT_MS", "3000"),
+        ],
+    );
+}
