@@ -3,11 +3,13 @@
 //! `oxccl perf <collective>` benchmarks and checks collectives with
 //! nccl-tests' flags and table (see [`perf`]); `oxccl plot` draws its JSON
 //! (or nccl-tests' text output) as an SVG (see [`plot`]); `oxccl doctor`
-//! checks the machine and says how to fix what is wrong (see [`doctor`]).
+//! checks the machine and says how to fix what is wrong (see [`doctor`]);
+//! `oxccl topo` prints the machine's topology and the plan on it (see [`topo`]).
 
 mod doctor;
 mod perf;
 mod plot;
+mod topo;
 
 use clap::{Parser, Subcommand};
 
@@ -35,6 +37,8 @@ enum Cmd {
     Plot(plot::PlotArgs),
     /// Find what is wrong with this machine for collective communication, and how to fix it
     Doctor(doctor::DoctorArgs),
+    /// Print the machine's topology as a tree and a matrix, with the rings and trees planned on it; dump or read it as XML
+    Topo(topo::TopoArgs),
 }
 
 /// Clap's error on one line: its message lines up to the usage, joined.
@@ -70,6 +74,7 @@ fn main() {
                         Some("perf") => "oxccl perf --help",
                         Some("plot") => "oxccl plot --help",
                         Some("doctor") => "oxccl doctor --help",
+                        Some("topo") => "oxccl topo --help",
                         _ => "oxccl --help",
                     };
                     eprintln!("oxccl: {} (see '{sub}')", one_line(&e));
@@ -82,6 +87,7 @@ fn main() {
         Cmd::Perf(a) => perf::main(&a),
         Cmd::Plot(a) => plot::main(&a),
         Cmd::Doctor(a) => doctor::main(&a),
+        Cmd::Topo(a) => topo::main(&a),
     };
     std::process::exit(code);
 }

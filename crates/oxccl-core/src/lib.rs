@@ -14,6 +14,7 @@ pub mod logfmt;
 pub mod params;
 pub mod reduce;
 pub mod schedule;
+pub mod topo;
 pub mod tuner;
 pub mod types;
 

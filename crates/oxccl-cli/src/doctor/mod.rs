@@ -12,6 +12,7 @@
 //! bad command line.
 
 mod checks;
+mod gpu;
 mod probe;
 mod system;
 
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+pub use probe::{run_sub, CHILD_TIMEOUT};
 pub use system::System;
 
 /// How a check came out.
@@ -83,8 +85,9 @@ impl Check {
 #[command(
     about = "Find what is wrong with this machine for collective communication, and say how to fix it",
     after_help = "Checks: environment variables, shared memory and limits, container, network \
-interfaces and NCCL_SOCKET_IFNAME, InfiniBand, CUDA driver and NVRTC, NCCL libraries, and \
-TCP reachability of --peers. Exit status: 0 when no check failed, 1 when any did (✘), 2 for a \
+interfaces and NCCL_SOCKET_IFNAME, InfiniBand, CUDA driver and NVRTC, NCCL libraries, GPU \
+topology (P2P, NVLink, PCIe, NUMA, ACS), PyTorch, TCP reachability of --peers, and with --bench a \
+short all_reduce. Exit status: 0 when no check failed, 1 when any did (✘), 2 for a \
 bad command line."
 )]
 pub struct DoctorArgs {
@@ -100,6 +103,9 @@ pub struct DoctorArgs {
     /// Peers to test TCP reachability of: host[:port],... (port default: NCCL_COMM_ID's, else 29500)
     #[arg(long, value_name = "HOST[:PORT],...", value_delimiter = ',')]
     pub peers: Vec<String>,
+    /// Also run a short all_reduce over CPU ranks (threads), checked and timed against the tuner's model
+    #[arg(long)]
+    pub bench: bool,
     /// Internal: dlopen PATH, print its ncclGetVersion and exit
     #[arg(long, value_name = "PATH", hide = true)]
     pub probe_nccl: Option<PathBuf>,
@@ -153,6 +159,56 @@ fn run_all(sys: &System, a: &DoctorArgs) -> Vec<Check> {
     all.extend(checks::network(&facts.net));
     all.extend(checks::driver(&facts.driver));
     all.extend(checks::nccl_libraries(&facts.nccl));
+    // GPU topology: the same detection as `oxccl topo` (NCCL_TOPO_FILE honoured).
+    let loaded = crate::topo::load(sys, None);
+    let (topo, source, nvml) = match loaded {
+        Ok(l) => {
+            let nvml = match &l.nv {
+                Some(crate::topo::nvml::NvSource::Unavailable(e)) => Err(e.clone()),
+                Some(nv) => Ok(nv.describe()),
+                None => Ok("NVLink and P2P as recorded in the file".to_string()),
+            };
+            (Ok(l.topo), l.source, nvml)
+        }
+        Err(e) => (Err(e), String::new(), Err("no topology".to_string())),
+    };
+    let ngpus = topo.as_ref().map_or(0, |t| t.gpus().len());
+    let nvlinks = topo.as_ref().map_or(0, |t| {
+        t.gpus()
+            .iter()
+            .map(|g| g.gpu.nvlinks.iter().map(|l| l.count).sum::<u32>())
+            .max()
+            .unwrap_or(0)
+    });
+    all.extend(gpu::topology(&gpu::TopoFacts {
+        topo,
+        source,
+        nvml,
+        cmdline: sys.read("/proc/cmdline"),
+    }));
+    let torch = if sys.is_real() {
+        gpu::torch_facts()
+    } else {
+        gpu::TorchFacts::NotRun("not run under --sysroot (it asks python3 on this machine)".into())
+    };
+    all.push(gpu::pytorch(&torch, ngpus));
+    if a.bench {
+        // 4 ranks (fewer on small machines) × 8 MiB: ~100 ms on two cores.
+        let ranks = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(2, 4);
+        let bytes = 8 << 20;
+        let (result, wrong) = gpu::run_bench(ranks, bytes);
+        all.extend(gpu::bench(&gpu::BenchFacts {
+            ranks,
+            bytes,
+            result,
+            wrong,
+            model: gpu::model_time(ranks, bytes),
+            gpus: ngpus,
+            nvlinks,
+        }));
+    }
     if !a.peers.is_empty() {
         let default_port = checks::default_peer_port(sys.var("NCCL_COMM_ID"));
         let results = probe::reach_peers(&a.peers, default_port);

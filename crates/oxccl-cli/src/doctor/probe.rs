@@ -248,11 +248,17 @@ fn gather_net(sys: &System, p: &Params, ib_devices: Vec<String>) -> NetFacts {
 
 // ---------------------------------------------------------------- children
 
-/// Runs this executable with `args`, waits at most `timeout`; its stdout, or why not.
+/// Runs `oxccl doctor ARGS`, waits at most `timeout`; its stdout, or why not.
 fn run_child(args: &[&std::ffi::OsStr], timeout: Duration) -> Result<String, String> {
+    run_sub("doctor", args, timeout)
+}
+
+/// Runs this executable with subcommand `sub` and `args`, waits at most
+/// `timeout` (then kills it); its stdout, or why not.
+pub fn run_sub(sub: &str, args: &[&std::ffi::OsStr], timeout: Duration) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
     let mut child = Command::new(exe)
-        .arg("doctor")
+        .arg(sub)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,0 +1,579 @@
+//! The GPU checks: topology (P2P matrix, NVLink counts, PCIe paths, NUMA,
+//! ACS/IOMMU), PyTorch's view of CUDA and NCCL, and `--bench` (a short
+//! all_reduce over CPU ranks, checked and timed against the tuner's model).
+//! Deciding is pure ([`topology`], [`pytorch`], [`bench`] take facts);
+//! gathering ([`torch_facts`], [`run_bench`]) is thin and bounded in time.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use oxccl_core::topo::{self, P2pStatus, Path, Topology};
+
+use super::{Check, Status};
+
+const TOPO: &str = "GPU topology";
+const TORCH: &str = "PyTorch";
+const BENCH: &str = "Bench";
+
+/// What one NVLink moves per direction on H100/H200 (NVLink 4: 26.5625 GB/s).
+const NVLINK_GBPS: f64 = 26.5625;
+/// Share of raw NVLink bandwidth a good all_reduce reaches as bus bandwidth
+/// (NCCL on NV18 H100/H200: ~300–360 GB/s of 478 raw): 18 links → ≥ 300 GB/s.
+const NVLINK_EFFICIENCY: f64 = 0.63;
+
+/// What the topology check judges.
+#[derive(Debug, Clone)]
+pub struct TopoFacts {
+    /// The topology, or why there is none (a bad NCCL_TOPO_FILE).
+    pub topo: Result<Topology, String>,
+    /// Where it came from.
+    pub source: String,
+    /// Where NVLink/P2P came from, or why they are unknown.
+    pub nvml: Result<String, String>,
+    /// The kernel command line (IOMMU settings), when readable.
+    pub cmdline: Option<String>,
+}
+
+fn matrix_text(t: &Topology) -> String {
+    let g = t.gpus();
+    let m = t.matrix();
+    let mut s = String::from("      ");
+    for i in 0..g.len() {
+        let _ = write!(s, "{:<6}", format!("GPU{i}"));
+    }
+    s.push_str("NUMA  P2P");
+    for (i, gi) in g.iter().enumerate() {
+        let _ = write!(s, "\n{:<6}", format!("GPU{i}"));
+        for p in &m[i] {
+            let _ = write!(s, "{:<6}", p.to_string());
+        }
+        let p2p: Vec<String> = (0..g.len())
+            .filter(|&j| j != i)
+            .filter_map(|j| t.p2p(i, j).map(|st| format!("{}:{}", j, st.name())))
+            .collect();
+        let _ = write!(
+            s,
+            "{:<6}{}",
+            gi.numaid,
+            if p2p.is_empty() {
+                "?".to_string()
+            } else {
+                p2p.join(" ")
+            }
+        );
+    }
+    s
+}
+
+/// Peer-to-peer, NVLink and PCIe findings.
+pub fn topology(f: &TopoFacts) -> Vec<Check> {
+    let t = match &f.topo {
+        Ok(t) => t,
+        Err(e) => {
+            return vec![Check::new("gpu.topology", TOPO, Status::Fail, format!("the topology cannot be read: {e}"))
+                .fix("correct the file (the error names the line), or unset NCCL_TOPO_FILE to detect the machine")]
+        }
+    };
+    let g = t.gpus();
+    if g.is_empty() {
+        return vec![Check::new(
+            "gpu.topology",
+            TOPO,
+            Status::Skip,
+            format!("no NVIDIA GPUs ({})", f.source),
+        )];
+    }
+    let m = t.matrix();
+    let mut out = Vec::new();
+    let numas: std::collections::BTreeSet<u32> = g.iter().map(|x| x.numaid).collect();
+    let mut detail = format!(
+        "{} GPU(s) on {} NUMA node(s) ({}; {})\n{}",
+        g.len(),
+        numas.len(),
+        f.source,
+        match &f.nvml {
+            Ok(s) => s.clone(),
+            Err(e) => format!("NVLink/P2P unknown: {e}"),
+        },
+        matrix_text(t)
+    );
+    let ring = topo::best_ring(&m);
+    let names: Vec<String> = ring.iter().map(|i| format!("GPU{i}")).collect();
+    let _ = write!(detail, "\nring: {}", names.join(" → "));
+    out.push(Check::new("gpu.topology", TOPO, Status::Ok, detail));
+    if g.len() >= 2 {
+        if let Err(e) = &f.nvml {
+            out.push(Check::new(
+                "gpu.nvml",
+                TOPO,
+                Status::Skip,
+                format!("NVLink counts and P2P status not checked: {e}"),
+            ));
+        }
+    }
+    // NVLink: asymmetric counts, or some GPUs with fewer links than the rest.
+    let links: Vec<u32> = g
+        .iter()
+        .map(|x| x.gpu.nvlinks.iter().map(|l| l.count).sum())
+        .collect();
+    let most = links.iter().copied().max().unwrap_or(0);
+    if most > 0 {
+        let low: Vec<String> = links
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n < most)
+            .map(|(i, n)| format!("GPU{i} has {n}"))
+            .collect();
+        if low.is_empty() {
+            out.push(Check::new(
+                "gpu.nvlink",
+                TOPO,
+                Status::Ok,
+                format!("every GPU has {most} NVLinks up; all_reduce should reach ≥ {:.0} GB/s bus bandwidth", expected_nvlink_busbw(most)),
+            ));
+        } else {
+            out.push(
+                Check::new(
+                    "gpu.nvlink",
+                    TOPO,
+                    Status::Warn,
+                    format!("NVLinks down: {} (the others have {most}); rings through those GPUs run slower", low.join(", ")),
+                )
+                .fix("check `nvidia-smi nvlink -s` and `nvidia-smi -q | grep -i -A3 nvlink`; a reset (`nvidia-smi -r`) or the fabric manager (`systemctl status nvidia-fabricmanager` on NVSwitch systems) often brings them back"),
+            );
+        }
+    }
+    // P2P off between GPUs: behind one switch (ACS/IOMMU) is a failure with a fix.
+    let mut acs_noted = false;
+    for i in 0..g.len() {
+        for j in i + 1..g.len() {
+            let st = t.p2p(i, j).or(t.p2p(j, i));
+            let acs = topo::acs_between(&g[i], &g[j]);
+            let shared = g[i]
+                .bridges
+                .iter()
+                .zip(&g[j].bridges)
+                .take_while(|(a, b)| a.busid == b.busid)
+                .last()
+                .map(|(a, _)| a.busid.clone());
+            let groups = match (g[i].pci.iommu_group, g[j].pci.iommu_group) {
+                (Some(a), Some(b)) => format!("; IOMMU groups {a} and {b}"),
+                _ => String::new(),
+            };
+            let iommu_on = f
+                .cmdline
+                .as_deref()
+                .is_some_and(|c| c.contains("intel_iommu=on") || c.contains("amd_iommu=on"))
+                && !f.cmdline.as_deref().is_some_and(|c| c.contains("iommu=pt"));
+            match st {
+                Some(P2pStatus::Ok) | None if acs.is_empty() => {}
+                Some(P2pStatus::Ok) => {
+                    // P2P reported fine, but ACS is on along the path.
+                    if !acs_noted {
+                        acs_noted = true;
+                        out.push(Check::new(
+                            "gpu.acs",
+                            TOPO,
+                            Status::Warn,
+                            format!("ACS is on at {} between GPU{i} and GPU{j}, yet the driver reports P2P OK: traffic may detour through the root complex", acs.iter().map(|p| p.busid.as_str()).collect::<Vec<_>>().join(", ")),
+                        ).fix("measure with `oxccl perf all_reduce --backend cuda`; if slow, disable ACS on those ports (see docs/doctor.md)"));
+                    }
+                }
+                st => {
+                    let st_name = st.map_or("unknown", |s| s.name());
+                    let via = match &shared {
+                        Some(b) => format!("although both sit behind PCIe bridge {b}"),
+                        None => format!("(path {})", m[i][j]),
+                    };
+                    let acs_txt = if acs.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; ACS is on at {}",
+                            acs.iter()
+                                .map(|p| p.busid.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    };
+                    let detail = format!("peer-to-peer is off between GPU{i} ({}) and GPU{j} ({}): status {st_name} {via}{acs_txt}{groups}{}", g[i].pci.busid, g[j].pci.busid,
+                        if iommu_on { "; the kernel runs with the IOMMU on (no iommu=pt)" } else { "" });
+                    let behind_switch = shared.is_some() && !m[i][j].is_nvlink();
+                    if behind_switch || !acs.is_empty() {
+                        let ports: Vec<&str> = acs.iter().map(|p| p.busid.as_str()).collect();
+                        let setpci = if ports.is_empty() {
+                            "the switch's downstream ports".to_string()
+                        } else {
+                            ports
+                                .iter()
+                                .map(|p| format!("`setpci -s {p} ECAP_ACS+6.w=0000`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        };
+                        out.push(
+                            Check::new(format!("gpu.p2p.{i}-{j}"), TOPO, Status::Fail, format!("{detail}: PCIe ACS (or the IOMMU) redirects peer traffic to the root complex, where NCCL hangs or falls back to host memory"))
+                                .fix(format!("disable ACS as root after each boot: {setpci}; or disable it in the BIOS (\"ACS\"/\"PCIe ACS control\"); with the IOMMU on add `iommu=pt` to the kernel command line; until then NCCL_P2P_DISABLE=1 avoids hangs at a cost in bandwidth")),
+                        );
+                    } else {
+                        out.push(
+                            Check::new(format!("gpu.p2p.{i}-{j}"), TOPO, Status::Warn, format!("{detail}: traffic between them goes through host memory"))
+                                .fix("expected across CPU sockets on some platforms; otherwise check the BIOS PCIe settings and `nvidia-smi topo -p2p r`"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // NUMA affinity: a rank should run on its GPU's node.
+    if numas.len() > 1 {
+        let per: Vec<String> = g
+            .iter()
+            .enumerate()
+            .map(|(i, x)| format!("GPU{i}→node {}", x.numaid))
+            .collect();
+        let sys_pairs = m.iter().flatten().filter(|p| **p == Path::Sys).count() / 2;
+        out.push(Check::new(
+            "gpu.numa",
+            TOPO,
+            Status::Ok,
+            format!("GPUs span NUMA nodes ({}); {sys_pairs} pair(s) cross the CPU interconnect without NVLink — pin each rank to its GPU's node (`numactl --cpunodebind=N`)", per.join(", ")),
+        ));
+    }
+    out
+}
+
+/// Bus bandwidth an all_reduce should reach over `links` NVLinks, GB/s.
+pub fn expected_nvlink_busbw(links: u32) -> f64 {
+    f64::from(links) * NVLINK_GBPS * NVLINK_EFFICIENCY
+}
+
+// ---------------------------------------------------------------- PyTorch
+
+/// How long importing torch may take in the child (cold imports take 5–15 s).
+pub const TORCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The child's script: prints one JSON line.
+pub const TORCH_SCRIPT: &str = r#"
+import json, sys
+r = {}
+try:
+    import torch
+except Exception as e:
+    print(json.dumps({"absent": repr(e)})); sys.exit(0)
+r["version"] = torch.__version__
+r["cuda"] = torch.version.cuda
+r["file"] = torch.__file__
+try:
+    v = torch.cuda.nccl.version()
+    r["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+except Exception as e:
+    r["nccl_error"] = repr(e)
+try:
+    import torch.distributed as dist
+    r["nccl_available"] = bool(dist.is_nccl_available())
+except Exception as e:
+    r["nccl_available_error"] = repr(e)
+libs = []
+for l in open("/proc/self/maps"):
+    p = l.split()[-1] if len(l.split()) >= 6 else ""
+    if ("libnccl" in p or "libtorch_cuda" in p) and p not in libs:
+        libs.append(p)
+r["loaded"] = libs
+print(json.dumps(r))
+"#;
+
+/// What the PyTorch child reported, or why it did not.
+#[derive(Debug, Clone)]
+pub enum TorchFacts {
+    /// Not run (a fixture sysroot) or python3 missing.
+    NotRun(String),
+    Failed(String),
+    Report(serde_json::Value),
+}
+
+pub fn pytorch(f: &TorchFacts, gpus: usize) -> Check {
+    let v = match f {
+        TorchFacts::NotRun(why) => return Check::new("torch", TORCH, Status::Skip, why.clone()),
+        TorchFacts::Failed(e) => {
+            return Check::new(
+                "torch",
+                TORCH,
+                Status::Warn,
+                format!("`python3 -c 'import torch'` gave no answer: {e}"),
+            )
+            .fix("run `python3 -c 'import torch; print(torch.__version__)'` to see the error")
+        }
+        TorchFacts::Report(v) => v,
+    };
+    if let Some(a) = v.get("absent").and_then(|x| x.as_str()) {
+        return Check::new(
+            "torch",
+            TORCH,
+            Status::Skip,
+            format!("python3 has no torch ({a})"),
+        );
+    }
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("?").to_string();
+    let loaded: Vec<String> = v
+        .get("loaded")
+        .and_then(|x| x.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let nccl_lib = loaded.iter().find(|p| p.contains("libnccl"));
+    let cuda_lib = loaded.iter().find(|p| p.contains("libtorch_cuda"));
+    let mut detail = format!(
+        "PyTorch {} ({}), CUDA {}, NCCL {}, is_nccl_available={}",
+        s("version"),
+        s("file"),
+        s("cuda"),
+        v.get("nccl")
+            .and_then(|x| x.as_str())
+            .map_or_else(|| format!("unknown ({})", s("nccl_error")), str::to_string),
+        v.get("nccl_available")
+            .and_then(|x| x.as_bool())
+            .map_or("?".to_string(), |b| if b {
+                "True".into()
+            } else {
+                "False".into()
+            })
+    );
+    match (cuda_lib, nccl_lib) {
+        (Some(c), Some(n)) => {
+            let _ = write!(detail, "\n{c} resolves libnccl.so.2 to {n}");
+            let oxccl = n.contains("oxccl") || n.contains("target-");
+            let _ = write!(
+                detail,
+                " ({})",
+                if oxccl {
+                    "oxccl's"
+                } else {
+                    "not oxccl's: LD_PRELOAD oxccl's libnccl.so.2 to use it"
+                }
+            );
+        }
+        (None, Some(n)) => {
+            let _ = write!(detail, "\nlibnccl loaded from {n}");
+        }
+        (Some(c), None) => {
+            let _ = write!(detail, "\n{c} loaded, no libnccl mapped after import (NCCL is linked statically or loaded lazily)");
+        }
+        (None, None) => detail.push_str("\nno libtorch_cuda.so loaded (a CPU-only build)"),
+    }
+    let cpu_only = s("cuda") == "?" || v.get("cuda").is_some_and(|c| c.is_null());
+    if gpus > 0 && cpu_only {
+        return Check::new("torch", TORCH, Status::Warn, format!("{detail}\na CPU-only PyTorch on a machine with {gpus} GPU(s)"))
+            .fix("install a CUDA build: `pip install torch --index-url https://download.pytorch.org/whl/cu130` (match your driver)");
+    }
+    if gpus > 0 && v.get("nccl_available").and_then(|x| x.as_bool()) == Some(false) {
+        return Check::new(
+            "torch",
+            TORCH,
+            Status::Fail,
+            format!("{detail}\ntorch.distributed has no NCCL backend"),
+        )
+        .fix(
+            "install a PyTorch build with NCCL (the CUDA wheels from download.pytorch.org have it)",
+        );
+    }
+    Check::new("torch", TORCH, Status::Ok, detail)
+}
+
+/// Runs `python3 -c TORCH_SCRIPT` under [`TORCH_TIMEOUT`].
+pub fn torch_facts() -> TorchFacts {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut child = match Command::new("python3")
+        .args(["-c", TORCH_SCRIPT])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return TorchFacts::NotRun(format!("python3 not found ({e})")),
+    };
+    let Some(mut so) = child.stdout.take() else {
+        return TorchFacts::Failed("no output pipe".into());
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        let _ = tx.send(s);
+    });
+    let out = rx.recv_timeout(TORCH_TIMEOUT);
+    let _ = child.kill();
+    let _ = child.wait();
+    match out {
+        Err(_) => TorchFacts::Failed(format!(
+            "did not finish within {} s (killed)",
+            TORCH_TIMEOUT.as_secs()
+        )),
+        Ok(text) => match text
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+        {
+            Some(v) => TorchFacts::Report(v),
+            None => TorchFacts::Failed(format!("unreadable output {:?}", text.trim())),
+        },
+    }
+}
+
+// ---------------------------------------------------------------- bench
+
+/// One `--bench` run.
+#[derive(Debug, Clone)]
+pub struct BenchFacts {
+    pub ranks: usize,
+    pub bytes: usize,
+    /// Average time per all_reduce, or the error.
+    pub result: Result<Duration, String>,
+    /// Elements that came out wrong (0 = correct).
+    pub wrong: usize,
+    /// The tuner's model time for the same call.
+    pub model: Duration,
+    /// GPUs on the machine (their bench is `oxccl perf --backend cuda`).
+    pub gpus: usize,
+    /// NVLinks per GPU (for the GPU expectation).
+    pub nvlinks: u32,
+}
+
+/// Bus bandwidth of an all_reduce (nccl-tests' definition): S/t × 2(n−1)/n.
+pub fn busbw(bytes: usize, n: usize, t: Duration) -> f64 {
+    let algbw = bytes as f64 / t.as_secs_f64().max(1e-9) / 1e9;
+    algbw * 2.0 * (n.saturating_sub(1)) as f64 / n.max(1) as f64
+}
+
+pub fn bench(f: &BenchFacts) -> Vec<Check> {
+    let mut out = Vec::new();
+    let size = super::checks::fmt_bytes(f.bytes as u64);
+    match &f.result {
+        Err(e) => out.push(
+            Check::new("bench.cpu", BENCH, Status::Fail, format!("all_reduce of {size} over {} CPU ranks failed: {e}", f.ranks))
+                .fix("run `oxccl perf all_reduce -t 2 -b 1M -e 1M` for details; check /dev/shm (above) and OXCCL_/NCCL_ settings"),
+        ),
+        Ok(_) if f.wrong > 0 => out.push(
+            Check::new("bench.cpu", BENCH, Status::Fail, format!("all_reduce of {size} over {} CPU ranks gave {} wrong element(s)", f.ranks, f.wrong))
+                .fix("report it with `oxccl perf all_reduce -t 2 -c 1` output; unset NCCL_ALGO/NCCL_PROTO to rule out a setting"),
+        ),
+        Ok(t) => {
+            let bw = busbw(f.bytes, f.ranks, *t);
+            let model_bw = busbw(f.bytes, f.ranks, f.model);
+            let detail = format!(
+                "all_reduce of {size} (f32 sum) over {} CPU ranks (threads): correct; {:.1} µs, bus bandwidth {bw:.2} GB/s (the tuner's model: {model_bw:.2} GB/s)",
+                f.ranks,
+                t.as_secs_f64() * 1e6
+            );
+            out.push(if bw < model_bw * 0.2 {
+                Check::new("bench.cpu", BENCH, Status::Warn, format!("{detail}: under a fifth of the model"))
+                    .fix("a busy machine (other jobs on the cores), or too few cores for the ranks; compare with `oxccl perf all_reduce -t 2`")
+            } else {
+                Check::new("bench.cpu", BENCH, Status::Ok, detail)
+            });
+        }
+    }
+    if f.gpus > 0 {
+        let expect = if f.nvlinks > 0 {
+            format!(
+                "; with {} NVLinks per GPU expect ≥ {:.0} GB/s bus bandwidth at 1 GiB",
+                f.nvlinks,
+                expected_nvlink_busbw(f.nvlinks)
+            )
+        } else {
+            String::new()
+        };
+        out.push(Check::new(
+            "bench.gpu",
+            BENCH,
+            Status::Skip,
+            format!("GPU bench: use `oxccl perf all_reduce --backend cuda -b 1G -e 1G` ({} GPU(s)){expect}", f.gpus),
+        ));
+    }
+    out
+}
+
+/// A short all_reduce over `ranks` threads through the Rust API: 3 warm-up
+/// and 10 timed calls of `bytes`, every rank's result checked.
+pub fn run_bench(ranks: usize, bytes: usize) -> (Result<Duration, String>, usize) {
+    let n = bytes / 4;
+    let comms = match oxccl::Communicator::init_all(ranks) {
+        Ok(c) => c,
+        Err(e) => return (Err(e.to_string()), 0),
+    };
+    let results: Vec<(Result<Duration, String>, usize)> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let r = c.rank();
+                    // Small integers: the f32 sum is exact, so every rank must match bit for bit.
+                    let send: Vec<f32> = (0..n).map(|i| ((i * 7 + r) % 64) as f32).collect();
+                    let mut recv = vec![0f32; n];
+                    for _ in 0..3 {
+                        if let Err(e) = c.all_reduce(&send, &mut recv, oxccl::RedOp::Sum) {
+                            return (Err(e.to_string()), 0);
+                        }
+                    }
+                    let t0 = Instant::now();
+                    const ITERS: u32 = 10;
+                    for _ in 0..ITERS {
+                        if let Err(e) = c.all_reduce(&send, &mut recv, oxccl::RedOp::Sum) {
+                            return (Err(e.to_string()), 0);
+                        }
+                    }
+                    let dt = t0.elapsed() / ITERS;
+                    let nr = c.size();
+                    let wrong = (0..n)
+                        .filter(|&i| {
+                            let want: usize = (0..nr).map(|q| (i * 7 + q) % 64).sum();
+                            recv[i] != want as f32
+                        })
+                        .count();
+                    (Ok(dt), wrong)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| (Err("a rank panicked".into()), 0))
+            })
+            .collect()
+    });
+    for c in comms {
+        let _ = c.destroy();
+    }
+    let mut worst = Duration::ZERO;
+    let mut wrong = 0;
+    for (r, w) in results {
+        match r {
+            Ok(d) => worst = worst.max(d),
+            Err(e) => return (Err(e), 0),
+        }
+        wrong += w;
+    }
+    (Ok(worst), wrong)
+}
+
+/// The tuner's estimate for the same all_reduce on in-process rings.
+pub fn model_time(ranks: usize, bytes: usize) -> Duration {
+    use oxccl_core::schedule::Shaped;
+    use oxccl_core::tuner::{estimate, slice_for, LinkModel};
+    let link = LinkModel::INPROC;
+    let slice = slice_for(oxccl_core::algo::Proto::Simple, 1 << 20);
+    let us = estimate(
+        oxccl_core::CollKind::AllReduce,
+        Shaped::Ring,
+        bytes,
+        ranks,
+        &link,
+        slice,
+        1,
+    );
+    Duration::from_secs_f64(us.max(0.0) / 1e6)
+}
