@@ -414,11 +414,18 @@ fn bad_input_is_one_line_and_status_2() {
         (&["all_reduce", "-d", "float17"], "--datatype"),
         (&["all_reduce", "-o", "mulsum"], "--op"),
         (&["all_reduce", "--ranks", "0"], "--ranks"),
-        (&["all_reduce", "-g", "2"], "CUDA backend"),
-        (&["all_reduce", "-G", "1"], "CUDA backend"),
+        (&["all_reduce", "-g", "0"], "--ngpus"),
         (
-            &["all_reduce", "--backend", "cuda"],
-            "CUDA backend is not built yet",
+            &["all_reduce", "--backend", "cpu", "-g", "2"],
+            "-g/--ngpus 2: GPUs need --backend cuda",
+        ),
+        (
+            &["all_reduce", "--backend", "cpu", "-G", "1"],
+            "-G/--cudagraph 1: GPUs need --backend cuda",
+        ),
+        (
+            &["all_reduce", "--backend", "cpu", "--lib", "/x/libnccl.so.2"],
+            "--lib /x/libnccl.so.2: only the CUDA backend",
         ),
         (&["broadcast", "-r", "5", "--ranks", "2"], "-r/--root"),
         (&["all_reducer"], "unknown collective"),
@@ -441,6 +448,62 @@ fn bad_input_is_one_line_and_status_2() {
         assert!(err.contains(needle), "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+}
+
+/// GPU flags where no GPU is usable (CUDA_VISIBLE_DEVICES="" hides any GPU,
+/// so this holds on GPU machines too): one line naming the flag and why,
+/// exit status 2, before any rank starts.
+#[test]
+fn gpu_flags_without_a_gpu_are_usage_errors() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["all_reduce", "-g", "2"],
+            "-g/--ngpus 2: no usable GPU here (",
+        ),
+        (
+            &["all_reduce", "-G", "10"],
+            "-G/--cudagraph 10: no usable GPU here (",
+        ),
+        (
+            &["all_reduce", "--backend", "cuda"],
+            "--backend cuda: no usable GPU here (",
+        ),
+        (
+            &["all_reduce", "--backend", "cuda", "-g", "2", "-G", "10"],
+            "--backend cuda: no usable GPU here (",
+        ),
+        (
+            &["all_reduce", "--lib", "/x/libnccl.so.2"],
+            "--lib /x/libnccl.so.2: no usable GPU here (",
+        ),
+    ];
+    for (args, needle) in cases {
+        let mut c = perf(args);
+        c.env("CUDA_VISIBLE_DEVICES", "");
+        let out = run_for(c, 20);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("oxccl perf: "), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    // Without GPU flags, auto is the CPU backend.
+    let mut c = perf(&[
+        "all_reduce",
+        "--ranks",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-f",
+        "2",
+    ]);
+    c.env("CUDA_VISIBLE_DEVICES", "");
+    let out = run_for(c, 60);
+    assert_ok(&out);
+    assert!(text(&out.stdout).contains("backend cpu"));
 }
 
 #[test]

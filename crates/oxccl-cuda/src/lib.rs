@@ -18,6 +18,7 @@ pub mod compile;
 pub mod device;
 pub mod kernels;
 pub mod loader;
+pub mod perfio;
 pub mod ring;
 
 pub use allreduce::OneShot2;

@@ -8,14 +8,12 @@
 //! rank flip a bit of its first result element before each check, to exercise
 //! the failure path (`#wrong`, FAILED, exit status 7).
 
-use super::coll::{Coll, Counts};
+use super::coll::Counts;
+use super::common::{self, Line, Meta, RankInfo, Report, INFO_BYTES};
 use super::compare::CmpComm;
-use super::data::{self, encode, Gen};
-use super::fmt::{self, Half};
-use super::{Launch, Settings};
-use oxccl::{CollKind, Communicator, Config, DataType, Error, ErrorKind, OpDesc, RedOp, UniqueId};
-use serde_json::{json, Value};
-use std::io::Write;
+use super::data::Gen;
+use super::Settings;
+use oxccl::{Communicator, Config, DataType, Error, ErrorKind, OpDesc, RedOp, UniqueId};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -41,14 +39,14 @@ impl Activity {
             done: AtomicBool::new(false),
         }
     }
-    fn begin(&self, slot: usize) {
+    pub(super) fn begin(&self, slot: usize) {
         let ms = self.epoch.elapsed().as_millis() as u64 + 1;
         self.busy[slot].store(ms, Ordering::Relaxed);
     }
-    fn end(&self, slot: usize) {
+    pub(super) fn end(&self, slot: usize) {
         self.busy[slot].store(0, Ordering::Relaxed);
     }
-    fn register(&self, slot: usize, rank: usize, c: &Communicator) {
+    pub(super) fn register(&self, slot: usize, rank: usize, c: &Communicator) {
         self.ranks[slot].store(rank as u64, Ordering::Relaxed);
         if let Ok(mut v) = self.comms.lock() {
             v.push(c.clone());
@@ -99,14 +97,6 @@ struct Bufs {
     send: Vec<u8>,
     /// Receive (out-of-place) or only (in-place) buffers: one per operation of a `-m` group.
     slots: Vec<Vec<u8>>,
-}
-
-/// Rank 0's accumulated output.
-#[derive(Default)]
-struct Report {
-    results: Vec<Value>,
-    bw_sum: f64,
-    bw_count: usize,
 }
 
 struct Runner<'a> {
@@ -208,26 +198,6 @@ pub fn rank_main(
     }
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "host".into())
-}
-
-const INFO_BYTES: usize = 64;
-
 impl Runner<'_> {
     /// One library call (a group of `ops`), visible to the watchdog.
     fn call(&self, ops: &[OpDesc]) -> Result<(), Error> {
@@ -249,39 +219,41 @@ impl Runner<'_> {
         r
     }
 
+    fn meta(&self) -> Meta {
+        Meta {
+            backend: "cpu",
+            machine: format!(
+                "{} x{}",
+                common::cpu_model(),
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            ),
+            library: "oxccl".into(),
+            library_version: oxccl::VERSION.into(),
+            library_path: None,
+            launch: common::launch_name(self.s),
+        }
+    }
+
     fn run(&mut self, local: usize) -> Result<(), Error> {
         // Who is where, for the rank list.
         self.ctx = "the rank exchange".into();
-        let mut me = [0u8; INFO_BYTES];
-        me[..4].copy_from_slice(&std::process::id().to_le_bytes());
-        me[4..8].copy_from_slice(&(local as u32).to_le_bytes());
-        let h = hostname();
-        let hb = h.as_bytes();
-        let hl = hb.len().min(INFO_BYTES - 8);
-        me[8..8 + hl].copy_from_slice(&hb[..hl]);
+        let me = RankInfo {
+            pid: std::process::id(),
+            dev: local as u32,
+            host: common::hostname(),
+            pci: "cpu".into(),
+            name: common::cpu_model(),
+        }
+        .encode();
         let mut all = vec![0u8; INFO_BYTES * self.n];
         self.act.begin(self.slot);
         let r = self.comm.all_gather(&me, &mut all);
         self.act.end(self.slot);
         r?;
-        let ranks: Vec<(u32, u32, String)> = all
-            .chunks_exact(INFO_BYTES)
-            .map(|c| {
-                let pid = u32::from_le_bytes(c[..4].try_into().expect("4"));
-                let dev = u32::from_le_bytes(c[4..8].try_into().expect("4"));
-                let end = c[8..]
-                    .iter()
-                    .position(|&b| b == 0)
-                    .unwrap_or(INFO_BYTES - 8);
-                (
-                    pid,
-                    dev,
-                    String::from_utf8_lossy(&c[8..8 + end]).into_owned(),
-                )
-            })
-            .collect();
+        let ranks: Vec<RankInfo> = all.chunks_exact(INFO_BYTES).map(RankInfo::decode).collect();
+        let meta = self.meta();
         if self.report.is_some() {
-            self.print_header(&ranks);
+            common::print_header(self.s, self.n, &meta, &ranks);
         }
         let s = self.s;
         if self.report.is_some() {
@@ -323,79 +295,9 @@ impl Runner<'_> {
             p.clear();
         }
         if let Some(rep) = &self.report {
-            let avg = if rep.bw_count > 0 {
-                rep.bw_sum / rep.bw_count as f64
-            } else {
-                0.0
-            };
-            let mut out = std::io::stdout().lock();
-            let _ = write!(out, "{}", fmt::footer(self.errors, avg));
-            let _ = writeln!(out);
-            let _ = out.flush();
-            if let Some(path) = &s.json {
-                let doc = self.json_doc(&ranks, avg);
-                let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
-                if let Err(e) = std::fs::write(path, text + "\n") {
-                    eprintln!(
-                        "oxccl perf: -J/--output_file {}: cannot be written ({e})",
-                        path.display()
-                    );
-                    return Err(Error::new(
-                        ErrorKind::System,
-                        format!("writing {}: {e}", path.display()),
-                    ));
-                }
-            }
+            rep.finish(s, self.n, &meta, &ranks, self.errors)?;
         }
         Ok(())
-    }
-
-    fn launch_name(&self) -> String {
-        match &self.s.launch {
-            Launch::Process => "process".into(),
-            Launch::Thread => "thread".into(),
-            Launch::External(e) => format!("external ({})", e.launcher),
-        }
-    }
-
-    fn print_header(&self, ranks: &[(u32, u32, String)]) {
-        let s = self.s;
-        let mut o = String::new();
-        o += &format!(
-            "# oxccl perf version {} (nccl-tests output format) backend cpu\n",
-            oxccl::VERSION
-        );
-        o += &format!("# Collective test starting: {}\n", s.coll.name());
-        let step = if s.stepfactor > 1 {
-            format!("{}(factor)", s.stepfactor)
-        } else {
-            format!("{}(bytes)", s.stepbytes)
-        };
-        o += &format!(
-            "# nThread {} nGpus 1 minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} agg iters: {} validation: {} graph: 0\n",
-            s.threads, s.minbytes, s.maxbytes, step, s.warmup, s.iters, s.agg, s.check
-        );
-        o += &format!("# nRanks {} launch {}\n", self.n, self.launch_name());
-        o += "#\n# Using devices\n";
-        let model = cpu_model();
-        for (r, (pid, dev, host)) in ranks.iter().enumerate() {
-            o += &format!(
-                "#  Rank {r:2} Group {:2} Pid {pid:6} on {host:>10} device {dev:2} [cpu] {model}\n",
-                0
-            );
-        }
-        o += "#\n";
-        let extra = s.compare.as_ref().map(|l| fmt::compare_header(&l.label()));
-        for (i, l) in fmt::column_header().iter().enumerate() {
-            o += l;
-            if let Some(x) = &extra {
-                o += &x[i];
-            }
-            o.push('\n');
-        }
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(o.as_bytes());
-        let _ = out.flush();
     }
 
     fn alloc(&self, dt: DataType) -> Bufs {
@@ -417,9 +319,8 @@ impl Runner<'_> {
         }
     }
 
-    /// The operation(s) of one call: `send` is the out-of-place input, `buf`
-    /// the output (out-of-place) or the only buffer (in-place), each sized for
-    /// `c` by `alloc`.
+    /// The operation(s) of one call (see [`common::descs`]).
+    #[allow(clippy::too_many_arguments)]
     fn descs(
         &self,
         in_place: bool,
@@ -429,100 +330,38 @@ impl Runner<'_> {
         send: *mut u8,
         buf: *mut u8,
     ) -> Vec<OpDesc> {
-        let (r, n, p, es) = (self.rank, self.n, c.param, dt.size());
-        let coll = self.s.coll;
-        let root = if coll.rooted() { self.s.root } else { 0 };
-        let op = if coll.reduces() { op } else { RedOp::Sum };
-        let one = |send: *const u8, recv: *mut u8| OpDesc {
-            kind: coll.kind(),
-            send,
-            recv,
-            count: p,
-            dtype: dt,
-            op,
-            root,
-        };
-        let block = |k: usize| buf.wrapping_add(k * p * es);
-        match (coll, in_place) {
-            (Coll::SendRecv, _) => vec![
-                OpDesc {
-                    kind: CollKind::Send,
-                    send,
-                    recv: std::ptr::null_mut(),
-                    count: p,
-                    dtype: dt,
-                    op,
-                    root: (r + 1) % n,
-                },
-                OpDesc {
-                    kind: CollKind::Recv,
-                    send: std::ptr::null(),
-                    recv: buf,
-                    count: p,
-                    dtype: dt,
-                    op,
-                    root: (r + n - 1) % n,
-                },
-            ],
-            (Coll::AllGather | Coll::Gather, true) => vec![one(block(r), buf)],
-            (Coll::ReduceScatter | Coll::Scatter, true) => vec![one(buf, block(r))],
-            (_, true) => vec![one(buf, buf)],
-            (_, false) => vec![one(send, buf)],
-        }
+        common::descs(self.s, self.rank, self.n, in_place, dt, op, c, send, buf)
     }
 
     /// Writes inputs made by `g` (and poison where results go) into the send
     /// buffer and the first `nslots` slots.
     fn fill(&self, in_place: bool, g: &Gen, c: Counts, bufs: &mut Bufs, nslots: usize) {
-        let (dt, r, n, p) = (g.dt, self.rank, self.n, c.param);
-        let input = |k: usize| encode(dt, g.value(r, k));
-        if in_place {
-            for b in &mut bufs.slots[..nslots] {
-                data::write_poison(b, dt, 0, c.send.max(c.recv));
-                match self.s.coll {
-                    Coll::AllGather | Coll::Gather => data::write(b, dt, r * p, p, input),
-                    Coll::ReduceScatter | Coll::Scatter => data::write(b, dt, 0, p * n, input),
-                    _ => data::write(b, dt, 0, p, input),
-                }
-            }
-        } else {
-            data::write(&mut bufs.send, dt, 0, c.send, input);
-            for b in &mut bufs.slots[..nslots] {
-                data::write_poison(b, dt, 0, c.recv);
-            }
+        for b in &mut bufs.slots[..nslots] {
+            common::fill(
+                self.s.coll,
+                self.rank,
+                self.n,
+                in_place,
+                g,
+                c,
+                &mut bufs.send,
+                b,
+            );
         }
     }
 
     /// Wrong elements of this rank's result in `buf`.
     fn verify(&self, in_place: bool, g: &Gen, c: Counts, buf: &[u8]) -> u64 {
-        let (dt, r, n, p, root) = (g.dt, self.rank, self.n, c.param, self.s.root);
-        let tol = g.tolerance();
-        let e = |v: i64| encode(dt, v);
-        let base = if in_place { r * p } else { 0 };
-        match self.s.coll {
-            Coll::AllReduce => data::count_wrong(buf, dt, 0, p, tol, |k| e(g.reduced(k))),
-            Coll::Reduce if r == root => data::count_wrong(buf, dt, 0, p, tol, |k| e(g.reduced(k))),
-            Coll::Broadcast => data::count_wrong(buf, dt, 0, p, 0, |k| e(g.value(root, k))),
-            Coll::AllGather => (0..n)
-                .map(|q| data::count_wrong(buf, dt, q * p, p, 0, |k| e(g.value(q, k))))
-                .sum(),
-            Coll::Gather if r == root => (0..n)
-                .map(|q| data::count_wrong(buf, dt, q * p, p, 0, |k| e(g.value(q, k))))
-                .sum(),
-            Coll::ReduceScatter => {
-                data::count_wrong(buf, dt, base, p, tol, |k| e(g.reduced(r * p + k)))
-            }
-            Coll::AllToAll => (0..n)
-                .map(|q| data::count_wrong(buf, dt, q * p, p, 0, |k| e(g.value(q, r * p + k))))
-                .sum(),
-            Coll::Scatter => {
-                data::count_wrong(buf, dt, base, p, 0, |k| e(g.value(root, r * p + k)))
-            }
-            Coll::SendRecv => {
-                data::count_wrong(buf, dt, 0, p, 0, |k| e(g.value((r + n - 1) % n, k)))
-            }
-            Coll::Reduce | Coll::Gather => 0,
-        }
+        common::verify(
+            self.s.coll,
+            self.s.root,
+            self.rank,
+            self.n,
+            in_place,
+            g,
+            c,
+            buf,
+        )
     }
 
     /// Times and checks one half; returns (seconds per operation, wrong elements here).
@@ -645,15 +484,6 @@ impl Runner<'_> {
         Ok((secs, Some(self.verify(false, &g, c, &bufs.slots[0]))))
     }
 
-    fn combine(&self, times: &[f64]) -> f64 {
-        match self.s.average {
-            0 => times[0],
-            2 => times.iter().copied().fold(f64::INFINITY, f64::min),
-            3 => times.iter().copied().fold(0.0, f64::max),
-            _ => times.iter().sum::<f64>() / times.len() as f64,
-        }
-    }
-
     fn case(
         &mut self,
         dt: DataType,
@@ -707,138 +537,21 @@ impl Runner<'_> {
         self.act.end(self.slot);
         r?;
         let column = |k: usize| all.iter().skip(k).step_by(3).copied().collect::<Vec<_>>();
-        let t_oop = self.combine(&column(0));
-        let t_ip = self.combine(&column(1));
-        let t_cmp = self.combine(&column(2));
-        let checked = s.check > 0;
         self.errors += usize::from(wrong[0] > 0) + usize::from(ip.is_some() && wrong[1] > 0);
         let Some(rep) = self.report.as_mut() else {
             return Ok(());
         };
-        let alg = coll.alg_bytes(c.param, es, self.n);
-        let factor = coll.bus_factor(self.n);
-        let mk = |t: f64, w: u64| {
-            let algbw = if t > 0.0 { alg / 1e9 / t } else { 0.0 };
-            Half {
-                time_us: t * 1e6,
-                algbw,
-                busbw: algbw * factor,
-                wrong: checked.then_some(w),
-            }
-        };
-        let h_oop = mk(t_oop, wrong[0]);
-        let h_ip = ip.map(|_| mk(t_ip, wrong[1]));
-        let size = (c.send.max(c.recv) * es) as u64;
-        let root: i64 = if coll.rooted() { s.root as i64 } else { -1 };
-        let h_cmp = cmp.map(|_| mk(t_cmp, wrong[2]));
-        let ratio = if h_oop.time_us > 0.0 {
-            t_cmp * 1e6 / h_oop.time_us
-        } else {
-            0.0
-        };
-        let mut line = fmt::data_line(
-            size,
-            c.param,
-            dt.name(),
+        let (t_oop, t_ip, t_cmp) = (column(0), column(1), column(2));
+        let line = Line {
+            dt,
             opname,
-            root,
-            &h_oop,
-            h_ip.as_ref(),
-        );
-        if let Some(h) = &h_cmp {
-            line += &fmt::compare_cells(h, ratio);
-        }
-        if let Some(p) = &self.progress {
-            p.clear();
-        }
-        {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
-        }
-        rep.bw_sum += h_oop.busbw;
-        rep.bw_count += 1;
-        if let Some(h) = &h_ip {
-            rep.bw_sum += h.busbw;
-            rep.bw_count += 1;
-        }
-        let half_json = |h: &Half| {
-            json!({
-                "time_us": h.time_us,
-                "algbw_gbps": h.algbw,
-                "busbw_gbps": h.busbw,
-                "wrong": h.wrong,
-            })
+            c,
+            oop: &t_oop,
+            ip: ip.map(|_| t_ip.as_slice()),
+            cmp: cmp.map(|_| t_cmp.as_slice()),
+            wrong,
         };
-        rep.results.push(json!({
-            "size": size,
-            "count": c.param,
-            "type": dt.name(),
-            "redop": opname,
-            "root": root,
-            "out_of_place": half_json(&h_oop),
-            "in_place": h_ip.as_ref().map(half_json),
-        }));
-        if let (Some(h), Some(last)) = (&h_cmp, rep.results.last_mut()) {
-            let mut v = half_json(h);
-            v["ratio"] = json!(ratio);
-            last["compare"] = v;
-        }
+        rep.line(s, self.n, &line, self.progress.as_ref());
         Ok(())
-    }
-
-    fn json_doc(&self, ranks: &[(u32, u32, String)], avg: f64) -> Value {
-        let s = self.s;
-        let rep = self.report.as_ref().expect("rank 0");
-        let hosts = {
-            let mut h: Vec<&str> = ranks.iter().map(|r| r.2.as_str()).collect();
-            h.sort_unstable();
-            h.dedup();
-            h.len()
-        };
-        json!({
-            "tool": "oxccl perf",
-            "oxccl_version": oxccl::VERSION,
-            "library": "oxccl",
-            "library_version": oxccl::VERSION,
-            "collective": s.coll.name(),
-            "backend": "cpu",
-            "host": ranks.first().map_or_else(hostname, |r| r.2.clone()),
-            "hosts": hosts,
-            "compare": s.compare.as_ref().map(|l| json!({
-                "path": l.path.display().to_string(),
-                "library": l.label(),
-                "nccl_version": super::compare::version_string(l.version),
-                "version_code": l.version,
-            })),
-            "machine": format!("{} x{}", cpu_model(),
-                std::thread::available_parallelism().map_or(1, |n| n.get())),
-            "config": {
-                "nranks": self.n,
-                "nthreads": s.threads,
-                "launch": self.launch_name(),
-                "minbytes": s.minbytes,
-                "maxbytes": s.maxbytes,
-                "stepbytes": s.stepbytes,
-                "stepfactor": s.stepfactor,
-                "iters": s.iters,
-                "warmup_iters": s.warmup,
-                "agg_iters": s.agg,
-                "check": s.check,
-                "average": s.average,
-                "blocking": s.blocking,
-                "root": s.coll.rooted().then_some(s.root),
-                "ops": s.ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
-                "datatypes": s.types.iter().map(|t| t.name()).collect::<Vec<_>>(),
-                "timeout_s": s.timeout.map(|t| t.as_secs()),
-            },
-            "ranks": ranks.iter().enumerate().map(|(r, (pid, dev, host))| json!({
-                "rank": r, "group": 0, "pid": pid, "host": host, "device": dev,
-            })).collect::<Vec<_>>(),
-            "results": rep.results,
-            "out_of_bounds": self.errors,
-            "avg_busbw_gbps": avg,
-            "ok": self.errors == 0,
-        })
     }
 }

@@ -1,13 +1,17 @@
-//! `--compare PATH`: another NCCL-API library (NVIDIA's libnccl.so.2, or an
-//! older oxccl's), loaded with `dlopen(RTLD_LOCAL | RTLD_NOW)`, run on the
-//! same buffers as oxccl, interleaved with it size by size.
+//! NCCL-API libraries loaded with `dlopen(RTLD_LOCAL | RTLD_NOW)`: the
+//! `--compare PATH` library (NVIDIA's libnccl.so.2, or an older oxccl's), run
+//! on the same buffers as oxccl, interleaved with it size by size, and, for
+//! `--backend cuda`, the measured library itself (oxccl's `libnccl.so`, or
+//! `--lib PATH`). Each library loaded this way keeps its own symbols, so two
+//! NCCL libraries live side by side in one process, each with its own
+//! communicators and unique ids.
 //!
 //! Only the C API is used: `ncclGetVersion`, `ncclGetUniqueId`,
 //! `ncclCommInitRank`, `ncclCommDestroy`, `ncclGetErrorString`,
-//! `ncclGroupStart`/`ncclGroupEnd` and the collective's own function(s).
-//! Every call passes a null stream, so the library must run on host buffers
-//! (oxccl's libnccl does when there is no device buffer) — the perf tool's
-//! buffers are host memory.
+//! `ncclGroupStart`/`ncclGroupEnd` and the collective's own function(s)
+//! (`ncclCommAbort` when present). The CPU backend passes a null stream and
+//! host buffers (oxccl's libnccl runs those on its host backend); the CUDA
+//! backend passes device buffers and each rank's own stream ([`issue`]).
 
 use super::coll::Coll;
 use oxccl::{CollKind, OpDesc, RedOp};
@@ -81,6 +85,8 @@ pub struct Lib {
     error_string: ErrorStringFn,
     group_start: GroupFn,
     group_end: GroupFn,
+    /// `ncclCommAbort`, when the library has it.
+    abort: Option<CommDestroyFn>,
     coll: CollFns,
 }
 
@@ -145,21 +151,24 @@ impl Lib {
     /// Loads `path` and checks it has every function `coll` needs; the error
     /// is one line naming `--compare`.
     pub fn load(path: &Path, coll: Coll) -> Result<Lib, String> {
+        Lib::load_as(path, coll, "--compare")
+    }
+
+    /// As [`load`](Self::load), with errors naming `flag`.
+    pub fn load_as(path: &Path, coll: Coll, flag: &str) -> Result<Lib, String> {
         let shown = path.display();
         let c = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| format!("--compare {shown}: the path contains a NUL byte ({ACCEPTS})"))?;
+            .map_err(|_| format!("{flag} {shown}: the path contains a NUL byte ({ACCEPTS})"))?;
         // A bare name would make dlopen search the library path: load what was named.
         if !path.exists() {
-            return Err(format!("--compare {shown}: no such file ({ACCEPTS})"));
+            return Err(format!("{flag} {shown}: no such file ({ACCEPTS})"));
         }
         // SAFETY: `c` is a NUL-terminated path; loading runs the library's
         // initialisers, which is what loading a library means.
         let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LOCAL | libc::RTLD_NOW) };
         if h.is_null() {
             let e = dlerror().replace('\n', " ");
-            return Err(format!(
-                "--compare {shown}: cannot be loaded ({e}; {ACCEPTS})"
-            ));
+            return Err(format!("{flag} {shown}: cannot be loaded ({e}; {ACCEPTS})"));
         }
         let sym = |name: &str| -> Option<*mut c_void> {
             let n = CString::new(name).expect("symbol name");
@@ -175,7 +184,7 @@ impl Lib {
             .collect();
         if !missing.is_empty() {
             return Err(format!(
-                "--compare {shown}: not an NCCL library for {}: it lacks {} ({ACCEPTS}, exporting the NCCL C API)",
+                "{flag} {shown}: not an NCCL library for {}: it lacks {} ({ACCEPTS}, exporting the NCCL C API)",
                 coll.name(),
                 missing.join(", ")
             ));
@@ -200,7 +209,7 @@ impl Lib {
             let r = get_version(&mut v);
             if r != 0 || v <= 0 {
                 return Err(format!(
-                    "--compare {shown}: ncclGetVersion failed (result {r}) ({ACCEPTS})"
+                    "{flag} {shown}: ncclGetVersion failed (result {r}) ({ACCEPTS})"
                 ));
             }
             Ok(Lib {
@@ -212,6 +221,7 @@ impl Lib {
                 error_string: fnptr(get("ncclGetErrorString")),
                 group_start: fnptr(get("ncclGroupStart")),
                 group_end: fnptr(get("ncclGroupEnd")),
+                abort: sym("ncclCommAbort").map(|p| fnptr::<CommDestroyFn>(p)),
                 coll: coll_fns,
             })
         }
@@ -272,19 +282,135 @@ impl CmpComm {
         })
     }
 
-    /// Runs `ops` (one call, or a group when there are several).
+    /// Communicators for the ranks `ranks` of `nranks`, created by this
+    /// thread: `ncclCommInitRank` for each, inside one group when there are
+    /// several (nccl-tests' `-g`: one thread, several GPUs). `select(i)` runs
+    /// before the i-th creation (it makes that rank's GPU current, as
+    /// `cudaSetDevice` does: the library reads the device at the call).
+    pub fn init_all(
+        lib: &Lib,
+        nranks: usize,
+        id: &[u8; 128],
+        ranks: &[usize],
+        mut select: impl FnMut(usize) -> Result<(), String>,
+    ) -> Result<Vec<CmpComm>, String> {
+        let grouped = ranks.len() > 1;
+        let mut comms: Vec<Comm> = vec![std::ptr::null_mut(); ranks.len()];
+        // SAFETY: nccl.h's signatures (checked by name at load); each
+        // `ncclComm_t` slot is writable and outlives the group.
+        unsafe {
+            if grouped {
+                let r = (lib.group_start)();
+                if r != 0 {
+                    return Err(lib.err("ncclGroupStart", r));
+                }
+            }
+            let mut first_err = None;
+            for (i, &rank) in ranks.iter().enumerate() {
+                if let Err(e) = select(i) {
+                    first_err.get_or_insert(e);
+                    break;
+                }
+                let id = NcclUniqueId { internal: *id };
+                let r = (lib.init_rank)(&mut comms[i], nranks as c_int, id, rank as c_int);
+                if r != 0 {
+                    first_err.get_or_insert(lib.err(&format!("ncclCommInitRank (rank {rank})"), r));
+                    break;
+                }
+            }
+            if grouped {
+                let r = (lib.group_end)();
+                if r != 0 && first_err.is_none() {
+                    first_err = Some(lib.err("ncclGroupEnd (creating communicators)", r));
+                }
+            }
+            if let Some(e) = first_err {
+                return Err(e);
+            }
+        }
+        if comms.iter().any(|c| c.is_null()) {
+            return Err("ncclCommInitRank returned success but no communicator".into());
+        }
+        Ok(comms
+            .into_iter()
+            .map(|comm| CmpComm {
+                lib: lib.clone(),
+                comm,
+            })
+            .collect())
+    }
+
+    /// `ncclCommAbort` where the library has it (else nothing): stops what
+    /// the communicator's kernels wait for. The communicator is not
+    /// destroyed again on drop.
+    pub fn abort(mut self) {
+        if let Some(f) = self.lib.abort {
+            // SAFETY: a live communicator, aborted once; afterwards it is gone.
+            unsafe {
+                f(self.comm);
+            }
+            self.comm = std::ptr::null_mut();
+        }
+    }
+
+    /// Runs `ops` with a null stream (one call, or a group when there are several).
     ///
     /// # Safety
     /// Every pointer in `ops` must be valid for the counts it is used with,
     /// as for [`oxccl::Communicator::run_raw`].
     pub unsafe fn run(&self, ops: &[OpDesc]) -> Result<(), String> {
-        // SAFETY: the caller vouches for the pointers (above); the function
-        // pointers have nccl.h's signatures (checked by name at load), and
-        // the communicator is live until drop.
-        unsafe {
-            let grouped = ops.len() > 1;
-            let l = &self.lib;
-            let null: Stream = std::ptr::null_mut();
+        let items: Vec<(&CmpComm, Stream, &OpDesc)> = ops
+            .iter()
+            .map(|d| (self, std::ptr::null_mut(), d))
+            .collect();
+        // SAFETY: the caller vouches for the pointers.
+        unsafe { issue(&self.lib, &items) }
+    }
+}
+
+/// Destroys `comms`, each on its own thread when there are several: a
+/// library may make `ncclCommDestroy` wait for the other ranks of the
+/// communicator (an implicit `ncclCommFinalize`), and one thread destroying
+/// its ranks one after another would then wait for itself.
+pub fn destroy_all(comms: Vec<CmpComm>) {
+    if comms.len() <= 1 {
+        drop(comms);
+        return;
+    }
+    /// A communicator handed to another thread.
+    struct Owned(CmpComm);
+    // SAFETY: an ncclComm_t is a handle that NCCL's API lets any thread use
+    // (one at a time); it moves to exactly one thread, which destroys it.
+    unsafe impl Send for Owned {}
+    impl Owned {
+        fn destroy(self) {
+            drop(self.0);
+        }
+    }
+    std::thread::scope(|sc| {
+        for c in comms {
+            let c = Owned(c);
+            sc.spawn(move || c.destroy());
+        }
+    });
+}
+
+/// Issues `items` — (communicator, `cudaStream_t`, operation) — as one call,
+/// or as one group when there are several (several ranks of this thread, or
+/// `-m` operations).
+///
+/// # Safety
+/// Every pointer in the operations must be valid for the counts it is used
+/// with, on the memory the library expects (host memory with a null stream;
+/// device memory of the communicator's GPU with that GPU's stream), and each
+/// stream must be a live stream (or null).
+pub unsafe fn issue(l: &Lib, items: &[(&CmpComm, Stream, &OpDesc)]) -> Result<(), String> {
+    // SAFETY: the caller vouches for the pointers and streams (above); the
+    // function pointers have nccl.h's signatures (checked by name at load),
+    // and each communicator is live until its drop.
+    unsafe {
+        {
+            let grouped = items.len() > 1;
             if grouped {
                 let r = (l.group_start)();
                 if r != 0 {
@@ -292,7 +418,8 @@ impl CmpComm {
                 }
             }
             let mut first_err = None;
-            for d in ops {
+            for &(cc, stream, d) in items {
+                let comm = cc.comm;
                 let (s, rv, n, t) = (
                     d.send as *const c_void,
                     d.recv as *mut c_void,
@@ -310,33 +437,25 @@ impl CmpComm {
                 let root = d.root as c_int;
                 let (name, r) = match (l.coll, d.kind) {
                     (CollFns::AllReduce(f), _) => {
-                        ("ncclAllReduce", f(s, rv, n, t, op, self.comm, null))
+                        ("ncclAllReduce", f(s, rv, n, t, op, comm, stream))
                     }
                     (CollFns::ReduceScatter(f), _) => {
-                        ("ncclReduceScatter", f(s, rv, n, t, op, self.comm, null))
+                        ("ncclReduceScatter", f(s, rv, n, t, op, comm, stream))
                     }
                     (CollFns::Reduce(f), _) => {
-                        ("ncclReduce", f(s, rv, n, t, op, root, self.comm, null))
+                        ("ncclReduce", f(s, rv, n, t, op, root, comm, stream))
                     }
                     (CollFns::Broadcast(f), _) => {
-                        ("ncclBroadcast", f(s, rv, n, t, root, self.comm, null))
+                        ("ncclBroadcast", f(s, rv, n, t, root, comm, stream))
                     }
-                    (CollFns::Gather(f), _) => {
-                        ("ncclGather", f(s, rv, n, t, root, self.comm, null))
-                    }
-                    (CollFns::Scatter(f), _) => {
-                        ("ncclScatter", f(s, rv, n, t, root, self.comm, null))
-                    }
-                    (CollFns::AllGather(f), _) => {
-                        ("ncclAllGather", f(s, rv, n, t, self.comm, null))
-                    }
-                    (CollFns::AllToAll(f), _) => ("ncclAlltoAll", f(s, rv, n, t, self.comm, null)),
+                    (CollFns::Gather(f), _) => ("ncclGather", f(s, rv, n, t, root, comm, stream)),
+                    (CollFns::Scatter(f), _) => ("ncclScatter", f(s, rv, n, t, root, comm, stream)),
+                    (CollFns::AllGather(f), _) => ("ncclAllGather", f(s, rv, n, t, comm, stream)),
+                    (CollFns::AllToAll(f), _) => ("ncclAlltoAll", f(s, rv, n, t, comm, stream)),
                     (CollFns::SendRecv(f, _), CollKind::Send) => {
-                        ("ncclSend", f(s, n, t, root, self.comm, null))
+                        ("ncclSend", f(s, n, t, root, comm, stream))
                     }
-                    (CollFns::SendRecv(_, f), _) => {
-                        ("ncclRecv", f(rv, n, t, root, self.comm, null))
-                    }
+                    (CollFns::SendRecv(_, f), _) => ("ncclRecv", f(rv, n, t, root, comm, stream)),
                 };
                 if r != 0 && first_err.is_none() {
                     first_err = Some(l.err(name, r));
@@ -355,6 +474,9 @@ impl CmpComm {
 
 impl Drop for CmpComm {
     fn drop(&mut self) {
+        if self.comm.is_null() {
+            return; // aborted
+        }
         // SAFETY: `comm` came from ncclCommInitRank and is destroyed once.
         unsafe {
             (self.lib.destroy)(self.comm);

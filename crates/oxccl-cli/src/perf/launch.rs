@@ -22,12 +22,22 @@ const ENV_ID: &str = "OXCCL_PERF_ID";
 const ENV_PARENT: &str = "OXCCL_PERF_PARENT";
 const ENV_CMP_ID: &str = "OXCCL_PERF_COMPARE_ID";
 
+/// True in a rank process started by this tool's own launcher.
+pub fn is_child() -> bool {
+    std::env::var_os(ENV_RANK).is_some()
+}
+
 /// `--compare`: the other library's unique id, from the library (launching
 /// side) or from `OXCCL_PERF_COMPARE_ID` (a child).
 fn compare_id(s: &mut Settings, child: bool) -> Result<(), String> {
     let Some(lib) = &s.compare else {
         return Ok(());
     };
+    if s.backend == super::Backend::Cuda {
+        // The CUDA backend's worker 0 makes both libraries' ids and hands
+        // them out over the control communicator (see `gpu`).
+        return Ok(());
+    }
     let id = if child {
         std::env::var(ENV_CMP_ID)
             .ok()
@@ -204,7 +214,7 @@ pub fn run(mut s: Settings) -> i32 {
             run_ranks(&s, ranks, &id)
         }
         Launch::Thread => match UniqueId::new() {
-            Ok(id) => run_ranks(&s, (0..s.nranks).map(|r| (r, r)).collect(), &id),
+            Ok(id) => run_ranks(&s, (0..s.workers()).map(|r| (r, r)).collect(), &id),
             Err(e) => {
                 eprintln!("oxccl perf: cannot start the rendezvous: {e}");
                 1
@@ -249,12 +259,13 @@ fn run_child(s: &Settings, first: &str) -> i32 {
 }
 
 /// Runs `ranks` (global rank, local rank) as threads of this process; returns
-/// 1 if any failed, else 7 if any result was wrong, else 0.
+/// 1 if any failed, else 7 if any result was wrong, else 0. With the CUDA
+/// backend these are workers: worker `w` drives ranks `w * ngpus ..`.
 pub fn run_ranks(s: &Settings, ranks: Vec<(usize, usize)>, id: &UniqueId) -> i32 {
     let act = Activity::new(ranks.len());
     let codes: Vec<i32> = std::thread::scope(|sc| {
         let act = &act;
-        if let Some(t) = s.timeout {
+        if let Some(t) = s.wait_limit() {
             sc.spawn(move || bench::watchdog(s, act, t));
         }
         let handles: Vec<_> = ranks
@@ -263,7 +274,12 @@ pub fn run_ranks(s: &Settings, ranks: Vec<(usize, usize)>, id: &UniqueId) -> i32
             .map(|(slot, &(rank, local))| {
                 std::thread::Builder::new()
                     .name(format!("rank{rank}"))
-                    .spawn_scoped(sc, move || bench::rank_main(s, act, slot, rank, local, id))
+                    .spawn_scoped(sc, move || match s.backend {
+                        super::Backend::Cuda => {
+                            super::gpu::worker_main(s, act, slot, rank, local, id)
+                        }
+                        _ => bench::rank_main(s, act, slot, rank, local, id),
+                    })
                     .expect("spawn a rank thread")
             })
             .collect();
@@ -357,7 +373,7 @@ fn run_parent(s: &Settings) -> i32 {
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     let idhex = hex(id.as_bytes());
     let mut kids: Vec<Kid> = Vec::new();
-    for first in (0..s.nranks).step_by(s.threads) {
+    for first in (0..s.workers()).step_by(s.threads) {
         let spawned = Command::new(&exe)
             .args(&args)
             .env(ENV_RANK, first.to_string())
@@ -372,7 +388,7 @@ fn run_parent(s: &Settings) -> i32 {
         match spawned {
             Ok(child) => kids.push(Kid {
                 child,
-                first,
+                first: first * s.ngpus,
                 status: None,
             }),
             Err(e) => {
@@ -385,7 +401,7 @@ fn run_parent(s: &Settings) -> i32 {
             }
         }
     }
-    wait_children(&mut kids, s.threads)
+    wait_children(&mut kids, s.threads * s.ngpus)
 }
 
 /// Polls the children until all exited; after the first abnormal exit the

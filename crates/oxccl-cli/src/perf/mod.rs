@@ -5,12 +5,18 @@
 //! one of `all_reduce_perf -b 8 -e 128M -f 2`. Ranks are local processes
 //! (default), threads, or the processes of an external launcher (torchrun,
 //! Slurm, Open MPI); see [`launch`].
+//!
+//! Two backends: `cpu` runs oxccl's Rust API on host memory ([`bench`]);
+//! `cuda` runs an NCCL-API library (oxccl's `libnccl.so` by default) on
+//! device memory, one GPU per rank, `-g` GPUs per thread ([`gpu`]).
 
 pub mod bench;
 pub mod coll;
+pub mod common;
 pub mod compare;
 pub mod data;
 pub mod fmt;
+pub mod gpu;
 pub mod launch;
 pub mod progress;
 
@@ -33,11 +39,11 @@ pub enum LaunchKind {
 /// Which executor runs the collectives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
-    /// Host memory (the only backend of this build).
+    /// Host memory, through oxccl's Rust API.
     Cpu,
-    /// GPU memory (not built yet).
+    /// GPU memory, through an NCCL-API library (oxccl's libnccl.so, or --lib).
     Cuda,
-    /// The best available: cpu in this build.
+    /// cuda when a GPU is usable (and oxccl's libnccl.so is found), else cpu.
     Auto,
 }
 
@@ -173,13 +179,14 @@ pub struct PerfArgs {
     #[arg(short = 't', long = "nthreads", value_name = "N", default_value_t = 1,
           value_parser = at_least_one)]
     pub nthreads: u64,
-    /// GPUs per thread (needs the CUDA backend)
-    #[arg(short = 'g', long = "ngpus", value_name = "N", default_value_t = 1)]
+    /// GPUs per thread (CUDA backend): one thread drives N GPUs, one rank each
+    #[arg(short = 'g', long = "ngpus", value_name = "N", default_value_t = 1,
+          value_parser = at_least_one)]
     pub ngpus: u64,
-    /// CUDA graph launches (needs the CUDA backend)
+    /// CUDA graph replays (CUDA backend): capture the -n iterations in a graph and time N replays
     #[arg(short = 'G', long = "cudagraph", value_name = "N", default_value_t = 0)]
     pub cudagraph: u64,
-    /// Accepted for nccl-tests compatibility: host operations always block
+    /// Blocking collectives: wait for each call to complete (CUDA backend; host operations always block)
     #[arg(short = 'z', long = "blocking", value_name = "0-3", default_value_t = 0,
           value_parser = clap::value_parser!(u8).range(0..=3))]
     pub blocking: u8,
@@ -203,7 +210,7 @@ pub struct PerfArgs {
         value_name = "PATH"
     )]
     pub output_file: Option<PathBuf>,
-    /// Local ranks to start [default: 2 for sendrecv, else 4]
+    /// Local ranks to start [default: cpu: 2 for sendrecv, else 4; cuda: every visible GPU, in multiples of -t x -g]
     #[arg(long, value_name = "N")]
     pub ranks: Option<usize>,
     /// Executor
@@ -212,9 +219,12 @@ pub struct PerfArgs {
     /// How local ranks run [default: process, or the external launcher's processes when one is detected]
     #[arg(long, value_enum)]
     pub launch: Option<LaunchKind>,
-    /// Also run every size through this NCCL-API library (e.g. libnccl.so.2), interleaved, on the same host buffers; adds its time, busbw and a ratio column (out-of-place)
+    /// Also run every size through this NCCL-API library (e.g. NVIDIA's libnccl.so.2), interleaved, on the same buffers; adds its time, busbw and a ratio column (out-of-place)
     #[arg(long, value_name = "PATH")]
     pub compare: Option<PathBuf>,
+    /// CUDA backend: the NCCL-API library measured [default: oxccl's libnccl.so.2 or libnccl.so next to the oxccl executable]
+    #[arg(long, value_name = "PATH")]
+    pub lib: Option<PathBuf>,
 }
 
 /// Where this invocation's ranks come from.
@@ -256,10 +266,59 @@ pub struct Settings {
     pub compare: Option<compare::Lib>,
     /// `--compare`: the other library's unique id, once made (rank 0's side) or received.
     pub compare_id: Option<[u8; 128]>,
+    /// `cpu` or `cuda` (never `auto`).
+    pub backend: Backend,
+    /// GPUs per thread (`-g`; 1 for the CPU backend).
+    pub ngpus: usize,
+    /// CUDA graph replays (`-G`; 0: no graph).
+    pub graph: u64,
+    /// CUDA backend: the measured library.
+    pub lib: Option<compare::Lib>,
 }
 
 /// The most local ranks one invocation starts.
 const MAX_LOCAL_RANKS: usize = 1024;
+
+/// How long the CUDA backend waits for a GPU or a library call when `-T` is
+/// 0: oxccl's own default operation timeout (`OXCCL_TIMEOUT_MS`, 600 s).
+pub const GPU_DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Why there is no usable GPU, in a few words.
+fn no_gpu_reason() -> Option<String> {
+    use oxccl_cuda::Unavailable;
+    match oxccl_cuda::probe_driver() {
+        Err(Unavailable::NoDriver { .. }) => {
+            Some("no CUDA driver: libcuda.so.1 is not in the dynamic loader's path".into())
+        }
+        Err(Unavailable::NoGpu { reason, .. }) => Some(format!("no GPU: {reason}")),
+        Err(Unavailable::Failed(e)) => Some(e.message().to_string()),
+        Ok(_) => oxccl_cuda::perfio::require()
+            .err()
+            .map(|e| e.message().to_string()),
+    }
+}
+
+/// oxccl's libnccl next to this executable, if it is there.
+pub fn default_lib_path() -> Option<PathBuf> {
+    default_lib().0
+}
+
+/// oxccl's libnccl next to this executable (`libnccl.so.2`, then `libnccl.so`),
+/// and the executable's path for messages.
+fn default_lib() -> (Option<PathBuf>, String) {
+    let exe = std::env::current_exe().ok();
+    let shown = exe.as_ref().map_or_else(
+        || "the oxccl executable".into(),
+        |p| p.display().to_string(),
+    );
+    let found = exe.as_ref().and_then(|e| e.parent()).and_then(|d| {
+        ["libnccl.so.2", "libnccl.so"]
+            .iter()
+            .map(|n| d.join(n))
+            .find(|p| p.exists())
+    });
+    (found, shown)
+}
 
 /// The sizes nccl-tests visits: from `min` to `max`, times `factor` when it
 /// is above 1, else plus `step`.
@@ -291,24 +350,7 @@ impl Settings {
                 Coll::ALL.map(|c| c.name()).join(", ")
             ))
         })?;
-        if a.backend == Backend::Cuda {
-            return Err(UsageError(
-                "--backend cuda: the CUDA backend is not built yet (use --backend cpu or auto)"
-                    .into(),
-            ));
-        }
-        if a.ngpus != 1 {
-            return Err(UsageError(format!(
-                "-g/--ngpus {}: GPUs need the CUDA backend, which this build does not have yet (accepted: 1; use --ranks for more host ranks)",
-                a.ngpus
-            )));
-        }
-        if a.cudagraph != 0 {
-            return Err(UsageError(format!(
-                "-G/--cudagraph {}: CUDA graphs need the CUDA backend, which this build does not have yet (accepted: 0)",
-                a.cudagraph
-            )));
-        }
+        let backend = resolve_backend(a)?;
         if a.stepfactor == 0 {
             return Err(UsageError(
                 "-f/--stepfactor 0: accepted values are 1 (step by -i/--stepbytes) or more (multiply)".into(),
@@ -326,6 +368,14 @@ impl Settings {
             ));
         }
         let threads = a.nthreads as usize;
+        let (ngpus, devices) = match backend {
+            Backend::Cuda => (
+                a.ngpus as usize,
+                oxccl_cuda::perfio::device_count().unwrap_or(0),
+            ),
+            _ => (1, 0),
+        };
+        let cuda = backend == Backend::Cuda;
         let external = if a.launch.is_none() {
             launch::External::detect(threads)?
         } else {
@@ -333,34 +383,66 @@ impl Settings {
         };
         let (launch, nranks) = match (&external, a.launch) {
             (Some(e), _) => {
+                let world = e.world * threads * ngpus;
                 if let Some(r) = a.ranks {
-                    if r != e.world * threads {
+                    if r != world {
                         return Err(UsageError(format!(
-                            "--ranks {r}: under {} the world is {} ranks ({} processes x -t {threads}); leave --ranks out or pass --launch to start local ranks instead",
-                            e.launcher, e.world * threads, e.world
+                            "--ranks {r}: under {} the world is {world} ranks ({} processes x -t {threads}{}); leave --ranks out or pass --launch to start local ranks instead",
+                            e.launcher, e.world, if cuda { format!(" x -g {ngpus}") } else { String::new() }
                         )));
                     }
                 }
-                (Launch::External(e.clone()), e.world * threads)
+                (Launch::External(e.clone()), world)
             }
             (None, kind) => {
-                let ranks = a.ranks.unwrap_or_else(|| coll.default_ranks());
+                let kind = kind.unwrap_or(LaunchKind::Process);
+                // Ranks one process (or, for --launch thread, one thread) holds.
+                let unit = match kind {
+                    LaunchKind::Process => threads * ngpus,
+                    LaunchKind::Thread => ngpus,
+                };
+                if cuda && unit > devices {
+                    return Err(UsageError(format!(
+                        "{}: one process needs {unit} GPUs and this machine has {devices} (accepted: -t x -g up to {devices})",
+                        if ngpus > 1 { format!("-g/--ngpus {ngpus}") } else { format!("-t/--nthreads {threads}") }
+                    )));
+                }
+                let ranks = match a.ranks {
+                    Some(r) => r,
+                    None if cuda => (devices / unit).max(1) * unit,
+                    None => coll.default_ranks(),
+                };
                 if ranks == 0 || ranks > MAX_LOCAL_RANKS {
                     return Err(UsageError(format!(
                         "--ranks {ranks}: accepted values are 1 to {MAX_LOCAL_RANKS}"
                     )));
                 }
-                match kind.unwrap_or(LaunchKind::Process) {
+                if cuda && ranks > devices {
+                    return Err(UsageError(format!(
+                        "--ranks {ranks}: the CUDA backend gives each rank its own GPU and this machine has {devices} (accepted: 1 to {devices})"
+                    )));
+                }
+                match kind {
                     LaunchKind::Process => {
                         if ranks % threads != 0 {
                             return Err(UsageError(format!(
                                 "-t/--nthreads {threads} does not divide --ranks {ranks} (accepted: a divisor of --ranks)"
                             )));
                         }
+                        if ranks % unit != 0 {
+                            return Err(UsageError(format!(
+                                "-g/--ngpus {ngpus} x -t/--nthreads {threads} does not divide --ranks {ranks} (accepted: --ranks a multiple of {unit})"
+                            )));
+                        }
                         (Launch::Process, ranks)
                     }
                     LaunchKind::Thread => {
-                        if threads != 1 && threads != ranks {
+                        if ranks % ngpus != 0 {
+                            return Err(UsageError(format!(
+                                "-g/--ngpus {ngpus} does not divide --ranks {ranks} (accepted: --ranks a multiple of -g)"
+                            )));
+                        }
+                        if threads != 1 && threads * ngpus != ranks {
                             return Err(UsageError(format!(
                                 "-t/--nthreads {threads} with --launch thread: every rank is a thread of one process (accepted: 1 or --ranks)"
                             )));
@@ -373,14 +455,33 @@ impl Settings {
         let compare = match &a.compare {
             None => None,
             Some(p) => {
-                if let Launch::External(e) = &launch {
+                if let (Launch::External(e), false) = (&launch, cuda) {
                     return Err(UsageError(format!(
-                        "--compare {}: not available under an external launcher ({}) yet (accepted: local ranks, --launch process or thread)",
+                        "--compare {}: not available under an external launcher ({}) with the CPU backend yet (accepted: local ranks, --launch process or thread, or --backend cuda)",
                         p.display(),
                         e.launcher
                     )));
                 }
                 Some(compare::Lib::load(p, coll).map_err(UsageError)?)
+            }
+        };
+        let lib = match (cuda, &a.lib) {
+            (false, Some(p)) => {
+                return Err(UsageError(format!(
+                    "--lib {}: only the CUDA backend runs a library (accepted with --backend cpu: leave --lib out)",
+                    p.display()
+                )))
+            }
+            (false, None) => None,
+            (true, Some(p)) => Some(compare::Lib::load_as(p, coll, "--lib").map_err(UsageError)?),
+            (true, None) => {
+                let (found, exe) = default_lib();
+                let Some(p) = found else {
+                    return Err(UsageError(format!(
+                        "--backend cuda: oxccl's libnccl.so.2 is not next to {exe} (build it with `cargo build --release -p oxccl-nccl` and put it there, or pass --lib PATH)"
+                    )));
+                };
+                Some(compare::Lib::load_as(&p, coll, "--lib").map_err(UsageError)?)
             }
         };
         if coll.rooted() && a.root >= nranks {
@@ -409,7 +510,7 @@ impl Settings {
             types: a.datatype.0.clone(),
             root: if coll.rooted() { a.root } else { 0 },
             threads: match external {
-                None if a.launch == Some(LaunchKind::Thread) => nranks,
+                None if a.launch == Some(LaunchKind::Thread) => nranks / ngpus,
                 _ => threads,
             },
             average: a.average,
@@ -420,7 +521,80 @@ impl Settings {
             launch,
             compare,
             compare_id: None,
+            backend,
+            ngpus,
+            graph: a.cudagraph,
+            lib,
         })
+    }
+
+    /// Workers: threads that each drive `ngpus` ranks (= ranks on the CPU backend).
+    pub fn workers(&self) -> usize {
+        self.nranks / self.ngpus
+    }
+
+    /// The longest a wait may take: `-T`, and for the CUDA backend (where a
+    /// loaded library may have no timeout of its own) at most
+    /// [`GPU_DEFAULT_TIMEOUT`] when `-T` is 0.
+    pub fn wait_limit(&self) -> Option<Duration> {
+        match self.backend {
+            Backend::Cuda => Some(self.timeout.unwrap_or(GPU_DEFAULT_TIMEOUT)),
+            _ => self.timeout,
+        }
+    }
+}
+
+/// `--backend` as it will run: `cpu` or `cuda`.
+fn resolve_backend(a: &PerfArgs) -> Result<Backend, UsageError> {
+    let cpu_only = |why: &str| -> Result<Backend, UsageError> {
+        if a.ngpus != 1 {
+            return Err(UsageError(format!(
+                "-g/--ngpus {}: {why} (accepted: 1)",
+                a.ngpus
+            )));
+        }
+        if a.cudagraph != 0 {
+            return Err(UsageError(format!(
+                "-G/--cudagraph {}: {why} (accepted: 0)",
+                a.cudagraph
+            )));
+        }
+        Ok(Backend::Cpu)
+    };
+    match a.backend {
+        Backend::Cpu => cpu_only("GPUs need --backend cuda or auto, not --backend cpu"),
+        Backend::Cuda => match no_gpu_reason() {
+            None => Ok(Backend::Cuda),
+            Some(why) => Err(UsageError(format!(
+                "--backend cuda: no usable GPU here ({why}) (accepted here: --backend cpu or auto)"
+            ))),
+        },
+        Backend::Auto => match no_gpu_reason() {
+            Some(why) => {
+                if let Some(p) = &a.lib {
+                    return Err(UsageError(format!(
+                        "--lib {}: no usable GPU here ({why}) (accepted without a GPU: leave --lib out)",
+                        p.display()
+                    )));
+                }
+                cpu_only(&format!("no usable GPU here ({why})"))
+            }
+            None => {
+                // A GPU but no library to drive it: host memory, unless the
+                // command line asked for GPU features.
+                let gpu_asked = a.ngpus != 1 || a.cudagraph != 0;
+                if a.lib.is_none() && default_lib().0.is_none() && !gpu_asked {
+                    if !launch::is_child() {
+                        eprintln!(
+                            "oxccl perf: --backend auto: a GPU is here but oxccl's libnccl.so.2 is not next to {}; running on host memory (pass --lib PATH or --backend cuda)",
+                            default_lib().1
+                        );
+                    }
+                    return Ok(Backend::Cpu);
+                }
+                Ok(Backend::Cuda)
+            }
+        },
     }
 }
 

@@ -1,0 +1,378 @@
+//! `oxccl perf --backend cuda` end to end, on real GPUs. Without a usable GPU
+//! every test prints "skipped: no GPU" and passes.
+//!
+//! The measured library is oxccl's `libnccl.so` next to the `oxccl` binary
+//! (`cargo build -p oxccl-nccl` puts it there), or `OXCCL_PERF_LIB`. On the
+//! GPU machine, where the binaries are carried without cargo, `OXCCL_BIN`
+//! names the `oxccl` executable. NVIDIA's NCCL (`OXCCL_PERF_NCCL`, else the
+//! PyTorch wheel's copy at [`TORCH_NCCL`]) is used where it exists: for
+//! `--compare`, and for one process per GPU.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const TORCH_NCCL: &str =
+    "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2";
+
+/// Prints past the test harness's capture (it only captures `print!`), so
+/// a skip shows in every run.
+fn notice(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// Visible GPUs, or None (and "skipped: no GPU" printed).
+fn gpus(test: &str) -> Option<usize> {
+    match oxccl_cuda::perfio::device_count() {
+        Ok(n) if n > 0 => Some(n),
+        Ok(_) => {
+            notice(&format!("{test}: skipped: no GPU (0 devices)"));
+            None
+        }
+        Err(e) => {
+            let e = e.to_string();
+            let short: String = e.chars().take(90).collect();
+            let more = if short.len() < e.len() { "..." } else { "" };
+            notice(&format!("{test}: skipped: no GPU ({short}{more})"));
+            None
+        }
+    }
+}
+
+fn bin() -> PathBuf {
+    std::env::var_os("OXCCL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_oxccl")))
+}
+
+fn nccl() -> Option<PathBuf> {
+    std::env::var_os("OXCCL_PERF_NCCL")
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from(TORCH_NCCL)))
+        .filter(|p| p.exists())
+}
+
+fn perf(args: &[&str]) -> Command {
+    let mut c = Command::new(bin());
+    c.arg("perf")
+        .args(["--backend", "cuda", "-T", "120"])
+        .args(args);
+    if let Some(l) = std::env::var_os("OXCCL_PERF_LIB") {
+        c.arg("--lib").arg(l);
+    }
+    for v in [
+        "RANK",
+        "WORLD_SIZE",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "NCCL_COMM_ID",
+        "OXCCL_PERF_RANK",
+    ] {
+        c.env_remove(v);
+    }
+    // Never NVLink multicast on the shared machines (shared/gpu.md).
+    c.env("NCCL_NVLS_ENABLE", "0")
+        .env("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+        .env("NVSHMEM_DISABLE_NVLS", "1");
+    c.stdin(Stdio::null());
+    c
+}
+
+fn run_for(mut c: Command, secs: u64) -> Output {
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start oxccl");
+    let t0 = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if t0.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "oxccl ran past {secs} s\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Data lines' #wrong cells (out-of-place, and in-place unless N/A).
+fn wrong_cells(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .flat_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            vec![f[8].to_string(), f[12].to_string()]
+        })
+        .collect()
+}
+
+fn assert_clean(out: &Output, rows_at_least: usize) {
+    assert_eq!(out.status.code(), Some(0), "{}", show(out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("backend cuda"), "{}", show(out));
+    assert!(
+        stdout.contains("# Out of bounds values : 0 OK"),
+        "{}",
+        show(out)
+    );
+    let cells = wrong_cells(&stdout);
+    assert!(cells.len() >= 2 * rows_at_least, "{}", show(out));
+    assert!(
+        cells.iter().all(|w| w == "0" || w == "N/A"),
+        "{}",
+        show(out)
+    );
+}
+
+#[test]
+fn every_collective_on_the_gpus_of_one_thread() {
+    let Some(n) = gpus("every_collective_on_the_gpus_of_one_thread") else {
+        return;
+    };
+    let g = n.min(2).to_string();
+    for coll in [
+        "all_reduce",
+        "all_gather",
+        "broadcast",
+        "reduce",
+        "reduce_scatter",
+        "alltoall",
+        "gather",
+        "scatter",
+        "sendrecv",
+    ] {
+        let out = run_for(
+            perf(&[
+                coll, "-g", &g, "-b", "8", "-e", "256K", "-f", "64", "-n", "3", "-w", "2",
+            ]),
+            300,
+        );
+        assert_clean(&out, 3);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(&format!("nGpus {g}")), "{coll}: {stdout}");
+        assert!(
+            stdout.contains("#  Rank  0 Group  0 Pid"),
+            "{coll}: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn types_ops_aggregation_and_blocking() {
+    let Some(n) = gpus("types_ops_aggregation_and_blocking") else {
+        return;
+    };
+    let g = n.min(2).to_string();
+    let out = run_for(
+        perf(&[
+            "all_reduce",
+            "-g",
+            &g,
+            "-b",
+            "64",
+            "-e",
+            "64K",
+            "-f",
+            "32",
+            "-d",
+            "all",
+            "-o",
+            "all",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "-m",
+            "3",
+            "-z",
+            "1",
+        ]),
+        600,
+    );
+    assert_clean(&out, 12 * 5 * 3);
+}
+
+#[test]
+fn graph_replays() {
+    let Some(n) = gpus("graph_replays") else {
+        return;
+    };
+    let g = n.min(2).to_string();
+    let out = run_for(
+        perf(&[
+            "all_reduce",
+            "-g",
+            &g,
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "16",
+            "-G",
+            "5",
+            "-n",
+            "4",
+        ]),
+        300,
+    );
+    assert_clean(&out, 4);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("graph: 5"));
+}
+
+#[test]
+fn json_names_the_gpus() {
+    let Some(n) = gpus("json_names_the_gpus") else {
+        return;
+    };
+    let g = n.min(2);
+    let path = std::env::temp_dir().join(format!("oxccl-perf-gpu-{}.json", std::process::id()));
+    let out = run_for(
+        perf(&[
+            "all_reduce",
+            "-g",
+            &g.to_string(),
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "-J",
+            path.to_str().expect("utf-8 temp path"),
+        ]),
+        120,
+    );
+    assert_clean(&out, 1);
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("JSON file")).expect("JSON");
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(doc["backend"], "cuda");
+    assert_eq!(doc["config"]["ngpus"], g as u64);
+    assert!(doc["library_path"].as_str().is_some());
+    let ranks = doc["ranks"].as_array().expect("ranks");
+    assert_eq!(ranks.len(), g);
+    for (i, r) in ranks.iter().enumerate() {
+        assert_eq!(r["device"], i as u64);
+        assert!(!r["device_name"].as_str().unwrap_or("").is_empty(), "{r}");
+    }
+    assert!(
+        doc["machine"].as_str().unwrap_or("").contains(" x "),
+        "{doc}"
+    );
+}
+
+#[test]
+fn wrong_results_fail_with_status_7() {
+    if gpus("wrong_results_fail_with_status_7").is_none() {
+        return;
+    }
+    let mut c = perf(&["all_reduce", "-b", "64", "-e", "64", "--ranks", "1"]);
+    c.env("OXCCL_PERF_TEST_CORRUPT_RANK", "0");
+    let out = run_for(c, 120);
+    assert_eq!(out.status.code(), Some(7), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FAILED"));
+}
+
+#[test]
+fn compare_with_nvidia_nccl() {
+    let Some(n) = gpus("compare_with_nvidia_nccl") else {
+        return;
+    };
+    let Some(nccl) = nccl() else {
+        notice("compare_with_nvidia_nccl: skipped: no NVIDIA NCCL (set OXCCL_PERF_NCCL)");
+        return;
+    };
+    let g = n.min(2).to_string();
+    let mut c = perf(&[
+        "all_reduce",
+        "-g",
+        &g,
+        "-b",
+        "8",
+        "-e",
+        "4M",
+        "-f",
+        "8",
+        "-n",
+        "5",
+    ]);
+    c.arg("--compare").arg(&nccl);
+    let out = run_for(c, 300);
+    assert_clean(&out, 7);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("compare: libnccl.so.2 2."), "{stdout}");
+    // The compared library's #wrong column (16th field) is 0 on every line.
+    for l in stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(f.get(15), Some(&"0"), "{l}");
+    }
+}
+
+#[test]
+fn one_process_per_gpu_with_nvidia_nccl() {
+    let Some(n) = gpus("one_process_per_gpu_with_nvidia_nccl") else {
+        return;
+    };
+    if n < 2 {
+        notice("one_process_per_gpu_with_nvidia_nccl: skipped: one GPU");
+        return;
+    }
+    let Some(nccl) = nccl() else {
+        notice(
+            "one_process_per_gpu_with_nvidia_nccl: skipped: no NVIDIA NCCL (set OXCCL_PERF_NCCL)",
+        );
+        return;
+    };
+    let mut c = Command::new(bin());
+    c.arg("perf")
+        .args([
+            "all_reduce",
+            "--backend",
+            "cuda",
+            "--ranks",
+            "2",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "32",
+            "-T",
+            "120",
+        ])
+        .arg("--lib")
+        .arg(&nccl)
+        .env("NCCL_NVLS_ENABLE", "0")
+        .env("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+        .env("NVSHMEM_DISABLE_NVLS", "1")
+        .env_remove("OXCCL_PERF_RANK")
+        .stdin(Stdio::null());
+    let out = run_for(c, 300);
+    assert_clean(&out, 4);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("# library: libnccl.so.2 2."), "{stdout}");
+    assert!(stdout.contains("#  Rank  1 Group  0 Pid"), "{stdout}");
+}

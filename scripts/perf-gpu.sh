@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Runs `oxccl perf --backend cuda` ON the GPU test machine, from the repo root:
+# oxccl's libnccl on 2 GPUs driven by one thread (-g 2), one process per GPU
+# (--ranks 2), CUDA graph replays (-G 10), side by side with NVIDIA's NCCL
+# (--compare), and every collective once with a check. Logs, JSON and SVG
+# plots go to $OUT (the device tool's output folder) or /tmp/oxccl-perf-gpu.
+#
+# Build here first (the GPU machine has no Rust toolchain):
+#   scripts/perf-gpu.sh --build      # on the development machine: release
+#                                    # oxccl + libnccl.so + the perf_gpu test
+#                                    # binary, stripped, into .devcarry/perf/
+# then on the GPU machine (through the device tool, carrying .devcarry/perf):
+#   scripts/perf-gpu.sh              # everything, then a pass/fail table
+#   scripts/perf-gpu.sh quick        # the -g 2 sweep and the checks only
+#   scripts/perf-gpu.sh rest         # all but those (the device tool allows
+#                                    # 10 minutes a command: quick, then rest)
+#
+# NVLink multicast stays off in everything this starts (shared/gpu.md rules).
+# Every run has a deadline: -T 120 inside oxccl perf, `timeout` around it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CARRY=.devcarry/perf
+
+if [ "${1:-}" = "--build" ]; then
+  set -e
+  T="${CARGO_TARGET_DIR:-target}"
+  cargo build --release -p oxccl-cli -p oxccl-nccl
+  rm -rf "$CARRY" && mkdir -p "$CARRY"
+  # Debug info off: the device tool carries at most 64 MiB.
+  objcopy --strip-debug "$T/release/oxccl" "$CARRY/oxccl"
+  # `oxccl perf --backend cuda` finds oxccl's libnccl next to its executable.
+  objcopy --strip-debug "$T/release/libnccl.so" "$CARRY/libnccl.so"
+  ln -sf libnccl.so "$CARRY/libnccl.so.2"
+  cargo test --release -p oxccl-cli --test perf_gpu --no-run --message-format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' |
+    while read -r exe; do objcopy --strip-debug "$exe" "$CARRY/perf_gpu"; echo "carried perf_gpu"; done
+  ls -la "$CARRY"
+  du -sh "$CARRY"
+  exit 0
+fi
+
+MODE="${1:-all}"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+for d in /usr/local/cuda-13.0/targets/x86_64-linux/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
+done
+export OXCCL_CACHE_DIR="${OXCCL_CACHE_DIR:-$(mktemp -d /tmp/oxccl-cache.XXXXXX)}"
+OUTDIR="${OUT:-/tmp/oxccl-perf-gpu}"
+mkdir -p "$OUTDIR"
+X="$CARRY/oxccl"
+NCCL="${OXCCL_PERF_NCCL:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2}"
+[ -x "$X" ] || { echo "no $X: run scripts/perf-gpu.sh --build on the development machine and carry $CARRY"; exit 2; }
+
+echo "== machine"
+date -u +%FT%TZ
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+nvidia-smi topo -m
+echo "OXCCL_CACHE_DIR=$OXCCL_CACHE_DIR NCCL=$NCCL"
+[ -f "$NCCL" ] || echo "NVIDIA NCCL not found at $NCCL: the --compare and --lib NCCL runs will fail"
+
+declare -a rows
+run() { # name, seconds, command...
+  local name=$1 secs=$2; shift 2
+  echo; echo "== $name: $*"
+  local t0=$(date +%s.%N)
+  timeout "$secs" "$@" > >(tee "$OUTDIR/$name.log") 2> >(tee "$OUTDIR/$name.err" >&2)
+  local rc=$?
+  sleep 0.2 # let tee finish
+  local t1=$(date +%s.%N)
+  local dt=$(python3 -c "print(f'{$t1-$t0:.1f}')")
+  local oob=$(grep -h "Out of bounds values" "$OUTDIR/$name.log" | tail -1 | sed 's/# Out of bounds values : //')
+  local bw=$(grep -h "Avg bus bandwidth" "$OUTDIR/$name.log" | tail -1 | sed 's/# Avg bus bandwidth *: //')
+  rows+=("$(printf '%-26s %-4s rc=%-3s %7ss  oob=%-10s avg-busbw=%s' "$name" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$rc" "$dt" "${oob:--}" "${bw:--}")")
+}
+
+P="perf -T 120"
+if [ "$MODE" != rest ]; then
+  # 1. The headline sweep: one process, one thread driving both GPUs.
+  run g2_all_reduce 600 "$X" $P all_reduce --backend cuda -g 2 -b 8 -e 1G -f 4 -c 1 -J "$OUTDIR/g2_all_reduce.json"
+  # 2. Every collective once, checked, at a few sizes (8 B .. 8 MB).
+  for c in all_reduce all_gather broadcast reduce reduce_scatter alltoall gather scatter sendrecv; do
+    run "check_$c" 300 "$X" $P "$c" --backend cuda -g 2 -b 8 -e 8M -f 32 -c 1 -n 5 -w 2
+  done
+fi
+if [ "$MODE" != quick ]; then
+  # 3. One process per GPU (oxccl's libnccl, then NVIDIA's as the measured
+  #    library, so a failure of the first is told apart from one of the tool).
+  run ranks2_all_reduce 600 "$X" $P all_reduce --backend cuda --ranks 2 -b 8 -e 1G -f 4 -c 1 -J "$OUTDIR/ranks2_all_reduce.json"
+  run ranks2_nccl_lib 600 "$X" $P all_reduce --backend cuda --ranks 2 -b 8 -e 1G -f 4 -c 1 --lib "$NCCL"
+  # 4. CUDA graphs: the -n loop captured once, 10 replays timed.
+  run g2_graph10 600 "$X" $P all_reduce --backend cuda -g 2 -b 8 -e 1G -f 4 -c 1 -G 10 -J "$OUTDIR/g2_graph10.json"
+  run g2_graph10_nccl_lib 600 "$X" $P all_reduce --backend cuda -g 2 -b 8 -e 1G -f 4 -c 1 -G 10 --lib "$NCCL"
+  # 5. Side by side with NVIDIA's NCCL, interleaved size by size (ratio column).
+  run g2_compare_nccl 900 "$X" $P all_reduce --backend cuda -g 2 -b 8 -e 1G -f 4 -c 1 --compare "$NCCL" -J "$OUTDIR/g2_compare_nccl.json"
+  # 6. Two threads, one GPU each; blocking calls.
+  run t2_all_reduce 600 "$X" $P all_reduce --backend cuda -t 2 -b 8 -e 64M -f 8 -c 1 -z 1
+  # 7. The GPU test file (skips nothing here).
+  if [ -x "$CARRY/perf_gpu" ]; then
+    OXCCL_BIN="$PWD/$X" OXCCL_PERF_NCCL="$NCCL" run perf_gpu_tests 900 "$CARRY/perf_gpu" --test-threads=1
+  fi
+fi
+# Plots of the JSON files that were written.
+for j in "$OUTDIR"/*.json; do
+  [ -s "$j" ] && "$X" plot "$j" -o "${j%.json}.svg" && echo "plot: ${j%.json}.svg"
+done
+
+echo; echo "== summary"
+printf '%s\n' "${rows[@]}" | tee "$OUTDIR/summary.txt"
+! printf '%s\n' "${rows[@]}" | grep -q FAIL
