@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# PyTorch-driven comparisons ON the GPU machine, one process per GPU:
+# NVIDIA's NCCL (PyTorch's own libnccl.so.2) beside oxccl (LD_PRELOAD of the
+# carried library), in the same run, alternated.
+#
+#   scripts/gpu-bench.sh sweep [MAX_BYTES]   all_reduce sweep, NCCL then each
+#                                            oxccl variant, ROUNDS times
+#   scripts/gpu-bench.sh ddp                 DDP losses with both libraries,
+#                                            compared line for line
+#   scripts/gpu-bench.sh check               scripts/torch_check.py with both,
+#                                            digests compared
+#
+# Environment: ROUNDS (default 2); VARIANTS: space-separated oxccl variants,
+# each `label` or `label:VAR=value,VAR=value` (default `default`);
+# NCCL_ENV: `VAR=value,...` applied to both libraries (e.g.
+# NCCL_P2P_DISABLE=1); LIB: oxccl's libnccl.so.2 (default
+# .devcarry/oxccl-nccl/lib/libnccl.so.2, from scripts/gpu-test.sh --build).
+# NVLink multicast stays off (shared/gpu.md). Logs go to $OUT (or /tmp).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+for d in /usr/local/cuda-13.0/targets/x86_64-linux/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
+done
+export OXCCL_CACHE_DIR="${OXCCL_CACHE_DIR:-/tmp/oxccl-kcache}"
+mkdir -p "$OXCCL_CACHE_DIR"
+[ -d .devcarry/kcache ] && cp -n .devcarry/kcache/* "$OXCCL_CACHE_DIR"/ 2>/dev/null
+PY=${PY:-/opt/torch/.venv/bin/python3}
+LIB=${LIB:-$PWD/.devcarry/oxccl-nccl/lib/libnccl.so.2}
+OUTDIR=${OUT:-/tmp/gpu-bench}
+mkdir -p "$OUTDIR"
+ROUNDS=${ROUNDS:-2}
+NGPU=$(nvidia-smi -L | wc -l)
+common_env=()
+IFS=',' read -ra kv <<< "${NCCL_ENV:-}"
+for x in "${kv[@]}"; do [ -n "$x" ] && common_env+=("$x"); done
+
+launch() { # label preload(0/1) extra-env(csv) script args...
+  local label=$1 pre=$2 extra=$3; shift 3
+  local envs=("${common_env[@]}")
+  IFS=',' read -ra kv <<< "$extra"
+  for x in "${kv[@]}"; do [ -n "$x" ] && envs+=("$x"); done
+  [ "$pre" = 1 ] && envs+=("LD_PRELOAD=$LIB")
+  envs+=("SWEEP_TAG=$label")
+  timeout 300 env "${envs[@]}" "$PY" -m torch.distributed.run --standalone \
+    --nproc-per-node="$NGPU" "$@" 2>&1 | grep -v -e "OMP_NUM_THREADS" -e "^\*\*\*" -e "Warning: \[PG"
+}
+
+case "${1:-sweep}" in
+sweep)
+  MAX=${2:-1073741824}
+  for r in $(seq 1 "$ROUNDS"); do
+    echo "== round $r"
+    launch NCCL 0 "" scripts/torch_ar_sweep.py "$MAX" | tee "$OUTDIR/sweep_nccl_$r.log"
+    for v in ${VARIANTS:-default}; do
+      label=${v%%:*}; extra=""; [[ $v == *:* ]] && extra=${v#*:}
+      launch "$label" 1 "$extra" scripts/torch_ar_sweep.py "$MAX" | tee "$OUTDIR/sweep_${label}_$r.log"
+    done
+  done
+  ;;
+ddp)
+  launch NCCL 0 "" scripts/torch_ddp.py | tee "$OUTDIR/ddp_nccl.log"
+  launch oxccl 1 "" scripts/torch_ddp.py | tee "$OUTDIR/ddp_oxccl.log"
+  a=$(grep '^step' "$OUTDIR/ddp_nccl.log"); b=$(grep '^step' "$OUTDIR/ddp_oxccl.log")
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "DDP losses: identical ($(echo "$a" | wc -l) steps) PASS"
+  else echo "DDP losses differ FAIL"; diff <(echo "$a") <(echo "$b") | head; exit 1; fi
+  ;;
+check)
+  launch NCCL 0 "" scripts/torch_check.py | tee "$OUTDIR/check_nccl.log"
+  launch oxccl 1 "" scripts/torch_check.py | tee "$OUTDIR/check_oxccl.log"
+  a=$(grep '^digest' "$OUTDIR/check_nccl.log"); b=$(grep '^digest' "$OUTDIR/check_oxccl.log")
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "torch_check digests equal: PASS"
+  else echo "torch_check digests differ: FAIL ('$a' vs '$b')"; exit 1; fi
+  ;;
+*) sed -n 2,20p "$0"; exit 2 ;;
+esac
