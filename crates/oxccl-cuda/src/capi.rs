@@ -571,7 +571,7 @@ impl DevComm {
                 },
                 stream,
             ),
-            _ if self.use_ring() => {
+            _ if self.ring_for(stream) => {
                 let m = match what {
                     Reduction::AllReduce => ring::RM_ALLREDUCE,
                     Reduction::ReduceScatter => ring::RM_REDUCE_SCATTER,
@@ -659,7 +659,7 @@ impl DevComm {
                 },
                 stream,
             ),
-            _ if self.use_ring() => {
+            _ if self.ring_for(stream) => {
                 // Bytes as uint8 elements: the ring moves them in 16-byte packs
                 // where the buffers allow.
                 let (m, root) = match what {
@@ -722,7 +722,7 @@ impl DevComm {
                 return Err(Error::invalid_argument(format!("peer {p} does not exist")));
             }
         }
-        let ring = self.use_ring();
+        let ring = self.ring_for(stream);
         if self.nranks > 2 && !ring {
             return Err(too_many(self.nranks));
         }
@@ -739,6 +739,26 @@ impl DevComm {
         };
         self.launch(LaunchKind::P2p { f, sends, recvs }, stream)
     }
+}
+
+/// Whether `stream` is capturing into a CUDA graph (false for the legacy
+/// stream, which cannot capture, and when the driver cannot tell).
+fn capturing(stream: usize) -> bool {
+    if stream == 0 {
+        return false;
+    }
+    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    guarded("cuStreamIsCapturing", || {
+        // SAFETY: a stream handle of the caller's; writes one enum.
+        unsafe {
+            check(
+                sys::cuStreamIsCapturing(stream as sys::CUstream, &mut st),
+                "cuStreamIsCapturing",
+            )
+        }
+    })
+    .is_ok()
+        && st == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
 }
 
 fn too_many(n: usize) -> Error {
@@ -975,6 +995,15 @@ impl DevComm {
         }
     }
 
+    /// Whether an operation on `stream` takes the ring path: [`Self::use_ring`],
+    /// or the stream is being captured into a CUDA graph (the one-shot
+    /// kernels take barrier values from a host counter, which a replay
+    /// would repeat; the ring's counters live on the GPU). Every rank must
+    /// capture the same operations, as every rank must make the same calls.
+    fn ring_for(&self, stream: usize) -> bool {
+        self.use_ring() || capturing(stream)
+    }
+
     /// Whether operations with peers take the ring path: more than two
     /// ranks, the peer in another process, or the ring forced.
     fn use_ring(&self) -> bool {
@@ -1070,7 +1099,7 @@ impl DevComm {
                 })?;
             }
         }
-        if self.use_ring() {
+        if self.ring_for(stream as usize) {
             let others = |v: &[(usize, u64, usize)]| -> Vec<(usize, u64, usize)> {
                 v.iter().filter(|x| x.0 != self.rank).copied().collect()
             };

@@ -81,6 +81,7 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemHostGetDevicePointer_v2",
     "cuMemHostRegister_v2",
     "cuMemHostUnregister",
+    "cuStreamIsCapturing",
 ];
 
 /// NVRTC functions oxccl calls.

@@ -71,22 +71,26 @@ pub struct RingConfig {
 
 impl RingConfig {
     /// The ring settings for `NCCL_BUFFSIZE` (bytes per connection), the
-    /// channel bounds and the timeout: 4 slots of buffsize/16 (NCCL_BUFFSIZE
-    /// is per connection of all protocols; 16 channels x 1 MiB per peer by
-    /// default keeps a 2-rank window at 16 MiB), each slot
-    /// 16 KiB..1 MiB (16-byte multiple); channels `max_channels`, else 16,
-    /// at least `min_channels`, within 1..=32.
+    /// channel bounds, the rank count and the timeout: 4 slots of
+    /// buffsize/8 (512 KiB by default; 16 KiB..1 MiB, a 16-byte multiple);
+    /// `max_channels` channels, else 32 up to 4 ranks and 16 beyond, at
+    /// least `min_channels`, within 1..=32.
+    ///
+    /// Why 32: one block moves ~12-20 GB/s over NVLink, and on the 2xH200
+    /// machine 16 channels gave 189 GB/s busbw at 512 MB, 32 gave 265
+    /// (NCCL 312). The window is (ranks - 1) x channels x 4 slots: 64 MiB
+    /// for 2 ranks, 192 MiB for 4; beyond 4 ranks, 16 channels keep 8
+    /// ranks at 224 MiB.
     pub fn new(
         p2p_disable: bool,
         buffsize: u64,
         min_channels: Option<u32>,
         max_channels: Option<u32>,
+        nranks: usize,
         timeout: Duration,
     ) -> RingConfig {
-        let slot = (buffsize / 16).clamp(16 << 10, 1 << 20) / 16 * 16;
-        // 16 channels: one block moves ~20-25 GB/s over NVLink, so 16 cover
-        // the 2xH200 machine's ~360 GB/s of peer writes.
-        let mut ch = max_channels.unwrap_or(16);
+        let slot = (buffsize / 8).clamp(16 << 10, 1 << 20) / 16 * 16;
+        let mut ch = max_channels.unwrap_or(if nranks <= 4 { 32 } else { 16 });
         if let Some(m) = min_channels {
             ch = ch.max(m);
         }
@@ -1118,11 +1122,21 @@ mod tests {
 
     #[test]
     fn config_from_buffsize() {
-        let c = RingConfig::new(false, 4 << 20, None, None, Duration::from_secs(1));
-        assert_eq!((c.slot, c.nslots, c.channels), (256 << 10, 4, 16));
-        let c = RingConfig::new(false, 1024, Some(40), None, Duration::from_secs(1));
+        let c = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
+        assert_eq!((c.slot, c.nslots, c.channels), (512 << 10, 4, 32));
+        assert_eq!(c.window_bytes(2), 32 * (HDR_BYTES + 4 * (512 << 10)));
+        let c = RingConfig::new(false, 4 << 20, None, None, 8, Duration::from_secs(1));
+        assert_eq!(c.channels, 16);
+        let c = RingConfig::new(false, 1024, Some(40), None, 2, Duration::from_secs(1));
         assert_eq!((c.slot, c.channels), (16 << 10, MAX_CHANNELS));
-        let c = RingConfig::new(true, (256 << 10) + 7, None, Some(4), Duration::from_secs(1));
+        let c = RingConfig::new(
+            true,
+            (256 << 10) + 7,
+            None,
+            Some(4),
+            2,
+            Duration::from_secs(1),
+        );
         assert_eq!((c.slot % 16, c.channels), (0, 4));
         assert_eq!(c.window_bytes(1), 0);
         assert_eq!(c.window_bytes(3), 2 * 4 * (HDR_BYTES + 4 * c.slot as u64));

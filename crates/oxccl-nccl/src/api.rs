@@ -347,13 +347,14 @@ fn prepare_device(
 }
 
 /// The GPU ring path's settings from the parameters and the communicator's timeout.
-fn ring_config(timeout: Option<std::time::Duration>) -> cuda_ring::RingConfig {
+fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring::RingConfig {
     let p = oxccl_env::params();
     cuda_ring::RingConfig::new(
         p.get(&params::P2P_DISABLE),
         p.get(&params::BUFFSIZE),
         p.get(&params::MIN_NCHANNELS),
         p.get(&params::MAX_NCHANNELS),
+        nranks,
         timeout.unwrap_or_else(|| std::time::Duration::from_millis(p.get(&params::TIMEOUT_MS))),
     )
 }
@@ -412,7 +413,7 @@ fn setup_gpu(
         match comm.exchange(&[ok]) {
             Ok(v) if v.iter().all(|b| b.first() == Some(&1)) => {
                 if let Ok(dev) = &r {
-                    let cfg = ring_config(timeout);
+                    let cfg = ring_config(nranks, timeout);
                     match dev.setup_ring(&cfg, &|b| comm.exchange(b)) {
                         Ok(()) => log_ring(dev, rank, nranks),
                         Err(e) => oxccl_env::warn!(
