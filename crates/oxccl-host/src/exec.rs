@@ -129,7 +129,8 @@ pub fn drive(
                 peers.dedup();
                 for p in peers {
                     if let Some(Some(c)) = s.controls.get_mut(p) {
-                        c.check().map_err(|e| e.context(s.who.clone()))?;
+                        c.check_while_waiting()
+                            .map_err(|e| e.context(s.who.clone()))?;
                     }
                 }
             }

@@ -198,3 +198,52 @@ fn tcp_garbage_on_control_is_an_error_not_an_allocation() {
     assert!(e.message().contains("malformed"), "{e}");
     assert!(e.message().starts_with("rank 4 (127.0.0.1:"), "{e}");
 }
+
+/// A peer that sent its last bytes and then closed: its control connection's
+/// close may arrive before those bytes (they wait for window or sit at a slow
+/// link; the control carries nothing). A wait on a TCP peer must leave that
+/// close to the data streams, which end with it after the bytes
+/// (`check_while_waiting`), while `check` still reports it, and a control
+/// not made part of a TCP link (as shared-memory links use it) still fails.
+#[test]
+fn tcp_control_close_leaves_the_verdict_to_the_data_streams() {
+    use std::io::Write;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    // The peer's side as raw sockets, so the test orders the closes.
+    let ctl = TcpStream::connect(&addr).unwrap();
+    let mut data = TcpStream::connect(&addr).unwrap();
+    let mut a = accept_link(&l, 1, "pid 1 on host h", 1);
+    drop(ctl);
+    let (e, _) = wait_for(Duration::from_secs(2), || a.control.check().err())
+        .expect("control close not seen");
+    assert_eq!(e.kind(), ErrorKind::Remote);
+    assert!(e.message().contains("closed its connection"), "{e}");
+    assert!(a.control.check_while_waiting().is_ok());
+    // The bytes sent before the data stream's close all arrive, then the
+    // close is the error.
+    data.write_all(&[7u8; 64]).unwrap();
+    drop(data);
+    let (n, _) = wait_for(Duration::from_secs(2), || {
+        a.recv[0].fill().unwrap();
+        let got = a.recv[0].peek().unwrap();
+        (got.len() == 64 && got.iter().all(|&b| b == 7)).then_some(64)
+    })
+    .expect("bytes sent before the close did not arrive");
+    a.recv[0].consume(n);
+    let (e, _) = wait_for(Duration::from_secs(2), || {
+        a.recv[0].fill().err().or_else(|| a.recv[0].peek().err())
+    })
+    .expect("the data stream's close is not an error");
+    assert_eq!(e.kind(), ErrorKind::Remote);
+    assert!(e.message().contains("closed by peer"), "{e}");
+
+    // A control alone (shared-memory links): the close fails a wait at once.
+    let ctl = TcpStream::connect(&addr).unwrap();
+    let (theirs, _) = l.accept().unwrap();
+    let mut c = PeerControl::socket(1, theirs, "").unwrap();
+    drop(ctl);
+    let (e, _) = wait_for(Duration::from_secs(2), || c.check_while_waiting().err())
+        .expect("control close not seen by a wait without data streams");
+    assert_eq!(e.kind(), ErrorKind::Remote);
+}

@@ -5,15 +5,18 @@
 //! namespace under the host's own host name (so oxccl sees different hosts),
 //! and checks results in every rank, the transport chosen per peer
 //! (`NCCL_DEBUG=INFO`: TCP across hosts, shared memory within one), interface
-//! selection, and failures (a cut link, a killed rank) that must end in an
-//! error, not a hang. The processes re-run this test binary as the test
-//! `netns_worker_entry` with their role in `OXH_*` variables.
+//! selection, failures (a cut link, a killed rank) that must end in an
+//! error, not a hang, and a slow link (a delaying, re-splitting, rate-capped
+//! or stalled user-space relay between two hosts, `netns_support::proxy`)
+//! that must not make anything fail. The processes re-run this test binary
+//! as the test `netns_worker_entry` with their role in `OXH_*` variables.
 //!
 //! Without permission to create network namespaces every test prints
 //! `SKIPPED: ...` and passes. Tests run one at a time (2 CPU cores, spinning ranks).
 
 mod netns_support;
 
+use netns_support::proxy::{self, Proxy, Shape};
 use netns_support::{assert_transports, format_logs, host_addr, id_root_addr, Hosts, Job};
 use oxccl::{Communicator, Group, RedOp, UniqueId};
 use std::time::{Duration, Instant};
@@ -195,11 +198,14 @@ fn scenario_loop(c: Communicator, dir: &std::path::Path) -> ! {
     let mut recv = vec![0.0f32; count];
     let t0 = Instant::now();
     let mut iters = 0u64;
+    // The longest all_reduce of the loop, either kind (a stalled link shows here).
+    let mut max_op = Duration::ZERO;
     let (e, t) = loop {
         let t = Instant::now();
         if let Err(e) = c.all_reduce(&send, &mut recv, RedOp::Sum) {
             break (e, t);
         }
+        max_op = max_op.max(t.elapsed());
         assert_eq!(recv[0], n as f32, "iteration {iters}");
         assert_eq!(recv[count - 1], n as f32, "iteration {iters}");
         if iters == 0 {
@@ -212,8 +218,9 @@ fn scenario_loop(c: Communicator, dir: &std::path::Path) -> ! {
         if let Err(e) = c.all_reduce_in_place(&mut stop, RedOp::Max) {
             break (e, t);
         }
+        max_op = max_op.max(t.elapsed());
         if stop[0] == 1 {
-            println!("OXH_NOERR iters={iters}");
+            println!("OXH_NOERR iters={iters} max_op_ms={}", max_op.as_millis());
             std::process::exit(3);
         }
     };
@@ -230,6 +237,24 @@ fn scenario_loop(c: Communicator, dir: &std::path::Path) -> ! {
         td.elapsed().as_millis()
     );
     std::process::exit(0);
+}
+
+/// Rank 0 sends 1 MiB to the last rank and leaves at once (destroy, exit):
+/// the send returns once the bytes are buffered on rank 0's side, so over a
+/// slow link they are still on the way when rank 0's connections close. The
+/// last rank must receive all of them, not an error about a closed peer.
+fn scenario_send_exit(c: &Communicator) {
+    let (r, last) = (c.rank(), c.size() - 1);
+    let count = 262_144;
+    if r == 0 {
+        let send: Vec<f32> = (0..count).map(|i| val(0, i) + 0.75).collect();
+        c.send(&send, last).expect("send");
+    } else if r == last {
+        let mut recv = vec![-1.0f32; count];
+        c.recv(&mut recv, 0)
+            .expect("recv from a rank that has left");
+        check("recv from rank 0", &recv, |i| val(0, i) + 0.75);
+    }
 }
 
 /// Init that must fail: prints `OXH_ERR kind=.. msg=..` and exits 0, or exits 3
@@ -284,6 +309,7 @@ fn netns_worker_entry() {
         "sweep" => all_reduce_sweep(&c, &[0, 1, 2, 7, 8, 1023, 4097, 65_536, 262_147, 1 << 20]),
         "small" => all_reduce_sweep(&c, &[1, 4097, 1 << 20]),
         "loop" => scenario_loop(c, &dir),
+        "send_exit" => scenario_send_exit(&c),
         s => panic!("unknown scenario {s}"),
     }
     c.destroy().expect("destroy");
@@ -681,4 +707,196 @@ fn link_flap_shorter_than_timeout_recovers() {
             format_logs(&ends)
         );
     }
+}
+
+/// The port in rank `e`'s "Bootstrap: Using eth0:ADDR<PORT>" line.
+fn bootstrap_port(e: &netns_support::RankEnd) -> u16 {
+    e.log
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("Bootstrap: Using ")?;
+            rest.split_once('<')?.1.split_once('>')?.0.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("rank {}: no Bootstrap: Using line\n{}", e.rank, e.log))
+}
+
+/// Host 0 (ranks 0, 1) reaches host 1 (ranks 2, 3) only through a relay (see
+/// `netns_support::proxy`); runs `scenario` through it and checks that the
+/// cross-host bytes really went through the relay. Returns the bytes relayed
+/// (toward host 1, toward host 0).
+fn run_through_proxy(
+    h: &Hosts,
+    px: &str,
+    shape: Shape,
+    scenario: &str,
+    env: &[(&str, &str)],
+    min_bytes: u64,
+) -> (u64, u64) {
+    let proxy = Proxy::start(px, &h.hosts[1].ns, host_addr(1, 0), shape.clone());
+    let rx_b = h.counter(1, "eth0", "rx_bytes");
+    let t0 = Instant::now();
+    let ends = Job::start(h, scenario, &[0, 0, 1, 1], env).wait_ok(JOB_LIMIT);
+    for e in &ends {
+        assert!(
+            e.log.contains(&format!("OXH_OK rank {}", e.rank)),
+            "rank {} did not finish\n{}",
+            e.rank,
+            format_logs(&ends)
+        );
+    }
+    assert_transports(&ends);
+    // Host 1's listeners got ports the relay listens on.
+    for e in &ends[2..] {
+        let p = bootstrap_port(e);
+        assert!(
+            (proxy::PORTS.0..=proxy::PORTS.1).contains(&p),
+            "rank {} listens on port {p}, outside the relay's range",
+            e.rank
+        );
+    }
+    let rx_b = h.counter(1, "eth0", "rx_bytes") - rx_b;
+    let (to_b, to_a) = proxy.bytes();
+    let accepted = proxy.accepted();
+    eprintln!(
+        "{scenario} through the relay {shape:?} {env:?}: {:.2} s, {accepted} connections, \
+         {to_b} bytes to host 1, {to_a} to host 0; host 1's eth0 received {rx_b} bytes",
+        t0.elapsed().as_secs_f64()
+    );
+    // 4 cross-host pairs, each with a control connection, >= 1 data stream
+    // and the lower rank's bootstrap message channel.
+    assert!(
+        accepted >= 12,
+        "only {accepted} connections through the relay"
+    );
+    assert!(
+        to_b >= min_bytes,
+        "relay carried only {to_b} bytes toward host 1, want {min_bytes}"
+    );
+    if scenario != "send_exit" {
+        assert!(
+            to_a >= min_bytes,
+            "relay carried only {to_a} bytes toward host 0, want {min_bytes}"
+        );
+    }
+    // Nothing bypassed it: what reaches host 1 directly is its own
+    // connections' traffic (root join, its message channels, ACKs).
+    assert!(
+        rx_b < 1 << 20,
+        "host 1's eth0 received {rx_b} bytes around the relay"
+    );
+    (to_b, to_a)
+}
+
+#[test]
+fn slow_link_through_a_delaying_proxy() {
+    let _s = netns_support::serial();
+    let Some(mut h) = Hosts::new("slow", 2, 1) else {
+        return;
+    };
+    let px = h.route_via_proxy(0, 1);
+    // 3 ms added each way per chunk, the stream re-split into 1..=9973-byte
+    // pieces: every collective of the sweep (odd counts, all_gather,
+    // send/recv...) must still be exact.
+    let shape = Shape {
+        delay: Duration::from_millis(3),
+        rate: None,
+        max_chunk: 9973,
+    };
+    // An all_reduce of S bytes moves at least S each way between the hosts
+    // (each host needs the other's contribution); "colls" and "small" have
+    // two of 4 MiB (out of place and in place).
+    run_through_proxy(&h, &px, shape, "colls", &[], 8 << 20);
+    // A bandwidth cap of 32 MiB/s per direction and connection on top, one
+    // channel and 64 KiB rings (TCP's user-space buffer stays 1 MiB): all
+    // bytes of a collective queue on one slow stream.
+    let shape = Shape {
+        delay: Duration::from_millis(1),
+        rate: Some(32 << 20),
+        max_chunk: 65_536,
+    };
+    run_through_proxy(
+        &h,
+        &px,
+        shape,
+        "small",
+        &[("OXCCL_HOST_NCHANNELS", "1"), ("NCCL_BUFFSIZE", "65536")],
+        8 << 20,
+    );
+    // A sender that leaves while its bytes are still queued at the slow link
+    // (1 MiB at 4 MiB/s: about 250 ms behind its connections' close, which
+    // carries no bytes and passes at once). Until oxccl-host waited for the
+    // data streams' own close over TCP, the receiver failed here with "rank 0
+    // ... closed its connection"; the colls run above hit the same race now
+    // and then under load, at its last send.
+    let shape = Shape {
+        delay: Duration::from_millis(1),
+        rate: Some(4 << 20),
+        max_chunk: 65_536,
+    };
+    run_through_proxy(&h, &px, shape, "send_exit", &[], 1 << 20);
+}
+
+#[test]
+fn slow_link_stall_longer_than_keepalive_completes() {
+    let _s = netns_support::serial();
+    let Some(mut h) = Hosts::new("stall", 2, 1) else {
+        return;
+    };
+    let px = h.route_via_proxy(0, 1);
+    let proxy = Proxy::start(
+        &px,
+        &h.hosts[1].ns,
+        host_addr(1, 0),
+        Shape {
+            delay: Duration::from_millis(1),
+            rate: None,
+            max_chunk: 65_536,
+        },
+    );
+    // The stall (6 s) is longer than the control connections' keepalive idle
+    // time plus one probe interval (5 s + 1 s, oxccl-host `control.rs`), so
+    // probes go out while nothing moves, and shorter than the 15 s operation
+    // timeout: nothing may fail. The loop stops (together) at its first
+    // check after 2 s, i.e. right after the stall.
+    let stall = Duration::from_secs(6);
+    let env = [
+        ("OXCCL_TIMEOUT_MS", "15000"),
+        ("OXH_COUNT", "65536"),
+        ("OXH_LOOP_SECS", "2"),
+    ];
+    let mut job = Job::start(&h, "loop", &[0, 0, 1, 1], &env);
+    wait_started(&mut job, 4);
+    let moved = proxy.bytes();
+    proxy.stall(stall);
+    let ends = job.wait(JOB_LIMIT);
+    for e in &ends {
+        let max_op: u64 = e
+            .log
+            .lines()
+            .find_map(|l| l.split_once("max_op_ms=").map(|(_, v)| v.trim().parse()))
+            .and_then(|r| r.ok())
+            .unwrap_or(0);
+        eprintln!("stall: rank {} longest all_reduce {max_op} ms", e.rank);
+        assert!(
+            e.status.code() == Some(3) && e.log.contains("OXH_NOERR"),
+            "rank {}: {} (want 3: no error)\n{}",
+            e.rank,
+            e.status,
+            format_logs(&ends)
+        );
+        // Every all_reduce crosses the relay, so the one in flight when the
+        // stall began could not end before it did: the stall really held
+        // a collective (a lower bound from the mechanism, not a speed).
+        assert!(
+            max_op >= stall.as_millis() as u64 - 1000,
+            "rank {}: longest all_reduce {max_op} ms: the stall did not hold a collective\n{}",
+            e.rank,
+            format_logs(&ends)
+        );
+    }
+    let after = proxy.bytes();
+    assert!(
+        after.0 > moved.0 && after.1 > moved.1,
+        "nothing went through the relay after the stall"
+    );
 }

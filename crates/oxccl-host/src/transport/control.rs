@@ -90,6 +90,8 @@ struct SocketControl {
     who: String,
     rbuf: Vec<u8>,
     poison_sent: bool,
+    /// Read a clean end of stream with no partial report.
+    closed: bool,
 }
 
 enum Inner {
@@ -105,6 +107,11 @@ pub struct PeerControl {
     peer: usize,
     inner: Inner,
     failed: Option<Error>,
+    /// The peer's data streams end with a close of their own, after the bytes
+    /// sent before it (TCP): see [`PeerControl::check_while_waiting`].
+    data_reports_close: bool,
+    /// The control connection ended in a clean close with no report.
+    closed: bool,
 }
 
 impl std::fmt::Debug for PeerControl {
@@ -134,11 +141,15 @@ impl PeerControl {
                     side: 0,
                 },
                 failed: None,
+                data_reports_close: false,
+                closed: false,
             },
             PeerControl {
                 peer: rank_a,
                 inner: Inner::InProc { shared, side: 1 },
                 failed: None,
+                data_reports_close: false,
+                closed: false,
             },
         )
     }
@@ -187,8 +198,11 @@ impl PeerControl {
                 who,
                 rbuf: Vec::new(),
                 poison_sent: false,
+                closed: false,
             }),
             failed: None,
+            data_reports_close: false,
+            closed: false,
         })
     }
 
@@ -208,12 +222,40 @@ impl PeerControl {
         let peer = self.peer;
         let res = match &mut self.inner {
             Inner::InProc { shared, side } => shared.status(*side),
-            Inner::Socket(s) => s.check(peer),
+            Inner::Socket(s) => {
+                let r = s.check(peer);
+                self.closed = s.closed;
+                r
+            }
         };
         if let Err(e) = &res {
             self.failed = Some(e.clone());
         }
         res
+    }
+
+    /// As [`check`](Self::check), for a rank waiting on this peer's data.
+    /// Where the data streams carry their own close (TCP, set by
+    /// `tcp_link`), a clean close of the control connection without a report
+    /// is not an error here: the peer may have sent its last bytes and exited
+    /// normally, and those bytes can still be on the way (delayed, or waiting
+    /// for window) when the control's close arrives on its own, emptier
+    /// connection. Every data stream of that peer ends with the same close,
+    /// after those bytes, so the receive side reports it once it gets there
+    /// (`TcpRecv::peek`: "closed by peer while data was expected"), and a
+    /// killed peer is still seen at once. A report, a reset or any other
+    /// failure of the control counts at once, as in `check`.
+    pub fn check_while_waiting(&mut self) -> Result<()> {
+        match self.check() {
+            Err(_) if self.data_reports_close && self.closed => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Marks this peer's data streams as ones that end with a close of their
+    /// own (see [`check_while_waiting`](Self::check_while_waiting)).
+    pub(crate) fn set_data_reports_close(&mut self) {
+        self.data_reports_close = true;
     }
 
     /// Tells the peer that this rank failed with `err` (best effort; never
@@ -296,6 +338,7 @@ impl SocketControl {
                             self.who
                         )));
                     }
+                    self.closed = true;
                     return Err(self.gone("closed its connection"));
                 }
                 Ok(n) => {

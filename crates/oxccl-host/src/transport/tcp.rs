@@ -222,7 +222,7 @@ impl RecvHalf for TcpRecv {
 pub fn tcp_link(
     peer: usize,
     data: Vec<TcpStream>,
-    control: PeerControl,
+    mut control: PeerControl,
     buf_capacity: usize,
 ) -> Result<PeerLink> {
     check_capacity(buf_capacity)?;
@@ -272,6 +272,9 @@ pub fn tcp_link(
             dead: None,
         }));
     }
+    // A peer that sent its last bytes and exited is not gone for a receiver
+    // until those bytes have arrived: the data streams' own close says when.
+    control.set_data_reports_close();
     oxccl_env::info!(
         oxccl_env::Subsys::NET,
         "connected to rank {peer} via NET/Socket: {nch} channels"

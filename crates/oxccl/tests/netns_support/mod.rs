@@ -21,6 +21,8 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::fs::File;
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
