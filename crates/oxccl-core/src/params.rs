@@ -411,6 +411,14 @@ params! {
         "Threads per TCP connection. Unset: auto.";
     NSOCKS_PERTHREAD: Opt<U32> = "NCCL_NSOCKS_PERTHREAD", "", honoured,
         "Sockets per TCP thread. Unset: auto.";
+    NET_PLUGIN: Opt<Str> = "NCCL_NET_PLUGIN", "", honoured,
+        "Network plugin (ncclNet v6-v10) for peers on other hosts: foo loads libnccl-net-foo.so (then foo), a path is used as is, none disables. Unset: libnccl-net.so if present. A plugin that cannot be used: a WARN and oxccl's sockets.";
+    NET: Opt<Str> = "NCCL_NET", "", honoured,
+        "Network to use for peers on other hosts: Socket (oxccl's sockets) or the plugin's network name (e.g. IB); one that is not available fails communicator init.";
+    IB_DISABLE: Opt<I64> = "NCCL_IB_DISABLE", "", honoured,
+        "Non-zero: a network plugin whose network is named IB is not used.";
+    IB_HCA: Opt<Str> = "NCCL_IB_HCA", "", honoured,
+        "Devices of a network named IB to use: name[:port] list, ^ to exclude, = for exact names (prefixes otherwise). Also read by the plugin itself.";
     // ---- honoured: transports and tuning
     SHM_DISABLE: Bool = "NCCL_SHM_DISABLE", "0", honoured,
         "1 disables the shared-memory transport.";
@@ -446,8 +454,6 @@ params! {
     SOCKET_RETRY_CNT: Opt<I64> = "NCCL_SOCKET_RETRY_CNT", "", recognised, "Connect retries (NCCL default 34).";
     SOCKET_RETRY_SLEEP_MSEC: Opt<I64> = "NCCL_SOCKET_RETRY_SLEEP_MSEC", "", recognised, "Sleep between connect retries in ms (NCCL default 100).";
     SOCKET_POLL_TIMEOUT_MSEC: Opt<I64> = "NCCL_SOCKET_POLL_TIMEOUT_MSEC", "", recognised, "Socket poll timeout in ms (NCCL default 0).";
-    IB_DISABLE: Opt<I64> = "NCCL_IB_DISABLE", "", recognised, "1 disables InfiniBand verbs.";
-    IB_HCA: Opt<Str> = "NCCL_IB_HCA", "", recognised, "InfiniBand adapters to use: hca[:port], ^ to exclude, = for exact names.";
     IB_TIMEOUT: Opt<I64> = "NCCL_IB_TIMEOUT", "", recognised, "InfiniBand timeout exponent (NCCL default 20).";
     IB_RETRY_CNT: Opt<I64> = "NCCL_IB_RETRY_CNT", "", recognised, "InfiniBand retry count (NCCL default 7).";
     IB_GID_INDEX: Opt<I64> = "NCCL_IB_GID_INDEX", "", recognised, "RoCE GID index.";
@@ -476,8 +482,6 @@ params! {
     NVLS_ENABLE: Opt<I64> = "NCCL_NVLS_ENABLE", "", recognised, "NVLink SHARP: 0 off, 1 on, 2 auto (NCCL default 2).";
     CUMEM_ENABLE: Opt<I64> = "NCCL_CUMEM_ENABLE", "", recognised, "Use cuMem* (VMM) allocations (NCCL default auto).";
     CUMEM_HOST_ENABLE: Opt<I64> = "NCCL_CUMEM_HOST_ENABLE", "", recognised, "Use cuMem host allocations (NCCL default auto).";
-    NET: Opt<Str> = "NCCL_NET", "", recognised, "Network module to force: IB, Socket or a plugin's name.";
-    NET_PLUGIN: Opt<Str> = "NCCL_NET_PLUGIN", "", recognised, "Network plugin library (none disables).";
     TUNER_PLUGIN: Opt<Str> = "NCCL_TUNER_PLUGIN", "", recognised, "Tuner plugin library.";
     PROFILER_PLUGIN: Opt<Str> = "NCCL_PROFILER_PLUGIN", "", recognised, "Profiler plugin library.";
     ENV_PLUGIN: Opt<Str> = "NCCL_ENV_PLUGIN", "", recognised, "Environment plugin library.";
@@ -900,7 +904,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 26);
+        assert_eq!(honoured.len(), 30);
         assert!(ALL.len() > 80);
     }
 

@@ -3,12 +3,15 @@
 //!
 //! Transport per pair (symmetric, so both ends agree without talking):
 //! same process → in-process rings (unless `NCCL_P2P_DISABLE`); same host →
-//! shared-memory rings (unless `NCCL_SHM_DISABLE`); otherwise TCP.
+//! shared-memory rings (unless `NCCL_SHM_DISABLE`); otherwise TCP, or a
+//! network plugin's connections when `NCCL_NET_PLUGIN` (or `libnccl-net.so`)
+//! gives one (see `oxccl_net::choose`).
 
 use crate::exec::{drive, Streams, Task, WaitPolicy};
+use crate::transport::net::slot_bytes;
 use crate::transport::{
-    inproc_pair, shm_link, tcp_link, LinkKind, PeerControl, PeerLink, RecvHalf, SendHalf,
-    ShmRingLayout, ShmSegment,
+    inproc_pair, net_connect, net_link, shm_link, tcp_link, LinkKind, PeerControl, PeerLink,
+    RecvHalf, SendHalf, ShmRingLayout, ShmSegment,
 };
 use oxccl_bootstrap::Bootstrap;
 use oxccl_core::algo::{Algo, Proto, Selection};
@@ -37,6 +40,9 @@ pub struct HostConfig {
     pub nchannels: Option<usize>,
     pub timeout: Duration,
     pub spin: Duration,
+    /// How peers reached over the network are reached: `NCCL_NET_PLUGIN`,
+    /// `NCCL_NET`, `NCCL_IB_DISABLE`, `NCCL_IB_HCA`.
+    pub net: oxccl_net::NetSettings,
 }
 
 impl Default for HostConfig {
@@ -52,6 +58,7 @@ impl Default for HostConfig {
             nchannels: None,
             timeout: Duration::from_secs(600),
             spin: Duration::from_micros(50),
+            net: oxccl_net::NetSettings::default(),
         }
     }
 }
@@ -160,6 +167,28 @@ impl HostComm {
             }
         };
         let any_tcp = (0..n).any(|a| (a + 1..n).any(|b| kind_of(a, b) == LinkKind::Tcp));
+        // The network for pairs that would use TCP: a plugin's device, or
+        // oxccl's sockets (decided only when some pair needs it, so a
+        // single-host job never loads a plugin).
+        let network = if any_tcp {
+            oxccl_net::choose(&cfg.net).map_err(|e| e.context(format!("rank {rank}")))?
+        } else {
+            oxccl_net::Network::Socket {
+                reason: "no peer on another host".to_string(),
+            }
+        };
+        let plugin = match &network {
+            oxccl_net::Network::Plugin {
+                net, dev, props, ..
+            } => Some((net.clone(), *dev, props.clone())),
+            oxccl_net::Network::Socket { .. } => None,
+        };
+        let kind_of = |a: usize, b: usize| -> LinkKind {
+            match kind_of(a, b) {
+                LinkKind::Tcp if plugin.is_some() => LinkKind::Net,
+                k => k,
+            }
+        };
         let link = if any_tcp {
             LinkModel::TCP
         } else if (0..n).all(|a| (a + 1..n).all(|b| kind_of(a, b) == LinkKind::InProc)) {
@@ -181,15 +210,20 @@ impl HostComm {
         // between threads, and a different channel count an internal error.
         // The transport of a pair is decided by each end alone from its own
         // NCCL_SHM_DISABLE / NCCL_P2P_DISABLE, so those must agree too.
+        let net_slot = plugin
+            .as_ref()
+            .map(|(_, _, props)| slot_bytes(cap.max(1 << 20), props.max_p2p_bytes));
         let settings = format!(
-            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}",
+            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}, network {}{}",
             cfg.capacity,
             cfg.algos,
             cfg.protos,
             cfg.min_channels,
             cfg.max_channels,
             u8::from(cfg.shm_disable),
-            u8::from(cfg.p2p_disable)
+            u8::from(cfg.p2p_disable),
+            network.name(),
+            net_slot.map(|s| format!(" ({s}-byte slots)")).unwrap_or_default()
         );
         let mut mine = vec![0u8; 8];
         getrandom::getrandom(&mut mine).map_err(|e| Error::system(format!("getrandom: {e}")))?;
@@ -207,7 +241,7 @@ impl HostComm {
             .find(|(_, b)| b.get(8..) != Some(settings.as_bytes()))
         {
             return Err(Error::invalid_usage(format!(
-                "rank {q} runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE",
+                "rank {q} runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE, and the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET)",
                 String::from_utf8_lossy(theirs.get(8..).unwrap_or(&[]))
             )));
         }
@@ -293,6 +327,16 @@ impl HostComm {
                         let my_slot = shm_peers(q).iter().position(|&p| p == rank).unwrap_or(0);
                         shm_link(q, mine_seg, peer_slot, &theirs, my_slot, control)?
                     }
+                    LinkKind::Net => {
+                        let (net, dev, _) = plugin
+                            .as_ref()
+                            .ok_or_else(|| Error::internal("net peer without a plugin"))?;
+                        let slot = net_slot
+                            .ok_or_else(|| Error::internal("net peer without a slot size"))?;
+                        let conns =
+                            net_connect(net, *dev, &bootstrap, q, nch, cfg.timeout, &abort)?;
+                        net_link(q, net, conns, control, slot)?
+                    }
                     _ => {
                         let mut data = Vec::with_capacity(nch);
                         for c in 0..nch {
@@ -359,7 +403,7 @@ impl HostComm {
                 oxccl_env::info!(
                     Subsys::INIT | Subsys::SHM,
                     "Channel 00/{nch} : {rank}[{rank}] -> {q}[{q}] via {}",
-                    transport_label(*k)
+                    transport_label(*k, &network)
                 );
             }
         }
@@ -440,11 +484,14 @@ impl HostComm {
     }
 }
 
-fn transport_label(k: LinkKind) -> &'static str {
-    match k {
-        LinkKind::InProc => "P2P/direct pointer",
-        LinkKind::Shm => "SHM/direct/direct",
-        LinkKind::Tcp => "NET/Socket/0",
+fn transport_label(k: LinkKind, network: &oxccl_net::Network) -> String {
+    match (k, network) {
+        (LinkKind::InProc, _) => "P2P/direct pointer".to_string(),
+        (LinkKind::Shm, _) => "SHM/direct/direct".to_string(),
+        (LinkKind::Net, oxccl_net::Network::Plugin { net, dev, .. }) => {
+            format!("NET/{}/{dev}", net.name())
+        }
+        (LinkKind::Tcp | LinkKind::Net, _) => "NET/Socket/0".to_string(),
     }
 }
 

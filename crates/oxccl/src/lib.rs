@@ -148,6 +148,12 @@ pub fn host_config(p: &Params) -> HostConfig {
         nchannels: p.get(&params::HOST_NCHANNELS).map(|v| v as usize),
         timeout: Duration::from_millis(p.get(&params::TIMEOUT_MS)),
         spin: Duration::from_micros(p.get(&params::SPIN_US)),
+        net: oxccl_net::NetSettings {
+            plugin: p.get(&params::NET_PLUGIN),
+            net: p.get(&params::NET),
+            ib_disable: p.get(&params::IB_DISABLE).is_some_and(|v| v != 0),
+            ib_hca: p.get(&params::IB_HCA),
+        },
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub mod control;
 pub mod inproc;
+pub mod net;
 pub mod ring;
 pub mod shm;
 mod sys;
@@ -14,6 +15,7 @@ pub mod tcp;
 
 pub use control::PeerControl;
 pub use inproc::inproc_pair;
+pub use net::{net_connect, net_link};
 pub use shm::{shm_link, ShmRingLayout, ShmSegment};
 pub use tcp::tcp_link;
 
@@ -30,6 +32,8 @@ pub enum LinkKind {
     Shm,
     /// Another host (TCP sockets).
     Tcp,
+    /// Another host through a network plugin (`NCCL_NET_PLUGIN`).
+    Net,
 }
 
 impl LinkKind {
@@ -39,6 +43,7 @@ impl LinkKind {
             LinkKind::InProc => "P2P/inproc",
             LinkKind::Shm => "SHM",
             LinkKind::Tcp => "NET/Socket",
+            LinkKind::Net => "NET/Plugin",
         }
     }
 }

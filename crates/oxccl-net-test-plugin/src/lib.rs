@@ -1,0 +1,876 @@
+//! `libnccl-net-oxtest`: a network plugin for NCCL's `ncclNet` ABI over
+//! plain TCP, written the way a third party would (its own copies of the C
+//! layouts, only libc), so that oxccl's loader and plugin transport are
+//! proven end to end on machines without InfiniBand.
+//!
+//! Exports `ncclNetPlugin_v10`, `_v9` and `_v8` (feature `only-v8`: v8 only).
+//!
+//! * Devices: the IPv4 interfaces that are up, loopback last. Properties say
+//!   host memory only (`NCCL_PTR_HOST`), one receive per `irecv`.
+//! * `listen` binds a non-blocking listener on the device's address; the
+//!   handle carries a magic, the address and the port. `connect` returns
+//!   NULL on its first call for a handle (so callers' retry loops are
+//!   exercised) and connects on the next; `accept` returns NULL until the
+//!   connection is there.
+//! * Messages are framed on the stream: 16 bytes (`u64` length, `u32` tag,
+//!   `u32` magic) then the payload. `isend`/`irecv` queue requests on their
+//!   connection; `test` moves bytes with non-blocking reads and writes and
+//!   completes requests in order. A send completes once the kernel took all
+//!   of it; a receive once all of it arrived. A message longer than the
+//!   posted receive or with another tag is an error, as is a connection
+//!   closed or reset under a request.
+//! * Registrations record the range; `isend`/`irecv` outside it fail, so a
+//!   caller passing the wrong `mhandle` is caught.
+//!
+//! Test switches (environment, read by `init`): `OXTEST_NET_NAME` (the
+//! network's name, default `oxtest`; `IB` makes oxccl apply `NCCL_IB_*`),
+//! `OXTEST_NET_FAIL_INIT=1` (`init` logs a WARN and fails).
+
+#![allow(non_upper_case_globals)]
+
+use std::cell::UnsafeCell;
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int, c_ulong, c_void, CString};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+type R = c_int;
+const OK: R = 0;
+const SYSTEM_ERROR: R = 2;
+const INTERNAL_ERROR: R = 3;
+const INVALID_ARGUMENT: R = 4;
+const PTR_HOST: c_int = 1;
+const LOG_WARN: c_int = 2;
+const LOG_INFO: c_int = 3;
+const SUBSYS_INIT: c_ulong = 0x1;
+const SUBSYS_NET: c_ulong = 0x10;
+const HANDLE_MAGIC: &[u8; 4] = b"OXNT";
+const FRAME_MAGIC: u32 = 0x4f58_4652;
+/// NCCL's limit on outstanding requests per connection.
+const MAX_REQUESTS: usize = 32;
+
+type Logger = unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
+type Vp = *mut c_void;
+type Vpp = *mut *mut c_void;
+
+// ------------------------------------------------------------------ layouts
+
+#[repr(C)]
+struct PropsV8 {
+    name: *mut c_char,
+    pci_path: *mut c_char,
+    guid: u64,
+    ptr_support: c_int,
+    reg_is_global: c_int,
+    speed: c_int,
+    port: c_int,
+    latency: f32,
+    max_comms: c_int,
+    max_recvs: c_int,
+    net_device_type: c_int,
+    net_device_version: c_int,
+}
+
+#[repr(C)]
+struct PropsV9 {
+    name: *mut c_char,
+    pci_path: *mut c_char,
+    guid: u64,
+    ptr_support: c_int,
+    reg_is_global: c_int,
+    force_flush: c_int,
+    speed: c_int,
+    port: c_int,
+    latency: f32,
+    max_comms: c_int,
+    max_recvs: c_int,
+    net_device_type: c_int,
+    net_device_version: c_int,
+    vdev_ndevs: c_int,
+    vdev_devs: [c_int; 4],
+    max_p2p_bytes: usize,
+    max_coll_bytes: usize,
+}
+
+#[repr(C)]
+pub struct NetV8 {
+    name: *const c_char,
+    init: unsafe extern "C" fn(Logger) -> R,
+    devices: unsafe extern "C" fn(*mut c_int) -> R,
+    get_properties: unsafe extern "C" fn(c_int, *mut PropsV8) -> R,
+    listen: unsafe extern "C" fn(c_int, Vp, Vpp) -> R,
+    connect: unsafe extern "C" fn(c_int, Vp, Vpp, Vpp) -> R,
+    accept: unsafe extern "C" fn(Vp, Vpp, Vpp) -> R,
+    reg_mr: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vpp) -> R,
+    reg_mr_dma_buf: Option<unsafe extern "C" fn()>,
+    dereg_mr: unsafe extern "C" fn(Vp, Vp) -> R,
+    isend: unsafe extern "C" fn(Vp, Vp, c_int, c_int, Vp, Vpp) -> R,
+    irecv: unsafe extern "C" fn(Vp, c_int, Vpp, *mut c_int, *mut c_int, Vpp, Vpp) -> R,
+    iflush: Option<unsafe extern "C" fn()>,
+    test: unsafe extern "C" fn(Vp, *mut c_int, *mut c_int) -> R,
+    close_send: unsafe extern "C" fn(Vp) -> R,
+    close_recv: unsafe extern "C" fn(Vp) -> R,
+    close_listen: unsafe extern "C" fn(Vp) -> R,
+    get_device_mr: Option<unsafe extern "C" fn()>,
+    irecv_consumed: Option<unsafe extern "C" fn()>,
+}
+
+#[repr(C)]
+pub struct NetV9 {
+    name: *const c_char,
+    init: unsafe extern "C" fn(Logger) -> R,
+    devices: unsafe extern "C" fn(*mut c_int) -> R,
+    get_properties: unsafe extern "C" fn(c_int, *mut PropsV9) -> R,
+    listen: unsafe extern "C" fn(c_int, Vp, Vpp) -> R,
+    connect: unsafe extern "C" fn(c_int, Vp, Vpp, Vpp) -> R,
+    accept: unsafe extern "C" fn(Vp, Vpp, Vpp) -> R,
+    reg_mr: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vpp) -> R,
+    reg_mr_dma_buf: Option<unsafe extern "C" fn()>,
+    dereg_mr: unsafe extern "C" fn(Vp, Vp) -> R,
+    isend: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vp, Vpp) -> R,
+    irecv: unsafe extern "C" fn(Vp, c_int, Vpp, *mut usize, *mut c_int, Vpp, Vpp) -> R,
+    iflush: Option<unsafe extern "C" fn()>,
+    test: unsafe extern "C" fn(Vp, *mut c_int, *mut c_int) -> R,
+    close_send: unsafe extern "C" fn(Vp) -> R,
+    close_recv: unsafe extern "C" fn(Vp) -> R,
+    close_listen: unsafe extern "C" fn(Vp) -> R,
+    get_device_mr: Option<unsafe extern "C" fn()>,
+    irecv_consumed: Option<unsafe extern "C" fn()>,
+    make_vdevice: Option<unsafe extern "C" fn()>,
+}
+
+#[repr(C)]
+pub struct NetV10 {
+    name: *const c_char,
+    init: unsafe extern "C" fn(Logger, Vp) -> R,
+    devices: unsafe extern "C" fn(*mut c_int) -> R,
+    get_properties: unsafe extern "C" fn(c_int, *mut PropsV9) -> R,
+    listen: unsafe extern "C" fn(c_int, Vp, Vpp) -> R,
+    connect: unsafe extern "C" fn(c_int, Vp, Vp, Vpp, Vpp) -> R,
+    accept: unsafe extern "C" fn(Vp, Vpp, Vpp) -> R,
+    reg_mr: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vpp) -> R,
+    reg_mr_dma_buf: Option<unsafe extern "C" fn()>,
+    dereg_mr: unsafe extern "C" fn(Vp, Vp) -> R,
+    isend: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vp, Vp, Vpp) -> R,
+    irecv: unsafe extern "C" fn(Vp, c_int, Vpp, *mut usize, *mut c_int, Vpp, Vpp, Vpp) -> R,
+    iflush: Option<unsafe extern "C" fn()>,
+    test: unsafe extern "C" fn(Vp, *mut c_int, *mut c_int) -> R,
+    close_send: unsafe extern "C" fn(Vp) -> R,
+    close_recv: unsafe extern "C" fn(Vp) -> R,
+    close_listen: unsafe extern "C" fn(Vp) -> R,
+    get_device_mr: Option<unsafe extern "C" fn()>,
+    irecv_consumed: Option<unsafe extern "C" fn()>,
+    make_vdevice: Option<unsafe extern "C" fn()>,
+}
+
+// SAFETY: the tables are never written; their pointers are to statics.
+unsafe impl Sync for NetV8 {}
+// SAFETY: as above.
+unsafe impl Sync for NetV9 {}
+// SAFETY: as above.
+unsafe impl Sync for NetV10 {}
+
+/// The network's name: written once by `init` (before the caller reads the
+/// name for use), read through the tables' `name` pointer.
+struct NameBuf(UnsafeCell<[u8; 32]>);
+// SAFETY: written only in `init`, which callers run once before anything else.
+unsafe impl Sync for NameBuf {}
+static NAME: NameBuf = NameBuf(UnsafeCell::new(
+    *b"oxtest\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+));
+
+#[no_mangle]
+pub static ncclNetPlugin_v8: NetV8 = NetV8 {
+    name: NAME.0.get() as *const c_char,
+    init: init_v8,
+    devices,
+    get_properties: get_properties_v8,
+    listen,
+    connect: connect_v8,
+    accept,
+    reg_mr,
+    reg_mr_dma_buf: None,
+    dereg_mr,
+    isend: isend_v8,
+    irecv: irecv_v8,
+    iflush: None,
+    test,
+    close_send,
+    close_recv,
+    close_listen,
+    get_device_mr: None,
+    irecv_consumed: None,
+};
+
+#[cfg(not(feature = "only-v8"))]
+#[no_mangle]
+pub static ncclNetPlugin_v9: NetV9 = NetV9 {
+    name: NAME.0.get() as *const c_char,
+    init: init_v8,
+    devices,
+    get_properties: get_properties_v9,
+    listen,
+    connect: connect_v8,
+    accept,
+    reg_mr,
+    reg_mr_dma_buf: None,
+    dereg_mr,
+    isend: isend_v9,
+    irecv: irecv_v9,
+    iflush: None,
+    test,
+    close_send,
+    close_recv,
+    close_listen,
+    get_device_mr: None,
+    irecv_consumed: None,
+    make_vdevice: None,
+};
+
+#[cfg(not(feature = "only-v8"))]
+#[no_mangle]
+pub static ncclNetPlugin_v10: NetV10 = NetV10 {
+    name: NAME.0.get() as *const c_char,
+    init: init_v10,
+    devices,
+    get_properties: get_properties_v9,
+    listen,
+    connect: connect_v10,
+    accept,
+    reg_mr,
+    reg_mr_dma_buf: None,
+    dereg_mr,
+    isend: isend_v10,
+    irecv: irecv_v10,
+    iflush: None,
+    test,
+    close_send,
+    close_recv,
+    close_listen,
+    get_device_mr: None,
+    irecv_consumed: None,
+    make_vdevice: None,
+};
+
+// ------------------------------------------------------------------ state
+
+struct Dev {
+    name: CString,
+    addr: Ipv4Addr,
+}
+
+static DEVS: OnceLock<Vec<Dev>> = OnceLock::new();
+static LOGGER: OnceLock<usize> = OnceLock::new();
+
+/// Logs one line through the caller's logger (a C format with one `%s`).
+fn log(level: c_int, text: &str) {
+    let Some(&f) = LOGGER.get() else { return };
+    // SAFETY: stored from the `Logger` that init received.
+    let f: Logger = unsafe { std::mem::transmute::<usize, Logger>(f) };
+    let msg = CString::new(text.replace('\0', " ")).unwrap_or_default();
+    let file = c"oxtest/lib.rs";
+    // SAFETY: a printf-style call with one %s and a matching C string.
+    unsafe {
+        f(
+            level,
+            SUBSYS_NET | SUBSYS_INIT,
+            file.as_ptr(),
+            line!() as c_int,
+            c"NET/oxtest: %s".as_ptr(),
+            msg.as_ptr(),
+        )
+    };
+}
+
+fn interfaces() -> Vec<Dev> {
+    let mut out: Vec<Dev> = Vec::new();
+    let mut lo: Vec<Dev> = Vec::new();
+    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free below.
+    if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
+        return out;
+    }
+    let mut p = ifa;
+    while !p.is_null() {
+        // SAFETY: p walks the list getifaddrs returned.
+        let a = unsafe { &*p };
+        p = a.ifa_next;
+        if a.ifa_addr.is_null() || a.ifa_flags & libc::IFF_UP as u32 == 0 {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-NULL and points at a sockaddr.
+        if c_int::from(unsafe { (*a.ifa_addr).sa_family }) != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: an AF_INET address is a sockaddr_in.
+        let sin = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in) };
+        let addr = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+        // SAFETY: ifa_name is a NUL-terminated string.
+        let name = unsafe { std::ffi::CStr::from_ptr(a.ifa_name) }.to_owned();
+        let d = Dev { name, addr };
+        if a.ifa_flags & libc::IFF_LOOPBACK as u32 != 0 {
+            lo.push(d);
+        } else {
+            out.push(d);
+        }
+    }
+    // SAFETY: the list from getifaddrs above.
+    unsafe { libc::freeifaddrs(ifa) };
+    out.extend(lo);
+    out
+}
+
+fn devs() -> &'static [Dev] {
+    DEVS.get_or_init(interfaces)
+}
+
+unsafe extern "C" fn init_v8(logger: Logger) -> R {
+    let _ = LOGGER.set(logger as usize);
+    if std::env::var("OXTEST_NET_FAIL_INIT").is_ok_and(|v| v == "1") {
+        log(LOG_WARN, "init fails on purpose (OXTEST_NET_FAIL_INIT=1)");
+        return SYSTEM_ERROR;
+    }
+    if let Ok(name) = std::env::var("OXTEST_NET_NAME") {
+        let b = name.as_bytes();
+        let n = b.len().min(31);
+        // SAFETY: init runs before anyone reads the name for use, once.
+        let buf = unsafe { &mut *NAME.0.get() };
+        buf.fill(0);
+        buf[..n].copy_from_slice(&b[..n]);
+    }
+    let list: Vec<String> = devs()
+        .iter()
+        .map(|d| format!("{} {}", d.name.to_string_lossy(), d.addr))
+        .collect();
+    log(
+        LOG_INFO,
+        &format!("{} device(s): {}", list.len(), list.join(", ")),
+    );
+    OK
+}
+
+unsafe extern "C" fn init_v10(logger: Logger, _profiler: Vp) -> R {
+    // SAFETY: forwarded.
+    unsafe { init_v8(logger) }
+}
+
+unsafe extern "C" fn devices(n: *mut c_int) -> R {
+    // SAFETY: caller's out-pointer.
+    unsafe { *n = devs().len() as c_int };
+    OK
+}
+
+fn dev(d: c_int) -> Option<&'static Dev> {
+    usize::try_from(d).ok().and_then(|d| devs().get(d))
+}
+
+unsafe extern "C" fn get_properties_v8(d: c_int, p: *mut PropsV8) -> R {
+    let Some(dv) = dev(d) else {
+        return INVALID_ARGUMENT;
+    };
+    // SAFETY: caller's out-pointer to a v8 struct.
+    unsafe {
+        p.write(PropsV8 {
+            name: dv.name.as_ptr() as *mut c_char,
+            pci_path: std::ptr::null_mut(),
+            guid: d as u64,
+            ptr_support: PTR_HOST,
+            reg_is_global: 0,
+            speed: 10_000,
+            port: 1,
+            latency: 0.0,
+            max_comms: 65_536,
+            max_recvs: 1,
+            net_device_type: 0,
+            net_device_version: 0,
+        })
+    };
+    OK
+}
+
+unsafe extern "C" fn get_properties_v9(d: c_int, p: *mut PropsV9) -> R {
+    let Some(dv) = dev(d) else {
+        return INVALID_ARGUMENT;
+    };
+    // SAFETY: caller's out-pointer to a v9/v10 struct.
+    unsafe {
+        p.write(PropsV9 {
+            name: dv.name.as_ptr() as *mut c_char,
+            pci_path: std::ptr::null_mut(),
+            guid: d as u64,
+            ptr_support: PTR_HOST,
+            reg_is_global: 0,
+            force_flush: 0,
+            speed: 10_000,
+            port: 1,
+            latency: 0.0,
+            max_comms: 65_536,
+            max_recvs: 1,
+            net_device_type: 0,
+            net_device_version: 0,
+            vdev_ndevs: 1,
+            vdev_devs: [d, 0, 0, 0],
+            max_p2p_bytes: 1 << 30,
+            max_coll_bytes: 1 << 30,
+        })
+    };
+    OK
+}
+
+struct Listen {
+    sock: TcpListener,
+}
+
+unsafe extern "C" fn listen(d: c_int, handle: Vp, out: Vpp) -> R {
+    let Some(dv) = dev(d) else {
+        return INVALID_ARGUMENT;
+    };
+    let sock = match TcpListener::bind(SocketAddrV4::new(dv.addr, 0)) {
+        Ok(s) => s,
+        Err(e) => {
+            log(LOG_WARN, &format!("listen on {}: {e}", dv.addr));
+            return SYSTEM_ERROR;
+        }
+    };
+    let port = match sock.local_addr() {
+        Ok(a) => a.port(),
+        Err(_) => return SYSTEM_ERROR,
+    };
+    if sock.set_nonblocking(true).is_err() {
+        return SYSTEM_ERROR;
+    }
+    // SAFETY: the caller's handle is 128 writable bytes.
+    let h = unsafe { std::slice::from_raw_parts_mut(handle.cast::<u8>(), 128) };
+    h.fill(0);
+    h[..4].copy_from_slice(HANDLE_MAGIC);
+    h[4..8].copy_from_slice(&dv.addr.octets());
+    h[8..10].copy_from_slice(&port.to_be_bytes());
+    // SAFETY: caller's out-pointer.
+    unsafe { *out = Box::into_raw(Box::new(Listen { sock })).cast() };
+    OK
+}
+
+// ------------------------------------------------------------------ connections
+
+struct Req {
+    recv: bool,
+    data: *mut u8,
+    /// Send: bytes to send. Receive: capacity, then bytes received.
+    size: usize,
+    tag: u32,
+    /// Header bytes moved (0..16), then payload bytes moved.
+    hdr: [u8; 16],
+    hdr_done: usize,
+    done_bytes: usize,
+    done: bool,
+    comm: *mut Conn,
+}
+
+struct Mr {
+    start: usize,
+    len: usize,
+}
+
+struct Conn {
+    sock: TcpStream,
+    recv: bool,
+    queue: VecDeque<*mut Req>,
+    /// Set after an I/O error: every later test fails.
+    failed: Option<String>,
+}
+
+unsafe fn connect_common(d: c_int, handle: Vp, out: Vpp) -> R {
+    // SAFETY: the caller's handle is 128 bytes, kept between retries.
+    let h = unsafe { std::slice::from_raw_parts_mut(handle.cast::<u8>(), 128) };
+    // SAFETY: caller's out-pointer.
+    unsafe { *out = std::ptr::null_mut() };
+    if &h[..4] != HANDLE_MAGIC || dev(d).is_none() {
+        log(LOG_WARN, "connect: not an oxtest handle or no such device");
+        return INVALID_ARGUMENT;
+    }
+    // First call for this handle: "not yet" (byte 127 remembers), so the
+    // caller's retry loop is used for real.
+    if h[127] == 0 {
+        h[127] = 1;
+        return OK;
+    }
+    let addr = SocketAddr::from(SocketAddrV4::new(
+        Ipv4Addr::new(h[4], h[5], h[6], h[7]),
+        u16::from_be_bytes([h[8], h[9]]),
+    ));
+    // The listener exists (its handle came from listen), so the kernel
+    // completes the handshake at once; the bound keeps a bad handle from
+    // blocking long.
+    let sock = match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+        Ok(s) => s,
+        Err(e) => {
+            log(LOG_WARN, &format!("connect to {addr}: {e}"));
+            return SYSTEM_ERROR;
+        }
+    };
+    if sock.set_nodelay(true).is_err() || sock.set_nonblocking(true).is_err() {
+        return SYSTEM_ERROR;
+    }
+    let c = Conn {
+        sock,
+        recv: false,
+        queue: VecDeque::new(),
+        failed: None,
+    };
+    // SAFETY: caller's out-pointer.
+    unsafe { *out = Box::into_raw(Box::new(c)).cast() };
+    OK
+}
+
+unsafe extern "C" fn connect_v8(d: c_int, handle: Vp, out: Vpp, _dev: Vpp) -> R {
+    // SAFETY: forwarded.
+    unsafe { connect_common(d, handle, out) }
+}
+
+unsafe extern "C" fn connect_v10(d: c_int, _cfg: Vp, handle: Vp, out: Vpp, _dev: Vpp) -> R {
+    // SAFETY: forwarded.
+    unsafe { connect_common(d, handle, out) }
+}
+
+unsafe extern "C" fn accept(l: Vp, out: Vpp, _dev: Vpp) -> R {
+    // SAFETY: a listen object made by `listen`.
+    let l = unsafe { &*(l as *const Listen) };
+    // SAFETY: caller's out-pointer.
+    unsafe { *out = std::ptr::null_mut() };
+    match l.sock.accept() {
+        Ok((sock, _)) => {
+            if sock.set_nodelay(true).is_err() || sock.set_nonblocking(true).is_err() {
+                return SYSTEM_ERROR;
+            }
+            let c = Conn {
+                sock,
+                recv: true,
+                queue: VecDeque::new(),
+                failed: None,
+            };
+            // SAFETY: caller's out-pointer.
+            unsafe { *out = Box::into_raw(Box::new(c)).cast() };
+            OK
+        }
+        Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => OK,
+        Err(e) => {
+            log(LOG_WARN, &format!("accept: {e}"));
+            SYSTEM_ERROR
+        }
+    }
+}
+
+unsafe extern "C" fn reg_mr(_comm: Vp, data: Vp, size: usize, kind: c_int, out: Vpp) -> R {
+    if kind != PTR_HOST {
+        log(
+            LOG_WARN,
+            &format!("regMr: type {kind} is not NCCL_PTR_HOST"),
+        );
+        return INTERNAL_ERROR;
+    }
+    let mr = Mr {
+        start: data as usize,
+        len: size,
+    };
+    // SAFETY: caller's out-pointer.
+    unsafe { *out = Box::into_raw(Box::new(mr)).cast() };
+    OK
+}
+
+unsafe extern "C" fn dereg_mr(_comm: Vp, mh: Vp) -> R {
+    if !mh.is_null() {
+        // SAFETY: made by reg_mr.
+        drop(unsafe { Box::from_raw(mh.cast::<Mr>()) });
+    }
+    OK
+}
+
+fn in_mr(mh: Vp, data: *const u8, size: usize) -> bool {
+    if mh.is_null() {
+        return false;
+    }
+    // SAFETY: made by reg_mr and not yet deregistered (caller's contract).
+    let mr = unsafe { &*(mh as *const Mr) };
+    let a = data as usize;
+    a >= mr.start && a.saturating_add(size) <= mr.start + mr.len
+}
+
+unsafe fn post(comm: Vp, recv: bool, data: Vp, size: usize, tag: c_int, mh: Vp, out: Vpp) -> R {
+    // SAFETY: caller's out-pointer.
+    unsafe { *out = std::ptr::null_mut() };
+    // SAFETY: a connection made by connect/accept.
+    let c = unsafe { &mut *(comm as *mut Conn) };
+    if c.recv != recv {
+        log(
+            LOG_WARN,
+            "isend on a receiving end or irecv on a sending end",
+        );
+        return INVALID_ARGUMENT;
+    }
+    if !in_mr(mh, data as *const u8, size) {
+        log(
+            LOG_WARN,
+            &format!(
+                "{} of {size} bytes at {data:p} outside its registration",
+                if recv { "irecv" } else { "isend" }
+            ),
+        );
+        return INVALID_ARGUMENT;
+    }
+    if c.queue.len() >= MAX_REQUESTS {
+        // No room: the caller tries again later.
+        return OK;
+    }
+    let mut r = Box::new(Req {
+        recv,
+        data: data.cast(),
+        size,
+        tag: tag as u32,
+        hdr: [0; 16],
+        hdr_done: 0,
+        done_bytes: 0,
+        done: false,
+        comm: c,
+    });
+    if !recv {
+        r.hdr[..8].copy_from_slice(&(size as u64).to_le_bytes());
+        r.hdr[8..12].copy_from_slice(&(tag as u32).to_le_bytes());
+        r.hdr[12..].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
+    }
+    let p = Box::into_raw(r);
+    c.queue.push_back(p);
+    // SAFETY: caller's out-pointer.
+    unsafe { *out = p.cast() };
+    OK
+}
+
+unsafe extern "C" fn isend_v8(c: Vp, d: Vp, size: c_int, tag: c_int, mh: Vp, out: Vpp) -> R {
+    let Ok(size) = usize::try_from(size) else {
+        return INVALID_ARGUMENT;
+    };
+    // SAFETY: forwarded.
+    unsafe { post(c, false, d, size, tag, mh, out) }
+}
+
+unsafe extern "C" fn isend_v9(c: Vp, d: Vp, size: usize, tag: c_int, mh: Vp, out: Vpp) -> R {
+    // SAFETY: forwarded.
+    unsafe { post(c, false, d, size, tag, mh, out) }
+}
+
+unsafe extern "C" fn isend_v10(
+    c: Vp,
+    d: Vp,
+    size: usize,
+    tag: c_int,
+    mh: Vp,
+    _ph: Vp,
+    out: Vpp,
+) -> R {
+    // SAFETY: forwarded.
+    unsafe { post(c, false, d, size, tag, mh, out) }
+}
+
+unsafe extern "C" fn irecv_v8(
+    c: Vp,
+    n: c_int,
+    d: Vpp,
+    sizes: *mut c_int,
+    tags: *mut c_int,
+    mhs: Vpp,
+    out: Vpp,
+) -> R {
+    if n != 1 {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: one element in each array (n == 1).
+    let (data, size, tag, mh) = unsafe { (*d, *sizes, *tags, *mhs) };
+    let Ok(size) = usize::try_from(size) else {
+        return INVALID_ARGUMENT;
+    };
+    // SAFETY: forwarded.
+    unsafe { post(c, true, data, size, tag, mh, out) }
+}
+
+unsafe extern "C" fn irecv_v9(
+    c: Vp,
+    n: c_int,
+    d: Vpp,
+    sizes: *mut usize,
+    tags: *mut c_int,
+    mhs: Vpp,
+    out: Vpp,
+) -> R {
+    if n != 1 {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: one element in each array (n == 1).
+    let (data, size, tag, mh) = unsafe { (*d, *sizes, *tags, *mhs) };
+    // SAFETY: forwarded.
+    unsafe { post(c, true, data, size, tag, mh, out) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn irecv_v10(
+    c: Vp,
+    n: c_int,
+    d: Vpp,
+    sizes: *mut usize,
+    tags: *mut c_int,
+    mhs: Vpp,
+    _phs: Vpp,
+    out: Vpp,
+) -> R {
+    // SAFETY: forwarded.
+    unsafe { irecv_v9(c, n, d, sizes, tags, mhs, out) }
+}
+
+/// Moves bytes for the oldest unfinished requests of `c` until the socket
+/// would block. Err: the connection failed (the text says how).
+fn progress(c: &mut Conn) -> Result<(), String> {
+    if let Some(e) = &c.failed {
+        return Err(e.clone());
+    }
+    let res = progress_inner(c);
+    if let Err(e) = &res {
+        c.failed = Some(e.clone());
+    }
+    res
+}
+
+fn progress_inner(c: &mut Conn) -> Result<(), String> {
+    for &p in c.queue.iter() {
+        // SAFETY: queued requests are live until test frees them.
+        let r = unsafe { &mut *p };
+        if r.done {
+            continue;
+        }
+        loop {
+            if r.hdr_done < 16 {
+                let n = if r.recv {
+                    (&c.sock).read(&mut r.hdr[r.hdr_done..])
+                } else {
+                    (&c.sock).write(&r.hdr[r.hdr_done..])
+                };
+                match n {
+                    Ok(0) => return Err("connection closed by peer".into()),
+                    Ok(n) => {
+                        r.hdr_done += n;
+                        if r.hdr_done == 16 && r.recv {
+                            let len = u64::from_le_bytes(r.hdr[..8].try_into().unwrap()) as usize;
+                            let tag = u32::from_le_bytes(r.hdr[8..12].try_into().unwrap());
+                            let magic = u32::from_le_bytes(r.hdr[12..].try_into().unwrap());
+                            if magic != FRAME_MAGIC {
+                                return Err("stream out of step (bad frame magic)".into());
+                            }
+                            if tag != r.tag {
+                                return Err(format!(
+                                    "message with tag {tag} met a receive with tag {}",
+                                    r.tag
+                                ));
+                            }
+                            if len > r.size {
+                                return Err(format!(
+                                    "message of {len} bytes is larger than the posted receive of {} bytes",
+                                    r.size
+                                ));
+                            }
+                            r.size = len;
+                        }
+                        continue;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            if r.done_bytes == r.size {
+                r.done = true;
+                break;
+            }
+            let left = r.size - r.done_bytes;
+            // SAFETY: the request's buffer is valid for `size` bytes until it
+            // completes (the caller's contract for isend/irecv).
+            let n = unsafe {
+                let at = r.data.add(r.done_bytes);
+                if r.recv {
+                    (&c.sock).read(std::slice::from_raw_parts_mut(at, left))
+                } else {
+                    (&c.sock).write(std::slice::from_raw_parts(at, left))
+                }
+            };
+            match n {
+                Ok(0) => return Err("connection closed by peer".into()),
+                Ok(n) => r.done_bytes += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn test(req: Vp, done: *mut c_int, size: *mut c_int) -> R {
+    let p = req.cast::<Req>();
+    // SAFETY: a live request from isend/irecv; its connection outlives it.
+    let c = unsafe { &mut *(*p).comm };
+    if let Err(e) = progress(c) {
+        log(
+            LOG_WARN,
+            &format!("{}: {e}", if c.recv { "receive" } else { "send" }),
+        );
+        return SYSTEM_ERROR;
+    }
+    // SAFETY: as above.
+    let r = unsafe { &*p };
+    if !r.done {
+        // SAFETY: caller's out-pointer.
+        unsafe { *done = 0 };
+        return OK;
+    }
+    let n = r.size;
+    c.queue.retain(|&q| q != p);
+    // SAFETY: made by Box::into_raw in post; no longer queued.
+    drop(unsafe { Box::from_raw(p) });
+    // SAFETY: caller's out-pointers (size may be NULL).
+    unsafe {
+        *done = 1;
+        if !size.is_null() {
+            *size = n as c_int;
+        }
+    }
+    OK
+}
+
+unsafe fn close_conn(c: Vp) -> R {
+    if c.is_null() {
+        return OK;
+    }
+    // SAFETY: a connection from connect/accept; its requests die with it.
+    let c = unsafe { Box::from_raw(c.cast::<Conn>()) };
+    for p in c.queue.iter() {
+        // SAFETY: queued requests were made by Box::into_raw.
+        drop(unsafe { Box::from_raw(*p) });
+    }
+    OK
+}
+
+unsafe extern "C" fn close_send(c: Vp) -> R {
+    // SAFETY: forwarded.
+    unsafe { close_conn(c) }
+}
+
+unsafe extern "C" fn close_recv(c: Vp) -> R {
+    // SAFETY: forwarded.
+    unsafe { close_conn(c) }
+}
+
+unsafe extern "C" fn close_listen(l: Vp) -> R {
+    if !l.is_null() {
+        // SAFETY: made by listen.
+        drop(unsafe { Box::from_raw(l.cast::<Listen>()) });
+    }
+    OK
+}

@@ -1,0 +1,216 @@
+//! NCCL's network plugins for oxccl: the `ncclNet` ABI (versions 6 to 10)
+//! behind a Rust trait, the loader that finds a plugin the way NCCL does, and
+//! the choice of network for peers on other hosts.
+//!
+//! * [`ffi`]: the C tables and property structs of each ABI version.
+//! * [`loader`]: `dlopen` by `NCCL_NET_PLUGIN`'s rules, the newest
+//!   `ncclNetPlugin_vN` symbol the library exports, `init` with a logger that
+//!   routes the plugin's lines into oxccl's `NCCL_DEBUG` log, and
+//!   [`loader::Plugin`], which implements [`Net`] for every version.
+//! * [`choose`]: `NCCL_NET`, `NCCL_IB_DISABLE`, `NCCL_IB_HCA`, the device
+//!   picked, and the INFO/WARN lines that say what was chosen and why; any
+//!   failure falls back to oxccl's own sockets.
+//!
+//! Why a crate of its own: the host executor (`oxccl-host`) uses plugins for
+//! host buffers now and the CUDA executor's proxy will use the same loader
+//! for device buffers; neither should depend on the other. The crate also
+//! holds the only C in the workspace (the variadic logger shim, see
+//! `build.rs`) and its `unsafe` (every call into the plugin) stays here
+//! behind a safe interface.
+//!
+//! The data path ([`Net::isend`], [`Net::irecv`]) stays `unsafe`: the plugin
+//! reads or writes the buffer asynchronously until the request completes,
+//! which no borrow can express. Everything else is safe to call.
+
+use std::fmt;
+
+use oxccl_core::Result;
+
+pub mod choose;
+pub mod ffi;
+pub mod loader;
+
+pub use choose::{choose, library_candidates, HcaSpec, NetSettings, Network};
+pub use loader::{load, LoadOutcome, Plugin, Version};
+
+/// The opaque connection handle (`NCCL_NET_HANDLE_MAXSIZE` bytes) that
+/// `listen` fills and the peer's `connect` reads.
+pub type Handle = [u8; ffi::NCCL_NET_HANDLE_MAXSIZE];
+
+macro_rules! opaque {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        #[derive(Debug)]
+        pub struct $name(std::ptr::NonNull<std::ffi::c_void>);
+
+        // SAFETY: NCCL uses a plugin's objects from a thread other than the
+        // one that made them (its proxy thread), so plugins must allow it;
+        // this handle is not `Sync`, so calls on one object never overlap.
+        unsafe impl Send for $name {}
+
+        impl $name {
+            /// The plugin's pointer.
+            pub fn as_ptr(&self) -> *mut std::ffi::c_void {
+                self.0.as_ptr()
+            }
+            /// Wraps a pointer a plugin returned (None for NULL).
+            pub fn from_raw(p: *mut std::ffi::c_void) -> Option<$name> {
+                std::ptr::NonNull::new(p).map($name)
+            }
+        }
+    };
+}
+
+opaque!(
+    /// A listening object (`listenComm`).
+    ListenComm
+);
+opaque!(
+    /// The sending end of a connection (`sendComm`).
+    SendComm
+);
+opaque!(
+    /// The receiving end of a connection (`recvComm`).
+    RecvComm
+);
+opaque!(
+    /// A memory registration (`mhandle`).
+    MrHandle
+);
+opaque!(
+    /// An outstanding `isend` or `irecv` (`request`); the plugin frees it
+    /// when `test` reports it done.
+    Request
+);
+
+/// Which end of a connection a registration belongs to.
+#[derive(Debug, Clone, Copy)]
+pub enum CommRef<'a> {
+    Send(&'a SendComm),
+    Recv(&'a RecvComm),
+}
+
+impl CommRef<'_> {
+    fn as_ptr(self) -> *mut std::ffi::c_void {
+        match self {
+            CommRef::Send(c) => c.as_ptr(),
+            CommRef::Recv(c) => c.as_ptr(),
+        }
+    }
+}
+
+/// The outcome of [`Net::test`].
+#[derive(Debug)]
+pub enum Poll {
+    /// Complete: bytes sent or received. The request is gone.
+    Done(usize),
+    /// Still in flight: test it again later.
+    Pending(Request),
+}
+
+/// A device's properties, the same whatever the ABI version (fields a
+/// version lacks take the value NCCL assumes for it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Properties {
+    pub name: String,
+    pub pci_path: Option<String>,
+    pub guid: u64,
+    /// `NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF` bits.
+    pub ptr_support: i32,
+    pub speed_mbps: i32,
+    pub port: i32,
+    pub latency_us: f32,
+    pub max_comms: i32,
+    pub max_recvs: i32,
+    /// Largest single transfer (v9+; before: NCCL's 1 GiB default).
+    pub max_p2p_bytes: usize,
+}
+
+impl Properties {
+    /// Whether the device can send from and receive into host memory.
+    pub fn supports_host(&self) -> bool {
+        self.ptr_support & ffi::NCCL_PTR_HOST != 0
+    }
+}
+
+/// An error a plugin call returned: which call, and its `ncclResult_t`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallError {
+    pub call: &'static str,
+    pub code: i32,
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} returned {} ({})",
+            self.call,
+            self.code,
+            ffi::result_name(self.code)
+        )
+    }
+}
+
+/// A network: NCCL's `ncclNet` operations, whatever the plugin's ABI version.
+///
+/// Connection setup never blocks: `connect` and `accept` return `None` until
+/// the connection is established and are called again. Requests complete in
+/// any order the plugin likes; `test` drives them.
+pub trait Net: Send + Sync {
+    /// The network's name as the plugin gives it ("IB", "Socket", ...).
+    fn name(&self) -> &str;
+    /// Number of devices (NICs).
+    fn devices(&self) -> Result<usize>;
+    /// Properties of device `dev`.
+    fn properties(&self, dev: usize) -> Result<Properties>;
+    /// A listening object on `dev` and the handle a peer connects to.
+    fn listen(&self, dev: usize) -> Result<(Handle, ListenComm)>;
+    /// Connects from `dev` to a peer's handle; `None`: not yet, call again
+    /// with the same handle (plugins keep connection state in it).
+    fn connect(&self, dev: usize, handle: &mut Handle) -> Result<Option<SendComm>>;
+    /// Accepts the connection made to `listen`'s handle; `None`: not yet.
+    fn accept(&self, listen: &ListenComm) -> Result<Option<RecvComm>>;
+    /// Registers host memory for transfers on `comm`.
+    ///
+    /// # Safety
+    /// `data` must stay valid for `len` bytes until [`Net::dereg_mr`].
+    unsafe fn reg_mr(&self, comm: CommRef<'_>, data: *mut u8, len: usize) -> Result<MrHandle>;
+    /// Releases a registration.
+    fn dereg_mr(&self, comm: CommRef<'_>, mr: MrHandle) -> Result<()>;
+    /// Starts sending `len` bytes at `data`; `None`: the plugin cannot take
+    /// it now (no credit), try again later.
+    ///
+    /// # Safety
+    /// `data..data+len` lies in the memory registered as `mr` and is neither
+    /// written nor freed until the request completes or `comm` is closed.
+    unsafe fn isend(
+        &self,
+        comm: &SendComm,
+        data: *const u8,
+        len: usize,
+        tag: i32,
+        mr: &MrHandle,
+    ) -> Result<Option<Request>>;
+    /// Posts a receive of at most `len` bytes into `data`; `None`: not now.
+    ///
+    /// # Safety
+    /// `data..data+len` lies in the memory registered as `mr` and is neither
+    /// read, written nor freed until the request completes or `comm` is closed.
+    unsafe fn irecv(
+        &self,
+        comm: &RecvComm,
+        data: *mut u8,
+        len: usize,
+        tag: i32,
+        mr: &MrHandle,
+    ) -> Result<Option<Request>>;
+    /// Tests a request: `Done(bytes)` or the request back.
+    fn test(&self, req: Request) -> Result<Poll>;
+    /// Closes a sending end (outstanding requests die with it).
+    fn close_send(&self, comm: SendComm) -> Result<()>;
+    /// Closes a receiving end (outstanding requests die with it).
+    fn close_recv(&self, comm: RecvComm) -> Result<()>;
+    /// Closes a listening object.
+    fn close_listen(&self, comm: ListenComm) -> Result<()>;
+}
