@@ -117,7 +117,12 @@ __device__ __forceinline__ bool wait_ge(const RingCommon& c, const u64* p, u64 v
         // memory is ~0.5 us, so an abort is seen within about a millisecond
         // without putting a PCIe read on every poll.
         if ((++spins & 1023) == 0) {
-            if (ring_stopped(c)) return false;
+            if (ring_stopped(c)) {
+                // The host's abort (ncclCommAbort, or its watchdog saw a
+                // peer die): recorded so the host can say this wait ended.
+                ring_fail(c, RERR_ABORT, peer);
+                return false;
+            }
             const u64 now = gtimer();
             if (t0 == 0) {
                 t0 = now;

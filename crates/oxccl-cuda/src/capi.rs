@@ -141,6 +141,38 @@ pub fn memory_of(ptr: *const c_void) -> Result<Memory> {
     })
 }
 
+/// Checks that `bytes` from the device pointer `ptr` lie inside one
+/// allocation (`cuMemGetAddressRange`), so an overrunning count is an error
+/// naming the argument instead of a fault in a kernel. `what` names the
+/// argument ("recvbuff"). Memory the driver cannot place passes (nothing to
+/// check against).
+pub fn check_extent(ptr: u64, bytes: usize, what: &str) -> Result<()> {
+    if bytes == 0 || ptr == 0 || loader::driver().is_err() {
+        return Ok(());
+    }
+    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    let found = guarded("cuMemGetAddressRange", || {
+        // SAFETY: writes a pointer and a size; any pointer value is accepted
+        // (an unknown one is an error return).
+        unsafe {
+            check(
+                sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr),
+                "cuMemGetAddressRange",
+            )
+        }
+    })
+    .is_ok();
+    let end = ptr as u128 + bytes as u128;
+    if found && end > base as u128 + size as u128 {
+        return Err(Error::invalid_argument(format!(
+            "{what}: {bytes} bytes from {ptr:#x} run {} bytes past the end of its device \
+             allocation ({size} bytes at {base:#x}): count too large for the buffer",
+            end - (base as u128 + size as u128)
+        )));
+    }
+    Ok(())
+}
+
 /// `ncclMemAlloc`'s device allocations: address -> the context that owns it.
 fn device_allocations() -> MutexGuard<'static, HashMap<u64, usize>> {
     static A: OnceLock<Mutex<HashMap<u64, usize>>> = OnceLock::new();
@@ -939,7 +971,7 @@ impl DevComm {
         match self.ring.get() {
             Some(Ok(r)) => {
                 if r.aborted() {
-                    return Err(Error::invalid_usage("communicator aborted"));
+                    return Err(r.abort_reason());
                 }
                 if let Some(e) = r.error() {
                     return Err(e);
@@ -984,6 +1016,19 @@ impl DevComm {
         match self.ring.get() {
             Some(Ok(r)) => r.error(),
             _ => None,
+        }
+    }
+
+    /// Stops this rank's GPU operations because a peer failed (`why`, from
+    /// the host transports' liveness checks): ring kernels leave their waits
+    /// and report `why`. False when there is no ring.
+    pub fn fail_peer(&self, why: Error) -> bool {
+        match self.ring.get() {
+            Some(Ok(r)) => {
+                r.fail_peer(why);
+                true
+            }
+            _ => false,
         }
     }
 

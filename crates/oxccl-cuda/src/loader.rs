@@ -82,6 +82,7 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemHostRegister_v2",
     "cuMemHostUnregister",
     "cuStreamIsCapturing",
+    "cuMemGetAddressRange_v2",
 ];
 
 /// NVRTC functions oxccl calls.

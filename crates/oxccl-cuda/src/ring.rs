@@ -258,6 +258,8 @@ pub struct Ring {
     mappings: Vec<Mapping>,
     same_process: Vec<bool>,
     bytes: u64,
+    /// Why the watchdog aborted the kernels (a peer died), if it did.
+    peer_error: std::sync::Mutex<Option<Error>>,
 }
 
 // SAFETY: the raw pointers are driver allocations owned by this value; every
@@ -640,6 +642,7 @@ impl Ring {
             mappings: Vec::new(),
             same_process,
             bytes,
+            peer_error: std::sync::Mutex::new(None),
         };
         // Round 3: the window, its control words and counters; descriptors out.
         let desc = agree("window", exchange, || me.make_window(nranks))?;
@@ -858,6 +861,25 @@ impl Ring {
         self.bytes + 2 * self.common.nranks as u64 * self.common.nch as u64 * 8 + 64
     }
 
+    /// Tells the kernels of this rank to stop because `why` (a peer died):
+    /// waits end within about a millisecond, and a wait that ended so
+    /// reports `why`; later launches are refused with it.
+    pub fn fail_peer(&self, why: Error) {
+        let mut g = self.peer_error.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            *g = Some(why);
+        }
+        drop(g);
+        self.abort();
+    }
+
+    fn peer_error(&self) -> Option<Error> {
+        self.peer_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Tells the kernels of this rank to stop (`ncclCommAbort`): their waits
     /// end within about a millisecond.
     pub fn abort(&self) {
@@ -891,10 +913,22 @@ impl Ring {
                     self.common.timeout_ns as f64 / 1e9
                 ),
             )),
+            2 => Some(self.peer_error().unwrap_or_else(|| {
+                Error::invalid_usage(format!(
+                    "a GPU collective waiting for rank {peer} (channel {ch}) was aborted"
+                ))
+            })),
             _ => Some(Error::remote(format!(
                 "GPU collective ended by error code {code} (peer {peer}, channel {ch})"
             ))),
         }
+    }
+
+    /// Why launches are refused after an abort: the peer failure the
+    /// watchdog saw, or the abort itself.
+    pub fn abort_reason(&self) -> Error {
+        self.peer_error()
+            .unwrap_or_else(|| Error::invalid_usage("communicator aborted"))
     }
 
     /// Whether the communicator was aborted.

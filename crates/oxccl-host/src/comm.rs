@@ -477,6 +477,16 @@ impl HostComm {
         unsafe { run_group(&mut [(self, ops)]) }
     }
 
+    /// The first peer whose control connection reports it gone or failed
+    /// (non-blocking): for watchers of work that does not run through the
+    /// host transports, such as GPU kernels waiting on a peer.
+    pub fn check_peers(&mut self) -> Result<()> {
+        for c in self.controls.iter_mut().flatten() {
+            c.check()?;
+        }
+        Ok(())
+    }
+
     fn poison_all(&mut self, err: &Error) {
         for c in self.controls.iter_mut().flatten() {
             c.poison(err);

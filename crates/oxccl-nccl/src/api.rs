@@ -277,6 +277,23 @@ fn prepare_device(
         .ok_or_else(|| Error::invalid_argument(format!("count {count} is too large")))?;
     let (s, r, st) = (send as u64, recv as u64, stream as usize);
     let (rank, nranks) = (dev.rank(), dev.nranks());
+    // The bytes each buffer must hold on this rank (NCCL's extents).
+    let all = bytes.saturating_mul(nranks);
+    let me_root = rank == root;
+    let (sx, rx) = match kind {
+        CollKind::AllReduce => (bytes, bytes),
+        CollKind::ReduceScatter => (all, bytes),
+        CollKind::AllGather => (bytes, all),
+        CollKind::Broadcast => (if me_root { bytes } else { 0 }, bytes),
+        CollKind::Reduce => (bytes, if me_root { bytes } else { 0 }),
+        CollKind::AllToAll => (all, all),
+        CollKind::Gather => (bytes, if me_root { all } else { 0 }),
+        CollKind::Scatter => (if me_root { all } else { 0 }, bytes),
+        CollKind::Send => (bytes, 0),
+        CollKind::Recv => (0, bytes),
+    };
+    cuda::check_extent(s, sx, "sendbuff")?;
+    cuda::check_extent(r, rx, "recvbuff")?;
     let others = || (0..nranks).filter(move |&p| p != rank);
     match kind {
         CollKind::AllReduce => dev.prepare_reduce(
@@ -415,7 +432,10 @@ fn setup_gpu(
                 if let Ok(dev) = &r {
                     let cfg = ring_config(nranks, timeout);
                     match dev.setup_ring(&cfg, &|b| comm.exchange(b)) {
-                        Ok(()) => log_ring(dev, rank, nranks),
+                        Ok(()) => {
+                            log_ring(dev, rank, nranks);
+                            watch_peers(comm.clone(), Arc::downgrade(dev), rank, nranks);
+                        }
                         Err(e) => oxccl_env::warn!(
                             "rank {rank}/{nranks}: GPU {ordinal}: the ring path could not be set up ({}); device buffers need it for this communicator",
                             e.message()
@@ -441,6 +461,44 @@ fn setup_gpu(
         ),
     }
     c.set_gpu(r);
+}
+
+/// How often the GPU watchdog looks at the peers' control connections.
+const WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Watches the peers of a rank with a GPU ring: GPU kernels waiting for a
+/// peer see nothing of its death (the data never comes), so a thread looks
+/// at the host transports' control connections every 50 ms and, when a
+/// peer is gone, stops this rank's kernels with that peer's error (they
+/// report it through ncclCommGetAsyncError within about 50 ms instead of at
+/// the timeout). Ends when the rank is destroyed or aborted.
+fn watch_peers(comm: Communicator, dev: std::sync::Weak<DevComm>, rank: usize, nranks: usize) {
+    let r = std::thread::Builder::new()
+        .name("oxccl-gpu-watch".into())
+        .spawn(move || loop {
+            std::thread::sleep(WATCH_PERIOD);
+            let Some(d) = dev.upgrade() else {
+                return;
+            };
+            match comm.check_peers() {
+                Err(_) => return,
+                Ok(None) => {}
+                Ok(Some(e)) => {
+                    oxccl_env::warn!(
+                        "rank {rank}/{nranks}: {}; stopping this rank's GPU operations",
+                        e.message()
+                    );
+                    d.fail_peer(Error::new(
+                        ErrorKind::Remote,
+                        format!("GPU operations stopped: {}", e.message()),
+                    ));
+                    return;
+                }
+            }
+        });
+    if let Err(e) = r {
+        oxccl_env::warn!("rank {rank}/{nranks}: no GPU watchdog thread ({e}): a dead peer is seen only at the timeout");
+    }
 }
 
 /// NCCL-style INFO lines for the ring: the channels and each link's transport.

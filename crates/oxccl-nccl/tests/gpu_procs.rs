@@ -320,9 +320,12 @@ fn child_rank() {
         "ncclCommInitRank",
     );
     eprintln!("rank {rank}: init {:.2} s", t0.elapsed().as_secs_f64());
-    if std::env::var("OXCCL_TEST_MODE").is_ok_and(|m| m == "missing_peer") {
-        missing_peer(comm, rank);
-        return;
+    match std::env::var("OXCCL_TEST_MODE").as_deref() {
+        Ok("missing_peer") => return missing_peer(comm, rank),
+        Ok("peer_killed") => return peer_killed(comm, rank),
+        Ok("graph") => return graph(comm, rank, n),
+        Ok("overrun") => return overrun(comm, rank),
+        _ => {}
     }
     let t0 = Instant::now();
     let cases = sweep(comm, rank, n, &counts);
@@ -375,7 +378,117 @@ fn missing_peer(comm: ncclComm_t, rank: usize) {
     println!("CHILD OK rank 0: remote error after {secs:.1} s: {msg}");
 }
 
+/// Rank 1 is killed (SIGKILL) while rank 0's all-reduce waits for it: with
+/// the default 10-minute timeout, rank 0 must still get ncclRemoteError
+/// within seconds (the GPU watchdog sees the dead peer's control connection).
+fn peer_killed(comm: ncclComm_t, rank: usize) {
+    if rank != 0 {
+        std::thread::sleep(Duration::from_millis(800));
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!();
+    }
+    let b = Dev::new(1 << 20);
+    let t0 = Instant::now();
+    ok(
+        unsafe { ncclAllReduce(b.p, b.p, 1 << 18, 7, 0, comm, null_mut()) },
+        "ncclAllReduce",
+    );
+    let mut err = ncclSuccess;
+    while err == ncclSuccess && t0.elapsed() < Duration::from_secs(20) {
+        ok(
+            unsafe { ncclCommGetAsyncError(comm, &mut err) },
+            "ncclCommGetAsyncError",
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(err, ncclRemoteError, "after {secs:.1} s");
+    let msg = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }
+        .to_string_lossy()
+        .into_owned();
+    assert!(msg.contains("rank 1"), "{msg}");
+    assert!(secs < 10.0, "{secs} s: the timeout, not the watchdog");
+    capi::synchronize_current().unwrap();
+    // Later calls are refused with the same cause, not launched.
+    let r = unsafe { ncclAllReduce(b.p, b.p, 16, 7, 0, comm, null_mut()) };
+    assert_ne!(r, ncclSuccess);
+    ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
+    println!("CHILD OK rank 0: peer death seen after {secs:.2} s: {msg}");
+}
+
+/// A CUDA graph of four all-reduces (x -> y -> x ...) captured on a stream
+/// and replayed three times: twelve collectives, each multiplying by the
+/// rank count once every rank holds the same values; int32 wraps, so the
+/// expected value is exact: sum over ranks of x0, times n^11.
+fn graph(comm: ncclComm_t, rank: usize, n: usize) {
+    use oxccl_cuda::perfio::PerfGpu;
+    let g = oxccl_cuda::Gpu::count().unwrap();
+    let gpu = PerfGpu::open(rank % g).unwrap();
+    gpu.make_current().unwrap();
+    let stream = gpu.stream().unwrap();
+    let count = 100_003usize;
+    let x = Dev::new(count * 4);
+    let y = Dev::new(count * 4);
+    let x0 = |r: usize, i: usize| (i as i32 % 1000) + r as i32 * 7 + 1;
+    let v: Vec<u8> = (0..count).flat_map(|i| x0(rank, i).to_le_bytes()).collect();
+    x.put(&v);
+    stream.begin_capture().unwrap();
+    for k in 0..4 {
+        let (a, b) = if k % 2 == 0 { (x.p, y.p) } else { (y.p, x.p) };
+        ok(
+            unsafe { ncclAllReduce(a, b, count, 2, 0, comm, stream.raw()) },
+            "captured ncclAllReduce",
+        );
+    }
+    let graph = stream.end_capture().unwrap();
+    for _ in 0..3 {
+        graph.launch(&stream).unwrap();
+    }
+    assert!(stream
+        .wait(Instant::now() + Duration::from_secs(60))
+        .unwrap());
+    let got = x.get(count * 4);
+    let mul = (0..11).fold(1i32, |m, _| m.wrapping_mul(n as i32));
+    for i in 0..count {
+        let s = (0..n).fold(0i32, |a, r| a.wrapping_add(x0(r, i)));
+        let want = s.wrapping_mul(mul);
+        let g = i32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(g, want, "rank {rank} element {i}");
+    }
+    drop(graph);
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    println!("CHILD OK rank {rank}: graph of 4 all-reduces replayed 3 times");
+}
+
+/// A count larger than the buffers: ncclInvalidArgument naming the buffer,
+/// nothing launched, and the communicator still works.
+fn overrun(comm: ncclComm_t, rank: usize) {
+    let b = Dev::new(4096);
+    let r = unsafe { ncclAllReduce(b.p, b.p, 1 << 20, 7, 0, comm, null_mut()) };
+    assert_eq!(r, ncclInvalidArgument);
+    let msg = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        msg.contains("buff") && msg.contains("past the end"),
+        "{msg}"
+    );
+    b.put(&input(7, 1024, rank, 0));
+    ok(
+        unsafe { ncclAllReduce(b.p, b.p, 1024, 7, 0, comm, null_mut()) },
+        "ncclAllReduce",
+    );
+    capi::synchronize_current().unwrap();
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    println!("CHILD OK rank {rank}: overrun refused: {msg}");
+}
+
 fn run_ranks(n: usize, counts: &str, env: &[(&str, &str)]) {
+    run_ranks_allowing(n, counts, env, &[])
+}
+
+/// As `run_ranks`; the ranks in `may_die` may end by a signal.
+fn run_ranks_allowing(n: usize, counts: &str, env: &[(&str, &str)], may_die: &[usize]) {
     let mut id = ncclUniqueId::default();
     ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
     let hex: String = id
@@ -402,7 +515,7 @@ fn run_ranks(n: usize, counts: &str, env: &[(&str, &str)]) {
     for (r, mut k) in kids.into_iter().enumerate() {
         loop {
             if let Some(st) = k.try_wait().unwrap() {
-                if !st.success() {
+                if !st.success() && !may_die.contains(&r) {
                     failed.push(format!("rank {r}: {st}"));
                 }
                 break;
@@ -478,4 +591,29 @@ fn a_missing_peer_is_a_remote_error_not_a_hang() {
             ("OXCCL_TIMEOUT_MS", "3000"),
         ],
     );
+}
+
+#[test]
+fn a_killed_peer_is_seen_in_milliseconds_not_at_the_timeout() {
+    if gpus() < 2 {
+        return;
+    }
+    run_ranks_allowing(2, "1", &[("OXCCL_TEST_MODE", "peer_killed")], &[1]);
+}
+
+#[test]
+fn cuda_graph_of_all_reduces_replays() {
+    if gpus() < 2 {
+        return;
+    }
+    run_ranks(2, "1", &[("OXCCL_TEST_MODE", "graph")]);
+    run_ranks(3, "1", &[("OXCCL_TEST_MODE", "graph")]);
+}
+
+#[test]
+fn a_count_past_the_allocation_is_refused() {
+    if gpus() < 2 {
+        return;
+    }
+    run_ranks(2, "1", &[("OXCCL_TEST_MODE", "overrun")]);
 }

@@ -300,6 +300,26 @@ impl Communicator {
         }
     }
 
+    /// Whether every peer is still there, for watchers of work outside the
+    /// host collectives (GPU kernels): `Ok(None)` all there (or an operation
+    /// holds the communicator right now: it checks them itself), `Ok(Some(e))`
+    /// a peer is gone or failed, `Err` this rank was destroyed or aborted.
+    pub fn check_peers(&self) -> Result<Option<Error>> {
+        if self.inner.abort.load(Ordering::Acquire) {
+            return Err(Error::invalid_usage("communicator aborted"));
+        }
+        match self.inner.comm.try_lock() {
+            Ok(mut g) => match g.as_mut() {
+                Some(c) => Ok(c.check_peers().err()),
+                None => Err(Error::invalid_usage("communicator destroyed")),
+            },
+            Err(std::sync::TryLockError::WouldBlock) => Ok(None),
+            Err(std::sync::TryLockError::Poisoned(_)) => {
+                Err(Error::internal("communicator lock poisoned by a panic"))
+            }
+        }
+    }
+
     /// Stops every operation of this rank, now, from any thread
     /// (`ncclCommAbort`): waits return, the transports close (peers see a
     /// remote error), and later calls fail with `InvalidUsage`.
