@@ -333,8 +333,13 @@ impl PerfStream {
         })
     }
 
-    /// Ends the capture begun by [`begin_capture`](Self::begin_capture) and
-    /// instantiates the graph. Always ends the capture, so the stream is
+    /// Ends the capture begun by [`begin_capture`](Self::begin_capture);
+    /// the graph is instantiated by [`PerfGraph::instantiate`], once every
+    /// stream of this thread has ended its capture (instantiating is refused
+    /// while a thread-local capture is still open: with two GPUs driven by
+    /// one thread, instantiating the first graph before the second capture
+    /// ended failed with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, for NCCL's
+    /// library as for oxccl's). Always ends the capture, so the stream is
     /// usable again even when the capture failed.
     pub fn end_capture(&self) -> Result<PerfGraph> {
         guarded("cuStreamEndCapture", || {
@@ -352,18 +357,10 @@ impl PerfStream {
                 }
                 return Err(e);
             }
-            let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-            // SAFETY: `g` is a complete graph from the capture; writes one handle.
-            let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g, 0) };
-            if let Err(e) = check(r, "cuGraphInstantiate") {
-                // SAFETY: ours, destroyed once.
-                unsafe { sys::cuGraphDestroy(g) };
-                return Err(e);
-            }
             Ok(PerfGraph {
                 gpu: self.gpu.clone(),
                 graph: g,
-                exec,
+                exec: std::ptr::null_mut(),
             })
         })
     }
@@ -389,8 +386,28 @@ pub struct PerfGraph {
 }
 
 impl PerfGraph {
+    /// Makes the captured graph launchable (once; after every capture of
+    /// this thread has ended).
+    pub fn instantiate(&mut self) -> Result<()> {
+        if !self.exec.is_null() {
+            return Ok(());
+        }
+        guarded("cuGraphInstantiate", || {
+            self.gpu.bind()?;
+            let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+            // SAFETY: `graph` is a complete graph from a capture; writes one handle.
+            let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, self.graph, 0) };
+            check(r, "cuGraphInstantiate")?;
+            self.exec = exec;
+            Ok(())
+        })
+    }
+
     /// Queues one replay on `stream` (returns at once).
     pub fn launch(&self, stream: &PerfStream) -> Result<()> {
+        if self.exec.is_null() {
+            return Err(Error::invalid_usage("graph launched before instantiate"));
+        }
         guarded("cuGraphLaunch", || {
             self.gpu.bind()?;
             // SAFETY: the executable graph and the stream are live and belong
@@ -406,7 +423,9 @@ impl Drop for PerfGraph {
         // destroyed once; errors are ignored in drop.
         unsafe {
             if sys::cuCtxSetCurrent(self.gpu.ctx) == CUresult::CUDA_SUCCESS {
-                sys::cuGraphExecDestroy(self.exec);
+                if !self.exec.is_null() {
+                    sys::cuGraphExecDestroy(self.exec);
+                }
                 sys::cuGraphDestroy(self.graph);
             }
         }

@@ -440,7 +440,8 @@ fn graph(comm: ncclComm_t, rank: usize, n: usize) {
             "captured ncclAllReduce",
         );
     }
-    let graph = stream.end_capture().unwrap();
+    let mut graph = stream.end_capture().unwrap();
+    graph.instantiate().unwrap();
     for _ in 0..3 {
         graph.launch(&stream).unwrap();
     }

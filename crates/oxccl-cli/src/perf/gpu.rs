@@ -685,6 +685,13 @@ impl<'a> Worker<'a> {
             let graphs = graphs
                 .into_iter()
                 .collect::<Result<Vec<_>, _>>()
+                .and_then(|mut v| {
+                    // Instantiated only now: no capture of this thread is open.
+                    for g in v.iter_mut() {
+                        g.instantiate()?;
+                    }
+                    Ok(v)
+                })
                 .map_err(|e| {
                     cuda_err(format!(
                         "-G/--cudagraph: {e} (the library's calls could not be captured in a CUDA graph)"
