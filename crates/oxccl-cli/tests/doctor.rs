@@ -555,3 +555,262 @@ fn real_machine_runs() {
         }
     }
 }
+
+/// Compiles C `src` with `cc ARGS` into `out` (under the root); false without a compiler.
+fn cc(root: &Path, out: &str, src: &str, args: &[&str]) -> bool {
+    if !Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return false;
+    }
+    let o = root.join(out.trim_start_matches('/'));
+    std::fs::create_dir_all(o.parent().unwrap()).unwrap();
+    let c = root.join(format!("src-{}.c", out.replace('/', "_")));
+    std::fs::write(&c, src).unwrap();
+    // Libraries after the source, as the linker wants them.
+    let st = Command::new("cc")
+        .arg("-o")
+        .arg(&o)
+        .arg(&c)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "cc {args:?}: {}", text(&st));
+    true
+}
+
+/// A libnccl.so.2 (SONAME libnccl.so.2) answering `code` from ncclGetVersion.
+fn nccl_lib(root: &Path, out: &str, code: u32) -> bool {
+    cc(
+        root,
+        out,
+        &format!("int ncclGetVersion(int *v) {{ *v = {code}; return 0; }}\n"),
+        &["-shared", "-fPIC", "-Wl,-soname,libnccl.so.2"],
+    )
+}
+
+/// A program that needs libnccl.so.2, linked against `lib` (under the root), with `flags`.
+fn nccl_program(root: &Path, out: &str, lib: &str, flags: &[&str]) -> bool {
+    let libdir = root.join(lib.trim_start_matches('/'));
+    let l = format!("-L{}", libdir.parent().unwrap().display());
+    let mut args = vec![l.as_str(), "-l:libnccl.so.2"];
+    args.extend_from_slice(flags);
+    cc(
+        root,
+        out,
+        "int ncclGetVersion(int *v);\nint main(void) { int v = 0; return ncclGetVersion(&v); }\n",
+        &args,
+    )
+}
+
+/// A loader cache in the `glibc-ld.so.cache1.1` layout: (name, path) entries for x86-64.
+fn ld_cache(entries: &[(&str, &str)]) -> Vec<u8> {
+    let base = 48 + 24 * entries.len();
+    let mut strs = Vec::new();
+    let mut recs = Vec::new();
+    for (k, v) in entries {
+        let ko = (base + strs.len()) as u32;
+        strs.extend_from_slice(k.as_bytes());
+        strs.push(0);
+        let vo = (base + strs.len()) as u32;
+        strs.extend_from_slice(v.as_bytes());
+        strs.push(0);
+        recs.extend(0x0303u32.to_le_bytes());
+        recs.extend(ko.to_le_bytes());
+        recs.extend(vo.to_le_bytes());
+        recs.extend([0u8; 12]);
+    }
+    let mut f = b"glibc-ld.so.cache1.1".to_vec();
+    f.extend((entries.len() as u32).to_le_bytes());
+    f.extend((strs.len() as u32).to_le_bytes());
+    f.push(2);
+    f.resize(48, 0);
+    f.extend(recs);
+    f.extend(strs);
+    f
+}
+
+/// Which libnccl.so.2 a program loads, and why: DT_RPATH beats LD_LIBRARY_PATH
+/// (⚠, LD_PRELOAD suggested), LD_LIBRARY_PATH beats DT_RUNPATH, LD_PRELOAD
+/// beats both, the loader cache, and ✘ when none is found. Real files built
+/// with `cc` in a fixture root; the loader's rules come from the files.
+#[test]
+fn program_loader_rules() {
+    let root = cpu_machine("program");
+    if !nccl_lib(&root, "/opt/app/lib/libnccl.so.2", 22809) {
+        eprintln!("skipping: no C compiler");
+        return;
+    }
+    assert!(nccl_lib(&root, "/opt/pip/libnccl.so.2", 22105));
+    let lib = "/opt/app/lib/libnccl.so.2";
+    let old = ["-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../lib"];
+    let new = ["-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN/../lib"];
+    assert!(nccl_program(&root, "/opt/app/bin/train_rpath", lib, &old));
+    assert!(nccl_program(&root, "/opt/app/bin/train_runpath", lib, &new));
+    assert!(nccl_program(&root, "/opt/app/bin/train_plain", lib, &[]));
+    let r = root_arg(&root);
+    let run = |prog: &str, env: &[(&str, &str)]| -> (Output, serde_json::Value) {
+        let o = doctor(&["--sysroot", &r, "--json", "--program", prog], env);
+        let v = json(&o);
+        (o, v)
+    };
+
+    // DT_RPATH beats LD_LIBRARY_PATH: ⚠ naming the unused copy, LD_PRELOAD as the fix.
+    let (o, v) = run(
+        "/opt/app/bin/train_rpath",
+        &[("LD_LIBRARY_PATH", "/opt/pip")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let c = one(&v, "nccl.program");
+    assert_eq!(c["status"], "warn", "{c:#}");
+    let d = c["detail"].as_str().unwrap();
+    assert!(
+        d.contains("the loader takes /opt/app/lib/libnccl.so.2, version 2.28.9 (ncclGetVersion)"),
+        "{d}"
+    );
+    assert!(
+        d.contains("DT_RPATH of /opt/app/bin/train_rpath entry $ORIGIN/../lib"),
+        "{d}"
+    );
+    assert!(
+        d.contains("LD_LIBRARY_PATH's /opt/pip/libnccl.so.2 is not used"),
+        "{d}"
+    );
+    assert!(c["fix"]
+        .as_str()
+        .unwrap()
+        .contains("LD_PRELOAD=/opt/pip/libnccl.so.2"));
+
+    // The same path as DT_RUNPATH: LD_LIBRARY_PATH wins.
+    let (_, v) = run(
+        "/opt/app/bin/train_runpath",
+        &[("LD_LIBRARY_PATH", "/opt/pip")],
+    );
+    let c = one(&v, "nccl.program");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    let d = c["detail"].as_str().unwrap();
+    assert!(
+        d.contains("takes /opt/pip/libnccl.so.2, version 2.21.5")
+            && d.contains("LD_LIBRARY_PATH entry /opt/pip"),
+        "{d}"
+    );
+    assert!(d.contains("DT_RUNPATH of /opt/app/bin/train_runpath: $ORIGIN/../lib → /opt/app/lib/libnccl.so.2 (there too, not loaded)"), "{d}");
+
+    // LD_PRELOAD beats DT_RPATH.
+    let (_, v) = run(
+        "/opt/app/bin/train_rpath",
+        &[
+            ("LD_PRELOAD", "/opt/pip/libnccl.so.2"),
+            ("LD_LIBRARY_PATH", "/opt/pip"),
+        ],
+    );
+    let c = one(&v, "nccl.program");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("takes /opt/pip/libnccl.so.2, version 2.21.5 (ncclGetVersion): LD_PRELOAD"),
+        "{c:#}"
+    );
+
+    // Nothing on any path: ✘, the program would not start.
+    let (o, v) = run("/opt/app/bin/train_plain", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let c = one(&v, "nccl.program");
+    assert_eq!(c["status"], "fail", "{c:#}");
+    assert!(
+        c["detail"].as_str().unwrap().contains("would not start"),
+        "{c:#}"
+    );
+    assert!(c["fix"].as_str().unwrap().contains("LD_LIBRARY_PATH"));
+
+    // The loader cache (/etc/ld.so.cache, read from the file) finds it.
+    let cache = ld_cache(&[("libnccl.so.2", "/opt/app/lib/libnccl.so.2")]);
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::write(root.join("etc/ld.so.cache"), cache).unwrap();
+    let (o, v) = run("/opt/app/bin/train_plain", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let c = one(&v, "nccl.program");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert!(
+        c["detail"].as_str().unwrap().contains(
+            "takes /opt/app/lib/libnccl.so.2, version 2.28.9 (ncclGetVersion): the loader cache"
+        ),
+        "{c:#}"
+    );
+    // The NCCL libraries list reads the same cache.
+    assert!(one(&v, "nccl.versions")["detail"]
+        .as_str()
+        .unwrap()
+        .contains("[loader cache (/etc/ld.so.cache)]"));
+
+    // A --program that is not an ELF program: ✘ with a fix.
+    write(&root, "/opt/app/bin/script", "#!/bin/sh\n");
+    for p in ["/opt/app/bin/script", "/opt/app/bin/nosuch"] {
+        let (o, v) = run(p, &[]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let c = one(&v, "nccl.program");
+        assert_eq!(c["status"], "fail", "{c:#}");
+        assert!(c["fix"].is_string());
+    }
+}
+
+/// Without --program, PyTorch's libtorch_cuda.so (pip's layout) is the program:
+/// its DT_RPATH to pip's nvidia/nccl/lib decides, as in the real wheels.
+#[test]
+fn torch_library_is_the_default_program() {
+    let root = cpu_machine("torchprog");
+    let sp = "/usr/local/lib/python3.12/site-packages";
+    let nccl = format!("{sp}/nvidia/nccl/lib/libnccl.so.2");
+    if !nccl_lib(&root, &nccl, 22809) {
+        eprintln!("skipping: no C compiler");
+        return;
+    }
+    let l = format!("-L{}", root.join(&nccl[1..]).parent().unwrap().display());
+    assert!(cc(
+        &root,
+        &format!("{sp}/torch/lib/libtorch_cuda.so"),
+        "int ncclGetVersion(int *v);\nint torch_nccl(void) { int v = 0; return ncclGetVersion(&v); }\n",
+        &[
+            "-shared",
+            "-fPIC",
+            &l,
+            "-l:libnccl.so.2",
+            "-Wl,--disable-new-dtags",
+            "-Wl,-rpath,$ORIGIN/../../nvidia/nccl/lib:$ORIGIN",
+        ],
+    ));
+    let o = doctor(&["--sysroot", &root_arg(&root), "--json"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v = json(&o);
+    let c = one(&v, "nccl.program");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    let d = c["detail"].as_str().unwrap();
+    assert!(d.contains(&format!("{sp}/torch/lib/libtorch_cuda.so needs libnccl.so.2 directly, the loader takes {nccl}, version 2.28.9")), "{d}");
+}
+
+/// `--bench` where no GPU is usable (a recorded 2×H200 machine under
+/// --sysroot): the CPU bench runs and checks its result; the GPU bench says
+/// why it did not run and what the NVLinks should give.
+#[test]
+fn bench_without_usable_gpus_runs_on_cpu() {
+    let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h200x2");
+    let o = doctor(
+        &["--sysroot", fx.to_str().unwrap(), "--json", "--bench"],
+        &[],
+    );
+    let v = json(&o);
+    let b = one(&v, "bench.cpu");
+    assert!(b["status"] == "ok" || b["status"] == "warn", "{b:#}");
+    assert!(b["detail"].as_str().unwrap().contains("correct"), "{b:#}");
+    let g = one(&v, "bench.gpu");
+    assert_eq!(g["status"], "skip", "{g:#}");
+    let d = g["detail"].as_str().unwrap();
+    assert!(
+        d.contains("not run under --sysroot") && d.contains("≥ 301 GB/s"),
+        "{d}"
+    );
+}

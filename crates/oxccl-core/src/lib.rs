@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod algo;
+pub mod elf;
 pub mod engine;
 pub mod error;
 pub mod float;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use oxccl_bootstrap::ifname::{self, Interface};
 use oxccl_bootstrap::Family;
+use oxccl_core::elf;
 use oxccl_core::params::{self, Params};
 
 use super::{Check, Status};
@@ -703,8 +704,26 @@ pub fn driver(f: &DriverFacts) -> Vec<Check> {
                 .fix("check `nvidia-smi`; a driver/library version mismatch needs a reboot or a driver reinstall"),
         ),
     }
+    let drv = d.version.filter(|_| d.state == "ok");
     out.push(match &d.nvrtc {
-        Ok((path, v)) => Check::new("nvrtc", DRIVER, Status::Ok, format!("NVRTC {v}: {path}")),
+        Ok((path, v)) => match (drv, nvrtc_code(v)) {
+            (Some(dv), Some(nv)) if nv > dv => Check::new(
+                "nvrtc",
+                DRIVER,
+                Status::Fail,
+                format!(
+                    "NVRTC {v} ({path}) is newer than the driver's CUDA {}.{}: the PTX it writes does not load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
+                    dv / 1000,
+                    (dv % 1000) / 10
+                ),
+            )
+            .fix(format!(
+                "use an NVRTC no newer than the driver (e.g. `pip install nvidia-cuda-nvrtc=={}.{}.*` and point OXCCL_NVRTC at its lib folder), or upgrade the driver",
+                dv / 1000,
+                (dv % 1000) / 10
+            )),
+            _ => Check::new("nvrtc", DRIVER, Status::Ok, format!("NVRTC {v}: {path}")),
+        },
         Err(e) if d.state != "ok" => Check::new(
             "nvrtc",
             DRIVER,
@@ -715,6 +734,13 @@ pub fn driver(f: &DriverFacts) -> Vec<Check> {
             .fix("`pip install nvidia-cuda-nvrtc-cu13`, install the CUDA toolkit, or point OXCCL_NVRTC at libnvrtc.so.13"),
     });
     out
+}
+
+/// `13.0` → 13000, the driver's version encoding (major × 1000 + minor × 10).
+pub fn nvrtc_code(v: &str) -> Option<i64> {
+    let (maj, min) = v.trim().split_once('.')?;
+    let min = min.split('.').next()?;
+    Some(maj.parse::<i64>().ok()? * 1000 + min.parse::<i64>().ok()? * 10)
 }
 
 // ---------------------------------------------------------------- NCCL
@@ -800,7 +826,7 @@ pub fn nccl_libraries(f: &NcclFacts) -> Vec<Check> {
     });
     let load = match chosen {
         Some(l) => format!(
-            "a program linked with -lnccl (libnccl.so.2) would load {} ({}{})",
+            "a program linked with -lnccl (libnccl.so.2) and no RPATH/RUNPATH would load {} ({}{}); `--program PATH` answers for a given one",
             l.path,
             match l.origin.as_str() {
                 "LD_PRELOAD" => "LD_PRELOAD names it".to_string(),
@@ -845,6 +871,187 @@ pub fn nccl_libraries(f: &NcclFacts) -> Vec<Check> {
         ));
     }
     out
+}
+
+/// Which libnccl.so.2 one program would load ([`super::loader::program_facts`]).
+#[derive(Debug, Clone)]
+pub struct ProgramFacts {
+    /// The program (machine path, symlinks resolved once read).
+    pub program: String,
+    /// Named by `--program` (else found: PyTorch's libtorch_cuda.so).
+    pub given: bool,
+    /// What it says and the search, or why it cannot be read.
+    pub result: Result<(elf::Dynamic, elf::Lookup), String>,
+    /// The loaded library's version, when one is loaded.
+    pub version: Option<Result<(String, &'static str), String>>,
+    /// Why the loader cache was not read (its folders came from /etc/ld.so.conf).
+    pub cache_note: Option<String>,
+}
+
+fn step_line(st: &elf::Step) -> String {
+    let via = if st.written == st.path || st.written == "libnccl.so.2" {
+        String::new()
+    } else {
+        format!("{} → ", st.written)
+    };
+    match &st.outcome {
+        elf::Outcome::Loaded => format!("✔ {}: {via}{} (loaded)", st.rule.name(), st.path),
+        elf::Outcome::Shadowed => format!(
+            "· {}: {via}{} (there too, not loaded)",
+            st.rule.name(),
+            st.path
+        ),
+        elf::Outcome::Skipped(why) => {
+            format!("✗ {}: {via}{}: passed over: {why}", st.rule.name(), st.path)
+        }
+        elf::Outcome::Missing => format!("  {}: {via}{} (missing)", st.rule.name(), st.path),
+    }
+}
+
+/// Which `libnccl.so.2` a program would load, by which rule, and what it shadows.
+pub fn nccl_program(f: &ProgramFacts) -> Check {
+    let id = "nccl.program";
+    let what = if f.given { "--program" } else { "PyTorch's" };
+    let (d, l) = match &f.result {
+        Ok(x) => x,
+        Err(e) if f.given => {
+            return Check::new(id, NCCL, Status::Fail, format!("{what} {} cannot be read as an ELF program: {e}", f.program))
+                .fix("pass the path of an executable or shared library (for Python: the extension or library that links NCCL, e.g. torch/lib/libtorch_cuda.so)")
+        }
+        Err(e) => {
+            return Check::new(
+                id,
+                NCCL,
+                Status::Skip,
+                format!("{what} {} cannot be read: {e}", f.program),
+            )
+        }
+    };
+    let prog = &f.program;
+    if !d.dynamic {
+        return Check::new(
+            id,
+            NCCL,
+            Status::Ok,
+            format!("{prog} is statically linked: it loads no libnccl.so.2"),
+        );
+    }
+    let r = &l.resolution;
+    let name = &r.name;
+    // The search, without the folders that do not have it.
+    let mut lines: Vec<String> = Vec::new();
+    let mut absent = 0;
+    for st in &r.steps {
+        if st.outcome == elf::Outcome::Missing && st.rule != elf::Rule::Preload {
+            absent += 1;
+        } else {
+            lines.push(format!("  {}", step_line(st)));
+        }
+    }
+    if absent > 0 {
+        lines.push(format!(
+            "  ({absent} other place(s) searched do not have it)"
+        ));
+    }
+    let needer = if l.dlopen {
+        format!(
+            "{prog} does not need {name} ({} object(s) mapped); if it dlopens {name} by name",
+            l.objects
+        )
+    } else if l.chain.len() == 1 {
+        format!("{prog} needs {name} directly")
+    } else {
+        format!("{prog} needs {name} through {}", l.chain[1..].join(" → "))
+    };
+    let mut tail = format!(
+        "
+search order: LD_PRELOAD, DT_RPATH (only without DT_RUNPATH), LD_LIBRARY_PATH, DT_RUNPATH, loader cache, default folders
+{}",
+        lines.join("
+")
+    );
+    if let Some(n) = &f.cache_note {
+        tail.push_str(&format!(
+            "
+(loader cache not read: {n})"
+        ));
+    }
+    if !l.missing.is_empty() {
+        let m: Vec<String> = l
+            .missing
+            .iter()
+            .take(5)
+            .map(|(n, by)| format!("{n} (needed by {by})"))
+            .collect();
+        tail.push_str(&format!(
+            "
+dependencies not found on the way: {}{}",
+            m.join(", "),
+            if l.missing.len() > 5 { ", ..." } else { "" }
+        ));
+    }
+    let Some(chosen) = r.loaded() else {
+        if l.dlopen {
+            return Check::new(
+                id,
+                NCCL,
+                Status::Skip,
+                format!("{needer}, the loader would find none{tail}"),
+            );
+        }
+        return Check::new(id, NCCL, Status::Fail, format!("{needer}, and the loader finds none: it would not start (\"error while loading shared libraries: {name}\"){tail}"))
+            .fix(format!("put the folder holding {name} in LD_LIBRARY_PATH, or LD_PRELOAD its full path (oxccl's libnccl.so.2 works), or install NCCL (`pip install nvidia-nccl-cu13`)"));
+    };
+    let version = match &f.version {
+        Some(Ok((v, how))) => format!(", version {v} ({how})"),
+        Some(Err(e)) => format!(", version unknown: {e}"),
+        None => String::new(),
+    };
+    let rule_txt = match &chosen.rule {
+        elf::Rule::Rpath { .. } | elf::Rule::Runpath { .. } | elf::Rule::LdLibraryPath => {
+            format!("{} entry {}", chosen.rule.name(), chosen.written)
+        }
+        other => other.name(),
+    };
+    let head = format!(
+        "{needer}, the loader takes {}{version}: {rule_txt}; {}",
+        chosen.path,
+        chosen.rule.why()
+    );
+    // LD_LIBRARY_PATH's copy is ignored because DT_RPATH comes first: the classic surprise.
+    let llp_shadowed = r
+        .steps
+        .iter()
+        .find(|s| s.rule == elf::Rule::LdLibraryPath && s.outcome == elf::Outcome::Shadowed);
+    if let (elf::Rule::Rpath { of }, Some(s)) = (&chosen.rule, llp_shadowed) {
+        return Check::new(
+            id,
+            NCCL,
+            Status::Warn,
+            format!("{head}
+LD_LIBRARY_PATH's {} is not used: DT_RPATH of {of} is searched first{tail}", s.path),
+        )
+        .fix(format!("LD_PRELOAD={} loads it (LD_PRELOAD beats DT_RPATH); or relink with -Wl,--enable-new-dtags (DT_RUNPATH, which LD_LIBRARY_PATH beats), or `patchelf --remove-rpath`", s.path));
+    }
+    let bad_preload = r.steps.iter().find(|s| {
+        s.rule == elf::Rule::Preload
+            && !matches!(s.outcome, elf::Outcome::Loaded | elf::Outcome::Shadowed)
+    });
+    if let Some(p) = bad_preload {
+        let why = match &p.outcome {
+            elf::Outcome::Skipped(w) => w.clone(),
+            _ => "not found".into(),
+        };
+        return Check::new(
+            id,
+            NCCL,
+            Status::Warn,
+            format!("{head}
+LD_PRELOAD entry {} does not stand in for {name}: {why}{tail}", p.written),
+        )
+        .fix(format!("LD_PRELOAD the full path of a library whose SONAME is {name} (oxccl's libnccl.so.2 has it); check with `readelf -d FILE | grep SONAME`"));
+    }
+    Check::new(id, NCCL, Status::Ok, format!("{head}{tail}"))
 }
 
 // ---------------------------------------------------------------- peers
@@ -914,6 +1121,86 @@ mod tests {
     fn memlock_line() {
         let t = "Limit Soft Limit Hard Limit Units\nMax locked memory         8388608              8388608              bytes\n";
         assert_eq!(parse_memlock(t), Some(("8388608".into(), "8388608".into())));
+    }
+
+    fn probed(
+        state: &str,
+        path: &str,
+        version: i64,
+        nvrtc: Result<(String, String), String>,
+    ) -> Vec<Check> {
+        driver(&DriverFacts::Probed {
+            driver: Ok(ProbeDriver {
+                state: state.into(),
+                path: Some(path.into()),
+                version: Some(version),
+                devices: Some(2),
+                message: Some(if state == "no_gpu" {
+                    "CUDA_ERROR_STUB_LIBRARY".into()
+                } else {
+                    "boom".into()
+                }),
+                nvrtc,
+            }),
+            cuda_visible_devices: None,
+        })
+    }
+
+    /// The driver section's ✘ paths (the probe runs only on the real root, so
+    /// they are proved here on the facts).
+    #[test]
+    fn driver_failures() {
+        let nv = || Ok(("/x/libnvrtc.so.13".to_string(), "13.0".to_string()));
+        let c = probed("ok", "/usr/lib/libcuda.so.1", 13000, nv());
+        assert_eq!(
+            (c[0].status, c[1].status),
+            (Status::Ok, Status::Ok),
+            "{c:?}"
+        );
+        // The toolkit's stub found first.
+        let c = probed(
+            "no_gpu",
+            "/usr/local/cuda/lib64/stubs/libcuda.so.1",
+            13000,
+            nv(),
+        );
+        assert_eq!(c[0].status, Status::Fail);
+        assert!(c[0].fix.as_deref().unwrap().contains("stubs"));
+        // A broken driver.
+        let c = probed("failed", "/usr/lib/libcuda.so.1", 0, nv());
+        assert_eq!(c[0].status, Status::Fail);
+        assert!(c[0].fix.is_some());
+        // NVRTC missing while the driver works.
+        let c = probed(
+            "ok",
+            "/usr/lib/libcuda.so.1",
+            13000,
+            Err("not found".into()),
+        );
+        assert_eq!(c[1].status, Status::Fail);
+        assert!(c[1].fix.as_deref().unwrap().contains("OXCCL_NVRTC"));
+        // NVRTC newer than the driver.
+        let c = probed("ok", "/usr/lib/libcuda.so.1", 12080, nv());
+        assert_eq!(c[1].status, Status::Fail, "{c:?}");
+        assert!(
+            c[1].detail.contains("newer than the driver's CUDA 12.8"),
+            "{c:?}"
+        );
+        assert!(c[1]
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("nvidia-cuda-nvrtc==12.8.*"));
+        // A probe that hung or crashed.
+        let c = driver(&DriverFacts::Probed {
+            driver: Err("loading it did not finish within 5 s (killed)".into()),
+            cuda_visible_devices: None,
+        });
+        assert_eq!(c[0].status, Status::Fail);
+        assert!(c[0].fix.is_some());
+        assert_eq!(nvrtc_code("13.0"), Some(13000));
+        assert_eq!(nvrtc_code("12.8.93"), Some(12080));
+        assert_eq!(nvrtc_code("x"), None);
     }
 
     #[test]

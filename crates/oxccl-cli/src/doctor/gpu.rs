@@ -437,8 +437,10 @@ pub struct BenchFacts {
     pub wrong: usize,
     /// The tuner's model time for the same call.
     pub model: Duration,
-    /// GPUs on the machine (their bench is `oxccl perf --backend cuda`).
+    /// GPUs on the machine whose bench did not run (0: none, or it ran).
     pub gpus: usize,
+    /// Why the GPU bench did not run (when `gpus` > 0).
+    pub gpu_skip: String,
     /// NVLinks per GPU (for the GPU expectation).
     pub nvlinks: u32,
 }
@@ -478,20 +480,16 @@ pub fn bench(f: &BenchFacts) -> Vec<Check> {
         }
     }
     if f.gpus > 0 {
-        let expect = if f.nvlinks > 0 {
-            format!(
-                "; with {} NVLinks per GPU expect ≥ {:.0} GB/s bus bandwidth at 1 GiB",
-                f.nvlinks,
-                expected_nvlink_busbw(f.nvlinks)
-            )
-        } else {
-            String::new()
-        };
         out.push(Check::new(
             "bench.gpu",
             BENCH,
             Status::Skip,
-            format!("GPU bench: use `oxccl perf all_reduce --backend cuda -b 1G -e 1G` ({} GPU(s)){expect}", f.gpus),
+            format!(
+                "GPU bench not run: {}; by hand: `{}`{}",
+                f.gpu_skip,
+                GPU_BENCH_CMD,
+                expectation_text(f.nvlinks)
+            ),
         ));
     }
     out
@@ -576,4 +574,369 @@ pub fn model_time(ranks: usize, bytes: usize) -> Duration {
         1,
     );
     Duration::from_secs_f64(us.max(0.0) / 1e6)
+}
+
+// ---------------------------------------------------------------- GPU bench
+
+/// The GPU bench, as `oxccl perf` runs it in a child process (plus `-J FILE`):
+/// 64 MiB float sum over every visible GPU, 3 warm-up and 10 timed
+/// iterations, checked once, communicators aborted after 30 s stuck.
+pub const GPU_BENCH_ARGS: &[&str] = &[
+    "all_reduce",
+    "--backend",
+    "cuda",
+    "-b",
+    "64M",
+    "-e",
+    "64M",
+    "-n",
+    "10",
+    "-w",
+    "3",
+    "-c",
+    "1",
+    "-T",
+    "30",
+];
+/// The same, for a person to type.
+pub const GPU_BENCH_CMD: &str =
+    "oxccl perf all_reduce --backend cuda -b 64M -e 64M -n 10 -w 3 -c 1";
+/// How long the whole child may take: CUDA contexts, NVRTC (cold: tens of
+/// seconds), 13 all_reduces of 64 MiB.
+pub const GPU_BENCH_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What `oxccl perf -J` wrote about the one 64 MiB line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuBench {
+    pub nranks: usize,
+    pub bytes: u64,
+    /// Out-of-place time (µs) and bus bandwidth (GB/s).
+    pub time_us: f64,
+    pub busbw: f64,
+    /// In-place bus bandwidth.
+    pub busbw_ip: Option<f64>,
+    /// Wrong elements over both halves (None: not checked).
+    pub wrong: Option<u64>,
+    /// perf's own verdict (`ok`: no wrong results).
+    pub ok: bool,
+    /// The library measured (`oxccl 0.1.0`, `NCCL 2.28.9`...).
+    pub library: String,
+    pub devices: Vec<String>,
+}
+
+/// Reads `oxccl perf -J`'s JSON (the first result line).
+pub fn parse_perf_json(text: &str) -> Result<GpuBench, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("unreadable perf JSON ({e})"))?;
+    let r = v
+        .get("results")
+        .and_then(|r| r.as_array())
+        .and_then(|r| r.first())
+        .ok_or("perf JSON without results")?;
+    let oop = r
+        .get("out_of_place")
+        .ok_or("perf JSON without out_of_place")?;
+    let num = |h: &serde_json::Value, k: &str| h.get(k).and_then(|x| x.as_f64());
+    let wrong = |h: &serde_json::Value| h.get("wrong").and_then(|x| x.as_u64());
+    let ip = r.get("in_place").filter(|h| !h.is_null());
+    let wrong = match (wrong(oop), ip.and_then(wrong)) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    };
+    let busbw = num(oop, "busbw_gbps").ok_or("perf JSON without busbw_gbps")?;
+    Ok(GpuBench {
+        nranks: v["config"]["nranks"].as_u64().unwrap_or(0) as usize,
+        bytes: r.get("size").and_then(|x| x.as_u64()).unwrap_or(0),
+        time_us: num(oop, "time_us").unwrap_or(0.0),
+        busbw,
+        busbw_ip: ip.and_then(|h| num(h, "busbw_gbps")),
+        wrong,
+        ok: v.get("ok").and_then(|x| x.as_bool()).unwrap_or(false),
+        library: format!(
+            "{} {}",
+            v["library"].as_str().unwrap_or("?"),
+            v["library_version"].as_str().unwrap_or("")
+        )
+        .trim()
+        .to_string(),
+        devices: v["ranks"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|r| r["device_name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+/// What the GPU bench verdict looks at.
+#[derive(Debug, Clone)]
+pub struct GpuBenchFacts {
+    /// The run, or why it gave no result.
+    pub run: Result<GpuBench, String>,
+    /// NVLinks of the GPU with the fewest (0: none; no expectation).
+    pub nvlinks: u32,
+}
+
+fn expectation_text(nvlinks: u32) -> String {
+    if nvlinks > 0 {
+        format!(
+            "; with {nvlinks} NVLinks per GPU expect ≥ {:.0} GB/s bus bandwidth",
+            expected_nvlink_busbw(nvlinks)
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// Correctness and bus bandwidth of the GPU bench against what the links should give.
+pub fn gpu_bench(f: &GpuBenchFacts) -> Check {
+    let id = "bench.gpu";
+    let b = match &f.run {
+        Err(e) => {
+            return Check::new(id, BENCH, Status::Warn, format!("the GPU bench gave no result: {e}; the CPU bench ran instead"))
+                .fix(format!("run `{GPU_BENCH_CMD}` to see the whole error; oxccl's libnccl.so.2 must sit next to the oxccl executable (`cargo build --release -p oxccl-nccl`) or be named with --lib"))
+        }
+        Ok(b) => b,
+    };
+    let size = super::checks::fmt_bytes(b.bytes);
+    let devs = if b.devices.is_empty() {
+        String::new()
+    } else {
+        let mut d = b.devices.clone();
+        d.dedup();
+        format!(" ({})", d.join(", "))
+    };
+    let ip = b
+        .busbw_ip
+        .map_or(String::new(), |x| format!(", in place {x:.1}"));
+    let what = format!(
+        "all_reduce of {size} (float sum) over {} GPU(s){devs} with {}",
+        b.nranks, b.library
+    );
+    if b.wrong.is_some_and(|w| w > 0) || !b.ok {
+        return Check::new(id, BENCH, Status::Fail, format!("{what}: {} wrong element(s)", b.wrong.map_or("some".to_string(), |w| w.to_string())))
+            .fix(format!("rerun `{GPU_BENCH_CMD}`; unset NCCL_ALGO/NCCL_PROTO/NCCL_P2P_DISABLE to rule out a setting, and report it with that output"));
+    }
+    let detail = format!(
+        "{what}: correct; {:.1} µs, bus bandwidth {:.1} GB/s{ip}",
+        b.time_us, b.busbw
+    );
+    if b.nranks < 2 {
+        return Check::new(
+            id,
+            BENCH,
+            Status::Ok,
+            format!("{detail} (one GPU: no link between GPUs to measure)"),
+        );
+    }
+    if f.nvlinks == 0 {
+        return Check::new(
+            id,
+            BENCH,
+            Status::Ok,
+            format!("{detail} (no NVLink: no bandwidth expectation)"),
+        );
+    }
+    let expect = expected_nvlink_busbw(f.nvlinks);
+    if b.busbw < expect {
+        return Check::new(
+            id,
+            BENCH,
+            Status::Warn,
+            format!("{detail}: under the ≥ {expect:.0} GB/s that {} NVLinks per GPU should give", f.nvlinks),
+        )
+        .fix("look for other work on the GPUs (`nvidia-smi`), links down (`nvidia-smi nvlink -s`), NCCL_P2P_DISABLE or NCCL_P2P_LEVEL settings, and compare with `oxccl perf all_reduce --backend cuda -b 1G -e 1G`");
+    }
+    Check::new(
+        id,
+        BENCH,
+        Status::Ok,
+        format!(
+            "{detail} (≥ {expect:.0} GB/s expected from {} NVLinks per GPU)",
+            f.nvlinks
+        ),
+    )
+}
+
+/// Runs the GPU bench in a child (`oxccl perf ... -J FILE`) under
+/// [`GPU_BENCH_TIMEOUT`] and reads its JSON; or why there is none.
+pub fn run_gpu_bench() -> Result<GpuBench, String> {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let json = std::env::temp_dir().join(format!("oxccl-doctor-bench-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&json);
+    let mut child = Command::new(exe)
+        .arg("perf")
+        .args(GPU_BENCH_ARGS)
+        .arg("-J")
+        .arg(&json)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start oxccl perf: {e}"))?;
+    let mut se = child.stderr.take();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(e) = se.as_mut() {
+            let _ = e.read_to_string(&mut s);
+        }
+        let _ = tx.send(s);
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Ok(st),
+            Ok(None) if t0.elapsed() >= GPU_BENCH_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break Err(format!(
+                    "oxccl perf did not finish within {} s (killed)",
+                    GPU_BENCH_TIMEOUT.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => break Err(format!("waiting for oxccl perf: {e}")),
+        }
+    };
+    let stderr = rx.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
+    let text = std::fs::read_to_string(&json);
+    let _ = std::fs::remove_file(&json);
+    let status = status?;
+    match text {
+        Ok(t) => parse_perf_json(&t),
+        Err(_) => {
+            let last = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no message")
+                .trim()
+                .to_string();
+            Err(format!(
+                "oxccl perf exited with {} and wrote no JSON: {last}",
+                status
+                    .code()
+                    .map_or("a signal".to_string(), |c| format!("status {c}"))
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PERF_JSON: &str = r#"{
+  "tool": "oxccl perf", "library": "oxccl", "library_version": "0.1.0",
+  "config": {"nranks": 2},
+  "ranks": [{"rank": 0, "device_name": "NVIDIA H200"}, {"rank": 1, "device_name": "NVIDIA H200"}],
+  "results": [{"size": 67108864, "count": 16777216, "type": "float", "redop": "sum", "root": -1,
+    "out_of_place": {"time_us": 212.0, "algbw_gbps": 316.6, "busbw_gbps": 316.6, "wrong": 0},
+    "in_place": {"time_us": 210.0, "algbw_gbps": 319.6, "busbw_gbps": 319.6, "wrong": 0}}],
+  "out_of_bounds": 0, "avg_busbw_gbps": 318.1, "ok": true
+}"#;
+
+    fn facts(json: &str, nvlinks: u32) -> GpuBenchFacts {
+        GpuBenchFacts {
+            run: parse_perf_json(json),
+            nvlinks,
+        }
+    }
+
+    #[test]
+    fn perf_json_is_read() {
+        let b = parse_perf_json(PERF_JSON).unwrap();
+        assert_eq!(b.nranks, 2);
+        assert_eq!(b.bytes, 64 << 20);
+        assert_eq!(b.wrong, Some(0));
+        assert!(b.ok);
+        assert_eq!(b.library, "oxccl 0.1.0");
+        assert!((b.busbw - 316.6).abs() < 1e-9);
+        assert_eq!(b.busbw_ip, Some(319.6));
+        assert!(parse_perf_json("{").is_err());
+        assert!(parse_perf_json(r#"{"results": []}"#).is_err());
+        assert!(parse_perf_json(r#"{"results": [{"out_of_place": {}}]}"#).is_err());
+    }
+
+    #[test]
+    fn verdicts() {
+        // NV18 at 316 GB/s: fine.
+        let c = gpu_bench(&facts(PERF_JSON, 18));
+        assert_eq!(c.status, Status::Ok, "{c:?}");
+        assert!(
+            c.detail.contains("316.6 GB/s") && c.detail.contains("≥ 301"),
+            "{c:?}"
+        );
+        // Below what NV18 should give: a warning naming the expectation.
+        let slow = PERF_JSON.replace("316.6", "150.2");
+        let c = gpu_bench(&facts(&slow, 18));
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(
+            c.detail.contains("under the ≥ 301 GB/s that 18 NVLinks"),
+            "{c:?}"
+        );
+        assert!(c.fix.is_some());
+        // No NVLink: no expectation.
+        assert_eq!(gpu_bench(&facts(&slow, 0)).status, Status::Ok);
+        // Wrong results fail, whatever the speed.
+        let wrong = PERF_JSON
+            .replacen(r#""wrong": 0"#, r#""wrong": 12"#, 1)
+            .replace(r#""ok": true"#, r#""ok": false"#);
+        let c = gpu_bench(&facts(&wrong, 18));
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(c.detail.contains("12 wrong"), "{c:?}");
+        // No result: a warning with the way to see the error.
+        let c = gpu_bench(&GpuBenchFacts {
+            run: Err("oxccl perf exited with status 2 and wrote no JSON: no libnccl.so.2".into()),
+            nvlinks: 18,
+        });
+        assert_eq!(c.status, Status::Warn);
+        assert!(c
+            .fix
+            .unwrap()
+            .contains("oxccl perf all_reduce --backend cuda"));
+    }
+
+    /// ✘ paths of PyTorch and the CPU bench, on the facts.
+    #[test]
+    fn torch_and_cpu_bench_failures() {
+        let v = serde_json::json!({"version": "2.9.0", "cuda": "13.0", "nccl_available": false, "loaded": []});
+        let c = pytorch(&TorchFacts::Report(v), 2);
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(c.fix.is_some());
+        let base = BenchFacts {
+            ranks: 4,
+            bytes: 8 << 20,
+            result: Ok(Duration::from_millis(4)),
+            wrong: 0,
+            model: Duration::from_millis(3),
+            gpus: 0,
+            gpu_skip: String::new(),
+            nvlinks: 0,
+        };
+        assert_eq!(bench(&base)[0].status, Status::Ok);
+        let wrong = bench(&BenchFacts {
+            wrong: 3,
+            ..base.clone()
+        });
+        assert_eq!(wrong[0].status, Status::Fail);
+        assert!(wrong[0].detail.contains("3 wrong"));
+        let err = bench(&BenchFacts {
+            result: Err("no shm".into()),
+            ..base
+        });
+        assert_eq!(err[0].status, Status::Fail);
+        assert!(err[0].fix.is_some());
+    }
+
+    #[test]
+    fn nv18_expectation_is_300() {
+        let e = expected_nvlink_busbw(18);
+        assert!((300.0..305.0).contains(&e), "{e}");
+    }
 }

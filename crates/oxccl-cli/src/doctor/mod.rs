@@ -13,6 +13,7 @@
 
 mod checks;
 mod gpu;
+mod loader;
 mod probe;
 mod system;
 
@@ -86,8 +87,8 @@ impl Check {
     about = "Find what is wrong with this machine for collective communication, and say how to fix it",
     after_help = "Checks: environment variables, shared memory and limits, container, network \
 interfaces and NCCL_SOCKET_IFNAME, InfiniBand, CUDA driver and NVRTC, NCCL libraries, GPU \
-topology (P2P, NVLink, PCIe, NUMA, ACS), PyTorch, TCP reachability of --peers, and with --bench a \
-short all_reduce. Exit status: 0 when no check failed, 1 when any did (✘), 2 for a \
+topology (P2P, NVLink, PCIe, NUMA, ACS), PyTorch, TCP reachability of --peers, which \
+libnccl.so.2 a --program loads and why, and with --bench a short all_reduce. Exit status: 0 when no check failed, 1 when any did (✘), 2 for a \
 bad command line."
 )]
 pub struct DoctorArgs {
@@ -103,9 +104,12 @@ pub struct DoctorArgs {
     /// Peers to test TCP reachability of: host[:port],... (port default: NCCL_COMM_ID's, else 29500)
     #[arg(long, value_name = "HOST[:PORT],...", value_delimiter = ',')]
     pub peers: Vec<String>,
-    /// Also run a short all_reduce over CPU ranks (threads), checked and timed against the tuner's model
+    /// Also run a short all_reduce, checked and timed: on the GPUs through `oxccl perf --backend cuda` (against what the NVLinks should give) when 2 or more are usable, else over CPU ranks (against the tuner's model)
     #[arg(long)]
     pub bench: bool,
+    /// Say which libnccl.so.2 this program (executable or shared library) would load, and by which loader rule; default: PyTorch's libtorch_cuda.so when pip or conda has it
+    #[arg(long, value_name = "PATH")]
+    pub program: Option<PathBuf>,
     /// Internal: dlopen PATH, print its ncclGetVersion and exit
     #[arg(long, value_name = "PATH", hide = true)]
     pub probe_nccl: Option<PathBuf>,
@@ -159,6 +163,13 @@ fn run_all(sys: &System, a: &DoctorArgs) -> Vec<Check> {
     all.extend(checks::network(&facts.net));
     all.extend(checks::driver(&facts.driver));
     all.extend(checks::nccl_libraries(&facts.nccl));
+    let program = match &a.program {
+        Some(p) => Some(loader::program_facts(sys, &p.display().to_string(), true)),
+        None => loader::default_program(sys).map(|p| loader::program_facts(sys, &p, false)),
+    };
+    if let Some(p) = program {
+        all.push(checks::nccl_program(&p));
+    }
     // GPU topology: the same detection as `oxccl topo` (NCCL_TOPO_FILE honoured).
     let loaded = crate::topo::load(sys, None);
     let (topo, source, nvml) = match loaded {
@@ -173,11 +184,12 @@ fn run_all(sys: &System, a: &DoctorArgs) -> Vec<Check> {
         Err(e) => (Err(e), String::new(), Err("no topology".to_string())),
     };
     let ngpus = topo.as_ref().map_or(0, |t| t.gpus().len());
+    // NVLinks of the GPU with the fewest: what bounds a ring through all of them.
     let nvlinks = topo.as_ref().map_or(0, |t| {
         t.gpus()
             .iter()
             .map(|g| g.gpu.nvlinks.iter().map(|l| l.count).sum::<u32>())
-            .max()
+            .min()
             .unwrap_or(0)
     });
     all.extend(gpu::topology(&gpu::TopoFacts {
@@ -193,21 +205,44 @@ fn run_all(sys: &System, a: &DoctorArgs) -> Vec<Check> {
     };
     all.push(gpu::pytorch(&torch, ngpus));
     if a.bench {
-        // 4 ranks (fewer on small machines) × 8 MiB: ~100 ms on two cores.
-        let ranks = std::thread::available_parallelism()
-            .map_or(2, |n| n.get())
-            .clamp(2, 4);
-        let bytes = 8 << 20;
-        let (result, wrong) = gpu::run_bench(ranks, bytes);
-        all.extend(gpu::bench(&gpu::BenchFacts {
-            ranks,
-            bytes,
-            result,
-            wrong,
-            model: gpu::model_time(ranks, bytes),
-            gpus: ngpus,
-            nvlinks,
-        }));
+        // GPUs usable: the driver probe (real root only) found 2 or more.
+        let usable = match &facts.driver {
+            checks::DriverFacts::Probed { driver: Ok(d), .. } if d.state == "ok" => {
+                d.devices.unwrap_or(0).max(0) as usize
+            }
+            _ => 0,
+        };
+        let mut gpu_skip = String::new();
+        let mut run_cpu = true;
+        if usable >= 2 {
+            let run = gpu::run_gpu_bench();
+            run_cpu = run.is_err();
+            all.push(gpu::gpu_bench(&gpu::GpuBenchFacts { run, nvlinks }));
+        } else if ngpus > 0 {
+            gpu_skip = if sys.is_real() {
+                format!("{usable} GPU(s) usable through the driver (2 needed)")
+            } else {
+                "not run under --sysroot".to_string()
+            };
+        }
+        if run_cpu {
+            // 4 ranks (fewer on small machines) × 8 MiB: ~100 ms on two cores.
+            let ranks = std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .clamp(2, 4);
+            let bytes = 8 << 20;
+            let (result, wrong) = gpu::run_bench(ranks, bytes);
+            all.extend(gpu::bench(&gpu::BenchFacts {
+                ranks,
+                bytes,
+                result,
+                wrong,
+                model: gpu::model_time(ranks, bytes),
+                gpus: if usable >= 2 { 0 } else { ngpus },
+                gpu_skip,
+                nvlinks,
+            }));
+        }
     }
     if !a.peers.is_empty() {
         let default_port = checks::default_peer_port(sys.var("NCCL_COMM_ID"));

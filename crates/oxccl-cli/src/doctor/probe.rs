@@ -407,7 +407,7 @@ fn gather_driver(sys: &System) -> DriverFacts {
 // ---------------------------------------------------------------- NCCL
 
 /// Folders of `/etc/ld.so.conf` (following `include` globs), under the root.
-fn ld_so_conf_dirs(sys: &System, file: &str, depth: u32, out: &mut Vec<String>) {
+pub(super) fn ld_so_conf_dirs(sys: &System, file: &str, depth: u32, out: &mut Vec<String>) {
     if depth > 4 {
         return;
     }
@@ -468,6 +468,42 @@ fn ldconfig_nccl() -> Result<Vec<String>, String> {
         .collect())
 }
 
+/// The `e_machine` of this build (what the loader cache entries must fit).
+fn host_machine() -> u16 {
+    if cfg!(target_arch = "aarch64") {
+        oxccl_core::elf::EM_AARCH64
+    } else {
+        oxccl_core::elf::EM_X86_64
+    }
+}
+
+/// Where conda installs live: /opt/conda, $CONDA_PREFIX, ~/miniconda3, ~/anaconda3.
+fn conda_prefixes(sys: &System) -> Vec<String> {
+    let mut conda = vec!["/opt/conda".to_string()];
+    if let Some(c) = sys.var("CONDA_PREFIX") {
+        conda.push(c.to_string());
+    }
+    if let Some(h) = sys.var("HOME") {
+        conda.push(format!("{h}/miniconda3"));
+        conda.push(format!("{h}/anaconda3"));
+    }
+    conda
+}
+
+/// Prefixes whose `lib/python3*/{site,dist}-packages` pip installs into:
+/// /usr, /usr/local, conda's, $VIRTUAL_ENV, ~/.local.
+pub(super) fn python_prefixes(sys: &System) -> Vec<String> {
+    let mut py = vec!["/usr".to_string(), "/usr/local".to_string()];
+    py.extend(conda_prefixes(sys));
+    if let Some(v) = sys.var("VIRTUAL_ENV") {
+        py.push(v.to_string());
+    }
+    if let Some(h) = sys.var("HOME") {
+        py.push(format!("{h}/.local"));
+    }
+    py
+}
+
 fn gather_nccl(sys: &System) -> NcclFacts {
     // (folder or file, origin, on the loader's path), in the loader's order.
     let mut places: Vec<(String, String, bool)> = Vec::new();
@@ -485,15 +521,29 @@ fn gather_nccl(sys: &System) -> NcclFacts {
             places.push((d.to_string(), "LD_LIBRARY_PATH".into(), true));
         }
     }
-    if sys.is_real() {
-        match ldconfig_nccl() {
+    // The loader cache itself (under the root), else `ldconfig -p` on the real root.
+    match super::loader::read_cache(sys) {
+        Ok(entries) => {
+            for e in entries
+                .iter()
+                .filter(|e| e.name.starts_with("libnccl.so") && e.fits(host_machine()))
+            {
+                places.push((
+                    e.path.clone(),
+                    "loader cache (/etc/ld.so.cache)".into(),
+                    true,
+                ));
+            }
+        }
+        Err(_) if sys.is_real() => match ldconfig_nccl() {
             Ok(files) => {
                 for f in files {
                     places.push((f, "loader cache (ldconfig -p)".into(), true));
                 }
             }
             Err(e) => notes.push(e),
-        }
+        },
+        Err(_) => {}
     }
     let mut conf = Vec::new();
     ld_so_conf_dirs(sys, "/etc/ld.so.conf", 0, &mut conf);
@@ -515,26 +565,10 @@ fn gather_nccl(sys: &System) -> NcclFacts {
             places.push((d, "/usr/local or /opt".into(), false));
         }
     }
-    let mut conda = vec!["/opt/conda".to_string()];
-    if let Some(c) = sys.var("CONDA_PREFIX") {
-        conda.push(c.to_string());
-    }
-    if let Some(h) = sys.var("HOME") {
-        conda.push(format!("{h}/miniconda3"));
-        conda.push(format!("{h}/anaconda3"));
-    }
-    for c in &conda {
+    for c in &conda_prefixes(sys) {
         places.push((format!("{c}/lib"), "conda".into(), false));
     }
-    let mut py = vec!["/usr".to_string(), "/usr/local".to_string()];
-    py.extend(conda.iter().cloned());
-    if let Some(v) = sys.var("VIRTUAL_ENV") {
-        py.push(v.to_string());
-    }
-    if let Some(h) = sys.var("HOME") {
-        py.push(format!("{h}/.local"));
-    }
-    for prefix in &py {
+    for prefix in &python_prefixes(sys) {
         for sp in ["site-packages", "dist-packages"] {
             for d in sys.glob(&format!("{prefix}/lib/python3*/{sp}/nvidia/nccl/lib")) {
                 places.push((d, "pip (nvidia-nccl)".into(), false));
@@ -592,7 +626,11 @@ fn is_elf(p: &Path) -> bool {
         && b == *b"\x7fELF"
 }
 
-fn nccl_version(canon: &Path, path: &str, target: &str) -> Result<(String, &'static str), String> {
+pub(super) fn nccl_version(
+    canon: &Path,
+    path: &str,
+    target: &str,
+) -> Result<(String, &'static str), String> {
     let by_name = checks::version_from_name(target).or_else(|| checks::version_from_name(path));
     // Real libraries are asked, also under a fixture root (a test may plant a
     // built one); fake ones (fixtures) only have their name to go by.
