@@ -9,7 +9,9 @@
 //
 //   +0    tail: how many slots the other rank has filled (written by it)
 //   +128  head: how many of *our* slots the other rank has drained (written by it)
-//   +256  nslots slots of `slot` bytes: data the other rank sends us
+//   +256  LL head: the same for our low-latency slots
+//   +384  nslots slots of `slot` bytes: data the other rank sends us
+//   then  ll_nslots low-latency slots of `ll_bytes` (see "LL" below)
 //
 // So a sender writes data and its tail into the receiver's window, and the
 // receiver writes its head into the sender's window: every flag is polled in
@@ -31,10 +33,18 @@
 // error the host reports through ncclCommGetAsyncError, never a hang.
 #include "elem.cuh"
 
-enum { RM_ALLREDUCE = 0, RM_REDUCE_SCATTER = 1, RM_ALLGATHER = 2, RM_BROADCAST = 3, RM_REDUCE = 4 };
+enum {
+    RM_ALLREDUCE = 0,
+    RM_REDUCE_SCATTER = 1,
+    RM_ALLGATHER = 2,
+    RM_BROADCAST = 3,
+    RM_REDUCE = 4,
+    RM_ALLREDUCE_LL = 5
+};
 enum { RERR_TIMEOUT = 1, RERR_ABORT = 2 };
-#define RING_HDR 256
+#define RING_HDR 384
 #define RING_HEAD 128
+#define RING_LL_HEAD 256
 #define RING_P2P_MAX_OPS 64
 #define RING_P2P_MAX_ITEMS 16
 // Units in flight per thread in a step's copy loop: 8 x 16 B x 512 threads =
@@ -54,7 +64,16 @@ struct RingCommon {
     u32 rank;
     u32 nch;           // channels of the window layout (launches use <= nch blocks)
     u32 nslots;
+    u64 ll_bytes;      // bytes per low-latency slot (16-byte lines, half of them flags)
+    u32 ll_nslots;
+    u32 pad;
 };
+
+// Counters in RingArgs.state: [kind][rank][channel], kind 0 Simple sent,
+// 1 Simple received, 2 LL sent, 3 LL received.
+__device__ __forceinline__ u64* counter(const RingCommon& c, u32 kind, u32 rank, u32 ch) {
+    return c.state + ((u64)kind * c.nranks + rank) * c.nch + ch;
+}
 
 struct RingArgs {
     RingCommon c;
@@ -281,8 +300,8 @@ __device__ __forceinline__ void chan_open(Chan& k, const RingCommon& c, u32 prev
     k.stail = (u64*)sr;
     k.sdata = sr + RING_HDR;
     k.shead = (const u64*)(region_of(c, me, next, ch) + RING_HEAD);
-    k.rstep = c.state[(u64)(c.nranks + prev) * c.nch + ch];
-    k.sstep = c.state[(u64)next * c.nch + ch];
+    k.rstep = *counter(c, 1, prev, ch);
+    k.sstep = *counter(c, 0, next, ch);
     k.prev = prev;
     k.next = next;
     k.fail = 0;
@@ -290,8 +309,8 @@ __device__ __forceinline__ void chan_open(Chan& k, const RingCommon& c, u32 prev
 
 __device__ __forceinline__ void chan_close(const Chan& k, const RingCommon& c) {
     const u32 ch = blockIdx.x;
-    c.state[(u64)(c.nranks + k.prev) * c.nch + ch] = k.rstep;
-    c.state[(u64)k.next * c.nch + ch] = k.sstep;
+    *counter(c, 1, k.prev, ch) = k.rstep;
+    *counter(c, 0, k.next, ch) = k.sstep;
 }
 
 // One ring step of n elements by the whole block: optionally receive a slot
@@ -344,8 +363,235 @@ __device__ __forceinline__ typename E::A ring_scale(const RingArgs& a) {
 __device__ __forceinline__ u64 umin(u64 a, u64 b) { return a < b ? a : b; }
 __device__ __forceinline__ u32 mod(long long x, u32 n) { return (u32)(((x % (long long)n) + n) % n); }
 
+// ---- LL: the low-latency protocol (all-reduce of small messages) ----
+//
+// A 16-byte line carries 8 bytes of data with a 32-bit flag beside each
+// 4-byte half ({data1, flag1, data2, flag2}, one 16-byte store), so the data
+// and the signal that it arrived travel together: a receiver polls the line
+// itself until both flags equal the step's flag, and nobody waits for a
+// separate tail word or pays for a system fence before it. Half of every
+// line is flags, so LL is for messages where latency, not bandwidth, rules.
+// The flag of step s is (u32)(s + 1): slots start zeroed and a stale line
+// holds an older step's flag. The receiver still returns its slots (the LL
+// head) so the sender never overwrites a line that was not read.
+
+__device__ __forceinline__ void st_line(uint4* p, u64 v, u32 fl) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"((u32)v),
+                 "r"(fl), "r"((u32)(v >> 32)), "r"(fl)
+                 : "memory");
+}
+
+__device__ __forceinline__ uint4 ld_line(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_relaxed_sys(u64* p, u64 v) {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// One thread: waits for the line at p to carry flag fl; its 8 data bytes.
+__device__ __forceinline__ bool ll_wait(const RingCommon& c, const uint4* p, u32 fl, u64* out,
+                                        u32 peer) {
+    u64 spins = 0, t0 = 0;
+    for (;;) {
+        const uint4 v = ld_line(p);
+        if (v.y == fl && v.w == fl) {
+            *out = (u64)v.x | ((u64)v.z << 32);
+            return true;
+        }
+        if ((++spins & 1023) == 0) {
+            const u64 now = gtimer();
+            if (t0 == 0) {
+                t0 = now;
+            } else if (c.timeout_ns != 0 && now - t0 > c.timeout_ns) {
+                ring_fail(c, RERR_TIMEOUT, peer);
+                return false;
+            } else if (now - t0 > 1000000 && ring_stopped(c)) {
+                // Host memory is looked at only after a millisecond of waiting.
+                ring_fail(c, RERR_ABORT, peer);
+                return false;
+            }
+        }
+    }
+}
+
+// 8 bytes of elements from p (only `avail` of them exist; the rest are 0).
+template <typename E>
+__device__ __forceinline__ u64 ll_pack(const typename E::S* p, u64 avail) {
+    typedef typename E::S S;
+    constexpr int N = 8 / sizeof(S);
+    union {
+        u64 u;
+        S e[N];
+    } x;
+    x.u = 0;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        if ((u64)i < avail) x.e[i] = p[i];
+    return x.u;
+}
+
+template <typename E>
+__device__ __forceinline__ void ll_unpack(typename E::S* p, u64 v, u64 avail) {
+    typedef typename E::S S;
+    constexpr int N = 8 / sizeof(S);
+    union {
+        u64 u;
+        S e[N];
+    } x;
+    x.u = v;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        if ((u64)i < avail) p[i] = x.e[i];
+}
+
+template <typename E, int OP>
+__device__ __forceinline__ u64 ll_elem(u32 f, u64 r, u64 b, typename E::A s, u32 nranks) {
+    typedef typename E::S S;
+    constexpr int N = 8 / sizeof(S);
+    union U {
+        u64 u;
+        S e[N];
+    };
+    U ur, ub, uo;
+    ur.u = r;
+    ub.u = b;
+#pragma unroll
+    for (int i = 0; i < N; i++) uo.e[i] = relem<E, OP>(f, ur.e[i], ub.e[i], s, nranks);
+    return uo.u;
+}
+
+struct LLChan {
+    const char* rll;   // mine: prev's LL slots
+    u64* rhead;        // prev's window: my LL head for prev
+    char* sll;         // next's window: my LL slots
+    const u64* shead;  // mine: next's LL head
+    u64 rstep, sstep;
+    u32 prev, next;
+    int fail;
+};
+
+__device__ __forceinline__ void ll_open(LLChan& k, const RingCommon& c, u32 prev, u32 next) {
+    const u32 me = c.rank, ch = blockIdx.x;
+    const u64 simple = RING_HDR + (u64)c.nslots * c.slot;
+    k.rll = region_of(c, me, prev, ch) + simple;
+    k.rhead = (u64*)(region_of(c, prev, me, ch) + RING_LL_HEAD);
+    k.sll = region_of(c, next, me, ch) + simple;
+    k.shead = (const u64*)(region_of(c, me, next, ch) + RING_LL_HEAD);
+    k.rstep = *counter(c, 3, prev, ch);
+    k.sstep = *counter(c, 2, next, ch);
+    k.prev = prev;
+    k.next = next;
+    k.fail = 0;
+}
+
+// One LL step of n elements by the whole block (as rstep, without tails).
+template <typename E, int OP>
+__device__ __noinline__ bool ll_step(LLChan& k, const RingCommon& c, u32 f, bool send,
+                                     const typename E::S* in, typename E::S* out, u64 n,
+                                     typename E::A s) {
+    typedef typename E::S S;
+    constexpr u64 N = 8 / sizeof(S);
+    if (n == 0) return true;
+    if (threadIdx.x == 0) {
+        bool ok = true;
+        if (send && k.sstep + 1 > c.ll_nslots)
+            ok = wait_ge(c, k.shead, k.sstep + 1 - c.ll_nslots, k.next);
+        k.fail = ok ? 0 : 1;
+    }
+    __syncthreads();
+    if (k.fail) return false;
+    const u32 rfl = (u32)(k.rstep + 1), sfl = (u32)(k.sstep + 1);
+    const uint4* rl = (const uint4*)(k.rll + (k.rstep % c.ll_nslots) * c.ll_bytes);
+    uint4* sl = (uint4*)(k.sll + (k.sstep % c.ll_nslots) * c.ll_bytes);
+    const u64 units = (n + N - 1) / N;
+    for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
+        const u64 e0 = u * N, avail = n - e0;
+        u64 r = 0, b = 0;
+        if ((f & F_RECV) && !ll_wait(c, rl + u, rfl, &r, k.prev)) {
+            k.fail = 1;
+            break;
+        }
+        if (f & F_IN) b = ll_pack<E>(in + e0, avail);
+        const u64 v = ll_elem<E, OP>(f, r, b, s, c.nranks);
+        if (out) ll_unpack<E>(out + e0, v, avail);
+        if (send) st_line(sl + u, v, sfl);
+    }
+    __syncthreads();
+    if (k.fail) return false;
+    if (threadIdx.x == 0) {
+        if (send) k.sstep++;
+        if (f & F_RECV) {
+            // Every line of the slot was read (their values are used above,
+            // before the barrier): the sender may reuse it.
+            k.rstep++;
+            st_relaxed_sys(k.rhead, k.rstep);
+        }
+    }
+    return true;
+}
+
+// The ring all-reduce of ring_run, over LL slots.
+template <typename E, int OP>
+__device__ void ring_run_ll(const RingArgs& a) {
+    typedef typename E::S S;
+    typedef typename E::A A;
+    const RingCommon& c = a.c;
+    __shared__ LLChan k;
+    const u32 n = c.nranks, q = c.rank;
+    if (threadIdx.x == 0) ll_open(k, c, (q + n - 1) % n, (q + 1) % n);
+    __syncthreads();
+    const A s = ring_scale<E>(a);
+    const u64 pack = 8 / sizeof(S);
+    const u64 E_ = (c.ll_bytes / 2 / sizeof(S)) / pack * pack;  // elements per LL slot
+    const u64 per = ((a.count + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
+    const u64 lo = umin((u64)blockIdx.x * per, a.count), hi = umin(lo + per, a.count);
+    const S* in = (const S*)a.in;
+    S* out = (S*)a.out;
+    bool ok = true;
+    for (u64 base = lo; ok && base < hi; base += (u64)n * E_) {
+        const u64 rem = hi - base;
+        const u64 cs = rem >= (u64)n * E_ ? E_ : ((rem + n - 1) / n + pack - 1) / pack * pack;
+#define CH(kk) (base + (u64)(kk) * cs)
+#define CL(kk) (CH(kk) >= hi ? 0 : umin(cs, hi - CH(kk)))
+        u32 kk = mod((long long)q - 1, n);
+        ok = ll_step<E, OP>(k, c, F_IN | F_PRE, true, in + CH(kk), nullptr, CL(kk), s);
+        for (u32 st = 1; ok && st + 1 < n; st++) {
+            kk = mod((long long)q - 1 - st, n);
+            ok = ll_step<E, OP>(k, c, F_RECV | F_IN | F_PRE, true, in + CH(kk), nullptr, CL(kk), s);
+        }
+        if (!ok) break;
+        kk = q;
+        ok = ll_step<E, OP>(k, c, F_RECV | F_IN | F_PRE | F_POST, true, in + CH(kk), out + CH(kk),
+                            CL(kk), s);
+        for (u32 j = 1; ok && j + 1 < n; j++) {
+            kk = mod((long long)q - j, n);
+            ok = ll_step<E, OP>(k, c, F_RECV, true, nullptr, out + CH(kk), CL(kk), s);
+        }
+        if (!ok) break;
+        kk = (q + 1) % n;
+        ok = ll_step<E, OP>(k, c, F_RECV, false, nullptr, out + CH(kk), CL(kk), s);
+#undef CH
+#undef CL
+    }
+    __syncthreads();
+    if (ok && threadIdx.x == 0) {
+        *counter(c, 3, k.prev, blockIdx.x) = k.rstep;
+        *counter(c, 2, k.next, blockIdx.x) = k.sstep;
+    }
+}
+
 template <typename E, int OP>
 __device__ void ring_run(const RingArgs& a) {
+    if (a.mode == RM_ALLREDUCE_LL) {
+        ring_run_ll<E, OP>(a);
+        return;
+    }
     typedef typename E::S S;
     typedef typename E::A A;
     const RingCommon& c = a.c;
@@ -531,12 +777,12 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
                     x.wait = (const u64*)mine;
                     x.post = (u64*)(theirs + RING_HEAD);
                     x.slots = mine + RING_HDR;
-                    x.step = c.state[(u64)(c.nranks + op.peer) * c.nch + ch];
+                    x.step = *counter(c, 1, op.peer, ch);
                 } else {
                     x.wait = (const u64*)(mine + RING_HEAD);
                     x.post = (u64*)theirs;
                     x.slots = theirs + RING_HDR;
-                    x.step = c.state[(u64)op.peer * c.nch + ch];
+                    x.step = *counter(c, 0, op.peer, ch);
                 }
             }
         }
@@ -603,9 +849,9 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
         for (u32 i = 0; i < nmine; i++) {
             const Item& x = it[i];
             if (x.recv) {
-                c.state[(u64)(c.nranks + x.peer) * c.nch + x.ch] = x.step;
+                *counter(c, 1, x.peer, x.ch) = x.step;
             } else {
-                c.state[(u64)x.peer * c.nch + x.ch] = x.step;
+                *counter(c, 0, x.peer, x.ch) = x.step;
             }
         }
     }

@@ -956,7 +956,7 @@ impl DevComm {
     /// A failure is kept: operations that need the ring return it.
     pub fn setup_ring(&self, cfg: &RingConfig, exchange: Exchange) -> Result<()> {
         let forced = std::env::var("OXCCL_CUDA_RING").is_ok_and(|v| v.trim() == "1");
-        if cfg.p2p_disable || forced {
+        if cfg.p2p_disable || cfg.force || forced {
             self.ring_only
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
@@ -1083,7 +1083,12 @@ impl DevComm {
             args.iscale = s.as_u64_bits();
         }
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
-        let blocks = ring::coll_channels(link_bytes, r.channels());
+        let mut blocks = ring::coll_channels(link_bytes, r.channels());
+        if mode == ring::RM_ALLREDUCE && link_bytes <= r.ll_max() {
+            // Small all-reduces: flags inside the data (see ring.cu, "LL").
+            args.mode = ring::RM_ALLREDUCE_LL;
+            blocks = ring::ll_channels(link_bytes, r.channels());
+        }
         self.launch(LaunchKind::Ring { f, blocks, args }, stream)
     }
 

@@ -29,8 +29,13 @@ use oxccl_core::{DataType, Error, ErrorKind, RedOp, Result};
 use crate::device::check;
 use crate::loader::guarded;
 
-/// Bytes before a region's slots (`RING_HDR`: tail line, head line).
-pub const HDR_BYTES: u64 = 256;
+/// Bytes before a region's slots (`RING_HDR`: tail, head and LL head lines).
+pub const HDR_BYTES: u64 = 384;
+/// Bytes of one LL slot: 1024 16-byte lines, 8 KiB of data (a block of 512
+/// threads moves it with two lines per thread).
+pub const LL_SLOT_BYTES: u64 = 16 << 10;
+/// LL slots per connection.
+pub const LL_NSLOTS: u32 = 8;
 /// Most point-to-point operations in one launch (`RING_P2P_MAX_OPS`).
 pub const P2P_MAX_OPS: usize = 64;
 /// Threads per block (the kernels' `__launch_bounds__`).
@@ -53,6 +58,8 @@ pub const RM_ALLGATHER: u32 = 2;
 pub const RM_BROADCAST: u32 = 3;
 /// Reduce to `root`.
 pub const RM_REDUCE: u32 = 4;
+/// All-reduce over the LL protocol.
+pub const RM_ALLREDUCE_LL: u32 = 5;
 
 /// Settings of the ring path (from the communicator's parameters).
 #[derive(Debug, Clone)]
@@ -67,6 +74,11 @@ pub struct RingConfig {
     pub nslots: u32,
     /// A GPU wait longer than this ends the kernel with an error.
     pub timeout: Duration,
+    /// All-reduces of at most this many bytes take the LL protocol (0: never).
+    pub ll_max: u64,
+    /// Every operation with peers takes the ring, even where the two-GPU
+    /// one-shot kernels could run (NCCL_ALGO without OneShot/TwoShot).
+    pub force: bool,
 }
 
 impl RingConfig {
@@ -100,6 +112,8 @@ impl RingConfig {
             slot: slot as usize,
             nslots: 4,
             timeout,
+            ll_max: DEFAULT_LL_MAX,
+            force: false,
         }
     }
 
@@ -109,8 +123,17 @@ impl RingConfig {
     }
 
     fn region(&self) -> u64 {
-        HDR_BYTES + self.nslots as u64 * self.slot as u64
+        HDR_BYTES + self.nslots as u64 * self.slot as u64 + LL_NSLOTS as u64 * LL_SLOT_BYTES
     }
+}
+
+/// The all-reduce size up to which LL is taken by default (bytes).
+pub const DEFAULT_LL_MAX: u64 = 64 << 10;
+
+/// Blocks of an LL all-reduce of `bytes`: one per 8 KiB (an LL slot's data),
+/// so every channel's part fits one round of slots.
+pub fn ll_channels(bytes: u64, channels: u32) -> u32 {
+    bytes.div_ceil(8 << 10).clamp(1, channels.max(1) as u64) as u32
 }
 
 /// Blocks (channels) of a collective moving `bytes` through each link: one
@@ -157,9 +180,12 @@ pub struct RingCommon {
     rank: u32,
     nch: u32,
     nslots: u32,
+    ll_bytes: u64,
+    ll_nslots: u32,
+    pad: u32,
 }
 
-/// `struct RingArgs` of `ring.cu` (120 bytes).
+/// `struct RingArgs` of `ring.cu` (136 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct RingArgs {
@@ -194,7 +220,7 @@ pub struct P2pOp {
     pad: u32,
 }
 
-/// `struct P2pArgs` of `ring.cu` (2120 bytes, under the 4 KiB parameter limit).
+/// `struct P2pArgs` of `ring.cu` (2136 bytes, under the 4 KiB parameter limit).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct P2pArgs {
@@ -260,6 +286,7 @@ pub struct Ring {
     bytes: u64,
     /// Why the watchdog aborted the kernels (a peer died), if it did.
     peer_error: std::sync::Mutex<Option<Error>>,
+    ll_max: u64,
 }
 
 // SAFETY: the raw pointers are driver allocations owned by this value; every
@@ -629,6 +656,9 @@ impl Ring {
             rank: rank as u32,
             nch: cfg.channels,
             nslots: cfg.nslots,
+            ll_bytes: LL_SLOT_BYTES,
+            ll_nslots: LL_NSLOTS,
+            pad: 0,
         };
         let bytes = cfg.window_bytes(nranks);
         let mut me = Ring {
@@ -643,6 +673,7 @@ impl Ring {
             same_process,
             bytes,
             peer_error: std::sync::Mutex::new(None),
+            ll_max: cfg.ll_max,
         };
         // Round 3: the window, its control words and counters; descriptors out.
         let desc = agree("window", exchange, || me.make_window(nranks))?;
@@ -663,7 +694,8 @@ impl Ring {
     fn make_window(&mut self, nranks: usize) -> Result<Vec<u8>> {
         let n = nranks;
         let nch = self.common.nch as usize;
-        self.state = dev_alloc_zeroed(2 * n * nch * 8)?;
+        // Counters: Simple sent, Simple received, LL sent, LL received.
+        self.state = dev_alloc_zeroed(4 * n * nch * 8)?;
         let mut host: *mut c_void = std::ptr::null_mut();
         guarded("cuMemHostAlloc", || {
             // SAFETY: writes one pointer; 64 bytes of portable mapped pinned memory.
@@ -851,6 +883,11 @@ impl Ring {
         self.same_process.get(r).copied().unwrap_or(false)
     }
 
+    /// All-reduces up to this many bytes take LL.
+    pub fn ll_max(&self) -> u64 {
+        self.ll_max
+    }
+
     /// Channels of the window.
     pub fn channels(&self) -> u32 {
         self.common.nch
@@ -858,7 +895,7 @@ impl Ring {
 
     /// Device and pinned bytes this rank holds for the ring.
     pub fn footprint(&self) -> u64 {
-        self.bytes + 2 * self.common.nranks as u64 * self.common.nch as u64 * 8 + 64
+        self.bytes + 4 * self.common.nranks as u64 * self.common.nch as u64 * 8 + 64
     }
 
     /// Tells the kernels of this rank to stop because `why` (a peer died):
@@ -1147,10 +1184,10 @@ mod tests {
 
     #[test]
     fn layouts_match_the_kernel() {
-        assert_eq!(std::mem::size_of::<RingCommon>(), 64);
-        assert_eq!(std::mem::size_of::<RingArgs>(), 120);
+        assert_eq!(std::mem::size_of::<RingCommon>(), 80);
+        assert_eq!(std::mem::size_of::<RingArgs>(), 136);
         assert_eq!(std::mem::size_of::<P2pOp>(), 32);
-        assert_eq!(std::mem::size_of::<P2pArgs>(), 64 + 8 + 32 * P2P_MAX_OPS);
+        assert_eq!(std::mem::size_of::<P2pArgs>(), 80 + 8 + 32 * P2P_MAX_OPS);
         assert!(std::mem::size_of::<P2pArgs>() <= 4096);
     }
 
@@ -1158,7 +1195,10 @@ mod tests {
     fn config_from_buffsize() {
         let c = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
         assert_eq!((c.slot, c.nslots, c.channels), (512 << 10, 4, 32));
-        assert_eq!(c.window_bytes(2), 32 * (HDR_BYTES + 4 * (512 << 10)));
+        assert_eq!(
+            c.window_bytes(2),
+            32 * (HDR_BYTES + 4 * (512 << 10) + LL_NSLOTS as u64 * LL_SLOT_BYTES)
+        );
         let c = RingConfig::new(false, 4 << 20, None, None, 8, Duration::from_secs(1));
         assert_eq!(c.channels, 16);
         let c = RingConfig::new(false, 1024, Some(40), None, 2, Duration::from_secs(1));
@@ -1173,7 +1213,10 @@ mod tests {
         );
         assert_eq!((c.slot % 16, c.channels), (0, 4));
         assert_eq!(c.window_bytes(1), 0);
-        assert_eq!(c.window_bytes(3), 2 * 4 * (HDR_BYTES + 4 * c.slot as u64));
+        assert_eq!(
+            c.window_bytes(3),
+            2 * 4 * (HDR_BYTES + 4 * c.slot as u64 + LL_NSLOTS as u64 * LL_SLOT_BYTES)
+        );
     }
 
     #[test]
@@ -1187,6 +1230,9 @@ mod tests {
         assert_eq!(p2p_channels(1, 16), 1);
         assert_eq!(p2p_channels(1 << 30, 32), 16);
         assert_eq!(p2p_blocks(64 * 16), P2P_MAX_BLOCKS);
+        assert_eq!(ll_channels(8, 32), 1);
+        assert_eq!(ll_channels(64 << 10, 32), 8);
+        assert_eq!(ll_channels(1 << 30, 32), 32);
         // Every block serves at most 16 items (RING_P2P_MAX_ITEMS).
         assert!((P2P_MAX_OPS as u32 * 16).div_ceil(P2P_MAX_BLOCKS) <= 16);
     }

@@ -365,15 +365,35 @@ fn prepare_device(
 
 /// The GPU ring path's settings from the parameters and the communicator's timeout.
 fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring::RingConfig {
+    use oxccl_core::algo::{Algo, Proto};
     let p = oxccl_env::params();
-    cuda_ring::RingConfig::new(
+    let mut cfg = cuda_ring::RingConfig::new(
         p.get(&params::P2P_DISABLE),
         p.get(&params::BUFFSIZE),
         p.get(&params::MIN_NCHANNELS),
         p.get(&params::MAX_NCHANNELS),
         nranks,
         timeout.unwrap_or_else(|| std::time::Duration::from_millis(p.get(&params::TIMEOUT_MS))),
-    )
+    );
+    // NCCL_PROTO: without LL/LL128 all-reduces stay on Simple; without
+    // Simple they take LL at every size.
+    if let Some(sel) = p.get(&params::PROTO) {
+        let ar = CollKind::AllReduce;
+        let ll = sel.allows(ar, Proto::LL) || sel.allows(ar, Proto::LL128);
+        cfg.ll_max = match (ll, sel.allows(ar, Proto::Simple)) {
+            (false, _) => 0,
+            (true, false) => u64::MAX,
+            (true, true) => cuda_ring::DEFAULT_LL_MAX,
+        };
+    }
+    // NCCL_ALGO without OneShot/TwoShot for all-reduce (e.g. "Ring"): the
+    // ring for everything, also where two GPUs of one process could use the
+    // one-shot kernels.
+    if let Some(sel) = p.get(&params::ALGO) {
+        let ar = CollKind::AllReduce;
+        cfg.force = !(sel.allows(ar, Algo::OneShot) || sel.allows(ar, Algo::TwoShot));
+    }
+    cfg
 }
 
 /// Sets up a rank's GPU state. Collective: every rank of a new communicator

@@ -618,3 +618,24 @@ fn a_count_past_the_allocation_is_refused() {
     }
     run_ranks(2, "1", &[("OXCCL_TEST_MODE", "overrun")]);
 }
+
+#[test]
+fn ll_protocol_at_every_size() {
+    if gpus() < 2 {
+        return;
+    }
+    // NCCL_PROTO=LL: every all-reduce over LL lines, many rounds of slots.
+    run_ranks(
+        2,
+        "1,4099,70001,1000003",
+        &[
+            ("NCCL_PROTO", "LL"),
+            ("OXCCL_TEST_TYPES", "float32,bfloat16,int8,float64"),
+        ],
+    );
+    run_ranks(
+        3,
+        "7,65537",
+        &[("NCCL_PROTO", "LL"), ("OXCCL_TEST_TYPES", "float32,int64")],
+    );
+}
