@@ -14,7 +14,7 @@ use super::{Check, Status};
 const ENV: &str = "Environment";
 const SHM: &str = "Shared memory and limits";
 const NET: &str = "Network";
-const DRIVER: &str = "CUDA driver and NVRTC";
+const DRIVER: &str = "CUDA driver, runtimes and NVRTC";
 const NCCL: &str = "NCCL libraries";
 const PEERS: &str = "Peers";
 
@@ -391,11 +391,14 @@ pub fn container(f: &ContainerFacts) -> Check {
     }
 }
 
-/// Which container `/proc/1/cgroup` and marker files point at.
+/// Which container the marker files, `/proc/1/cgroup`, `/proc/self/mountinfo`
+/// and `KUBERNETES_SERVICE_HOST` point at.
 pub fn detect_container(
     dockerenv: bool,
     containerenv: bool,
     cgroup: Option<&str>,
+    mountinfo: Option<&str>,
+    kubernetes_service_host: Option<&str>,
 ) -> Option<(String, String)> {
     if dockerenv {
         return Some(("docker".into(), "/.dockerenv exists".into()));
@@ -403,16 +406,40 @@ pub fn detect_container(
     if containerenv {
         return Some(("podman".into(), "/run/.containerenv exists".into()));
     }
-    let cg = cgroup?;
+    if let Some(cg) = cgroup {
+        for (needle, kind) in [
+            ("kubepods", "kubernetes"),
+            ("docker", "docker"),
+            ("containerd", "containerd"),
+            ("libpod", "podman"),
+            ("lxc", "lxc"),
+        ] {
+            if let Some(line) = cg.lines().find(|l| l.contains(needle)) {
+                return Some((kind.into(), format!("/proc/1/cgroup: {}", line.trim())));
+            }
+        }
+    }
+    if let Some(h) = kubernetes_service_host.filter(|h| !h.trim().is_empty()) {
+        return Some((
+            "kubernetes".into(),
+            format!("KUBERNETES_SERVICE_HOST={} is set", h.trim()),
+        ));
+    }
+    // cgroup v2 shows `0::/` inside a container; the bind mounts of
+    // /etc/hostname and /etc/resolv.conf still name the runtime's folders.
+    let mi = mountinfo?;
     for (needle, kind) in [
-        ("kubepods", "kubernetes"),
-        ("docker", "docker"),
-        ("containerd", "containerd"),
-        ("libpod", "podman"),
-        ("lxc", "lxc"),
+        ("/kubelet/pods/", "kubernetes"),
+        ("/docker/containers/", "docker"),
+        ("/containerd/", "containerd"),
+        ("/containers/storage/", "podman"),
     ] {
-        if let Some(line) = cg.lines().find(|l| l.contains(needle)) {
-            return Some((kind.into(), format!("/proc/1/cgroup: {}", line.trim())));
+        if let Some(line) = mi.lines().find(|l| l.contains(needle)) {
+            let mount = line.split_whitespace().nth(4).unwrap_or("?");
+            return Some((
+                kind.into(),
+                format!("/proc/self/mountinfo: {mount} comes from {needle}"),
+            ));
         }
     }
     None
@@ -1054,6 +1081,529 @@ LD_PRELOAD entry {} does not stand in for {name}: {why}{tail}", p.written),
     Check::new(id, NCCL, Status::Ok, format!("{head}{tail}"))
 }
 
+// ---------------------------------------------------------------- CUDA runtimes
+
+/// A CUDA version as far as it is known: `13` from a `libcudart.so.13` name,
+/// `12.4` from `cudaRuntimeGetVersion` or `libcudart.so.12.4.127`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaVer {
+    pub major: u32,
+    pub minor: Option<u32>,
+}
+
+impl CudaVer {
+    /// From the driver's encoding (major × 1000 + minor × 10).
+    pub fn from_code(code: i64) -> CudaVer {
+        CudaVer {
+            major: (code / 1000).max(0) as u32,
+            minor: Some(((code % 1000) / 10).max(0) as u32),
+        }
+    }
+}
+
+impl std::fmt::Display for CudaVer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.minor {
+            Some(m) => write!(f, "{}.{m}", self.major),
+            None => write!(f, "{}", self.major),
+        }
+    }
+}
+
+/// One `libcudart.so*` file that a process could load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudartLib {
+    /// As found (machine path).
+    pub path: String,
+    /// What it resolves to (symlinks followed), machine path.
+    pub target: String,
+    /// Why it is visible (`LD_LIBRARY_PATH`, `pip (nvidia-cuda-runtime)`...).
+    pub origin: String,
+    /// The version as written, as parsed, and how it was learned; or why unknown.
+    pub version: Result<(String, CudaVer, &'static str), String>,
+}
+
+/// What the CUDA runtime check looks at.
+#[derive(Debug, Clone, Default)]
+pub struct CudartFacts {
+    /// Every candidate, loader-path ones first.
+    pub libs: Vec<CudartLib>,
+    /// Places searched (for the report when nothing is found).
+    pub searched: usize,
+    /// The newest CUDA the driver supports and where that came from
+    /// (`cuDriverGetVersion`, or the kernel module's version and NVIDIA's table).
+    pub driver: Option<(CudaVer, String)>,
+}
+
+/// `libcudart.so.12.4.127` → `12.4.127` (12.4), `libcudart.so.13` → `13` (major only).
+pub fn cudart_version_from_name(name: &str) -> Option<(String, CudaVer)> {
+    let v = name.rsplit('/').next()?.strip_prefix("libcudart.so.")?;
+    let parts: Vec<&str> = v.split('.').collect();
+    if parts.len() > 3
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return None;
+    }
+    let major = parts[0].parse().ok()?;
+    let minor = match parts.get(1) {
+        Some(m) => Some(m.parse().ok()?),
+        None => None,
+    };
+    Some((v.to_string(), CudaVer { major, minor }))
+}
+
+/// The lowest Linux driver of each CUDA release (NVIDIA's release notes,
+/// "CUDA Toolkit and Corresponding Driver Versions", GA column), newest first.
+/// (CUDA major, minor) and the driver (major, minor, patch) it needs.
+type DriverRow = ((u32, u32), (u32, u32, u32));
+
+const DRIVER_TABLE: &[DriverRow] = &[
+    ((13, 1), (590, 44, 1)),
+    ((13, 0), (580, 65, 6)),
+    ((12, 9), (575, 51, 3)),
+    ((12, 8), (570, 26, 0)),
+    ((12, 6), (560, 28, 3)),
+    ((12, 5), (555, 42, 2)),
+    ((12, 4), (550, 54, 14)),
+    ((12, 3), (545, 23, 6)),
+    ((12, 2), (535, 54, 3)),
+    ((12, 1), (530, 30, 2)),
+    ((12, 0), (525, 60, 13)),
+    ((11, 8), (520, 61, 5)),
+    ((11, 7), (515, 43, 4)),
+    ((11, 6), (510, 39, 1)),
+    ((11, 5), (495, 29, 5)),
+    ((11, 4), (470, 42, 1)),
+    ((11, 3), (465, 19, 1)),
+    ((11, 2), (460, 27, 3)),
+    ((11, 1), (455, 23, 0)),
+    ((11, 0), (450, 36, 6)),
+    ((10, 2), (440, 33, 0)),
+];
+
+fn parse_driver_triple(v: &str) -> Option<(u32, u32, u32)> {
+    let mut it = v.split('.');
+    let a = it.next()?.parse().ok()?;
+    let b = it.next().map_or(Some(0), |x| x.parse().ok())?;
+    let c = it.next().map_or(Some(0), |x| x.parse().ok())?;
+    Some((a, b, c))
+}
+
+/// The newest CUDA a kernel driver version (`570.124.06`) supports, by
+/// NVIDIA's table (what `cuDriverGetVersion` would say).
+pub fn driver_cuda_for(kernel_driver: &str) -> Option<CudaVer> {
+    let d = parse_driver_triple(kernel_driver)?;
+    DRIVER_TABLE
+        .iter()
+        .find(|(_, min)| d >= *min)
+        .map(|((major, minor), _)| CudaVer {
+            major: *major,
+            minor: Some(*minor),
+        })
+}
+
+/// The lowest driver for a CUDA version (`580.65.06`), when the table knows it.
+pub fn min_driver_for(v: CudaVer) -> Option<String> {
+    let minor = v.minor.unwrap_or(0);
+    DRIVER_TABLE
+        .iter()
+        .filter(|((ma, mi), _)| *ma == v.major && *mi <= minor)
+        .map(|(_, (a, b, c))| {
+            if *c == 0 {
+                format!("{a}.{b:02}")
+            } else {
+                format!("{a}.{b:02}.{c:02}")
+            }
+        })
+        .next()
+}
+
+/// The kernel module's version from `/proc/driver/nvidia/version`
+/// (`NVRM version: NVIDIA UNIX ... Kernel Module  580.159.04  Release Build ...`).
+pub fn parse_nvrm_version(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.starts_with("NVRM version"))?;
+    line.split_whitespace()
+        .find(|t| {
+            t.contains('.')
+                && t.starts_with(|c: char| c.is_ascii_digit())
+                && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        })
+        .map(str::to_string)
+}
+
+/// How a runtime stands against the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    Ok,
+    /// Same major, newer minor: runs by minor version compatibility, with limits.
+    NewerMinor,
+    /// Newer major (or a pre-11.1 runtime newer than the driver): cudaErrorInsufficientDriver.
+    TooNew,
+}
+
+fn fit(rt: CudaVer, drv: CudaVer) -> Fit {
+    let dmin = drv.minor.unwrap_or(0);
+    if rt.major > drv.major {
+        return Fit::TooNew;
+    }
+    match rt.minor {
+        Some(m) if rt.major == drv.major && m > dmin => {
+            // Minor version compatibility exists from CUDA 11.1 on.
+            if rt.major < 11 || (rt.major == 11 && m == 0) {
+                Fit::TooNew
+            } else {
+                Fit::NewerMinor
+            }
+        }
+        _ => Fit::Ok,
+    }
+}
+
+/// The pip package that holds a CUDA runtime of `v`.
+fn cudart_pip(v: CudaVer) -> String {
+    let ver = match v.minor {
+        Some(m) => format!("{}.{m}.*", v.major),
+        None => format!("{}.*", v.major),
+    };
+    if v.major >= 13 {
+        format!("nvidia-cuda-runtime=={ver}")
+    } else {
+        format!("nvidia-cuda-runtime-cu{}=={ver}", v.major)
+    }
+}
+
+/// Every CUDA runtime a process could load, its version, and whether the driver is new enough.
+pub fn cuda_runtimes(f: &CudartFacts) -> Vec<Check> {
+    let id = "cudart";
+    if f.libs.is_empty() {
+        return vec![Check::new(
+            id,
+            DRIVER,
+            Status::Skip,
+            format!(
+                "no CUDA runtime (libcudart.so*) found ({} places searched)",
+                f.searched
+            ),
+        )];
+    }
+    let mut lines = Vec::new();
+    let mut too_new: Vec<(CudaVer, &str)> = Vec::new();
+    let mut newer_minor: Vec<(CudaVer, &str)> = Vec::new();
+    let mut majors: Vec<(u32, &str)> = Vec::new();
+    for l in &f.libs {
+        let target = if l.target != l.path {
+            format!(" -> {}", l.target)
+        } else {
+            String::new()
+        };
+        let (v, verdict) = match &l.version {
+            Ok((text, v, how)) => {
+                if !majors.iter().any(|(m, _)| *m == v.major) {
+                    majors.push((v.major, l.path.as_str()));
+                }
+                let verdict = match &f.driver {
+                    Some((d, _)) => match fit(*v, *d) {
+                        Fit::Ok => String::new(),
+                        Fit::NewerMinor => {
+                            newer_minor.push((*v, l.path.as_str()));
+                            format!(": newer than the driver's CUDA {d} (runs by minor version compatibility)")
+                        }
+                        Fit::TooNew => {
+                            too_new.push((*v, l.path.as_str()));
+                            format!(": too new for the driver's CUDA {d}")
+                        }
+                    },
+                    None => String::new(),
+                };
+                let shown = if v.minor.is_none() {
+                    format!("CUDA {text} (minor unknown)")
+                } else {
+                    format!("CUDA {text}")
+                };
+                (format!("{shown} ({how})"), verdict)
+            }
+            Err(e) => (format!("version unknown: {e}"), String::new()),
+        };
+        lines.push(format!("{}{target}: {v} [{}]{verdict}", l.path, l.origin));
+    }
+    let drv_txt = match &f.driver {
+        Some((d, from)) => format!("the driver supports CUDA ≤ {d} ({from})"),
+        None => "no driver to compare with".to_string(),
+    };
+    let list = lines.join("\n");
+    let mut out = Vec::new();
+    let upgrade = |need: CudaVer, d: CudaVer| {
+        let min = min_driver_for(need).map_or(String::new(), |m| format!(" ≥ {m}"));
+        format!(
+            "upgrade the driver to{min} (CUDA {need}'s minimum), or use a runtime no newer than the driver's CUDA {d} (e.g. `pip install {}`, or a PyTorch/framework build for CUDA {d})",
+            cudart_pip(d)
+        )
+    };
+    let c = if let (Some(&(v, p)), Some((d, _))) = (too_new.first(), &f.driver) {
+        let newest = too_new
+            .iter()
+            .map(|(v, _)| *v)
+            .max_by_key(|v| (v.major, v.minor))
+            .unwrap_or(v);
+        Check::new(
+            id,
+            DRIVER,
+            Status::Fail,
+            format!(
+                "CUDA runtime {v} ({p}) is newer than the driver supports (CUDA {d}): programs using it fail with \"CUDA driver version is insufficient for CUDA runtime version\"; {drv_txt}\n{list}"
+            ),
+        )
+        .fix(upgrade(newest, *d))
+    } else if let (Some(&(v, p)), Some((d, _))) = (newer_minor.first(), &f.driver) {
+        Check::new(
+            id,
+            DRIVER,
+            Status::Warn,
+            format!(
+                "CUDA runtime {v} ({p}) is newer than the driver's CUDA {d}: it runs by minor version compatibility, but PTX newer than the driver does not load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) and newer calls fail (cudaErrorCallRequiresNewerDriver); {drv_txt}\n{list}"
+            ),
+        )
+        .fix(upgrade(v, *d))
+    } else {
+        Check::new(
+            id,
+            DRIVER,
+            Status::Ok,
+            format!("{} CUDA runtime file(s); {drv_txt}\n{list}", f.libs.len()),
+        )
+    };
+    out.push(c);
+    if majors.len() > 1 {
+        let l: Vec<String> = majors.iter().map(|(m, p)| format!("{m} ({p})")).collect();
+        out.push(
+            Check::new(
+                "cudart.majors",
+                DRIVER,
+                Status::Warn,
+                format!(
+                    "several CUDA runtime major versions are visible: {}; a library built for one major needs that runtime's SONAME (libcudart.so.MAJOR), so mixed installs load two runtimes or fail with a missing library",
+                    l.join(", ")
+                ),
+            )
+            .fix("keep one CUDA major per environment: uninstall the other (`pip list | grep nvidia-cuda-runtime`), or put the folder of the one you use first in LD_LIBRARY_PATH"),
+        );
+    }
+    out
+}
+
+// ---------------------------------------------------------------- container GPUs
+
+/// What the container GPU check looks at.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerGpuFacts {
+    /// The container, when in one (from [`detect_container`]).
+    pub kind: Option<String>,
+    /// Indices of the `/dev/nvidiaN` device nodes.
+    pub dev_gpus: Vec<u32>,
+    pub dev_ctl: bool,
+    pub dev_uvm: bool,
+    /// Where `libcuda.so.1` is (the driver library the toolkit mounts), if anywhere.
+    pub driver_lib: Option<String>,
+    /// Whether library folders could be looked at (a recorded machine may
+    /// have none: then a missing `libcuda.so.1` proves nothing).
+    pub libs_known: bool,
+    /// GPUs the driver reports (`cuDeviceGetCount`, real root only).
+    pub driver_devices: Option<i64>,
+    pub nvidia_visible_devices: Option<String>,
+    pub nvidia_driver_capabilities: Option<String>,
+    pub cuda_visible_devices: Option<String>,
+}
+
+/// Whether we run in a container and whether its GPUs are visible; nothing outside one.
+pub fn container_gpus(f: &ContainerGpuFacts) -> Vec<Check> {
+    let Some(kind) = &f.kind else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let nvd = f
+        .nvidia_visible_devices
+        .as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty());
+    let nvd_requested = nvd.is_some_and(|v| !matches!(v, "void" | "none"));
+    let nvd_txt = nvd.map_or("NVIDIA_VISIBLE_DEVICES unset".to_string(), |v| {
+        format!("NVIDIA_VISIBLE_DEVICES={v}")
+    });
+    let run_with_gpus = "run the container with its GPUs: `docker run --gpus all ...` (the NVIDIA Container Toolkit on the host: `sudo nvidia-ctk runtime configure --runtime=docker` and restart docker), podman `--device nvidia.com/gpu=all` (CDI), Kubernetes `resources.limits: {nvidia.com/gpu: N}` with the NVIDIA device plugin";
+    if f.dev_gpus.is_empty() {
+        let mut why = Vec::new();
+        if let Some(l) = &f.driver_lib {
+            why.push(format!("the driver library {l} is there"));
+        }
+        let no_lib = if f.libs_known {
+            "no libcuda.so.1"
+        } else {
+            "library folders not recorded"
+        };
+        if nvd_requested {
+            why.push(format!("{nvd_txt} asks for GPUs"));
+        }
+        if why.is_empty() {
+            out.push(Check::new(
+                "container.gpus",
+                SHM,
+                Status::Skip,
+                format!("{kind} container without NVIDIA GPUs (no /dev/nvidia*, {no_lib}, {nvd_txt}): host collectives only"),
+            ));
+        } else {
+            out.push(
+                Check::new(
+                    "container.gpus",
+                    SHM,
+                    Status::Fail,
+                    format!(
+                        "container without GPUs: no /dev/nvidia0 (no GPU device node at all) in this {kind} container, although {}",
+                        why.join(" and ")
+                    ),
+                )
+                .fix(run_with_gpus),
+            );
+        }
+        return out;
+    }
+    let nodes: Vec<String> = f
+        .dev_gpus
+        .iter()
+        .map(|i| format!("/dev/nvidia{i}"))
+        .collect();
+    let n = f.dev_gpus.len();
+    let mut missing = Vec::new();
+    if !f.dev_ctl {
+        missing.push("/dev/nvidiactl");
+    }
+    if !f.dev_uvm {
+        missing.push("/dev/nvidia-uvm");
+    }
+    let caps = f
+        .nvidia_driver_capabilities
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty());
+    let caps_lack_compute =
+        caps.is_some_and(|c| !c.split(',').any(|x| matches!(x.trim(), "compute" | "all")));
+    if !missing.is_empty() {
+        out.push(
+            Check::new(
+                "container.gpus",
+                SHM,
+                Status::Fail,
+                format!(
+                    "{kind} container has {} but not {}: CUDA cannot initialise without it (device nodes passed one by one with --device?)",
+                    nodes.join(", "),
+                    missing.join(" or ")
+                ),
+            )
+            .fix(format!("pass {} too, or better {run_with_gpus}", missing.join(" and "))),
+        );
+    } else if f.driver_lib.is_none() && f.libs_known {
+        let why = if caps_lack_compute {
+            format!(
+                "NVIDIA_DRIVER_CAPABILITIES={} lacks `compute`, so the toolkit does not mount libcuda.so.1",
+                caps.unwrap_or("")
+            )
+        } else {
+            "started with --device instead of the NVIDIA runtime?".to_string()
+        };
+        out.push(
+            Check::new(
+                "container.gpus",
+                SHM,
+                Status::Fail,
+                format!(
+                    "{kind} container has {} but no driver library (libcuda.so.1 not found): {why}",
+                    nodes.join(", ")
+                ),
+            )
+            .fix(format!("set NVIDIA_DRIVER_CAPABILITIES=compute,utility (or unset it), and {run_with_gpus} (the toolkit mounts libcuda.so.1 with the device nodes)")),
+        );
+    } else {
+        out.push(Check::new(
+            "container.gpus",
+            SHM,
+            Status::Ok,
+            format!(
+                "{n} GPU(s) visible in the {kind} container: {} with /dev/nvidiactl and /dev/nvidia-uvm; driver library {}; {nvd_txt}{}",
+                nodes.join(", "),
+                f.driver_lib.as_deref().unwrap_or("not recorded"),
+                match f.driver_devices {
+                    Some(d) => format!("; the driver reports {d}"),
+                    None => String::new(),
+                }
+            ),
+        ));
+    }
+    // NVIDIA_VISIBLE_DEVICES is read by the runtime when the container starts.
+    if let Some(v) = nvd.filter(|_| nvd_requested) {
+        if v != "all" {
+            let k = v.split(',').filter(|x| !x.trim().is_empty()).count();
+            if k != n {
+                out.push(
+                    Check::new(
+                        "container.visible",
+                        SHM,
+                        Status::Warn,
+                        format!(
+                            "NVIDIA_VISIBLE_DEVICES={v} names {k} GPU(s) but the container has {n} ({}): the container runtime reads it only when the container starts, so changing it inside does nothing",
+                            nodes.join(", ")
+                        ),
+                    )
+                    .fix("to use fewer GPUs inside the container set CUDA_VISIBLE_DEVICES (numbered from 0 here); for other GPUs restart it with `--gpus '\"device=0,1\"'`"),
+                );
+            }
+        }
+    }
+    // CUDA_VISIBLE_DEVICES indices count from 0 inside the container.
+    if let Some(cvd) = f
+        .cuda_visible_devices
+        .as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && *v != "-1")
+    {
+        let entries: Vec<&str> = cvd.split(',').map(str::trim).collect();
+        let bad = entries
+            .iter()
+            .position(|e| e.parse::<usize>().is_ok_and(|i| i >= n));
+        if let Some(pos) = bad {
+            let fix = format!(
+                "GPUs are numbered 0 to {} inside this container, whatever their numbers on the host: use CUDA_VISIBLE_DEVICES={} (or unset it)",
+                n - 1,
+                (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+            );
+            let (st, what) = if pos == 0 {
+                (Status::Fail, "CUDA sees no GPU".to_string())
+            } else {
+                (
+                    Status::Warn,
+                    format!(
+                        "CUDA uses only {} (it stops at the first index that does not exist)",
+                        entries[..pos].join(",")
+                    ),
+                )
+            };
+            out.push(
+                Check::new(
+                    "container.visible",
+                    SHM,
+                    st,
+                    format!(
+                        "CUDA_VISIBLE_DEVICES={cvd}: index {} does not exist in this container ({n} GPU(s)): {what}",
+                        entries[pos]
+                    ),
+                )
+                .fix(fix),
+            );
+        }
+    }
+    out
+}
+
 // ---------------------------------------------------------------- peers
 
 /// The port a `--peers` entry without one uses: NCCL_COMM_ID's, else 29500.
@@ -1064,35 +1614,167 @@ pub fn default_peer_port(comm_id: Option<&str>) -> u16 {
         .unwrap_or(29500)
 }
 
+/// Whether a `--peers` peer connected back to this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Back {
+    /// The connect failed: nothing more was tried.
+    NotTried,
+    /// No `oxccl doctor --listen` answered the probe (a plain listener, or too slow).
+    NoAnswer(String),
+    /// The peer connected back to `to` (this host as it saw it) in `took`.
+    Ok { to: String, took: Duration },
+    /// The peer says it connected, but nothing with our nonce arrived here.
+    Unverified { to: String },
+    /// The peer tried to connect back to `to` and could not.
+    Failed { to: String, why: String },
+}
+
 /// One `--peers` entry's outcome.
 #[derive(Debug, Clone)]
 pub struct PeerResult {
     pub target: String,
+    /// The address connected to and the connect time, or why not.
     pub result: Result<(SocketAddr, Duration), String>,
+    /// Round trip of the probe's hello and the peer's answer.
+    pub rtt: Option<Duration>,
+    /// The reverse direction.
+    pub back: Back,
 }
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+const FIREWALL_FIX: &str = "check that a process listens there (rank 0 listens on NCCL_COMM_ID's port; `oxccl doctor --listen PORT` answers these probes) and that no firewall drops TCP between the hosts (`nc -vz HOST PORT`; e.g. `sudo ufw allow from <peer subnet>`); NCCL also connects on ephemeral ports, so allow the whole range between the nodes";
 
 pub fn peers(results: &[PeerResult]) -> Vec<Check> {
     results
         .iter()
         .map(|r| {
             let id = format!("peers.{}", r.target);
-            match &r.result {
-                Ok((addr, rtt)) => Check::new(
+            let (addr, connect) = match &r.result {
+                Ok(x) => x,
+                Err(e) => {
+                    return Check::new(id, PEERS, Status::Fail, format!("{} cannot be reached: {e}", r.target))
+                        .fix(FIREWALL_FIX)
+                }
+            };
+            let rtt = r.rtt.map_or(String::new(), |d| format!(", round trip {}", ms(d)));
+            let fwd = format!("{} ({addr}) accepts TCP: connect took {}{rtt}", r.target, ms(*connect));
+            let port = addr.port();
+            match &r.back {
+                Back::Ok { to, took } => Check::new(
                     id,
                     PEERS,
                     Status::Ok,
-                    format!(
-                        "{} ({addr}) accepts TCP: connect took {:.2} ms",
-                        r.target,
-                        rtt.as_secs_f64() * 1e3
-                    ),
+                    format!("{fwd}; it connected back to this host ({to}) in {}: reachable both ways", ms(*took)),
                 ),
-                Err(e) => Check::new(id, PEERS, Status::Fail, format!("{} cannot be reached: {e}", r.target)).fix(
-                    "check that a process listens there (rank 0 listens on NCCL_COMM_ID's port) and that no firewall drops TCP between the hosts (`nc -vz HOST PORT`; e.g. `sudo ufw allow from <peer subnet>`); NCCL also connects on ephemeral ports, so allow the whole range between the nodes",
-                ),
+                Back::NotTried => Check::new(id, PEERS, Status::Ok, fwd),
+                Back::NoAnswer(why) => Check::new(
+                    id,
+                    PEERS,
+                    Status::Warn,
+                    format!("{fwd}; {why}: whether it can connect back to this host is unknown"),
+                )
+                .fix(format!("run `oxccl doctor --listen {port}` on {} first (it answers the probe and connects back), then this command again", addr.ip())),
+                Back::Unverified { to } => Check::new(
+                    id,
+                    PEERS,
+                    Status::Warn,
+                    format!("{fwd}; it says it connected back to {to}, but that connection did not arrive here (a NAT or proxy between the hosts?)"),
+                )
+                .fix("make the hosts reach each other's addresses directly (NCCL ranks connect to the addresses they exchange), or set NCCL_SOCKET_IFNAME to the interface of the network between them"),
+                Back::Failed { to, why } => Check::new(
+                    id,
+                    PEERS,
+                    Status::Fail,
+                    format!("{fwd}; but it cannot connect back to this host at {to}: {why}"),
+                )
+                .fix(format!("allow incoming TCP from {} on this host (NCCL's ranks connect to each other on ephemeral ports, so open the range: e.g. `sudo ufw allow from {}` or `sudo iptables -I INPUT -s {} -p tcp -j ACCEPT`); if {to} is not this host's address, a NAT is in between", addr.ip(), addr.ip(), addr.ip())),
             }
         })
         .collect()
+}
+
+/// One probe `oxccl doctor --listen` answered.
+#[derive(Debug, Clone)]
+pub struct Answered {
+    /// Where the probe came from.
+    pub from: SocketAddr,
+    /// Where it asked to be called back.
+    pub back_to: SocketAddr,
+    /// How long connecting back took, or why it failed.
+    pub result: Result<Duration, String>,
+}
+
+/// What `--listen` saw.
+#[derive(Debug, Clone)]
+pub struct ListenFacts {
+    /// The address listened on, or why it could not be.
+    pub bound: Result<SocketAddr, String>,
+    /// What was asked for (`--listen`).
+    pub asked: String,
+    /// How long it listened.
+    pub waited: Duration,
+    pub timeout: Duration,
+    pub expect: usize,
+    pub probes: Vec<Answered>,
+}
+
+pub fn listen(f: &ListenFacts) -> Vec<Check> {
+    let addr = match &f.bound {
+        Ok(a) => a,
+        Err(e) => {
+            return vec![Check::new("listen", PEERS, Status::Fail, format!("cannot listen on {}: {e}", f.asked))
+                .fix("pick a free port (`ss -ltnp` shows which process holds one), or a port of 1024 or more when not root")]
+        }
+    };
+    let mut out = Vec::new();
+    let n = f.probes.len();
+    if n >= f.expect {
+        out.push(Check::new(
+            "listen",
+            PEERS,
+            Status::Ok,
+            format!(
+                "listened on {addr} for {:.1} s: {n} probe(s) answered",
+                f.waited.as_secs_f64()
+            ),
+        ));
+    } else {
+        out.push(
+            Check::new(
+                "listen",
+                PEERS,
+                Status::Warn,
+                format!(
+                    "listened on {addr} for {:.0} s: {n} of {} expected probe(s) arrived",
+                    f.timeout.as_secs_f64(),
+                    f.expect
+                ),
+            )
+            .fix(format!("on the other hosts run `oxccl doctor --peers THIS_HOST:{}` while this one listens; if they report it unreachable, a firewall on this host drops the port (e.g. `sudo ufw allow {}/tcp`)", addr.port(), addr.port())),
+        );
+    }
+    for p in &f.probes {
+        let id = format!("listen.{}", p.from);
+        out.push(match &p.result {
+            Ok(took) => Check::new(
+                id,
+                PEERS,
+                Status::Ok,
+                format!("{} probed this host; connecting back to {} took {}: reachable both ways", p.from.ip(), p.back_to, ms(*took)),
+            ),
+            Err(why) => Check::new(
+                id,
+                PEERS,
+                Status::Fail,
+                format!("{} probed this host, but connecting back to {} failed: {why}", p.from.ip(), p.back_to),
+            )
+            .fix(format!("a firewall on {} (or between) drops TCP from this host: allow it there (NCCL's ranks connect both ways on ephemeral ports)", p.from.ip())),
+        });
+    }
+    out
 }
 
 #[cfg(test)]
@@ -1201,6 +1883,98 @@ mod tests {
         assert_eq!(nvrtc_code("13.0"), Some(13000));
         assert_eq!(nvrtc_code("12.8.93"), Some(12080));
         assert_eq!(nvrtc_code("x"), None);
+    }
+
+    #[test]
+    fn cuda_versions_and_driver_table() {
+        let v = |s| cudart_version_from_name(s).map(|(_, v)| v.to_string());
+        assert_eq!(v("/x/libcudart.so.12.4.127").as_deref(), Some("12.4"));
+        assert_eq!(v("libcudart.so.13").as_deref(), Some("13"));
+        assert_eq!(v("libcudart.so"), None);
+        assert_eq!(v("libcudart.so.12.x"), None);
+        assert_eq!(driver_cuda_for("580.159.04").unwrap().to_string(), "13.0");
+        assert_eq!(driver_cuda_for("570.124.06").unwrap().to_string(), "12.8");
+        assert_eq!(driver_cuda_for("535.54.03").unwrap().to_string(), "12.2");
+        assert_eq!(driver_cuda_for("535.54.02").unwrap().to_string(), "12.1");
+        assert_eq!(driver_cuda_for("390.1"), None);
+        let c = |maj, min| CudaVer {
+            major: maj,
+            minor: min,
+        };
+        assert_eq!(min_driver_for(c(12, Some(8))).as_deref(), Some("570.26"));
+        assert_eq!(min_driver_for(c(12, Some(7))).as_deref(), Some("560.28.03"));
+        assert_eq!(min_driver_for(c(13, None)).as_deref(), Some("580.65.06"));
+        assert_eq!(
+            parse_nvrm_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (x@)\n").as_deref(),
+            Some("580.159.04")
+        );
+        assert_eq!(fit(c(13, Some(0)), c(12, Some(8))), Fit::TooNew);
+        assert_eq!(fit(c(12, Some(8)), c(12, Some(2))), Fit::NewerMinor);
+        assert_eq!(fit(c(11, Some(0)), c(10, Some(2))), Fit::TooNew);
+        assert_eq!(fit(c(12, None), c(12, Some(2))), Fit::Ok);
+        assert_eq!(fit(c(11, Some(8)), c(12, Some(2))), Fit::Ok);
+        assert_eq!(
+            cudart_pip(c(12, Some(8))),
+            "nvidia-cuda-runtime-cu12==12.8.*"
+        );
+        assert_eq!(cudart_pip(c(13, Some(0))), "nvidia-cuda-runtime==13.0.*");
+    }
+
+    /// The driver probe's version (real root only) is what the runtimes are judged against.
+    #[test]
+    fn runtimes_against_a_probed_driver() {
+        let lib = |p: &str, v: &str| CudartLib {
+            path: p.into(),
+            target: p.into(),
+            origin: "LD_LIBRARY_PATH".into(),
+            version: cudart_version_from_name(v)
+                .map(|(t, v)| (t, v, "file name"))
+                .ok_or_else(|| "?".to_string()),
+        };
+        let f = CudartFacts {
+            libs: vec![lib("/a/libcudart.so.13", "libcudart.so.13.0.48")],
+            searched: 1,
+            driver: Some((CudaVer::from_code(12080), "cuDriverGetVersion".into())),
+        };
+        let c = cuda_runtimes(&f);
+        assert_eq!(c[0].status, Status::Fail, "{c:?}");
+        assert!(c[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("nvidia-cuda-runtime-cu12==12.8.*"));
+        let f = CudartFacts { driver: None, ..f };
+        assert_eq!(cuda_runtimes(&f)[0].status, Status::Ok);
+    }
+
+    #[test]
+    fn containers() {
+        let k = detect_container(
+            false,
+            false,
+            Some("0::/\n"),
+            Some("1 2 0:1 /var/lib/docker/containers/abc/hostname /etc/hostname rw - ext4 x rw\n"),
+            None,
+        );
+        assert_eq!(k.unwrap().0, "docker");
+        let k = detect_container(false, false, Some("0::/\n"), None, Some("10.0.0.1"));
+        assert_eq!(k.unwrap().0, "kubernetes");
+        assert!(detect_container(false, false, Some("0::/init.scope\n"), Some(""), None).is_none());
+        // The probed driver's GPU count is reported beside the nodes.
+        let f = ContainerGpuFacts {
+            kind: Some("docker".into()),
+            dev_gpus: vec![0],
+            dev_ctl: true,
+            dev_uvm: true,
+            driver_lib: Some("/usr/lib/libcuda.so.1".into()),
+            libs_known: true,
+            driver_devices: Some(1),
+            ..Default::default()
+        };
+        let c = container_gpus(&f);
+        assert_eq!(c[0].status, Status::Ok);
+        assert!(c[0].detail.contains("the driver reports 1"));
+        assert!(container_gpus(&ContainerGpuFacts::default()).is_empty());
     }
 
     #[test]

@@ -50,6 +50,13 @@ fn read_elf(sys: &System, path: &str) -> Probe {
     }
 }
 
+/// The SONAME of an ELF file (a path on this machine, already rooted).
+pub fn soname(p: &std::path::Path) -> Option<String> {
+    let m = std::fs::metadata(p).ok()?;
+    let f = std::fs::File::open(p).ok()?;
+    elf::parse_from(&mut FileAt(f, m.len())).ok()?.soname
+}
+
 /// `/etc/ld.so.cache` under the root, parsed; or why not.
 pub fn read_cache(sys: &System) -> Result<Vec<CacheEntry>, String> {
     let p = sys.path("/etc/ld.so.cache");

@@ -4,7 +4,8 @@
 //! Every check reads the machine through a [`System`] rooted at `--sysroot`
 //! (default `/`) and decides in pure code ([`checks`]); the few OS calls that
 //! have no file to stand for them (statvfs, getifaddrs, dlopen, connect) live
-//! in [`probe`] and run only on the real root. Library loads run in a child
+//! in [`probe`] and run only on the real root; [`peers`] talks TCP to other
+//! hosts (`--peers`, `--listen`), every wait bounded. Library loads run in a child
 //! process (`oxccl doctor --probe-nccl PATH`, `--probe-driver`) with a 5 s
 //! timeout, so a broken or hanging library cannot take the doctor down.
 //!
@@ -14,6 +15,7 @@
 mod checks;
 mod gpu;
 mod loader;
+mod peers;
 mod probe;
 mod system;
 
@@ -85,9 +87,10 @@ impl Check {
 #[derive(Args)]
 #[command(
     about = "Find what is wrong with this machine for collective communication, and say how to fix it",
-    after_help = "Checks: environment variables, shared memory and limits, container, network \
-interfaces and NCCL_SOCKET_IFNAME, InfiniBand, CUDA driver and NVRTC, NCCL libraries, GPU \
-topology (P2P, NVLink, PCIe, NUMA, ACS), PyTorch, TCP reachability of --peers, which \
+    after_help = "Checks: environment variables, shared memory and limits, container and its GPUs, network \
+interfaces and NCCL_SOCKET_IFNAME, InfiniBand, CUDA driver, runtimes and NVRTC, NCCL libraries, GPU \
+topology (P2P, NVLink, PCIe, NUMA, ACS), PyTorch, TCP reachability of --peers both ways (with \
+`oxccl doctor --listen PORT` on the peer), which \
 libnccl.so.2 a --program loads and why, and with --bench a short all_reduce. Exit status: 0 when no check failed, 1 when any did (✘), 2 for a \
 bad command line."
 )]
@@ -101,9 +104,18 @@ pub struct DoctorArgs {
     /// Ranks that will run on this host (for the /dev/shm need); default: the number of CPUs
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub ranks: Option<u64>,
-    /// Peers to test TCP reachability of: host[:port],... (port default: NCCL_COMM_ID's, else 29500)
+    /// Peers to test TCP reachability of, both ways: host[:port],... (port default: NCCL_COMM_ID's, else 29500); where `oxccl doctor --listen` runs, the peer also connects back
     #[arg(long, value_name = "HOST[:PORT],...", value_delimiter = ',')]
     pub peers: Vec<String>,
+    /// Listen on [ADDR:]PORT for other hosts' `--peers` probes, answer them and connect back to each (until --expect probes arrived or --listen-timeout passed)
+    #[arg(long, value_name = "[ADDR:]PORT")]
+    pub listen: Option<String>,
+    /// With --listen: the probes to wait for (default: the number of --peers, else 1)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub expect: Option<u64>,
+    /// With --listen: stop waiting for probes after SECS seconds
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub listen_timeout: u64,
     /// Also run a short all_reduce, checked and timed: on the GPUs through `oxccl perf --backend cuda` (against what the NVLinks should give) when 2 or more are usable, else over CPU ranks (against the tuner's model)
     #[arg(long)]
     pub bench: bool,
@@ -113,6 +125,9 @@ pub struct DoctorArgs {
     /// Internal: dlopen PATH, print its ncclGetVersion and exit
     #[arg(long, value_name = "PATH", hide = true)]
     pub probe_nccl: Option<PathBuf>,
+    /// Internal: dlopen PATH, print its cudaRuntimeGetVersion and exit
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub probe_cudart: Option<PathBuf>,
     /// Internal: probe the CUDA driver and NVRTC, print the result and exit
     #[arg(long, hide = true)]
     pub probe_driver: bool,
@@ -123,8 +138,17 @@ pub fn main(a: &DoctorArgs) -> i32 {
     if let Some(p) = &a.probe_nccl {
         return probe::probe_nccl_child(p);
     }
+    if let Some(p) = &a.probe_cudart {
+        return probe::probe_cudart_child(p);
+    }
     if a.probe_driver {
         return probe::probe_driver_child();
+    }
+    if let Some(l) = &a.listen {
+        if let Err(e) = peers::parse_listen(l) {
+            eprintln!("oxccl doctor: {e}");
+            return 2;
+        }
     }
     if !a.sysroot.is_dir() {
         eprintln!(
@@ -151,6 +175,20 @@ pub fn exit_code(all: &[Check]) -> i32 {
 }
 
 fn run_all(sys: &System, a: &DoctorArgs) -> Vec<Check> {
+    // Listen first, so that peers' probes are answered while the checks run.
+    let listening = a.listen.as_deref().map(|l| {
+        let expect = a.expect.map_or_else(
+            || {
+                a.peers
+                    .iter()
+                    .filter(|p| !p.trim().is_empty())
+                    .count()
+                    .max(1)
+            },
+            |n| n as usize,
+        );
+        peers::start_listen(l, expect, std::time::Duration::from_secs(a.listen_timeout))
+    });
     let facts = probe::gather(sys, a.ranks);
     let mut all = Vec::new();
     all.extend(checks::environment(&facts.env));
@@ -160,8 +198,10 @@ fn run_all(sys: &System, a: &DoctorArgs) -> Vec<Check> {
         !facts.net.ib_devices.is_empty(),
     ));
     all.push(checks::container(&facts.container));
+    all.extend(checks::container_gpus(&facts.container_gpus));
     all.extend(checks::network(&facts.net));
     all.extend(checks::driver(&facts.driver));
+    all.extend(checks::cuda_runtimes(&facts.cudart));
     all.extend(checks::nccl_libraries(&facts.nccl));
     let program = match &a.program {
         Some(p) => Some(loader::program_facts(sys, &p.display().to_string(), true)),
@@ -246,8 +286,11 @@ fn run_all(sys: &System, a: &DoctorArgs) -> Vec<Check> {
     }
     if !a.peers.is_empty() {
         let default_port = checks::default_peer_port(sys.var("NCCL_COMM_ID"));
-        let results = probe::reach_peers(&a.peers, default_port);
+        let results = peers::reach_peers(&a.peers, default_port);
         all.extend(checks::peers(&results));
+    }
+    if let Some(l) = listening {
+        all.extend(checks::listen(&l.finish()));
     }
     all
 }

@@ -5,7 +5,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io::Read;
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -16,15 +16,13 @@ use oxccl_bootstrap::Family;
 use oxccl_core::params::{self, Params, SocketFamily};
 
 use super::checks::{
-    self, ContainerFacts, DriverFacts, EnvFacts, NcclFacts, NcclLib, NetFacts, NetIf, PeerResult,
-    ProbeDriver, ShmFacts,
+    self, ContainerFacts, ContainerGpuFacts, CudaVer, CudartFacts, CudartLib, DriverFacts,
+    EnvFacts, NcclFacts, NcclLib, NetFacts, NetIf, ProbeDriver, ShmFacts,
 };
 use super::System;
 
 /// How long a child that loads a library may take.
 pub const CHILD_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long one TCP connect (or name lookup) to a peer may take.
-pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Everything the checks look at.
 pub struct Facts {
@@ -34,6 +32,8 @@ pub struct Facts {
     pub container: ContainerFacts,
     pub net: NetFacts,
     pub driver: DriverFacts,
+    pub cudart: CudartFacts,
+    pub container_gpus: ContainerGpuFacts,
     pub nccl: NcclFacts,
 }
 
@@ -69,6 +69,8 @@ pub fn gather(sys: &System, ranks: Option<u64>) -> Facts {
             sys.exists("/.dockerenv"),
             sys.exists("/run/.containerenv"),
             sys.read("/proc/1/cgroup").as_deref(),
+            sys.read("/proc/self/mountinfo").as_deref(),
+            sys.var("KUBERNETES_SERVICE_HOST"),
         ),
     };
     let env = EnvFacts {
@@ -84,6 +86,9 @@ pub fn gather(sys: &System, ranks: Option<u64>) -> Facts {
         .ok_or_else(|| "/proc/self/limits cannot be read".to_string());
     let net = gather_net(sys, &p, ib_devices);
     let driver = gather_driver(sys);
+    let cudart = gather_cudart(sys, &driver);
+    let container_gpus =
+        gather_container_gpus(sys, container.kind.as_ref().map(|k| k.0.as_str()), &driver);
     let nccl = gather_nccl(sys);
     Facts {
         env,
@@ -92,6 +97,8 @@ pub fn gather(sys: &System, ranks: Option<u64>) -> Facts {
         container,
         net,
         driver,
+        cudart,
+        container_gpus,
         nccl,
     }
 }
@@ -299,6 +306,17 @@ pub fn run_sub(sub: &str, args: &[&std::ffi::OsStr], timeout: Duration) -> Resul
 
 /// `oxccl doctor --probe-nccl PATH`: dlopen it, call ncclGetVersion, print the code.
 pub fn probe_nccl_child(path: &Path) -> i32 {
+    probe_version_child(path, c"ncclGetVersion")
+}
+
+/// `oxccl doctor --probe-cudart PATH`: dlopen it, call cudaRuntimeGetVersion
+/// (which needs no driver), print the code (12040 for 12.4).
+pub fn probe_cudart_child(path: &Path) -> i32 {
+    probe_version_child(path, c"cudaRuntimeGetVersion")
+}
+
+/// dlopen `path`, call `int SYMBOL(int *version)` (0 = success), print the version.
+fn probe_version_child(path: &Path, symbol: &CStr) -> i32 {
     let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
         println!("path contains NUL");
         return 1;
@@ -319,17 +337,18 @@ pub fn probe_nccl_child(path: &Path) -> i32 {
         return 1;
     }
     // SAFETY: `h` is a live handle and the name a valid C string.
-    let sym = unsafe { libc::dlsym(h, c"ncclGetVersion".as_ptr()) };
+    let sym = unsafe { libc::dlsym(h, symbol.as_ptr()) };
     if sym.is_null() {
-        println!("no ncclGetVersion symbol");
+        println!("no {} symbol", symbol.to_string_lossy());
         return 1;
     }
-    // SAFETY: ncclGetVersion's C signature is `ncclResult_t ncclGetVersion(int*)`.
+    // SAFETY: both ncclGetVersion and cudaRuntimeGetVersion are C functions
+    // `int f(int *)` returning 0 on success.
     let f: extern "C" fn(*mut libc::c_int) -> libc::c_int = unsafe { std::mem::transmute(sym) };
     let mut v: libc::c_int = 0;
     let rc = f(&mut v);
     if rc != 0 {
-        println!("ncclGetVersion returned {rc}");
+        println!("{} returned {rc}", symbol.to_string_lossy());
         return 1;
     }
     println!("{v}");
@@ -433,8 +452,8 @@ pub(super) fn ld_so_conf_dirs(sys: &System, file: &str, depth: u32, out: &mut Ve
     }
 }
 
-/// `ldconfig -p`'s libnccl entries (real root only), bounded by a timeout.
-fn ldconfig_nccl() -> Result<Vec<String>, String> {
+/// `ldconfig -p`'s entries for `stem` (real root only), bounded by a timeout.
+fn ldconfig_libs(stem: &str) -> Result<Vec<String>, String> {
     let mut child = Command::new("ldconfig")
         .arg("-p")
         .stdin(Stdio::null())
@@ -463,7 +482,7 @@ fn ldconfig_nccl() -> Result<Vec<String>, String> {
     let text = out.map_err(|_| "ldconfig -p did not finish in time".to_string())?;
     Ok(text
         .lines()
-        .filter(|l| l.trim_start().starts_with("libnccl.so"))
+        .filter(|l| l.trim_start().starts_with(stem))
         .filter_map(|l| l.rsplit_once("=> ").map(|(_, p)| p.trim().to_string()))
         .collect())
 }
@@ -504,7 +523,30 @@ pub(super) fn python_prefixes(sys: &System) -> Vec<String> {
     py
 }
 
-fn gather_nccl(sys: &System) -> NcclFacts {
+/// One library file found by [`find_libs`].
+pub(super) struct Found {
+    /// As found (machine path).
+    pub path: String,
+    /// Under the root, symlinks resolved.
+    pub canon: PathBuf,
+    /// `canon` as a machine path.
+    pub target: String,
+    pub origin: String,
+    pub on_loader_path: bool,
+}
+
+/// Every `STEM` / `STEM.*` file (`libnccl.so`, `libcudart.so`) a process
+/// could load, in the loader's order: LD_PRELOAD, LD_LIBRARY_PATH, the
+/// loader cache (or `ldconfig -p`), ld.so.conf's folders, the default
+/// folders; then, off the loader's path, /usr/local, the CUDA toolkits,
+/// conda and pip's `nvidia/PIP/lib` folders. One entry per file (a symlink
+/// and its target are one). Also: how many places were searched, and notes.
+pub(super) fn find_libs(
+    sys: &System,
+    stem: &str,
+    pip: &[(&str, &str)],
+) -> (Vec<Found>, usize, Vec<String>) {
+    let base = stem.trim_end_matches(".so");
     // (folder or file, origin, on the loader's path), in the loader's order.
     let mut places: Vec<(String, String, bool)> = Vec::new();
     let mut notes = Vec::new();
@@ -512,7 +554,7 @@ fn gather_nccl(sys: &System) -> NcclFacts {
         .var("LD_PRELOAD")
         .unwrap_or("")
         .split([' ', ':'])
-        .filter(|f| f.contains("libnccl"))
+        .filter(|f| f.rsplit('/').next().is_some_and(|n| n.starts_with(base)))
     {
         places.push((f.to_string(), "LD_PRELOAD".into(), true));
     }
@@ -526,7 +568,7 @@ fn gather_nccl(sys: &System) -> NcclFacts {
         Ok(entries) => {
             for e in entries
                 .iter()
-                .filter(|e| e.name.starts_with("libnccl.so") && e.fits(host_machine()))
+                .filter(|e| e.name.starts_with(stem) && e.fits(host_machine()))
             {
                 places.push((
                     e.path.clone(),
@@ -535,7 +577,7 @@ fn gather_nccl(sys: &System) -> NcclFacts {
                 ));
             }
         }
-        Err(_) if sys.is_real() => match ldconfig_nccl() {
+        Err(_) if sys.is_real() => match ldconfig_libs(stem) {
             Ok(files) => {
                 for f in files {
                     places.push((f, "loader cache (ldconfig -p)".into(), true));
@@ -553,7 +595,7 @@ fn gather_nccl(sys: &System) -> NcclFacts {
     for d in ["/lib", "/usr/lib", "/lib64", "/usr/lib64"] {
         places.push((d.into(), "loader default folders".into(), true));
     }
-    // Not on the loader's path: where NCCL gets installed.
+    // Not on the loader's path: where NCCL and CUDA get installed.
     for pat in [
         "/usr/local/lib",
         "/usr/local/cuda*/lib64",
@@ -570,14 +612,16 @@ fn gather_nccl(sys: &System) -> NcclFacts {
     }
     for prefix in &python_prefixes(sys) {
         for sp in ["site-packages", "dist-packages"] {
-            for d in sys.glob(&format!("{prefix}/lib/python3*/{sp}/nvidia/nccl/lib")) {
-                places.push((d, "pip (nvidia-nccl)".into(), false));
+            for (sub, origin) in pip {
+                for d in sys.glob(&format!("{prefix}/lib/python3*/{sp}/nvidia/{sub}/lib")) {
+                    places.push((d, format!("pip ({origin})"), false));
+                }
             }
         }
     }
     let searched = places.len();
-    // Files, in the loader's order.
-    let mut libs: Vec<NcclLib> = Vec::new();
+    let dot = format!("{stem}.");
+    let mut found: Vec<Found> = Vec::new();
     let mut seen: Vec<PathBuf> = Vec::new();
     for (place, origin, on_path) in &places {
         let rooted = sys.path(place);
@@ -586,7 +630,7 @@ fn gather_nccl(sys: &System) -> NcclFacts {
         } else {
             sys.list(place)
                 .into_iter()
-                .filter(|n| n == "libnccl.so" || n.starts_with("libnccl.so."))
+                .filter(|n| n == stem || n.starts_with(&dot))
                 .map(|n| format!("{}/{n}", place.trim_end_matches('/')))
                 .collect()
         };
@@ -600,21 +644,164 @@ fn gather_nccl(sys: &System) -> NcclFacts {
                 continue;
             }
             seen.push(canon.clone());
-            let target = sys.unroot(&canon);
-            let version = nccl_version(&canon, &f, &target);
-            libs.push(NcclLib {
+            found.push(Found {
                 path: f,
-                target,
+                target: sys.unroot(&canon),
+                canon,
                 origin: origin.clone(),
                 on_loader_path: *on_path,
-                version,
             });
         }
     }
+    (found, searched, notes)
+}
+
+fn gather_nccl(sys: &System) -> NcclFacts {
+    let (found, searched, notes) = find_libs(sys, "libnccl.so", &[("nccl", "nvidia-nccl")]);
+    let libs = found
+        .into_iter()
+        .map(|f| NcclLib {
+            version: nccl_version(&f.canon, &f.path, &f.target),
+            path: f.path,
+            target: f.target,
+            origin: f.origin,
+            on_loader_path: f.on_loader_path,
+        })
+        .collect();
     NcclFacts {
         libs,
         searched,
         notes,
+    }
+}
+
+// ---------------------------------------------------------------- CUDA runtimes
+
+/// The newest CUDA the driver supports: the probe's `cuDriverGetVersion`, else
+/// the kernel module's version (`/proc/driver/nvidia/version`) by NVIDIA's table.
+fn driver_cuda(sys: &System, driver: &DriverFacts) -> Option<(CudaVer, String)> {
+    if let DriverFacts::Probed { driver: Ok(d), .. } = driver {
+        if let (Some(v), "ok") = (d.version, d.state.as_str()) {
+            return Some((CudaVer::from_code(v), "cuDriverGetVersion".into()));
+        }
+    }
+    let kernel = checks::parse_nvrm_version(&sys.read("/proc/driver/nvidia/version")?)?;
+    let v = checks::driver_cuda_for(&kernel)?;
+    Some((
+        v,
+        format!("kernel module {kernel} in /proc/driver/nvidia/version, by NVIDIA's table of minimum drivers"),
+    ))
+}
+
+/// A runtime's version: asked in a child (`cudaRuntimeGetVersion`) when the
+/// file is ELF, else from its name, else from its SONAME.
+fn cudart_version(f: &Found) -> Result<(String, CudaVer, &'static str), String> {
+    let by_name = checks::cudart_version_from_name(&f.target)
+        .or_else(|| checks::cudart_version_from_name(&f.path));
+    let mut err = None;
+    if is_elf(&f.canon) {
+        match run_child(
+            &["--probe-cudart".as_ref(), f.canon.as_os_str()],
+            CHILD_TIMEOUT,
+        ) {
+            Ok(out) => match out.trim().parse::<i64>() {
+                Ok(code) if code > 0 => {
+                    let v = CudaVer::from_code(code);
+                    return Ok((v.to_string(), v, "cudaRuntimeGetVersion"));
+                }
+                _ => err = Some(format!("unreadable probe output {:?}", out.trim())),
+            },
+            Err(e) => err = Some(e),
+        }
+    }
+    if let Some((t, v)) = by_name {
+        return Ok((t, v, "file name"));
+    }
+    if let Some(soname) = super::loader::soname(&f.canon) {
+        if let Some((t, v)) = checks::cudart_version_from_name(&soname) {
+            return Ok((t, v, "SONAME"));
+        }
+    }
+    Err(err.unwrap_or_else(|| "not a loadable library and no version in its name".into()))
+}
+
+fn gather_cudart(sys: &System, driver: &DriverFacts) -> CudartFacts {
+    let (found, searched, _) = find_libs(
+        sys,
+        "libcudart.so",
+        &[
+            ("cuda_runtime", "nvidia-cuda-runtime"),
+            ("cu13", "nvidia-cuda-runtime, CUDA 13"),
+        ],
+    );
+    CudartFacts {
+        libs: found
+            .iter()
+            .map(|f| CudartLib {
+                path: f.path.clone(),
+                target: f.target.clone(),
+                origin: f.origin.clone(),
+                version: cudart_version(f),
+            })
+            .collect(),
+        searched,
+        driver: driver_cuda(sys, driver),
+    }
+}
+
+// ---------------------------------------------------------------- container GPUs
+
+fn gather_container_gpus(
+    sys: &System,
+    kind: Option<&str>,
+    driver: &DriverFacts,
+) -> ContainerGpuFacts {
+    let dev = sys.list("/dev");
+    let mut dev_gpus: Vec<u32> = dev
+        .iter()
+        .filter_map(|n| n.strip_prefix("nvidia")?.parse().ok())
+        .collect();
+    dev_gpus.sort_unstable();
+    // The driver library: the probe's (real root), else a libcuda.so.1 on the loader's path.
+    let probed = match driver {
+        DriverFacts::Probed { driver: Ok(d), .. } if d.state == "ok" => d.path.clone(),
+        _ => None,
+    };
+    let driver_devices = match driver {
+        DriverFacts::Probed { driver: Ok(d), .. } if d.state == "ok" => d.devices,
+        _ => None,
+    };
+    let driver_lib = probed.or_else(|| {
+        find_libs(sys, "libcuda.so", &[])
+            .0
+            .into_iter()
+            .find(|f| {
+                f.on_loader_path && f.path.ends_with("/libcuda.so.1") && !f.path.contains("/stubs")
+            })
+            .map(|f| f.path)
+    });
+    ContainerGpuFacts {
+        kind: kind.map(str::to_string),
+        dev_gpus,
+        dev_ctl: dev.iter().any(|n| n == "nvidiactl"),
+        dev_uvm: dev.iter().any(|n| n == "nvidia-uvm"),
+        driver_lib,
+        libs_known: sys.is_real()
+            || sys.var("LD_LIBRARY_PATH").is_some_and(|v| !v.is_empty())
+            || [
+                "/etc/ld.so.cache",
+                "/etc/ld.so.conf",
+                "/lib",
+                "/usr/lib",
+                "/lib64",
+                "/usr/lib64",
+            ]
+            .iter()
+            .any(|p| sys.exists(p)),
+        driver_devices,
+        nvidia_visible_devices: sys.var("NVIDIA_VISIBLE_DEVICES").map(str::to_string),
+        nvidia_driver_capabilities: sys.var("NVIDIA_DRIVER_CAPABILITIES").map(str::to_string),
+        cuda_visible_devices: sys.var("CUDA_VISIBLE_DEVICES").map(str::to_string),
     }
 }
 
@@ -652,95 +839,4 @@ pub(super) fn nccl_version(
     by_name
         .map(|v| (v, "file name"))
         .ok_or_else(|| "not a loadable library and no version in its name".into())
-}
-
-// ---------------------------------------------------------------- peers
-
-fn split_peer(p: &str, default_port: u16) -> Result<(String, u16), String> {
-    let p = p.trim();
-    if let Some(rest) = p.strip_prefix('[') {
-        let (host, tail) = rest.split_once(']').ok_or("missing ']'")?;
-        let port = match tail.strip_prefix(':') {
-            Some(t) => t.parse().map_err(|_| format!("bad port '{t}'"))?,
-            None => default_port,
-        };
-        return Ok((host.to_string(), port));
-    }
-    match p.rsplit_once(':') {
-        Some((h, port)) if !h.contains(':') => Ok((
-            h.to_string(),
-            port.parse().map_err(|_| format!("bad port '{port}'"))?,
-        )),
-        _ => Ok((p.to_string(), default_port)),
-    }
-}
-
-fn reach_one(target: &str, default_port: u16) -> Result<(SocketAddr, Duration), String> {
-    let (host, port) = split_peer(target, default_port)?;
-    // Name lookup can block: do it on a thread and stop waiting after the timeout.
-    let (tx, rx) = mpsc::channel();
-    let h2 = host.clone();
-    std::thread::spawn(move || {
-        let _ = tx.send(
-            (h2.as_str(), port)
-                .to_socket_addrs()
-                .map(|a| a.collect::<Vec<_>>()),
-        );
-    });
-    let addrs = match rx.recv_timeout(PEER_TIMEOUT) {
-        Ok(Ok(a)) if !a.is_empty() => a,
-        Ok(Ok(_)) => return Err(format!("{host} has no address")),
-        Ok(Err(e)) => return Err(format!("cannot resolve {host}: {e}")),
-        Err(_) => {
-            return Err(format!(
-                "resolving {host} took over {} s",
-                PEER_TIMEOUT.as_secs()
-            ))
-        }
-    };
-    let mut errs = Vec::new();
-    let deadline = Instant::now() + PEER_TIMEOUT;
-    for a in &addrs {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left < Duration::from_millis(50) {
-            break;
-        }
-        let t0 = Instant::now();
-        match TcpStream::connect_timeout(a, left) {
-            Ok(_) => return Ok((*a, t0.elapsed())),
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => errs.push(format!(
-                "{a}: no answer within {} s (a firewall dropping packets, or no route)",
-                PEER_TIMEOUT.as_secs()
-            )),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                errs.push(format!("{a}: connection refused (nothing listens on port {port}, or a firewall rejects it)"))
-            }
-            Err(e) => errs.push(format!("{a}: {e}")),
-        }
-    }
-    Err(errs.join("; "))
-}
-
-/// Connects to every peer in parallel, each bounded by [`PEER_TIMEOUT`].
-pub fn reach_peers(peers: &[String], default_port: u16) -> Vec<PeerResult> {
-    let handles: Vec<_> = peers
-        .iter()
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| {
-            let p = p.trim().to_string();
-            std::thread::spawn(move || PeerResult {
-                result: reach_one(&p, default_port),
-                target: p,
-            })
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| {
-            h.join().unwrap_or_else(|_| PeerResult {
-                target: "?".into(),
-                result: Err("the check panicked".into()),
-            })
-        })
-        .collect()
 }

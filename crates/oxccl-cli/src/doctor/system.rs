@@ -45,11 +45,13 @@ impl System {
     }
 
     /// The entry names of a folder, sorted (empty when it cannot be read).
+    /// `.keep` (what holds a recorded machine's empty folder in git) is left out.
     pub fn list(&self, dir: &str) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(self.path(dir))
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
                     .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| n != ".keep")
                     .collect()
             })
             .unwrap_or_default();
