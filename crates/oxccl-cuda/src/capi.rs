@@ -419,6 +419,37 @@ impl DevComm {
         joined.map(|_| Arc::new(me))
     }
 
+    /// A stream of another context (another GPU's) is refused here, by
+    /// name, instead of failing inside cuLaunchKernel. The legacy and
+    /// per-thread default streams (0, 1, 2) belong to whatever is current.
+    fn check_stream(&self, stream: usize) -> Result<()> {
+        if stream <= 2 {
+            return Ok(());
+        }
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        let r = guarded("cuStreamGetCtx", || {
+            // SAFETY: the caller's stream handle; writes one handle.
+            unsafe {
+                check(
+                    sys::cuStreamGetCtx(stream as sys::CUstream, &mut ctx),
+                    "cuStreamGetCtx",
+                )
+            }
+        });
+        match r {
+            Ok(()) if !ctx.is_null() && ctx != self.ctx => Err(Error::invalid_argument(format!(
+                "stream {stream:#x} belongs to another CUDA context than this communicator's \
+                 (GPU {}): pass a stream created on GPU {}",
+                self.ordinal, self.ordinal
+            ))),
+            Ok(()) => Ok(()),
+            Err(e) => Err(Error::invalid_argument(format!(
+                "stream {stream:#x} is not a usable CUDA stream: {}",
+                e.message()
+            ))),
+        }
+    }
+
     /// The device ordinal.
     pub fn ordinal(&self) -> i32 {
         self.ordinal
@@ -521,6 +552,7 @@ impl DevComm {
     }
 
     fn launch(self: &Arc<Self>, kind: LaunchKind, stream: usize) -> Result<Launch> {
+        self.check_stream(stream)?;
         Ok(Launch {
             comm: self.clone(),
             kind,

@@ -83,6 +83,7 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemHostUnregister",
     "cuStreamIsCapturing",
     "cuMemGetAddressRange_v2",
+    "cuStreamGetCtx",
 ];
 
 /// NVRTC functions oxccl calls.
