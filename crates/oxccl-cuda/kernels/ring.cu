@@ -10,6 +10,7 @@
 //   +0    tail: how many slots the other rank has filled (written by it)
 //   +128  head: how many of *our* slots the other rank has drained (written by it)
 //   +256  LL head: the same for our low-latency slots
+//   +320  the byte count of each slot (read by the network proxy)
 //   +384  nslots slots of `slot` bytes: data the other rank sends us
 //   then  ll_nslots low-latency slots of `ll_bytes` (see "LL" below)
 //
@@ -45,6 +46,9 @@ enum { RERR_TIMEOUT = 1, RERR_ABORT = 2 };
 #define RING_HDR 384
 #define RING_HEAD 128
 #define RING_LL_HEAD 256
+// u32 per Simple slot: its byte count, written before the tail (the network
+// proxy sends only those bytes; see netproxy.rs).
+#define RING_SIZES 320
 #define RING_P2P_MAX_OPS 64
 #define RING_P2P_MAX_ITEMS 16
 // Units in flight per thread in a step's copy loop: 8 x 16 B x 512 threads =
@@ -340,7 +344,11 @@ __device__ __noinline__ bool rstep(Chan& k, const RingCommon& c, u32 f, bool sen
     if (threadIdx.x == 0) {
         // The block's writes reach thread 0 through the barrier above; the
         // release store (cumulative, system scope) publishes them with the tail.
-        if (send) st_release_sys(k.stail, ++k.sstep);
+        if (send) {
+            ((volatile u32*)((char*)k.stail + RING_SIZES))[k.sstep % c.nslots] =
+                (u32)(n * sizeof(typename E::S));
+            st_release_sys(k.stail, ++k.sstep);
+        }
         if (f & F_RECV) st_release_sys(k.rhead, ++k.rstep);
     }
     // Thread 0's counters are the ones that matter (the others never read them).
@@ -840,6 +848,7 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
         }
         __syncthreads();
         if (threadIdx.x == 0) {
+            if (!x.recv) ((volatile u32*)((char*)x.post + RING_SIZES))[x.step % c.nslots] = (u32)n;
             st_release_sys(x.post, ++x.step);
             x.done += n;
         }

@@ -30,7 +30,7 @@ use crate::allreduce::{self, ArArgs, CpArgs, FLAG_BYTES};
 use crate::device::check;
 use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
-use crate::ring::{self, Exchange, Ring, RingConfig};
+use crate::ring::{self, Ring, RingBoot, RingConfig};
 use crate::{compile, kernels};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -986,13 +986,13 @@ impl DevComm {
     /// Sets up the ring path (collective: every rank of the communicator
     /// calls it, in the same order relative to other bootstrap traffic).
     /// A failure is kept: operations that need the ring return it.
-    pub fn setup_ring(&self, cfg: &RingConfig, exchange: Exchange) -> Result<()> {
+    pub fn setup_ring(&self, cfg: &RingConfig, boot: &RingBoot) -> Result<()> {
         let forced = std::env::var("OXCCL_CUDA_RING").is_ok_and(|v| v.trim() == "1");
         if cfg.p2p_disable || cfg.force || forced {
             self.ring_only
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        let r = Ring::setup(self.dev, self.ctx, self.rank, self.nranks, cfg, exchange);
+        let r = Ring::setup(self.dev, self.ctx, self.rank, self.nranks, cfg, boot);
         let out = r.as_ref().map(|_| ()).map_err(Clone::clone);
         let _ = self.ring.set(r);
         out

@@ -288,9 +288,13 @@ pub struct Ring {
     mappings: Vec<Mapping>,
     same_process: Vec<bool>,
     bytes: u64,
-    /// Why the watchdog aborted the kernels (a peer died), if it did.
-    peer_error: std::sync::Mutex<Option<Error>>,
+    /// Why the kernels were stopped from outside (a peer died), if they were.
+    stopper: std::sync::Arc<Stopper>,
     ll_max: u64,
+    /// The network path's proxies (peers on other hosts).
+    proxies: Vec<crate::netproxy::Proxy>,
+    /// (peer, host address of its shadow window).
+    shadows: Vec<(usize, usize)>,
 }
 
 // SAFETY: the raw pointers are driver allocations owned by this value; every
@@ -302,6 +306,41 @@ unsafe impl Sync for Ring {}
 
 /// The bootstrap all-gather: this rank's bytes in, every rank's bytes out.
 pub type Exchange<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
+
+/// What the ring needs from the communicator's bootstrap.
+pub struct RingBoot<'a> {
+    /// The all-gather.
+    pub exchange: Exchange<'a>,
+    /// Per rank: on this host (the bootstrap's verdict, which honours
+    /// NCCL_HOSTID).
+    pub same_host: Vec<bool>,
+    /// A TCP connection to a rank (collective between the two: both call
+    /// it for each other), for the network path.
+    pub stream: &'a dyn Fn(usize) -> Result<std::net::TcpStream>,
+}
+
+/// What stops the kernels from outside: the control words' address and why.
+#[derive(Debug, Default)]
+struct Stopper {
+    ctrl: std::sync::atomic::AtomicUsize,
+    peer_error: std::sync::Mutex<Option<Error>>,
+}
+
+impl Stopper {
+    fn fail(&self, why: Error) {
+        let mut g = self.peer_error.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            *g = Some(why);
+        }
+        drop(g);
+        let c = self.ctrl.load(std::sync::atomic::Ordering::Acquire);
+        if c != 0 {
+            // SAFETY: the first control word; the block is freed only after
+            // every user of this Stopper (the proxies) stopped.
+            unsafe { std::ptr::write_volatile(c as *mut u32, 1) };
+        }
+    }
+}
 
 fn boot_id() -> [u8; 36] {
     let mut b = [0u8; 36];
@@ -529,6 +568,28 @@ fn shm_map(name: &CString, len: usize, create: bool) -> Result<usize> {
     r
 }
 
+/// `len` bytes of zeroed anonymous memory (a shadow window).
+fn anon_map(len: usize) -> Result<usize> {
+    // SAFETY: a fresh private anonymous mapping; no file, no fixed address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::system(format!(
+            "mmap of {len} bytes for the GPU network path's shadow window: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(p as usize)
+}
+
 /// Registers host memory with CUDA (portable, device-mapped); its device address.
 fn host_register(addr: usize, len: usize) -> Result<u64> {
     guarded("cuMemHostRegister", || {
@@ -583,8 +644,9 @@ impl Ring {
         rank: usize,
         nranks: usize,
         cfg: &RingConfig,
-        exchange: Exchange,
+        boot: &RingBoot,
     ) -> Result<Ring> {
+        let exchange = boot.exchange;
         let _scope = crate::capi::CtxScope::enter(ctx)?;
         // Round 1: who.
         let who = {
@@ -621,14 +683,17 @@ impl Ring {
         if who.len() != nranks {
             return Err(Error::internal("GPU ring setup: wrong number of records"));
         }
-        if let Some(r) = who.iter().position(|w| w.boot != who[rank].boot) {
-            return Err(Error::invalid_usage(format!(
-                "device buffers across hosts are not supported by oxccl yet: rank {r} is on \
-                 another host than rank {rank} (the GPU network transport is not done; use host \
-                 buffers for this communicator)"
-            )));
+        if boot.same_host.len() != nranks {
+            return Err(Error::internal("GPU ring setup: wrong host table"));
         }
-        let same_process: Vec<bool> = who.iter().map(|w| w.nonce == who[rank].nonce).collect();
+        // Ranks on other hosts: the network path (netproxy.rs). Every rank
+        // sees one when there are two hosts, so the choice below agrees.
+        let cross = boot.same_host.iter().any(|x| !x);
+        let same_process: Vec<bool> = who
+            .iter()
+            .enumerate()
+            .map(|(i, w)| boot.same_host[i] && w.nonce == who[rank].nonce)
+            .collect();
         // Round 2: can this rank reach every GPU peer-to-peer?
         let any_disable = who.iter().any(|w| w.p2p_disable);
         let mut reach = !any_disable;
@@ -644,7 +709,7 @@ impl Ring {
             }
         }
         let verdicts = exchange(&[reach as u8])?;
-        let kind = if verdicts.iter().all(|v| v.first() == Some(&1)) {
+        let kind = if !cross && verdicts.iter().all(|v| v.first() == Some(&1)) {
             WindowKind::Device
         } else {
             WindowKind::Host
@@ -676,14 +741,21 @@ impl Ring {
             mappings: Vec::new(),
             same_process,
             bytes,
-            peer_error: std::sync::Mutex::new(None),
-            ll_max: cfg.ll_max,
+            stopper: Default::default(),
+            // LL lines cannot cross the network proxy (it moves whole slots).
+            ll_max: if cross { 0 } else { cfg.ll_max },
+            proxies: Vec::new(),
+            shadows: Vec::new(),
         };
         // Round 3: the window, its control words and counters; descriptors out.
         let desc = agree("window", exchange, || me.make_window(nranks))?;
         let all = exchange(&desc)?;
-        // Round 4: map every peer's window.
-        agree("mapping", exchange, || me.map_peers(&who, &all))?;
+        // Round 4: map every peer's window (a shadow for peers on other
+        // hosts) and connect the network path's proxies.
+        agree("mapping", exchange, || {
+            me.map_peers(&who, &all, &boot.same_host)?;
+            me.start_proxies(boot)
+        })?;
         if let Local::Shm { name, unlinked, .. } = &mut me.local {
             // Every peer has mapped it: the name is no longer needed, and a
             // crash from here on leaves nothing behind in /dev/shm.
@@ -715,6 +787,9 @@ impl Ring {
             }
         })?;
         self.ctrl_host = host as *mut u32;
+        self.stopper
+            .ctrl
+            .store(host as usize, std::sync::atomic::Ordering::Release);
         // SAFETY: 64 bytes just allocated.
         unsafe { std::ptr::write_bytes(host as *mut u8, 0, 64) };
         let mut dctrl: sys::CUdeviceptr = 0;
@@ -767,7 +842,7 @@ impl Ring {
     }
 
     /// Maps every peer's window and writes the device table of window addresses.
-    fn map_peers(&mut self, who: &[Who], all: &[Vec<u8>]) -> Result<()> {
+    fn map_peers(&mut self, who: &[Who], all: &[Vec<u8>], same_host: &[bool]) -> Result<()> {
         let n = who.len();
         let rank = self.common.rank as usize;
         let mut table = vec![0u64; n];
@@ -784,6 +859,23 @@ impl Ring {
                 continue;
             }
             let len = self.bytes.max(16) as usize;
+            if !same_host[i] {
+                // Another host: a local shadow of its window (netproxy.rs).
+                let a = anon_map(len)?;
+                match host_register(a, len) {
+                    Ok(dp) => {
+                        self.mappings.push(Mapping::Shm { addr: a, len });
+                        self.shadows.push((i, a));
+                        table[i] = dp;
+                        continue;
+                    }
+                    Err(e) => {
+                        // SAFETY: our mapping of `len` bytes, unused.
+                        unsafe { libc::munmap(a as *mut c_void, len) };
+                        return Err(e);
+                    }
+                }
+            }
             table[i] = match (d[0], self.same_process[i]) {
                 (1, true) => {
                     // Another rank of this process: its pointer, with peer access.
@@ -855,6 +947,37 @@ impl Ring {
         })
     }
 
+    /// Connects and starts a proxy for every peer on another host.
+    fn start_proxies(&mut self, boot: &RingBoot) -> Result<()> {
+        let Local::Shm { addr: window, .. } = self.local else {
+            return if self.shadows.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::internal("GPU network path without a host window"))
+            };
+        };
+        let layout = crate::netproxy::Layout {
+            nranks: self.common.nranks,
+            nch: self.common.nch,
+            nslots: self.common.nslots,
+            slot: self.common.slot,
+            region: self.common.region,
+        };
+        let me = self.common.rank;
+        for &(peer, shadow) in &self.shadows.clone() {
+            let stream = (boot.stream)(peer)?;
+            let st = self.stopper.clone();
+            let on: crate::netproxy::OnError = std::sync::Arc::new(move |e: Error| st.fail(e));
+            // SAFETY: the shadow and the window are mapped until Drop, which
+            // stops every proxy first; both are page-aligned.
+            let p = unsafe {
+                crate::netproxy::Proxy::start(layout, me, peer as u32, shadow, window, stream, on)
+            }?;
+            self.proxies.push(p);
+        }
+        Ok(())
+    }
+
     fn enable_peer(&mut self, ordinal: i32) -> Result<()> {
         let mut pctx: sys::CUcontext = std::ptr::null_mut();
         guarded("cuDevicePrimaryCtxRetain", || {
@@ -906,16 +1029,12 @@ impl Ring {
     /// waits end within about a millisecond, and a wait that ended so
     /// reports `why`; later launches are refused with it.
     pub fn fail_peer(&self, why: Error) {
-        let mut g = self.peer_error.lock().unwrap_or_else(|e| e.into_inner());
-        if g.is_none() {
-            *g = Some(why);
-        }
-        drop(g);
-        self.abort();
+        self.stopper.fail(why);
     }
 
     fn peer_error(&self) -> Option<Error> {
-        self.peer_error
+        self.stopper
+            .peer_error
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -1135,7 +1254,11 @@ impl Drop for Ring {
             let mut saved: sys::CUcontext = std::ptr::null_mut();
             sys::cuCtxGetCurrent(&mut saved);
             if sys::cuCtxSetCurrent(self.ctx) == CUresult::CUDA_SUCCESS {
+                // The proxies keep running until our kernels are done (they
+                // may need them to finish); then they stop, before anything
+                // they read or write is freed.
                 sys::cuCtxSynchronize();
+                self.stop_proxies();
                 for m in self.mappings.drain(..) {
                     match m {
                         Mapping::Ipc(p) => {
@@ -1178,6 +1301,18 @@ impl Drop for Ring {
                 }
             }
             sys::cuCtxSetCurrent(saved);
+        }
+        self.stop_proxies();
+    }
+}
+
+impl Ring {
+    fn stop_proxies(&mut self) {
+        for p in &self.proxies {
+            p.halt();
+        }
+        for mut p in self.proxies.drain(..) {
+            p.stop();
         }
     }
 }

@@ -451,7 +451,12 @@ fn setup_gpu(
             Ok(v) if v.iter().all(|b| b.first() == Some(&1)) => {
                 if let Ok(dev) = &r {
                     let cfg = ring_config(nranks, timeout);
-                    match dev.setup_ring(&cfg, &|b| comm.exchange(b)) {
+                    let boot = cuda_ring::RingBoot {
+                        exchange: &|b| comm.exchange(b),
+                        same_host: (0..nranks).map(|r| comm.is_same_host(r)).collect(),
+                        stream: &|p| comm.peer_stream(p, TAG_GPU_NET),
+                    };
+                    match dev.setup_ring(&cfg, &boot) {
                         Ok(()) => {
                             log_ring(dev, rank, nranks);
                             watch_peers(comm.clone(), Arc::downgrade(dev), rank, nranks);
@@ -482,6 +487,9 @@ fn setup_gpu(
     }
     c.set_gpu(r);
 }
+
+/// The bootstrap tag of the GPU network path's connections ("GPN").
+const TAG_GPU_NET: u32 = 0x4750_4e00;
 
 /// How often the GPU watchdog looks at the peers' control connections.
 const WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);

@@ -307,6 +307,12 @@ fn child_rank() {
         .split(',')
         .map(|s| s.parse().unwrap())
         .collect();
+    if let Ok(hosts) = std::env::var("OXCCL_TEST_HOSTS") {
+        // Pretend to be on host `hosts[rank]` (the bootstrap groups ranks by
+        // NCCL_HOSTID): ranks on "other hosts" talk through the network path.
+        let h = hosts.split(',').nth(rank).unwrap().to_string();
+        std::env::set_var("NCCL_HOSTID", format!("oxccl-test-host-{h}"));
+    }
     let g = oxccl_cuda::Gpu::count().unwrap();
     capi::use_device((rank % g) as i32).unwrap();
     let mut id = ncclUniqueId::default();
@@ -651,5 +657,25 @@ fn ll_protocol_at_every_size() {
         3,
         "7,65537",
         &[("NCCL_PROTO", "LL"), ("OXCCL_TEST_TYPES", "float32,int64")],
+    );
+}
+
+#[test]
+fn across_hosts_through_the_network_path() {
+    if gpus() < 2 {
+        return;
+    }
+    // Two "hosts" (NCCL_HOSTID), one rank each: device buffers go through
+    // the proxies and TCP (netproxy.rs), every collective, type and op.
+    run_ranks(2, "0,1,4099,300007", &[("OXCCL_TEST_HOSTS", "0,1")]);
+    // Three ranks, two of them on one host: the ring mixes a host-memory
+    // edge with network edges.
+    run_ranks(
+        3,
+        "7,65537",
+        &[
+            ("OXCCL_TEST_HOSTS", "0,0,1"),
+            ("OXCCL_TEST_TYPES", "float32,bfloat16,int64"),
+        ],
     );
 }

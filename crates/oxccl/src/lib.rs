@@ -375,6 +375,27 @@ impl Communicator {
         self.with_comm(|c| c.bootstrap().allgather(mine))
     }
 
+    /// Whether rank `r` runs on this host (the bootstrap's verdict, which
+    /// honours `NCCL_HOSTID`).
+    pub fn is_same_host(&self, r: usize) -> bool {
+        self.with_comm(|c| Ok(c.bootstrap().is_same_host(r)))
+            .unwrap_or(false)
+    }
+
+    /// A TCP connection to `peer` through the bootstrap, for a layer above
+    /// the host collectives (the GPU network path): both ranks call it for
+    /// each other with the same `tag`; the lower rank connects.
+    pub fn peer_stream(&self, peer: usize, tag: u32) -> Result<std::net::TcpStream> {
+        self.with_comm(|c| {
+            let b = c.bootstrap();
+            if b.rank() < peer {
+                b.connect_peer(peer, tag)
+            } else {
+                b.accept_peer(peer, tag)
+            }
+        })
+    }
+
     /// Runs raw operations as one group (the C ABI's entry).
     ///
     /// # Safety

@@ -1,0 +1,477 @@
+//! The ring's network path: GPU buffers reach a rank on another host
+//! through host threads (a proxy per peer) and a TCP connection.
+//!
+//! For a peer on another host the ring cannot map the peer's window, so the
+//! rank keeps a *shadow* of it (pinned host memory, mapped into the GPU at
+//! the address the kernels use for that peer's window). The kernels do what
+//! they always do (write slots, slot sizes and tails into "the peer's
+//! window", heads too) and two threads carry those writes across:
+//!
+//! - the **sender** polls, in the shadow, each channel's tail (slots this
+//!   rank filled for the peer) and head (slots of the peer this rank
+//!   drained), and sends each new slot (its bytes, as many as the kernel
+//!   recorded in the slot's size word) and each new head value;
+//! - the **receiver** applies the peer's messages to this rank's real window:
+//!   slot bytes, then the tail (a release store: the GPU sees the bytes
+//!   before the tail), and heads.
+//!
+//! Flow control is the kernels' own: a sender kernel reuses a slot only when
+//! the head says the receiver drained it, which happens only after the bytes
+//! crossed, so a shadow slot is never rewritten before the proxy sent it.
+//! Messages: a 16-byte header `[kind u8, pad u8, channel u16, len u32,
+//! value u64]` (kind 0: slot `value` of `len` bytes follows; kind 1: head =
+//! `value`), little-endian, on one TCP stream per peer (TCP keeps their
+//! order per channel).
+//!
+//! Memory is reached through raw host addresses that stay valid while the
+//! [`Proxy`] lives ([`Proxy::stop`] joins the threads first).
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use oxccl_core::{Error, Result};
+
+/// Offsets inside a region (`ring.cu`'s RING_* constants).
+pub const TAIL: u64 = 0;
+/// The head word.
+pub const HEAD: u64 = 128;
+/// Slot sizes (u32 per slot, written by the kernel before the tail).
+pub const SIZES: u64 = 320;
+/// Where the slots start (`RING_HDR`).
+pub const SLOTS: u64 = 384;
+/// Most slots the size words can describe.
+pub const MAX_SLOTS: u32 = 16;
+
+/// Where regions are in a window (as `region_of` in `ring.cu`).
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    /// Ranks.
+    pub nranks: u32,
+    /// Channels.
+    pub nch: u32,
+    /// Simple slots per connection.
+    pub nslots: u32,
+    /// Bytes per Simple slot.
+    pub slot: u64,
+    /// Bytes per (rank, channel) region.
+    pub region: u64,
+}
+
+impl Layout {
+    /// Offset of (`other`, `ch`)'s region in `owner`'s window.
+    pub fn offset(&self, owner: u32, other: u32, ch: u32) -> u64 {
+        let idx = if other < owner { other } else { other - 1 };
+        (idx as u64 * self.nch as u64 + ch as u64) * self.region
+    }
+}
+
+/// A peer's proxy threads.
+#[derive(Debug)]
+pub struct Proxy {
+    stop: Arc<AtomicBool>,
+    stream: TcpStream,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// What a proxy reports when the link fails (the ring stops its kernels).
+pub type OnError = Arc<dyn Fn(Error) + Send + Sync>;
+
+/// # Safety
+/// `addr` is 8-byte aligned and valid for the proxy's life.
+unsafe fn word(addr: usize) -> &'static AtomicU64 {
+    // SAFETY: forwarded from the caller (aligned, live memory that the GPU
+    // and this thread access only atomically or by volatile accesses).
+    unsafe { AtomicU64::from_ptr(addr as *mut u64) }
+}
+
+/// # Safety
+/// As [`word`], 4-byte aligned.
+unsafe fn word32(addr: usize) -> &'static AtomicU32 {
+    // SAFETY: as in `word`.
+    unsafe { AtomicU32::from_ptr(addr as *mut u32) }
+}
+
+impl Proxy {
+    /// Starts the two threads for `peer`: `shadow` is the host address of
+    /// this rank's shadow of the peer's window, `window` of this rank's own
+    /// window (both `layout`-shaped, alive until [`Proxy::stop`]).
+    ///
+    /// # Safety
+    /// Both addresses must stay mapped until `stop` returns, 128-byte aligned.
+    pub unsafe fn start(
+        layout: Layout,
+        me: u32,
+        peer: u32,
+        shadow: usize,
+        window: usize,
+        stream: TcpStream,
+        on_error: OnError,
+    ) -> Result<Proxy> {
+        if layout.nslots > MAX_SLOTS {
+            return Err(Error::invalid_argument(format!(
+                "GPU network path: {} slots per connection (at most {MAX_SLOTS})",
+                layout.nslots
+            )));
+        }
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Error::system(format!("TCP_NODELAY to rank {peer}: {e}")))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let tx = stream
+            .try_clone()
+            .map_err(|e| Error::system(format!("socket to rank {peer}: {e}")))?;
+        let rx = stream
+            .try_clone()
+            .map_err(|e| Error::system(format!("socket to rank {peer}: {e}")))?;
+        let mut threads = Vec::new();
+        let (s1, e1) = (stop.clone(), on_error.clone());
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(|e| Error::system(format!("cannot start a GPU proxy thread: {e}")))
+        };
+        threads.push(spawn(
+            "oxccl-gpu-net-tx",
+            Box::new(move || {
+                // SAFETY: the caller keeps the shadow mapped until stop joins us.
+                if let Err(e) = unsafe { send_loop(layout, me, peer, shadow, tx, &s1) } {
+                    if !s1.load(Ordering::Acquire) {
+                        e1(e);
+                    }
+                }
+            }),
+        )?);
+        let (s2, e2) = (stop.clone(), on_error);
+        threads.push(spawn(
+            "oxccl-gpu-net-rx",
+            Box::new(move || {
+                // SAFETY: the caller keeps the window mapped until stop joins us.
+                if let Err(e) = unsafe { recv_loop(layout, me, peer, window, rx, &s2) } {
+                    if !s2.load(Ordering::Acquire) {
+                        e2(e);
+                    }
+                }
+            }),
+        )?);
+        Ok(Proxy {
+            stop,
+            stream,
+            threads,
+        })
+    }
+
+    /// Marks the proxy as stopping: from now on a closed connection is not
+    /// reported (both ends of a link being torn down close it).
+    pub fn halt(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// Stops and joins both threads (the socket is shut down to wake the
+    /// receiver).
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.stream.shutdown(Shutdown::Both);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn io(peer: u32, what: &str, e: std::io::Error) -> Error {
+    Error::remote(format!(
+        "GPU network path to rank {peer}: {what}: {e} (the peer died or the network failed)"
+    ))
+}
+
+/// # Safety
+/// `shadow` is a live, aligned `layout`-shaped window copy.
+unsafe fn send_loop(
+    layout: Layout,
+    me: u32,
+    peer: u32,
+    shadow: usize,
+    mut tx: TcpStream,
+    stop: &AtomicBool,
+) -> Result<()> {
+    let nch = layout.nch as usize;
+    let (mut sent, mut heads) = (vec![0u64; nch], vec![0u64; nch]);
+    let mut idle = Instant::now();
+    let mut buf = Vec::with_capacity(16 + layout.slot as usize);
+    while !stop.load(Ordering::Acquire) {
+        let mut busy = false;
+        for c in 0..layout.nch {
+            let base = shadow + layout.offset(peer, me, c) as usize;
+            // SAFETY: inside the shadow (offsets from the layout), aligned.
+            let (tail, head) = unsafe {
+                (
+                    word(base + TAIL as usize).load(Ordering::Acquire),
+                    word(base + HEAD as usize).load(Ordering::Acquire),
+                )
+            };
+            let ci = c as usize;
+            while sent[ci] < tail {
+                let s = sent[ci] % layout.nslots as u64;
+                // SAFETY: the size word of slot s, written before the tail.
+                let len = unsafe { word32(base + SIZES as usize + 4 * s as usize) }
+                    .load(Ordering::Acquire)
+                    .min(layout.slot as u32);
+                buf.clear();
+                buf.push(0u8);
+                buf.push(0);
+                buf.extend_from_slice(&(c as u16).to_le_bytes());
+                buf.extend_from_slice(&len.to_le_bytes());
+                buf.extend_from_slice(&sent[ci].to_le_bytes());
+                let at = base + SLOTS as usize + (s * layout.slot) as usize;
+                // SAFETY: `len` <= slot bytes of slot s, inside the shadow;
+                // the kernel does not rewrite it before its bytes crossed.
+                buf.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(at as *const u8, len as usize)
+                });
+                tx.write_all(&buf)
+                    .map_err(|e| io(peer, "sending a slot", e))?;
+                sent[ci] += 1;
+                busy = true;
+            }
+            if head > heads[ci] {
+                let mut h = [0u8; 16];
+                h[0] = 1;
+                h[2..4].copy_from_slice(&(c as u16).to_le_bytes());
+                h[8..16].copy_from_slice(&head.to_le_bytes());
+                tx.write_all(&h)
+                    .map_err(|e| io(peer, "sending a head", e))?;
+                heads[ci] = head;
+                busy = true;
+            }
+        }
+        if busy {
+            idle = Instant::now();
+        } else if idle.elapsed() > Duration::from_millis(1) {
+            // Idle for a millisecond: poll every 20 us instead of spinning
+            // (a small message then waits at most ~20 us more).
+            std::thread::sleep(Duration::from_micros(20));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `window` is this rank's live, aligned `layout`-shaped window.
+unsafe fn recv_loop(
+    layout: Layout,
+    me: u32,
+    peer: u32,
+    window: usize,
+    mut rx: TcpStream,
+    stop: &AtomicBool,
+) -> Result<()> {
+    let mut h = [0u8; 16];
+    loop {
+        if let Err(e) = rx.read_exact(&mut h) {
+            if stop.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            return Err(io(peer, "receiving", e));
+        }
+        let kind = h[0];
+        let c = u16::from_le_bytes([h[2], h[3]]) as u32;
+        let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as u64;
+        let value = u64::from_le_bytes(h[8..16].try_into().unwrap_or_default());
+        if c >= layout.nch || kind > 1 || len > layout.slot {
+            return Err(Error::remote(format!(
+                "GPU network path: rank {peer} sent a malformed message \
+                 (kind {kind}, channel {c}, {len} bytes)"
+            )));
+        }
+        let base = window + layout.offset(me, peer, c) as usize;
+        if kind == 0 {
+            let s = value % layout.nslots as u64;
+            let at = base + SLOTS as usize + (s * layout.slot) as usize;
+            // SAFETY: slot s of (peer, c)'s region of our window, `len` <= slot
+            // bytes; the GPU reads it only after the tail below says so.
+            let dst = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, len as usize) };
+            if let Err(e) = rx.read_exact(dst) {
+                if stop.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                return Err(io(peer, "receiving a slot", e));
+            }
+            // SAFETY: the region's tail word; release: the bytes come first.
+            unsafe { word(base + TAIL as usize) }.store(value + 1, Ordering::Release);
+        } else {
+            // SAFETY: the region's head word.
+            unsafe { word(base + HEAD as usize) }.store(value, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A 128-byte aligned zeroed buffer standing for a window.
+    struct Mem(Vec<u128>);
+    impl Mem {
+        fn new(bytes: u64) -> Mem {
+            Mem(vec![0u128; (bytes as usize).div_ceil(16) + 8])
+        }
+        fn addr(&self) -> usize {
+            (self.0.as_ptr() as usize + 127) & !127
+        }
+    }
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    /// Two ranks, each with its window and a shadow of the other's: rank 0
+    /// plays a sending kernel (slot bytes, size, tail into its shadow of
+    /// rank 1's window), rank 1 a receiving one (waits for the tail in its
+    /// window, checks the bytes, writes its head into its shadow of rank 0's
+    /// window); every slot index wraps several times, so a stale or
+    /// overtaken slot would show.
+    #[test]
+    fn slots_and_heads_cross_in_order() {
+        let layout = Layout {
+            nranks: 2,
+            nch: 3,
+            nslots: 4,
+            slot: 4096,
+            region: SLOTS + 4 * 4096,
+        };
+        let bytes = layout.region * layout.nch as u64;
+        let (w0, w1, sh0, sh1) = (
+            Mem::new(bytes),
+            Mem::new(bytes),
+            Mem::new(bytes),
+            Mem::new(bytes),
+        );
+        let (a, b) = pair();
+        let errs = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let on = |errs: Arc<std::sync::Mutex<Vec<String>>>| -> OnError {
+            Arc::new(move |e: Error| errs.lock().unwrap().push(e.message().to_string()))
+        };
+        // SAFETY: the buffers outlive the proxies (stopped below).
+        let mut p0 =
+            unsafe { Proxy::start(layout, 0, 1, sh0.addr(), w0.addr(), a, on(errs.clone())) }
+                .unwrap();
+        // SAFETY: as above.
+        let mut p1 =
+            unsafe { Proxy::start(layout, 1, 0, sh1.addr(), w1.addr(), b, on(errs.clone())) }
+                .unwrap();
+        let steps = 23u64;
+        let (sh0a, w1a, sh1a, w0a) = (sh0.addr(), w1.addr(), sh1.addr(), w0.addr());
+        let byte = |c: u32, s: u64, i: usize| (c as u64 * 31 + s * 7 + i as u64) as u8;
+        let sender = std::thread::spawn(move || {
+            for s in 0..steps {
+                for c in 0..layout.nch {
+                    // Rank 0's view of rank 1's window: region (owner 1, other 0).
+                    let base = sh0a + layout.offset(1, 0, c) as usize;
+                    // Wait for a free slot: rank 1's head, in rank 0's window.
+                    let hb = w0a + layout.offset(0, 1, c) as usize;
+                    let t0 = Instant::now();
+                    while s + 1 > layout.nslots as u64
+                        && unsafe { word(hb + HEAD as usize) }.load(Ordering::Acquire)
+                            < s + 1 - layout.nslots as u64
+                    {
+                        assert!(t0.elapsed() < Duration::from_secs(10), "no head");
+                        std::hint::spin_loop();
+                    }
+                    let len = 1 + ((s as usize * 977 + c as usize * 131) % 4096);
+                    let slot = s % layout.nslots as u64;
+                    let at = base + SLOTS as usize + (slot * layout.slot) as usize;
+                    for i in 0..len {
+                        unsafe { *((at + i) as *mut u8) = byte(c, s, i) };
+                    }
+                    unsafe { word32(base + SIZES as usize + 4 * slot as usize) }
+                        .store(len as u32, Ordering::Release);
+                    unsafe { word(base + TAIL as usize) }.store(s + 1, Ordering::Release);
+                }
+            }
+        });
+        for s in 0..steps {
+            for c in 0..layout.nch {
+                // Rank 1's own window: region (owner 1, other 0).
+                let base = w1a + layout.offset(1, 0, c) as usize;
+                let t0 = Instant::now();
+                while unsafe { word(base + TAIL as usize) }.load(Ordering::Acquire) < s + 1 {
+                    assert!(t0.elapsed() < Duration::from_secs(10), "no tail");
+                    std::hint::spin_loop();
+                }
+                let len = 1 + ((s as usize * 977 + c as usize * 131) % 4096);
+                let at =
+                    base + SLOTS as usize + ((s % layout.nslots as u64) * layout.slot) as usize;
+                for i in 0..len {
+                    let v = unsafe { *((at + i) as *const u8) };
+                    assert_eq!(v, byte(c, s, i), "channel {c} step {s} byte {i}");
+                }
+                // Drained: the head goes to rank 0 through rank 1's shadow.
+                let hb = sh1a + layout.offset(0, 1, c) as usize;
+                unsafe { word(hb + HEAD as usize) }.store(s + 1, Ordering::Release);
+            }
+        }
+        sender.join().unwrap();
+        p0.halt();
+        p1.halt();
+        p0.stop();
+        p1.stop();
+        assert!(
+            errs.lock().unwrap().is_empty(),
+            "{:?}",
+            errs.lock().unwrap()
+        );
+    }
+
+    /// A peer that goes away is reported (once the proxy is not stopping).
+    #[test]
+    fn a_closed_peer_is_an_error() {
+        let layout = Layout {
+            nranks: 2,
+            nch: 1,
+            nslots: 4,
+            slot: 1024,
+            region: SLOTS + 4 * 1024,
+        };
+        let (w, sh) = (Mem::new(layout.region), Mem::new(layout.region));
+        let (a, b) = pair();
+        let errs = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let e2 = errs.clone();
+        // SAFETY: the buffers outlive the proxy.
+        let mut p = unsafe {
+            Proxy::start(
+                layout,
+                0,
+                1,
+                sh.addr(),
+                w.addr(),
+                a,
+                Arc::new(move |e: Error| e2.lock().unwrap().push(e.message().to_string())),
+            )
+        }
+        .unwrap();
+        drop(b);
+        let t0 = Instant::now();
+        while errs.lock().unwrap().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        p.stop();
+        let e = errs.lock().unwrap();
+        assert!(!e.is_empty() && e[0].contains("rank 1"), "{e:?}");
+    }
+}
