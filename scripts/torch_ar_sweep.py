@@ -21,6 +21,10 @@ def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
+    if os.environ.get("SWEEP_SPLIT_HOSTS"):
+        # Each rank its own "host" for oxccl (NCCL_HOSTID): device buffers
+        # then take oxccl's network path between the processes.
+        os.environ["NCCL_HOSTID"] = f"sweep-host-{rank}"
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=dev)

@@ -73,6 +73,8 @@ impl Layout {
 #[derive(Debug)]
 pub struct Proxy {
     stop: Arc<AtomicBool>,
+    /// Passes of the sender that found nothing to send (see `drain`).
+    idle_passes: Arc<AtomicU64>,
     stream: TcpStream,
     threads: Vec<JoinHandle<()>>,
 }
@@ -121,6 +123,8 @@ impl Proxy {
             .set_nodelay(true)
             .map_err(|e| Error::system(format!("TCP_NODELAY to rank {peer}: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
+        let idle_passes = Arc::new(AtomicU64::new(0));
+        let ip = idle_passes.clone();
         let tx = stream
             .try_clone()
             .map_err(|e| Error::system(format!("socket to rank {peer}: {e}")))?;
@@ -139,7 +143,7 @@ impl Proxy {
             "oxccl-gpu-net-tx",
             Box::new(move || {
                 // SAFETY: the caller keeps the shadow mapped until stop joins us.
-                if let Err(e) = unsafe { send_loop(layout, me, peer, shadow, tx, &s1) } {
+                if let Err(e) = unsafe { send_loop(layout, me, peer, shadow, tx, &s1, &ip) } {
                     if !s1.load(Ordering::Acquire) {
                         e1(e);
                     }
@@ -160,9 +164,26 @@ impl Proxy {
         )?);
         Ok(Proxy {
             stop,
+            idle_passes,
             stream,
             threads,
         })
+    }
+
+    /// Waits (until `deadline`) for a full pass of the sender that found
+    /// nothing left to send: every slot and head the kernels wrote before
+    /// this call has left. A rank's kernels can finish before their last
+    /// slots crossed (the proxy sends after the tail), so a rank that tears
+    /// down drains first, or its peer would wait for bytes that never come.
+    pub fn drain(&self, deadline: Instant) -> bool {
+        let start = self.idle_passes.load(Ordering::Acquire);
+        while self.idle_passes.load(Ordering::Acquire) < start + 2 {
+            if Instant::now() > deadline || self.threads.iter().any(|t| t.is_finished()) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        true
     }
 
     /// Marks the proxy as stopping: from now on a closed connection is not
@@ -203,6 +224,7 @@ unsafe fn send_loop(
     shadow: usize,
     mut tx: TcpStream,
     stop: &AtomicBool,
+    idle_passes: &AtomicU64,
 ) -> Result<()> {
     let nch = layout.nch as usize;
     let (mut sent, mut heads) = (vec![0u64; nch], vec![0u64; nch]);
@@ -256,12 +278,15 @@ unsafe fn send_loop(
         }
         if busy {
             idle = Instant::now();
-        } else if idle.elapsed() > Duration::from_millis(1) {
-            // Idle for a millisecond: poll every 20 us instead of spinning
-            // (a small message then waits at most ~20 us more).
-            std::thread::sleep(Duration::from_micros(20));
         } else {
-            std::hint::spin_loop();
+            idle_passes.fetch_add(1, Ordering::AcqRel);
+            if idle.elapsed() > Duration::from_millis(1) {
+                // Idle for a millisecond: poll every 20 us instead of
+                // spinning (a small message then waits at most ~20 us more).
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
     Ok(())
@@ -427,6 +452,8 @@ mod tests {
             }
         }
         sender.join().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        assert!(p0.drain(deadline) && p1.drain(deadline));
         p0.halt();
         p1.halt();
         p0.stop();

@@ -1308,6 +1308,12 @@ impl Drop for Ring {
 
 impl Ring {
     fn stop_proxies(&mut self) {
+        // What the finished kernels wrote must cross before the connection
+        // closes (5 s at most: a dead peer cannot hold destroy longer).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        for p in &self.proxies {
+            p.drain(deadline);
+        }
         for p in &self.proxies {
             p.halt();
         }
