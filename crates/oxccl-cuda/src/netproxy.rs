@@ -465,6 +465,61 @@ mod tests {
         );
     }
 
+    /// Messages from the network are checked before anything is written:
+    /// a bad kind, a channel out of range or a length past a slot ends the
+    /// link with an error naming the peer, and the window is untouched.
+    #[test]
+    fn malformed_messages_are_refused() {
+        let layout = Layout {
+            nranks: 2,
+            nch: 2,
+            nslots: 4,
+            slot: 1024,
+            region: SLOTS + 4 * 1024,
+        };
+        let bad: [[u8; 16]; 3] = [
+            // kind 7
+            [7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            // channel 9 of 2
+            [0, 0, 9, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            // 4 GiB - 1 bytes into a 1 KiB slot
+            [0, 0, 0, 0, 255, 255, 255, 255, 0, 0, 0, 0, 0, 0, 0, 0],
+        ];
+        for h in bad {
+            let (w, sh) = (Mem::new(layout.region * 2), Mem::new(layout.region * 2));
+            let (a, mut b) = pair();
+            let errs = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+            let e2 = errs.clone();
+            // SAFETY: the buffers outlive the proxy.
+            let mut p = unsafe {
+                Proxy::start(
+                    layout,
+                    0,
+                    1,
+                    sh.addr(),
+                    w.addr(),
+                    a,
+                    Arc::new(move |e: Error| e2.lock().unwrap().push(e.message().to_string())),
+                )
+            }
+            .unwrap();
+            b.write_all(&h).unwrap();
+            let t0 = Instant::now();
+            while errs.lock().unwrap().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            p.stop();
+            let e = errs.lock().unwrap();
+            assert!(
+                e.first()
+                    .is_some_and(|m| m.contains("malformed") && m.contains("rank 1")),
+                "{h:?}: {e:?}"
+            );
+            // Nothing was written into the window.
+            assert!(w.0.iter().all(|&x| x == 0));
+        }
+    }
+
     /// A peer that goes away is reported (once the proxy is not stopping).
     #[test]
     fn a_closed_peer_is_an_error() {

@@ -1364,6 +1364,44 @@ mod tests {
         );
     }
 
+    /// The setup records come from other ranks: any bytes decode to an
+    /// error or a record, never a panic.
+    #[test]
+    fn setup_records_never_panic() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let good = Who {
+            ok: true,
+            boot: [b'a'; 36],
+            nonce: 7,
+            ordinal: 1,
+            bus: [b'0'; 16],
+            p2p_disable: false,
+        }
+        .encode();
+        assert!(Who::decode(&good, 0).is_ok());
+        for i in 0..5000 {
+            let len = (next() % 140) as usize;
+            let mut b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if i % 2 == 0 && len <= good.len() {
+                b = good.clone();
+                let k = (next() as usize) % b.len();
+                b[k] = next() as u8;
+            }
+            let _ = Who::decode(&b, i);
+            let _ = all_ok("test", &[b]);
+        }
+        assert!(all_ok("test", &[vec![1], vec![0, b'x']])
+            .unwrap_err()
+            .message()
+            .contains("rank 1 failed: x"));
+    }
+
     #[test]
     fn channel_counts() {
         assert_eq!(coll_channels(0, 16), 1);
