@@ -878,6 +878,10 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
     OXCCL_RING(TN, E, avg, OP_AVG)     \
     OXCCL_RING(TN, E, premulsum, OP_PREMULSUM)
 
+// Every (type, op). At run time each is compiled alone (kernels.rs,
+// ring_variant: OXCCL_RING_ONE defined and one OXCCL_RING line appended), so
+// a first call compiles one kernel, not 72.
+#ifndef OXCCL_RING_ONE
 OXCCL_RING_ALL_OPS(i8, I8E)
 OXCCL_RING_ALL_OPS(u8, U8E)
 OXCCL_RING_ALL_OPS(i32, I32E)
@@ -890,3 +894,4 @@ OXCCL_RING_ALL_OPS(f64, F64E)
 OXCCL_RING_ALL_OPS(bf16, BF16E)
 OXCCL_RING_ALL_OPS(e4m3, E4M3E)
 OXCCL_RING_ALL_OPS(e5m2, E5M2E)
+#endif

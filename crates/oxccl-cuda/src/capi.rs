@@ -793,7 +793,7 @@ impl DevComm {
         let f = if sends.iter().chain(recvs.iter()).any(|x| x.0 != self.rank) {
             if ring {
                 self.ring()?;
-                self.function_in(&kernels::RING, "oxccl_ring_p2p")?
+                self.function_in(&kernels::ring_p2p(), "oxccl_ring_p2p")?
             } else {
                 self.peer()?;
                 self.function("oxccl_pcopy")?
@@ -1108,7 +1108,7 @@ impl DevComm {
         stream: usize,
     ) -> Result<Launch> {
         let r = self.ring()?;
-        let f = self.function_in(&kernels::RING, &ring::kernel_name(t, op))?;
+        let f = self.function_in(&kernels::ring_variant(t, op), &ring::kernel_name(t, op))?;
         let mut args = r.args(mode, send, recv, count as u64, root as u32);
         if let RedOp::PreMulSum(s) = op {
             args.scale = s.as_f64();

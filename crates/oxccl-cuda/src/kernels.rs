@@ -34,5 +34,45 @@ pub const RING: KernelSource = KernelSource {
     source: include_str!("../kernels/ring.cu"),
 };
 
+/// One kernel of [`RING`] alone: `oxccl_ring_<type>_<op>` (and the
+/// untyped `oxccl_ring_p2p`), as its own NVRTC program, cached on disk as
+/// `ring-<type>-<op>-...cubin`. Compiling all 72 took ~45 s on 2 cores (a
+/// first collective that long looks like a hang); one takes a second or two.
+/// The sources are made once per process and kept (at most 73).
+pub fn ring_variant(t: oxccl_core::DataType, op: oxccl_core::RedOp) -> KernelSource {
+    let tt = crate::allreduce::type_tag(t);
+    let ot = crate::allreduce::op_tag(op).unwrap_or("sum");
+    variant(&format!("ring-{tt}-{ot}.cu"), || {
+        format!(
+            "OXCCL_RING({tt}, {}E, {ot}, OP_{})\n",
+            tt.to_uppercase(),
+            ot.to_uppercase()
+        )
+    })
+}
+
+/// `oxccl_ring_p2p` alone (no typed kernel).
+pub fn ring_p2p() -> KernelSource {
+    variant("ring-p2p.cu", String::new)
+}
+
+fn variant(name: &str, tail: impl FnOnce() -> String) -> KernelSource {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static V: OnceLock<Mutex<HashMap<String, KernelSource>>> = OnceLock::new();
+    let mut m = V
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *m.entry(name.to_string()).or_insert_with(|| {
+        let source = format!("#define OXCCL_RING_ONE\n{}\n{}", RING.source, tail());
+        KernelSource {
+            // Bounded: one per (type, op) and one for p2p, for the process.
+            name: Box::leak(name.to_string().into_boxed_str()),
+            source: Box::leak(source.into_boxed_str()),
+        }
+    })
+}
+
 /// Every program, for the compile-everything test.
 pub const ALL: &[KernelSource] = &[ALLREDUCE, COPY, RING];

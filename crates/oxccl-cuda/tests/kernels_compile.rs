@@ -56,6 +56,64 @@ fn every_kernel_compiles_for_sm90() {
             t.elapsed().as_secs_f64() * 1e3
         );
     }
+    // The warm cache also gets every ring kernel alone (what run time loads).
+    if let Some(d) = std::env::var_os("OXCCL_WARM_CACHE") {
+        let premul = RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0));
+        for t in DataType::ALL {
+            for op in RedOp::BUILTIN.into_iter().chain([premul]) {
+                compile::compile_cached(
+                    &kernels::ring_variant(t, op),
+                    90,
+                    Some(std::path::Path::new(&d)),
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        compile::compile_cached(&kernels::ring_p2p(), 90, Some(std::path::Path::new(&d)))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// A ring kernel compiles alone (what a first collective waits for), holds
+/// its kernel and the p2p one, and none of the other 71.
+#[test]
+fn ring_kernels_compile_one_at_a_time() {
+    if !nvrtc_or_skip("ring_kernels_compile_one_at_a_time") {
+        return;
+    }
+    let one = |t, op| {
+        let src = kernels::ring_variant(t, op);
+        let t0 = std::time::Instant::now();
+        let img = compile::compile_now(&src, 90).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!(
+            "{}: {} bytes in {:.0} ms",
+            src.name,
+            img.len(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        img
+    };
+    let has = |img: &[u8], name: &str| img.windows(name.len()).any(|w| w == name.as_bytes());
+    let img = one(DataType::Float32, RedOp::Sum);
+    assert!(has(&img, "oxccl_ring_f32_sum") && has(&img, "oxccl_ring_p2p"));
+    assert!(!has(&img, "oxccl_ring_i8_sum") && !has(&img, "oxccl_ring_f32_max"));
+    let premul = RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0));
+    let img = one(DataType::Float8e5m2, premul);
+    assert!(has(&img, "oxccl_ring_e5m2_premulsum"));
+    let p2p = compile::compile_now(&kernels::ring_p2p(), 90).unwrap();
+    assert!(has(&p2p, "oxccl_ring_p2p") && !has(&p2p, "oxccl_ring_f32_sum"));
+    // Variants are distinct programs with distinct cache files.
+    let a = compile::cache_file_name(
+        &kernels::ring_variant(DataType::Int8, RedOp::Sum),
+        90,
+        (13, 0),
+    );
+    let b = compile::cache_file_name(
+        &kernels::ring_variant(DataType::Int8, RedOp::Max),
+        90,
+        (13, 0),
+    );
+    assert!(a.starts_with("ring-i8-sum-") && b.starts_with("ring-i8-max-") && a != b);
 }
 
 #[test]
