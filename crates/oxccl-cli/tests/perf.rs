@@ -5,51 +5,13 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod perf_common;
+use perf_common::run_for;
+
 const BIN: &str = env!("CARGO_BIN_EXE_oxccl");
 
 fn perf(args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.arg("perf").args(args);
-    // Never join an outer launcher's world by accident.
-    for v in [
-        "RANK",
-        "WORLD_SIZE",
-        "SLURM_PROCID",
-        "SLURM_NTASKS",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "NCCL_COMM_ID",
-        "OXCCL_PERF_RANK",
-    ] {
-        c.env_remove(v);
-    }
-    c.stdin(Stdio::null());
-    c
-}
-
-/// Runs with a deadline; panics (after killing it) if it runs past `secs`.
-fn run_for(mut c: Command, secs: u64) -> Output {
-    let mut child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start oxccl");
-    let t0 = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if t0.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "oxccl ran past {secs} s\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    perf_common::perf_command(BIN, args)
 }
 
 fn text(b: &[u8]) -> String {

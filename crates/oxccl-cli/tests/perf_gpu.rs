@@ -11,7 +11,9 @@
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+
+mod perf_common;
+use perf_common::run_for;
 
 const TORCH_NCCL: &str =
     "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2";
@@ -55,55 +57,16 @@ fn nccl() -> Option<PathBuf> {
 }
 
 fn perf(args: &[&str]) -> Command {
-    let mut c = Command::new(bin());
-    c.arg("perf")
-        .args(["--backend", "cuda", "-T", "120"])
-        .args(args);
+    let mut c = perf_common::perf_command(bin(), &["--backend", "cuda", "-T", "120"]);
+    c.args(args);
     if let Some(l) = std::env::var_os("OXCCL_PERF_LIB") {
         c.arg("--lib").arg(l);
-    }
-    for v in [
-        "RANK",
-        "WORLD_SIZE",
-        "SLURM_PROCID",
-        "SLURM_NTASKS",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "NCCL_COMM_ID",
-        "OXCCL_PERF_RANK",
-    ] {
-        c.env_remove(v);
     }
     // Never NVLink multicast on the shared machines (shared/gpu.md).
     c.env("NCCL_NVLS_ENABLE", "0")
         .env("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
         .env("NVSHMEM_DISABLE_NVLS", "1");
-    c.stdin(Stdio::null());
     c
-}
-
-fn run_for(mut c: Command, secs: u64) -> Output {
-    let mut child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start oxccl");
-    let t0 = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if t0.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "oxccl ran past {secs} s\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn show(out: &Output) -> String {

@@ -348,6 +348,42 @@ fn child_rank() {
     );
 }
 
+/// Rank 0's side of the failure tests: an in-place float all-reduce of
+/// `count` whose peer never comes must end with ncclRemoteError from
+/// ncclCommGetAsyncError within `limit` seconds, with a last error naming
+/// rank 1. Returns the seconds it took and that message.
+fn all_reduce_until_remote_error(
+    comm: ncclComm_t,
+    b: &Dev,
+    count: usize,
+    limit: u64,
+) -> (f64, String) {
+    let t0 = Instant::now();
+    ok(
+        unsafe { ncclAllReduce(b.p, b.p, count, 7, 0, comm, null_mut()) },
+        "ncclAllReduce",
+    );
+    let mut err = ncclSuccess;
+    while err == ncclSuccess && t0.elapsed() < Duration::from_secs(limit) {
+        ok(
+            unsafe { ncclCommGetAsyncError(comm, &mut err) },
+            "ncclCommGetAsyncError",
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(err, ncclRemoteError, "after {secs:.1} s");
+    let msg = last_error(comm);
+    assert!(msg.contains("rank 1"), "{msg}");
+    (secs, msg)
+}
+
+fn last_error(comm: ncclComm_t) -> String {
+    unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// Rank 1 never makes the call: rank 0's all-reduce must end on the GPU
 /// with a remote error (OXCCL_TIMEOUT_MS) reported by
 /// ncclCommGetAsyncError, and abort must return.
@@ -359,25 +395,7 @@ fn missing_peer(comm: ncclComm_t, rank: usize) {
         return;
     }
     let b = Dev::new(4096);
-    let t0 = Instant::now();
-    ok(
-        unsafe { ncclAllReduce(b.p, b.p, 1024, 7, 0, comm, null_mut()) },
-        "ncclAllReduce",
-    );
-    let mut err = ncclSuccess;
-    while err == ncclSuccess && t0.elapsed() < Duration::from_secs(12) {
-        ok(
-            unsafe { ncclCommGetAsyncError(comm, &mut err) },
-            "ncclCommGetAsyncError",
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    assert_eq!(err, ncclRemoteError, "after {secs:.1} s");
-    let msg = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }
-        .to_string_lossy()
-        .into_owned();
-    assert!(msg.contains("rank 1"), "{msg}");
+    let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1024, 12);
     // The kernel has ended: the stream completes.
     capi::synchronize_current().unwrap();
     ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
@@ -394,25 +412,7 @@ fn peer_killed(comm: ncclComm_t, rank: usize) {
         unreachable!();
     }
     let b = Dev::new(1 << 20);
-    let t0 = Instant::now();
-    ok(
-        unsafe { ncclAllReduce(b.p, b.p, 1 << 18, 7, 0, comm, null_mut()) },
-        "ncclAllReduce",
-    );
-    let mut err = ncclSuccess;
-    while err == ncclSuccess && t0.elapsed() < Duration::from_secs(20) {
-        ok(
-            unsafe { ncclCommGetAsyncError(comm, &mut err) },
-            "ncclCommGetAsyncError",
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    assert_eq!(err, ncclRemoteError, "after {secs:.1} s");
-    let msg = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }
-        .to_string_lossy()
-        .into_owned();
-    assert!(msg.contains("rank 1"), "{msg}");
+    let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1 << 18, 20);
     assert!(secs < 10.0, "{secs} s: the timeout, not the watchdog");
     capi::synchronize_current().unwrap();
     // Later calls are refused with the same cause, not launched.
@@ -473,9 +473,7 @@ fn overrun(comm: ncclComm_t, rank: usize) {
     let b = Dev::new(4096);
     let r = unsafe { ncclAllReduce(b.p, b.p, 1 << 20, 7, 0, comm, null_mut()) };
     assert_eq!(r, ncclInvalidArgument);
-    let msg = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }
-        .to_string_lossy()
-        .into_owned();
+    let msg = last_error(comm);
     assert!(
         msg.contains("buff") && msg.contains("past the end"),
         "{msg}"
@@ -487,9 +485,7 @@ fn overrun(comm: ncclComm_t, rank: usize) {
     capi::use_device((rank % g) as i32).unwrap();
     let r = unsafe { ncclAllReduce(b.p, b.p, 1024, 7, 0, comm, foreign.raw()) };
     assert_eq!(r, ncclInvalidArgument);
-    let msg2 = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }
-        .to_string_lossy()
-        .into_owned();
+    let msg2 = last_error(comm);
     assert!(msg2.contains("stream"), "{msg2}");
     drop(foreign);
     drop(other);
