@@ -218,29 +218,9 @@ pub unsafe fn launch_copy(
     stream: sys::CUstream,
     args: CpArgs,
 ) -> Result<()> {
-    let mut a = args;
-    let mut params = [&mut a as *mut CpArgs as *mut c_void];
-    crate::loader::guarded("cuLaunchKernel", || {
-        // SAFETY: the kernel takes one CpArgs by value (repr(C) layout).
-        unsafe {
-            crate::device::check(
-                sys::cuLaunchKernel(
-                    f,
-                    blocks,
-                    1,
-                    1,
-                    THREADS,
-                    1,
-                    1,
-                    0,
-                    stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                ),
-                "cuLaunchKernel",
-            )
-        }
-    })
+    // SAFETY: one CpArgs (repr(C), the kernel's layout); the caller vouches
+    // for its pointers.
+    unsafe { crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel") }
 }
 
 /// The copy kernel's grid for `bytes` (both sides compute it from the same bytes).
@@ -264,30 +244,9 @@ pub unsafe fn launch_half(
     stream: sys::CUstream,
     args: ArArgs,
 ) -> Result<()> {
-    let mut a = args;
-    let mut params = [&mut a as *mut ArArgs as *mut c_void];
-    crate::loader::guarded("cuLaunchKernel", || {
-        // SAFETY: the kernel takes one ArArgs by value, laid out as the repr(C)
-        // struct; the caller vouches for the pointers in it.
-        unsafe {
-            crate::device::check(
-                sys::cuLaunchKernel(
-                    f,
-                    blocks,
-                    1,
-                    1,
-                    THREADS,
-                    1,
-                    1,
-                    0,
-                    stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                ),
-                "cuLaunchKernel",
-            )
-        }
-    })
+    // SAFETY: one ArArgs (repr(C), the kernel's layout); the caller vouches
+    // for its pointers.
+    unsafe { crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel") }
 }
 
 /// A buffer and a byte offset into it.

@@ -39,6 +39,48 @@ pub(crate) fn check(r: CUresult, what: &str) -> Result<()> {
     ))
 }
 
+/// Launches `f` on `blocks` blocks of `threads` threads on `stream` with
+/// one by-value parameter, `args` (every oxccl kernel takes one repr(C)
+/// argument struct). The context that owns `f` and `stream` must be current.
+///
+/// # Safety
+/// `T` must be laid out as the kernel's parameter, and every pointer in
+/// `args` must be valid for what the kernel does with it.
+pub(crate) unsafe fn launch_struct<T: Copy>(
+    f: sys::CUfunction,
+    blocks: u32,
+    threads: u32,
+    stream: sys::CUstream,
+    args: &T,
+    what: &str,
+) -> Result<()> {
+    // The driver copies the parameter at launch, so a local copy suffices.
+    let mut a = *args;
+    let mut params = [&mut a as *mut T as *mut c_void];
+    guarded("cuLaunchKernel", || {
+        // SAFETY: one parameter of T's layout (the caller's contract); the
+        // array and `a` outlive the call.
+        unsafe {
+            check(
+                sys::cuLaunchKernel(
+                    f,
+                    blocks,
+                    1,
+                    1,
+                    threads,
+                    1,
+                    1,
+                    0,
+                    stream,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ),
+                what,
+            )
+        }
+    })
+}
+
 /// One GPU: its primary context (retained) and a non-blocking stream.
 /// Not `Send`: use it from the thread that made it.
 #[derive(Debug)]

@@ -1183,30 +1183,11 @@ pub unsafe fn launch_ring(
     stream: sys::CUstream,
     args: RingArgs,
 ) -> Result<()> {
-    let mut a = args;
-    let mut params = [&mut a as *mut RingArgs as *mut c_void];
-    guarded("cuLaunchKernel", || {
-        // SAFETY: the kernel takes one RingArgs by value (repr(C) layout);
-        // the caller vouches for the pointers.
-        unsafe {
-            check(
-                sys::cuLaunchKernel(
-                    f,
-                    blocks,
-                    1,
-                    1,
-                    THREADS,
-                    1,
-                    1,
-                    0,
-                    stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                ),
-                "cuLaunchKernel(ring)",
-            )
-        }
-    })
+    // SAFETY: one RingArgs (repr(C), the kernel's layout); the caller vouches
+    // for its pointers.
+    unsafe {
+        crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel(ring)")
+    }
 }
 
 /// Launches `oxccl_ring_p2p`.
@@ -1219,30 +1200,11 @@ pub unsafe fn launch_p2p(
     stream: sys::CUstream,
     args: &P2pArgs,
 ) -> Result<()> {
-    let mut a = *args;
-    let mut params = [&mut a as *mut P2pArgs as *mut c_void];
-    guarded("cuLaunchKernel", || {
-        // SAFETY: the kernel takes one P2pArgs by value (repr(C) layout);
-        // the driver copies the parameters at launch.
-        unsafe {
-            check(
-                sys::cuLaunchKernel(
-                    f,
-                    blocks,
-                    1,
-                    1,
-                    THREADS,
-                    1,
-                    1,
-                    0,
-                    stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                ),
-                "cuLaunchKernel(ring p2p)",
-            )
-        }
-    })
+    // SAFETY: one P2pArgs (repr(C), the kernel's layout, 2,136 bytes: under
+    // the 4 KiB parameter limit); the caller vouches for its pointers.
+    unsafe {
+        crate::device::launch_struct(f, blocks, THREADS, stream, args, "cuLaunchKernel(ring p2p)")
+    }
 }
 
 impl Drop for Ring {
