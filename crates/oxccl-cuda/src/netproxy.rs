@@ -365,6 +365,39 @@ mod tests {
         (a, b)
     }
 
+    type Errors = Arc<std::sync::Mutex<Vec<String>>>;
+
+    /// Rank 0's proxy towards rank 1 over a fresh loopback connection: the
+    /// proxy, the connection's other end, and the errors it reported.
+    fn proxy_to_rank1(layout: Layout, window: &Mem, shadow: &Mem) -> (Proxy, TcpStream, Errors) {
+        let (a, b) = pair();
+        let errs: Errors = Default::default();
+        let e2 = errs.clone();
+        // SAFETY: the callers keep both buffers alive until the proxy stops.
+        let p = unsafe {
+            Proxy::start(
+                layout,
+                0,
+                1,
+                shadow.addr(),
+                window.addr(),
+                a,
+                Arc::new(move |e: Error| e2.lock().unwrap().push(e.message().to_string())),
+            )
+        }
+        .unwrap();
+        (p, b, errs)
+    }
+
+    /// Waits up to 5 s for a first error.
+    fn first_error(errs: &Errors) -> Option<String> {
+        let t0 = Instant::now();
+        while errs.lock().unwrap().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        errs.lock().unwrap().first().cloned()
+    }
+
     /// Two ranks, each with its window and a shadow of the other's: rank 0
     /// plays a sending kernel (slot bytes, size, tail into its shadow of
     /// rank 1's window), rank 1 a receiving one (waits for the tail in its
@@ -487,31 +520,12 @@ mod tests {
         ];
         for h in bad {
             let (w, sh) = (Mem::new(layout.region * 2), Mem::new(layout.region * 2));
-            let (a, mut b) = pair();
-            let errs = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-            let e2 = errs.clone();
-            // SAFETY: the buffers outlive the proxy.
-            let mut p = unsafe {
-                Proxy::start(
-                    layout,
-                    0,
-                    1,
-                    sh.addr(),
-                    w.addr(),
-                    a,
-                    Arc::new(move |e: Error| e2.lock().unwrap().push(e.message().to_string())),
-                )
-            }
-            .unwrap();
+            let (mut p, mut b, errs) = proxy_to_rank1(layout, &w, &sh);
             b.write_all(&h).unwrap();
-            let t0 = Instant::now();
-            while errs.lock().unwrap().is_empty() && t0.elapsed() < Duration::from_secs(5) {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            let e = first_error(&errs);
             p.stop();
-            let e = errs.lock().unwrap();
             assert!(
-                e.first()
+                e.as_ref()
                     .is_some_and(|m| m.contains("malformed") && m.contains("rank 1")),
                 "{h:?}: {e:?}"
             );
@@ -531,29 +545,10 @@ mod tests {
             region: SLOTS + 4 * 1024,
         };
         let (w, sh) = (Mem::new(layout.region), Mem::new(layout.region));
-        let (a, b) = pair();
-        let errs = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-        let e2 = errs.clone();
-        // SAFETY: the buffers outlive the proxy.
-        let mut p = unsafe {
-            Proxy::start(
-                layout,
-                0,
-                1,
-                sh.addr(),
-                w.addr(),
-                a,
-                Arc::new(move |e: Error| e2.lock().unwrap().push(e.message().to_string())),
-            )
-        }
-        .unwrap();
+        let (mut p, b, errs) = proxy_to_rank1(layout, &w, &sh);
         drop(b);
-        let t0 = Instant::now();
-        while errs.lock().unwrap().is_empty() && t0.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let e = first_error(&errs);
         p.stop();
-        let e = errs.lock().unwrap();
-        assert!(!e.is_empty() && e[0].contains("rank 1"), "{e:?}");
+        assert!(e.as_ref().is_some_and(|m| m.contains("rank 1")), "{e:?}");
     }
 }
