@@ -439,6 +439,8 @@ params! {
     // ---- honoured: oxccl's own
     TIMEOUT_MS: U64 = "OXCCL_TIMEOUT_MS", "600000", honoured,
         "Timeout of any blocking wait inside an operation, in milliseconds; past it the operation fails with ncclTimeout instead of hanging.";
+    CUDA_RING: Bool = "OXCCL_CUDA_RING", "0", honoured,
+        "1: device buffers always take the GPU ring path, also where two GPUs of one process could use the one-shot kernels (for tests and comparisons).";
     INIT_TIMEOUT_MS: U64 = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,
         "Timeout of rendezvous and connection setup, in milliseconds.";
     AUTH_SECRET: Opt<Secret> = "OXCCL_AUTH_SECRET", "", honoured,
@@ -904,7 +906,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 30);
+        assert_eq!(honoured.len(), 31);
         assert!(ALL.len() > 80);
     }
 

@@ -286,7 +286,8 @@ pub struct DevComm {
     /// set it up (one rank, or ranks without GPUs).
     ring: OnceLock<std::result::Result<Ring, Error>>,
     /// Every operation with peers takes the ring path (NCCL_P2P_DISABLE=1,
-    /// or `OXCCL_CUDA_RING=1`).
+    /// `NCCL_ALGO` without OneShot/TwoShot, or `OXCCL_CUDA_RING=1`: see
+    /// `RingConfig::force`).
     ring_only: std::sync::atomic::AtomicBool,
 }
 
@@ -987,8 +988,7 @@ impl DevComm {
     /// calls it, in the same order relative to other bootstrap traffic).
     /// A failure is kept: operations that need the ring return it.
     pub fn setup_ring(&self, cfg: &RingConfig, boot: &RingBoot) -> Result<()> {
-        let forced = std::env::var("OXCCL_CUDA_RING").is_ok_and(|v| v.trim() == "1");
-        if cfg.p2p_disable || cfg.force || forced {
+        if cfg.p2p_disable || cfg.force {
             self.ring_only
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }

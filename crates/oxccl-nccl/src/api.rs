@@ -393,6 +393,7 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
         let ar = CollKind::AllReduce;
         cfg.force = !(sel.allows(ar, Algo::OneShot) || sel.allows(ar, Algo::TwoShot));
     }
+    cfg.force |= p.get(&params::CUDA_RING);
     cfg
 }
 
