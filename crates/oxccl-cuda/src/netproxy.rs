@@ -20,8 +20,9 @@
 //! crossed, so a shadow slot is never rewritten before the proxy sent it.
 //! Messages: a 16-byte header `[kind u8, pad u8, channel u16, len u32,
 //! value u64]` (kind 0: slot `value` of `len` bytes follows; kind 1: head =
-//! `value`), little-endian, on one TCP stream per peer (TCP keeps their
-//! order per channel).
+//! `value`), little-endian. A peer may have several connections (each with
+//! its own pair of threads); connection `s` of `n` carries the channels
+//! `c` with `c % n == s`, so TCP keeps each channel's messages in order.
 //!
 //! Memory is reached through raw host addresses that stay valid while the
 //! [`Proxy`] lives ([`Proxy::stop`] joins the threads first).
@@ -69,6 +70,23 @@ impl Layout {
     }
 }
 
+/// What one connection of a peer link serves.
+#[derive(Debug, Clone)]
+pub struct Link {
+    /// The windows' shape.
+    pub layout: Layout,
+    /// This rank.
+    pub me: u32,
+    /// The peer on another host.
+    pub peer: u32,
+    /// Host address of this rank's shadow of the peer's window.
+    pub shadow: usize,
+    /// Host address of this rank's own window.
+    pub window: usize,
+    /// The channels this connection carries.
+    pub channels: Vec<u32>,
+}
+
 /// A peer's proxy threads.
 #[derive(Debug)]
 pub struct Proxy {
@@ -104,15 +122,15 @@ impl Proxy {
     ///
     /// # Safety
     /// Both addresses must stay mapped until `stop` returns, 128-byte aligned.
-    pub unsafe fn start(
-        layout: Layout,
-        me: u32,
-        peer: u32,
-        shadow: usize,
-        window: usize,
-        stream: TcpStream,
-        on_error: OnError,
-    ) -> Result<Proxy> {
+    pub unsafe fn start(link: Link, stream: TcpStream, on_error: OnError) -> Result<Proxy> {
+        let (layout, peer) = (link.layout, link.peer);
+        if link.channels.iter().any(|&c| c >= layout.nch) {
+            return Err(Error::invalid_argument(format!(
+                "GPU network path: channel list {:?} for {} channels",
+                link.channels, layout.nch
+            )));
+        }
+
         if layout.nslots > MAX_SLOTS {
             return Err(Error::invalid_argument(format!(
                 "GPU network path: {} slots per connection (at most {MAX_SLOTS})",
@@ -133,6 +151,7 @@ impl Proxy {
             .map_err(|e| Error::system(format!("socket to rank {peer}: {e}")))?;
         let mut threads = Vec::new();
         let (s1, e1) = (stop.clone(), on_error.clone());
+        let (l1, l2) = (link.clone(), link);
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name.into())
@@ -143,7 +162,7 @@ impl Proxy {
             "oxccl-gpu-net-tx",
             Box::new(move || {
                 // SAFETY: the caller keeps the shadow mapped until stop joins us.
-                if let Err(e) = unsafe { send_loop(layout, me, peer, shadow, tx, &s1, &ip) } {
+                if let Err(e) = unsafe { send_loop(&l1, tx, &s1, &ip) } {
                     if !s1.load(Ordering::Acquire) {
                         e1(e);
                     }
@@ -155,7 +174,7 @@ impl Proxy {
             "oxccl-gpu-net-rx",
             Box::new(move || {
                 // SAFETY: the caller keeps the window mapped until stop joins us.
-                if let Err(e) = unsafe { recv_loop(layout, me, peer, window, rx, &s2) } {
+                if let Err(e) = unsafe { recv_loop(&l2, rx, &s2) } {
                     if !s2.load(Ordering::Acquire) {
                         e2(e);
                     }
@@ -218,21 +237,26 @@ fn io(peer: u32, what: &str, e: std::io::Error) -> Error {
 /// # Safety
 /// `shadow` is a live, aligned `layout`-shaped window copy.
 unsafe fn send_loop(
-    layout: Layout,
-    me: u32,
-    peer: u32,
-    shadow: usize,
+    link: &Link,
     mut tx: TcpStream,
     stop: &AtomicBool,
     idle_passes: &AtomicU64,
 ) -> Result<()> {
+    let Link {
+        layout,
+        me,
+        peer,
+        shadow,
+        ref channels,
+        ..
+    } = *link;
     let nch = layout.nch as usize;
     let (mut sent, mut heads) = (vec![0u64; nch], vec![0u64; nch]);
     let mut idle = Instant::now();
     let mut buf = Vec::with_capacity(16 + layout.slot as usize);
     while !stop.load(Ordering::Acquire) {
         let mut busy = false;
-        for c in 0..layout.nch {
+        for &c in channels.iter() {
             let base = shadow + layout.offset(peer, me, c) as usize;
             // SAFETY: inside the shadow (offsets from the layout), aligned.
             let (tail, head) = unsafe {
@@ -294,14 +318,15 @@ unsafe fn send_loop(
 
 /// # Safety
 /// `window` is this rank's live, aligned `layout`-shaped window.
-unsafe fn recv_loop(
-    layout: Layout,
-    me: u32,
-    peer: u32,
-    window: usize,
-    mut rx: TcpStream,
-    stop: &AtomicBool,
-) -> Result<()> {
+unsafe fn recv_loop(link: &Link, mut rx: TcpStream, stop: &AtomicBool) -> Result<()> {
+    let Link {
+        layout,
+        me,
+        peer,
+        window,
+        ref channels,
+        ..
+    } = *link;
     let mut h = [0u8; 16];
     loop {
         if let Err(e) = rx.read_exact(&mut h) {
@@ -314,7 +339,7 @@ unsafe fn recv_loop(
         let c = u16::from_le_bytes([h[2], h[3]]) as u32;
         let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as u64;
         let value = u64::from_le_bytes(h[8..16].try_into().unwrap_or_default());
-        if c >= layout.nch || kind > 1 || len > layout.slot {
+        if !channels.contains(&c) || kind > 1 || len > layout.slot {
             return Err(Error::remote(format!(
                 "GPU network path: rank {peer} sent a malformed message \
                  (kind {kind}, channel {c}, {len} bytes)"
@@ -376,11 +401,14 @@ mod tests {
         // SAFETY: the callers keep both buffers alive until the proxy stops.
         let p = unsafe {
             Proxy::start(
-                layout,
-                0,
-                1,
-                shadow.addr(),
-                window.addr(),
+                Link {
+                    layout,
+                    me: 0,
+                    peer: 1,
+                    shadow: shadow.addr(),
+                    window: window.addr(),
+                    channels: (0..layout.nch).collect(),
+                },
                 a,
                 Arc::new(move |e: Error| e2.lock().unwrap().push(e.message().to_string())),
             )
@@ -404,8 +432,7 @@ mod tests {
     /// window, checks the bytes, writes its head into its shadow of rank 0's
     /// window); every slot index wraps several times, so a stale or
     /// overtaken slot would show.
-    #[test]
-    fn slots_and_heads_cross_in_order() {
+    fn slots_and_heads_cross_in_order(nstreams: u32) {
         let layout = Layout {
             nranks: 2,
             nch: 3,
@@ -420,19 +447,43 @@ mod tests {
             Mem::new(bytes),
             Mem::new(bytes),
         );
-        let (a, b) = pair();
         let errs = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let on = |errs: Arc<std::sync::Mutex<Vec<String>>>| -> OnError {
             Arc::new(move |e: Error| errs.lock().unwrap().push(e.message().to_string()))
         };
-        // SAFETY: the buffers outlive the proxies (stopped below).
-        let mut p0 =
-            unsafe { Proxy::start(layout, 0, 1, sh0.addr(), w0.addr(), a, on(errs.clone())) }
-                .unwrap();
-        // SAFETY: as above.
-        let mut p1 =
-            unsafe { Proxy::start(layout, 1, 0, sh1.addr(), w1.addr(), b, on(errs.clone())) }
-                .unwrap();
+        // Connection s carries the channels c with c % nstreams == s.
+        let mut proxies = Vec::new();
+        for st in 0..nstreams {
+            let (a, b) = pair();
+            let chans: Vec<u32> = (0..layout.nch).filter(|c| c % nstreams == st).collect();
+            let link = |me, peer, shadow, window, channels| Link {
+                layout,
+                me,
+                peer,
+                shadow,
+                window,
+                channels,
+            };
+            // SAFETY: the buffers outlive the proxies (stopped below).
+            let p0 = unsafe {
+                Proxy::start(
+                    link(0, 1, sh0.addr(), w0.addr(), chans.clone()),
+                    a,
+                    on(errs.clone()),
+                )
+            }
+            .unwrap();
+            // SAFETY: as above.
+            let p1 = unsafe {
+                Proxy::start(
+                    link(1, 0, sh1.addr(), w1.addr(), chans),
+                    b,
+                    on(errs.clone()),
+                )
+            }
+            .unwrap();
+            proxies.push((p0, p1));
+        }
         let steps = 23u64;
         let (sh0a, w1a, sh1a, w0a) = (sh0.addr(), w1.addr(), sh1.addr(), w0.addr());
         let byte = |c: u32, s: u64, i: usize| (c as u64 * 31 + s * 7 + i as u64) as u8;
@@ -486,16 +537,32 @@ mod tests {
         }
         sender.join().unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        assert!(p0.drain(deadline) && p1.drain(deadline));
-        p0.halt();
-        p1.halt();
-        p0.stop();
-        p1.stop();
+        for (p0, p1) in &proxies {
+            assert!(p0.drain(deadline) && p1.drain(deadline));
+        }
+        for (p0, p1) in &proxies {
+            p0.halt();
+            p1.halt();
+        }
+        for (mut p0, mut p1) in proxies {
+            p0.stop();
+            p1.stop();
+        }
         assert!(
             errs.lock().unwrap().is_empty(),
             "{:?}",
             errs.lock().unwrap()
         );
+    }
+
+    #[test]
+    fn slots_and_heads_cross_in_order_one_connection() {
+        slots_and_heads_cross_in_order(1);
+    }
+
+    #[test]
+    fn slots_and_heads_cross_in_order_two_connections() {
+        slots_and_heads_cross_in_order(2);
     }
 
     /// Messages from the network are checked before anything is written:

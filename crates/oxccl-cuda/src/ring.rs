@@ -79,6 +79,10 @@ pub struct RingConfig {
     /// Every operation with peers takes the ring, even where the two-GPU
     /// one-shot kernels could run (NCCL_ALGO without OneShot/TwoShot).
     pub force: bool,
+    /// TCP connections (each with its own sender and receiver thread) per
+    /// peer of another host (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD,
+    /// 1..=16; the ranks take the smallest value any of them asks for).
+    pub net_streams: u32,
 }
 
 impl RingConfig {
@@ -114,6 +118,7 @@ impl RingConfig {
             timeout,
             ll_max: DEFAULT_LL_MAX,
             force: false,
+            net_streams: 1,
         }
     }
 
@@ -295,6 +300,8 @@ pub struct Ring {
     proxies: Vec<crate::netproxy::Proxy>,
     /// (peer, host address of its shadow window).
     shadows: Vec<(usize, usize)>,
+    /// Connections per peer of another host (agreed by every rank).
+    net_streams: u32,
 }
 
 // SAFETY: the raw pointers are driver allocations owned by this value; every
@@ -746,7 +753,23 @@ impl Ring {
             ll_max: if cross { 0 } else { cfg.ll_max },
             proxies: Vec::new(),
             shadows: Vec::new(),
+            net_streams: 1,
         };
+        if cross {
+            // Both ends must open the same number of connections: the
+            // smallest any rank asks for (every rank sees `cross`, so every
+            // rank takes part in this exchange).
+            let all = exchange(&cfg.net_streams.clamp(1, 16).to_le_bytes())?;
+            me.net_streams = all
+                .iter()
+                .filter_map(|b| {
+                    b.get(..4)
+                        .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+                })
+                .min()
+                .unwrap_or(1)
+                .clamp(1, 16);
+        }
         // Round 3: the window, its control words and counters; descriptors out.
         let desc = agree("window", exchange, || me.make_window(nranks))?;
         let all = exchange(&desc)?;
@@ -964,16 +987,31 @@ impl Ring {
             region: self.common.region,
         };
         let me = self.common.rank;
+        let n = self.net_streams;
         for &(peer, shadow) in &self.shadows.clone() {
-            let stream = (boot.stream)(peer)?;
-            let st = self.stopper.clone();
-            let on: crate::netproxy::OnError = std::sync::Arc::new(move |e: Error| st.fail(e));
-            // SAFETY: the shadow and the window are mapped until Drop, which
-            // stops every proxy first; both are page-aligned.
-            let p = unsafe {
-                crate::netproxy::Proxy::start(layout, me, peer as u32, shadow, window, stream, on)
-            }?;
-            self.proxies.push(p);
+            for s in 0..n {
+                let stream = (boot.stream)(peer)?;
+                let channels: Vec<u32> = (0..layout.nch).filter(|c| c % n == s).collect();
+                let st = self.stopper.clone();
+                let on: crate::netproxy::OnError = std::sync::Arc::new(move |e: Error| st.fail(e));
+                // SAFETY: the shadow and the window are mapped until Drop,
+                // which stops every proxy first; both are page-aligned.
+                let p = unsafe {
+                    crate::netproxy::Proxy::start(
+                        crate::netproxy::Link {
+                            layout,
+                            me,
+                            peer: peer as u32,
+                            shadow,
+                            window,
+                            channels,
+                        },
+                        stream,
+                        on,
+                    )
+                }?;
+                self.proxies.push(p);
+            }
         }
         Ok(())
     }

@@ -394,6 +394,11 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
         cfg.force = !(sel.allows(ar, Algo::OneShot) || sel.allows(ar, Algo::TwoShot));
     }
     cfg.force |= p.get(&params::CUDA_RING);
+    // The GPU network path's connections per peer, NCCL's way: threads x
+    // sockets per thread (each connection here has its own two threads).
+    let nthreads = p.get(&params::SOCKET_NTHREADS).unwrap_or(1).max(1);
+    let nsocks = p.get(&params::NSOCKS_PERTHREAD).unwrap_or(1).max(1);
+    cfg.net_streams = nthreads.saturating_mul(nsocks).clamp(1, 16);
     cfg
 }
 
