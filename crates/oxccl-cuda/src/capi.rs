@@ -1232,6 +1232,10 @@ impl DevComm {
 
 impl Drop for DevComm {
     fn drop(&mut self) {
+        // The ring first, while this rank still holds its context reference
+        // (fields drop after this body, which releases it: the ring's frees
+        // would then run in a context that may be gone).
+        drop(self.ring.take());
         if let Some(members) = cliques().get_mut(&self.key) {
             members.retain(|m| m.flags != self.flags);
         }
