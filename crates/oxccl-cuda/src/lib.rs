@@ -18,6 +18,7 @@ pub mod compile;
 pub mod device;
 pub mod kernels;
 pub mod loader;
+pub mod netplugin;
 pub mod netproxy;
 pub mod perfio;
 pub mod ring;

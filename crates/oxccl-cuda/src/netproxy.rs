@@ -368,17 +368,17 @@ unsafe fn recv_loop(link: &Link, mut rx: TcpStream, stop: &AtomicBool) -> Result
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::net::TcpListener;
 
     /// A 128-byte aligned zeroed buffer standing for a window.
-    struct Mem(Vec<u128>);
+    pub(crate) struct Mem(pub(crate) Vec<u128>);
     impl Mem {
-        fn new(bytes: u64) -> Mem {
+        pub(crate) fn new(bytes: u64) -> Mem {
             Mem(vec![0u128; (bytes as usize).div_ceil(16) + 8])
         }
-        fn addr(&self) -> usize {
+        pub(crate) fn addr(&self) -> usize {
             (self.0.as_ptr() as usize + 127) & !127
         }
     }
@@ -424,6 +424,72 @@ mod tests {
             std::thread::sleep(Duration::from_millis(2));
         }
         errs.lock().unwrap().first().cloned()
+    }
+
+    /// Plays two kernels through a link between two ranks' windows: rank 0
+    /// sends `steps` slots per channel (varying lengths, wrapping the slots
+    /// several times) by writing its shadow of rank 1's window (bytes, size,
+    /// tail) and waiting for the head in its own window; rank 1 waits for
+    /// each tail in its window, checks every byte, and writes its head into
+    /// its shadow of rank 0's window. A stale, overtaken or lost slot fails.
+    pub(crate) fn run_kernels(
+        layout: Layout,
+        w0a: usize,
+        sh0a: usize,
+        w1a: usize,
+        sh1a: usize,
+        steps: u64,
+    ) {
+        let byte = |c: u32, s: u64, i: usize| (c as u64 * 31 + s * 7 + i as u64) as u8;
+        let sender = std::thread::spawn(move || {
+            for s in 0..steps {
+                for c in 0..layout.nch {
+                    // Rank 0's view of rank 1's window: region (owner 1, other 0).
+                    let base = sh0a + layout.offset(1, 0, c) as usize;
+                    // Wait for a free slot: rank 1's head, in rank 0's window.
+                    let hb = w0a + layout.offset(0, 1, c) as usize;
+                    let t0 = Instant::now();
+                    while s + 1 > layout.nslots as u64
+                        && unsafe { word(hb + HEAD as usize) }.load(Ordering::Acquire)
+                            < s + 1 - layout.nslots as u64
+                    {
+                        assert!(t0.elapsed() < Duration::from_secs(10), "no head");
+                        std::hint::spin_loop();
+                    }
+                    let len = 1 + ((s as usize * 977 + c as usize * 131) % 4096);
+                    let slot = s % layout.nslots as u64;
+                    let at = base + SLOTS as usize + (slot * layout.slot) as usize;
+                    for i in 0..len {
+                        unsafe { *((at + i) as *mut u8) = byte(c, s, i) };
+                    }
+                    unsafe { word32(base + SIZES as usize + 4 * slot as usize) }
+                        .store(len as u32, Ordering::Release);
+                    unsafe { word(base + TAIL as usize) }.store(s + 1, Ordering::Release);
+                }
+            }
+        });
+        for s in 0..steps {
+            for c in 0..layout.nch {
+                // Rank 1's own window: region (owner 1, other 0).
+                let base = w1a + layout.offset(1, 0, c) as usize;
+                let t0 = Instant::now();
+                while unsafe { word(base + TAIL as usize) }.load(Ordering::Acquire) < s + 1 {
+                    assert!(t0.elapsed() < Duration::from_secs(10), "no tail");
+                    std::hint::spin_loop();
+                }
+                let len = 1 + ((s as usize * 977 + c as usize * 131) % 4096);
+                let at =
+                    base + SLOTS as usize + ((s % layout.nslots as u64) * layout.slot) as usize;
+                for i in 0..len {
+                    let v = unsafe { *((at + i) as *const u8) };
+                    assert_eq!(v, byte(c, s, i), "channel {c} step {s} byte {i}");
+                }
+                // Drained: the head goes to rank 0 through rank 1's shadow.
+                let hb = sh1a + layout.offset(0, 1, c) as usize;
+                unsafe { word(hb + HEAD as usize) }.store(s + 1, Ordering::Release);
+            }
+        }
+        sender.join().unwrap();
     }
 
     /// Two ranks, each with its window and a shadow of the other's: rank 0
@@ -484,58 +550,7 @@ mod tests {
             .unwrap();
             proxies.push((p0, p1));
         }
-        let steps = 23u64;
-        let (sh0a, w1a, sh1a, w0a) = (sh0.addr(), w1.addr(), sh1.addr(), w0.addr());
-        let byte = |c: u32, s: u64, i: usize| (c as u64 * 31 + s * 7 + i as u64) as u8;
-        let sender = std::thread::spawn(move || {
-            for s in 0..steps {
-                for c in 0..layout.nch {
-                    // Rank 0's view of rank 1's window: region (owner 1, other 0).
-                    let base = sh0a + layout.offset(1, 0, c) as usize;
-                    // Wait for a free slot: rank 1's head, in rank 0's window.
-                    let hb = w0a + layout.offset(0, 1, c) as usize;
-                    let t0 = Instant::now();
-                    while s + 1 > layout.nslots as u64
-                        && unsafe { word(hb + HEAD as usize) }.load(Ordering::Acquire)
-                            < s + 1 - layout.nslots as u64
-                    {
-                        assert!(t0.elapsed() < Duration::from_secs(10), "no head");
-                        std::hint::spin_loop();
-                    }
-                    let len = 1 + ((s as usize * 977 + c as usize * 131) % 4096);
-                    let slot = s % layout.nslots as u64;
-                    let at = base + SLOTS as usize + (slot * layout.slot) as usize;
-                    for i in 0..len {
-                        unsafe { *((at + i) as *mut u8) = byte(c, s, i) };
-                    }
-                    unsafe { word32(base + SIZES as usize + 4 * slot as usize) }
-                        .store(len as u32, Ordering::Release);
-                    unsafe { word(base + TAIL as usize) }.store(s + 1, Ordering::Release);
-                }
-            }
-        });
-        for s in 0..steps {
-            for c in 0..layout.nch {
-                // Rank 1's own window: region (owner 1, other 0).
-                let base = w1a + layout.offset(1, 0, c) as usize;
-                let t0 = Instant::now();
-                while unsafe { word(base + TAIL as usize) }.load(Ordering::Acquire) < s + 1 {
-                    assert!(t0.elapsed() < Duration::from_secs(10), "no tail");
-                    std::hint::spin_loop();
-                }
-                let len = 1 + ((s as usize * 977 + c as usize * 131) % 4096);
-                let at =
-                    base + SLOTS as usize + ((s % layout.nslots as u64) * layout.slot) as usize;
-                for i in 0..len {
-                    let v = unsafe { *((at + i) as *const u8) };
-                    assert_eq!(v, byte(c, s, i), "channel {c} step {s} byte {i}");
-                }
-                // Drained: the head goes to rank 0 through rank 1's shadow.
-                let hb = sh1a + layout.offset(0, 1, c) as usize;
-                unsafe { word(hb + HEAD as usize) }.store(s + 1, Ordering::Release);
-            }
-        }
-        sender.join().unwrap();
+        run_kernels(layout, w0.addr(), sh0.addr(), w1.addr(), sh1.addr(), 23);
         let deadline = Instant::now() + Duration::from_secs(5);
         for (p0, p1) in &proxies {
             assert!(p0.drain(deadline) && p1.drain(deadline));

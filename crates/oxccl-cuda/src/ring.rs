@@ -302,6 +302,8 @@ pub struct Ring {
     shadows: Vec<(usize, usize)>,
     /// Connections per peer of another host (agreed by every rank).
     net_streams: u32,
+    /// The network path's proxies over a plugin (instead of `proxies`).
+    plugin_proxies: Vec<crate::netplugin::PluginProxy>,
 }
 
 // SAFETY: the raw pointers are driver allocations owned by this value; every
@@ -324,6 +326,11 @@ pub struct RingBoot<'a> {
     /// A TCP connection to a rank (collective between the two: both call
     /// it for each other), for the network path.
     pub stream: &'a dyn Fn(usize) -> Result<std::net::TcpStream>,
+    /// The network plugin and device the communicator chose for peers on
+    /// other hosts (`NCCL_NET_PLUGIN`); the network path then goes through it
+    /// (`netplugin.rs`) instead of TCP. The same on every rank (the host
+    /// communicator's settings check makes sure).
+    pub net: Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)>,
 }
 
 /// What stops the kernels from outside: the control words' address and why.
@@ -754,6 +761,7 @@ impl Ring {
             proxies: Vec::new(),
             shadows: Vec::new(),
             net_streams: 1,
+            plugin_proxies: Vec::new(),
         };
         if cross {
             // Both ends must open the same number of connections: the
@@ -777,8 +785,16 @@ impl Ring {
         // hosts) and connect the network path's proxies.
         agree("mapping", exchange, || {
             me.map_peers(&who, &all, &boot.same_host)?;
+            if boot.net.is_some() {
+                return Ok(());
+            }
             me.start_proxies(boot)
         })?;
+        if let (true, Some((net, dev))) = (cross, &boot.net) {
+            // Rounds 5 and 6: the plugin's connections (every rank takes
+            // part: `cross` and `net` are the same on every rank).
+            me.start_plugin(net, *dev, exchange, cfg.timeout)?;
+        }
         if let Local::Shm { name, unlinked, .. } = &mut me.local {
             // Every peer has mapped it: the name is no longer needed, and a
             // crash from here on leaves nothing behind in /dev/shm.
@@ -968,6 +984,91 @@ impl Ring {
                 )
             }
         })
+    }
+
+    /// Opens the plugin's listens for every peer on another host, swaps the
+    /// handles, connects every link and starts a proxy per peer.
+    fn start_plugin(
+        &mut self,
+        net: &std::sync::Arc<dyn oxccl_net::Net>,
+        dev: usize,
+        exchange: Exchange,
+        timeout: Duration,
+    ) -> Result<()> {
+        use crate::netplugin::{Listens, PeerPlan, PluginLink, PluginProxy};
+        let Local::Shm { addr: window, .. } = self.local else {
+            return Err(Error::internal("GPU plugin path without a host window"));
+        };
+        let (n, nch) = (self.common.nranks as usize, self.common.nch as usize);
+        const H: usize = 128;
+        // Handles by (peer, channel): for n x nch x 128 bytes per rank.
+        if n * nch * H > 1 << 20 {
+            return Err(Error::invalid_usage(format!(
+                "the GPU plugin path's handle table ({n} ranks x {nch} channels) is over 1 MiB"
+            )));
+        }
+        let mut listens: Vec<Option<Listens>> = (0..n).map(|_| None).collect();
+        let shadows = self.shadows.clone();
+        let blob = agree("plugin listen", exchange, || {
+            let mut blob = vec![0u8; n * nch * H];
+            for &(peer, _) in &shadows {
+                let (l, hs) = Listens::open(net.clone(), dev, nch as u32)?;
+                for (c, h) in hs.iter().enumerate() {
+                    blob[(peer * nch + c) * H..][..H].copy_from_slice(h);
+                }
+                listens[peer] = Some(l);
+            }
+            Ok(blob)
+        })?;
+        let all = exchange(&blob)?;
+        let layout = crate::netproxy::Layout {
+            nranks: self.common.nranks,
+            nch: self.common.nch,
+            nslots: self.common.nslots,
+            slot: self.common.slot,
+            region: self.common.region,
+        };
+        let me = self.common.rank;
+        let deadline = std::time::Instant::now() + timeout.min(Duration::from_secs(120));
+        let stopper = self.stopper.clone();
+        let proxies = agree("plugin connect", exchange, || {
+            let mut plans = Vec::new();
+            for &(peer, shadow) in &shadows {
+                let theirs = all
+                    .get(peer)
+                    .filter(|b| b.len() == n * nch * H)
+                    .ok_or_else(|| Error::internal("GPU plugin path: handle table size"))?;
+                let mut hs = Vec::new();
+                for c in 0..nch {
+                    let mut h = [0u8; H];
+                    h.copy_from_slice(&theirs[(me as usize * nch + c) * H..][..H]);
+                    hs.push(h);
+                }
+                plans.push(PeerPlan {
+                    peer: peer as u32,
+                    shadow,
+                    mine: listens[peer]
+                        .as_ref()
+                        .ok_or_else(|| Error::internal("GPU plugin path: no listens"))?,
+                    theirs: hs,
+                });
+            }
+            // SAFETY: the window and the shadows stay mapped until Drop,
+            // which stops every proxy (and so closes every link) first.
+            let links =
+                unsafe { PluginLink::connect_all(net, dev, layout, me, window, plans, deadline) }?;
+            let mut ps = Vec::new();
+            for link in links {
+                let st = stopper.clone();
+                ps.push(PluginProxy::start(
+                    link,
+                    std::sync::Arc::new(move |e: Error| st.fail(e)),
+                )?);
+            }
+            Ok(ps)
+        })?;
+        self.plugin_proxies = proxies;
+        Ok(())
     }
 
     /// Connects and starts a proxy for every peer on another host.
@@ -1313,6 +1414,15 @@ impl Ring {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         for p in &self.proxies {
             p.drain(deadline);
+        }
+        for p in &self.plugin_proxies {
+            p.drain(deadline);
+        }
+        for p in &self.plugin_proxies {
+            p.halt();
+        }
+        for mut p in self.plugin_proxies.drain(..) {
+            p.stop();
         }
         for p in &self.proxies {
             p.halt();

@@ -114,6 +114,9 @@ pub struct HostComm {
     failed: Option<Error>,
     /// Keeps this rank's shared-memory segment mapped.
     _segment: Option<Arc<ShmSegment>>,
+    /// The network plugin (and its device) chosen for peers on other hosts,
+    /// if one was: other layers (the GPU network path) use the same.
+    net_plugin: Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)>,
 }
 
 /// In-process link ends waiting for their owner: (comm key, from, to) → link.
@@ -423,12 +426,21 @@ impl HostComm {
             abort,
             failed: None,
             _segment: segment,
+            net_plugin: match &network {
+                oxccl_net::Network::Plugin { net, dev, .. } => Some((net.clone(), *dev)),
+                oxccl_net::Network::Socket { .. } => None,
+            },
         })
     }
 
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank
+    }
+
+    /// The network plugin and device chosen for peers on other hosts, if any.
+    pub fn net_plugin(&self) -> Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)> {
+        self.net_plugin.clone()
     }
     /// Ranks in the communicator.
     pub fn nranks(&self) -> usize {

@@ -461,6 +461,7 @@ fn setup_gpu(
                         exchange: &|b| comm.exchange(b),
                         same_host: (0..nranks).map(|r| comm.is_same_host(r)).collect(),
                         stream: &|p| comm.peer_stream(p, TAG_GPU_NET),
+                        net: comm.net_plugin(),
                     };
                     match dev.setup_ring(&cfg, &boot) {
                         Ok(()) => {

@@ -29,6 +29,7 @@ use oxccl_core::Result;
 pub mod choose;
 pub mod ffi;
 pub mod loader;
+pub mod testing;
 
 pub use choose::{choose, library_candidates, HcaSpec, NetSettings, Network};
 pub use loader::{load, LoadOutcome, Plugin, Version};

@@ -8,7 +8,7 @@
 //! `loader_worker` with `OXNET_SCENARIO` set), because the environment is read
 //! once per process and a library is initialised once per process.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -28,45 +28,8 @@ fn plugin(features: &str) -> PathBuf {
     } else {
         &ONLY_V8
     };
-    cell.get_or_init(|| build_plugin(features)).clone()
-}
-
-fn build_plugin(features: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let target = profile_dir.parent().expect("target dir");
-    let (tdir, sub) = if features.is_empty() {
-        (target.to_path_buf(), "oxtest")
-    } else {
-        (target.join(format!("oxtest-{features}")), features)
-    };
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", "oxccl-net-test-plugin"])
-        .arg("--target-dir")
-        .arg(&tdir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if !features.is_empty() {
-        cmd.args(["--features", features]);
-    }
-    let out = cmd.output().expect("run cargo build");
-    assert!(
-        out.status.success(),
-        "cargo build of the test plugin failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let so = tdir.join("debug").join("libnccl_net_oxtest.so");
-    assert!(so.exists(), "{} missing after cargo build", so.display());
-    let dir = target.join("oxtest-lib").join(sub);
-    std::fs::create_dir_all(&dir).expect("plugin dir");
-    let dst = dir.join("libnccl-net-oxtest.so");
-    // Copy to a new file and rename: a process may have the old one loaded.
-    let tmp = dir.join(format!(".tmp{}", std::process::id()));
-    std::fs::copy(&so, &tmp).expect("copy plugin");
-    std::fs::rename(&tmp, &dst).expect("rename plugin");
-    dst
+    cell.get_or_init(|| oxccl_net::testing::build_test_plugin(features, "net"))
+        .clone()
 }
 
 /// Runs `scenario` in a child with `env`; returns its combined output.

@@ -382,6 +382,12 @@ impl Communicator {
             .unwrap_or(false)
     }
 
+    /// The network plugin (and device) this communicator uses for peers on
+    /// other hosts, if it chose one (`NCCL_NET_PLUGIN`).
+    pub fn net_plugin(&self) -> Option<(Arc<dyn oxccl_net::Net>, usize)> {
+        self.with_comm(|c| Ok(c.net_plugin())).ok().flatten()
+    }
+
     /// A TCP connection to `peer` through the bootstrap, for a layer above
     /// the host collectives (the GPU network path): both ranks call it for
     /// each other with the same `tag`; the lower rank connects.

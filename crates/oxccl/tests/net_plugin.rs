@@ -39,42 +39,8 @@ fn plugin(features: &str) -> PathBuf {
     } else {
         &ONLY_V8
     };
-    cell.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let target = profile_dir.parent().expect("target dir");
-        let (tdir, sub) = if features.is_empty() {
-            (target.to_path_buf(), "oxtest")
-        } else {
-            (target.join(format!("oxtest-{features}")), features)
-        };
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "oxccl-net-test-plugin"])
-            .arg("--target-dir")
-            .arg(&tdir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if !features.is_empty() {
-            cmd.args(["--features", features]);
-        }
-        let out = cmd.output().expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build of the test plugin failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let so = tdir.join("debug").join("libnccl_net_oxtest.so");
-        let dir = target.join("oxtest-lib").join(format!("oxccl-{sub}"));
-        std::fs::create_dir_all(&dir).expect("plugin dir");
-        let dst = dir.join("libnccl-net-oxtest.so");
-        let tmp = dir.join(format!(".tmp{}", std::process::id()));
-        std::fs::copy(&so, &tmp).expect("copy plugin");
-        std::fs::rename(&tmp, &dst).expect("rename plugin");
-        dst
-    })
-    .clone()
+    cell.get_or_init(|| oxccl_net::testing::build_test_plugin(features, "oxccl"))
+        .clone()
 }
 
 // ---------------------------------------------------------------- worker side

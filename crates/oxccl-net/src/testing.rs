@@ -1,0 +1,50 @@
+//! For tests in this workspace: builds the repo's test plugin
+//! (`crates/oxccl-net-test-plugin`) with cargo and returns it under the file
+//! name NCCL's rules give `NCCL_NET_PLUGIN=oxtest` (`libnccl-net-oxtest.so`).
+//! Not for production use: it runs `cargo`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Builds the plugin (`features`: "" or e.g. "only-v8") into a target
+/// directory beside the calling test binary's, and copies it to
+/// `target/oxtest-lib/<owner>-<features or "oxtest">/libnccl-net-oxtest.so`
+/// (each test binary its own copy: a process may have another one loaded).
+/// Panics when the build fails (a test helper).
+pub fn build_test_plugin(features: &str, owner: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let target = profile_dir.parent().expect("target dir");
+    let (tdir, sub) = if features.is_empty() {
+        (target.to_path_buf(), "oxtest")
+    } else {
+        (target.join(format!("oxtest-{features}")), features)
+    };
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "-p", "oxccl-net-test-plugin"])
+        .arg("--target-dir")
+        .arg(&tdir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if !features.is_empty() {
+        cmd.args(["--features", features]);
+    }
+    let out = cmd.output().expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "cargo build of the test plugin failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let so = tdir.join("debug").join("libnccl_net_oxtest.so");
+    assert!(so.exists(), "{} missing after cargo build", so.display());
+    let dir = target.join("oxtest-lib").join(format!("{owner}-{sub}"));
+    std::fs::create_dir_all(&dir).expect("plugin dir");
+    let dst = dir.join("libnccl-net-oxtest.so");
+    // Copy to a new file and rename: a process may have the old one loaded.
+    let tmp = dir.join(format!(".tmp{}", std::process::id()));
+    std::fs::copy(&so, &tmp).expect("copy plugin");
+    std::fs::rename(&tmp, &dst).expect("rename plugin");
+    dst
+}
