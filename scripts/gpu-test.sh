@@ -38,6 +38,9 @@ for line in sys.stdin:
   objcopy --strip-debug "${CARGO_TARGET_DIR:-target}/release/libnccl.so" "$L/lib/libnccl.so"
   ln -sf libnccl.so "$L/lib/libnccl.so.2"
   cp crates/oxccl-nccl/include/nccl.h "$L/include/"
+  # The repo's network plugin, for gpu_procs' plugin test (no cargo there).
+  cargo build -p oxccl-net-test-plugin
+  cp "${CARGO_TARGET_DIR:-target}/debug/libnccl_net_oxtest.so" "$CARRY/libnccl-net-oxtest.so"
   # sm_90 CUBINs of every kernel (the H200s), so the GPU machine's processes
   # load them from the disk cache instead of each compiling for ~30 s.
   rm -rf .devcarry/kcache && mkdir -p .devcarry/kcache
@@ -97,7 +100,8 @@ run gpu_abi          "$B/gpu_abi" --nocapture --test-threads=1
 run gpu_abi_ring     env OXCCL_CUDA_RING=1 "$B/gpu_abi" --nocapture --test-threads=1
 run gpu_abi_host     env NCCL_P2P_DISABLE=1 "$B/gpu_abi" --nocapture --test-threads=1
 # One process per GPU (CUDA IPC), 3 and 4 ranks, host memory, a missing peer.
-OXCCL_TEST_TIMEOUT=600 run gpu_procs "$B/gpu_procs" --nocapture --test-threads=1
+OXCCL_TEST_TIMEOUT=600 run gpu_procs env OXCCL_TEST_NET_PLUGIN="$PWD/$B/libnccl-net-oxtest.so" \
+  "$B/gpu_procs" --nocapture --test-threads=1
 run timing           "$B/gpu" --nocapture --ignored --test-threads=1 timing_one_shot_all_reduce
 
 if [ -z "${OXCCL_SKIP_TORCH:-}" ] && [ -x /opt/torch/.venv/bin/python3 ] && [ -f scripts/nccl_allreduce_timing.py ]; then

@@ -675,3 +675,46 @@ fn across_hosts_through_the_network_path() {
         ],
     );
 }
+
+#[test]
+fn across_hosts_with_several_connections_per_peer() {
+    if gpus() < 2 {
+        return;
+    }
+    // NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = 4 connections per peer,
+    // each carrying a quarter of the channels.
+    run_ranks(
+        2,
+        "1,4099,300007",
+        &[
+            ("OXCCL_TEST_HOSTS", "0,1"),
+            ("NCCL_SOCKET_NTHREADS", "2"),
+            ("NCCL_NSOCKS_PERTHREAD", "2"),
+            ("OXCCL_TEST_TYPES", "float32,bfloat16,int8"),
+        ],
+    );
+}
+
+#[test]
+fn across_hosts_through_a_network_plugin() {
+    if gpus() < 2 {
+        return;
+    }
+    // The repo's test plugin: OXCCL_TEST_NET_PLUGIN (scripts/gpu-test.sh
+    // carries it to the GPU machine, which has no cargo), else built here.
+    let so = match std::env::var("OXCCL_TEST_NET_PLUGIN") {
+        Ok(p) => p,
+        Err(_) => oxccl_net::testing::build_test_plugin("", "gpu-procs")
+            .display()
+            .to_string(),
+    };
+    run_ranks(
+        2,
+        "1,4099,300007",
+        &[
+            ("OXCCL_TEST_HOSTS", "0,1"),
+            ("NCCL_NET_PLUGIN", so.as_str()),
+            ("OXCCL_TEST_TYPES", "float32,bfloat16,int8"),
+        ],
+    );
+}
