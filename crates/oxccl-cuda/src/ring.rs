@@ -8,17 +8,21 @@
 //! fails locally makes every rank fail with a message naming it, instead of
 //! leaving the others waiting:
 //!
-//! 1. who: boot id and process nonce (same host, same process), PCI bus id,
+//! 1. who: process nonce (same process; the host comes from the bootstrap,
+//!    which honours NCCL_HOSTID), PCI bus id,
 //!    `NCCL_P2P_DISABLE`;
 //! 2. whether this rank reaches every other GPU peer-to-peer
 //!    (`cuDeviceCanAccessPeer` on the device with that bus id);
 //! 3. the window: device memory (`cuMemAlloc` + an IPC handle) when every
 //!    rank said yes, else pinned host memory in a /dev/shm file;
-//! 4. whether every peer window could be mapped.
+//! 4. whether every peer window could be mapped (and, for peers on other
+//!    hosts, their TCP proxies connected).
 //!
-//! Ranks on other hosts have no ring (GPU buffers across hosts are the
-//! network transport's job): setup then fails with that reason, and device
-//! buffers on that communicator get it as their error.
+//! With ranks on other hosts every window is pinned host memory and each
+//! such peer's window is replaced by a local shadow that proxy threads keep
+//! in step over the network (`netproxy.rs`: TCP, with one more round that
+//! agrees on the connections per peer; `netplugin.rs`: an NCCL network
+//! plugin, with two more rounds that swap its listen handles and connect).
 
 use std::ffi::{c_void, CString};
 use std::time::Duration;
@@ -356,16 +360,6 @@ impl Stopper {
     }
 }
 
-fn boot_id() -> [u8; 36] {
-    let mut b = [0u8; 36];
-    let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap_or_else(|_| format!("{:?}", std::env::var("HOSTNAME")));
-    for (d, c) in b.iter_mut().zip(s.trim().bytes()) {
-        *d = c;
-    }
-    b
-}
-
 /// A number that tells this process from every other one on the host (PID
 /// namespaces can repeat PIDs).
 fn process_nonce() -> u64 {
@@ -382,7 +376,6 @@ fn process_nonce() -> u64 {
 /// Round-1 record: who and where.
 struct Who {
     ok: bool,
-    boot: [u8; 36],
     nonce: u64,
     ordinal: i32,
     bus: [u8; 16],
@@ -390,11 +383,10 @@ struct Who {
 }
 
 impl Who {
-    const LEN: usize = 1 + 36 + 8 + 4 + 16 + 1;
+    const LEN: usize = 1 + 8 + 4 + 16 + 1;
     fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::LEN);
         v.push(self.ok as u8);
-        v.extend_from_slice(&self.boot);
         v.extend_from_slice(&self.nonce.to_le_bytes());
         v.extend_from_slice(&self.ordinal.to_le_bytes());
         v.extend_from_slice(&self.bus);
@@ -409,17 +401,14 @@ impl Who {
                 Self::LEN
             )));
         }
-        let mut boot = [0u8; 36];
-        boot.copy_from_slice(&b[1..37]);
         let mut bus = [0u8; 16];
-        bus.copy_from_slice(&b[49..65]);
+        bus.copy_from_slice(&b[13..29]);
         Ok(Who {
             ok: b[0] == 1,
-            boot,
-            nonce: u64::from_le_bytes(b[37..45].try_into().unwrap_or_default()),
-            ordinal: i32::from_le_bytes(b[45..49].try_into().unwrap_or_default()),
+            nonce: u64::from_le_bytes(b[1..9].try_into().unwrap_or_default()),
+            ordinal: i32::from_le_bytes(b[9..13].try_into().unwrap_or_default()),
             bus,
-            p2p_disable: b[65] == 1,
+            p2p_disable: b[29] == 1,
         })
     }
 }
@@ -666,7 +655,6 @@ impl Ring {
         let who = {
             let r = bus_id(dev).map(|bus| Who {
                 ok: true,
-                boot: boot_id(),
                 nonce: process_nonce(),
                 ordinal: dev,
                 bus,
@@ -1487,7 +1475,6 @@ mod tests {
         };
         let good = Who {
             ok: true,
-            boot: [b'a'; 36],
             nonce: 7,
             ordinal: 1,
             bus: [b'0'; 16],
