@@ -20,7 +20,12 @@
 //! crossed, so a shadow slot is never rewritten before the proxy sent it.
 //! Messages: a 16-byte header `[kind u8, pad u8, channel u16, len u32,
 //! value u64]` (kind 0: slot `value` of `len` bytes follows; kind 1: head =
-//! `value`), little-endian. A peer may have several connections (each with
+//! `value`; kind 2: goodbye, the peer tore its communicator down in order),
+//! little-endian. A connection that closes without a goodbye is a dead peer;
+//! one that closes after it is not an error: a rank may leave while its
+//! peers still work with others (3 ranks: rank 2's last receive comes from
+//! rank 1, so it can destroy while rank 0 still sends to rank 1), and what
+//! it would still have been owed (our last heads) it no longer needs. A peer may have several connections (each with
 //! its own pair of threads); connection `s` of `n` carries the channels
 //! `c` with `c % n == s`, so TCP keeps each channel's messages in order.
 //!
@@ -91,6 +96,8 @@ pub struct Link {
 #[derive(Debug)]
 pub struct Proxy {
     stop: Arc<AtomicBool>,
+    /// The peer said goodbye: later send failures are not errors.
+    left: Arc<AtomicBool>,
     /// Passes of the sender that found nothing to send (see `drain`).
     idle_passes: Arc<AtomicU64>,
     stream: TcpStream,
@@ -141,6 +148,7 @@ impl Proxy {
             .set_nodelay(true)
             .map_err(|e| Error::system(format!("TCP_NODELAY to rank {peer}: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
+        let left = Arc::new(AtomicBool::new(false));
         let idle_passes = Arc::new(AtomicU64::new(0));
         let ip = idle_passes.clone();
         let tx = stream
@@ -150,7 +158,7 @@ impl Proxy {
             .try_clone()
             .map_err(|e| Error::system(format!("socket to rank {peer}: {e}")))?;
         let mut threads = Vec::new();
-        let (s1, e1) = (stop.clone(), on_error.clone());
+        let (s1, e1, left1, left2) = (stop.clone(), on_error.clone(), left.clone(), left.clone());
         let (l1, l2) = (link.clone(), link);
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
@@ -163,7 +171,7 @@ impl Proxy {
             Box::new(move || {
                 // SAFETY: the caller keeps the shadow mapped until stop joins us.
                 if let Err(e) = unsafe { send_loop(&l1, tx, &s1, &ip) } {
-                    if !s1.load(Ordering::Acquire) {
+                    if !s1.load(Ordering::Acquire) && !left1.load(Ordering::Acquire) {
                         e1(e);
                     }
                 }
@@ -174,7 +182,7 @@ impl Proxy {
             "oxccl-gpu-net-rx",
             Box::new(move || {
                 // SAFETY: the caller keeps the window mapped until stop joins us.
-                if let Err(e) = unsafe { recv_loop(&l2, rx, &s2) } {
+                if let Err(e) = unsafe { recv_loop(&l2, rx, &s2, &left2) } {
                     if !s2.load(Ordering::Acquire) {
                         e2(e);
                     }
@@ -183,6 +191,7 @@ impl Proxy {
         )?);
         Ok(Proxy {
             stop,
+            left,
             idle_passes,
             stream,
             threads,
@@ -211,10 +220,21 @@ impl Proxy {
         self.stop.store(true, Ordering::Release);
     }
 
+    /// Whether the peer said goodbye (tore its side down in order).
+    pub fn peer_left(&self) -> bool {
+        self.left.load(Ordering::Acquire)
+    }
+
     /// Stops and joins both threads (the socket is shut down to wake the
-    /// receiver).
+    /// receiver). The sender says goodbye first: it gets 500 ms, enough for
+    /// a 16-byte write into a socket whose peer reads (a peer that does not
+    /// read cannot hold teardown longer).
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        let until = Instant::now() + Duration::from_millis(500);
+        while self.threads.first().is_some_and(|t| !t.is_finished()) && Instant::now() < until {
+            std::thread::sleep(Duration::from_micros(100));
+        }
         let _ = self.stream.shutdown(Shutdown::Both);
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -313,12 +333,23 @@ unsafe fn send_loop(
             }
         }
     }
+    // Stopped in order (the ring drained us first): say so, so the peer
+    // does not take the closing connection for a death.
+    let mut bye = [0u8; 16];
+    bye[0] = 2;
+    tx.write_all(&bye)
+        .map_err(|e| io(peer, "sending goodbye", e))?;
     Ok(())
 }
 
 /// # Safety
 /// `window` is this rank's live, aligned `layout`-shaped window.
-unsafe fn recv_loop(link: &Link, mut rx: TcpStream, stop: &AtomicBool) -> Result<()> {
+unsafe fn recv_loop(
+    link: &Link,
+    mut rx: TcpStream,
+    stop: &AtomicBool,
+    left: &AtomicBool,
+) -> Result<()> {
     let Link {
         layout,
         me,
@@ -339,6 +370,10 @@ unsafe fn recv_loop(link: &Link, mut rx: TcpStream, stop: &AtomicBool) -> Result
         let c = u16::from_le_bytes([h[2], h[3]]) as u32;
         let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as u64;
         let value = u64::from_le_bytes(h[8..16].try_into().unwrap_or_default());
+        if kind == 2 {
+            left.store(true, Ordering::Release);
+            return Ok(());
+        }
         if !channels.contains(&c) || kind > 1 || len > layout.slot {
             return Err(Error::remote(format!(
                 "GPU network path: rank {peer} sent a malformed message \
@@ -632,5 +667,65 @@ pub(crate) mod tests {
         let e = first_error(&errs);
         p.stop();
         assert!(e.as_ref().is_some_and(|m| m.contains("rank 1")), "{e:?}");
+    }
+
+    /// A peer that tears down in order says goodbye first: its closing
+    /// connection is then no error here (3 ranks: one may leave while the
+    /// others still work), while one that closes without it still is.
+    #[test]
+    fn a_peer_that_says_goodbye_is_not_an_error() {
+        let layout = Layout {
+            nranks: 2,
+            nch: 1,
+            nslots: 4,
+            slot: 1024,
+            region: SLOTS + 4 * 1024,
+        };
+        let (w0, sh0) = (Mem::new(layout.region), Mem::new(layout.region));
+        let (w1, sh1) = (Mem::new(layout.region), Mem::new(layout.region));
+        let (mut p0, b, errs) = proxy_to_rank1(layout, &w0, &sh0);
+        let errs1: Errors = Default::default();
+        let e1 = errs1.clone();
+        // SAFETY: both buffers outlive the proxy (stopped below).
+        let mut p1 = unsafe {
+            Proxy::start(
+                Link {
+                    layout,
+                    me: 1,
+                    peer: 0,
+                    shadow: sh1.addr(),
+                    window: w1.addr(),
+                    channels: vec![0],
+                },
+                b,
+                Arc::new(move |e: Error| e1.lock().unwrap().push(e.message().to_string())),
+            )
+        }
+        .unwrap();
+        // Rank 1 leaves; rank 0 goes on (its proxy still running).
+        p1.halt();
+        p1.stop();
+        let t0 = Instant::now();
+        while !p0.peer_left() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(p0.peer_left(), "rank 0 did not see rank 1's goodbye");
+        // A head rank 0's kernels write for the departed peer: its sender
+        // tries to send it into the closed connection, and that is no error.
+        // SAFETY: the head word of (peer 1, channel 0) in rank 0's shadow.
+        unsafe { word(sh0.addr() + layout.offset(1, 0, 0) as usize + HEAD as usize) }
+            .store(1, Ordering::Release);
+        std::thread::sleep(Duration::from_millis(200));
+        p0.stop();
+        assert!(
+            errs.lock().unwrap().is_empty(),
+            "{:?}",
+            errs.lock().unwrap()
+        );
+        assert!(
+            errs1.lock().unwrap().is_empty(),
+            "{:?}",
+            errs1.lock().unwrap()
+        );
     }
 }
