@@ -14,6 +14,10 @@
 #   scripts/perf-gpu.sh quick        # the -g 2 sweep and the checks only
 #   scripts/perf-gpu.sh rest         # all but those (the device tool allows
 #                                    # 10 minutes a command: quick, then rest)
+#   scripts/perf-gpu.sh latency      # all_reduce 8 B-1 MB, 2 processes, one-shot
+#                                    # LL against ring LL, eager and graphs, vs NCCL
+#   scripts/perf-gpu.sh agrs         # all_gather / reduce_scatter to 2 GB vs NCCL
+#   scripts/perf-gpu.sh tuning       # NCCL's per-size choices (TUNING log)
 #
 # NVLink multicast stays off in everything this starts (shared/gpu.md rules).
 # Every run has a deadline: -T 120 inside oxccl perf, `timeout` around it.
@@ -80,7 +84,7 @@ run() { # name, seconds, command...
 }
 
 P="perf -T 120"
-if [ "$MODE" != rest ]; then
+if [ "$MODE" = all ] || [ "$MODE" = quick ]; then
   # 1. The headline sweep: one process, one thread driving both GPUs.
   run g2_all_reduce 600 "$X" $P all_reduce --backend cuda -g 2 -b 8 -e 1G -f 4 -c 1 -J "$OUTDIR/g2_all_reduce.json"
   # 2. Every collective once, checked, at a few sizes (8 B .. 8 MB).
@@ -88,7 +92,7 @@ if [ "$MODE" != rest ]; then
     run "check_$c" 300 "$X" $P "$c" --backend cuda -g 2 -b 8 -e 8M -f 32 -c 1 -n 5 -w 2
   done
 fi
-if [ "$MODE" != quick ]; then
+if [ "$MODE" = all ] || [ "$MODE" = rest ]; then
   # 3. One process per GPU (oxccl's libnccl, then NVIDIA's as the measured
   #    library, so a failure of the first is told apart from one of the tool).
   run ranks2_all_reduce 600 "$X" $P all_reduce --backend cuda --ranks 2 -b 8 -e 1G -f 4 -c 1 -J "$OUTDIR/ranks2_all_reduce.json"
@@ -106,6 +110,32 @@ if [ "$MODE" != quick ]; then
   fi
 fi
 # Plots of the JSON files that were written.
+if [ "$MODE" = latency ]; then
+  # Small all-reduces, 2 processes, beside NCCL (interleaved per size):
+  # the one-shot LL kernel (default) and the ring LL (OXCCL_CUDA_ONESHOT_MAX=0),
+  # eager and under CUDA graphs, float and bfloat16.
+  L="all_reduce --backend cuda --ranks 2 -b 8 -e 1M -f 4 -c 1 -n 200 -w 20 --compare $NCCL"
+  run lat_eager 300 "$X" $P $L -J "$OUTDIR/lat_eager.json"
+  run lat_graph 300 "$X" $P $L -G 10 -J "$OUTDIR/lat_graph.json"
+  run lat_graph_bf16 300 "$X" $P $L -G 10 -d bfloat16
+  OXCCL_CUDA_ONESHOT_MAX=0 run lat_eager_ringll 300 "$X" $P $L
+  OXCCL_CUDA_ONESHOT_MAX=0 run lat_graph_ringll 300 "$X" $P $L -G 10
+  OXCCL_CUDA_ONESHOT_MAX=1M run lat_graph_oneshot1m 300 "$X" $P $L -G 10
+  run lat_g2_graph 300 "$X" $P all_reduce --backend cuda -g 2 -b 8 -e 1M -f 4 -c 1 -n 200 -w 20 -G 10 --compare "$NCCL"
+fi
+if [ "$MODE" = agrs ]; then
+  # All-gather and reduce-scatter from 128 MB, 2 processes, beside NCCL.
+  for c in all_gather reduce_scatter; do
+    run "big_$c" 400 "$X" $P $c --backend cuda --ranks 2 -b 8 -e 2G -f 8 -c 1 -n 10 -w 3 --compare "$NCCL" -J "$OUTDIR/big_$c.json"
+  done
+fi
+if [ "$MODE" = tuning ]; then
+  # NCCL's own choice per size (algorithm, protocol, channels = SMs), from
+  # its TUNING log, for the SM table of performance-gpu.md.
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "$X" $P all_reduce --backend cuda --ranks 2 -b 8 -e 1G -f 16 -c 0 -n 2 -w 1 --lib "$NCCL" \
+    > "$OUTDIR/nccl_tuning.log" 2>&1
+  grep -iE "channel|algo|proto" "$OUTDIR/nccl_tuning.log" | sort | uniq -c | sort -rn | head -40
+fi
 for j in "$OUTDIR"/*.json; do
   [ -s "$j" ] && "$X" plot "$j" -o "${j%.json}.svg" && echo "plot: ${j%.json}.svg"
 done

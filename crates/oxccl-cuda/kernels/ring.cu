@@ -40,8 +40,11 @@ enum {
     RM_ALLGATHER = 2,
     RM_BROADCAST = 3,
     RM_REDUCE = 4,
-    RM_ALLREDUCE_LL = 5
+    RM_ALLREDUCE_LL = 5,
+    RM_ALLREDUCE_LL1 = 6
 };
+// Most ranks of the one-shot LL all-reduce (a channel per peer in shared memory).
+#define RING_LL1_MAX_RANKS 8
 enum { RERR_TIMEOUT = 1, RERR_ABORT = 2 };
 #define RING_HDR 384
 #define RING_HEAD 128
@@ -129,13 +132,19 @@ __device__ __forceinline__ u64 ld_relaxed_sys(const u64* p) {
 __device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
 // Thread 0: waits until *p >= v; false on abort, another block's error or timeout.
-__device__ __forceinline__ bool wait_ge(const RingCommon& c, const u64* p, u64 v, u32 peer) {
-    u64 spins = 0, t0 = 0;
-    if (ld_relaxed_sys(p) >= v) {
-        fence_acq_rel_sys();
+// `acquire` false skips the closing system fence: LL's wait for room in the
+// peer's slots only orders our later stores after the peer's finished reads
+// (a store does not pass the load it depends on; NCCL's LL polls its head
+// the same way), and the fence cost ~1 us per step. `seen` gets the value.
+__device__ __forceinline__ bool wait_ge(const RingCommon& c, const u64* p, u64 v, u32 peer,
+                                        bool acquire = true, u64* seen = nullptr) {
+    u64 spins = 0, t0 = 0, x = ld_relaxed_sys(p);
+    if (x >= v) {
+        if (acquire) fence_acq_rel_sys();
+        if (seen) *seen = x;
         return true;
     }
-    while (ld_relaxed_sys(p) < v) {
+    while ((x = ld_relaxed_sys(p)) < v) {
         // One check of the host words every 1024 polls: a poll of local
         // memory is ~0.5 us, so an abort is seen within about a millisecond
         // without putting a PCIe read on every poll.
@@ -155,7 +164,8 @@ __device__ __forceinline__ bool wait_ge(const RingCommon& c, const u64* p, u64 v
             }
         }
     }
-    fence_acq_rel_sys();
+    if (acquire) fence_acq_rel_sys();
+    if (seen) *seen = x;
     return true;
 }
 
@@ -480,6 +490,7 @@ struct LLChan {
     char* sll;         // next's window: my LL slots
     const u64* shead;  // mine: next's LL head
     u64 rstep, sstep;
+    u64 hseen;         // the last LL head value read from shead (0: none yet)
     u32 prev, next;
     int fail;
 };
@@ -493,9 +504,18 @@ __device__ __forceinline__ void ll_open(LLChan& k, const RingCommon& c, u32 prev
     k.shead = (const u64*)(region_of(c, me, next, ch) + RING_LL_HEAD);
     k.rstep = *counter(c, 3, prev, ch);
     k.sstep = *counter(c, 2, next, ch);
+    k.hseen = 0;
     k.prev = prev;
     k.next = next;
     k.fail = 0;
+}
+
+// Thread 0: room for one more LL slot towards k.next (its head past
+// sstep + 1 - nslots). The head read last time is kept, so most steps read
+// nothing: with 8 slots a new read is needed once per 8 steps at most.
+__device__ __forceinline__ bool ll_room(LLChan& k, const RingCommon& c) {
+    if (k.sstep + 1 <= k.hseen + c.ll_nslots) return true;
+    return wait_ge(c, k.shead, k.sstep + 1 - c.ll_nslots, k.next, false, &k.hseen);
 }
 
 // One LL step of n elements by the whole block (as rstep, without tails).
@@ -507,10 +527,7 @@ __device__ __noinline__ bool ll_step(LLChan& k, const RingCommon& c, u32 f, bool
     constexpr u64 N = 8 / sizeof(S);
     if (n == 0) return true;
     if (threadIdx.x == 0) {
-        bool ok = true;
-        if (send && k.sstep + 1 > c.ll_nslots)
-            ok = wait_ge(c, k.shead, k.sstep + 1 - c.ll_nslots, k.next);
-        k.fail = ok ? 0 : 1;
+        k.fail = (send && !ll_room(k, c)) ? 1 : 0;
     }
     __syncthreads();
     if (k.fail) return false;
@@ -594,10 +611,96 @@ __device__ void ring_run_ll(const RingArgs& a) {
     }
 }
 
+// One-shot all-reduce over LL slots (small messages, at most
+// RING_LL1_MAX_RANKS ranks): each rank writes its part of the input, as LL
+// lines, straight into every other rank's slots, then reduces the n
+// contributions in rank order (0, 1, ..., n-1: the same order, so the same
+// bits, on every rank). One NVLink crossing instead of the ring's 2(n-1)
+// dependent ones; each rank sends (n-1) x its input, which is why this is for
+// small messages only (RingConfig::oneshot_max). The LL counters per (peer,
+// channel) advance by the same number of steps at both ends, as in the ring.
+template <typename E, int OP>
+__device__ void ring_run_ll1(const RingArgs& a) {
+    typedef typename E::S S;
+    typedef typename E::A A;
+    const RingCommon& c = a.c;
+    __shared__ LLChan k[RING_LL1_MAX_RANKS];
+    __shared__ int fail;
+    const u32 n = c.nranks, q = c.rank;
+    if (threadIdx.x < n && threadIdx.x != q) ll_open(k[threadIdx.x], c, threadIdx.x, threadIdx.x);
+    if (threadIdx.x == 0) fail = 0;
+    __syncthreads();
+    const A s = ring_scale<E>(a);
+    constexpr u64 pack = 8 / sizeof(S);
+    const u64 E_ = (c.ll_bytes / 2 / sizeof(S)) / pack * pack;  // elements per LL slot
+    const u64 per = ((a.count + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
+    const u64 lo = umin((u64)blockIdx.x * per, a.count), hi = umin(lo + per, a.count);
+    const S* in = (const S*)a.in;
+    S* out = (S*)a.out;
+    for (u64 base = lo; base < hi; base += E_) {
+        const u64 nn = umin(E_, hi - base);
+        if (threadIdx.x == 0) {
+            for (u32 p = 0; p < n; p++)
+                if (p != q && !ll_room(k[p], c)) {
+                    fail = 1;
+                    break;
+                }
+        }
+        __syncthreads();
+        if (fail) break;
+        const u64 units = (nn + pack - 1) / pack;
+        for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
+            const u64 e0 = base + u * pack, avail = hi - e0;
+            const u64 mine = ll_pack<E>(in + e0, avail);
+            for (u32 p = 0; p < n; p++) {
+                if (p == q) continue;
+                uint4* sl = (uint4*)(k[p].sll + (k[p].sstep % c.ll_nslots) * c.ll_bytes);
+                st_line(sl + u, mine, (u32)(k[p].sstep + 1));
+            }
+            u64 acc = 0;
+            for (u32 p = 0; p < n; p++) {
+                u64 v = mine;
+                if (p != q) {
+                    const uint4* rl =
+                        (const uint4*)(k[p].rll + (k[p].rstep % c.ll_nslots) * c.ll_bytes);
+                    if (!ll_wait(c, rl + u, (u32)(k[p].rstep + 1), &v, p)) {
+                        fail = 1;
+                        break;
+                    }
+                }
+                const u32 f = (p == 0 ? F_IN | F_PRE : F_RECV | F_IN | F_PRE) |
+                              (p + 1 == n ? F_POST : 0);
+                acc = ll_elem<E, OP>(f, acc, v, s, n);
+            }
+            if (fail) break;
+            ll_unpack<E>(out + e0, acc, avail);
+        }
+        __syncthreads();
+        if (fail) break;
+        if (threadIdx.x < n && threadIdx.x != q) {
+            // Every line from this peer was read (used above, before the
+            // barrier): it may reuse the slot.
+            LLChan& kp = k[threadIdx.x];
+            kp.sstep++;
+            kp.rstep++;
+            st_relaxed_sys(kp.rhead, kp.rstep);
+        }
+        __syncthreads();
+    }
+    if (!fail && threadIdx.x < n && threadIdx.x != q) {
+        *counter(c, 3, threadIdx.x, blockIdx.x) = k[threadIdx.x].rstep;
+        *counter(c, 2, threadIdx.x, blockIdx.x) = k[threadIdx.x].sstep;
+    }
+}
+
 template <typename E, int OP>
 __device__ void ring_run(const RingArgs& a) {
     if (a.mode == RM_ALLREDUCE_LL) {
         ring_run_ll<E, OP>(a);
+        return;
+    }
+    if (a.mode == RM_ALLREDUCE_LL1) {
+        ring_run_ll1<E, OP>(a);
         return;
     }
     typedef typename E::S S;

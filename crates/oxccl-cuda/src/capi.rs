@@ -1117,8 +1117,13 @@ impl DevComm {
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
         let mut blocks = ring::coll_channels(link_bytes, r.channels());
         if mode == ring::RM_ALLREDUCE && link_bytes <= r.ll_max() {
-            // Small all-reduces: flags inside the data (see ring.cu, "LL").
-            args.mode = ring::RM_ALLREDUCE_LL;
+            // Small all-reduces: flags inside the data (see ring.cu, "LL"),
+            // the smallest straight to every rank (one crossing, not 2(n-1)).
+            args.mode = if link_bytes <= r.oneshot_max() {
+                ring::RM_ALLREDUCE_LL1
+            } else {
+                ring::RM_ALLREDUCE_LL
+            };
             blocks = ring::ll_channels(link_bytes, r.channels());
         }
         self.launch(LaunchKind::Ring { f, blocks, args }, stream)

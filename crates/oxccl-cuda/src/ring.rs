@@ -64,6 +64,10 @@ pub const RM_BROADCAST: u32 = 3;
 pub const RM_REDUCE: u32 = 4;
 /// All-reduce over the LL protocol.
 pub const RM_ALLREDUCE_LL: u32 = 5;
+/// One-shot all-reduce over LL slots (every rank to every rank).
+pub const RM_ALLREDUCE_LL1: u32 = 6;
+/// Most ranks of the one-shot LL all-reduce (`RING_LL1_MAX_RANKS`).
+pub const LL1_MAX_RANKS: usize = 8;
 
 /// Settings of the ring path (from the communicator's parameters).
 #[derive(Debug, Clone)]
@@ -80,6 +84,9 @@ pub struct RingConfig {
     pub timeout: Duration,
     /// All-reduces of at most this many bytes take the LL protocol (0: never).
     pub ll_max: u64,
+    /// All-reduces of at most this many bytes (and within `ll_max`) take the
+    /// one-shot LL kernel where the ranks are at most [`LL1_MAX_RANKS`] (0: never).
+    pub oneshot_max: u64,
     /// Every operation with peers takes the ring, even where the two-GPU
     /// one-shot kernels could run (NCCL_ALGO without OneShot/TwoShot).
     pub force: bool,
@@ -121,6 +128,7 @@ impl RingConfig {
             nslots: 4,
             timeout,
             ll_max: DEFAULT_LL_MAX,
+            oneshot_max: default_oneshot_max(nranks),
             force: false,
             net_streams: 1,
         }
@@ -142,6 +150,18 @@ impl RingConfig {
 /// 35.8 us at 64 KiB / 512 KiB / 1 MiB / 2 MiB, Simple 17.3 / 18.3 / 19.7 /
 /// 23.3: they cross at 1 MiB.
 pub const DEFAULT_LL_MAX: u64 = 512 << 10;
+
+/// The all-reduce size up to which the one-shot LL kernel is taken by
+/// default: each rank sends (n - 1) x the message, so the bound shrinks with
+/// the rank count (64 KiB for 2 ranks, ~9 KiB for 8; none past 8 ranks).
+/// To be replaced by the device measurement (performance-gpu.md, session 3).
+pub fn default_oneshot_max(nranks: usize) -> u64 {
+    if (2..=LL1_MAX_RANKS).contains(&nranks) {
+        (64 << 10) / (nranks as u64 - 1)
+    } else {
+        0
+    }
+}
 
 /// Blocks of an LL all-reduce of `bytes`: one per 8 KiB (an LL slot's data),
 /// so every channel's part fits one round of slots.
@@ -300,6 +320,7 @@ pub struct Ring {
     /// Why the kernels were stopped from outside (a peer died), if they were.
     stopper: std::sync::Arc<Stopper>,
     ll_max: u64,
+    oneshot_max: u64,
     /// The network path's proxies (peers on other hosts).
     proxies: Vec<crate::netproxy::Proxy>,
     /// (peer, host address of its shadow window).
@@ -746,6 +767,11 @@ impl Ring {
             stopper: Default::default(),
             // LL lines cannot cross the network proxy (it moves whole slots).
             ll_max: if cross { 0 } else { cfg.ll_max },
+            oneshot_max: if cross || nranks > LL1_MAX_RANKS {
+                0
+            } else {
+                cfg.oneshot_max
+            },
             proxies: Vec::new(),
             shadows: Vec::new(),
             net_streams: 1,
@@ -1140,6 +1166,11 @@ impl Ring {
     /// All-reduces up to this many bytes take LL.
     pub fn ll_max(&self) -> u64 {
         self.ll_max
+    }
+
+    /// All-reduces up to this many bytes (and LL) take the one-shot kernel.
+    pub fn oneshot_max(&self) -> u64 {
+        self.oneshot_max
     }
 
     /// Channels of the window.

@@ -717,4 +717,32 @@ fn across_hosts_through_a_network_plugin() {
             ("OXCCL_TEST_TYPES", "float32,bfloat16,int8"),
         ],
     );
+    // Three hosts: a rank may leave while the others still work (its
+    // zero-byte goodbye keeps that from looking like a death).
+    run_ranks(
+        3,
+        "7,65537",
+        &[
+            ("OXCCL_TEST_HOSTS", "0,1,2"),
+            ("NCCL_NET_PLUGIN", so.as_str()),
+            ("OXCCL_TEST_TYPES", "float32,int64"),
+        ],
+    );
+}
+
+#[test]
+fn one_shot_all_reduce_at_every_size() {
+    if gpus() < 2 {
+        return;
+    }
+    // The one-shot LL kernel (every rank writes to every rank) forced for
+    // every all-reduce LL takes: many slots per channel, slots reused, with
+    // the other collectives' ring steps in between.
+    let env = [
+        ("NCCL_PROTO", "LL"),
+        ("OXCCL_CUDA_ONESHOT_MAX", "1G"),
+        ("OXCCL_TEST_TYPES", "float32,bfloat16,int8,float64"),
+    ];
+    run_ranks(2, "1,4099,70001,1000003", &env);
+    run_ranks(4, "7,65537", &env);
 }
