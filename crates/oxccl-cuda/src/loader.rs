@@ -48,6 +48,7 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuCtxGetCurrent",
     "cuCtxGetDevice",
     "cuPointerGetAttribute",
+    "cuPointerGetAttributes",
     "cuMemcpyDtoDAsync_v2",
     "cuCtxSynchronize",
     "cuCtxEnablePeerAccess",

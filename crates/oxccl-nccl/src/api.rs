@@ -139,8 +139,8 @@ pub(crate) unsafe fn collective(
                 "recvbuff is NULL with count {count}"
             )));
         }
-        if let Some(dev) = device_route(&c, kind, send, recv)? {
-            let launch = prepare_device(&dev, kind, send, recv, count, t, spec, root, stream)?;
+        if let Some((dev, ext)) = device_route(&c, kind, send, recv)? {
+            let launch = prepare_device(&dev, kind, send, recv, ext, count, t, spec, root, stream)?;
             if group::in_group() {
                 group::enqueue_device(c, launch);
                 return Ok(());
@@ -189,18 +189,19 @@ pub(crate) fn coll_name(kind: CollKind) -> &'static str {
 /// both buffers are host memory: NULL, pageable, pinned), `Some(gpu state)`
 /// for the CUDA path (device buffers of this communicator's GPU). Device
 /// buffers that the CUDA path cannot take are an error, never a host run
-/// (the host would dereference device pointers).
+/// (the host would dereference device pointers). With the communicator
+/// come the buffers' allocation extents (send, recv) for the count checks.
 pub(crate) fn device_route(
     c: &Comm,
     kind: CollKind,
     send: *const c_void,
     recv: *mut c_void,
-) -> Result<Option<Arc<DevComm>>> {
+) -> Result<Option<(Arc<DevComm>, [cuda::Extent; 2])>> {
     if !cuda::available() {
         return Ok(None);
     }
-    let ms = cuda::memory_of(send)?;
-    let mr = cuda::memory_of(recv as *const c_void)?;
+    let (ms, es) = cuda::locate(send)?;
+    let (mr, er) = cuda::locate(recv as *const c_void)?;
     let ord = match (ms, mr) {
         (Memory::Host, Memory::Host) => return Ok(None),
         (Memory::Device(a), Memory::Device(b)) if a != b => {
@@ -246,7 +247,7 @@ pub(crate) fn device_route(
             dev.ordinal()
         )));
     }
-    Ok(Some(dev))
+    Ok(Some((dev, [es, er])))
 }
 
 /// Checks a device-buffer operation and prepares its launch.
@@ -256,6 +257,7 @@ fn prepare_device(
     kind: CollKind,
     send: *const c_void,
     recv: *mut c_void,
+    ext: [cuda::Extent; 2],
     count: usize,
     t: DataType,
     spec: OpSpec,
@@ -292,8 +294,8 @@ fn prepare_device(
         CollKind::Send => (bytes, 0),
         CollKind::Recv => (0, bytes),
     };
-    cuda::check_extent(s, sx, "sendbuff")?;
-    cuda::check_extent(r, rx, "recvbuff")?;
+    cuda::check_extent_in(s, sx, ext[0], "sendbuff")?;
+    cuda::check_extent_in(r, rx, ext[1], "recvbuff")?;
     let others = || (0..nranks).filter(move |&p| p != rank);
     match kind {
         CollKind::AllReduce => dev.prepare_reduce(

@@ -12,6 +12,21 @@ use std::process::Command;
 /// (each test binary its own copy: a process may have another one loaded).
 /// Panics when the build fails (a test helper).
 pub fn build_test_plugin(features: &str, owner: &str) -> PathBuf {
+    // Once per (features, owner) and process: tests of one binary run in
+    // parallel threads, and two of them copying to the same file raced (one
+    // renamed the other's temporary away).
+    static BUILT: std::sync::Mutex<Vec<(String, String, PathBuf)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, _, p)) = built.iter().find(|(f, o, _)| f == features && o == owner) {
+        return p.clone();
+    }
+    let dst = build_uncached(features, owner);
+    built.push((features.to_string(), owner.to_string(), dst.clone()));
+    dst
+}
+
+fn build_uncached(features: &str, owner: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let profile_dir = exe
         .parent()
