@@ -408,9 +408,9 @@ params! {
     HOSTID: Opt<Str> = "NCCL_HOSTID", "", honoured,
         "Names this host for transport choice instead of hostname + boot id: ranks with equal values use shared memory, others TCP.";
     SOCKET_NTHREADS: Opt<U32> = "NCCL_SOCKET_NTHREADS", "", honoured,
-        "Threads per TCP connection. Unset: auto.";
+        "Threads per TCP connection (GPU network path: connections per peer = this x NCCL_NSOCKS_PERTHREAD, at most 16). Unset (both): 16 / peers on other hosts, 1..8.";
     NSOCKS_PERTHREAD: Opt<U32> = "NCCL_NSOCKS_PERTHREAD", "", honoured,
-        "Sockets per TCP thread. Unset: auto.";
+        "Sockets per TCP thread (see NCCL_SOCKET_NTHREADS). Unset: auto.";
     NET_PLUGIN: Opt<Str> = "NCCL_NET_PLUGIN", "", honoured,
         "Network plugin (ncclNet v6-v10) for peers on other hosts: foo loads libnccl-net-foo.so (then foo), a path is used as is, none disables. Unset: libnccl-net.so if present. A plugin that cannot be used: a WARN and oxccl's sockets.";
     NET: Opt<Str> = "NCCL_NET", "", honoured,

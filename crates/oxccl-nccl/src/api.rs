@@ -404,9 +404,18 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
     cfg.force |= p.get(&params::CUDA_RING);
     // The GPU network path's connections per peer, NCCL's way: threads x
     // sockets per thread (each connection here has its own two threads).
-    let nthreads = p.get(&params::SOCKET_NTHREADS).unwrap_or(1).max(1);
-    let nsocks = p.get(&params::NSOCKS_PERTHREAD).unwrap_or(1).max(1);
-    cfg.net_streams = nthreads.saturating_mul(nsocks).clamp(1, 16);
+    // Neither set: 0, the ring picks by the number of peers on other hosts
+    // (cuda_ring::auto_net_streams).
+    let (nthreads, nsocks) = (
+        p.get(&params::SOCKET_NTHREADS),
+        p.get(&params::NSOCKS_PERTHREAD),
+    );
+    cfg.net_streams = if nthreads.is_none() && nsocks.is_none() {
+        0
+    } else {
+        let (t, s) = (nthreads.unwrap_or(1).max(1), nsocks.unwrap_or(1).max(1));
+        t.saturating_mul(s).clamp(1, 16)
+    };
     cfg
 }
 
