@@ -442,7 +442,7 @@ params! {
     CUDA_RING: Bool = "OXCCL_CUDA_RING", "0", honoured,
         "1: device buffers always take the GPU ring path, also where two GPUs of one process could use the one-shot kernels (for tests and comparisons).";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
-        "All-reduces on device buffers up to this many bytes take the one-shot LL kernel (every rank writes to every rank; at most 8 ranks, one host). 0: never. Unset: 64K / (ranks - 1). NCCL_ALGO without OneShot also turns it off.";
+        "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 128K / (ranks - 1) within a host; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off.";
     INIT_TIMEOUT_MS: U64 = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,
         "Timeout of rendezvous and connection setup, in milliseconds.";
     AUTH_SECRET: Opt<Secret> = "OXCCL_AUTH_SECRET", "", honoured,

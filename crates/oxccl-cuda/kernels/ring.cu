@@ -41,7 +41,8 @@ enum {
     RM_BROADCAST = 3,
     RM_REDUCE = 4,
     RM_ALLREDUCE_LL = 5,
-    RM_ALLREDUCE_LL1 = 6
+    RM_ALLREDUCE_LL1 = 6,
+    RM_ALLREDUCE_1S = 7
 };
 // Most ranks of the one-shot LL all-reduce (a channel per peer in shared memory).
 #define RING_LL1_MAX_RANKS 8
@@ -701,6 +702,81 @@ __device__ void ring_run_ll1(const RingArgs& a) {
     }
 }
 
+// One-shot all-reduce over Simple slots (at most RING_LL1_MAX_RANKS ranks):
+// as ring_run_ll1, with tails, heads and sizes instead of flags in the
+// lines, so slots can cross the network proxies (which move whole slots).
+// Across hosts this is one network crossing instead of the ring's 2(n-1)
+// dependent ones; with 2 ranks it also sends no more than the ring (S each
+// way either way).
+template <typename E, int OP>
+__device__ void ring_run_1s(const RingArgs& a) {
+    typedef typename E::S S;
+    typedef typename E::A A;
+    const RingCommon& c = a.c;
+    __shared__ Chan k[RING_LL1_MAX_RANKS];
+    __shared__ int fail;
+    const u32 n = c.nranks, q = c.rank;
+    if (threadIdx.x < n && threadIdx.x != q) chan_open(k[threadIdx.x], c, threadIdx.x, threadIdx.x);
+    if (threadIdx.x == 0) fail = 0;
+    __syncthreads();
+    const A s = ring_scale<E>(a);
+    const u64 pack = 16 / sizeof(S);
+    const u64 E_ = (c.slot / sizeof(S)) / pack * pack;  // elements per slot
+    const u64 per = ((a.count + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
+    const u64 lo = umin((u64)blockIdx.x * per, a.count), hi = umin(lo + per, a.count);
+    const S* in = (const S*)a.in;
+    S* out = (S*)a.out;
+    for (u64 base = lo; base < hi; base += E_) {
+        const u64 nn = umin(E_, hi - base);
+        if (threadIdx.x == 0) {
+            for (u32 p = 0; p < n && !fail; p++)
+                if (p != q && k[p].sstep + 1 > c.nslots &&
+                    !wait_ge(c, k[p].shead, k[p].sstep + 1 - c.nslots, p))
+                    fail = 1;
+        }
+        __syncthreads();
+        if (fail) break;
+        // Each rank's contribution, pre-scaled by its own scalar, into every
+        // peer's slot.
+        for (u64 i = threadIdx.x; i < nn; i += blockDim.x) {
+            const S v = relem<E, OP>(F_IN | F_PRE, S(), in[base + i], s, n);
+            for (u32 p = 0; p < n; p++)
+                if (p != q) ((S*)(k[p].sdata + (k[p].sstep % c.nslots) * c.slot))[i] = v;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            // The block's writes reach thread 0 through the barrier; the
+            // release stores (system scope, cumulative) publish them.
+            for (u32 p = 0; p < n; p++) {
+                if (p == q) continue;
+                ((volatile u32*)((char*)k[p].stail + RING_SIZES))[k[p].sstep % c.nslots] =
+                    (u32)(nn * sizeof(S));
+                st_release_sys(k[p].stail, ++k[p].sstep);
+            }
+            for (u32 p = 0; p < n && !fail; p++)
+                if (p != q && !wait_ge(c, k[p].rtail, k[p].rstep + 1, p)) fail = 1;
+        }
+        __syncthreads();
+        if (fail) break;
+        for (u64 i = threadIdx.x; i < nn; i += blockDim.x) {
+            S acc = S();
+            for (u32 p = 0; p < n; p++) {
+                const S v = p == q ? relem<E, OP>(F_IN | F_PRE, S(), in[base + i], s, n)
+                                   : ldcg((const S*)(k[p].rdata + (k[p].rstep % c.nslots) * c.slot) + i);
+                acc = p == 0 ? v : relem<E, OP>(F_RECV | F_IN, acc, v, s, n);
+            }
+            out[base + i] = rpost<E, OP>(acc, n);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (u32 p = 0; p < n; p++)
+                if (p != q) st_release_sys(k[p].rhead, ++k[p].rstep);
+        }
+    }
+    __syncthreads();
+    if (!fail && threadIdx.x < n && threadIdx.x != q) chan_close(k[threadIdx.x], c);
+}
+
 template <typename E, int OP>
 __device__ void ring_run(const RingArgs& a) {
     if (a.mode == RM_ALLREDUCE_LL) {
@@ -709,6 +785,10 @@ __device__ void ring_run(const RingArgs& a) {
     }
     if (a.mode == RM_ALLREDUCE_LL1) {
         ring_run_ll1<E, OP>(a);
+        return;
+    }
+    if (a.mode == RM_ALLREDUCE_1S) {
+        ring_run_1s<E, OP>(a);
         return;
     }
     typedef typename E::S S;

@@ -66,7 +66,9 @@ pub const RM_REDUCE: u32 = 4;
 pub const RM_ALLREDUCE_LL: u32 = 5;
 /// One-shot all-reduce over LL slots (every rank to every rank).
 pub const RM_ALLREDUCE_LL1: u32 = 6;
-/// Most ranks of the one-shot LL all-reduce (`RING_LL1_MAX_RANKS`).
+/// One-shot all-reduce over Simple slots (across hosts).
+pub const RM_ALLREDUCE_1S: u32 = 7;
+/// Most ranks of the one-shot all-reduces (`RING_LL1_MAX_RANKS`).
 pub const LL1_MAX_RANKS: usize = 8;
 
 /// Settings of the ring path (from the communicator's parameters).
@@ -87,6 +89,10 @@ pub struct RingConfig {
     /// All-reduces of at most this many bytes (and within `ll_max`) take the
     /// one-shot LL kernel where the ranks are at most [`LL1_MAX_RANKS`] (0: never).
     pub oneshot_max: u64,
+    /// All-reduces of at most this many bytes take the one-shot kernel over
+    /// Simple slots when some peer is on another host (LL cannot cross the
+    /// network proxies), at most [`LL1_MAX_RANKS`] ranks (0: never).
+    pub oneshot_net_max: u64,
     /// Every operation with peers takes the ring, even where the two-GPU
     /// one-shot kernels could run (NCCL_ALGO without OneShot/TwoShot).
     pub force: bool,
@@ -141,6 +147,7 @@ impl RingConfig {
             timeout,
             ll_max: DEFAULT_LL_MAX,
             oneshot_max: default_oneshot_max(nranks),
+            oneshot_net_max: default_oneshot_net_max(nranks),
             force: false,
             net_streams: 0,
         }
@@ -165,13 +172,28 @@ pub const DEFAULT_LL_MAX: u64 = 512 << 10;
 
 /// The all-reduce size up to which the one-shot LL kernel is taken by
 /// default: each rank sends (n - 1) x the message, so the bound shrinks with
-/// the rank count (64 KiB for 2 ranks, ~9 KiB for 8; none past 8 ranks).
-/// To be replaced by the device measurement (performance-gpu.md, session 3).
+/// the rank count (128 KiB for 2 ranks, ~18 KiB for 8; none past 8 ranks).
+/// Measured on nvidia-h200-x2, 2 processes, CUDA graphs (session 3, `oxccl
+/// perf --ranks 2 -G 10`): one-shot / ring LL 4.8 / 7.3 us at 8 B, 5.8 / 7.6
+/// at 32 KiB, 6.1 / 7.8 at 128 KiB, 10.2 / 9.5 at 512 KiB.
 pub fn default_oneshot_max(nranks: usize) -> u64 {
     if (2..=LL1_MAX_RANKS).contains(&nranks) {
-        (64 << 10) / (nranks as u64 - 1)
+        (128 << 10) / (nranks as u64 - 1)
     } else {
         0
+    }
+}
+
+/// The all-reduce size up to which the one-shot Simple kernel is taken
+/// across hosts by default. With 2 ranks the one-shot sends what the ring
+/// sends (S each way) in one crossing instead of three dependent ones, so
+/// every size; with n > 2 it sends (n - 1) S against the ring's 2 (n - 1) S / n,
+/// so only small messages (256 KiB / (n - 1)).
+pub fn default_oneshot_net_max(nranks: usize) -> u64 {
+    match nranks {
+        2 => u64::MAX,
+        3..=LL1_MAX_RANKS => (256 << 10) / (nranks as u64 - 1),
+        _ => 0,
     }
 }
 
@@ -333,6 +355,7 @@ pub struct Ring {
     stopper: std::sync::Arc<Stopper>,
     ll_max: u64,
     oneshot_max: u64,
+    oneshot_net_max: u64,
     /// The network path's proxies (peers on other hosts).
     proxies: Vec<crate::netproxy::Proxy>,
     /// (peer, host address of its shadow window).
@@ -784,6 +807,11 @@ impl Ring {
             } else {
                 cfg.oneshot_max
             },
+            oneshot_net_max: if cross && nranks <= LL1_MAX_RANKS {
+                cfg.oneshot_net_max
+            } else {
+                0
+            },
             proxies: Vec::new(),
             shadows: Vec::new(),
             net_streams: 1,
@@ -1189,6 +1217,12 @@ impl Ring {
         self.oneshot_max
     }
 
+    /// All-reduces up to this many bytes take the one-shot kernel over
+    /// Simple slots (0 unless some peer is on another host).
+    pub fn oneshot_net_max(&self) -> u64 {
+        self.oneshot_net_max
+    }
+
     /// Channels of the window.
     pub fn channels(&self) -> u32 {
         self.common.nch
@@ -1557,6 +1591,12 @@ mod tests {
         assert_eq!(p2p_channels(1, 16), 1);
         assert_eq!(p2p_channels(1 << 30, 32), 16);
         assert_eq!(p2p_blocks(64 * 16), P2P_MAX_BLOCKS);
+        assert_eq!(default_oneshot_net_max(2), u64::MAX);
+        assert_eq!(default_oneshot_net_max(3), 128 << 10);
+        assert_eq!(default_oneshot_net_max(9), 0);
+        assert_eq!(default_oneshot_max(2), 128 << 10);
+        assert_eq!(default_oneshot_max(1), 0);
+        assert_eq!(default_oneshot_max(9), 0);
         assert_eq!(auto_net_streams(1), 8);
         assert_eq!(auto_net_streams(0), 8);
         assert_eq!(auto_net_streams(4), 4);

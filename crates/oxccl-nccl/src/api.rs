@@ -396,10 +396,12 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
         cfg.force = !(sel.allows(ar, Algo::OneShot) || sel.allows(ar, Algo::TwoShot));
         if !sel.allows(ar, Algo::OneShot) {
             cfg.oneshot_max = 0;
+            cfg.oneshot_net_max = 0;
         }
     }
     if let Some(b) = p.get(&params::CUDA_ONESHOT_MAX) {
         cfg.oneshot_max = b;
+        cfg.oneshot_net_max = b;
     }
     cfg.force |= p.get(&params::CUDA_RING);
     // The GPU network path's connections per peer, NCCL's way: threads x

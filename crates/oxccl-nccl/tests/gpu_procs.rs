@@ -663,7 +663,18 @@ fn across_hosts_through_the_network_path() {
     }
     // Two "hosts" (NCCL_HOSTID), one rank each: device buffers go through
     // the proxies and TCP (netproxy.rs), every collective, type and op.
+    // (2 ranks: all-reduces take the one-shot Simple kernel at every size.)
     run_ranks(2, "0,1,4099,300007", &[("OXCCL_TEST_HOSTS", "0,1")]);
+    // The ring's all-reduce across hosts (one-shot off).
+    run_ranks(
+        2,
+        "1,4099,300007",
+        &[
+            ("OXCCL_TEST_HOSTS", "0,1"),
+            ("OXCCL_CUDA_ONESHOT_MAX", "0"),
+            ("OXCCL_TEST_TYPES", "float32,bfloat16,int8"),
+        ],
+    );
     // Three ranks, two of them on one host: the ring mixes a host-memory
     // edge with network edges.
     run_ranks(
