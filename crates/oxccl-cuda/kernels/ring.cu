@@ -737,11 +737,22 @@ __device__ void ring_run_1s(const RingArgs& a) {
         __syncthreads();
         if (fail) break;
         // Each rank's contribution, pre-scaled by its own scalar, into every
-        // peer's slot.
-        for (u64 i = threadIdx.x; i < nn; i += blockDim.x) {
-            const S v = relem<E, OP>(F_IN | F_PRE, S(), in[base + i], s, n);
+        // peer's slot, 16 bytes at a time: across hosts the slots are host
+        // memory, where element-sized accesses over PCIe cost a round trip
+        // each (a 512 KB all-reduce took 298 us, NCCL's sockets 277).
+        const u64 groups = (nn + pack - 1) / pack;
+        for (u64 g = threadIdx.x; g < groups; g += blockDim.x) {
+            const u64 i0 = g * pack, m = umin(pack, nn - i0);
+            union {
+                uint4 u;
+                S e[16 / sizeof(S)];
+            } x;
+            x.u = uint4{0, 0, 0, 0};
+            for (u64 j = 0; j < m; j++)
+                x.e[j] = relem<E, OP>(F_IN | F_PRE, S(), in[base + i0 + j], s, n);
             for (u32 p = 0; p < n; p++)
-                if (p != q) ((S*)(k[p].sdata + (k[p].sstep % c.nslots) * c.slot))[i] = v;
+                if (p != q)
+                    ((uint4*)(k[p].sdata + (k[p].sstep % c.nslots) * c.slot))[g] = x.u;
         }
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -758,14 +769,24 @@ __device__ void ring_run_1s(const RingArgs& a) {
         }
         __syncthreads();
         if (fail) break;
-        for (u64 i = threadIdx.x; i < nn; i += blockDim.x) {
-            S acc = S();
+        for (u64 g = threadIdx.x; g < groups; g += blockDim.x) {
+            const u64 i0 = g * pack, m = umin(pack, nn - i0);
+            union U {
+                uint4 u;
+                S e[16 / sizeof(S)];
+            };
+            U acc, v;
             for (u32 p = 0; p < n; p++) {
-                const S v = p == q ? relem<E, OP>(F_IN | F_PRE, S(), in[base + i], s, n)
-                                   : ldcg((const S*)(k[p].rdata + (k[p].rstep % c.nslots) * c.slot) + i);
-                acc = p == 0 ? v : relem<E, OP>(F_RECV | F_IN, acc, v, s, n);
+                if (p == q) {
+                    for (u64 j = 0; j < m; j++)
+                        v.e[j] = relem<E, OP>(F_IN | F_PRE, S(), in[base + i0 + j], s, n);
+                } else {
+                    v.u = ldcg((const uint4*)(k[p].rdata + (k[p].rstep % c.nslots) * c.slot) + g);
+                }
+                for (u64 j = 0; j < m; j++)
+                    acc.e[j] = p == 0 ? v.e[j] : relem<E, OP>(F_RECV | F_IN, acc.e[j], v.e[j], s, n);
             }
-            out[base + i] = rpost<E, OP>(acc, n);
+            for (u64 j = 0; j < m; j++) out[base + i0 + j] = rpost<E, OP>(acc.e[j], n);
         }
         __syncthreads();
         if (threadIdx.x == 0) {
