@@ -354,51 +354,6 @@ fn write_two(tx: &mut TcpStream, head: &[u8], body: &[u8]) -> std::io::Result<()
     Ok(())
 }
 
-/// Reads all of `buf`. Within a millisecond of the last bytes (`last`), or
-/// in the middle of a message, it polls the socket without blocking; idle
-/// longer, it blocks in `read`. A blocked thread's wake-up cost ~5-10 us a
-/// message, which is most of a small all-reduce's crossing (30 us against
-/// NCCL's 24 through PyTorch, 8 B, 2 processes as 2 hosts).
-fn fill(rx: &mut TcpStream, buf: &mut [u8], last: &mut Instant) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let mut done = 0;
-    while done < buf.len() {
-        let spin = done > 0 || last.elapsed() < Duration::from_millis(1);
-        let r = if spin {
-            let rest = &mut buf[done..];
-            // SAFETY: a live socket of ours and `rest.len()` writable bytes;
-            // MSG_DONTWAIT makes this one call non-blocking without changing
-            // the socket (the sender thread shares it and writes blocking).
-            let n = unsafe {
-                libc::recv(
-                    rx.as_raw_fd(),
-                    rest.as_mut_ptr().cast(),
-                    rest.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n < 0 {
-                Err(std::io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
-        } else {
-            rx.read(&mut buf[done..])
-        };
-        match r {
-            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => {
-                done += n;
-                *last = Instant::now();
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 /// # Safety
 /// `window` is this rank's live, aligned `layout`-shaped window.
 unsafe fn recv_loop(
@@ -416,9 +371,8 @@ unsafe fn recv_loop(
         ..
     } = *link;
     let mut h = [0u8; 16];
-    let mut last = Instant::now();
     loop {
-        if let Err(e) = fill(&mut rx, &mut h, &mut last) {
+        if let Err(e) = rx.read_exact(&mut h) {
             if stop.load(Ordering::Acquire) {
                 return Ok(());
             }
@@ -445,7 +399,7 @@ unsafe fn recv_loop(
             // SAFETY: slot s of (peer, c)'s region of our window, `len` <= slot
             // bytes; the GPU reads it only after the tail below says so.
             let dst = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, len as usize) };
-            if let Err(e) = fill(&mut rx, dst, &mut last) {
+            if let Err(e) = rx.read_exact(dst) {
                 if stop.load(Ordering::Acquire) {
                     return Ok(());
                 }
