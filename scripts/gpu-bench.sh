@@ -9,6 +9,9 @@
 #                                            compared line for line
 #   scripts/gpu-bench.sh check               scripts/torch_check.py with both,
 #                                            digests compared
+#   scripts/gpu-bench.sh init                start time and device memory of a
+#                                            communicator (torch_init_mem.py),
+#                                            oxccl's first and cached starts
 #
 # Environment: ROUNDS (default 2); VARIANTS: space-separated oxccl variants,
 # each `label` or `label:VAR=value,VAR=value` (default `default`);
@@ -71,6 +74,16 @@ check)
   a=$(grep '^digest' "$OUTDIR/check_nccl.log"); b=$(grep '^digest' "$OUTDIR/check_oxccl.log")
   if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "torch_check digests equal: PASS"
   else echo "torch_check digests differ: FAIL ('$a' vs '$b')"; exit 1; fi
+  ;;
+init)
+  # Start cost and device memory: NCCL, then oxccl with an empty kernel
+  # cache (first start), then oxccl again (cached start), ROUNDS times.
+  for r in $(seq 1 "$ROUNDS"); do
+    launch NCCL 0 "" scripts/torch_init_mem.py | grep '^INIT'
+    d=$(mktemp -d /tmp/oxccl-init-cache.XXXXXX)
+    launch oxccl 1 "OXCCL_CACHE_DIR=$d,INIT_TAG=first-start" scripts/torch_init_mem.py | grep '^INIT'
+    launch oxccl 1 "OXCCL_CACHE_DIR=$d,INIT_TAG=cached-start" scripts/torch_init_mem.py | grep '^INIT'
+  done
   ;;
 *) sed -n 2,20p "$0"; exit 2 ;;
 esac
