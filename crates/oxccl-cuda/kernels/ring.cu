@@ -62,7 +62,7 @@ enum { RERR_TIMEOUT = 1, RERR_ABORT = 2 };
 #define RING_UNROLL 8
 
 struct RingCommon {
-    const u64* peers;  // [nranks] each rank's window, as mapped in this process
+    const u64* peers;  // [2 x nranks] window addresses (see region_of)
     u64* state;        // [2][nranks][nch]: slots sent to / received from each rank
     u32* ctrl;         // host-mapped: [0] abort (host), [1] error, [2] peer, [3] channel
     u64 region;        // bytes per (rank, channel) region: RING_HDR + nslots * slot
@@ -95,10 +95,16 @@ struct RingArgs {
     u32 root;
 };
 
-// Where (rank, channel) lives in `owner`'s window.
+// Where (rank, channel) lives in `owner`'s window. `peers` holds 2 x nranks
+// addresses: [0, n) each rank's window as this rank reaches it (mapped, or a
+// network shadow), [n, 2n) where this rank's own regions for each other rank
+// are (its device window for ranks of its host, its host window for ranks
+// the network proxies serve, when both kinds are in one communicator).
+// Only (owner = me, other) and (owner, other = me) are ever asked for.
 __device__ __forceinline__ char* region_of(const RingCommon& c, u32 owner, u32 other, u32 ch) {
     const u32 idx = other < owner ? other : other - 1;
-    return (char*)c.peers[owner] + ((u64)idx * c.nch + ch) * c.region;
+    const u64 base = owner == c.rank ? c.peers[c.nranks + other] : c.peers[owner];
+    return (char*)base + ((u64)idx * c.nch + ch) * c.region;
 }
 
 __device__ __forceinline__ u64 gtimer() {

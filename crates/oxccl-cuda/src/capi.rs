@@ -1082,6 +1082,14 @@ impl DevComm {
         }
     }
 
+    /// Whether rank `r` is on this rank's host (true without a ring).
+    pub fn same_host(&self, r: usize) -> bool {
+        match self.ring.get() {
+            Some(Ok(x)) => x.same_host(r),
+            _ => true,
+        }
+    }
+
     /// An error a GPU operation of this rank ended with (a peer that never
     /// came, an abort), for `ncclCommGetAsyncError`.
     pub fn async_error(&self) -> Option<Error> {

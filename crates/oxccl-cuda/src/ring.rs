@@ -350,6 +350,7 @@ pub struct Ring {
     ctrl_host: *mut u32,
     mappings: Vec<Mapping>,
     same_process: Vec<bool>,
+    same_host: Vec<bool>,
     bytes: u64,
     /// Why the kernels were stopped from outside (a peer died), if they were.
     stopper: std::sync::Arc<Stopper>,
@@ -364,6 +365,11 @@ pub struct Ring {
     net_streams: u32,
     /// The network path's proxies over a plugin (instead of `proxies`).
     plugin_proxies: Vec<crate::netplugin::PluginProxy>,
+    /// Host and device addresses of the window the network proxies fill
+    /// (this rank's regions for peers on other hosts): the window itself
+    /// when it is host memory, else a second, host-memory window beside the
+    /// device one (ranks of this host then stay peer-to-peer). (0, 0): none.
+    net_window: (usize, u64),
 }
 
 // SAFETY: the raw pointers are driver allocations owned by this value; every
@@ -757,7 +763,9 @@ impl Ring {
         let mut reach = !any_disable;
         if reach {
             for (i, w) in who.iter().enumerate() {
-                if i == rank {
+                // Ranks on other hosts are the network path's, whatever
+                // their bus ids (another host's may equal one here).
+                if i == rank || !boot.same_host[i] {
                     continue;
                 }
                 reach &= match device_by_bus(&w.bus) {
@@ -767,7 +775,9 @@ impl Ring {
             }
         }
         let verdicts = exchange(&[reach as u8])?;
-        let kind = if !cross && verdicts.iter().all(|v| v.first() == Some(&1)) {
+        // Across hosts too: the ranks of each host keep peer-to-peer between
+        // them, and the proxies fill a host-memory window of their own.
+        let kind = if verdicts.iter().all(|v| v.first() == Some(&1)) {
             WindowKind::Device
         } else {
             WindowKind::Host
@@ -798,6 +808,7 @@ impl Ring {
             ctrl_host: std::ptr::null_mut(),
             mappings: Vec::new(),
             same_process,
+            same_host: boot.same_host.clone(),
             bytes,
             stopper: Default::default(),
             // LL lines cannot cross the network proxy (it moves whole slots).
@@ -816,6 +827,7 @@ impl Ring {
             shadows: Vec::new(),
             net_streams: 1,
             plugin_proxies: Vec::new(),
+            net_window: (0, 0),
         };
         if cross {
             // Both ends must open the same number of connections: the
@@ -929,6 +941,7 @@ impl Ring {
                     unlinked: false,
                 };
                 let dp = host_register(addr, len)?;
+                self.net_window = (addr, dp);
                 d[0] = 2;
                 d[1..9].copy_from_slice(&dp.to_le_bytes());
                 let nb = name.as_bytes();
@@ -938,11 +951,42 @@ impl Ring {
         Ok(d)
     }
 
-    /// Maps every peer's window and writes the device table of window addresses.
+    /// Maps every peer's window and writes the device table of window
+    /// addresses (`region_of` in ring.cu: each rank's window as reached from
+    /// here, then where this rank's regions for each rank are).
     fn map_peers(&mut self, who: &[Who], all: &[Vec<u8>], same_host: &[bool]) -> Result<()> {
         let n = who.len();
         let rank = self.common.rank as usize;
-        let mut table = vec![0u64; n];
+        let mut table = vec![0u64; 2 * n];
+        let len = self.bytes.max(16) as usize;
+        if self.kind == WindowKind::Device && same_host.iter().any(|x| !x) {
+            // Device window and peers on other hosts: the proxies' regions
+            // go in a host window of their own (only this process maps it).
+            let a = anon_map(len)?;
+            match host_register(a, len) {
+                Ok(dp) => {
+                    self.mappings.push(Mapping::Shm { addr: a, len });
+                    self.net_window = (a, dp);
+                }
+                Err(e) => {
+                    // SAFETY: our mapping of `len` bytes, unused.
+                    unsafe { libc::munmap(a as *mut c_void, len) };
+                    return Err(e);
+                }
+            }
+        }
+        let own = all
+            .get(rank)
+            .and_then(|d| d.get(1..9))
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+            .unwrap_or(0);
+        for (i, slot) in table[n..].iter_mut().enumerate() {
+            *slot = if same_host[i] || self.net_window.1 == 0 {
+                own
+            } else {
+                self.net_window.1
+            };
+        }
         for (i, d) in all.iter().enumerate() {
             if d.len() != 137 {
                 return Err(Error::internal(format!(
@@ -955,7 +999,6 @@ impl Ring {
                 table[i] = addr;
                 continue;
             }
-            let len = self.bytes.max(16) as usize;
             if !same_host[i] {
                 // Another host: a local shadow of its window (netproxy.rs).
                 let a = anon_map(len)?;
@@ -1029,12 +1072,12 @@ impl Ring {
                 }
             };
         }
-        let p = dev_alloc_zeroed(n * 8)?;
+        let p = dev_alloc_zeroed(2 * n * 8)?;
         self.peers_buf = p;
         self.common.peers = p;
         let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
         guarded("cuMemcpyHtoD", || {
-            // SAFETY: `p` holds n * 8 bytes.
+            // SAFETY: `p` holds 2 * n * 8 bytes.
             unsafe {
                 check(
                     sys::cuMemcpyHtoD_v2(p, bytes.as_ptr() as *const c_void, bytes.len()),
@@ -1054,9 +1097,10 @@ impl Ring {
         timeout: Duration,
     ) -> Result<()> {
         use crate::netplugin::{Listens, PeerPlan, PluginLink, PluginProxy};
-        let Local::Shm { addr: window, .. } = self.local else {
+        let window = self.net_window.0;
+        if window == 0 {
             return Err(Error::internal("GPU plugin path without a host window"));
-        };
+        }
         let (n, nch) = (self.common.nranks as usize, self.common.nch as usize);
         const H: usize = 128;
         // Handles by (peer, channel): for n x nch x 128 bytes per rank.
@@ -1131,13 +1175,14 @@ impl Ring {
 
     /// Connects and starts a proxy for every peer on another host.
     fn start_proxies(&mut self, boot: &RingBoot) -> Result<()> {
-        let Local::Shm { addr: window, .. } = self.local else {
+        let window = self.net_window.0;
+        if window == 0 {
             return if self.shadows.is_empty() {
                 Ok(())
             } else {
                 Err(Error::internal("GPU network path without a host window"))
             };
-        };
+        }
         let layout = crate::netproxy::Layout {
             nranks: self.common.nranks,
             nch: self.common.nch,
@@ -1205,6 +1250,11 @@ impl Ring {
     /// Whether rank `r` runs in this process.
     pub fn same_process(&self, r: usize) -> bool {
         self.same_process.get(r).copied().unwrap_or(false)
+    }
+
+    /// Whether rank `r` is on this rank's host (else the network path serves it).
+    pub fn same_host(&self, r: usize) -> bool {
+        self.same_host.get(r).copied().unwrap_or(true)
     }
 
     /// All-reduces up to this many bytes take LL.

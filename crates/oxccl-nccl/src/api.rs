@@ -562,7 +562,13 @@ fn log_ring(dev: &DevComm, rank: usize, nranks: usize) {
     };
     let order: String = (0..nranks).map(|r| format!(" {r:>3}")).collect();
     let next = (rank + 1) % nranks;
-    let via = kind.transport(dev.same_process(next));
+    // A peer on another host is the network path's (NCCL names its socket
+    // transport this way), whatever the window kind.
+    let via = if dev.same_host(next) {
+        kind.transport(dev.same_process(next))
+    } else {
+        "NET/Socket/0"
+    };
     for ch in 0..nch {
         oxccl_env::info!(
             oxccl_env::log::Subsys::INIT,

@@ -675,7 +675,17 @@ fn across_hosts_through_the_network_path() {
             ("OXCCL_TEST_TYPES", "float32,bfloat16,int8"),
         ],
     );
-    // Three ranks, two of them on one host: the ring mixes a host-memory
+    // Two hosts of two ranks: peer-to-peer (device windows, CUDA IPC)
+    // inside each host, the network only on the two crossing edges.
+    run_ranks(
+        4,
+        "7,65537",
+        &[
+            ("OXCCL_TEST_HOSTS", "0,0,1,1"),
+            ("OXCCL_TEST_TYPES", "float32,bfloat16,int64"),
+        ],
+    );
+    // Three ranks, two of them on one host: the ring mixes a peer-to-peer
     // edge with network edges.
     run_ranks(
         3,
