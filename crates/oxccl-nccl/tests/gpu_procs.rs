@@ -619,6 +619,25 @@ fn a_killed_peer_is_seen_in_milliseconds_not_at_the_timeout() {
 }
 
 #[test]
+fn a_killed_peer_on_another_host_is_seen_and_the_proxies_stop() {
+    if gpus() < 2 {
+        return;
+    }
+    // The same across "hosts": device buffers through the proxies (one-shot
+    // Simple kernel); the dead peer's closed connections and the watchdog
+    // end rank 0's waits, ncclCommAbort then stops its proxies.
+    run_ranks_allowing(
+        2,
+        "1",
+        &[
+            ("OXCCL_TEST_MODE", "peer_killed"),
+            ("OXCCL_TEST_HOSTS", "0,1"),
+        ],
+        &[1],
+    );
+}
+
+#[test]
 fn cuda_graph_of_all_reduces_replays() {
     if gpus() < 2 {
         return;
