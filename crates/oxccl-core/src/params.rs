@@ -441,6 +441,10 @@ params! {
         "Timeout of any blocking wait inside an operation, in milliseconds; past it the operation fails with ncclTimeout instead of hanging.";
     CUDA_RING: Bool = "OXCCL_CUDA_RING", "0", honoured,
         "1: device buffers always take the GPU ring path, also where two GPUs of one process could use the one-shot kernels (for tests and comparisons).";
+    CUDA_AR_BLOCKS: Opt<U32> = "OXCCL_CUDA_AR_BLOCKS", "", honoured,
+        "Most blocks of the two-GPU in-process all-reduce kernels (1..128). Unset: 128.";
+    CUDA_AR_TWO_SHOT: Opt<U64> = "OXCCL_CUDA_AR_TWO_SHOT", "", honoured,
+        "Element count from which out-of-place all-reduces of the two-GPU in-process path also take the two-shot kernel (in place always does). 0 or unset: never; 1: always.";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 128K / (ranks - 1) within a host; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off.";
     INIT_TIMEOUT_MS: U64 = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,

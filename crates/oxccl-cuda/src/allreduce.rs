@@ -142,9 +142,8 @@ impl ArArgs {
 pub fn block_limit() -> u32 {
     static L: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *L.get_or_init(|| {
-        std::env::var("OXCCL_CUDA_AR_BLOCKS")
-            .ok()
-            .and_then(|v| v.trim().parse::<u32>().ok())
+        oxccl_env::params()
+            .get(&oxccl_core::params::CUDA_AR_BLOCKS)
             .map(|v| v.clamp(1, MAX_BLOCKS))
             .unwrap_or(MAX_BLOCKS)
     })

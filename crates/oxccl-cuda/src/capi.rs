@@ -879,9 +879,8 @@ fn too_many(n: usize) -> Error {
 fn two_shot_forced(count: usize) -> bool {
     static T: OnceLock<u64> = OnceLock::new();
     let min = *T.get_or_init(|| {
-        std::env::var("OXCCL_CUDA_AR_TWO_SHOT")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
+        oxccl_env::params()
+            .get(&oxccl_core::params::CUDA_AR_TWO_SHOT)
             .unwrap_or(0)
     });
     min != 0 && count as u64 >= min
