@@ -1162,21 +1162,8 @@ impl DevComm {
             args.iscale = s.as_u64_bits();
         }
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
-        let mut blocks = ring::coll_channels(link_bytes, r.channels());
-        if mode == ring::RM_ALLREDUCE && link_bytes <= r.oneshot_net_max() {
-            // Across hosts: straight to every rank over Simple slots (one
-            // network crossing; see ring.cu, ring_run_1s).
-            args.mode = ring::RM_ALLREDUCE_1S;
-        } else if mode == ring::RM_ALLREDUCE && link_bytes <= r.ll_max() {
-            // Small all-reduces: flags inside the data (see ring.cu, "LL"),
-            // the smallest straight to every rank (one crossing, not 2(n-1)).
-            args.mode = if link_bytes <= r.oneshot_max() {
-                ring::RM_ALLREDUCE_LL1
-            } else {
-                ring::RM_ALLREDUCE_LL
-            };
-            blocks = ring::ll_channels(link_bytes, r.channels());
-        }
+        let (m, blocks) = ring::plan(mode, link_bytes, &r.thresholds());
+        args.mode = m;
         self.launch(LaunchKind::Ring { f, blocks, args }, stream)
     }
 

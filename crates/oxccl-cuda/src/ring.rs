@@ -197,6 +197,63 @@ pub fn default_oneshot_net_max(nranks: usize) -> u64 {
     }
 }
 
+/// What the kernel choice of a ring communicator depends on (from its
+/// configuration and where its ranks are; see [`plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    /// Channels of the window (most blocks a collective launches).
+    pub channels: u32,
+    /// All-reduces up to this many bytes take LL (0 across hosts).
+    pub ll_max: u64,
+    /// ... and the one-shot LL kernel up to this many (0 across hosts).
+    pub oneshot_max: u64,
+    /// All-reduces up to this many bytes take the one-shot Simple kernel
+    /// (0 unless a peer is on another host).
+    pub oneshot_net_max: u64,
+}
+
+impl Thresholds {
+    /// A communicator of `nranks` ranks with `cfg`, on one host or not:
+    /// what [`Ring::setup`] keeps (LL cannot cross the network proxies; the
+    /// one-shot kernels serve at most [`LL1_MAX_RANKS`]).
+    pub fn of(cfg: &RingConfig, nranks: usize, cross: bool) -> Thresholds {
+        let small = nranks <= LL1_MAX_RANKS;
+        Thresholds {
+            channels: cfg.channels,
+            ll_max: if cross { 0 } else { cfg.ll_max },
+            oneshot_max: if cross || !small { 0 } else { cfg.oneshot_max },
+            oneshot_net_max: if cross && small {
+                cfg.oneshot_net_max
+            } else {
+                0
+            },
+        }
+    }
+}
+
+/// The kernel mode and blocks of a ring-path collective of `mode` moving
+/// `bytes` through each link: all-reduces take the one-shot Simple kernel
+/// across hosts, else LL when small (the one-shot LL kernel when smaller),
+/// else the ring; the other collectives keep their mode.
+pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
+    let simple = coll_channels(bytes, t.channels);
+    if mode != RM_ALLREDUCE {
+        return (mode, simple);
+    }
+    if bytes <= t.oneshot_net_max {
+        (RM_ALLREDUCE_1S, simple)
+    } else if bytes <= t.ll_max {
+        let ll = ll_channels(bytes, t.channels);
+        if bytes <= t.oneshot_max {
+            (RM_ALLREDUCE_LL1, ll)
+        } else {
+            (RM_ALLREDUCE_LL, ll)
+        }
+    } else {
+        (RM_ALLREDUCE, simple)
+    }
+}
+
 /// Blocks of an LL all-reduce of `bytes`: one per 8 KiB (an LL slot's data),
 /// so every channel's part fits one round of slots.
 pub fn ll_channels(bytes: u64, channels: u32) -> u32 {
@@ -354,9 +411,8 @@ pub struct Ring {
     bytes: u64,
     /// Why the kernels were stopped from outside (a peer died), if they were.
     stopper: std::sync::Arc<Stopper>,
-    ll_max: u64,
-    oneshot_max: u64,
-    oneshot_net_max: u64,
+    /// What the kernel choice depends on ([`plan`]).
+    thresholds: Thresholds,
     /// The network path's proxies (peers on other hosts).
     proxies: Vec<crate::netproxy::Proxy>,
     /// (peer, host address of its shadow window).
@@ -811,18 +867,7 @@ impl Ring {
             same_host: boot.same_host.clone(),
             bytes,
             stopper: Default::default(),
-            // LL lines cannot cross the network proxy (it moves whole slots).
-            ll_max: if cross { 0 } else { cfg.ll_max },
-            oneshot_max: if cross || nranks > LL1_MAX_RANKS {
-                0
-            } else {
-                cfg.oneshot_max
-            },
-            oneshot_net_max: if cross && nranks <= LL1_MAX_RANKS {
-                cfg.oneshot_net_max
-            } else {
-                0
-            },
+            thresholds: Thresholds::of(cfg, nranks, cross),
             proxies: Vec::new(),
             shadows: Vec::new(),
             net_streams: 1,
@@ -1257,23 +1302,12 @@ impl Ring {
         self.same_host.get(r).copied().unwrap_or(true)
     }
 
-    /// All-reduces up to this many bytes take LL.
-    pub fn ll_max(&self) -> u64 {
-        self.ll_max
+    /// What the kernel choice depends on ([`plan`]).
+    pub fn thresholds(&self) -> Thresholds {
+        self.thresholds
     }
 
-    /// All-reduces up to this many bytes (and LL) take the one-shot kernel.
-    pub fn oneshot_max(&self) -> u64 {
-        self.oneshot_max
-    }
-
-    /// All-reduces up to this many bytes take the one-shot kernel over
-    /// Simple slots (0 unless some peer is on another host).
-    pub fn oneshot_net_max(&self) -> u64 {
-        self.oneshot_net_max
-    }
-
-    /// Channels of the window.
+    /// Channels of the window (most blocks a collective launches).
     pub fn channels(&self) -> u32 {
         self.common.nch
     }
@@ -1628,6 +1662,50 @@ mod tests {
             .unwrap_err()
             .message()
             .contains("rank 1 failed: x"));
+    }
+
+    /// The kernel plan for 2, 4 and 8 ranks (issue 10's machines: 8 H200
+    /// on NVSwitch, where every pair is one NVLink hop and any ring order
+    /// is as good as another), on one host and across hosts, at the default
+    /// configuration.
+    #[test]
+    fn plans_for_two_four_and_eight_ranks() {
+        let plan_at = |n: usize, cross: bool, bytes: u64| {
+            let cfg = RingConfig::new(false, 4 << 20, None, None, n, Duration::from_secs(1));
+            plan(RM_ALLREDUCE, bytes, &Thresholds::of(&cfg, n, cross))
+        };
+        // One host, 2 ranks: one-shot LL to 128 KiB, ring LL to 512 KiB,
+        // then the Simple ring on 32 channels.
+        assert_eq!(plan_at(2, false, 8), (RM_ALLREDUCE_LL1, 1));
+        assert_eq!(plan_at(2, false, 128 << 10), (RM_ALLREDUCE_LL1, 16));
+        assert_eq!(plan_at(2, false, (128 << 10) + 1), (RM_ALLREDUCE_LL, 17));
+        assert_eq!(plan_at(2, false, 512 << 10), (RM_ALLREDUCE_LL, 32));
+        assert_eq!(plan_at(2, false, 1 << 30), (RM_ALLREDUCE, 32));
+        // 4 ranks: one-shot to ~42 KiB (each rank writes 3 copies).
+        assert_eq!(plan_at(4, false, 40 << 10), (RM_ALLREDUCE_LL1, 5));
+        assert_eq!(plan_at(4, false, 48 << 10), (RM_ALLREDUCE_LL, 6));
+        // 8 ranks: 16 channels (the window stays at 7 x 16 regions), one-shot
+        // to ~18 KiB.
+        assert_eq!(plan_at(8, false, 16 << 10), (RM_ALLREDUCE_LL1, 2));
+        assert_eq!(plan_at(8, false, 32 << 10), (RM_ALLREDUCE_LL, 4));
+        assert_eq!(plan_at(8, false, 1 << 30), (RM_ALLREDUCE, 16));
+        // 9 ranks: no one-shot kernel.
+        assert_eq!(plan_at(9, false, 8), (RM_ALLREDUCE_LL, 1));
+        // Across hosts: no LL; 2 ranks one-shot Simple at every size, 8
+        // ranks up to 256 KiB / 7, then the ring.
+        assert_eq!(plan_at(2, true, 8), (RM_ALLREDUCE_1S, 1));
+        assert_eq!(plan_at(2, true, 1 << 30), (RM_ALLREDUCE_1S, 32));
+        assert_eq!(plan_at(8, true, 32 << 10), (RM_ALLREDUCE_1S, 1));
+        assert_eq!(plan_at(8, true, 64 << 10), (RM_ALLREDUCE, 1));
+        assert_eq!(plan_at(9, true, 8), (RM_ALLREDUCE, 1));
+        // Other collectives keep their mode, one block per 64 KiB.
+        let cfg = RingConfig::new(false, 4 << 20, None, None, 8, Duration::from_secs(1));
+        let t = Thresholds::of(&cfg, 8, false);
+        assert_eq!(plan(RM_ALLGATHER, 8, &t), (RM_ALLGATHER, 1));
+        assert_eq!(
+            plan(RM_REDUCE_SCATTER, 1 << 30, &t),
+            (RM_REDUCE_SCATTER, 16)
+        );
     }
 
     #[test]
