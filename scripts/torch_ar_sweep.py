@@ -5,7 +5,8 @@ process per GPU: time per call and bus bandwidth from 8 B to SIZE_MAX.
     LD_PRELOAD=.../libnccl.so.2 torchrun --nproc_per_node 2 scripts/torch_ar_sweep.py
 
 Each size: 5 warm-up calls, then 3 rounds of ITERS calls timed with CUDA
-events on the current stream; the median round is printed (rank 0). Run the
+events on the current stream; the median round is printed (rank 0). Sizes
+grow by SWEEP_FACTOR (default 4; 2 gives every power of two). Run the
 two libraries in the same device call to compare them (scripts/gpu-bench.sh).
 """
 
@@ -58,7 +59,7 @@ def main():
         busbw = 2 * (world - 1) / world * n * 4 / (t * 1e-6) / 1e9
         if rank == 0:
             print(f"  {n * 4:>12} {t:>10.1f} {busbw:>11.2f}", flush=True)
-        b *= 4
+        b *= int(os.environ.get("SWEEP_FACTOR", "4"))
     dist.destroy_process_group()
 
 
