@@ -4,9 +4,11 @@
 //! nccl-tests' flags and table (see [`perf`]); `oxccl plot` draws its JSON
 //! (or nccl-tests' text output) as an SVG (see [`plot`]); `oxccl doctor`
 //! checks the machine and says how to fix what is wrong (see [`doctor`]);
-//! `oxccl topo` prints the machine's topology and the plan on it (see [`topo`]).
+//! `oxccl topo` prints the machine's topology and the plan on it (see [`topo`]);
+//! `oxccl kernels` prebuilds the GPU kernels for packaging (see [`kernels`]).
 
 mod doctor;
+mod kernels;
 mod perf;
 mod plot;
 mod topo;
@@ -39,6 +41,8 @@ enum Cmd {
     Doctor(doctor::DoctorArgs),
     /// Print the machine's topology as a tree and a matrix, with the rings and trees planned on it; dump or read it as XML
     Topo(topo::TopoArgs),
+    /// Compile every GPU kernel into a folder to ship beside libnccl.so.2 (first starts then compile nothing)
+    Kernels(kernels::KernelsArgs),
 }
 
 /// Clap's error on one line: its message lines up to the usage, joined.
@@ -75,6 +79,7 @@ fn main() {
                         Some("plot") => "oxccl plot --help",
                         Some("doctor") => "oxccl doctor --help",
                         Some("topo") => "oxccl topo --help",
+                        Some("kernels") => "oxccl kernels --help",
                         _ => "oxccl --help",
                     };
                     eprintln!("oxccl: {} (see '{sub}')", one_line(&e));
@@ -88,6 +93,7 @@ fn main() {
         Cmd::Plot(a) => plot::main(&a),
         Cmd::Doctor(a) => doctor::main(&a),
         Cmd::Topo(a) => topo::main(&a),
+        Cmd::Kernels(a) => kernels::main(&a),
     };
     std::process::exit(code);
 }

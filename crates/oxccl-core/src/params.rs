@@ -455,6 +455,8 @@ params! {
         "Channels (parallel streams per peer) for host collectives. Unset: auto.";
     SPIN_US: U64 = "OXCCL_SPIN_US", "50", honoured,
         "How long a waiting rank spins before yielding its thread, in microseconds.";
+    KERNEL_DIR: Opt<Str> = "OXCCL_KERNEL_DIR", "", honoured,
+        "Folder of prebuilt GPU kernels (written by `oxccl kernels --out DIR`), looked at before the kernel cache. Unset: oxccl-kernels/ beside libnccl.so.2 (or the oxccl program), when it exists.";
     CACHE_DIR: Opt<Str> = "OXCCL_CACHE_DIR", "", honoured,
         "Directory for cached compiled kernels and tuning data. Unset: ~/.cache/oxccl.";
 
@@ -912,7 +914,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 34);
+        assert_eq!(honoured.len(), 35);
         assert!(ALL.len() > 80);
     }
 

@@ -11,6 +11,14 @@
 //! else `$HOME/.cache/oxccl/kernels`; when none can be created the CUBIN is
 //! only kept in memory. Files are written to a temporary name and renamed, so
 //! concurrent processes never read half a file.
+//!
+//! Before any of that, [`compile`] looks in a read-only folder of *prebuilt*
+//! kernels (`OXCCL_KERNEL_DIR`, else `oxccl-kernels/` beside the library or
+//! program that holds this code), written by `oxccl kernels --out DIR` when
+//! oxccl is packaged: `<program>-sm_<arch>-<hash>.cubin`, the same hash
+//! without the NVRTC version (a CUBIN is machine code: which NVRTC made it
+//! does not matter to load it). A process that finds its kernels there
+//! starts as fast as a cached one and needs no NVRTC at all.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
@@ -43,6 +51,8 @@ pub enum Origin {
     Compiled(f64),
     /// Read from the disk cache.
     DiskCache,
+    /// Read from the prebuilt folder ([`prebuilt_dir`]).
+    Prebuilt,
     /// Already compiled or read by this process.
     Memory,
 }
@@ -70,6 +80,24 @@ pub fn options(arch: u32) -> Vec<String> {
 
 /// The cache file name for `src` compiled for `arch` by NVRTC `version`.
 pub fn cache_file_name(src: &KernelSource, arch: u32, version: (i32, i32)) -> String {
+    let stem = src.name.trim_end_matches(".cu");
+    format!(
+        "{stem}-sm_{arch}-nvrtc{}.{}-{}.cubin",
+        version.0,
+        version.1,
+        source_hash(src, arch)
+    )
+}
+
+/// The prebuilt file name for `src` compiled for `arch` (see the module docs).
+pub fn prebuilt_file_name(src: &KernelSource, arch: u32) -> String {
+    let stem = src.name.trim_end_matches(".cu");
+    format!("{stem}-sm_{arch}-{}.cubin", source_hash(src, arch))
+}
+
+/// 16 hex digits of SHA-256 over the program's name and text, the headers'
+/// names and texts, and the options for `arch`.
+fn source_hash(src: &KernelSource, arch: u32) -> String {
     let mut h = Sha256::new();
     h.update(src.name.as_bytes());
     h.update([0]);
@@ -85,12 +113,87 @@ pub fn cache_file_name(src: &KernelSource, arch: u32, version: (i32, i32)) -> St
         h.update(o.as_bytes());
     }
     let digest = h.finalize();
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    let stem = src.name.trim_end_matches(".cu");
-    format!(
-        "{stem}-sm_{arch}-nvrtc{}.{}-{hex}.cubin",
-        version.0, version.1
-    )
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The prebuilt kernels' folder: `OXCCL_KERNEL_DIR`, else `oxccl-kernels`
+/// beside the shared object or program this code is in, when it exists.
+pub fn prebuilt_dir() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(d) = oxccl_env::params().get(&oxccl_core::params::KERNEL_DIR) {
+            return Some(PathBuf::from(d.as_str()));
+        }
+        let d = this_object()?.parent()?.join("oxccl-kernels");
+        d.is_dir().then_some(d)
+    })
+    .clone()
+}
+
+/// The file this code was loaded from (`libnccl.so.2`, the `oxccl` program).
+fn this_object() -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: dladdr only reads the address (a function of this object) and
+    // fills `info`; dli_fname, when set, points at a NUL-terminated name the
+    // loader keeps while the object is loaded (we copy it at once).
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let here = this_object as fn() -> Option<PathBuf> as *const libc::c_void;
+        if libc::dladdr(here, &mut info) == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        let name = std::ffi::CStr::from_ptr(info.dli_fname);
+        Some(PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
+    }
+}
+
+/// `src` for `arch` from the prebuilt folder `dir`, if it is there (an ELF
+/// file under the prebuilt name); kept in memory like the rest.
+pub fn from_prebuilt(src: &KernelSource, arch: u32, dir: &Path) -> Option<Compiled> {
+    let name = prebuilt_file_name(src, arch);
+    let key = (name.clone(), arch, Some(dir.to_path_buf()));
+    let mem = MEMORY.get_or_init(Default::default);
+    let path = dir.join(&name);
+    if let Some(img) = mem.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Some(Compiled {
+            image: img.clone(),
+            origin: Origin::Memory,
+            cache_file: Some(path),
+        });
+    }
+    let bytes = std::fs::read(&path).ok()?;
+    if !bytes.starts_with(b"\x7fELF") {
+        return None;
+    }
+    let img = Arc::new(bytes);
+    mem.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, img.clone());
+    Some(Compiled {
+        image: img,
+        origin: Origin::Prebuilt,
+        cache_file: Some(path),
+    })
+}
+
+/// Writes every kernel in `sources` for `arch` into `dir` under its
+/// prebuilt name (compiled through the disk cache `cache_dir`, so a warm
+/// cache makes this quick); the files written and their sizes.
+pub fn write_prebuilt(
+    dir: &Path,
+    arch: u32,
+    sources: &[KernelSource],
+    cache_dir: Option<&Path>,
+) -> Result<Vec<(PathBuf, usize)>> {
+    let mut out = Vec::new();
+    for src in sources {
+        let c = compile_cached(src, arch, cache_dir)?;
+        let path = dir.join(prebuilt_file_name(src, arch));
+        store(dir, &path, &c.image)
+            .map_err(|e| Error::system(format!("cannot write {}: {e}", path.display())))?;
+        out.push((path, c.image.len()));
+    }
+    Ok(out)
 }
 
 type MemKey = (String, u32, Option<PathBuf>);
@@ -147,8 +250,12 @@ pub fn compile_cached(src: &KernelSource, arch: u32, cache_dir: Option<&Path>) -
     })
 }
 
-/// Compiles `src` for `arch` with the default cache folder.
+/// `src` for `arch`: from the prebuilt folder when it has it, else through
+/// the default cache folder (compiled by NVRTC when missing there too).
 pub fn compile(src: &KernelSource, arch: u32) -> Result<Compiled> {
+    if let Some(c) = prebuilt_dir().and_then(|d| from_prebuilt(src, arch, &d)) {
+        return Ok(c);
+    }
     compile_cached(src, arch, default_cache_dir().as_deref())
 }
 

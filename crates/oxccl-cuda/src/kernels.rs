@@ -76,3 +76,18 @@ fn variant(name: &str, tail: impl FnOnce() -> String) -> KernelSource {
 
 /// Every program, for the compile-everything test.
 pub const ALL: &[KernelSource] = &[ALLREDUCE, COPY, RING];
+
+/// Every program a run may load (what `oxccl kernels` prebuilds): the
+/// two-GPU kernels, the copy kernel, the ring's point-to-point program and
+/// each (type, op) ring program. Not [`RING`], which holds all 72 at once
+/// for the compile test only.
+pub fn runtime_sources() -> Vec<KernelSource> {
+    let premul = oxccl_core::RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0));
+    let mut v = vec![ALLREDUCE, COPY, ring_p2p()];
+    for t in oxccl_core::DataType::ALL {
+        for op in oxccl_core::RedOp::BUILTIN.into_iter().chain([premul]) {
+            v.push(ring_variant(t, op));
+        }
+    }
+    v
+}

@@ -181,6 +181,46 @@ fn second_compile_comes_from_the_disk_cache() {
     let _ = std::fs::remove_dir_all(dir2);
 }
 
+/// `oxccl kernels`' files: found under the prebuilt name without NVRTC's
+/// version, the same bytes as a compile; another architecture, or a file
+/// that is not an ELF CUBIN, is not taken.
+#[test]
+fn prebuilt_kernels_are_found_before_the_cache() {
+    if !nvrtc_or_skip("prebuilt_kernels_are_found_before_the_cache") {
+        return;
+    }
+    let cache = tempdir("pb-cache");
+    let dir = tempdir("prebuilt");
+    let files = compile::write_prebuilt(&dir, 90, &[kernels::COPY], Some(&cache)).unwrap();
+    assert_eq!(files.len(), 1);
+    let name = files[0]
+        .0
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        name.starts_with("copy-sm_90-") && !name.contains("nvrtc"),
+        "{name}"
+    );
+    let got = compile::from_prebuilt(&kernels::COPY, 90, &dir).expect("found");
+    assert_eq!(got.origin, Origin::Prebuilt);
+    assert_eq!(
+        *got.image,
+        compile::compile_now(&kernels::COPY, 90).unwrap()
+    );
+    assert!(compile::from_prebuilt(&kernels::COPY, 80, &dir).is_none());
+    assert!(compile::from_prebuilt(&kernels::ALLREDUCE, 90, &dir).is_none());
+    let bad = tempdir("prebuilt-bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join(&name), b"not a cubin").unwrap();
+    assert!(compile::from_prebuilt(&kernels::COPY, 90, &bad).is_none());
+    for d in [cache, dir, bad] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
 #[test]
 fn cache_key_changes_with_arch_and_version() {
     let a = compile::cache_file_name(&kernels::COPY, 90, (13, 0));
