@@ -663,16 +663,21 @@ pub(crate) mod tests {
         }
     }
 
-    /// A peer that goes away is reported (once the proxy is not stopping).
-    #[test]
-    fn a_closed_peer_is_an_error() {
-        let layout = Layout {
+    /// Two ranks, one channel of four 1 KiB slots.
+    fn one_channel() -> Layout {
+        Layout {
             nranks: 2,
             nch: 1,
             nslots: 4,
             slot: 1024,
             region: SLOTS + 4 * 1024,
-        };
+        }
+    }
+
+    /// A peer that goes away is reported (once the proxy is not stopping).
+    #[test]
+    fn a_closed_peer_is_an_error() {
+        let layout = one_channel();
         let (w, sh) = (Mem::new(layout.region), Mem::new(layout.region));
         let (mut p, b, errs) = proxy_to_rank1(layout, &w, &sh);
         drop(b);
@@ -686,13 +691,7 @@ pub(crate) mod tests {
     /// others still work), while one that closes without it still is.
     #[test]
     fn a_peer_that_says_goodbye_is_not_an_error() {
-        let layout = Layout {
-            nranks: 2,
-            nch: 1,
-            nslots: 4,
-            slot: 1024,
-            region: SLOTS + 4 * 1024,
-        };
+        let layout = one_channel();
         let (w0, sh0) = (Mem::new(layout.region), Mem::new(layout.region));
         let (w1, sh1) = (Mem::new(layout.region), Mem::new(layout.region));
         let (mut p0, b, errs) = proxy_to_rank1(layout, &w0, &sh0);
