@@ -159,8 +159,11 @@ pub fn memory_of(ptr: *const c_void) -> Result<Memory> {
     locate(ptr).map(|x| x.0)
 }
 
-/// Checks `bytes` from `ptr` against the allocation `extent` that
-/// [`locate`] reported for it in the same call (see [`check_extent`]).
+/// Checks that `bytes` from the device pointer `ptr` lie inside the
+/// allocation `extent` that [`locate`] reported for it in the same call, so
+/// an overrunning count is an error naming the argument (`what`, e.g.
+/// "recvbuff") instead of a fault in a kernel. Memory the driver cannot
+/// place (no extent) passes: nothing to check against.
 pub fn check_extent_in(ptr: u64, bytes: usize, extent: Extent, what: &str) -> Result<()> {
     let Some((base, size)) = extent else {
         return Ok(());
@@ -177,30 +180,6 @@ pub fn check_extent_in(ptr: u64, bytes: usize, extent: Extent, what: &str) -> Re
         )));
     }
     Ok(())
-}
-
-/// Checks that `bytes` from the device pointer `ptr` lie inside one
-/// allocation (`cuMemGetAddressRange`), so an overrunning count is an error
-/// naming the argument instead of a fault in a kernel. `what` names the
-/// argument ("recvbuff"). Memory the driver cannot place passes (nothing to
-/// check against).
-pub fn check_extent(ptr: u64, bytes: usize, what: &str) -> Result<()> {
-    if bytes == 0 || ptr == 0 || loader::driver().is_err() {
-        return Ok(());
-    }
-    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
-    let found = guarded("cuMemGetAddressRange", || {
-        // SAFETY: writes a pointer and a size; any pointer value is accepted
-        // (an unknown one is an error return).
-        unsafe {
-            check(
-                sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr),
-                "cuMemGetAddressRange",
-            )
-        }
-    })
-    .is_ok();
-    check_extent_in(ptr, bytes, found.then_some((base, size as u64)), what)
 }
 
 /// `ncclMemAlloc`'s device allocations: address -> the context that owns it.

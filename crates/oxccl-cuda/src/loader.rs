@@ -83,7 +83,6 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemHostRegister_v2",
     "cuMemHostUnregister",
     "cuStreamIsCapturing",
-    "cuMemGetAddressRange_v2",
     "cuStreamGetCtx",
 ];
 
