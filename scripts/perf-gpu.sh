@@ -18,6 +18,7 @@
 #                                    # LL against ring LL, eager and graphs, vs NCCL
 #   scripts/perf-gpu.sh agrs         # all_gather / reduce_scatter to 2 GB vs NCCL
 #   scripts/perf-gpu.sh tuning       # NCCL's per-size choices (TUNING log)
+#   scripts/perf-gpu.sh net          # the network path (--hosts 2) vs NCCL's sockets
 #
 # NVLink multicast stays off in everything this starts (shared/gpu.md rules).
 # Every run has a deadline: -T 120 inside oxccl perf, `timeout` around it.
@@ -128,6 +129,12 @@ if [ "$MODE" = agrs ]; then
   for c in all_gather reduce_scatter; do
     run "big_$c" 400 "$X" $P $c --backend cuda --ranks 2 -b 8 -e 2G -f 8 -c 1 -n 10 -w 3 --compare "$NCCL" -J "$OUTDIR/big_$c.json"
   done
+fi
+if [ "$MODE" = net ]; then
+  # The GPU network path beside NCCL's sockets, one machine: each process
+  # its own pretend host (--hosts 2 sets NCCL_HOSTID, which both read),
+  # interleaved per size, every power of two from 8 B to 1 GB.
+  run net_all_reduce 500 "$X" $P all_reduce --backend cuda --ranks 2 --hosts 2 -b 8 -e 1G -f 2 -c 1 -n 10 -w 3 --compare "$NCCL" -J "$OUTDIR/net_all_reduce.json"
 fi
 if [ "$MODE" = tuning ]; then
   # NCCL's own choice per size (algorithm, protocol, channels = SMs), from

@@ -122,6 +122,49 @@ fn check_all_reduce_table(stdout: &str, n: usize) {
     }
 }
 
+/// `--hosts 2`: the rank processes get two NCCL_HOSTIDs, so the ranks of
+/// one "host" meet over shared memory and the others over TCP (NCCL_DEBUG's
+/// transport lines say which), and the results stay right.
+#[test]
+fn pretend_hosts_put_ranks_on_the_network_path() {
+    let mut c = perf(&[
+        "--ranks",
+        "4",
+        "--hosts",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "4",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "-c",
+        "1",
+        "allreduce",
+    ]);
+    c.env("NCCL_DEBUG", "INFO").env("NCCL_DEBUG_SUBSYS", "INIT");
+    let out = run_for(c, 90);
+    assert_ok(&out);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    // NCCL_DEBUG's lines go to stdout, as NCCL's do: the table is the rest.
+    let table: String = text(&out.stdout)
+        .lines()
+        .filter(|l| !l.contains(" NCCL INFO ") && !l.starts_with("oxccl version"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    check_all_reduce_table(&table, 4);
+    assert!(table.contains("2 pretend hosts (NCCL_HOSTID)"), "{table}");
+    // Rank 0 and 1 share a host, 2 and 3 the other.
+    assert!(all.contains("0[0] -> 1[1] via SHM"), "{all}");
+    assert!(all.contains("0[0] -> 2[2] via NET/Socket"), "{all}");
+    assert!(all.contains("3[3] -> 2[2] via SHM"), "{all}");
+    assert!(all.contains("3[3] -> 1[1] via NET/Socket"), "{all}");
+}
+
 #[test]
 fn all_reduce_sweep_two_and_three_processes() {
     for n in [2, 3] {
@@ -401,6 +444,15 @@ fn bad_input_is_one_line_and_status_2() {
             "-J/--output_file",
         ),
         (&[], "<COLLECTIVE>"),
+        (&["all_reduce", "--hosts", "0"], "--hosts 0"),
+        (
+            &["all_reduce", "--ranks", "2", "--hosts", "3"],
+            "--hosts 3: only 2 rank processes",
+        ),
+        (
+            &["all_reduce", "--launch", "thread", "--hosts", "2"],
+            "--hosts 2: pretend hosts",
+        ),
     ];
     for (args, needle) in cases {
         let out = run_for(perf(args), 20);

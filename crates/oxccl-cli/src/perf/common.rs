@@ -489,6 +489,9 @@ fn json_doc(
 /// The launch mode's name for the header and JSON.
 pub fn launch_name(s: &Settings) -> String {
     match &s.launch {
+        super::Launch::Process if s.hosts > 1 => {
+            format!("process, {} pretend hosts (NCCL_HOSTID)", s.hosts)
+        }
         super::Launch::Process => "process".into(),
         super::Launch::Thread => "thread".into(),
         super::Launch::External(e) => format!("external ({})", e.launcher),

@@ -373,8 +373,13 @@ fn run_parent(s: &Settings) -> i32 {
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     let idhex = hex(id.as_bytes());
     let mut kids: Vec<Kid> = Vec::new();
+    let procs = s.workers().div_ceil(s.threads);
     for first in (0..s.workers()).step_by(s.threads) {
-        let spawned = Command::new(&exe)
+        let mut cmd = Command::new(&exe);
+        if let Some(h) = super::pretend_host(first / s.threads, procs, s.hosts) {
+            cmd.env("NCCL_HOSTID", h);
+        }
+        let spawned = cmd
             .args(&args)
             .env(ENV_RANK, first.to_string())
             .env(ENV_ID, &idhex)

@@ -225,6 +225,9 @@ pub struct PerfArgs {
     /// CUDA backend: the NCCL-API library measured [default: oxccl's libnccl.so.2 or libnccl.so next to the oxccl executable]
     #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
+    /// Spread the rank processes over N pretend hosts (NCCL_HOSTID per process, in contiguous blocks), so ranks of different "hosts" go through the network path: oxccl's TCP transport and GPU proxies, NCCL's socket transport under --compare/--lib
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub hosts: usize,
 }
 
 /// Where this invocation's ranks come from.
@@ -274,6 +277,14 @@ pub struct Settings {
     pub graph: u64,
     /// CUDA backend: the measured library.
     pub lib: Option<compare::Lib>,
+    /// `--hosts`: pretend hosts the rank processes are spread over (1: one).
+    pub hosts: usize,
+}
+
+/// `NCCL_HOSTID` of local process `p` of `procs` spread over `hosts`
+/// pretend hosts in contiguous blocks (None for one host).
+pub fn pretend_host(p: usize, procs: usize, hosts: usize) -> Option<String> {
+    (hosts > 1).then(|| format!("oxccl-perf-host-{}", p * hosts / procs.max(1)))
 }
 
 /// The most local ranks one invocation starts.
@@ -452,6 +463,26 @@ impl Settings {
                 }
             }
         };
+        if a.hosts == 0 {
+            return Err(UsageError(
+                "--hosts 0: accepted values are 1 (one host) or more".into(),
+            ));
+        }
+        if a.hosts > 1 {
+            let Launch::Process = launch else {
+                return Err(UsageError(format!(
+                    "--hosts {}: pretend hosts are given to rank processes that oxccl perf starts (accepted: --launch process, no external launcher)",
+                    a.hosts
+                )));
+            };
+            let procs = nranks / (threads * ngpus);
+            if a.hosts > procs {
+                return Err(UsageError(format!(
+                    "--hosts {}: only {procs} rank processes to spread (accepted: 1 to {procs})",
+                    a.hosts
+                )));
+            }
+        }
         let compare = match &a.compare {
             None => None,
             Some(p) => {
@@ -525,6 +556,7 @@ impl Settings {
             ngpus,
             graph: a.cudagraph,
             lib,
+            hosts: a.hosts,
         })
     }
 
@@ -613,6 +645,26 @@ pub fn main(args: &PerfArgs) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pretend_hosts_are_contiguous_blocks() {
+        let hosts: Vec<_> = (0..4).map(|p| pretend_host(p, 4, 2)).collect();
+        let names: Vec<&str> = hosts.iter().map(|h| h.as_deref().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "oxccl-perf-host-0",
+                "oxccl-perf-host-0",
+                "oxccl-perf-host-1",
+                "oxccl-perf-host-1"
+            ]
+        );
+        // Uneven: 3 processes on 2 hosts.
+        assert_eq!(pretend_host(1, 3, 2).as_deref(), Some("oxccl-perf-host-0"));
+        assert_eq!(pretend_host(2, 3, 2).as_deref(), Some("oxccl-perf-host-1"));
+        // One host: nothing set.
+        assert_eq!(pretend_host(3, 4, 1), None);
+    }
 
     #[test]
     fn size_parsing() {
