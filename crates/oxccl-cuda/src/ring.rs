@@ -254,6 +254,18 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
     }
 }
 
+/// Where this rank's own regions for each rank are (the second half of the
+/// kernels' window table, `region_of` in ring.cu): its window `own` for
+/// ranks of its host, the proxies' host window `net` (device address) for
+/// ranks on other hosts; with no separate host window (`net` 0: the window
+/// is host memory already, or no rank is elsewhere) `own` for every rank.
+pub fn own_regions(same_host: &[bool], own: u64, net: u64) -> Vec<u64> {
+    same_host
+        .iter()
+        .map(|&here| if here || net == 0 { own } else { net })
+        .collect()
+}
+
 /// Blocks of an LL all-reduce of `bytes`: one per 8 KiB (an LL slot's data),
 /// so every channel's part fits one round of slots.
 pub fn ll_channels(bytes: u64, channels: u32) -> u32 {
@@ -1025,13 +1037,12 @@ impl Ring {
             .and_then(|d| d.get(1..9))
             .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
             .unwrap_or(0);
-        for (i, slot) in table[n..].iter_mut().enumerate() {
-            *slot = if same_host[i] || self.net_window.1 == 0 {
-                own
-            } else {
-                self.net_window.1
-            };
+        if same_host.len() != n {
+            return Err(Error::internal(
+                "GPU ring setup: host table and records differ in length",
+            ));
         }
+        table[n..].copy_from_slice(&own_regions(same_host, own, self.net_window.1));
         for (i, d) in all.iter().enumerate() {
             if d.len() != 137 {
                 return Err(Error::internal(format!(
@@ -1706,6 +1717,23 @@ mod tests {
             plan(RM_REDUCE_SCATTER, 1 << 30, &t),
             (RM_REDUCE_SCATTER, 16)
         );
+    }
+
+    #[test]
+    fn own_regions_split_by_host() {
+        // Two hosts of two ranks, this rank 1: device window for 0 and
+        // itself, the proxies' window for 2 and 3.
+        assert_eq!(
+            own_regions(&[true, true, false, false], 0xd000, 0xa000),
+            [0xd000, 0xd000, 0xa000, 0xa000]
+        );
+        // The window is host memory already (no second one): every rank.
+        assert_eq!(
+            own_regions(&[true, false, false], 0xd000, 0),
+            [0xd000, 0xd000, 0xd000]
+        );
+        // One host.
+        assert_eq!(own_regions(&[true, true], 7, 0), [7, 7]);
     }
 
     #[test]
