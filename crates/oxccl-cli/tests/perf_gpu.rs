@@ -339,3 +339,29 @@ fn one_process_per_gpu_with_nvidia_nccl() {
     assert!(stdout.contains("# library: libnccl.so.2 2."), "{stdout}");
     assert!(stdout.contains("#  Rank  1 Group  0 Pid"), "{stdout}");
 }
+
+/// `--hosts 2`: the two GPU ranks as two pretend hosts, so device buffers go
+/// through oxccl's network proxies (NCCL_DEBUG names the edge NET/Socket):
+/// every collective stays right.
+#[test]
+fn two_pretend_hosts_take_the_network_path() {
+    let Some(n) = gpus("two_pretend_hosts_take_the_network_path") else {
+        return;
+    };
+    if n < 2 {
+        notice("two_pretend_hosts_take_the_network_path: skipped: one GPU");
+        return;
+    }
+    for coll in ["all_reduce", "all_gather", "reduce_scatter", "sendrecv"] {
+        let mut c = perf(&[
+            coll, "--ranks", "2", "--hosts", "2", "-b", "8", "-e", "4M", "-f", "64", "-n", "3",
+            "-w", "2",
+        ]);
+        c.env("NCCL_DEBUG", "INFO").env("NCCL_DEBUG_SUBSYS", "INIT");
+        let out = run_for(c, 300);
+        assert_clean(&out, 3);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("2 pretend hosts (NCCL_HOSTID)"), "{stdout}");
+        assert!(stdout.contains("via NET/Socket/0"), "{coll}: {stdout}");
+    }
+}
