@@ -151,28 +151,42 @@ fn this_object() -> Option<PathBuf> {
 /// file under the prebuilt name); kept in memory like the rest.
 pub fn from_prebuilt(src: &KernelSource, arch: u32, dir: &Path) -> Option<Compiled> {
     let name = prebuilt_file_name(src, arch);
-    let key = (name.clone(), arch, Some(dir.to_path_buf()));
-    let mem = MEMORY.get_or_init(Default::default);
     let path = dir.join(&name);
-    if let Some(img) = mem.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+    let key = (name, arch, Some(dir.to_path_buf()));
+    remembered_or_read(
+        &key,
+        Some(path),
+        |b| b.starts_with(b"\x7fELF"),
+        Origin::Prebuilt,
+    )
+}
+
+/// `key`'s image from this process's memory, else read from `path` when
+/// `accept` takes the file's bytes (then remembered, as coming from
+/// `origin`): what the disk cache and the prebuilt folder share.
+fn remembered_or_read(
+    key: &MemKey,
+    path: Option<PathBuf>,
+    accept: fn(&[u8]) -> bool,
+    origin: Origin,
+) -> Option<Compiled> {
+    let mem = MEMORY.get_or_init(Default::default);
+    if let Some(img) = mem.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
         return Some(Compiled {
             image: img.clone(),
             origin: Origin::Memory,
-            cache_file: Some(path),
+            cache_file: path,
         });
     }
-    let bytes = std::fs::read(&path).ok()?;
-    if !bytes.starts_with(b"\x7fELF") {
-        return None;
-    }
+    let bytes = std::fs::read(path.as_ref()?).ok().filter(|b| accept(b))?;
     let img = Arc::new(bytes);
     mem.lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(key, img.clone());
+        .insert(key.clone(), img.clone());
     Some(Compiled {
         image: img,
-        origin: Origin::Prebuilt,
-        cache_file: Some(path),
+        origin,
+        cache_file: path,
     })
 }
 
@@ -206,30 +220,11 @@ pub fn compile_cached(src: &KernelSource, arch: u32, cache_dir: Option<&Path>) -
     let info = loader::nvrtc()?;
     let file_name = cache_file_name(src, arch, info.version);
     let key = (file_name.clone(), arch, cache_dir.map(Path::to_path_buf));
-    let mem = MEMORY.get_or_init(Default::default);
-    if let Some(img) = mem.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(Compiled {
-            image: img.clone(),
-            origin: Origin::Memory,
-            cache_file: cache_dir.map(|d| d.join(&file_name)),
-        });
-    }
     let path = cache_dir.map(|d| d.join(&file_name));
-    if let Some(p) = &path {
-        if let Ok(bytes) = std::fs::read(p) {
-            if !bytes.is_empty() {
-                let img = Arc::new(bytes);
-                mem.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(key, img.clone());
-                return Ok(Compiled {
-                    image: img,
-                    origin: Origin::DiskCache,
-                    cache_file: path,
-                });
-            }
-        }
+    if let Some(c) = remembered_or_read(&key, path.clone(), |b| !b.is_empty(), Origin::DiskCache) {
+        return Ok(c);
     }
+    let mem = MEMORY.get_or_init(Default::default);
     let t = Instant::now();
     let bytes = compile_now(src, arch)?;
     let ms = t.elapsed().as_secs_f64() * 1e3;

@@ -291,10 +291,7 @@ unsafe fn send_loop(
                 let len = unsafe { word32(base + SIZES as usize + 4 * s as usize) }
                     .load(Ordering::Acquire)
                     .min(layout.slot as u32);
-                let mut h = [0u8; 16];
-                h[2..4].copy_from_slice(&(c as u16).to_le_bytes());
-                h[4..8].copy_from_slice(&len.to_le_bytes());
-                h[8..16].copy_from_slice(&sent[ci].to_le_bytes());
+                let h = header(0, c, len, sent[ci]);
                 let at = base + SLOTS as usize + (s * layout.slot) as usize;
                 // SAFETY: `len` <= slot bytes of slot s, inside the shadow;
                 // the kernel does not rewrite it before its bytes crossed.
@@ -304,11 +301,7 @@ unsafe fn send_loop(
                 busy = true;
             }
             if head > heads[ci] {
-                let mut h = [0u8; 16];
-                h[0] = 1;
-                h[2..4].copy_from_slice(&(c as u16).to_le_bytes());
-                h[8..16].copy_from_slice(&head.to_le_bytes());
-                tx.write_all(&h)
+                tx.write_all(&header(1, c, 0, head))
                     .map_err(|e| io(peer, "sending a head", e))?;
                 heads[ci] = head;
                 busy = true;
@@ -329,11 +322,19 @@ unsafe fn send_loop(
     }
     // Stopped in order (the ring drained us first): say so, so the peer
     // does not take the closing connection for a death.
-    let mut bye = [0u8; 16];
-    bye[0] = 2;
-    tx.write_all(&bye)
+    tx.write_all(&header(2, 0, 0, 0))
         .map_err(|e| io(peer, "sending goodbye", e))?;
     Ok(())
+}
+
+/// A message header (see the module docs: kind, channel, length, value).
+fn header(kind: u8, channel: u32, len: u32, value: u64) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[0] = kind;
+    h[2..4].copy_from_slice(&(channel as u16).to_le_bytes());
+    h[4..8].copy_from_slice(&len.to_le_bytes());
+    h[8..16].copy_from_slice(&value.to_le_bytes());
+    h
 }
 
 /// Writes `head` then `body` with gathered writes, straight from the shadow
