@@ -38,16 +38,34 @@ const KIND_DATA: u8 = 1;
 /// Extra time a rank waits for the root's own timeout message.
 const ROOT_GRACE: Duration = Duration::from_secs(1);
 
-/// Selects the interface address per `cfg` (see [`ifname`]).
+/// Selects the interface of the rendezvous per `cfg` (see [`ifname`]):
+/// `bootstrap_ifname`, else `ifname`.
 pub fn select_interface(cfg: &BootstrapConfig) -> Result<ifname::Selection> {
     let list = sys::interfaces()?;
-    ifname::select(&list, cfg.ifname.as_deref(), cfg.family)
+    match &cfg.bootstrap_ifname {
+        Some(b) => ifname::select_for("OXCCL_BOOTSTRAP_IFNAME", &list, Some(b), cfg.family),
+        None => ifname::select(&list, cfg.ifname.as_deref(), cfg.family),
+    }
+}
+
+/// The interface of the data connections, when it differs from the
+/// rendezvous': only with `bootstrap_ifname` set and `ifname` choosing
+/// another address. `None`: data connections share the bootstrap listener.
+fn select_data_interface(
+    cfg: &BootstrapConfig,
+    boot: &ifname::Selection,
+) -> Result<Option<ifname::Selection>> {
+    if cfg.bootstrap_ifname.is_none() {
+        return Ok(None);
+    }
+    let list = sys::interfaces()?;
+    let sel = ifname::select(&list, cfg.ifname.as_deref(), cfg.family)?;
+    Ok((sel.iface.addr != boot.iface.addr).then_some(sel))
 }
 
 /// Binds a listener on the selected interface address (never the wildcard),
-/// port 0, and logs "Bootstrap: Using NAME:ADDR<PORT>".
-fn bind_selected(cfg: &BootstrapConfig) -> Result<TcpListener> {
-    let sel = select_interface(cfg)?;
+/// port 0, and logs "`what`: Using NAME:ADDR<PORT>".
+fn bind_on(sel: &ifname::Selection, what: &str) -> Result<TcpListener> {
     let f = &sel.iface;
     let addr = match f.addr {
         IpAddr::V4(_) => SocketAddr::new(f.addr, 0),
@@ -55,17 +73,25 @@ fn bind_selected(cfg: &BootstrapConfig) -> Result<TcpListener> {
     };
     let l = TcpListener::bind(addr).map_err(|e| {
         Error::system(format!(
-            "bootstrap: cannot listen on {} ({}): {e}",
-            f.addr, f.name
+            "{}: cannot listen on {} ({}): {e}",
+            what.to_ascii_lowercase(),
+            f.addr,
+            f.name
         ))
     })?;
     let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
     info!(
         Subsys::BOOTSTRAP,
-        "Bootstrap: Using {}:{}<{port}>", f.name, f.addr
+        "{what}: Using {}:{}<{port}>", f.name, f.addr
     );
-    info!(Subsys::BOOTSTRAP, "Bootstrap: {} {}", f.name, sel.reason);
+    info!(Subsys::BOOTSTRAP, "{what}: {} {}", f.name, sel.reason);
     Ok(l)
+}
+
+/// The rendezvous listener, on [`select_interface`]'s address.
+fn bind_selected(cfg: &BootstrapConfig) -> Result<(TcpListener, ifname::Selection)> {
+    let sel = select_interface(cfg)?;
+    Ok((bind_on(&sel, "Bootstrap")?, sel))
 }
 
 fn random_u64() -> Result<u64> {
@@ -92,7 +118,7 @@ impl UniqueId {
                 &derived_secret(cfg.auth_secret.as_deref()),
             ));
         }
-        let l = bind_selected(cfg)?;
+        let (l, _) = bind_selected(cfg)?;
         let addr = l
             .local_addr()
             .map_err(|e| Error::system(format!("bootstrap: local_addr failed: {e}")))?;
@@ -143,7 +169,9 @@ pub struct Bootstrap {
     shared: Arc<Shared>,
     out: Mutex<HashMap<usize, TcpStream>>,
     coll: Mutex<()>,
-    acceptor: Option<JoinHandle<()>>,
+    /// The rendezvous listener's accept thread, and the data listener's
+    /// when there is one.
+    acceptors: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Bootstrap {
@@ -160,7 +188,7 @@ impl Drop for Bootstrap {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.cv.notify_all();
-        if let Some(h) = self.acceptor.take() {
+        for h in self.acceptors.drain(..) {
             let _ = h.join();
         }
     }
@@ -260,10 +288,20 @@ impl Bootstrap {
             )));
         }
         let start = Instant::now();
-        let listener = bind_selected(cfg)?;
-        let listen_addr = listener
-            .local_addr()
-            .map_err(|e| Error::system(format!("bootstrap: local_addr failed: {e}")))?;
+        let (listener, sel) = bind_selected(cfg)?;
+        let local = |l: &TcpListener| {
+            l.local_addr()
+                .map_err(|e| Error::system(format!("bootstrap: local_addr failed: {e}")))
+        };
+        let listen_addr = local(&listener)?;
+        let data_listener = match select_data_interface(cfg, &sel)? {
+            Some(d) => Some(bind_on(&d, "Bootstrap data connections")?),
+            None => None,
+        };
+        let data_addr = match &data_listener {
+            Some(l) => local(l)?,
+            None => listen_addr,
+        };
         let shared = Arc::new(Shared {
             mail: Mutex::new(Mail::default()),
             cv: Condvar::new(),
@@ -271,14 +309,26 @@ impl Bootstrap {
         });
         let key = *id.secret();
         let run_id = id.run_id();
-        let acceptor = spawn_acceptor(
+        let mut acceptors = vec![spawn_acceptor(
             listener,
+            Accepts::Everything,
             key,
             run_id,
             nranks,
             shared.clone(),
             cfg.abort.clone(),
-        )?;
+        )?];
+        if let Some(l) = data_listener {
+            acceptors.push(spawn_acceptor(
+                l,
+                Accepts::DataOnly,
+                key,
+                run_id,
+                nranks,
+                shared.clone(),
+                cfg.abort.clone(),
+            )?);
+        }
         let mut boot = Bootstrap {
             rank,
             nranks,
@@ -289,7 +339,7 @@ impl Bootstrap {
             shared,
             out: Mutex::new(HashMap::new()),
             coll: Mutex::new(()),
-            acceptor: Some(acceptor),
+            acceptors,
         };
         if id.rank0_starts_root() && rank == 0 {
             let addr = id.root_addr();
@@ -311,6 +361,7 @@ impl Bootstrap {
             pid: std::process::id(),
             process_token: sys::process_token(),
             listen_addr,
+            data_addr,
         };
         boot.peers = join_root(id, nranks, me, cfg, start)?;
         Ok(boot)
@@ -363,7 +414,12 @@ impl Bootstrap {
 
     /// Opens an authenticated connection to `peer` and sends the hello.
     fn dial(&self, peer: usize, kind: u8, tag: u32, lim: &Limits) -> Result<TcpStream> {
-        let addr = self.peers[peer].listen_addr;
+        let p = &self.peers[peer];
+        let addr = if kind == KIND_DATA {
+            p.data_addr
+        } else {
+            p.listen_addr
+        };
         let who = format!("rank {peer}");
         let mut s = connect_retry(addr, lim, &who, false)?;
         wire::prepare(&s)?;
@@ -615,8 +671,17 @@ fn join_root(
     Ok(table)
 }
 
+/// What a listener takes: the rendezvous listener everything, a separate
+/// data listener only data connections.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Accepts {
+    Everything,
+    DataOnly,
+}
+
 fn spawn_acceptor(
     listener: TcpListener,
+    accepts: Accepts,
     key: [u8; 32],
     run_id: u64,
     nranks: usize,
@@ -643,7 +708,9 @@ fn spawn_acceptor(
                 let (shared, abort) = (shared.clone(), abort.clone());
                 let r = std::thread::Builder::new()
                     .name("oxccl-bs-conn".into())
-                    .spawn(move || serve_conn(s, addr, key, run_id, nranks, &shared, &abort));
+                    .spawn(move || {
+                        serve_conn(s, addr, accepts, key, run_id, nranks, &shared, &abort)
+                    });
                 if r.is_err() {
                     warn!("bootstrap: cannot spawn a thread; connection from {addr} dropped");
                 }
@@ -652,9 +719,11 @@ fn spawn_acceptor(
         .map_err(|e| Error::system(format!("bootstrap: cannot spawn a thread: {e}")))
 }
 
+#[allow(clippy::too_many_arguments)] // one connection's whole context, passed once
 fn serve_conn(
     mut s: TcpStream,
     addr: SocketAddr,
+    accepts: Accepts,
     key: [u8; 32],
     run_id: u64,
     nranks: usize,
@@ -695,6 +764,10 @@ fn serve_conn(
     };
     if their_run != run_id || from >= nranks || kind > KIND_DATA {
         warn!("bootstrap: connection from {addr} claims rank {from} of run {their_run:#x} (this is run {run_id:#x} with {nranks} ranks); dropped");
+        return;
+    }
+    if accepts == Accepts::DataOnly && kind != KIND_DATA {
+        warn!("bootstrap: rank {from} sent a bootstrap message to the data listener (from {addr}); dropped");
         return;
     }
     if kind == KIND_DATA {

@@ -154,6 +154,17 @@ pub fn select(
     ifname: Option<&str>,
     family: Option<Family>,
 ) -> Result<Selection> {
+    select_for("NCCL_SOCKET_IFNAME", ifaces, ifname, family)
+}
+
+/// [`select`] for a value read from `setting` (named in the reason and the
+/// error), e.g. `OXCCL_BOOTSTRAP_IFNAME`.
+pub fn select_for(
+    setting: &str,
+    ifaces: &[Interface],
+    ifname: Option<&str>,
+    family: Option<Family>,
+) -> Result<Selection> {
     let spec = ifname.map(IfSpec::parse);
     // (link-local, list position or tier, family, OS order): smaller wins.
     type Key = (bool, usize, u8, usize);
@@ -190,7 +201,7 @@ pub fn select(
     match best {
         Some((key, f)) => {
             let mut reason = match (ifname, key.1) {
-                (Some(s), _) => format!("matches NCCL_SOCKET_IFNAME={s}"),
+                (Some(s), _) => format!("matches {setting}={s}"),
                 (None, 0) => "is InfiniBand (default: ib* first)".to_string(),
                 (None, 1) => "is the first interface that is up and not lo/docker*/virbr*/veth* (default)"
                     .to_string(),
@@ -210,7 +221,7 @@ pub fn select(
         }
         None => match ifname {
             Some(s) => Err(Error::invalid_argument(format!(
-                "NCCL_SOCKET_IFNAME={s}{fam_txt} matches no interface that is up; interfaces: {}",
+                "{setting}={s}{fam_txt} matches no interface that is up; interfaces: {}",
                 describe(ifaces)
             ))),
             None => Err(Error::system(format!(

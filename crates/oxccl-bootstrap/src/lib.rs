@@ -103,8 +103,13 @@ impl FromStr for Family {
 /// Bootstrap settings, filled by the caller from the parameter registry.
 #[derive(Debug, Clone)]
 pub struct BootstrapConfig {
-    /// `NCCL_SOCKET_IFNAME`.
+    /// `NCCL_SOCKET_IFNAME`: data connections ([`Bootstrap::connect_peer`]),
+    /// and the bootstrap too unless `bootstrap_ifname` names its own.
     pub ifname: Option<String>,
+    /// `OXCCL_BOOTSTRAP_IFNAME`: the interface of the rendezvous (the root and
+    /// every rank's message listener) when it should differ from the data
+    /// connections' (a management network beside the fast one). Same grammar.
+    pub bootstrap_ifname: Option<String>,
     /// `NCCL_SOCKET_FAMILY`.
     pub family: Option<Family>,
     /// `NCCL_COMM_ID`.
@@ -125,6 +130,7 @@ impl Default for BootstrapConfig {
     fn default() -> Self {
         BootstrapConfig {
             ifname: None,
+            bootstrap_ifname: None,
             family: None,
             comm_id: None,
             auth_secret: None,
@@ -151,4 +157,7 @@ pub struct PeerInfo {
     pub process_token: u64,
     /// Its bootstrap listener.
     pub listen_addr: SocketAddr,
+    /// Where its data connections arrive: `listen_addr`, or a listener of
+    /// its own on the data interface when `bootstrap_ifname` chose another.
+    pub data_addr: SocketAddr,
 }

@@ -49,7 +49,8 @@ pub(crate) fn encode_peer(m: &mut Enc, p: &PeerInfo) {
         .u64(p.host_hash)
         .u32(p.pid)
         .u64(p.process_token)
-        .addr(&p.listen_addr);
+        .addr(&p.listen_addr)
+        .addr(&p.data_addr);
 }
 
 pub(crate) fn decode_peer(d: &mut Dec) -> Result<PeerInfo> {
@@ -60,6 +61,7 @@ pub(crate) fn decode_peer(d: &mut Dec) -> Result<PeerInfo> {
         pid: d.u32()?,
         process_token: d.u64()?,
         listen_addr: d.addr()?,
+        data_addr: d.addr()?,
     })
 }
 
@@ -460,6 +462,7 @@ mod tests {
                 pid: 2,
                 process_token: 3,
                 listen_addr: "127.0.0.1:9".parse().unwrap(),
+                data_addr: "127.0.0.1:9".parse().unwrap(),
             },
         }
     }

@@ -344,3 +344,76 @@ mod prop {
         }
     }
 }
+
+/// `OXCCL_BOOTSTRAP_IFNAME=lo` with data on another interface: the rendezvous
+/// and messages stay on loopback, data connections arrive at the other
+/// interface's address (a listener of their own).
+#[test]
+fn bootstrap_and_data_on_different_interfaces() {
+    let other = oxccl_bootstrap::interfaces().ok().and_then(|l| {
+        l.into_iter()
+            .find(|f| f.up && f.addr.is_ipv4() && !f.addr.is_loopback())
+    });
+    let Some(other) = other else {
+        eprintln!("skipped: no interface but lo is up with an IPv4 address here");
+        return;
+    };
+    let c = BootstrapConfig {
+        bootstrap_ifname: Some("=lo".into()),
+        ifname: Some(format!("={}", other.name)),
+        family: Some(oxccl_bootstrap::Family::V4),
+        ..cfg()
+    };
+    let id = UniqueId::generate(&c).unwrap();
+    assert!(id.root_addr().ip().is_loopback(), "{}", id.root_addr());
+    ranks(&id, 3, &all(3), &c, |r, b| {
+        let b = b.unwrap();
+        for p in b.peers() {
+            assert!(p.listen_addr.ip().is_loopback(), "{p:?}");
+            assert_eq!(p.data_addr.ip(), other.addr, "{p:?}");
+            assert_ne!(p.data_addr.port(), 0);
+        }
+        let (next, prev) = ((r + 1) % 3, (r + 2) % 3);
+        b.send(next, 5, b"message").unwrap();
+        assert_eq!(b.recv(prev, 5).unwrap(), b"message");
+        let mut c = b.connect_peer(next, 3).unwrap();
+        c.write_all(&[r as u8; 4]).unwrap();
+        assert_eq!(c.peer_addr().unwrap(), b.peers()[next].data_addr);
+        let mut a = b.accept_peer(prev, 3).unwrap();
+        assert_eq!(a.local_addr().unwrap().ip(), other.addr);
+        let mut buf = [0u8; 4];
+        a.read_exact(&mut buf).unwrap();
+        assert_eq!(buf, [prev as u8; 4]);
+        b.barrier().unwrap();
+    });
+}
+
+/// Both settings choosing one address share the rendezvous listener; a
+/// bootstrap setting that matches nothing names itself.
+#[test]
+fn bootstrap_ifname_same_address_and_no_match() {
+    let c = BootstrapConfig {
+        bootstrap_ifname: Some("lo".into()),
+        ..cfg()
+    };
+    let id = UniqueId::generate(&c).unwrap();
+    ranks(&id, 2, &all(2), &c, |_, b| {
+        let b = b.unwrap();
+        for p in b.peers() {
+            assert_eq!(p.data_addr, p.listen_addr);
+        }
+        b.barrier().unwrap();
+    });
+    let bad = BootstrapConfig {
+        bootstrap_ifname: Some("=nosuchif0".into()),
+        ..cfg()
+    };
+    let e = UniqueId::generate(&bad).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    let m = e.message();
+    assert!(
+        m.contains("OXCCL_BOOTSTRAP_IFNAME==nosuchif0") && m.contains("matches no interface"),
+        "{m}"
+    );
+    assert!(!m.contains("NCCL_SOCKET_IFNAME"), "{m}");
+}

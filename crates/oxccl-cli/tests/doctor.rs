@@ -343,6 +343,57 @@ fn socket_ifname_matching_nothing_fails_listing_interfaces() {
     assert_eq!(one(&json(&o), "net.ifname")["status"], "ok");
 }
 
+/// With OXCCL_BOOTSTRAP_IFNAME the report names each choice: data on one
+/// interface, the bootstrap on the other, and a bootstrap setting that
+/// matches nothing fails under its own name.
+#[test]
+fn bootstrap_ifname_is_reported_beside_the_data_interface() {
+    let root = cpu_machine("bootifname");
+    let o = doctor(
+        &["--sysroot", &root_arg(&root), "--json"],
+        &[
+            ("NCCL_SOCKET_IFNAME", "eth"),
+            ("OXCCL_BOOTSTRAP_IFNAME", "lo"),
+        ],
+    );
+    let v = json(&o);
+    let d = one(&v, "net.ifname");
+    assert_eq!(d["status"], "ok", "{d:#}");
+    assert!(
+        d["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("TCP data connections would use eth0 10.1.2.3"),
+        "{d:#}"
+    );
+    let b = one(&v, "net.bootstrap_ifname");
+    assert_eq!(b["status"], "warn", "{b:#}");
+    let bd = b["detail"].as_str().unwrap();
+    assert!(
+        bd.starts_with("the bootstrap would use lo 127.0.0.1"),
+        "{bd}"
+    );
+    assert!(bd.contains("matches OXCCL_BOOTSTRAP_IFNAME=lo"), "{bd}");
+
+    let o = doctor(
+        &["--sysroot", &root_arg(&root), "--json"],
+        &[("OXCCL_BOOTSTRAP_IFNAME", "nosuch")],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v = json(&o);
+    let b = one(&v, "net.bootstrap_ifname");
+    assert_eq!(b["status"], "fail");
+    assert!(b["detail"]
+        .as_str()
+        .unwrap()
+        .contains("OXCCL_BOOTSTRAP_IFNAME=nosuch"));
+    assert!(b["fix"]
+        .as_str()
+        .unwrap()
+        .contains("set OXCCL_BOOTSTRAP_IFNAME to one of"));
+    assert_eq!(one(&v, "net.ifname")["status"], "ok");
+}
+
 #[test]
 fn only_loopback_warns_for_multi_node() {
     let root = cpu_machine("loopback");

@@ -400,7 +400,7 @@ params! {
         "Configuration file to read instead of ~/.nccl.conf and /etc/nccl.conf (NAME=VALUE lines; the environment wins).";
     // ---- honoured: networking and bootstrap
     SOCKET_IFNAME: Opt<Str> = "NCCL_SOCKET_IFNAME", "", honoured,
-        "Network interfaces for bootstrap and TCP: comma list of name prefixes, ^ to exclude, = for exact names. Unset: pick automatically, avoiding lo and docker*.";
+        "Network interfaces for bootstrap and TCP data connections: comma list of name prefixes, ^ to exclude, = for exact names. Unset: pick automatically, avoiding lo and docker*. OXCCL_BOOTSTRAP_IFNAME moves the bootstrap elsewhere.";
     SOCKET_FAMILY: Opt<SocketFamily> = "NCCL_SOCKET_FAMILY", "", honoured,
         "Address family to use: AF_INET or AF_INET6. Unset: either.";
     COMM_ID: Opt<Str> = "NCCL_COMM_ID", "", honoured,
@@ -449,6 +449,8 @@ params! {
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 128K / (ranks - 1) within a host; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off.";
     INIT_TIMEOUT_MS: U64 = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,
         "Timeout of rendezvous and connection setup, in milliseconds.";
+    BOOTSTRAP_IFNAME: Opt<Str> = "OXCCL_BOOTSTRAP_IFNAME", "", honoured,
+        "Network interface of the bootstrap alone (rendezvous, root, out-of-band messages; NCCL_SOCKET_IFNAME's grammar), when it should differ from the data connections' (NCCL_SOCKET_IFNAME): e.g. a management network beside the fast one. Unset: NCCL_SOCKET_IFNAME's choice for both.";
     AUTH_SECRET: Opt<Secret> = "OXCCL_AUTH_SECRET", "", honoured,
         "Shared secret that authenticates ranks meeting through NCCL_COMM_ID instead of a unique id. Never logged.";
     HOST_NCHANNELS: Opt<U32> = "OXCCL_HOST_NCHANNELS", "", honoured,
@@ -914,7 +916,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 35);
+        assert_eq!(honoured.len(), 36);
         assert!(ALL.len() > 80);
     }
 

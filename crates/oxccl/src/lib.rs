@@ -115,6 +115,7 @@ pub struct Config {
 fn bootstrap_config(p: &Params, abort: Arc<AtomicBool>) -> BootstrapConfig {
     BootstrapConfig {
         ifname: p.get(&params::SOCKET_IFNAME),
+        bootstrap_ifname: p.get(&params::BOOTSTRAP_IFNAME),
         family: p.get(&params::SOCKET_FAMILY).map(|f| match f {
             SocketFamily::Inet => Family::V4,
             SocketFamily::Inet6 => Family::V6,

@@ -472,6 +472,43 @@ fn socket_ifname_selects_the_interface() {
     }
 }
 
+/// `OXCCL_BOOTSTRAP_IFNAME` puts the rendezvous on one network and
+/// `NCCL_SOCKET_IFNAME` the data on the other: the bytes go where the data
+/// setting says, the "Bootstrap: Using" lines where the bootstrap one says.
+#[test]
+fn bootstrap_and_data_on_different_interfaces() {
+    let _s = netns_support::serial();
+    let Some(h) = Hosts::new("bdi", 2, 2) else {
+        return;
+    };
+    for (boot, data) in [(0usize, 1usize), (1, 0)] {
+        let (b, d) = (format!("=eth{boot}"), format!("=eth{data}"));
+        let env = [
+            ("OXCCL_BOOTSTRAP_IFNAME", b.as_str()),
+            ("NCCL_SOCKET_IFNAME", d.as_str()),
+        ];
+        let (root, d0, d1) = run_ifname(&h, &env);
+        assert_eq!(
+            root.ip(),
+            std::net::IpAddr::V4(host_addr(0, boot)),
+            "{env:?}: root"
+        );
+        let (on_data, on_boot) = if data == 1 { (&d1, &d0) } else { (&d0, &d1) };
+        for i in 0..2 {
+            assert!(
+                on_data[i] > 4 << 20,
+                "{env:?}: host {i}: eth{data} received only {} bytes",
+                on_data[i]
+            );
+            assert!(
+                on_boot[i] < 256 << 10,
+                "{env:?}: host {i}: eth{boot} received {} bytes",
+                on_boot[i]
+            );
+        }
+    }
+}
+
 #[test]
 fn socket_ifname_without_match_lists_interfaces() {
     let _s = netns_support::serial();

@@ -466,6 +466,8 @@ pub struct NetFacts {
     pub addrs_from: Result<String, String>,
     /// NCCL_SOCKET_IFNAME and NCCL_SOCKET_FAMILY as set.
     pub ifname: Option<String>,
+    /// OXCCL_BOOTSTRAP_IFNAME as set (the bootstrap's own interface).
+    pub bootstrap_ifname: Option<String>,
     pub family: Option<Family>,
     /// /sys/class/infiniband entries, with their ports' states.
     pub ib_devices: Vec<String>,
@@ -481,6 +483,46 @@ fn is_local_only(name: &str, addr: &IpAddr) -> bool {
         || name.starts_with("virbr")
         || name.starts_with("veth")
         || name.starts_with("br-")
+}
+
+/// What `setting` (value `spec`) selects for `what`, as the library's own
+/// `ifname::select_for` decides it.
+fn ifname_check(
+    f: &NetFacts,
+    id: &'static str,
+    setting: &str,
+    spec: Option<&str>,
+    what: &str,
+) -> Check {
+    match ifname::select_for(setting, &f.addrs, spec, f.family) {
+        Ok(sel) => {
+            let i = &sel.iface;
+            let detail = format!("{what} would use {} {}: it {}", i.name, i.addr, sel.reason);
+            if is_local_only(&i.name, &i.addr) {
+                Check::new(id, NET, Status::Warn, format!("{detail}; other hosts cannot reach it"))
+                    .fix(format!("for several hosts, set {setting} to the interface of the network between them (e.g. {setting}=eth0)"))
+            } else {
+                Check::new(id, NET, Status::Ok, detail)
+            }
+        }
+        Err(e) => {
+            let mut names: Vec<&str> = f
+                .addrs
+                .iter()
+                .filter(|a| a.up)
+                .map(|a| a.name.as_str())
+                .collect();
+            names.dedup();
+            let fix = match spec {
+                Some(_) => format!(
+                    "set {setting} to one of the interfaces that are up ({}) — a prefix such as `eth`, `=name` for an exact name, `^name` to exclude — or unset it",
+                    if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                ),
+                None => "bring a network interface up with an address".into(),
+            };
+            Check::new(id, NET, Status::Fail, e.message().to_string()).fix(fix)
+        }
+    }
 }
 
 pub fn network(f: &NetFacts) -> Vec<Check> {
@@ -547,42 +589,31 @@ pub fn network(f: &NetFacts) -> Vec<Check> {
         }
         out.push(c);
     }
-    // What NCCL_SOCKET_IFNAME selects.
+    // What NCCL_SOCKET_IFNAME (and OXCCL_BOOTSTRAP_IFNAME) select.
     if f.addrs_from.is_ok() {
-        match ifname::select(&f.addrs, f.ifname.as_deref(), f.family) {
-            Ok(sel) => {
-                let i = &sel.iface;
-                let detail = format!(
-                    "bootstrap and TCP would use {} {}: it {}",
-                    i.name, i.addr, sel.reason
-                );
-                if is_local_only(&i.name, &i.addr) {
-                    out.push(
-                        Check::new("net.ifname", NET, Status::Warn, format!("{detail}; other hosts cannot reach it"))
-                            .fix("for several hosts, set NCCL_SOCKET_IFNAME to the interface of the network between them (e.g. NCCL_SOCKET_IFNAME=eth0)"),
-                    );
-                } else {
-                    out.push(Check::new("net.ifname", NET, Status::Ok, detail));
-                }
-            }
-            Err(e) => {
-                let mut names: Vec<&str> = f
-                    .addrs
-                    .iter()
-                    .filter(|a| a.up)
-                    .map(|a| a.name.as_str())
-                    .collect();
-                names.dedup();
-                let fix = match &f.ifname {
-                    Some(_) => format!(
-                        "set NCCL_SOCKET_IFNAME to one of the interfaces that are up ({}) — a prefix such as `eth`, `=name` for an exact name, `^name` to exclude — or unset it",
-                        if names.is_empty() { "none".to_string() } else { names.join(", ") }
-                    ),
-                    None => "bring a network interface up with an address".into(),
-                };
-                out.push(
-                    Check::new("net.ifname", NET, Status::Fail, e.message().to_string()).fix(fix),
-                );
+        match &f.bootstrap_ifname {
+            None => out.push(ifname_check(
+                f,
+                "net.ifname",
+                "NCCL_SOCKET_IFNAME",
+                f.ifname.as_deref(),
+                "bootstrap and TCP",
+            )),
+            Some(b) => {
+                out.push(ifname_check(
+                    f,
+                    "net.ifname",
+                    "NCCL_SOCKET_IFNAME",
+                    f.ifname.as_deref(),
+                    "TCP data connections",
+                ));
+                out.push(ifname_check(
+                    f,
+                    "net.bootstrap_ifname",
+                    "OXCCL_BOOTSTRAP_IFNAME",
+                    Some(b),
+                    "the bootstrap",
+                ));
             }
         }
     }

@@ -243,6 +243,7 @@ fn gather_net(sys: &System, p: &Params, ib_devices: Vec<String>) -> NetFacts {
         addrs,
         addrs_from,
         ifname: p.get(&params::SOCKET_IFNAME),
+        bootstrap_ifname: p.get(&params::BOOTSTRAP_IFNAME),
         family: p.get(&params::SOCKET_FAMILY).map(|f| match f {
             SocketFamily::Inet => Family::V4,
             SocketFamily::Inet6 => Family::V6,
