@@ -105,7 +105,7 @@ pub(crate) fn encode_table(t: &[PeerInfo]) -> Vec<u8> {
 /// Decodes a table (type byte already consumed).
 pub(crate) fn decode_table(d: &mut Dec) -> Result<Vec<PeerInfo>> {
     let n = d.u32()? as usize;
-    // Each entry is at least 45 bytes: bound n before reserving.
+    // Each entry is at least 68 bytes: bound n before reserving.
     let mut v = Vec::with_capacity(n.min(1 << 16));
     for _ in 0..n {
         v.push(decode_peer(d)?);
