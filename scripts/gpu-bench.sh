@@ -11,7 +11,11 @@
 #                                            digests compared
 #   scripts/gpu-bench.sh init                start time and device memory of a
 #                                            communicator (torch_init_mem.py),
-#                                            oxccl's first and cached starts
+#                                            oxccl's first and cached starts,
+#                                            and a first start with prebuilt
+#                                            kernels (KERNELS, default
+#                                            .devcarry/kernels from `oxccl
+#                                            kernels --out`) when they exist
 #
 # Environment: ROUNDS (default 2); VARIANTS: space-separated oxccl variants,
 # each `label` or `label:VAR=value,VAR=value` (default `default`);
@@ -83,6 +87,14 @@ init)
     d=$(mktemp -d /tmp/oxccl-init-cache.XXXXXX)
     launch oxccl 1 "OXCCL_CACHE_DIR=$d,INIT_TAG=first-start" scripts/torch_init_mem.py | grep '^INIT'
     launch oxccl 1 "OXCCL_CACHE_DIR=$d,INIT_TAG=cached-start" scripts/torch_init_mem.py | grep '^INIT'
+    K=${KERNELS:-$PWD/.devcarry/kernels}
+    if [ -d "$K" ]; then
+      # Empty cache, kernels from the packaged folder: what an installed
+      # oxccl does on its first start.
+      d=$(mktemp -d /tmp/oxccl-init-cache.XXXXXX)
+      launch oxccl 1 "OXCCL_CACHE_DIR=$d,OXCCL_KERNEL_DIR=$K,INIT_TAG=prebuilt-start" scripts/torch_init_mem.py | grep '^INIT'
+      echo "prebuilt-start: $(find "$d" -type f | wc -l) kernels compiled into the empty cache (0: all came from $K)"
+    fi
   done
   ;;
 *) sed -n 2,20p "$0"; exit 2 ;;

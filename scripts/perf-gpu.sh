@@ -19,6 +19,8 @@
 #   scripts/perf-gpu.sh agrs         # all_gather / reduce_scatter to 2 GB vs NCCL
 #   scripts/perf-gpu.sh tuning       # NCCL's per-size choices (TUNING log)
 #   scripts/perf-gpu.sh net          # the network path (--hosts 2) vs NCCL's sockets
+#   scripts/perf-gpu.sh channels     # 512 KB-1 GB, 2 processes, oxccl at its
+#                                    # default SMs and capped at NCCL's 24, vs NCCL
 #
 # NVLink multicast stays off in everything this starts (shared/gpu.md rules).
 # Every run has a deadline: -T 120 inside oxccl perf, `timeout` around it.
@@ -135,6 +137,15 @@ if [ "$MODE" = net ]; then
   # its own pretend host (--hosts 2 sets NCCL_HOSTID, which both read),
   # interleaved per size, every power of two from 8 B to 1 GB.
   run net_all_reduce 500 "$X" $P all_reduce --backend cuda --ranks 2 --hosts 2 -b 8 -e 1G -f 2 -c 1 -n 10 -w 3 --compare "$NCCL" -J "$OUTDIR/net_all_reduce.json"
+fi
+if [ "$MODE" = channels ]; then
+  # Does oxccl need more SMs than NCCL's 24 (its TUNING log from 512 KB)?
+  # The same sweep at the default and with NCCL_MAX_NCHANNELS=24 (which NCCL
+  # already uses, so its column is the same library both times).
+  for c in all_reduce all_gather reduce_scatter; do
+    run "ch_default_$c" 300 "$X" $P $c --backend cuda --ranks 2 -b 512K -e 1G -f 4 -c 1 -n 20 -w 5 --compare "$NCCL" -J "$OUTDIR/ch_default_$c.json"
+    NCCL_MAX_NCHANNELS=24 run "ch_24_$c" 300 "$X" $P $c --backend cuda --ranks 2 -b 512K -e 1G -f 4 -c 1 -n 20 -w 5 --compare "$NCCL" -J "$OUTDIR/ch_24_$c.json"
+  done
 fi
 if [ "$MODE" = tuning ]; then
   # NCCL's own choice per size (algorithm, protocol, channels = SMs), from
