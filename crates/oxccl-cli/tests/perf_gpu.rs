@@ -78,15 +78,15 @@ fn show(out: &Output) -> String {
     )
 }
 
-/// Data lines' #wrong cells (out-of-place, and in-place unless N/A).
+/// Data lines' #wrong cells (out-of-place, and in-place unless N/A). Data
+/// lines start with the size in bytes; anything else (`#` headers, the
+/// `NCCL_DEBUG` lines that share stdout) is skipped.
 fn wrong_cells(stdout: &str) -> Vec<String> {
     stdout
         .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .flat_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            vec![f[8].to_string(), f[12].to_string()]
-        })
+        .map(|l| l.split_whitespace().collect::<Vec<&str>>())
+        .filter(|f| f.len() > 12 && f[0].parse::<u64>().is_ok())
+        .flat_map(|f| vec![f[8].to_string(), f[12].to_string()])
         .collect()
 }
 
