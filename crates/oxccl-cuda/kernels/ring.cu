@@ -65,6 +65,7 @@ struct RingCommon {
     const u64* peers;  // [2 x nranks] window addresses (see region_of)
     u64* state;        // [2][nranks][nch]: slots sent to / received from each rank
     u32* ctrl;         // host-mapped: [0] abort (host), [1] error, [2] peer, [3] channel
+    const u32* order;  // [nranks] the rank at each ring position (topology's choice)
     u64 region;        // bytes per (rank, channel) region: RING_HDR + nslots * slot
     u64 slot;          // bytes per slot (a multiple of 16)
     u64 timeout_ns;    // a wait longer than this is an error (0: never)
@@ -74,8 +75,12 @@ struct RingCommon {
     u32 nslots;
     u64 ll_bytes;      // bytes per low-latency slot (16-byte lines, half of them flags)
     u32 ll_nslots;
-    u32 pad;
+    u32 pos;           // this rank's ring position: order[pos] == rank
 };
+
+// The rank at ring position p (positions are what the ring's chunk
+// arithmetic counts in; ranks name windows, counters and outputs).
+__device__ __forceinline__ u32 ring_at(const RingCommon& c, u32 p) { return c.order[p]; }
 
 // Counters in RingArgs.state: [kind][rank][channel], kind 0 Simple sent,
 // 1 Simple received, 2 LL sent, 3 LL received.
@@ -92,7 +97,7 @@ struct RingArgs {
     u64 iscale;        // integer PreMulSum multiplier
     u64 scalar_ptr;    // PreMulSum scalar in device memory, else 0
     u32 mode;          // RM_*
-    u32 root;
+    u32 root;          // broadcast, reduce: the root's ring position
 };
 
 // Where (rank, channel) lives in `owner`'s window. `peers` holds 2 x nranks
@@ -575,8 +580,8 @@ __device__ void ring_run_ll(const RingArgs& a) {
     typedef typename E::A A;
     const RingCommon& c = a.c;
     __shared__ LLChan k;
-    const u32 n = c.nranks, q = c.rank;
-    if (threadIdx.x == 0) ll_open(k, c, (q + n - 1) % n, (q + 1) % n);
+    const u32 n = c.nranks, q = c.pos;
+    if (threadIdx.x == 0) ll_open(k, c, ring_at(c, (q + n - 1) % n), ring_at(c, (q + 1) % n));
     __syncthreads();
     const A s = ring_scale<E>(a);
     const u64 pack = 8 / sizeof(S);
@@ -822,14 +827,14 @@ __device__ void ring_run(const RingArgs& a) {
     typedef typename E::A A;
     const RingCommon& c = a.c;
     __shared__ Chan k;
-    const u32 n = c.nranks, q = c.rank;
+    const u32 n = c.nranks, q = c.pos;
     // No look at the host's abort word here: it is host memory, and 32
     // blocks each reading it over PCIe at entry cost ~2 us per block (a 2 MB
     // all-reduce took 97 us with 32 channels, 68 with 16, 38 with 8). The
     // host launches nothing once an error or abort is recorded, and waits
     // look at the word while they spin.
     if (threadIdx.x == 0) {
-        chan_open(k, c, (q + n - 1) % n, (q + 1) % n);
+        chan_open(k, c, ring_at(c, (q + n - 1) % n), ring_at(c, (q + 1) % n));
     }
     __syncthreads();
     const A s = ring_scale<E>(a);
@@ -871,25 +876,27 @@ __device__ void ring_run(const RingArgs& a) {
         const u64 M = a.count;
         for (u64 base = lo; ok && base < hi; base += E_) {
             const u64 cs = umin(E_, hi - base);
+            // Position kk's block of the input is rank ring_at(kk)'s output.
             u32 kk = mod((long long)q - 1, n);
-            ok = rstep<E, OP>(k, c, F_IN | F_PRE, true, in + kk * M + base, nullptr, cs, s);
+            ok = rstep<E, OP>(k, c, F_IN | F_PRE, true, in + (u64)ring_at(c, kk) * M + base, nullptr, cs, s);
             for (u32 st = 1; ok && st + 1 < n; st++) {
                 kk = mod((long long)q - 1 - st, n);
-                ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE, true, in + kk * M + base, nullptr, cs, s);
+                ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE, true, in + (u64)ring_at(c, kk) * M + base,
+                                  nullptr, cs, s);
             }
             if (ok)
-                ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE | F_POST, false, in + (u64)q * M + base,
+                ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE | F_POST, false, in + (u64)c.rank * M + base,
                                   out + base, cs, s);
         }
     } else if (a.mode == RM_ALLGATHER) {
         const u64 M = a.count;
-        S* mine = out + (u64)q * M;
+        S* mine = out + (u64)c.rank * M;
         for (u64 base = lo; ok && base < hi; base += E_) {
             const u64 cs = umin(E_, hi - base);
             ok = rstep<E, OP>(k, c, F_IN, true, in + base, in == mine ? nullptr : mine + base, cs, s);
             for (u32 j = 1; ok && j < n; j++) {
                 const u32 kk = mod((long long)q - j, n);
-                ok = rstep<E, OP>(k, c, F_RECV, j + 1 < n, nullptr, out + (u64)kk * M + base, cs, s);
+                ok = rstep<E, OP>(k, c, F_RECV, j + 1 < n, nullptr, out + (u64)ring_at(c, kk) * M + base, cs, s);
             }
         }
     } else if (a.mode == RM_BROADCAST) {

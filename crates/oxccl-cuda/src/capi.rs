@@ -1045,9 +1045,9 @@ impl DevComm {
 
     /// The ring's window kind and whether rank `r` shares this process
     /// (for INFO lines), when the ring is set up.
-    pub fn ring_info(&self) -> Option<(ring::WindowKind, u32, u64)> {
+    pub fn ring_info(&self) -> Option<(ring::WindowKind, u32, u64, Vec<usize>)> {
         match self.ring.get() {
-            Some(Ok(r)) => Some((r.kind(), r.channels(), r.footprint())),
+            Some(Ok(r)) => Some((r.kind(), r.channels(), r.footprint(), r.order().to_vec())),
             _ => None,
         }
     }

@@ -20,8 +20,10 @@ pub mod kernels;
 pub mod loader;
 pub mod netplugin;
 pub mod netproxy;
+pub mod nvml;
 pub mod perfio;
 pub mod ring;
+pub mod topo;
 
 pub use allreduce::OneShot2;
 pub use device::{DeviceBuffer, Event, Gpu};

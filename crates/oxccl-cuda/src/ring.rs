@@ -101,6 +101,13 @@ pub struct RingConfig {
     /// 1..=16; 0: [`auto_net_streams`]; the ranks take the smallest value
     /// any of them asks for).
     pub net_streams: u32,
+    /// `channels` came from NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS: the
+    /// topology does not change it ([`topo_channels`]).
+    pub channels_set: bool,
+    /// OXCCL_RING_ORDER ([`crate::topo::parse_ring_order`]): the ranks in
+    /// ring order, instead of the order the topology picks
+    /// ([`oxccl_core::topo::rank_ring`]). Empty: none.
+    pub ring_order: Vec<u32>,
 }
 
 /// Connections per peer on another host when the user set none: as many as
@@ -112,6 +119,46 @@ pub struct RingConfig {
 /// 2.87 and 3.40).
 pub fn auto_net_streams(cross_peers: usize) -> u32 {
     (16 / cross_peers.max(1)).clamp(1, 8) as u32
+}
+
+/// GB/s one ring block (512 threads) moves over a peer link: 24 blocks
+/// gave 268 GB/s busbw on the 2xH200 NVLink pair (11.2 each; session 4,
+/// performance-gpu.md), so 11 is what a block is counted for.
+const BLOCK_GBPS: u32 = 11;
+
+/// Channels worth using on a ring whose slowest hop is `worst`, at most
+/// `default`: the hop's rate over [`BLOCK_GBPS`], rounded up. NVLink: ~25
+/// GB/s per link each way (18 on H200: 32 channels, measured; NV4 bridges:
+/// 10). PCIe paths: ~50 GB/s at best (Gen5 x16), so 5; across the CPUs'
+/// interconnect (SYS) 4. The PCIe figures are link rates, not measured
+/// here (no PCIe-only machine); NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS
+/// override all of it.
+pub fn topo_channels(worst: oxccl_core::topo::Path, default: u32) -> u32 {
+    use oxccl_core::topo::Path;
+    let gbps = match worst {
+        // Ranks sharing a GPU: copies inside its memory.
+        Path::Itself => return default,
+        Path::Nv(n) => 25 * n,
+        Path::Pix | Path::Pxb | Path::Phb | Path::Node => 50,
+        Path::Sys => 40,
+    };
+    gbps.div_ceil(BLOCK_GBPS).clamp(1, default.max(1))
+}
+
+/// The channels for a ring in `order` over `sites` (the fewest any hop is
+/// worth, [`topo_channels`]).
+pub fn ring_channels(sites: &[oxccl_core::topo::GpuSite], order: &[usize], default: u32) -> u32 {
+    let n = order.len();
+    if n < 2 {
+        return default;
+    }
+    (0..n)
+        .filter_map(|p| {
+            let (a, b) = (sites.get(order[p])?, sites.get(order[(p + 1) % n])?);
+            Some(topo_channels(oxccl_core::topo::site_path(a, b), default))
+        })
+        .min()
+        .unwrap_or(default)
 }
 
 impl RingConfig {
@@ -150,6 +197,8 @@ impl RingConfig {
             oneshot_net_max: default_oneshot_net_max(nranks),
             force: false,
             net_streams: 0,
+            channels_set: min_channels.is_some() || max_channels.is_some(),
+            ring_order: Vec::new(),
         }
     }
 
@@ -309,6 +358,8 @@ pub struct RingCommon {
     peers: u64,
     state: u64,
     ctrl: u64,
+    /// Device table: the rank at each ring position (after the peers table).
+    order: u64,
     region: u64,
     slot: u64,
     timeout_ns: u64,
@@ -318,10 +369,11 @@ pub struct RingCommon {
     nslots: u32,
     ll_bytes: u64,
     ll_nslots: u32,
-    pad: u32,
+    /// This rank's ring position.
+    pos: u32,
 }
 
-/// `struct RingArgs` of `ring.cu` (136 bytes).
+/// `struct RingArgs` of `ring.cu` (144 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct RingArgs {
@@ -356,7 +408,7 @@ pub struct P2pOp {
     pad: u32,
 }
 
-/// `struct P2pArgs` of `ring.cu` (2136 bytes, under the 4 KiB parameter limit).
+/// `struct P2pArgs` of `ring.cu` (2144 bytes, under the 4 KiB parameter limit).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct P2pArgs {
@@ -438,6 +490,8 @@ pub struct Ring {
     /// when it is host memory, else a second, host-memory window beside the
     /// device one (ranks of this host then stay peer-to-peer). (0, 0): none.
     net_window: (usize, u64),
+    /// The ranks in ring order (`order[common.pos] == rank`).
+    order: Vec<usize>,
 }
 
 // SAFETY: the raw pointers are driver allocations owned by this value; every
@@ -596,6 +650,12 @@ fn bus_id(dev: sys::CUdevice) -> Result<[u8; 16]> {
         }
     })?;
     Ok(b.map(|c| c as u8))
+}
+
+/// The bus id `cuDeviceGetPCIBusId` wrote, as text.
+fn bus_text(bus: &[u8; 16]) -> String {
+    let end = bus.iter().position(|&c| c == 0).unwrap_or(16);
+    String::from_utf8_lossy(&bus[..end]).into_owned()
 }
 
 fn device_by_bus(bus: &[u8; 16]) -> Option<sys::CUdevice> {
@@ -850,10 +910,78 @@ impl Ring {
         } else {
             WindowKind::Host
         };
+        // Round 3: where each GPU sits (sysfs, NVML; `topo.rs`): the ring
+        // order, and on one host over peer-to-peer the channel count.
+        let (order, cfg) = {
+            let host = (0..nranks)
+                .find(|&r| r == rank || boot.same_host[r])
+                .unwrap_or(rank) as u64;
+            let mine =
+                crate::topo::local_record(&bus_text(&who[rank].bus), host, cfg.ring_order.clone());
+            let all = exchange(&mine.encode())?;
+            let recs = all
+                .iter()
+                .enumerate()
+                .map(|(i, b)| crate::topo::Record::decode(b, i))
+                .collect::<Result<Vec<_>>>()?;
+            let sites: Vec<_> = recs.iter().map(|r| r.site.clone()).collect();
+            let hosts: Vec<u64> = recs.iter().map(|r| r.host).collect();
+            let order = match crate::topo::forced_order(&recs[0], nranks)? {
+                Some(o) => o,
+                None => oxccl_core::topo::rank_ring(&sites, &hosts),
+            };
+            let mut eff = cfg.clone();
+            // Only what is known lowers the count: every rank's NVML answered
+            // (else an NVLink pair would look like PCIe), all on one host
+            // over peer-to-peer, and no channel setting from the user.
+            if !cfg.channels_set
+                && !cross
+                && kind == WindowKind::Device
+                && recs.iter().all(|r| r.nvml)
+            {
+                eff.channels = ring_channels(&sites, &order, cfg.channels);
+            }
+            let n = order.len();
+            let hops: Vec<String> = (0..n.min(16))
+                .map(|p| {
+                    let (a, b) = (order[p], order[(p + 1) % n]);
+                    format!(
+                        "{a}->{b} {}",
+                        oxccl_core::topo::site_path(&sites[a], &sites[b])
+                    )
+                })
+                .collect();
+            oxccl_env::info!(
+                oxccl_env::log::Subsys::GRAPH,
+                "GPU ring order{}: {} ({}{}); {} channels{}",
+                if recs[0].forced_order.is_empty() {
+                    " from the topology"
+                } else {
+                    " from OXCCL_RING_ORDER"
+                },
+                order
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                hops.join(", "),
+                if n > 16 { ", ..." } else { "" },
+                eff.channels,
+                if recs.iter().all(|r| r.nvml) {
+                    ""
+                } else {
+                    " (NVML not available on every rank: NVLinks unknown)"
+                }
+            );
+            (order, eff)
+        };
+        let cfg = &cfg;
+        let pos = order.iter().position(|&r| r == rank).unwrap_or(rank);
         let common = RingCommon {
             peers: 0,
             state: 0,
             ctrl: 0,
+            order: 0,
             region: cfg.region(),
             slot: cfg.slot as u64,
             timeout_ns: cfg.timeout.as_nanos().min(u64::MAX as u128) as u64,
@@ -863,7 +991,7 @@ impl Ring {
             nslots: cfg.nslots,
             ll_bytes: LL_SLOT_BYTES,
             ll_nslots: LL_NSLOTS,
-            pad: 0,
+            pos: pos as u32,
         };
         let bytes = cfg.window_bytes(nranks);
         let mut me = Ring {
@@ -885,6 +1013,7 @@ impl Ring {
             net_streams: 1,
             plugin_proxies: Vec::new(),
             net_window: (0, 0),
+            order,
         };
         if cross {
             // Both ends must open the same number of connections: the
@@ -1128,12 +1257,15 @@ impl Ring {
                 }
             };
         }
-        let p = dev_alloc_zeroed(2 * n * 8)?;
+        // One allocation: the 2n window addresses, then the ring order (n u32).
+        let p = dev_alloc_zeroed(2 * n * 8 + n * 4)?;
         self.peers_buf = p;
         self.common.peers = p;
-        let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.common.order = p + 2 * n as u64 * 8;
+        let mut bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+        bytes.extend(self.order.iter().flat_map(|&r| (r as u32).to_le_bytes()));
         guarded("cuMemcpyHtoD", || {
-            // SAFETY: `p` holds 2 * n * 8 bytes.
+            // SAFETY: `p` holds 2 * n * 8 + n * 4 bytes, `bytes` as many.
             unsafe {
                 check(
                     sys::cuMemcpyHtoD_v2(p, bytes.as_ptr() as *const c_void, bytes.len()),
@@ -1318,6 +1450,11 @@ impl Ring {
         self.thresholds
     }
 
+    /// The ranks in ring order.
+    pub fn order(&self) -> &[usize] {
+        &self.order
+    }
+
     /// Channels of the window (most blocks a collective launches).
     pub fn channels(&self) -> u32 {
         self.common.nch
@@ -1402,6 +1539,15 @@ impl Ring {
 
     /// A collective's arguments (the caller fills the scalar fields).
     pub fn args(&self, mode: u32, input: u64, output: u64, count: u64, root: u32) -> RingArgs {
+        // The kernels count the root of a broadcast or reduce by its ring position.
+        let root = match mode {
+            RM_BROADCAST | RM_REDUCE => self
+                .order
+                .iter()
+                .position(|&r| r == root as usize)
+                .unwrap_or(root as usize) as u32,
+            _ => root,
+        };
         RingArgs {
             c: self.common,
             input,
@@ -1503,7 +1649,7 @@ pub unsafe fn launch_p2p(
     stream: sys::CUstream,
     args: &P2pArgs,
 ) -> Result<()> {
-    // SAFETY: one P2pArgs (repr(C), the kernel's layout, 2,136 bytes: under
+    // SAFETY: one P2pArgs (repr(C), the kernel's layout, 2,144 bytes: under
     // the 4 KiB parameter limit); the caller vouches for its pointers.
     unsafe {
         crate::device::launch_struct(f, blocks, THREADS, stream, args, "cuLaunchKernel(ring p2p)")
@@ -1603,11 +1749,55 @@ mod tests {
 
     #[test]
     fn layouts_match_the_kernel() {
-        assert_eq!(std::mem::size_of::<RingCommon>(), 80);
-        assert_eq!(std::mem::size_of::<RingArgs>(), 136);
+        assert_eq!(std::mem::size_of::<RingCommon>(), 88);
+        assert_eq!(std::mem::size_of::<RingArgs>(), 144);
         assert_eq!(std::mem::size_of::<P2pOp>(), 32);
-        assert_eq!(std::mem::size_of::<P2pArgs>(), 80 + 8 + 32 * P2P_MAX_OPS);
+        assert_eq!(std::mem::size_of::<P2pArgs>(), 88 + 8 + 32 * P2P_MAX_OPS);
         assert!(std::mem::size_of::<P2pArgs>() <= 4096);
+    }
+
+    #[test]
+    fn channels_from_the_slowest_hop() {
+        use oxccl_core::topo::{GpuSite, NvLink, Path};
+        assert_eq!(topo_channels(Path::Nv(18), 32), 32);
+        assert_eq!(topo_channels(Path::Nv(18), 16), 16);
+        assert_eq!(topo_channels(Path::Nv(4), 32), 10);
+        assert_eq!(topo_channels(Path::Nv(1), 32), 3);
+        for p in [Path::Pix, Path::Pxb, Path::Phb, Path::Node] {
+            assert_eq!(topo_channels(p, 32), 5, "{p}");
+        }
+        assert_eq!(topo_channels(Path::Sys, 32), 4);
+        assert_eq!(topo_channels(Path::Sys, 2), 2);
+        assert_eq!(topo_channels(Path::Itself, 32), 32);
+        assert_eq!(topo_channels(Path::Itself, 0), 0);
+        let site = |bus: &str, numa: u32, to: Option<&str>| GpuSite {
+            busid: bus.into(),
+            numaid: numa,
+            bridges: vec![],
+            nvlinks: to
+                .map(|t| NvLink {
+                    target: t.into(),
+                    count: 18,
+                    tclass: "0x030200".into(),
+                })
+                .into_iter()
+                .collect(),
+        };
+        // The 2xH200 pair: NV18 both ways, 32.
+        let pair = [
+            site("0000:00:06.0", 0, Some("0000:00:07.0")),
+            site("0000:00:07.0", 0, Some("0000:00:06.0")),
+        ];
+        assert_eq!(ring_channels(&pair, &[0, 1], 32), 32);
+        // A third GPU on the other socket: its two hops are SYS, so 4.
+        let three = [
+            pair[0].clone(),
+            pair[1].clone(),
+            site("0000:80:00.0", 1, None),
+        ];
+        assert_eq!(ring_channels(&three, &[0, 1, 2], 32), 4);
+        assert_eq!(ring_channels(&three, &[0], 32), 32);
+        assert_eq!(ring_channels(&three, &[], 32), 32);
     }
 
     #[test]

@@ -377,6 +377,9 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
         nranks,
         timeout.unwrap_or_else(|| std::time::Duration::from_millis(p.get(&params::TIMEOUT_MS))),
     );
+    if let Some(o) = p.get(&params::RING_ORDER) {
+        cfg.ring_order = oxccl_cuda::topo::parse_ring_order(&o);
+    }
     // NCCL_PROTO: without LL/LL128 all-reduces stay on Simple; without
     // Simple they take LL at every size.
     if let Some(sel) = p.get(&params::PROTO) {
@@ -557,11 +560,12 @@ fn watch_peers(comm: Communicator, dev: std::sync::Weak<DevComm>, rank: usize, n
 
 /// NCCL-style INFO lines for the ring: the channels and each link's transport.
 fn log_ring(dev: &DevComm, rank: usize, nranks: usize) {
-    let Some((kind, nch, bytes)) = dev.ring_info() else {
+    let Some((kind, nch, bytes, ring)) = dev.ring_info() else {
         return;
     };
-    let order: String = (0..nranks).map(|r| format!(" {r:>3}")).collect();
-    let next = (rank + 1) % nranks;
+    let order: String = ring.iter().map(|r| format!(" {r:>3}")).collect();
+    let pos = ring.iter().position(|&r| r == rank).unwrap_or(rank);
+    let next = ring.get((pos + 1) % nranks.max(1)).copied().unwrap_or(rank);
     // A peer on another host is the network path's (NCCL names its socket
     // transport this way), whatever the window kind.
     let via = if dev.same_host(next) {

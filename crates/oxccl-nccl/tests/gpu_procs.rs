@@ -595,6 +595,110 @@ fn three_processes_ring() {
     run_ranks(3, "7,65537", &[]);
 }
 
+/// Runs `n` ranks with OXCCL_RING_ORDER=`order` (and `env`), logging
+/// GRAPH lines to files, and checks that every rank built that ring.
+fn run_in_order(n: usize, counts: &str, order: &str, env: &[(&str, &str)]) {
+    let dir = std::env::temp_dir().join(format!("oxccl-order-{}-{}", std::process::id(), order));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("log.%p").to_string_lossy().into_owned();
+    let mut e: Vec<(&str, &str)> = vec![
+        ("OXCCL_RING_ORDER", order),
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_DEBUG_SUBSYS", "GRAPH"),
+        ("NCCL_DEBUG_FILE", &file),
+    ];
+    e.extend_from_slice(env);
+    run_ranks(n, counts, &e);
+    let want = format!(
+        "GPU ring order from OXCCL_RING_ORDER: {}",
+        order.replace(',', " ")
+    );
+    let mut seen = 0;
+    for f in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
+        seen += text.lines().filter(|l| l.contains(&want)).count();
+    }
+    assert_eq!(
+        seen,
+        n,
+        "{want:?} logged by {seen} of {n} ranks (files in {})",
+        dir.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rings_in_a_forced_order() {
+    if gpus() < 2 {
+        return;
+    }
+    // Rank r runs on GPU r % 2. 0,2,1,3 puts the two ranks of each GPU side
+    // by side; 3,1,0,2 starts the ring at another rank. The counts reach the
+    // one-shot, LL-ring and Simple-ring all-reduces; reduce's root (n - 1)
+    // and broadcast's (1) sit at other ring positions than their ranks.
+    let types = ("OXCCL_TEST_TYPES", "float32,bfloat16,int64");
+    for order in ["0,2,1,3", "3,1,0,2"] {
+        run_in_order(4, "7,65537,300007", order, &[types]);
+    }
+    run_in_order(3, "7,65537,300007", "2,0,1", &[types]);
+    // The LL ring at every size, in order.
+    run_in_order(
+        4,
+        "7,65537",
+        "0,2,1,3",
+        &[types, ("OXCCL_CUDA_ONESHOT_MAX", "0")],
+    );
+    // Across two "hosts", a ring that crosses between them four times.
+    run_in_order(
+        4,
+        "7,65537",
+        "0,2,1,3",
+        &[types, ("OXCCL_TEST_HOSTS", "0,0,1,1")],
+    );
+}
+
+/// Without OXCCL_RING_ORDER the order comes from the topology: on the
+/// two-GPU machine (rank r on GPU r % 2, NVLink between the GPUs) the rank
+/// order already puts NVLink on every hop, and it stays.
+#[test]
+fn topology_ring_keeps_nvlink_on_every_hop() {
+    if gpus() < 2 {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("oxccl-topo-ring-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("log.%p").to_string_lossy().into_owned();
+    run_ranks(
+        4,
+        "7",
+        &[
+            ("NCCL_DEBUG", "INFO"),
+            ("NCCL_DEBUG_SUBSYS", "GRAPH"),
+            ("NCCL_DEBUG_FILE", &file),
+        ],
+    );
+    let mut lines = Vec::new();
+    for f in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
+        lines.extend(
+            text.lines()
+                .filter(|l| l.contains("GPU ring order"))
+                .map(str::to_string),
+        );
+    }
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for l in &lines {
+        assert!(
+            l.contains("GPU ring order from the topology: 0 1 2 3"),
+            "{l}"
+        );
+        eprintln!("{l}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_missing_peer_is_a_remote_error_not_a_hang() {
     if gpus() < 2 {

@@ -8,8 +8,6 @@
 //! (written by `oxccl topo --dump` on the machine), since NVML cannot be
 //! recorded as files.
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-
 use oxccl_core::topo::{normalize_busid, NvLink, P2p, P2pStatus, Pci, Topology, NVSWITCH_CLASS};
 
 /// What NVML (or the recorded file) says about one GPU.
@@ -213,210 +211,32 @@ pub fn probe() -> NvSource {
 
 // ---------------------------------------------------------------- the child
 
-/// `nvmlPciInfo_t` (v3): the layout NVML's header gives.
-#[repr(C)]
-struct PciInfo {
-    bus_id_legacy: [c_char; 16],
-    domain: c_uint,
-    bus: c_uint,
-    device: c_uint,
-    pci_device_id: c_uint,
-    pci_sub_system_id: c_uint,
-    bus_id: [c_char; 32],
-}
+/// The target recorded for NVLinks to a switch NVML does not name.
+pub use oxccl_cuda::nvml::HIDDEN_SWITCH;
 
-/// The target recorded for NVLinks to a switch NVML does not name (VMs hide
-/// NVSwitches): a bus id no real device has (domain ffff, bus ff, device 1f, function 7).
-pub const HIDDEN_SWITCH: &str = "ffff:ff:1f.7";
-
-/// NVLink ports a GPU may have (`NVML_NVLINK_MAX_LINKS`: 18 on Hopper and Blackwell).
-const MAX_LINKS: c_uint = 18;
-
-type Device = *mut c_void;
-
-struct Nvml {
-    lib: *mut c_void,
-}
-
-impl Nvml {
-    /// A function of the library, or `None`.
-    fn sym(&self, name: &CStr) -> Option<*mut c_void> {
-        // SAFETY: `lib` is a live dlopen handle and `name` a C string.
-        let p = unsafe { libc::dlsym(self.lib, name.as_ptr()) };
-        (!p.is_null()).then_some(p)
-    }
-}
-
-fn bus_id(p: &PciInfo) -> Option<String> {
-    // SAFETY: NVML NUL-terminates busId within its 32 bytes; the buffer was
-    // zeroed first, so a terminator exists even if NVML wrote nothing.
-    let s = unsafe { CStr::from_ptr(p.bus_id.as_ptr()) }.to_string_lossy();
-    normalize_busid(&s)
-}
-
-fn zeroed_pci() -> PciInfo {
-    PciInfo {
-        bus_id_legacy: [0; 16],
-        domain: 0,
-        bus: 0,
-        device: 0,
-        pci_device_id: 0,
-        pci_sub_system_id: 0,
-        bus_id: [0; 32],
-    }
-}
-
-/// `oxccl topo --probe-nvml`: what NVML says, as one JSON line.
+/// `oxccl topo --probe-nvml`: what NVML says (oxccl-cuda's loader, the one
+/// the library uses), as one JSON line.
 pub fn probe_child() -> i32 {
-    let v = match probe_inner() {
-        Ok(v) => v,
+    let v = match oxccl_cuda::nvml::probe(true) {
+        Ok(r) => {
+            let ids: Vec<&String> = r.gpus.iter().map(|g| &g.busid).collect();
+            serde_json::json!({
+                "driver": r.driver,
+                "gpus": r.gpus.iter().map(|g| serde_json::json!({
+                    "index": g.index, "busid": g.busid, "name": g.name, "sm": g.sm,
+                    "links": g.links.iter().map(|(t, c)| serde_json::json!({
+                        "target": t, "count": c, "gpu": ids.contains(&t),
+                    })).collect::<Vec<_>>(),
+                    "p2p": g.p2p.iter().map(|(t, s)| serde_json::json!({
+                        "target": t, "status": s,
+                    })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            })
+        }
         Err(e) => serde_json::json!({ "error": e }),
     };
     println!("{v}");
     0
-}
-
-fn probe_inner() -> Result<serde_json::Value, String> {
-    // SAFETY: a constant C string; loading runs the library's initialisers,
-    // which is why this runs in a child process under a timeout.
-    let lib = unsafe {
-        libc::dlopen(
-            c"libnvidia-ml.so.1".as_ptr(),
-            libc::RTLD_NOW | libc::RTLD_LOCAL,
-        )
-    };
-    if lib.is_null() {
-        return Err("libnvidia-ml.so.1 not found".into());
-    }
-    let n = Nvml { lib };
-    let need = |name: &CStr| {
-        n.sym(name)
-            .ok_or_else(|| format!("libnvidia-ml.so.1 has no {}", name.to_string_lossy()))
-    };
-    // SAFETY (all transmutes below): each symbol is cast to the C signature
-    // NVML's header gives for it; handles and out-pointers are valid for the call.
-    let init: extern "C" fn() -> c_int = unsafe { std::mem::transmute(need(c"nvmlInit_v2")?) };
-    let count: extern "C" fn(*mut c_uint) -> c_int =
-        unsafe { std::mem::transmute(need(c"nvmlDeviceGetCount_v2")?) };
-    let by_index: extern "C" fn(c_uint, *mut Device) -> c_int =
-        unsafe { std::mem::transmute(need(c"nvmlDeviceGetHandleByIndex_v2")?) };
-    let pci_info: extern "C" fn(Device, *mut PciInfo) -> c_int =
-        unsafe { std::mem::transmute(need(c"nvmlDeviceGetPciInfo_v3")?) };
-    let link_state: Option<extern "C" fn(Device, c_uint, *mut c_int) -> c_int> = n
-        .sym(c"nvmlDeviceGetNvLinkState")
-        .map(|p| unsafe { std::mem::transmute(p) });
-    let link_remote: Option<extern "C" fn(Device, c_uint, *mut PciInfo) -> c_int> = n
-        .sym(c"nvmlDeviceGetNvLinkRemotePciInfo_v2")
-        .map(|p| unsafe { std::mem::transmute(p) });
-    let p2p: Option<extern "C" fn(Device, Device, c_int, *mut c_int) -> c_int> = n
-        .sym(c"nvmlDeviceGetP2PStatus")
-        .map(|p| unsafe { std::mem::transmute(p) });
-    let name_fn: Option<extern "C" fn(Device, *mut c_char, c_uint) -> c_int> = n
-        .sym(c"nvmlDeviceGetName")
-        .map(|p| unsafe { std::mem::transmute(p) });
-    let cc_fn: Option<extern "C" fn(Device, *mut c_int, *mut c_int) -> c_int> = n
-        .sym(c"nvmlDeviceGetCudaComputeCapability")
-        .map(|p| unsafe { std::mem::transmute(p) });
-    let drv_fn: Option<extern "C" fn(*mut c_char, c_uint) -> c_int> = n
-        .sym(c"nvmlSystemGetDriverVersion")
-        .map(|p| unsafe { std::mem::transmute(p) });
-
-    let rc = init();
-    if rc != 0 {
-        return Err(format!(
-            "nvmlInit_v2 returned {rc} (no driver loaded, or no GPU)"
-        ));
-    }
-    let mut ndev: c_uint = 0;
-    let rc = count(&mut ndev);
-    if rc != 0 {
-        return Err(format!("nvmlDeviceGetCount_v2 returned {rc}"));
-    }
-    let mut devs = Vec::new();
-    for i in 0..ndev.min(256) {
-        let mut d: Device = std::ptr::null_mut();
-        if by_index(i, &mut d) != 0 {
-            continue;
-        }
-        let mut pi = zeroed_pci();
-        if pci_info(d, &mut pi) != 0 {
-            continue;
-        }
-        if let Some(b) = bus_id(&pi) {
-            devs.push((i, d, b));
-        }
-    }
-    let gpu_ids: Vec<&String> = devs.iter().map(|(_, _, b)| b).collect();
-    let mut out = Vec::new();
-    for (i, d, b) in &devs {
-        let mut links: Vec<(String, u32)> = Vec::new();
-        if let (Some(st), Some(rem)) = (link_state, link_remote) {
-            for l in 0..MAX_LINKS {
-                let mut active: c_int = 0;
-                if st(*d, l, &mut active) != 0 || active == 0 {
-                    continue;
-                }
-                let mut pi = zeroed_pci();
-                if rem(*d, l, &mut pi) != 0 {
-                    continue;
-                }
-                // A virtual machine given part of an NVSwitch board sees the
-                // switches' bus id as FFFFFFFF:FF:FF.0 (nvidia-smi nvlink -R
-                // says the same): a switch NVML does not name.
-                let t = bus_id(&pi)
-                    .or_else(|| (pi.domain == 0xffff_ffff).then(|| HIDDEN_SWITCH.to_string()));
-                if let Some(t) = t {
-                    match links.iter_mut().find(|(x, _)| *x == t) {
-                        Some(e) => e.1 += 1,
-                        None => links.push((t, 1)),
-                    }
-                }
-            }
-        }
-        let mut p2ps = Vec::new();
-        if let Some(f) = p2p {
-            for (_, d2, b2) in &devs {
-                if b2 == b {
-                    continue;
-                }
-                let mut s: c_int = -1;
-                // NVML_P2P_CAPS_INDEX_READ = 0.
-                if f(*d, *d2, 0, &mut s) == 0 {
-                    p2ps.push(serde_json::json!({ "target": b2, "status": s }));
-                }
-            }
-        }
-        let mut name = [0 as c_char; 96];
-        let name = name_fn
-            .filter(|f| f(*d, name.as_mut_ptr(), 96) == 0)
-            // SAFETY: NVML NUL-terminates within the 96 bytes it was given.
-            .map(|_| {
-                unsafe { CStr::from_ptr(name.as_ptr()) }
-                    .to_string_lossy()
-                    .into_owned()
-            });
-        let (mut ma, mut mi) = (0, 0);
-        let sm = cc_fn
-            .filter(|f| f(*d, &mut ma, &mut mi) == 0)
-            .map(|_| ma * 10 + mi);
-        out.push(serde_json::json!({
-            "index": i, "busid": b, "name": name, "sm": sm,
-            "links": links.iter().map(|(t, c)| serde_json::json!({
-                "target": t, "count": c, "gpu": gpu_ids.contains(&t),
-            })).collect::<Vec<_>>(),
-            "p2p": p2ps,
-        }));
-    }
-    let mut drv = [0 as c_char; 96];
-    let driver = drv_fn
-        .filter(|f| f(drv.as_mut_ptr(), 96) == 0)
-        // SAFETY: NUL-terminated within the buffer.
-        .map(|_| {
-            unsafe { CStr::from_ptr(drv.as_ptr()) }
-                .to_string_lossy()
-                .into_owned()
-        });
-    Ok(serde_json::json!({ "driver": driver, "gpus": out }))
 }
 
 #[cfg(test)]

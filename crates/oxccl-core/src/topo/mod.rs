@@ -328,21 +328,44 @@ impl Topology {
     }
 }
 
+/// One GPU as the path rule sees it: what a rank can learn about its own GPU
+/// at run time (sysfs and NVML) and send to the others, or what
+/// [`GpuAt::site`] reads out of a machine's tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuSite {
+    /// `dddd:bb:dd.f`, lower case.
+    pub busid: String,
+    pub numaid: u32,
+    /// Bus ids of the bridges from the top of the CPU's tree down to the GPU (exclusive).
+    pub bridges: Vec<String>,
+    pub nvlinks: Vec<NvLink>,
+}
+
+impl GpuAt<'_> {
+    /// This GPU as [`site_path`] sees it.
+    pub fn site(&self) -> GpuSite {
+        GpuSite {
+            busid: self.pci.busid.clone(),
+            numaid: self.numaid,
+            bridges: self.bridges.iter().map(|p| p.busid.clone()).collect(),
+            nvlinks: self.gpu.nvlinks.clone(),
+        }
+    }
+}
+
 /// NVLinks from `a` that end at `b` directly, or at NVSwitches when `b` reaches them too.
-fn nvlinks(a: &GpuAt<'_>, b: &GpuAt<'_>) -> u32 {
+fn nvlinks(a: &GpuSite, b: &GpuSite) -> u32 {
     let direct: u32 = a
-        .gpu
         .nvlinks
         .iter()
-        .filter(|l| l.target == b.pci.busid)
+        .filter(|l| l.target == b.busid)
         .map(|l| l.count)
         .sum();
     if direct > 0 {
         return direct;
     }
-    let sw = |g: &GpuAt<'_>| -> u32 {
-        g.gpu
-            .nvlinks
+    let sw = |g: &GpuSite| -> u32 {
+        g.nvlinks
             .iter()
             .filter(|l| l.tclass == NVSWITCH_CLASS)
             .map(|l| l.count)
@@ -353,6 +376,15 @@ fn nvlinks(a: &GpuAt<'_>, b: &GpuAt<'_>) -> u32 {
 
 /// The path between two GPUs (see [`Path`]).
 pub fn path(a: &GpuAt<'_>, b: &GpuAt<'_>) -> Path {
+    site_path(&a.site(), &b.site())
+}
+
+/// The path between two GPUs given as sites; one GPU (two ranks sharing
+/// it) is [`Path::Itself`].
+pub fn site_path(a: &GpuSite, b: &GpuSite) -> Path {
+    if a.busid == b.busid {
+        return Path::Itself;
+    }
     let nv = nvlinks(a, b).max(nvlinks(b, a));
     if nv > 0 {
         return Path::Nv(nv);
@@ -364,15 +396,11 @@ pub fn path(a: &GpuAt<'_>, b: &GpuAt<'_>) -> Path {
         .bridges
         .iter()
         .zip(&b.bridges)
-        .take_while(|(x, y)| x.busid == y.busid)
+        .take_while(|(x, y)| x == y)
         .count();
     if common == 0 {
         // Different top-level devices of one node: different root ports or host bridges.
-        let top = |g: &GpuAt<'_>| {
-            g.bridges
-                .first()
-                .map_or(g.pci.busid.clone(), |p| p.busid.clone())
-        };
+        let top = |g: &GpuSite| g.bridges.first().unwrap_or(&g.busid).clone();
         let root_bus = |s: String| s.get(..7).map(str::to_string);
         return if root_bus(top(a)) == root_bus(top(b)) {
             Path::Phb
@@ -394,6 +422,40 @@ pub fn path(a: &GpuAt<'_>, b: &GpuAt<'_>) -> Path {
     } else {
         Path::Pxb
     }
+}
+
+/// The ring order over ranks whose GPUs are `sites`, with `host[r]` naming
+/// rank r's host: hosts in the order of their first rank, each host's ranks
+/// together (one network crossing per host boundary), and within a host the
+/// order [`best_ring`] picks from the path matrix, starting at the host's
+/// first rank. Two ranks sharing a GPU count as the farthest pair (`Sys`),
+/// so a ring puts real links between neighbours where it can.
+pub fn rank_ring(sites: &[GpuSite], host: &[u64]) -> Vec<usize> {
+    let n = sites.len().min(host.len());
+    let mut hosts: Vec<u64> = Vec::new();
+    for &h in &host[..n] {
+        if !hosts.contains(&h) {
+            hosts.push(h);
+        }
+    }
+    let mut order = Vec::with_capacity(n);
+    for h in hosts {
+        let ranks: Vec<usize> = (0..n).filter(|&r| host[r] == h).collect();
+        let m: Vec<Vec<Path>> = ranks
+            .iter()
+            .map(|&a| {
+                ranks
+                    .iter()
+                    .map(|&b| match site_path(&sites[a], &sites[b]) {
+                        Path::Itself if a != b => Path::Sys,
+                        p => p,
+                    })
+                    .collect()
+            })
+            .collect();
+        order.extend(best_ring(&m).into_iter().map(|i| ranks[i]));
+    }
+    order
 }
 
 /// Bridges with ACS on that lie on the path between two GPUs of one PCI tree
@@ -797,6 +859,88 @@ mod tests {
         assert_eq!(best_ring(&m), vec![0, 1]);
         let back = Topology::from_xml(&t.to_xml()).unwrap();
         assert_eq!(back, t);
+    }
+
+    fn site(bus: &str, numa: u32, bridges: &[&str], links: &[(&str, u32)]) -> GpuSite {
+        GpuSite {
+            busid: bus.into(),
+            numaid: numa,
+            bridges: bridges.iter().map(|b| (*b).into()).collect(),
+            nvlinks: links
+                .iter()
+                .map(|(t, c)| NvLink {
+                    target: (*t).into(),
+                    count: *c,
+                    tclass: "0x030200".into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn rank_rings_follow_the_links() {
+        // Two PCIe switches of two GPUs each; ranks alternate between them,
+        // so the rank-order ring would cross the host bridge at every hop.
+        let a0 = site(
+            "0000:13:00.0",
+            0,
+            &["0000:00:01.0", "0000:10:00.0", "0000:11:00.0"],
+            &[],
+        );
+        let a1 = site(
+            "0000:14:00.0",
+            0,
+            &["0000:00:01.0", "0000:10:00.0", "0000:12:00.0"],
+            &[],
+        );
+        let b0 = site(
+            "0000:23:00.0",
+            0,
+            &["0000:00:02.0", "0000:20:00.0", "0000:21:00.0"],
+            &[],
+        );
+        let b1 = site(
+            "0000:24:00.0",
+            0,
+            &["0000:00:02.0", "0000:20:00.0", "0000:22:00.0"],
+            &[],
+        );
+        assert_eq!(site_path(&a0, &a1), Path::Pix);
+        assert_eq!(site_path(&a0, &b0), Path::Phb);
+        let sites = [a0.clone(), b0.clone(), a1.clone(), b1.clone()];
+        let o = rank_ring(&sites, &[7; 4]);
+        assert_eq!(o[0], 0);
+        let adjacent = |x: usize, y: usize| {
+            let i = o.iter().position(|&r| r == x).unwrap();
+            o[(i + 1) % 4] == y || o[(i + 3) % 4] == y
+        };
+        assert!(adjacent(0, 2) && adjacent(1, 3), "{o:?}");
+        // NVLink between the switches' GPUs beats the switch itself.
+        let mut c = [a0.clone(), b0.clone(), a1.clone(), b1.clone()];
+        c[0].nvlinks.push(NvLink {
+            target: b0.busid.clone(),
+            count: 4,
+            tclass: "0x030200".into(),
+        });
+        c[1].nvlinks.push(NvLink {
+            target: a0.busid.clone(),
+            count: 4,
+            tclass: "0x030200".into(),
+        });
+        let o = rank_ring(&c, &[7; 4]);
+        assert!(o[1] == 1 || o[3] == 1, "{o:?}");
+        // Two hosts: each host's ranks together, hosts in order of first rank.
+        assert_eq!(rank_ring(&sites, &[5, 9, 5, 9]), vec![0, 2, 1, 3]);
+        assert_eq!(rank_ring(&sites, &[9, 5, 9, 5]), vec![0, 2, 1, 3]);
+        // Two ranks per GPU of an NV18 pair (rank r on GPU r % 2): every hop
+        // of the rank-order ring is NVLink, so it stays.
+        let g0 = site("0000:00:06.0", 0, &[], &[("0000:00:07.0", 18)]);
+        let g1 = site("0000:00:07.0", 0, &[], &[("0000:00:06.0", 18)]);
+        assert_eq!(site_path(&g0, &g0.clone()), Path::Itself);
+        let shared = [g0.clone(), g1.clone(), g0, g1];
+        assert_eq!(rank_ring(&shared, &[1; 4]), vec![0, 1, 2, 3]);
+        assert_eq!(rank_ring(&shared[..1], &[1]), vec![0]);
+        assert!(rank_ring(&[], &[]).is_empty());
     }
 
     #[test]
