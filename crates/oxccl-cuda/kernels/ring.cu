@@ -42,7 +42,9 @@ enum {
     RM_REDUCE = 4,
     RM_ALLREDUCE_LL = 5,
     RM_ALLREDUCE_LL1 = 6,
-    RM_ALLREDUCE_1S = 7
+    RM_ALLREDUCE_1S = 7,
+    RM_ALLGATHER_LL1 = 8,
+    RM_REDUCE_SCATTER_LL1 = 9
 };
 // Most ranks of the one-shot LL all-reduce (a channel per peer in shared memory).
 #define RING_LL1_MAX_RANKS 8
@@ -631,6 +633,11 @@ __device__ void ring_run_ll(const RingArgs& a) {
 // dependent ones; each rank sends (n-1) x its input, which is why this is for
 // small messages only (RingConfig::oneshot_max). The LL counters per (peer,
 // channel) advance by the same number of steps at both ends, as in the ring.
+// The same kernel serves small all-gathers (RM_ALLGATHER_LL1: every rank's
+// block goes to every rank, no reduction; count is the per-rank block) and
+// reduce-scatters (RM_REDUCE_SCATTER_LL1: rank p gets this rank's block p,
+// and reduces the n blocks it receives in rank order; count is the per-rank
+// output): one crossing instead of the ring's n - 1 dependent ones.
 template <typename E, int OP>
 __device__ void ring_run_ll1(const RingArgs& a) {
     typedef typename E::S S;
@@ -649,6 +656,8 @@ __device__ void ring_run_ll1(const RingArgs& a) {
     const u64 lo = umin((u64)blockIdx.x * per, a.count), hi = umin(lo + per, a.count);
     const S* in = (const S*)a.in;
     S* out = (S*)a.out;
+    const bool ag = a.mode == RM_ALLGATHER_LL1, rs = a.mode == RM_REDUCE_SCATTER_LL1;
+    const u64 M = a.count;  // all-gather, reduce-scatter: elements per rank
     for (u64 base = lo; base < hi; base += E_) {
         const u64 nn = umin(E_, hi - base);
         if (threadIdx.x == 0) {
@@ -668,16 +677,20 @@ __device__ void ring_run_ll1(const RingArgs& a) {
         // scalar (ranks may pass different ones), as the ring's first step.
         for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
             const u64 e0 = base + u * pack;
-            const u64 mine = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + e0, hi - e0), s, n);
+            // (An all-gather runs as uint8 Sum: F_PRE changes nothing.)
+            const u64 mine = rs ? 0 : ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + e0, hi - e0), s, n);
             for (u32 p = 0; p < n; p++) {
                 if (p == q) continue;
                 uint4* sl = (uint4*)(k[p].sll + (k[p].sstep % c.ll_nslots) * c.ll_bytes);
-                st_line(sl + u, mine, (u32)(k[p].sstep + 1));
+                const u64 v =
+                    rs ? ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + p * M + e0, hi - e0), s, n) : mine;
+                st_line(sl + u, v, (u32)(k[p].sstep + 1));
             }
         }
         for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
             const u64 e0 = base + u * pack, avail = hi - e0;
-            const u64 mine = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + e0, avail), s, n);
+            const u64 mine =
+                ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (rs ? q * M : 0) + e0, avail), s, n);
             u64 acc = 0;
             for (u32 p = 0; p < n; p++) {
                 u64 v = mine;
@@ -689,11 +702,15 @@ __device__ void ring_run_ll1(const RingArgs& a) {
                         break;
                     }
                 }
+                if (ag) {
+                    ll_unpack<E>(out + p * M + e0, v, avail);
+                    continue;
+                }
                 const u32 f = (p == 0 ? F_IN : F_RECV | F_IN) | (p + 1 == n ? F_POST : 0);
                 acc = ll_elem<E, OP>(f, acc, v, s, n);
             }
             if (fail) break;
-            ll_unpack<E>(out + e0, acc, avail);
+            if (!ag) ll_unpack<E>(out + e0, acc, avail);
         }
         __syncthreads();
         if (fail) break;
@@ -815,7 +832,7 @@ __device__ void ring_run(const RingArgs& a) {
         ring_run_ll<E, OP>(a);
         return;
     }
-    if (a.mode == RM_ALLREDUCE_LL1) {
+    if (a.mode == RM_ALLREDUCE_LL1 || a.mode == RM_ALLGATHER_LL1 || a.mode == RM_REDUCE_SCATTER_LL1) {
         ring_run_ll1<E, OP>(a);
         return;
     }

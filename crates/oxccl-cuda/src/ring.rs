@@ -68,6 +68,10 @@ pub const RM_ALLREDUCE_LL: u32 = 5;
 pub const RM_ALLREDUCE_LL1: u32 = 6;
 /// One-shot all-reduce over Simple slots (across hosts).
 pub const RM_ALLREDUCE_1S: u32 = 7;
+/// One-shot all-gather over LL slots (every rank's block to every rank).
+pub const RM_ALLGATHER_LL1: u32 = 8;
+/// One-shot reduce-scatter over LL slots (block p of every rank to rank p).
+pub const RM_REDUCE_SCATTER_LL1: u32 = 9;
 /// Most ranks of the one-shot all-reduces (`RING_LL1_MAX_RANKS`).
 pub const LL1_MAX_RANKS: usize = 8;
 
@@ -286,8 +290,20 @@ impl Thresholds {
 /// else the ring; the other collectives keep their mode.
 pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
     let simple = coll_channels(bytes, t.channels);
-    if mode != RM_ALLREDUCE {
-        return (mode, simple);
+    // Small all-gathers and reduce-scatters (`bytes`: one rank's block,
+    // which each rank sends to every other) take the one-shot LL kernel
+    // under the all-reduce's bounds: each rank then sends (n - 1) x its
+    // block at once, as the one-shot all-reduce sends (n - 1) x the buffer.
+    let one_shot = |m: u32| -> Option<(u32, u32)> {
+        (bytes <= t.ll_max && bytes <= t.oneshot_max).then(|| (m, ll_channels(bytes, t.channels)))
+    };
+    match mode {
+        RM_ALLGATHER => return one_shot(RM_ALLGATHER_LL1).unwrap_or((mode, simple)),
+        RM_REDUCE_SCATTER => {
+            return one_shot(RM_REDUCE_SCATTER_LL1).unwrap_or((mode, simple));
+        }
+        RM_ALLREDUCE => {}
+        _ => return (mode, simple),
     }
     if bytes <= t.oneshot_net_max {
         (RM_ALLREDUCE_1S, simple)
@@ -1899,10 +1915,26 @@ mod tests {
         assert_eq!(plan_at(8, true, 32 << 10), (RM_ALLREDUCE_1S, 1));
         assert_eq!(plan_at(8, true, 64 << 10), (RM_ALLREDUCE, 1));
         assert_eq!(plan_at(9, true, 8), (RM_ALLREDUCE, 1));
-        // Other collectives keep their mode, one block per 64 KiB.
+        // Small all-gathers and reduce-scatters (bytes: one rank's block)
+        // take the one-shot LL kernel within the all-reduce's bounds;
+        // larger ones, and every one across hosts, the Simple ring.
         let cfg = RingConfig::new(false, 4 << 20, None, None, 8, Duration::from_secs(1));
         let t = Thresholds::of(&cfg, 8, false);
-        assert_eq!(plan(RM_ALLGATHER, 8, &t), (RM_ALLGATHER, 1));
+        assert_eq!(plan(RM_ALLGATHER, 8, &t), (RM_ALLGATHER_LL1, 1));
+        assert_eq!(
+            plan(RM_REDUCE_SCATTER, 16 << 10, &t),
+            (RM_REDUCE_SCATTER_LL1, 2)
+        );
+        assert_eq!(plan(RM_ALLGATHER, 32 << 10, &t), (RM_ALLGATHER, 1));
+        let two = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
+        let t2 = Thresholds::of(&two, 2, false);
+        assert_eq!(plan(RM_ALLGATHER, 128 << 10, &t2), (RM_ALLGATHER_LL1, 16));
+        assert_eq!(plan(RM_ALLGATHER, (128 << 10) + 1, &t2), (RM_ALLGATHER, 3));
+        let t2x = Thresholds::of(&two, 2, true);
+        assert_eq!(plan(RM_ALLGATHER, 8, &t2x), (RM_ALLGATHER, 1));
+        assert_eq!(plan(RM_REDUCE_SCATTER, 8, &t2x), (RM_REDUCE_SCATTER, 1));
+        // The other collectives keep their mode, one block per 64 KiB.
+        assert_eq!(plan(RM_BROADCAST, 8, &t), (RM_BROADCAST, 1));
         assert_eq!(
             plan(RM_REDUCE_SCATTER, 1 << 30, &t),
             (RM_REDUCE_SCATTER, 16)

@@ -880,8 +880,9 @@ fn one_shot_all_reduce_at_every_size() {
         return;
     }
     // The one-shot LL kernel (every rank writes to every rank) forced for
-    // every all-reduce LL takes: many slots per channel, slots reused, with
-    // the other collectives' ring steps in between.
+    // every all-reduce, all-gather and reduce-scatter LL takes: many slots
+    // per channel, slots reused, with the other collectives' ring steps in
+    // between.
     let env = [
         ("NCCL_PROTO", "LL"),
         ("OXCCL_CUDA_ONESHOT_MAX", "1G"),
