@@ -17,6 +17,8 @@
 #   scripts/perf-gpu.sh latency      # all_reduce 8 B-1 MB, 2 processes, one-shot
 #                                    # LL against ring LL, eager and graphs, vs NCCL
 #   scripts/perf-gpu.sh agrs         # all_gather / reduce_scatter to 2 GB vs NCCL
+#   scripts/perf-gpu.sh agrs_small   # all_gather / reduce_scatter 8 B-1 MB, 2
+#                                    # processes, eager and graphs, vs NCCL
 #   scripts/perf-gpu.sh tuning       # NCCL's per-size choices (TUNING log)
 #   scripts/perf-gpu.sh net          # the network path (--hosts 2) vs NCCL's sockets
 #   scripts/perf-gpu.sh channels     # 512 KB-1 GB, 2 processes, oxccl at its
@@ -130,6 +132,15 @@ if [ "$MODE" = agrs ]; then
   # All-gather and reduce-scatter from 128 MB, 2 processes, beside NCCL.
   for c in all_gather reduce_scatter; do
     run "big_$c" 400 "$X" $P $c --backend cuda --ranks 2 -b 8 -e 2G -f 8 -c 1 -n 10 -w 3 --compare "$NCCL" -J "$OUTDIR/big_$c.json"
+  done
+fi
+if [ "$MODE" = agrs_small ]; then
+  # Small all-gathers and reduce-scatters (the one-shot LL kernel up to
+  # 128 KiB per rank for 2 ranks), beside NCCL per size.
+  for c in all_gather reduce_scatter; do
+    S="$c --backend cuda -b 8 -e 1M -f 4 -c 1 -n 200 -w 20 --compare $NCCL"
+    run "small_${c}_eager" 200 "$X" $P $S --ranks 2 -J "$OUTDIR/small_${c}_eager.json"
+    run "small_${c}_graph" 200 "$X" $P $S --ranks 2 -G 10 -J "$OUTDIR/small_${c}_graph.json"
   done
 fi
 if [ "$MODE" = net ]; then
