@@ -263,6 +263,11 @@ pub struct Thresholds {
     /// All-reduces up to this many bytes take the one-shot Simple kernel
     /// (0 unless a peer is on another host).
     pub oneshot_net_max: u64,
+    /// All-gathers and reduce-scatters whose per-rank block is at most this
+    /// take the one-shot LL kernel: while a rank's egress, (n - 1) x the
+    /// block, stays within `ll_max` (one-shot and ring move the same bytes
+    /// for these; LL wins while it is small). 0: never.
+    pub oneshot_block_max: u64,
 }
 
 impl Thresholds {
@@ -280,6 +285,11 @@ impl Thresholds {
             } else {
                 0
             },
+            oneshot_block_max: if cross || !small || cfg.oneshot_max == 0 || nranks < 2 {
+                0
+            } else {
+                cfg.ll_max / (nranks as u64 - 1)
+            },
         }
     }
 }
@@ -292,10 +302,9 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
     let simple = coll_channels(bytes, t.channels);
     // Small all-gathers and reduce-scatters (`bytes`: one rank's block,
     // which each rank sends to every other) take the one-shot LL kernel
-    // under the all-reduce's bounds: each rank then sends (n - 1) x its
-    // block at once, as the one-shot all-reduce sends (n - 1) x the buffer.
+    // ([`Thresholds::oneshot_block_max`]).
     let one_shot = |m: u32| -> Option<(u32, u32)> {
-        (bytes <= t.ll_max && bytes <= t.oneshot_max).then(|| (m, ll_channels(bytes, t.channels)))
+        (bytes <= t.oneshot_block_max).then(|| (m, ll_channels(bytes, t.channels)))
     };
     match mode {
         RM_ALLGATHER => return one_shot(RM_ALLGATHER_LL1).unwrap_or((mode, simple)),
@@ -527,9 +536,11 @@ pub struct RingBoot<'a> {
     /// Per rank: on this host (the bootstrap's verdict, which honours
     /// NCCL_HOSTID).
     pub same_host: Vec<bool>,
-    /// A TCP connection to a rank (collective between the two: both call
-    /// it for each other), for the network path.
-    pub stream: &'a dyn Fn(usize) -> Result<std::net::TcpStream>,
+    /// The `index`-th TCP connection to a rank (collective between the
+    /// two: both call it for each other with the same index), for the
+    /// network path. The index keeps connection s at both ends the same
+    /// one: accepted connections may finish their handshakes in any order.
+    pub stream: &'a dyn Fn(usize, u32) -> Result<std::net::TcpStream>,
     /// The network plugin and device the communicator chose for peers on
     /// other hosts (`NCCL_NET_PLUGIN`); the network path then goes through it
     /// (`netplugin.rs`) instead of TCP. The same on every rank (the host
@@ -1398,7 +1409,7 @@ impl Ring {
         let n = self.net_streams;
         for &(peer, shadow) in &self.shadows.clone() {
             for s in 0..n {
-                let stream = (boot.stream)(peer)?;
+                let stream = (boot.stream)(peer, s)?;
                 let channels: Vec<u32> = (0..layout.nch).filter(|c| c % n == s).collect();
                 let st = self.stopper.clone();
                 let on: crate::netproxy::OnError = std::sync::Arc::new(move |e: Error| st.fail(e));
@@ -1916,20 +1927,27 @@ mod tests {
         assert_eq!(plan_at(8, true, 64 << 10), (RM_ALLREDUCE, 1));
         assert_eq!(plan_at(9, true, 8), (RM_ALLREDUCE, 1));
         // Small all-gathers and reduce-scatters (bytes: one rank's block)
-        // take the one-shot LL kernel within the all-reduce's bounds;
+        // take the one-shot LL kernel while (n - 1) blocks fit LL's 512 KiB;
         // larger ones, and every one across hosts, the Simple ring.
         let cfg = RingConfig::new(false, 4 << 20, None, None, 8, Duration::from_secs(1));
         let t = Thresholds::of(&cfg, 8, false);
+        // 8 ranks: blocks to 512 KiB / 7 (~73 KiB).
         assert_eq!(plan(RM_ALLGATHER, 8, &t), (RM_ALLGATHER_LL1, 1));
         assert_eq!(
-            plan(RM_REDUCE_SCATTER, 16 << 10, &t),
-            (RM_REDUCE_SCATTER_LL1, 2)
+            plan(RM_REDUCE_SCATTER, 64 << 10, &t),
+            (RM_REDUCE_SCATTER_LL1, 8)
         );
-        assert_eq!(plan(RM_ALLGATHER, 32 << 10, &t), (RM_ALLGATHER, 1));
+        assert_eq!(plan(RM_ALLGATHER, 80 << 10, &t), (RM_ALLGATHER, 2));
+        // 2 ranks: blocks to 512 KiB.
         let two = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
         let t2 = Thresholds::of(&two, 2, false);
-        assert_eq!(plan(RM_ALLGATHER, 128 << 10, &t2), (RM_ALLGATHER_LL1, 16));
-        assert_eq!(plan(RM_ALLGATHER, (128 << 10) + 1, &t2), (RM_ALLGATHER, 3));
+        assert_eq!(plan(RM_ALLGATHER, 512 << 10, &t2), (RM_ALLGATHER_LL1, 32));
+        assert_eq!(plan(RM_ALLGATHER, (512 << 10) + 1, &t2), (RM_ALLGATHER, 9));
+        // One-shot kernels off (OXCCL_CUDA_ONESHOT_MAX=0, NCCL_ALGO): the ring.
+        let mut off = two.clone();
+        off.oneshot_max = 0;
+        let t2o = Thresholds::of(&off, 2, false);
+        assert_eq!(plan(RM_REDUCE_SCATTER, 8, &t2o), (RM_REDUCE_SCATTER, 1));
         let t2x = Thresholds::of(&two, 2, true);
         assert_eq!(plan(RM_ALLGATHER, 8, &t2x), (RM_ALLGATHER, 1));
         assert_eq!(plan(RM_REDUCE_SCATTER, 8, &t2x), (RM_REDUCE_SCATTER, 1));

@@ -482,7 +482,7 @@ fn setup_gpu(
                     let boot = cuda_ring::RingBoot {
                         exchange: &|b| comm.exchange(b),
                         same_host: (0..nranks).map(|r| comm.is_same_host(r)).collect(),
-                        stream: &|p| comm.peer_stream(p, TAG_GPU_NET),
+                        stream: &|p, s| comm.peer_stream(p, TAG_GPU_NET + s),
                         net: comm.net_plugin(),
                     };
                     match dev.setup_ring(&cfg, &boot) {
@@ -517,7 +517,8 @@ fn setup_gpu(
     c.set_gpu(r);
 }
 
-/// The bootstrap tag of the GPU network path's connections ("GPN").
+/// The bootstrap tag of the GPU network path's connections ("GPN"), plus
+/// the connection's index (0..16) so both ends pair them alike.
 const TAG_GPU_NET: u32 = 0x4750_4e00;
 
 /// How often the GPU watchdog looks at the peers' control connections.
