@@ -446,7 +446,7 @@ params! {
     CUDA_AR_TWO_SHOT: Opt<U64> = "OXCCL_CUDA_AR_TWO_SHOT", "", honoured,
         "Element count from which out-of-place all-reduces of the two-GPU in-process path also take the two-shot kernel (in place always does). 0 or unset: never; 1: always.";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
-        "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 128K / (ranks - 1) within a host; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off.";
+        "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 128K / (ranks - 1) within a host; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off. 0 also turns off the one-shot all-gather and reduce-scatter (blocks B with (ranks - 1) x B within LL's 512K, one host).";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,
         "The GPU ring path's rank order, e.g. 0,2,1,3 (every rank once; rank 0's setting is used by all). Unset: chosen from the topology (NVLink, PCIe switches, NUMA nodes; each host's ranks together).";
     INIT_TIMEOUT_MS: U64 = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,
