@@ -43,9 +43,13 @@ for line in sys.stdin:
   cp "${CARGO_TARGET_DIR:-target}/debug/libnccl_net_oxtest.so" "$CARRY/libnccl-net-oxtest.so"
   # sm_90 CUBINs of every kernel (the H200s), so the GPU machine's processes
   # load them from the disk cache instead of each compiling for ~30 s.
-  rm -rf .devcarry/kcache && mkdir -p .devcarry/kcache
-  OXCCL_WARM_CACHE=$PWD/.devcarry/kcache cargo test --release -p oxccl-cuda --test kernels_compile \
-    every_kernel_compiles_for_sm90 -- --nocapture 2>&1 | grep -E "bytes of|test result"
+  # OXCCL_SKIP_KCACHE=1 keeps the last ones (no kernel source changed, or
+  # the run carries `oxccl kernels --out` instead).
+  if [ -z "${OXCCL_SKIP_KCACHE:-}" ]; then
+    rm -rf .devcarry/kcache && mkdir -p .devcarry/kcache
+    OXCCL_WARM_CACHE=$PWD/.devcarry/kcache cargo test --release -p oxccl-cuda --test kernels_compile \
+      every_kernel_compiles_for_sm90 -- --nocapture 2>&1 | grep -E "bytes of|test result"
+  fi
   ls -la "$CARRY" "$L/lib" .devcarry/kcache
   exit 0
 fi

@@ -744,19 +744,18 @@ impl DevComm {
                 stream,
             ),
             _ if self.ring_for(stream) => {
-                // Bytes as uint8 elements: the ring moves them in 16-byte packs
-                // where the buffers allow.
                 let (m, root) = match what {
                     CopyKind::AllGather => (ring::RM_ALLGATHER, 0),
                     CopyKind::Broadcast { root } => (ring::RM_BROADCAST, root),
                 };
+                let (t, count) = copy_elements(bytes, send, recv);
                 self.ring_launch(
                     m,
-                    DataType::Uint8,
+                    t,
                     RedOp::Sum,
                     send,
                     recv,
-                    bytes,
+                    count,
                     bytes as u64,
                     root,
                     None,
@@ -843,6 +842,19 @@ fn capturing(stream: usize) -> bool {
     })
     .is_ok()
         && st == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+}
+
+/// The element type a copying collective of `bytes` per rank moves through
+/// the ring: 8-byte words when the size and both buffers allow, else bytes.
+/// (The LL kernels move a line's 8 bytes element by element: as bytes, 8
+/// loads and 8 stores; as one word, 1 of each. The Simple ring packs 16
+/// bytes either way.)
+pub fn copy_elements(bytes: usize, send: u64, recv: u64) -> (DataType, usize) {
+    if bytes % 8 == 0 && send % 8 == 0 && recv % 8 == 0 {
+        (DataType::Uint64, bytes / 8)
+    } else {
+        (DataType::Uint8, bytes)
+    }
 }
 
 fn too_many(n: usize) -> Error {
@@ -1342,6 +1354,17 @@ pub fn synchronize_current() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copies_move_words_where_size_and_buffers_allow() {
+        assert_eq!(copy_elements(64, 0x1000, 0x2000), (DataType::Uint64, 8));
+        assert_eq!(copy_elements(8, 0x1008, 0x2010), (DataType::Uint64, 1));
+        // An odd size, or a buffer off an 8-byte boundary: bytes.
+        assert_eq!(copy_elements(60, 0x1000, 0x2000), (DataType::Uint8, 60));
+        assert_eq!(copy_elements(64, 0x1004, 0x2000), (DataType::Uint8, 64));
+        assert_eq!(copy_elements(64, 0x1000, 0x2001), (DataType::Uint8, 64));
+        assert_eq!(copy_elements(0, 0x1000, 0x2000), (DataType::Uint64, 0));
+    }
 
     #[test]
     fn extent_checks_name_the_argument_and_the_overrun() {
