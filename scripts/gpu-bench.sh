@@ -25,10 +25,7 @@
 # NVLink multicast stays off (shared/gpu.md). Logs go to $OUT (or /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-for d in /usr/local/cuda-13.0/targets/x86_64-linux/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
-done
+. scripts/gpu-env.sh
 export OXCCL_CACHE_DIR="${OXCCL_CACHE_DIR:-/tmp/oxccl-kcache}"
 mkdir -p "$OXCCL_CACHE_DIR"
 [ -d .devcarry/kcache ] && cp -n .devcarry/kcache/* "$OXCCL_CACHE_DIR"/ 2>/dev/null

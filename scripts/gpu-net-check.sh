@@ -14,10 +14,7 @@
 # Logs go to $OUT (or /tmp/oxccl-gpu-net); a pass/fail table at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-for d in /usr/local/cuda-13.0/targets/x86_64-linux/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
-done
+. scripts/gpu-env.sh
 export OXCCL_CACHE_DIR="${OXCCL_CACHE_DIR:-$(mktemp -d /tmp/oxccl-cache.XXXXXX)}"
 [ -d .devcarry/kernels ] && export OXCCL_KERNEL_DIR="$PWD/.devcarry/kernels"
 OUTDIR="${OUT:-/tmp/oxccl-gpu-net}"

@@ -54,10 +54,7 @@ for line in sys.stdin:
   exit 0
 fi
 
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-for d in /usr/local/cuda-13.0/targets/x86_64-linux/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
-done
+. scripts/gpu-env.sh
 export OXCCL_CACHE_DIR="${OXCCL_CACHE_DIR:-$(mktemp -d /tmp/oxccl-cache.XXXXXX)}"
 # Kernels compiled by --build (same NVRTC 13.0, sm_90), when carried. The
 # first-start row below then checks the cache path rather than NVRTC.

@@ -21,10 +21,7 @@
 set -uo pipefail
 [ $# -ge 4 ] || { sed -n 2,20p "$0"; exit 2; }
 REF=$1 REF_LIB=$2 OURS=$3 OURS_LIB=$4 ROUNDS=${5:-2}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-for d in /usr/local/cuda-13.0/targets/x86_64-linux/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
-done
+. "$(dirname "$0")/gpu-env.sh"
 OUTDIR="${OUT:-/tmp/nccl-tests-compare}"
 mkdir -p "$OUTDIR"
 COLLS=${COLLS:-all_reduce}
