@@ -218,8 +218,63 @@ pub fn probe(with_p2p: bool) -> Result<NvmlReport, String> {
     Ok(NvmlReport { driver, gpus })
 }
 
-/// [`probe`] without P2P, once per process: what the library uses.
-pub fn links_once() -> &'static Result<NvmlReport, String> {
-    static ONCE: std::sync::OnceLock<Result<NvmlReport, String>> = std::sync::OnceLock::new();
-    ONCE.get_or_init(|| probe(false))
+/// How long ring setup waits for NVML before going on without it.
+pub const NVML_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+type Answer = (
+    std::sync::Mutex<Option<Result<NvmlReport, String>>>,
+    std::sync::Condvar,
+);
+
+/// [`probe`] without P2P, once per process, on a thread of its own: what the
+/// library uses. Waits at most `limit`; a driver that never answers costs
+/// this call `limit` (then "NVML did not answer"), never a hang, and later
+/// calls wait for the same answer again.
+pub fn links_within(limit: std::time::Duration) -> Result<NvmlReport, String> {
+    static ANSWER: std::sync::OnceLock<std::sync::Arc<Answer>> = std::sync::OnceLock::new();
+    let a = ANSWER.get_or_init(|| {
+        let a: std::sync::Arc<Answer> = Default::default();
+        let b = a.clone();
+        let spawned = std::thread::Builder::new()
+            .name("oxccl-nvml".into())
+            .spawn(move || {
+                let r = probe(false);
+                *b.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                b.1.notify_all();
+            });
+        if let Err(e) = spawned {
+            *a.0.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(Err(format!("cannot start a thread for NVML: {e}")));
+        }
+        a
+    });
+    let g = a.0.lock().unwrap_or_else(|p| p.into_inner());
+    let (g, _) =
+        a.1.wait_timeout_while(g, limit, |r| r.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+    match &*g {
+        Some(r) => r.clone(),
+        None => Err(format!(
+            "NVML did not answer within {} s (going on without NVLink facts)",
+            limit.as_secs()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_or_a_reason_within_the_limit() {
+        // No GPU here (CI): an error naming what is missing, quickly; on a
+        // GPU machine a report. Either way no hang, and the same answer twice.
+        let t = std::time::Instant::now();
+        let a = links_within(NVML_WAIT);
+        assert!(t.elapsed() <= NVML_WAIT + std::time::Duration::from_secs(1));
+        if let Err(e) = &a {
+            assert!(!e.is_empty());
+        }
+        assert_eq!(links_within(NVML_WAIT), a);
+    }
 }

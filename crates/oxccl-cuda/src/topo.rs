@@ -1,6 +1,7 @@
 //! What a rank learns about its own GPU's place in the machine at ring
 //! setup, for the ring order and the channel count: the NUMA node and the
-//! PCI bridges above it (sysfs), its NVLinks (NVML, [`crate::nvml`]). The
+//! PCI bridges above it (sysfs), its NVLinks (NVML, [`crate::nvml`], waited
+//! for at most 5 s: a stuck driver means no NVLink facts, not a hang). The
 //! record travels to every rank through the bootstrap ([`Record::encode`]);
 //! the decisions on it are pure ([`oxccl_core::topo::rank_ring`],
 //! [`crate::ring::topo_channels`]).
@@ -183,7 +184,7 @@ pub fn local_record(busid: &str, host: u64, forced_order: Vec<u32>) -> Record {
         .ok()
         .map(|p| bridges_from_sysfs_path(&p.to_string_lossy(), &busid))
         .unwrap_or_default();
-    let (nvml, nvlinks) = match crate::nvml::links_once() {
+    let (nvml, nvlinks) = match crate::nvml::links_within(crate::nvml::NVML_WAIT) {
         Ok(r) => {
             let gpus: Vec<&str> = r.gpus.iter().map(|g| g.busid.as_str()).collect();
             let links = r
