@@ -1827,6 +1827,77 @@ mod tests {
         assert_eq!(ring_channels(&three, &[], 32), 32);
     }
 
+    /// The ring order and channels on the machines recorded as fixtures
+    /// (crates/oxccl-cli/tests/fixtures): the 8-GPU NVSwitch box of issue
+    /// 10, the 2xH200 pair we run on, and a PCIe box of two switches.
+    #[test]
+    fn ring_plans_for_the_recorded_machines() {
+        use oxccl_core::topo::{rank_ring, Topology};
+        let load = |name: &str| {
+            let f = format!(
+                "{}/../oxccl-cli/tests/fixtures/{name}/topo.xml",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let t = Topology::from_xml(&std::fs::read_to_string(&f).unwrap()).unwrap();
+            t.gpus().iter().map(|g| g.site()).collect::<Vec<_>>()
+        };
+        let plan = |sites: &[oxccl_core::topo::GpuSite], ranks: &[usize]| {
+            let s: Vec<_> = ranks.iter().map(|&g| sites[g].clone()).collect();
+            let order = rank_ring(&s, &vec![0; s.len()]);
+            let cfg = RingConfig::new(false, 4 << 20, None, None, s.len(), Duration::from_secs(1));
+            let ch = ring_channels(&s, &order, cfg.channels);
+            (order, ch)
+        };
+        // DGX-class 8 GPUs, every pair NV18 through the NVSwitches: rank
+        // order, and the 8-rank default of 16 channels (NV18 is worth 32).
+        let dgx = load("dgx8");
+        assert_eq!(dgx.len(), 8);
+        assert_eq!(
+            plan(&dgx, &[0, 1, 2, 3, 4, 5, 6, 7]),
+            ((0..8).collect(), 16)
+        );
+        // 4 of them: 32 channels.
+        assert_eq!(plan(&dgx, &[0, 1, 2, 3]), (vec![0, 1, 2, 3], 32));
+        // The 2xH200 pair.
+        assert_eq!(plan(&load("h200x2"), &[0, 1]), (vec![0, 1], 32));
+        // Two PCIe switches of two GPUs (PIX inside, NODE across): ranks
+        // numbered across the switches still get neighbours on one switch,
+        // and PCIe's 5 channels.
+        // The pcie_acs fixture's tree (its topo.xml records only NVML's
+        // facts; `oxccl topo --sysroot` shows these bridges).
+        let gpu = |bus: &str, up: [&str; 3]| oxccl_core::topo::GpuSite {
+            busid: bus.into(),
+            numaid: 0,
+            bridges: up.iter().map(|b| b.to_string()).collect(),
+            nvlinks: vec![],
+        };
+        let pcie = [
+            gpu(
+                "0000:13:00.0",
+                ["0000:00:01.0", "0000:11:00.0", "0000:12:08.0"],
+            ),
+            gpu(
+                "0000:14:00.0",
+                ["0000:00:01.0", "0000:11:00.0", "0000:12:10.0"],
+            ),
+            gpu(
+                "0000:23:00.0",
+                ["0000:10:02.0", "0000:21:00.0", "0000:22:08.0"],
+            ),
+            gpu(
+                "0000:24:00.0",
+                ["0000:10:02.0", "0000:21:00.0", "0000:22:10.0"],
+            ),
+        ];
+        let (order, ch) = plan(&pcie, &[0, 2, 1, 3]);
+        let pos = |r: usize| order.iter().position(|&x| x == r).unwrap();
+        let adjacent =
+            |a: usize, b: usize| (pos(a) + 1) % 4 == pos(b) || (pos(b) + 1) % 4 == pos(a);
+        // Ranks 0 and 2 are GPUs 0 and 1 (one switch); ranks 1 and 3 GPUs 2 and 3.
+        assert!(adjacent(0, 2) && adjacent(1, 3), "{order:?}");
+        assert_eq!(ch, 5);
+    }
+
     #[test]
     fn config_from_buffsize() {
         let c = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
