@@ -145,38 +145,17 @@ impl Record {
         if r.1 != b.len() {
             return Err(ctx(Error::remote("GPU topology record: trailing bytes")));
         }
-        Ok(record(
-            busid,
-            numaid,
-            bridges,
-            nvlinks,
+        Ok(Record {
+            site: GpuSite {
+                busid,
+                numaid,
+                bridges,
+                nvlinks,
+            },
             nvml,
             host,
             forced_order,
-        ))
-    }
-}
-
-/// A record from its parts (the decoder's and the local reader's).
-fn record(
-    busid: String,
-    numaid: u32,
-    bridges: Vec<String>,
-    nvlinks: Vec<NvLink>,
-    nvml: bool,
-    host: u64,
-    forced_order: Vec<u32>,
-) -> Record {
-    Record {
-        site: GpuSite {
-            busid,
-            numaid,
-            bridges,
-            nvlinks,
-        },
-        nvml,
-        host,
-        forced_order,
+        })
     }
 }
 
@@ -232,7 +211,17 @@ pub fn local_record(busid: &str, host: u64, forced_order: Vec<u32>) -> Record {
         }
         Err(_) => (false, Vec::new()),
     };
-    record(busid, numaid, bridges, nvlinks, nvml, host, forced_order)
+    Record {
+        site: GpuSite {
+            busid,
+            numaid,
+            bridges,
+            nvlinks,
+        },
+        nvml,
+        host,
+        forced_order,
+    }
 }
 
 /// The ring order rank 0 asked for (`OXCCL_RING_ORDER`), checked: a
