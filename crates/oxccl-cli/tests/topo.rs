@@ -84,6 +84,7 @@ fn h200_pair_is_nv18() {
     assert!(t.contains("GPU0   X      NV18"), "{t}");
     assert!(t.contains("NIC0 eth0"), "{t}");
     assert!(t.contains("2 of 2 hops on NVLink"), "{t}");
+    assert!(t.contains("GPU ring: 32 channels"), "{t}");
     let (o, v) = doctor_json("h200x2", &[], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     assert_eq!(check(&v, "gpu.topology")["status"], "ok");
@@ -109,6 +110,7 @@ fn nvswitch_machine_every_pair_nv18() {
     assert!(t.contains("NUMA node 1 (CPUs 56-111,168-223)"), "{t}");
     assert!(t.contains("NIC7 mlx5_7 port 1, 400 Gb/s"), "{t}");
     assert!(t.contains("8 of 8 hops on NVLink"), "{t}");
+    assert!(t.contains("GPU ring: 16 channels"), "{t}");
     let (_, v) = doctor_json("dgx8", &[], &[]);
     assert_eq!(check(&v, "gpu.nvlink")["status"], "ok");
     assert!(check(&v, "gpu.numa")["detail"]
@@ -132,6 +134,7 @@ fn pcie_switch_with_acs_fails_with_setpci_fix() {
         "{t}"
     );
     assert!(t.contains("GPU0   X      PIX    NODE"), "{t}");
+    assert!(t.contains("GPU ring: 5 channels"), "{t}");
     assert!(t.contains("CNS"), "{t}");
     let (o, v) = doctor_json("pcie_acs", &[], &[]);
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));

@@ -326,7 +326,20 @@ pub fn report(l: &Loaded) -> String {
             "\n  OK = peer-to-peer works, CNS = chipset not supported (often ACS), GNS = GPU not supported,\n  TNS = topology not supported, NS = not supported, DISABLED = disabled by the driver"
         );
     }
-    let ring = topo::best_ring(&m);
+    // The library's own choices for one rank per GPU (ring setup's
+    // `rank_ring` and `ring_channels`), so the answer is the library's.
+    let sites: Vec<topo::GpuSite> = t.gpus().iter().map(|g| g.site()).collect();
+    let ring = topo::rank_ring(&sites, &vec![0; sites.len()]);
+    let default_channels = oxccl_cuda::ring::RingConfig::new(
+        false,
+        4 << 20,
+        None,
+        None,
+        sites.len(),
+        std::time::Duration::from_secs(1),
+    )
+    .channels;
+    let channels = oxccl_cuda::ring::ring_channels(&sites, &ring, default_channels);
     let _ = writeln!(
         s,
         "\nPlan (rank r = GPU ring[r]; the ring and trees the schedules build over those ranks)"
@@ -343,6 +356,11 @@ pub fn report(l: &Loaded) -> String {
         names.join(" → "),
         names.first().cloned().unwrap_or_default(),
         hops.len()
+    );
+    let _ = writeln!(
+        s,
+        "  GPU ring: {channels} channels (blocks) per collective from the slowest hop (of {default_channels} for {} ranks; NCCL_MIN/MAX_NCHANNELS override)",
+        sites.len()
     );
     let rev: Vec<usize> = ring.iter().rev().copied().collect();
     for (k, order) in [(0, &ring), (1, &rev)] {
