@@ -301,14 +301,9 @@ impl PluginProxy {
     /// Waits until `deadline` for two passes with every send done (what the
     /// finished kernels wrote has left).
     pub fn drain(&self, deadline: Instant) -> bool {
-        let start = self.idle_passes.load(Ordering::Acquire);
-        while self.idle_passes.load(Ordering::Acquire) < start + 2 {
-            if Instant::now() > deadline || self.thread.as_ref().is_none_or(|t| t.is_finished()) {
-                return false;
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        true
+        crate::netproxy::wait_idle(&self.idle_passes, deadline, || {
+            self.thread.as_ref().is_none_or(|t| t.is_finished())
+        })
     }
 
     /// Marks the proxy as stopping: from now on a failing connection (the

@@ -75,6 +75,25 @@ impl Layout {
     }
 }
 
+/// Waits until `deadline` for two more passes of a sender that found nothing
+/// left to send (`idle_passes` counts them; two, so one whole pass began
+/// after this call): false at the deadline or when `gone()` says the sender
+/// ended. The TCP proxy's and the plugin proxy's drain.
+pub(crate) fn wait_idle(
+    idle_passes: &AtomicU64,
+    deadline: Instant,
+    gone: impl Fn() -> bool,
+) -> bool {
+    let start = idle_passes.load(Ordering::Acquire);
+    while idle_passes.load(Ordering::Acquire) < start + 2 {
+        if Instant::now() > deadline || gone() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    true
+}
+
 /// What one connection of a peer link serves.
 #[derive(Debug, Clone)]
 pub struct Link {
@@ -204,14 +223,9 @@ impl Proxy {
     /// slots crossed (the proxy sends after the tail), so a rank that tears
     /// down drains first, or its peer would wait for bytes that never come.
     pub fn drain(&self, deadline: Instant) -> bool {
-        let start = self.idle_passes.load(Ordering::Acquire);
-        while self.idle_passes.load(Ordering::Acquire) < start + 2 {
-            if Instant::now() > deadline || self.threads.iter().any(|t| t.is_finished()) {
-                return false;
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        true
+        wait_idle(&self.idle_passes, deadline, || {
+            self.threads.iter().any(|t| t.is_finished())
+        })
     }
 
     /// Marks the proxy as stopping: from now on a closed connection is not
