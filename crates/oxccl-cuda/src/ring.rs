@@ -1343,13 +1343,7 @@ impl Ring {
             Ok(blob)
         })?;
         let all = exchange(&blob)?;
-        let layout = crate::netproxy::Layout {
-            nranks: self.common.nranks,
-            nch: self.common.nch,
-            nslots: self.common.nslots,
-            slot: self.common.slot,
-            region: self.common.region,
-        };
+        let layout = self.net_layout();
         let me = self.common.rank;
         let deadline = std::time::Instant::now() + timeout.min(Duration::from_secs(120));
         let stopper = self.stopper.clone();
@@ -1403,13 +1397,7 @@ impl Ring {
                 Err(Error::internal("GPU network path without a host window"))
             };
         }
-        let layout = crate::netproxy::Layout {
-            nranks: self.common.nranks,
-            nch: self.common.nch,
-            nslots: self.common.nslots,
-            slot: self.common.slot,
-            region: self.common.region,
-        };
+        let layout = self.net_layout();
         let me = self.common.rank;
         let n = self.net_streams;
         for &(peer, shadow) in &self.shadows.clone() {
@@ -1480,6 +1468,17 @@ impl Ring {
     /// What the kernel choice depends on ([`plan`]).
     pub fn thresholds(&self) -> Thresholds {
         self.thresholds
+    }
+
+    /// The window layout as the network proxies (TCP and plugin) see it.
+    fn net_layout(&self) -> crate::netproxy::Layout {
+        crate::netproxy::Layout {
+            nranks: self.common.nranks,
+            nch: self.common.nch,
+            nslots: self.common.nslots,
+            slot: self.common.slot,
+            region: self.common.region,
+        }
     }
 
     /// The ranks in ring order.
