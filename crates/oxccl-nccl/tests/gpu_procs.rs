@@ -614,35 +614,49 @@ fn three_processes_ring() {
 /// Runs `n` ranks with OXCCL_RING_ORDER=`order` (and `env`), logging
 /// GRAPH lines to files, and checks that every rank built that ring.
 fn run_in_order(n: usize, counts: &str, order: &str, env: &[(&str, &str)]) {
-    let dir = std::env::temp_dir().join(format!("oxccl-order-{}-{}", std::process::id(), order));
+    let mut e: Vec<(&str, &str)> = vec![("OXCCL_RING_ORDER", order)];
+    e.extend_from_slice(env);
+    let lines = ring_order_lines(n, counts, &e);
+    let want = format!(
+        "GPU ring order from OXCCL_RING_ORDER: {}",
+        order.replace(',', " ")
+    );
+    let seen = lines.iter().filter(|l| l.contains(&want)).count();
+    assert_eq!(seen, n, "{want:?} logged by {seen} of {n} ranks: {lines:?}");
+}
+
+/// Runs `n` ranks with `env` and GRAPH lines logged to files; returns every
+/// rank's "GPU ring order" lines.
+fn ring_order_lines(n: usize, counts: &str, env: &[(&str, &str)]) -> Vec<String> {
+    let dir = std::env::temp_dir().join(format!(
+        "oxccl-ring-order-{}-{}",
+        std::process::id(),
+        NEXT_LOG_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("log.%p").to_string_lossy().into_owned();
     let mut e: Vec<(&str, &str)> = vec![
-        ("OXCCL_RING_ORDER", order),
         ("NCCL_DEBUG", "INFO"),
         ("NCCL_DEBUG_SUBSYS", "GRAPH"),
         ("NCCL_DEBUG_FILE", &file),
     ];
     e.extend_from_slice(env);
     run_ranks(n, counts, &e);
-    let want = format!(
-        "GPU ring order from OXCCL_RING_ORDER: {}",
-        order.replace(',', " ")
-    );
-    let mut seen = 0;
+    let mut lines = Vec::new();
     for f in std::fs::read_dir(&dir).unwrap() {
         let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
-        seen += text.lines().filter(|l| l.contains(&want)).count();
+        lines.extend(
+            text.lines()
+                .filter(|l| l.contains("GPU ring order"))
+                .map(str::to_string),
+        );
     }
-    assert_eq!(
-        seen,
-        n,
-        "{want:?} logged by {seen} of {n} ranks (files in {})",
-        dir.display()
-    );
     let _ = std::fs::remove_dir_all(&dir);
+    lines
 }
+
+static NEXT_LOG_DIR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 #[test]
 fn rings_in_a_forced_order() {
@@ -682,28 +696,7 @@ fn topology_ring_keeps_nvlink_on_every_hop() {
     if gpus() < 1 {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("oxccl-topo-ring-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("log.%p").to_string_lossy().into_owned();
-    run_ranks(
-        4,
-        "7",
-        &[
-            ("NCCL_DEBUG", "INFO"),
-            ("NCCL_DEBUG_SUBSYS", "GRAPH"),
-            ("NCCL_DEBUG_FILE", &file),
-        ],
-    );
-    let mut lines = Vec::new();
-    for f in std::fs::read_dir(&dir).unwrap() {
-        let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
-        lines.extend(
-            text.lines()
-                .filter(|l| l.contains("GPU ring order"))
-                .map(str::to_string),
-        );
-    }
+    let lines = ring_order_lines(4, "7", &[]);
     assert_eq!(lines.len(), 4, "{lines:?}");
     for l in &lines {
         assert!(
@@ -712,7 +705,6 @@ fn topology_ring_keeps_nvlink_on_every_hop() {
         );
         eprintln!("{l}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
