@@ -23,6 +23,10 @@
 #   scripts/perf-gpu.sh net          # the network path (--hosts 2) vs NCCL's sockets
 #   scripts/perf-gpu.sh channels     # 512 KB-1 GB, 2 processes, oxccl at its
 #                                    # default SMs and capped at NCCL's 24, vs NCCL
+#   scripts/perf-gpu.sh ce           # copying collectives, -g 2, copy engines
+#                                    # against the copy kernel, vs NCCL
+#   scripts/perf-gpu.sh ce_cross     # 32-512 MB, copy engines at every size
+#                                    # against the copy kernel (the threshold)
 #
 # NVLink multicast stays off in everything this starts (shared/gpu.md rules).
 # Every run has a deadline: -T 120 inside oxccl perf, `timeout` around it.
@@ -153,6 +157,25 @@ if [ "$MODE" = channels ]; then
   for c in all_reduce all_gather reduce_scatter; do
     run "ch_default_$c" 300 "$X" $P $c --backend cuda --ranks 2 -b 512K -e 1G -f 4 -c 1 -n 20 -w 5 --compare "$NCCL" -J "$OUTDIR/ch_default_$c.json"
     NCCL_MAX_NCHANNELS=24 run "ch_24_$c" 300 "$X" $P $c --backend cuda --ranks 2 -b 512K -e 1G -f 4 -c 1 -n 20 -w 5 --compare "$NCCL" -J "$OUTDIR/ch_24_$c.json"
+  done
+fi
+if [ "$MODE" = ce ]; then
+  # The copy engines (one process, both GPUs, -g 2): the copying collectives
+  # from 1 MB to 1 GB beside NCCL at the default (copy engines from 64 MiB both ways, 128 one way
+  # per transfer) and with the copy kernel only (OXCCL_CUDA_CE_MIN=0).
+  for c in all_gather broadcast sendrecv alltoall gather scatter; do
+    G="$c --backend cuda -g 2 -b 1M -e 1G -f 4 -c 1 -n 10 -w 3 --compare $NCCL"
+    run "ce_default_$c" 200 "$X" $P $G -J "$OUTDIR/ce_default_$c.json"
+    OXCCL_CUDA_CE_MIN=0 run "ce_off_$c" 200 "$X" $P $G
+  done
+fi
+if [ "$MODE" = ce_cross ]; then
+  # Where the copy engines start to win: 32 MB-512 MB, copy engines at every
+  # size (=1) against the copy kernel (=0), NCCL beside each.
+  for c in all_gather broadcast sendrecv; do
+    for m in 1 0; do
+      OXCCL_CUDA_CE_MIN=$m run "ce_min${m}_$c" 200 "$X" $P $c --backend cuda -g 2 -b 32M -e 512M -f 2 -c 1 -n 20 -w 5 --compare "$NCCL"
+    done
   done
 fi
 if [ "$MODE" = tuning ]; then

@@ -445,6 +445,8 @@ params! {
         "Most blocks of the two-GPU in-process all-reduce kernels (1..128). Unset: 128.";
     CUDA_AR_TWO_SHOT: Opt<U64> = "OXCCL_CUDA_AR_TWO_SHOT", "", honoured,
         "Element count from which out-of-place all-reduces of the two-GPU in-process path also take the two-shot kernel (in place always does). 0 or unset: never; 1: always.";
+    CUDA_CE_MIN: Opt<Size> = "OXCCL_CUDA_CE_MIN", "", honoured,
+        "Two GPUs in one process, both ranks' calls in one group of one thread (nccl-tests -g 2): all-gathers, broadcasts and send/receive groups (gather, scatter, all-to-all) whose largest transfer is at least this many bytes (twice this when only one GPU receives, as in a broadcast) move it with the copy engines instead of SMs. 0: never. Unset: 64M.";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 128K / (ranks - 1) within a host; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off. 0 also turns off the one-shot all-gather and reduce-scatter (blocks B with (ranks - 1) x B within LL's 512K, one host).";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,
@@ -918,7 +920,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 37);
+        assert_eq!(honoured.len(), 38);
         assert!(ALL.len() > 80);
     }
 

@@ -315,43 +315,12 @@ struct CpArgs {
     u32 rank;
     u32 root;         // broadcast
     u32 pad;
+    // p2p: a copy of this rank to itself (gather, scatter, all-to-all),
+    // done by the same grid after the peer's data (0 bytes: none).
+    char* self_dst;
+    const char* self_src;
+    u64 self_bytes;
 };
-
-// dst[0..n) = src[0..n) over the grid: 16-byte packs when src and dst have
-// the same offset modulo 16 (bytes before the first pack by block 0), else bytes.
-__device__ __forceinline__ void copy_bytes(char* dst, const char* src, u64 n) {
-    if (n == 0 || dst == src) return;
-    const u64 stride = (u64)blockDim.x * gridDim.x;
-    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if ((((u64)dst ^ (u64)src) & 15) != 0) {
-        for (u64 i = tid; i < n; i += stride) dst[i] = *(const volatile char*)(src + i);
-        return;
-    }
-    u64 head = (16 - ((u64)dst & 15)) & 15;
-    if (head > n) head = n;
-    const u64 packs = (n - head) / 16;
-    const uint4* s4 = (const uint4*)(src + head);
-    uint4* d4 = (uint4*)(dst + head);
-    for (u64 base = tid; base < packs; base += stride * OXCCL_UNROLL) {
-        uint4 v[OXCCL_UNROLL];
-#pragma unroll
-        for (int j = 0; j < OXCCL_UNROLL; j++) {
-            const u64 i = base + (u64)j * stride;
-            if (i < packs) v[j] = ldcg(s4 + i);
-        }
-#pragma unroll
-        for (int j = 0; j < OXCCL_UNROLL; j++) {
-            const u64 i = base + (u64)j * stride;
-            if (i < packs) d4[i] = v[j];
-        }
-    }
-    if (blockIdx.x == 0) {
-        for (u64 i = threadIdx.x; i < head; i += blockDim.x)
-            dst[i] = *(const volatile char*)(src + i);
-        for (u64 i = head + packs * 16 + threadIdx.x; i < n; i += blockDim.x)
-            dst[i] = *(const volatile char*)(src + i);
-    }
-}
 
 // Entry barrier (mailbox: the peer's in/out pointers), then each side pulls
 // what it needs into its own output, then the exit barrier (the peer finished
@@ -366,8 +335,9 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
         copy_bytes((char*)a.out + peer * a.bytes, peer_in, a.bytes);
     } else if (a.mode == CP_BROADCAST) {
         copy_bytes((char*)a.out, a.rank == a.root ? (const char*)a.in : peer_in, a.bytes);
-    } else if (a.out != nullptr && peer_in != nullptr) {
-        copy_bytes((char*)a.out, peer_in, a.bytes);
+    } else {
+        if (a.out != nullptr && peer_in != nullptr) copy_bytes((char*)a.out, peer_in, a.bytes);
+        copy_bytes(a.self_dst, a.self_src, a.self_bytes);
     }
     pair_barrier(a.my_flags + blockIdx.x, a.peer_flags + blockIdx.x, a.seq + 1);
 }

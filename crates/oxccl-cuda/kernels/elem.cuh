@@ -82,3 +82,39 @@ typedef IntE<int, unsigned int> I32E;
 typedef IntE<unsigned int, unsigned int> U32E;
 typedef IntE<long long, unsigned long long> I64E;
 typedef IntE<unsigned long long, unsigned long long> U64E;
+
+// dst[0..n) = src[0..n) over the grid: 16-byte packs when src and dst have
+// the same offset modulo 16 (bytes before the first pack by block 0), else bytes.
+__device__ __forceinline__ void copy_bytes(char* dst, const char* src, u64 n) {
+    if (n == 0 || dst == src) return;
+    const u64 stride = (u64)blockDim.x * gridDim.x;
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((((u64)dst ^ (u64)src) & 15) != 0) {
+        for (u64 i = tid; i < n; i += stride) dst[i] = *(const volatile char*)(src + i);
+        return;
+    }
+    u64 head = (16 - ((u64)dst & 15)) & 15;
+    if (head > n) head = n;
+    const u64 packs = (n - head) / 16;
+    const uint4* s4 = (const uint4*)(src + head);
+    uint4* d4 = (uint4*)(dst + head);
+    for (u64 base = tid; base < packs; base += stride * OXCCL_UNROLL) {
+        uint4 v[OXCCL_UNROLL];
+#pragma unroll
+        for (int j = 0; j < OXCCL_UNROLL; j++) {
+            const u64 i = base + (u64)j * stride;
+            if (i < packs) v[j] = ldcg(s4 + i);
+        }
+#pragma unroll
+        for (int j = 0; j < OXCCL_UNROLL; j++) {
+            const u64 i = base + (u64)j * stride;
+            if (i < packs) d4[i] = v[j];
+        }
+    }
+    if (blockIdx.x == 0) {
+        for (u64 i = threadIdx.x; i < head; i += blockDim.x)
+            dst[i] = *(const volatile char*)(src + i);
+        for (u64 i = head + packs * 16 + threadIdx.x; i < n; i += blockDim.x)
+            dst[i] = *(const volatile char*)(src + i);
+    }
+}

@@ -959,6 +959,12 @@ struct P2pArgs {
     u32 nops;
     u32 nitems;  // sum of ops[i].nch
     P2pOp ops[RING_P2P_MAX_OPS];
+    // A copy of this rank to itself (gather, scatter, all-to-all), spread
+    // over the grid once the block's items are done (0 bytes: none). The
+    // host may add blocks for it: blocks beyond the items only copy.
+    char* self_dst;
+    const char* self_src;
+    u64 self_bytes;
 };
 
 // dst[0..n) = src[0..n) by the whole block (16-byte packs when both allow).
@@ -1106,6 +1112,7 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
             }
         }
     }
+    if (!failed) copy_bytes(a.self_dst, a.self_src, a.self_bytes);
 }
 
 #define OXCCL_RING(TN, E, ON, OP)                                                         \

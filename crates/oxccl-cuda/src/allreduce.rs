@@ -48,7 +48,7 @@ pub const CP_P2P: u32 = 2;
 
 /// `struct CpArgs` of `allreduce.cu` (the `oxccl_pcopy` kernel), field for field.
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct CpArgs {
     /// This GPU's input (send buffer) or 0.
     pub input: u64,
@@ -70,6 +70,13 @@ pub struct CpArgs {
     pub root: u32,
     /// Padding.
     pub pad: u32,
+    /// P2p: a copy to itself done by the same grid (gather, scatter,
+    /// all-to-all): destination, source, bytes (0: none).
+    pub self_dst: u64,
+    /// See `self_dst`.
+    pub self_src: u64,
+    /// See `self_dst`.
+    pub self_bytes: u64,
 }
 /// Bytes of the flags buffer each GPU of a pair allocates (zeroed).
 pub const FLAG_BYTES: usize = FLAG_WORDS * 8;
@@ -437,4 +444,16 @@ pub fn copy(
     // SAFETY: oxccl_copy(void*, const void*, u64): three 8-byte values; the
     // ranges are inside live allocations (checked).
     unsafe { gpu.launch(f, blocks, THREADS, &mut params) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_match_the_kernels() {
+        // allreduce.cu's struct CpArgs and struct ArArgs, field for field.
+        assert_eq!(std::mem::size_of::<CpArgs>(), 88);
+        assert_eq!(std::mem::size_of::<ArArgs>(), 96);
+    }
 }

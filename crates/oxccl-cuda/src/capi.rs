@@ -31,7 +31,7 @@ use crate::device::check;
 use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
 use crate::ring::{self, Ring, RingBoot, RingConfig};
-use crate::{compile, kernels};
+use crate::{ce, compile, kernels};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -303,6 +303,19 @@ pub struct DevComm {
     /// destroyed stream's handle reused on another context is caught by
     /// the launch itself, as an error).
     checked_stream: std::sync::atomic::AtomicUsize,
+    /// The copy-engine path's side stream and its fork/join events
+    /// (created at its first use; see [`crate::ce`]).
+    ce_side: Mutex<Option<CeSide>>,
+}
+
+/// A non-blocking stream of this rank's context for the local copies of a
+/// copy-engine call, and the two events that fork it from the caller's
+/// stream and join it back (raw driver handles).
+#[derive(Debug, Clone, Copy)]
+struct CeSide {
+    stream: usize,
+    fork: usize,
+    join: usize,
 }
 
 // SAFETY: the handles are process-wide driver objects; every use makes the
@@ -341,6 +354,10 @@ enum LaunchKind {
         blocks: u32,
         args: ring::RingArgs,
     },
+    /// A copy-engine call (paired with the peer's by [`launch_all`]): a
+    /// barrier (`f` is `oxccl_pcopy`, copying nothing), the plan's copies,
+    /// a second barrier.
+    Ce { f: usize, plan: ce::Plan },
     /// Sends and receives `(peer, pointer, bytes)`; `f` is `oxccl_pcopy`
     /// (0 when every peer is this rank).
     P2p {
@@ -387,6 +404,7 @@ impl DevComm {
             ring: OnceLock::new(),
             ring_only: std::sync::atomic::AtomicBool::new(false),
             checked_stream: std::sync::atomic::AtomicUsize::new(0),
+            ce_side: Mutex::new(None),
         };
         {
             let _scope = CtxScope::enter(ctx)?;
@@ -781,6 +799,7 @@ impl DevComm {
                             rank: self.rank as u32,
                             root: root as u32,
                             pad: 0,
+                            ..Default::default()
                         },
                     },
                     stream,
@@ -906,7 +925,10 @@ pub enum CopyKind {
 /// Launches operations in order, except that the point-to-point launches of
 /// each communicator are merged into one (after the others), so sends and
 /// receives of one group meet their peers' whatever order they were called in.
+/// Where both ranks of a two-GPU in-process communicator are in `launches`,
+/// their large copies go to the copy engines ([`pair_for_copy_engines`]).
 pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
+    let mut ops: Vec<Launch> = Vec::with_capacity(launches.len());
     let mut p2p: Vec<Launch> = Vec::new();
     for l in launches {
         match l.kind {
@@ -932,13 +954,177 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
                     p2p.push(l);
                 }
             }
-            _ => l.go()?,
+            _ => ops.push(l),
         }
     }
-    for l in p2p {
+    ops.extend(p2p);
+    pair_for_copy_engines(&mut ops, ce_min());
+    for l in ops {
         l.go()?;
     }
     Ok(())
+}
+
+/// The `(pointer, bytes)` of the transfers in `v` with `rank` itself
+/// (`me`) or with the other ranks (`!me`), in order.
+fn with_self(v: &[(usize, u64, usize)], rank: usize, me: bool) -> Vec<(u64, usize)> {
+    v.iter()
+        .filter(|x| (x.0 == rank) == me)
+        .map(|x| (x.1, x.2))
+        .collect()
+}
+
+/// Queues `x` on `on` (context current).
+///
+/// # Safety
+/// Both ranges must be device memory this context can reach, live until the
+/// copy ran.
+unsafe fn copy_async(x: &ce::Xfer, on: sys::CUstream) -> Result<()> {
+    guarded("cuMemcpyAsync", || {
+        // SAFETY: the caller's contract.
+        unsafe {
+            check(
+                sys::cuMemcpyAsync(x.dst, x.src, x.bytes as usize, on),
+                "cuMemcpyAsync",
+            )
+        }
+    })
+}
+
+/// A send to itself of at least this many bytes is copied by the copy
+/// engine on a side stream, beside the transfers with the peers; a smaller
+/// single one by the launch with the peers, after its transfers. Measured on
+/// 2xH200 with the bound at 1 MiB: all-to-alls of 2 MB (1 MiB to itself)
+/// took 20-32 µs against NCCL's 16-25, the side stream's fork, join and the
+/// copy engine's start after a kernel costing ~15 µs, while the grid copies
+/// 1 MiB in ~1 µs (~1.5 TB/s). At 32 MiB the grid's ~20 µs after the
+/// transfers match that cost; beyond, the side stream hides the copy.
+const SELF_COPY_SIDE_MIN: u64 = 32 << 20;
+
+/// Rank calls that went to the copy engines in this process (each rank's
+/// half counts once): what tests read to know the path was taken.
+static CE_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many rank calls of this process took the copy engines so far.
+pub fn ce_calls() -> u64 {
+    CE_CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `OXCCL_CUDA_CE_MIN` ([`ce::DEFAULT_MIN`] when unset; 0: never).
+fn ce_min() -> u64 {
+    static M: OnceLock<u64> = OnceLock::new();
+    *M.get_or_init(|| {
+        oxccl_env::params()
+            .get(&oxccl_core::params::CUDA_CE_MIN)
+            .unwrap_or(ce::DEFAULT_MIN)
+    })
+}
+
+/// What a launch is to the copy-engine pairing: `None` when it cannot take
+/// part (a ring launch, a reduction, nothing to do).
+fn ce_candidate(l: &Launch) -> Option<bool> {
+    let c = &l.comm;
+    if c.nranks != 2 {
+        return None;
+    }
+    match &l.kind {
+        LaunchKind::Pcopy { args, .. } if args.mode != allreduce::CP_P2P => Some(false),
+        LaunchKind::P2p { f, .. } if *f != 0 && !c.ring_for(l.stream) => Some(true),
+        _ => None,
+    }
+}
+
+/// Rewrites matching copy launches of both ranks of a communicator into
+/// copy-engine launches ([`crate::ce`]): rank 0's k-th candidate meets rank
+/// 1's k-th (the order each rank's calls were made in, which is also the
+/// order their kernels would have met on the GPUs). A communicator whose
+/// candidates do not line up keeps its kernels, as does any pair whose
+/// largest transfer is below `min`. Both ranks of a pair change together,
+/// and a copy-engine launch takes the same barrier values on both.
+fn pair_for_copy_engines(ops: &mut [Launch], min: u64) {
+    if min == 0 {
+        return;
+    }
+    let mut keys: Vec<&[u8]> = Vec::new();
+    for l in ops.iter() {
+        if ce_candidate(l).is_some() && !keys.contains(&l.comm.key.as_slice()) {
+            keys.push(&l.comm.key);
+        }
+    }
+    let keys: Vec<Vec<u8>> = keys.into_iter().map(<[u8]>::to_vec).collect();
+    for key in keys {
+        let of = |rank: usize| -> Vec<usize> {
+            (0..ops.len())
+                .filter(|&i| {
+                    ops[i].comm.key == key
+                        && ops[i].comm.rank == rank
+                        && ce_candidate(&ops[i]).is_some()
+                })
+                .collect()
+        };
+        let (a, b) = (of(0), of(1));
+        if a.len() != b.len() {
+            continue;
+        }
+        for (i, j) in a.into_iter().zip(b) {
+            let plans = match (&ops[i].kind, &ops[j].kind) {
+                (LaunchKind::Pcopy { args: x, .. }, LaunchKind::Pcopy { args: y, .. }) => {
+                    ce::pair_collective([copying(x), copying(y)])
+                }
+                (
+                    LaunchKind::P2p {
+                        sends: s0,
+                        recvs: r0,
+                        ..
+                    },
+                    LaunchKind::P2p {
+                        sends: s1,
+                        recvs: r1,
+                        ..
+                    },
+                ) => ce::pair_p2p([
+                    ce::P2pSide {
+                        sends: s0,
+                        recvs: r0,
+                    },
+                    ce::P2pSide {
+                        sends: s1,
+                        recvs: r1,
+                    },
+                ]),
+                _ => None,
+            };
+            let Some([p0, p1]) = plans.filter(|p| ce::worth_it(p, min)) else {
+                continue;
+            };
+            let (Ok(f0), Ok(f1)) = (
+                ops[i].comm.function("oxccl_pcopy"),
+                ops[j].comm.function("oxccl_pcopy"),
+            ) else {
+                continue;
+            };
+            ops[i].kind = LaunchKind::Ce { f: f0, plan: p0 };
+            ops[j].kind = LaunchKind::Ce { f: f1, plan: p1 };
+        }
+    }
+}
+
+/// A copy kernel launch's collective, for [`ce::pair_collective`].
+fn copying(a: &CpArgs) -> ce::Copying {
+    if a.mode == allreduce::CP_BROADCAST {
+        ce::Copying::Broadcast {
+            input: a.input,
+            output: a.output,
+            bytes: a.bytes,
+            root: a.root,
+        }
+    } else {
+        ce::Copying::AllGather {
+            input: a.input,
+            output: a.output,
+            bytes: a.bytes,
+        }
+    }
 }
 
 impl Launch {
@@ -1002,6 +1188,7 @@ impl Launch {
                 unsafe { ring::launch_ring(f as sys::CUfunction, blocks, stream, args) }
             }
             LaunchKind::P2p { f, sends, recvs } => c.go_p2p(f, sends, recvs, stream),
+            LaunchKind::Ce { f, plan } => c.go_ce(f, &plan, stream),
         }
     }
 }
@@ -1180,12 +1367,7 @@ impl DevComm {
         recvs: Vec<(usize, u64, usize)>,
         stream: sys::CUstream,
     ) -> Result<()> {
-        let mine = |v: &[(usize, u64, usize)], me: bool| -> Vec<(u64, usize)> {
-            v.iter()
-                .filter(|x| (x.0 == self.rank) == me)
-                .map(|x| (x.1, x.2))
-                .collect()
-        };
+        let mine = |v: &[(usize, u64, usize)], me: bool| with_self(v, self.rank, me);
         let (ss, rs) = (mine(&sends, true), mine(&recvs, true));
         if ss.len() != rs.len() {
             return Err(Error::invalid_usage(format!(
@@ -1196,6 +1378,7 @@ impl DevComm {
             )));
         }
         let _scope = CtxScope::enter(self.ctx)?;
+        let mut selfs: Vec<ce::Xfer> = Vec::new();
         for ((src, sb), (dst, rb)) in ss.into_iter().zip(rs) {
             if sb != rb {
                 return Err(Error::invalid_usage(format!(
@@ -1204,27 +1387,158 @@ impl DevComm {
                 )));
             }
             if src != dst && sb > 0 {
-                guarded("cuMemcpyDtoDAsync", || {
-                    // SAFETY: both are this GPU's device memory of sb bytes (routed by the caller).
-                    unsafe {
-                        check(
-                            sys::cuMemcpyDtoDAsync_v2(dst, src, sb, stream),
-                            "cuMemcpyDtoDAsync",
-                        )
-                    }
-                })?;
+                selfs.push(ce::Xfer {
+                    dst,
+                    src,
+                    bytes: sb as u64,
+                });
             }
         }
-        if self.ring_for(stream as usize) {
-            let others = |v: &[(usize, u64, usize)]| -> Vec<(usize, u64, usize)> {
-                v.iter().filter(|x| x.0 != self.rank).copied().collect()
-            };
-            let (os, or) = (others(&sends), others(&recvs));
-            if os.is_empty() && or.is_empty() {
-                return Ok(());
+        // Transfers of 0 bytes move nothing (the peer's matching one is
+        // empty too, so both sides drop the same ones) and launch nothing.
+        let others = |v: &[(usize, u64, usize)]| -> Vec<(usize, u64, usize)> {
+            v.iter()
+                .filter(|x| x.0 != self.rank && x.2 > 0)
+                .copied()
+                .collect()
+        };
+        let (os, or) = (others(&sends), others(&recvs));
+        // One copy to itself (gather, scatter, all-to-all) below
+        // SELF_COPY_SIDE_MIN rides in the launch with the peers: an extra
+        // launch costs ~4 µs (measured: 2-process gathers of 512 B took 12.9
+        // µs out of place with a copy kernel, against 7.2 in place; 6.95
+        // once the launch carried the copy). Larger ones run on the side
+        // stream by the copy engine; several small ones, by copy kernels.
+        // The pair kernel's grid follows the peers' sizes (both ranks must
+        // launch the same), so there the copy may be at most twice the
+        // largest of them; the ring's launch adds blocks for it.
+        let largest_peer = os.iter().chain(or.iter()).map(|x| x.2 as u64).max();
+        let fits = |b: u64| {
+            self.ring_for(stream as usize) || largest_peer.is_some_and(|p| b <= 2 * p.max(64 << 10))
+        };
+        let in_kernel = match selfs.as_slice() {
+            [x] if f != 0
+                && largest_peer.is_some()
+                && x.bytes < SELF_COPY_SIDE_MIN
+                && fits(x.bytes) =>
+            {
+                Some(*x)
             }
+            _ => None,
+        };
+        let side = self.self_copies(if in_kernel.is_some() { &[] } else { &selfs }, stream)?;
+        let r = self.go_p2p_peers(f, &os, &or, in_kernel, stream);
+        match side {
+            Some(sd) => r.and(self.join_side(sd, stream)),
+            None => r,
+        }
+    }
+
+    /// The self copies of a send/receive group (see [`Self::go_p2p`]):
+    /// forked onto the side stream when one is at least
+    /// [`SELF_COPY_SIDE_MIN`] (the returned side must be joined), else
+    /// copy kernels on `stream`.
+    fn self_copies(&self, selfs: &[ce::Xfer], stream: sys::CUstream) -> Result<Option<CeSide>> {
+        if selfs.is_empty() {
+            return Ok(None);
+        }
+        if selfs.iter().any(|x| x.bytes >= SELF_COPY_SIDE_MIN) {
+            let sd = self.ce_side()?;
+            self.fork_side(sd, stream)?;
+            for x in selfs {
+                // SAFETY: both ranges are this GPU's device memory of
+                // x.bytes (checked by the caller's prepare).
+                unsafe { copy_async(x, sd.stream as sys::CUstream)? };
+            }
+            return Ok(Some(sd));
+        }
+        let f = self.function_in(&kernels::COPY, "oxccl_copy")?;
+        for x in selfs {
+            let (mut d, mut s, mut n) = (x.dst, x.src, x.bytes);
+            let blocks = (n / 16).div_ceil(allreduce::THREADS as u64).clamp(1, 264) as u32;
+            let mut params = [
+                &mut d as *mut u64 as *mut c_void,
+                &mut s as *mut u64 as *mut c_void,
+                &mut n as *mut u64 as *mut c_void,
+            ];
+            guarded("cuLaunchKernel", || {
+                // SAFETY: oxccl_copy(void*, const void*, u64): three 8-byte
+                // values that outlive the call; both ranges are this GPU's
+                // device memory (checked by the caller's prepare).
+                unsafe {
+                    check(
+                        sys::cuLaunchKernel(
+                            f as sys::CUfunction,
+                            blocks,
+                            1,
+                            1,
+                            allreduce::THREADS,
+                            1,
+                            1,
+                            0,
+                            stream,
+                            params.as_mut_ptr(),
+                            std::ptr::null_mut(),
+                        ),
+                        "cuLaunchKernel(oxccl_copy)",
+                    )
+                }
+            })?;
+        }
+        Ok(None)
+    }
+
+    /// `stream`'s work so far, then the side stream's next operations.
+    fn fork_side(&self, sd: CeSide, stream: sys::CUstream) -> Result<()> {
+        guarded("cuEventRecord", || {
+            // SAFETY: an event and a stream of this context (made current by
+            // the caller), created by ce_side.
+            unsafe {
+                check(
+                    sys::cuEventRecord(sd.fork as sys::CUevent, stream),
+                    "cuEventRecord",
+                )?;
+                check(
+                    sys::cuStreamWaitEvent(sd.stream as sys::CUstream, sd.fork as sys::CUevent, 0),
+                    "cuStreamWaitEvent",
+                )
+            }
+        })
+    }
+
+    /// `stream` waits for the side stream's operations so far.
+    fn join_side(&self, sd: CeSide, stream: sys::CUstream) -> Result<()> {
+        guarded("cuEventRecord", || {
+            // SAFETY: as in fork_side.
+            unsafe {
+                check(
+                    sys::cuEventRecord(sd.join as sys::CUevent, sd.stream as sys::CUstream),
+                    "cuEventRecord",
+                )?;
+                check(
+                    sys::cuStreamWaitEvent(stream, sd.join as sys::CUevent, 0),
+                    "cuStreamWaitEvent",
+                )
+            }
+        })
+    }
+
+    /// The transfers with other ranks of [`Self::go_p2p`] (none of 0
+    /// bytes), and `self_copy` done by the same launch.
+    fn go_p2p_peers(
+        &self,
+        f: usize,
+        sends: &[(usize, u64, usize)],
+        recvs: &[(usize, u64, usize)],
+        self_copy: Option<ce::Xfer>,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        if sends.is_empty() && recvs.is_empty() {
+            return Ok(());
+        }
+        if self.ring_for(stream as usize) {
             let r = self.ring()?;
-            for (blocks, args) in r.p2p_launches(&os, &or)? {
+            for (blocks, args) in r.p2p_launches(sends, recvs, self_copy)? {
                 // SAFETY: this GPU's buffers of the given sizes (checked by
                 // the caller); the ring is live; the peers' launch of the
                 // same index carries the matching operations.
@@ -1232,16 +1546,19 @@ impl DevComm {
             }
             return Ok(());
         }
-        let (ps, pr) = (mine(&sends, false), mine(&recvs, false));
+        let mine = |v: &[(usize, u64, usize)]| with_self(v, self.rank, false);
+        let (ps, pr) = (mine(sends), mine(recvs));
         let n = ps.len().max(pr.len());
-        if n == 0 {
-            return Ok(());
-        }
         let peer = self.peer()?;
         for k in 0..n {
             let (input, sb) = ps.get(k).copied().unwrap_or((0, 0));
             let (output, rb) = pr.get(k).copied().unwrap_or((0, 0));
             let blocks = allreduce::copy_blocks(sb.max(rb) as u64, allreduce::block_limit());
+            let own = self_copy.filter(|_| k == 0).unwrap_or(ce::Xfer {
+                dst: 0,
+                src: 0,
+                bytes: 0,
+            });
             let mut seq = lock(&self.seq);
             let args = CpArgs {
                 input,
@@ -1254,12 +1571,130 @@ impl DevComm {
                 rank: self.rank as u32,
                 root: 0,
                 pad: 0,
+                self_dst: own.dst,
+                self_src: own.src,
+                self_bytes: own.bytes,
             };
-            // SAFETY: this GPU's buffers; the peer's k-th kernel of its batch
-            // carries the matching receive/send, with the same grid.
+            // SAFETY: this GPU's buffers (the self copy's too); the peer's
+            // k-th kernel of its batch carries the matching receive/send,
+            // with the same grid (from the transfers' sizes alone).
             unsafe { allreduce::launch_copy(f as sys::CUfunction, blocks, stream, args)? };
             *seq += allreduce::BUDGET;
         }
+        Ok(())
+    }
+}
+
+impl DevComm {
+    /// A barrier with the peer on `stream`: the copy kernel with nothing to
+    /// copy, one block (the peer launches the same), barrier values from the
+    /// shared counter like every pair kernel.
+    fn ce_barrier(&self, f: usize, peer_flags: u64, stream: sys::CUstream) -> Result<()> {
+        let mut seq = lock(&self.seq);
+        let args = CpArgs {
+            input: 0,
+            output: 0,
+            my_flags: self.flags,
+            peer_flags,
+            bytes: 0,
+            seq: *seq,
+            mode: allreduce::CP_P2P,
+            rank: self.rank as u32,
+            root: 0,
+            pad: 0,
+            ..Default::default()
+        };
+        // SAFETY: no buffers (nothing is copied); both flag buffers are live
+        // FLAG_BYTES buffers with peer access; the peer's matching launch of
+        // the same pair (made by the same launch_all) has one block too.
+        unsafe { allreduce::launch_copy(f as sys::CUfunction, 1, stream, args)? };
+        *seq += allreduce::BUDGET;
+        Ok(())
+    }
+
+    /// The side stream and events, created on first use (context current).
+    fn ce_side(&self) -> Result<CeSide> {
+        let mut side = lock(&self.ce_side);
+        if let Some(sd) = *side {
+            return Ok(sd);
+        }
+        let sd = guarded("cuStreamCreate", || {
+            let mut st: sys::CUstream = std::ptr::null_mut();
+            let mut ev = [std::ptr::null_mut(); 2];
+            // SAFETY: this rank's context is current (the caller's scope);
+            // each call writes one handle; on a failure the ones made are
+            // destroyed before returning.
+            unsafe {
+                // 1: CU_STREAM_NON_BLOCKING (no implicit sync with stream 0).
+                check(sys::cuStreamCreate(&mut st, 1), "cuStreamCreate")?;
+                for e in ev.iter_mut() {
+                    // 2: CU_EVENT_DISABLE_TIMING (ordering only).
+                    if let Err(err) = check(sys::cuEventCreate(e, 2), "cuEventCreate") {
+                        for made in ev.iter().filter(|x| !x.is_null()) {
+                            sys::cuEventDestroy_v2(*made);
+                        }
+                        sys::cuStreamDestroy_v2(st);
+                        return Err(err);
+                    }
+                }
+            }
+            Ok(CeSide {
+                stream: st as usize,
+                fork: ev[0] as usize,
+                join: ev[1] as usize,
+            })
+        })?;
+        *side = Some(sd);
+        Ok(sd)
+    }
+
+    /// Runs this rank's half of a copy-engine call on `stream`: barrier,
+    /// the local copies on the side stream beside the pulls from the peer on
+    /// `stream`, join, barrier. Returns without waiting.
+    fn go_ce(&self, f: usize, plan: &ce::Plan, stream: sys::CUstream) -> Result<()> {
+        let peer = self.peer()?;
+        let _scope = CtxScope::enter(self.ctx)?;
+        self.ce_barrier(f, peer.flags, stream)?;
+        // SAFETY (of each copy): the plan's ranges were checked by both
+        // ranks' prepare calls to be device memory of their GPUs, which have
+        // peer access to each other (unified addressing routes the copy); the
+        // barrier before keeps both buffers live.
+        let copy = |x: &ce::Xfer, on: sys::CUstream| unsafe { copy_async(x, on) };
+        // A copy between two devices issued into the legacy default stream
+        // waits for everything issued before it to either device and holds
+        // back everything issued after it to either: the peer's first
+        // barrier, issued after this copy, could then never start, and this
+        // stream's barrier waits for it (the first device run hung there).
+        // So on a default stream (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD)
+        // the pulls go to the side stream as well.
+        let pulls_on_side = (stream as usize) <= 2;
+        let side = if plan.local.is_empty() && !pulls_on_side {
+            None
+        } else {
+            Some(self.ce_side()?)
+        };
+        if let Some(sd) = side {
+            let st = sd.stream as sys::CUstream;
+            self.fork_side(sd, stream)?;
+            for x in &plan.local {
+                copy(x, st)?;
+            }
+            if pulls_on_side {
+                for x in &plan.remote {
+                    copy(x, st)?;
+                }
+            }
+        }
+        if !pulls_on_side {
+            for x in &plan.remote {
+                copy(x, stream)?;
+            }
+        }
+        if let Some(sd) = side {
+            self.join_side(sd, stream)?;
+        }
+        self.ce_barrier(f, peer.flags, stream)?;
+        CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 }
@@ -1281,6 +1716,11 @@ impl Drop for DevComm {
             if self.flags != 0 && sys::cuCtxSetCurrent(self.ctx) == CUresult::CUDA_SUCCESS {
                 sys::cuCtxSynchronize();
                 sys::cuMemFree_v2(self.flags);
+                if let Some(sd) = lock(&self.ce_side).take() {
+                    sys::cuEventDestroy_v2(sd.fork as sys::CUevent);
+                    sys::cuEventDestroy_v2(sd.join as sys::CUevent);
+                    sys::cuStreamDestroy_v2(sd.stream as sys::CUstream);
+                }
             }
             sys::cuCtxSetCurrent(saved);
             sys::cuDevicePrimaryCtxRelease_v2(self.dev);

@@ -14,6 +14,7 @@
 
 pub mod allreduce;
 pub mod capi;
+pub mod ce;
 pub mod compile;
 pub mod device;
 pub mod kernels;

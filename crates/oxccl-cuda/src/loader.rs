@@ -50,6 +50,8 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuPointerGetAttribute",
     "cuPointerGetAttributes",
     "cuMemcpyDtoDAsync_v2",
+    "cuMemcpyAsync",
+    "cuStreamWaitEvent",
     "cuCtxSynchronize",
     "cuCtxEnablePeerAccess",
     "cuDeviceCanAccessPeer",

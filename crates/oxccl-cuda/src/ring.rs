@@ -372,6 +372,13 @@ pub fn p2p_blocks(items: u32) -> u32 {
     items.clamp(1, P2P_MAX_BLOCKS)
 }
 
+/// Blocks a point-to-point launch needs for a copy of `bytes` to itself: one
+/// per 32 KiB (a block copies ~30 GB/s from local memory, so ~1 µs each),
+/// at most [`P2P_MAX_BLOCKS`]. Blocks beyond the items only copy.
+pub fn self_copy_blocks(bytes: u64) -> u32 {
+    bytes.div_ceil(32 << 10).clamp(1, P2P_MAX_BLOCKS as u64) as u32
+}
+
 /// `oxccl_ring_<type>_<op>`.
 pub fn kernel_name(t: DataType, op: RedOp) -> String {
     format!(
@@ -438,7 +445,7 @@ pub struct P2pOp {
     pad: u32,
 }
 
-/// `struct P2pArgs` of `ring.cu` (2144 bytes, under the 4 KiB parameter limit).
+/// `struct P2pArgs` of `ring.cu` (2168 bytes, under the 4 KiB parameter limit).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct P2pArgs {
@@ -446,6 +453,9 @@ pub struct P2pArgs {
     nops: u32,
     nitems: u32,
     ops: [P2pOp; P2P_MAX_OPS],
+    self_dst: u64,
+    self_src: u64,
+    self_bytes: u64,
 }
 
 /// Where the windows live.
@@ -1600,6 +1610,7 @@ impl Ring {
         &self,
         sends: &[(usize, u64, usize)],
         recvs: &[(usize, u64, usize)],
+        self_copy: Option<crate::ce::Xfer>,
     ) -> Result<Vec<(u32, P2pArgs)>> {
         let n = self.common.nranks as usize;
         let mut per: Vec<Vec<P2pOp>> = Vec::new();
@@ -1639,6 +1650,9 @@ impl Ring {
                     nops: chunk.len() as u32,
                     nitems: 0,
                     ops: [P2pOp::default(); P2P_MAX_OPS],
+                    self_dst: 0,
+                    self_src: 0,
+                    self_bytes: 0,
                 };
                 for (d, s) in a.ops.iter_mut().zip(chunk) {
                     *d = *s;
@@ -1646,6 +1660,27 @@ impl Ring {
                 }
                 out.push((p2p_blocks(a.nitems), a));
             }
+        }
+        if let Some(x) = self_copy.filter(|x| x.bytes > 0) {
+            if out.is_empty() {
+                out.push((
+                    1,
+                    P2pArgs {
+                        c: self.common,
+                        nops: 0,
+                        nitems: 0,
+                        ops: [P2pOp::default(); P2P_MAX_OPS],
+                        self_dst: 0,
+                        self_src: 0,
+                        self_bytes: 0,
+                    },
+                ));
+            }
+            let (blocks, a) = &mut out[0];
+            a.self_dst = x.dst;
+            a.self_src = x.src;
+            a.self_bytes = x.bytes;
+            *blocks = (*blocks).max(self_copy_blocks(x.bytes));
         }
         Ok(out)
     }
@@ -1783,7 +1818,10 @@ mod tests {
         assert_eq!(std::mem::size_of::<RingCommon>(), 88);
         assert_eq!(std::mem::size_of::<RingArgs>(), 144);
         assert_eq!(std::mem::size_of::<P2pOp>(), 32);
-        assert_eq!(std::mem::size_of::<P2pArgs>(), 88 + 8 + 32 * P2P_MAX_OPS);
+        assert_eq!(
+            std::mem::size_of::<P2pArgs>(),
+            88 + 8 + 32 * P2P_MAX_OPS + 24
+        );
         assert!(std::mem::size_of::<P2pArgs>() <= 4096);
     }
 
@@ -2053,6 +2091,11 @@ mod tests {
 
     #[test]
     fn channel_counts() {
+        assert_eq!(self_copy_blocks(0), 1);
+        assert_eq!(self_copy_blocks(32 << 10), 1);
+        assert_eq!(self_copy_blocks((32 << 10) + 1), 2);
+        assert_eq!(self_copy_blocks(1 << 20), 32);
+        assert_eq!(self_copy_blocks(1 << 30), P2P_MAX_BLOCKS);
         assert_eq!(coll_channels(0, 16), 1);
         assert_eq!(coll_channels(8, 16), 1);
         assert_eq!(coll_channels(64 << 10, 16), 1);

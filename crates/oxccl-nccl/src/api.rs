@@ -139,6 +139,13 @@ pub(crate) unsafe fn collective(
                 "recvbuff is NULL with count {count}"
             )));
         }
+        // A collective of 0 elements has nothing to move or meet: checked
+        // (above), then done, as NCCL does (measured on 2xH200: an empty
+        // all-to-all took 1.5-5 µs through the routing, NCCL's 0.5).
+        // Sends and receives of 0 still go through (they pair up in groups).
+        if count == 0 && !matches!(kind, CollKind::Send | CollKind::Recv) {
+            return Ok(());
+        }
         if let Some((dev, ext)) = device_route(&c, kind, send, recv)? {
             let launch = prepare_device(&dev, kind, send, recv, ext, count, t, spec, root, stream)?;
             if group::in_group() {

@@ -370,6 +370,20 @@ fn two_gpus_every_collective() {
             ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
             sync_both();
         };
+        // gpu-test.sh's gpu_abi_ce row sets OXCCL_CUDA_CE_MIN=1: then every
+        // copying call below pairs both ranks on the copy engines (one count
+        // per rank); otherwise (these sizes stay under the default 64 MiB,
+        // or the ring rows take no pair path) none does.
+        let expect_ce = std::env::var("OXCCL_CUDA_CE_MIN").as_deref() == Ok("1");
+        let ce_group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str| {
+            let before = capi::ce_calls();
+            group(f, what);
+            assert_eq!(
+                capi::ce_calls() - before,
+                if expect_ce { 2 } else { 0 },
+                "{what}: rank calls through the copy engines"
+            );
+        };
         for &n in &[1usize, 5, 4099, (1 << 20) + 3] {
             for &off in &[0usize, 4] {
                 let ctx = format!("n={n} off={off}");
@@ -392,7 +406,7 @@ fn two_gpus_every_collective() {
 
                 // all-gather, out of place then in place
                 fill();
-                group(
+                ce_group(
                     &|r| unsafe { ncclAllGather(s[r], d[r], n, INT32, comms[r], null_mut()) },
                     "ncclAllGather",
                 );
@@ -415,7 +429,7 @@ fn two_gpus_every_collective() {
                         &(0..n).map(|i| val(r, i)).collect::<Vec<i32>>(),
                     );
                 }
-                group(
+                ce_group(
                     &|r| unsafe {
                         ncclAllGather(at(d[r], r * n), d[r], n, INT32, comms[r], null_mut())
                     },
@@ -481,7 +495,7 @@ fn two_gpus_every_collective() {
                 // broadcast from each root, out of place and in place
                 for root in 0..2 {
                     fill();
-                    group(
+                    ce_group(
                         &|r| unsafe {
                             ncclBroadcast(s[r], d[r], n, INT32, root as i32, comms[r], null_mut())
                         },
@@ -498,7 +512,7 @@ fn two_gpus_every_collective() {
                         }
                     }
                     fill();
-                    group(
+                    ce_group(
                         &|r| unsafe {
                             ncclBroadcast(s[r], s[r], n, INT32, root as i32, comms[r], null_mut())
                         },
@@ -536,7 +550,7 @@ fn two_gpus_every_collective() {
 
                 // send/receive both ways in one group (sendrecv_perf)
                 fill();
-                group(
+                ce_group(
                     &|r| unsafe {
                         let a = ncclSend(s[r], n, INT32, (1 - r) as i32, comms[r], null_mut());
                         if a != ncclSuccess {
@@ -555,7 +569,7 @@ fn two_gpus_every_collective() {
 
                 // all-to-all, gather to 0, scatter from 1
                 fill();
-                group(
+                ce_group(
                     &|r| unsafe { ncclAlltoAll(s[r], d[r], n, INT32, comms[r], null_mut()) },
                     "ncclAlltoAll",
                 );
@@ -572,7 +586,7 @@ fn two_gpus_every_collective() {
                     }
                 }
                 fill();
-                group(
+                ce_group(
                     &|r| unsafe { ncclGather(s[r], d[r], n, INT32, 0, comms[r], null_mut()) },
                     "ncclGather",
                 );
@@ -583,7 +597,7 @@ fn two_gpus_every_collective() {
                     }
                 }
                 fill();
-                group(
+                ce_group(
                     &|r| unsafe { ncclScatter(s[r], d[r], n, INT32, 1, comms[r], null_mut()) },
                     "ncclScatter",
                 );

@@ -1,0 +1,362 @@
+//! Copy-engine transfers for two GPUs in one process: which copies a pair of
+//! matching calls makes, decided here without touching a GPU.
+//!
+//! Why: on 2×H200 (scripts/ce-probe.sh, docs/performance-gpu.md "Copy
+//! engines") one `cuMemcpyAsync` from the peer's memory moves 389 GB/s each
+//! way while both GPUs copy at once, against 348 GB/s for 32 SMs writing (333
+//! for 32 SMs reading, what the copy kernel does), and it takes no SM from
+//! the caller's kernels. It costs a fixed ~35 µs a call (two barrier
+//! launches, the copy engine's start after a kernel, the join), so it is
+//! taken from [`DEFAULT_MIN`] bytes per transfer.
+//!
+//! The copy engine needs both ranks' pointers when the copy is queued, and
+//! each rank's launch knows only its own (the kernels trade them on the GPU,
+//! through the mailbox). So a pair qualifies only when the host sees both
+//! ranks' calls at once: one thread's group holding both ranks, as
+//! nccl-tests `-g 2` and `ncclCommInitAll` programs make them. Every other
+//! call keeps the copy kernel.
+//!
+//! Each rank's stream then runs: a barrier (the copy kernel with nothing to
+//! copy: the peer's stream reached the same call, so its input is written
+//! and its output free), the copies (pulls from the peer's buffers on this
+//! stream, local copies on a side stream in parallel), a second barrier (the
+//! peer finished reading this rank's input before the caller may change it).
+
+/// Transfers of at least this many bytes (the largest of a call) take the
+/// copy engines by default when both GPUs pull; twice as many when only one
+/// does (a broadcast, a one-way send). Measured on 2×H200, `-g 2`, copy
+/// engine against copy kernel (docs/performance-gpu.md, "Copy engines"):
+/// both ways, the kernel's reads share the links and drop to ~290–330 GB/s
+/// each, so a 64 MiB send/receive took 203.5 µs against 210.1 and an
+/// all-gather of 64 MiB per rank 207.6 against 240.0 (32 MiB: even); one
+/// way the kernel reads at ~345 GB/s, so a 64 MiB broadcast took 206.0
+/// against 194.4 and the engine is even at 128 MiB and ahead from 256 MiB
+/// (715.3 against 738.1). The engine's ~35 µs start makes the difference.
+pub const DEFAULT_MIN: u64 = 64 << 20;
+
+/// One copy: `bytes` from `src` to `dst` (device addresses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Xfer {
+    /// Destination.
+    pub dst: u64,
+    /// Source.
+    pub src: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// One rank's copies for one paired call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Both ends on this rank's GPU.
+    pub local: Vec<Xfer>,
+    /// Source on the peer's GPU (pulled by this rank's stream).
+    pub remote: Vec<Xfer>,
+}
+
+impl Plan {
+    fn push_local(&mut self, dst: u64, src: u64, bytes: u64) {
+        if bytes > 0 && dst != src {
+            self.local.push(Xfer { dst, src, bytes });
+        }
+    }
+    fn push_remote(&mut self, dst: u64, src: u64, bytes: u64) {
+        if bytes > 0 {
+            self.remote.push(Xfer { dst, src, bytes });
+        }
+    }
+    /// The largest pull.
+    pub fn largest_remote(&self) -> u64 {
+        self.remote.iter().map(|x| x.bytes).max().unwrap_or(0)
+    }
+}
+
+/// A copying collective as one rank called it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Copying {
+    /// All-gather of `bytes` per rank.
+    AllGather {
+        /// Send buffer.
+        input: u64,
+        /// Receive buffer (2 × bytes).
+        output: u64,
+        /// Bytes per rank.
+        bytes: u64,
+    },
+    /// Broadcast of `bytes` from `root`.
+    Broadcast {
+        /// Send buffer (read on the root only).
+        input: u64,
+        /// Receive buffer.
+        output: u64,
+        /// Bytes.
+        bytes: u64,
+        /// The root rank.
+        root: u32,
+    },
+}
+
+/// The copies of a collective both ranks called (`ops[r]`: rank r's call),
+/// or `None` when the two calls do not match (then the copy kernel runs
+/// them as before and reports what it reports).
+pub fn pair_collective(ops: [Copying; 2]) -> Option<[Plan; 2]> {
+    let mut plans = [Plan::default(), Plan::default()];
+    match ops {
+        [Copying::AllGather {
+            input: i0,
+            output: o0,
+            bytes: b0,
+        }, Copying::AllGather {
+            input: i1,
+            output: o1,
+            bytes: b1,
+        }] if b0 == b1 => {
+            let (inp, out) = ([i0, i1], [o0, o1]);
+            for r in 0..2 {
+                let q = 1 - r;
+                plans[r].push_local(out[r] + r as u64 * b0, inp[r], b0);
+                plans[r].push_remote(out[r] + q as u64 * b0, inp[q], b0);
+            }
+        }
+        [Copying::Broadcast {
+            input: i0,
+            output: o0,
+            bytes: b0,
+            root: r0,
+        }, Copying::Broadcast {
+            input: i1,
+            output: o1,
+            bytes: b1,
+            root: r1,
+        }] if b0 == b1 && r0 == r1 && r0 < 2 => {
+            let (inp, out, root) = ([i0, i1], [o0, o1], r0 as usize);
+            plans[root].push_local(out[root], inp[root], b0);
+            plans[1 - root].push_remote(out[1 - root], inp[root], b0);
+        }
+        _ => return None,
+    }
+    Some(plans)
+}
+
+/// One rank's merged sends and receives of a group: `(peer, pointer, bytes)`.
+#[derive(Debug, Clone, Copy)]
+pub struct P2pSide<'a> {
+    /// Sends in call order.
+    pub sends: &'a [(usize, u64, usize)],
+    /// Receives in call order.
+    pub recvs: &'a [(usize, u64, usize)],
+}
+
+/// The copies of both ranks' sends and receives (`sides[r]`: rank r's):
+/// the i-th receive of r from its peer pulls the peer's i-th send to r, the
+/// i-th send to itself fills the i-th receive from itself. `None` when they
+/// do not match one for one with equal sizes (the copy kernel's path then
+/// reports or tolerates it as before).
+pub fn pair_p2p(sides: [P2pSide<'_>; 2]) -> Option<[Plan; 2]> {
+    let mut plans = [Plan::default(), Plan::default()];
+    let pick = |v: &[(usize, u64, usize)], peer: usize| -> Vec<(u64, u64)> {
+        v.iter()
+            .filter(|x| x.0 == peer)
+            .map(|x| (x.1, x.2 as u64))
+            .collect()
+    };
+    for r in 0..2 {
+        let q = 1 - r;
+        let (s, side) = (&sides[r], &sides[q]);
+        if s.sends.iter().chain(s.recvs.iter()).any(|x| x.0 > 1) {
+            return None;
+        }
+        let (self_sends, self_recvs) = (pick(s.sends, r), pick(s.recvs, r));
+        if self_sends.len() != self_recvs.len() {
+            return None;
+        }
+        for ((src, sb), (dst, rb)) in self_sends.into_iter().zip(self_recvs) {
+            if sb != rb {
+                return None;
+            }
+            plans[r].push_local(dst, src, rb);
+        }
+        let (theirs, mine) = (pick(side.sends, r), pick(s.recvs, q));
+        if theirs.len() != mine.len() {
+            return None;
+        }
+        for ((src, sb), (dst, rb)) in theirs.into_iter().zip(mine) {
+            if sb != rb {
+                return None;
+            }
+            plans[r].push_remote(dst, src, rb);
+        }
+    }
+    Some(plans)
+}
+
+/// Whether a pair of plans goes to the copy engines: some pull of at least
+/// `min` bytes when both ranks pull, of at least 2 × `min` when one does
+/// (`min` 0: never; see [`DEFAULT_MIN`]).
+pub fn worth_it(plans: &[Plan; 2], min: u64) -> bool {
+    let largest = plans.iter().map(Plan::largest_remote).max().unwrap_or(0);
+    let both_ways = plans.iter().all(|p| !p.remote.is_empty());
+    let need = if both_ways {
+        min
+    } else {
+        min.saturating_mul(2)
+    };
+    min > 0 && largest > 0 && largest >= need
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn x(dst: u64, src: u64, bytes: u64) -> Xfer {
+        Xfer { dst, src, bytes }
+    }
+
+    #[test]
+    fn all_gather_pulls_the_peer_block_and_copies_its_own() {
+        let ops = [
+            Copying::AllGather {
+                input: 0x1000,
+                output: 0x9000,
+                bytes: 100,
+            },
+            Copying::AllGather {
+                input: 0x2000,
+                output: 0xa000,
+                bytes: 100,
+            },
+        ];
+        let [p0, p1] = pair_collective(ops).unwrap();
+        assert_eq!(p0.local, vec![x(0x9000, 0x1000, 100)]);
+        assert_eq!(p0.remote, vec![x(0x9000 + 100, 0x2000, 100)]);
+        assert_eq!(p1.local, vec![x(0xa000 + 100, 0x2000, 100)]);
+        assert_eq!(p1.remote, vec![x(0xa000, 0x1000, 100)]);
+        // In place (the input is the rank's block of the output): no local copy.
+        let ops = [
+            Copying::AllGather {
+                input: 0x9000,
+                output: 0x9000,
+                bytes: 8,
+            },
+            Copying::AllGather {
+                input: 0xa008,
+                output: 0xa000,
+                bytes: 8,
+            },
+        ];
+        let [p0, p1] = pair_collective(ops).unwrap();
+        assert!(p0.local.is_empty() && p1.local.is_empty());
+        assert_eq!(p1.remote, vec![x(0xa000, 0x9000, 8)]);
+        // Mismatched sizes: not paired.
+        let mut bad = ops;
+        bad[1] = Copying::AllGather {
+            input: 0xa008,
+            output: 0xa000,
+            bytes: 16,
+        };
+        assert!(pair_collective(bad).is_none());
+    }
+
+    #[test]
+    fn broadcast_pulls_from_the_root_only() {
+        let b = |input, output, root| Copying::Broadcast {
+            input,
+            output,
+            bytes: 64,
+            root,
+        };
+        let [p0, p1] = pair_collective([b(0x10, 0x20, 1), b(0x30, 0x40, 1)]).unwrap();
+        assert_eq!(p0.remote, vec![x(0x20, 0x30, 64)]);
+        assert!(p0.local.is_empty());
+        assert_eq!(p1.local, vec![x(0x40, 0x30, 64)]);
+        assert!(p1.remote.is_empty());
+        // The root in place copies nothing.
+        let [_, p1] = pair_collective([b(0x10, 0x20, 1), b(0x40, 0x40, 1)]).unwrap();
+        assert!(p1.local.is_empty());
+        assert!(pair_collective([b(0x10, 0x20, 0), b(0x30, 0x40, 1)]).is_none());
+        assert!(pair_collective([b(0x10, 0x20, 2), b(0x30, 0x40, 2)]).is_none());
+        let ag = Copying::AllGather {
+            input: 0,
+            output: 0,
+            bytes: 64,
+        };
+        assert!(pair_collective([b(0x10, 0x20, 0), ag]).is_none());
+    }
+
+    #[test]
+    fn sends_meet_receives_in_order_and_self_copies_stay_local() {
+        // An all-to-all of 3 blocks... of two ranks: each sends block p to p.
+        let s0 = [(0usize, 0x100u64, 8usize), (1, 0x108, 8)];
+        let r0 = [(0usize, 0x200u64, 8usize), (1, 0x208, 8)];
+        let s1 = [(0usize, 0x300u64, 8usize), (1, 0x308, 8)];
+        let r1 = [(0usize, 0x400u64, 8usize), (1, 0x408, 8)];
+        let [p0, p1] = pair_p2p([
+            P2pSide {
+                sends: &s0,
+                recvs: &r0,
+            },
+            P2pSide {
+                sends: &s1,
+                recvs: &r1,
+            },
+        ])
+        .unwrap();
+        assert_eq!(p0.local, vec![x(0x200, 0x100, 8)]);
+        assert_eq!(p0.remote, vec![x(0x208, 0x300, 8)]);
+        assert_eq!(p1.local, vec![x(0x408, 0x308, 8)]);
+        assert_eq!(p1.remote, vec![x(0x400, 0x108, 8)]);
+        // Two sends from 0 to 1 meet 1's two receives in order; 1 sends nothing.
+        let s0 = [(1usize, 0x100u64, 4usize), (1, 0x500, 12)];
+        let r1 = [(0usize, 0x400u64, 4usize), (0, 0x600, 12)];
+        let [p0, p1] = pair_p2p([
+            P2pSide {
+                sends: &s0,
+                recvs: &[],
+            },
+            P2pSide {
+                sends: &[],
+                recvs: &r1,
+            },
+        ])
+        .unwrap();
+        assert_eq!(p0, Plan::default());
+        assert_eq!(p1.remote, vec![x(0x400, 0x100, 4), x(0x600, 0x500, 12)]);
+        // A size mismatch, a missing receive, a third rank: not paired.
+        let r1bad = [(0usize, 0x400u64, 4usize), (0, 0x600, 16)];
+        let side = |s, r| P2pSide { sends: s, recvs: r };
+        assert!(pair_p2p([side(&s0, &[]), side(&[], &r1bad)]).is_none());
+        assert!(pair_p2p([side(&s0, &[]), side(&[], &r1[..1])]).is_none());
+        let third = [(2usize, 0x1u64, 4usize)];
+        assert!(pair_p2p([side(&third, &[]), side(&[], &[])]).is_none());
+        // Zero-byte transfers are nothing to copy.
+        let z0 = [(1usize, 0x100u64, 0usize)];
+        let z1 = [(0usize, 0x400u64, 0usize)];
+        let [p0, p1] = pair_p2p([side(&z0, &[]), side(&[], &z1)]).unwrap();
+        assert!(p0.remote.is_empty() && p1.remote.is_empty());
+    }
+
+    #[test]
+    fn the_largest_pull_decides() {
+        let plan = |b| Plan {
+            local: vec![x(0, 0, 1 << 30)],
+            remote: vec![x(0, 0, b)],
+        };
+        // Both ways: from `min`; one way: from twice it.
+        assert!(worth_it(&[plan(16 << 20), plan(1)], 16 << 20));
+        assert!(!worth_it(&[plan((16 << 20) - 1), plan(1)], 16 << 20));
+        assert!(!worth_it(&[plan(16 << 20), Plan::default()], 16 << 20));
+        assert!(!worth_it(
+            &[Plan::default(), plan((32 << 20) - 1)],
+            16 << 20
+        ));
+        assert!(worth_it(&[Plan::default(), plan(32 << 20)], 16 << 20));
+        assert!(worth_it(&[plan(1), plan(1)], 1));
+        assert!(!worth_it(&[plan(1 << 30), plan(1 << 30)], 0));
+        // Local copies alone never qualify.
+        let local_only = Plan {
+            local: vec![x(0, 0, 1 << 30)],
+            remote: vec![],
+        };
+        assert!(!worth_it(&[local_only.clone(), local_only], 1));
+    }
+}
