@@ -509,8 +509,9 @@ struct LLChan {
     int fail;
 };
 
-__device__ __forceinline__ void ll_open(LLChan& k, const RingCommon& c, u32 prev, u32 next) {
-    const u32 me = c.rank, ch = blockIdx.x;
+__device__ __forceinline__ void ll_open_ch(LLChan& k, const RingCommon& c, u32 prev, u32 next,
+                                           u32 ch) {
+    const u32 me = c.rank;
     const u64 simple = RING_HDR + (u64)c.nslots * c.slot;
     k.rll = region_of(c, me, prev, ch) + simple;
     k.rhead = (u64*)(region_of(c, prev, me, ch) + RING_LL_HEAD);
@@ -522,6 +523,11 @@ __device__ __forceinline__ void ll_open(LLChan& k, const RingCommon& c, u32 prev
     k.prev = prev;
     k.next = next;
     k.fail = 0;
+}
+
+// The LL connections of this block's channel.
+__device__ __forceinline__ void ll_open(LLChan& k, const RingCommon& c, u32 prev, u32 next) {
+    ll_open_ch(k, c, prev, next, blockIdx.x);
 }
 
 // Thread 0: room for one more LL slot towards k.next (its head past
@@ -951,7 +957,7 @@ struct P2pOp {
     u32 peer;
     u32 recv;   // 0: send to peer, 1: receive from peer
     u32 nch;    // channels (connection channels 0..nch-1), the same on both ends
-    u32 pad;
+    u32 ll;     // 1: as LL lines over the pair's channel 0 (small, within a host)
 };
 
 struct P2pArgs {
@@ -993,6 +999,101 @@ __device__ __forceinline__ void block_copy(char* dst, const char* src, u64 n) {
     }
 }
 
+// Up to 8 bytes at p (`avail` of them exist).
+__device__ __forceinline__ u64 ld8(const char* p, u64 avail) {
+    if (avail >= 8 && ((u64)p & 7) == 0) return *(const u64*)p;
+    u64 v = 0;
+    for (u64 i = 0; i < 8 && i < avail; i++) v |= (u64)(unsigned char)p[i] << (8 * i);
+    return v;
+}
+
+__device__ __forceinline__ void st8(char* p, u64 v, u64 avail) {
+    if (avail >= 8 && ((u64)p & 7) == 0) {
+        *(u64*)p = v;
+        return;
+    }
+    for (u64 i = 0; i < 8 && i < avail; i++) p[i] = (char)(v >> (8 * i));
+}
+
+// A send of `bytes` as LL lines (8 data bytes each) into the peer's LL
+// slots, by the whole block. No fence and no tail: the flags travel in the
+// lines. At most LL capacity (ll_nslots slots) per op, so a send finds room
+// once the peer drained earlier launches (the host keeps ops that small).
+__device__ bool p2p_ll_send(const RingCommon& c, LLChan& k, const char* src, u64 bytes) {
+    const u64 per = c.ll_bytes / 2;
+    for (u64 off = 0; off < bytes; off += per) {
+        const u64 n = umin(per, bytes - off);
+        if (threadIdx.x == 0) k.fail = ll_room(k, c) ? 0 : 1;
+        __syncthreads();
+        if (k.fail) return false;
+        uint4* sl = (uint4*)(k.sll + (k.sstep % c.ll_nslots) * c.ll_bytes);
+        const u32 fl = (u32)(k.sstep + 1);
+        for (u64 u = threadIdx.x; u * 8 < n; u += blockDim.x)
+            st_line(sl + u, ld8(src + off + u * 8, n - u * 8), fl);
+        __syncthreads();
+        if (threadIdx.x == 0) k.sstep++;
+    }
+    return true;
+}
+
+// The matching receive: each thread waits for its lines, then the slot goes
+// back to the sender (the LL head).
+__device__ bool p2p_ll_recv(const RingCommon& c, LLChan& k, char* dst, u64 bytes, u32 peer) {
+    const u64 per = c.ll_bytes / 2;
+    for (u64 off = 0; off < bytes; off += per) {
+        const u64 n = umin(per, bytes - off);
+        const uint4* rl = (const uint4*)(k.rll + (k.rstep % c.ll_nslots) * c.ll_bytes);
+        const u32 fl = (u32)(k.rstep + 1);
+        for (u64 u = threadIdx.x; u * 8 < n; u += blockDim.x) {
+            u64 v = 0;
+            if (!ll_wait(c, rl + u, fl, &v, peer)) {
+                k.fail = 1;
+                break;
+            }
+            st8(dst + off + u * 8, v, n - u * 8);
+        }
+        __syncthreads();
+        if (k.fail) return false;
+        if (threadIdx.x == 0) {
+            k.rstep++;
+            st_relaxed_sys(k.rhead, k.rstep);
+        }
+        __syncthreads();
+    }
+    return true;
+}
+
+// The launch's LL ops, each by one block (the i-th LL op by block i mod the
+// grid), every block's sends before its receives: a send never waits for a
+// receive (the op fits the slots), so no block holds a send back while it
+// waits. Returns false when one failed (timeout, abort).
+__device__ bool p2p_ll_ops(const P2pArgs& a) {
+    const RingCommon& c = a.c;
+    __shared__ LLChan k;
+    u32 li = 0;
+    for (u32 pass = 0; pass < 2; pass++) {
+        for (u32 o = 0; o < a.nops; o++) {
+            const P2pOp& op = a.ops[o];
+            if (!op.ll || op.recv != pass) continue;
+            if (li++ % gridDim.x != blockIdx.x) continue;
+            if (threadIdx.x == 0) ll_open_ch(k, c, op.peer, op.peer, 0);
+            __syncthreads();
+            const bool ok = op.recv ? p2p_ll_recv(c, k, (char*)op.ptr, op.bytes, op.peer)
+                                    : p2p_ll_send(c, k, (const char*)op.ptr, op.bytes);
+            if (!ok) return false;
+            if (threadIdx.x == 0) {
+                if (op.recv) {
+                    *counter(c, 3, op.peer, 0) = k.rstep;
+                } else {
+                    *counter(c, 2, op.peer, 0) = k.sstep;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    return true;
+}
+
 struct Item {
     char* buf;        // this item's part of the user buffer
     u64 bytes;        // its length
@@ -1012,10 +1113,12 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
     __shared__ Item it[RING_P2P_MAX_ITEMS];
     __shared__ int pick;
     __shared__ u32 nmine;
+    if (!p2p_ll_ops(a)) return;
     if (threadIdx.x == 0) {
         u32 m = 0, idx = 0;
         for (u32 o = 0; o < a.nops; o++) {
             const P2pOp& op = a.ops[o];
+            if (op.ll) continue;
             const u64 per = ((op.bytes + op.nch - 1) / op.nch + 15) / 16 * 16;
             for (u32 ch = 0; ch < op.nch; ch++, idx++) {
                 if (idx % gridDim.x != blockIdx.x || m >= RING_P2P_MAX_ITEMS) continue;

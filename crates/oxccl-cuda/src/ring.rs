@@ -97,6 +97,9 @@ pub struct RingConfig {
     /// Simple slots when some peer is on another host (LL cannot cross the
     /// network proxies), at most [`LL1_MAX_RANKS`] ranks (0: never).
     pub oneshot_net_max: u64,
+    /// Sends and receives of at most this many bytes take LL lines
+    /// (NCCL_P2P_LL_THRESHOLD; 0: never; at most [`P2P_LL_CAP`]).
+    pub p2p_ll_max: u64,
     /// Every operation with peers takes the ring, even where the two-GPU
     /// one-shot kernels could run (NCCL_ALGO without OneShot/TwoShot).
     pub force: bool,
@@ -199,6 +202,7 @@ impl RingConfig {
             ll_max: DEFAULT_LL_MAX,
             oneshot_max: default_oneshot_max(nranks),
             oneshot_net_max: default_oneshot_net_max(nranks),
+            p2p_ll_max: DEFAULT_P2P_LL_MAX,
             force: false,
             net_streams: 0,
             channels_set: min_channels.is_some() || max_channels.is_some(),
@@ -222,6 +226,18 @@ impl RingConfig {
 /// 35.8 us at 64 KiB / 512 KiB / 1 MiB / 2 MiB, Simple 17.3 / 18.3 / 19.7 /
 /// 23.3: they cross at 1 MiB.
 pub const DEFAULT_LL_MAX: u64 = 512 << 10;
+
+/// Sends and receives of at most this many bytes take LL by default: NCCL's
+/// own NCCL_P2P_LL_THRESHOLD default, kept so that the knob means the same.
+/// Why LL: a Simple transfer pays a system-scope fence before its tail and
+/// another before its head; LL lines carry their flags (2-process all-to-alls
+/// of 64 B-32 KB took 8.0-8.9 µs under CUDA graphs on Simple, NCCL 6.1-7.5).
+pub const DEFAULT_P2P_LL_MAX: u64 = 16 << 10;
+
+/// The most a send or receive may take LL for: what one connection's LL
+/// slots hold ([`LL_NSLOTS`] x half of [`LL_SLOT_BYTES`], 64 KiB), so a send
+/// never waits inside the launch for its receiver to free a slot.
+pub const P2P_LL_CAP: u64 = LL_NSLOTS as u64 * LL_SLOT_BYTES / 2;
 
 /// The all-reduce size up to which the one-shot LL kernel is taken by
 /// default: each rank sends (n - 1) x the message, so the bound shrinks with
@@ -268,6 +284,8 @@ pub struct Thresholds {
     /// block, stays within `ll_max` (one-shot and ring move the same bytes
     /// for these; LL wins while it is small). 0: never.
     pub oneshot_block_max: u64,
+    /// Sends and receives up to this many bytes take LL (0 across hosts).
+    pub p2p_ll_max: u64,
 }
 
 impl Thresholds {
@@ -289,6 +307,11 @@ impl Thresholds {
                 0
             } else {
                 cfg.ll_max / (nranks as u64 - 1)
+            },
+            p2p_ll_max: if cross || cfg.ll_max == 0 {
+                0
+            } else {
+                cfg.p2p_ll_max.min(P2P_LL_CAP)
             },
         }
     }
@@ -359,11 +382,13 @@ pub fn coll_channels(bytes: u64, channels: u32) -> u32 {
     bytes.div_ceil(64 << 10).clamp(1, channels.max(1) as u64) as u32
 }
 
-/// Channels of one send or receive of `bytes`: one per 128 KiB, at most 16
-/// (the two ends compute the same from the same byte count).
+/// Channels of one send or receive of `bytes`: one per 32 KiB, at most 16
+/// (the two ends compute the same from the same byte count). One per 128
+/// KiB left a 128 KiB transfer to one block: 2-process all-to-alls of 256 KB
+/// (128 KiB per peer) took 15.7 µs against NCCL's 10.6.
 pub fn p2p_channels(bytes: u64, channels: u32) -> u32 {
     bytes
-        .div_ceil(128 << 10)
+        .div_ceil(32 << 10)
         .clamp(1, channels.clamp(1, 16) as u64) as u32
 }
 
@@ -442,7 +467,8 @@ pub struct P2pOp {
     peer: u32,
     recv: u32,
     nch: u32,
-    pad: u32,
+    /// 1: LL lines over the pair's channel 0.
+    ll: u32,
 }
 
 /// `struct P2pArgs` of `ring.cu` (2168 bytes, under the 4 KiB parameter limit).
@@ -1625,13 +1651,20 @@ impl Ring {
                 if per.len() <= k {
                     per.push(Vec::new());
                 }
+                // Both ends decide from the same size and the same
+                // thresholds (LL only within a host).
+                let ll = bytes as u64 <= self.thresholds.p2p_ll_max;
                 per[k].push(P2pOp {
                     ptr,
                     bytes: bytes as u64,
                     peer: peer as u32,
                     recv: dir,
-                    nch: p2p_channels(bytes as u64, self.common.nch),
-                    pad: 0,
+                    nch: if ll {
+                        1
+                    } else {
+                        p2p_channels(bytes as u64, self.common.nch)
+                    },
+                    ll: ll as u32,
                 });
             }
         }
@@ -2087,6 +2120,23 @@ mod tests {
         );
         // One host.
         assert_eq!(own_regions(&[true, true], 7, 0), [7, 7]);
+    }
+
+    #[test]
+    fn p2p_ll_only_within_a_host_and_within_the_slots() {
+        let mut cfg = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
+        assert_eq!(
+            Thresholds::of(&cfg, 2, false).p2p_ll_max,
+            DEFAULT_P2P_LL_MAX
+        );
+        assert_eq!(Thresholds::of(&cfg, 2, true).p2p_ll_max, 0);
+        cfg.p2p_ll_max = 1 << 30;
+        assert_eq!(Thresholds::of(&cfg, 8, false).p2p_ll_max, P2P_LL_CAP);
+        assert_eq!(P2P_LL_CAP, 64 << 10);
+        cfg.ll_max = 0; // NCCL_PROTO without LL
+        assert_eq!(Thresholds::of(&cfg, 2, false).p2p_ll_max, 0);
+        assert_eq!(p2p_channels(128 << 10, 32), 4);
+        assert_eq!(p2p_channels((32 << 10) + 1, 32), 2);
     }
 
     #[test]

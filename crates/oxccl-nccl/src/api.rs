@@ -413,6 +413,9 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
         cfg.oneshot_max = b;
         cfg.oneshot_net_max = b;
     }
+    if let Some(t) = p.get(&params::P2P_LL_THRESHOLD) {
+        cfg.p2p_ll_max = t.max(0) as u64;
+    }
     cfg.force |= p.get(&params::CUDA_RING);
     // The GPU network path's connections per peer, NCCL's way: threads x
     // sockets per thread (each connection here has its own two threads).
