@@ -484,6 +484,21 @@ pub struct P2pArgs {
     self_bytes: u64,
 }
 
+impl P2pArgs {
+    /// A launch with no operations and no self copy.
+    fn empty(c: RingCommon) -> P2pArgs {
+        P2pArgs {
+            c,
+            nops: 0,
+            nitems: 0,
+            ops: [P2pOp::default(); P2P_MAX_OPS],
+            self_dst: 0,
+            self_src: 0,
+            self_bytes: 0,
+        }
+    }
+}
+
 /// Where the windows live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowKind {
@@ -1629,94 +1644,94 @@ impl Ring {
     }
 
     /// The launches of a group's sends and receives with other ranks
-    /// (`(peer, pointer, bytes)`): the k-th launch carries the k-th send
-    /// and the k-th receive with each peer, so every launch's partners are
-    /// in the peers' launch of the same index.
+    /// (`(peer, pointer, bytes)`), with `self_copy` in the first (see
+    /// [`p2p_launch_args`]).
     pub fn p2p_launches(
         &self,
         sends: &[(usize, u64, usize)],
         recvs: &[(usize, u64, usize)],
         self_copy: Option<crate::ce::Xfer>,
     ) -> Result<Vec<(u32, P2pArgs)>> {
-        let n = self.common.nranks as usize;
-        let mut per: Vec<Vec<P2pOp>> = Vec::new();
-        let mut seen = vec![[0usize; 2]; n];
-        for (dir, list) in [(0u32, sends), (1u32, recvs)] {
-            for &(peer, ptr, bytes) in list {
-                if bytes == 0 {
-                    continue;
-                }
-                let k = seen[peer][dir as usize];
-                seen[peer][dir as usize] += 1;
-                if per.len() <= k {
-                    per.push(Vec::new());
-                }
-                // Both ends decide from the same size and the same
-                // thresholds (LL only within a host).
-                let ll = bytes as u64 <= self.thresholds.p2p_ll_max;
-                per[k].push(P2pOp {
-                    ptr,
-                    bytes: bytes as u64,
-                    peer: peer as u32,
-                    recv: dir,
-                    nch: if ll {
-                        1
-                    } else {
-                        p2p_channels(bytes as u64, self.common.nch)
-                    },
-                    ll: ll as u32,
-                });
-            }
-        }
-        let mut out = Vec::new();
-        for ops in per {
-            for chunk in ops.chunks(P2P_MAX_OPS) {
-                if chunk.len() < ops.len() {
-                    return Err(Error::invalid_usage(format!(
-                        "more than {P2P_MAX_OPS} sends and receives with distinct peers in one \
-                         group on device buffers are not supported by oxccl yet ({} here)",
-                        ops.len()
-                    )));
-                }
-                let mut a = P2pArgs {
-                    c: self.common,
-                    nops: chunk.len() as u32,
-                    nitems: 0,
-                    ops: [P2pOp::default(); P2P_MAX_OPS],
-                    self_dst: 0,
-                    self_src: 0,
-                    self_bytes: 0,
-                };
-                for (d, s) in a.ops.iter_mut().zip(chunk) {
-                    *d = *s;
-                    a.nitems += s.nch;
-                }
-                out.push((p2p_blocks(a.nitems), a));
-            }
-        }
-        if let Some(x) = self_copy.filter(|x| x.bytes > 0) {
-            if out.is_empty() {
-                out.push((
-                    1,
-                    P2pArgs {
-                        c: self.common,
-                        nops: 0,
-                        nitems: 0,
-                        ops: [P2pOp::default(); P2P_MAX_OPS],
-                        self_dst: 0,
-                        self_src: 0,
-                        self_bytes: 0,
-                    },
-                ));
-            }
-            let (blocks, a) = &mut out[0];
-            a.self_dst = x.dst;
-            a.self_src = x.src;
-            a.self_bytes = x.bytes;
-            *blocks = (*blocks).max(self_copy_blocks(x.bytes));
-        }
-        Ok(out)
+        p2p_launch_args(self.common, &self.thresholds, sends, recvs, self_copy)
     }
+}
+
+/// The launches (blocks, arguments) of a group's sends and receives with
+/// other ranks (`(peer, pointer, bytes)`): the k-th launch carries the k-th send
+/// and the k-th receive with each peer, so every launch's partners are
+/// in the peers' launch of the same index.
+pub fn p2p_launch_args(
+    common: RingCommon,
+    thresholds: &Thresholds,
+    sends: &[(usize, u64, usize)],
+    recvs: &[(usize, u64, usize)],
+    self_copy: Option<crate::ce::Xfer>,
+) -> Result<Vec<(u32, P2pArgs)>> {
+    let n = common.nranks as usize;
+    let mut per: Vec<Vec<P2pOp>> = Vec::new();
+    let mut seen = vec![[0usize; 2]; n];
+    for (dir, list) in [(0u32, sends), (1u32, recvs)] {
+        for &(peer, ptr, bytes) in list {
+            if bytes == 0 {
+                continue;
+            }
+            if peer >= n {
+                return Err(Error::invalid_argument(format!(
+                    "peer {peer} does not exist ({n} ranks)"
+                )));
+            }
+            let k = seen[peer][dir as usize];
+            seen[peer][dir as usize] += 1;
+            if per.len() <= k {
+                per.push(Vec::new());
+            }
+            // Both ends decide from the same size and the same
+            // thresholds (LL only within a host).
+            let ll = bytes as u64 <= thresholds.p2p_ll_max;
+            per[k].push(P2pOp {
+                ptr,
+                bytes: bytes as u64,
+                peer: peer as u32,
+                recv: dir,
+                nch: if ll {
+                    1
+                } else {
+                    p2p_channels(bytes as u64, common.nch)
+                },
+                ll: ll as u32,
+            });
+        }
+    }
+    let mut out = Vec::new();
+    for ops in per {
+        for chunk in ops.chunks(P2P_MAX_OPS) {
+            if chunk.len() < ops.len() {
+                return Err(Error::invalid_usage(format!(
+                    "more than {P2P_MAX_OPS} sends and receives with distinct peers in one \
+                     group on device buffers are not supported by oxccl yet ({} here)",
+                    ops.len()
+                )));
+            }
+            let mut a = P2pArgs::empty(common);
+            a.nops = chunk.len() as u32;
+            for (d, s) in a.ops.iter_mut().zip(chunk) {
+                *d = *s;
+                a.nitems += s.nch;
+            }
+            out.push((p2p_blocks(a.nitems), a));
+        }
+    }
+    if let Some(x) = self_copy.filter(|x| x.bytes > 0) {
+        if out.is_empty() {
+            out.push((1, P2pArgs::empty(common)));
+        }
+        let (blocks, a) = &mut out[0];
+        a.self_dst = x.dst;
+        a.self_src = x.src;
+        a.self_bytes = x.bytes;
+        *blocks = (*blocks).max(self_copy_blocks(x.bytes));
+    }
+    Ok(out)
 }
 
 /// Launches a ring collective (the context that owns `f` and `stream` must be current).
@@ -2120,6 +2135,74 @@ mod tests {
         );
         // One host.
         assert_eq!(own_regions(&[true, true], 7, 0), [7, 7]);
+    }
+
+    #[test]
+    fn p2p_launches_pair_the_kth_transfers_and_carry_the_self_copy() {
+        let common = RingCommon {
+            nranks: 3,
+            rank: 0,
+            nch: 32,
+            ..RingCommon::default()
+        };
+        let cfg = RingConfig::new(false, 4 << 20, None, None, 3, Duration::from_secs(1));
+        let t = Thresholds::of(&cfg, 3, false);
+        // Two sends to 1 (small: LL; large: Simple over channels), one
+        // receive from 2, a zero-byte send to 2 (dropped).
+        let sends = [
+            (1usize, 0x100u64, 8usize),
+            (1, 0x200, 1 << 20),
+            (2, 0x300, 0),
+        ];
+        let recvs = [(2usize, 0x400u64, 16 << 10)];
+        let self_copy = crate::ce::Xfer {
+            dst: 0x900,
+            src: 0x800,
+            bytes: 100 << 10,
+        };
+        let l = p2p_launch_args(common, &t, &sends, &recvs, Some(self_copy)).unwrap();
+        assert_eq!(
+            l.len(),
+            2,
+            "the k-th transfers with each peer share launch k"
+        );
+        let (b0, a0) = &l[0];
+        assert_eq!(a0.nops, 2);
+        assert_eq!(
+            (a0.ops[0].peer, a0.ops[0].recv, a0.ops[0].ll, a0.ops[0].nch),
+            (1, 0, 1, 1)
+        );
+        // 16 KiB is within NCCL's LL bound, as a receive too.
+        assert_eq!(
+            (a0.ops[1].peer, a0.ops[1].recv, a0.ops[1].ll, a0.ops[1].nch),
+            (2, 1, 1, 1)
+        );
+        assert_eq!(a0.nitems, 2);
+        assert_eq!(
+            (a0.self_dst, a0.self_src, a0.self_bytes),
+            (0x900, 0x800, 100 << 10)
+        );
+        assert_eq!(*b0, self_copy_blocks(100 << 10), "blocks for the self copy");
+        let (b1, a1) = &l[1];
+        assert_eq!(a1.nops, 1);
+        assert_eq!((a1.ops[0].ll, a1.ops[0].nch), (0, 16));
+        assert_eq!(a1.self_bytes, 0, "the self copy rides once");
+        assert_eq!(*b1, 16);
+        // Across hosts nothing is LL.
+        let far = Thresholds::of(&cfg, 3, true);
+        let l = p2p_launch_args(common, &far, &sends, &recvs, None).unwrap();
+        assert!(l
+            .iter()
+            .all(|(_, a)| a.ops[..a.nops as usize].iter().all(|o| o.ll == 0)));
+        // A self copy alone still gets a launch; nothing at all gets none.
+        let l = p2p_launch_args(common, &t, &[], &[], Some(self_copy)).unwrap();
+        assert_eq!((l.len(), l[0].1.nops, l[0].1.self_bytes), (1, 0, 100 << 10));
+        assert!(p2p_launch_args(common, &t, &[(1, 1, 0)], &[], None)
+            .unwrap()
+            .is_empty());
+        // A peer outside the communicator is an error, not a panic.
+        let e = p2p_launch_args(common, &t, &[(3, 1, 8)], &[], None).unwrap_err();
+        assert!(e.message().contains("peer 3"), "{e}");
     }
 
     #[test]
