@@ -41,25 +41,30 @@ const ROOT_GRACE: Duration = Duration::from_secs(1);
 /// Selects the interface of the rendezvous per `cfg` (see [`ifname`]):
 /// `bootstrap_ifname`, else `ifname`.
 pub fn select_interface(cfg: &BootstrapConfig) -> Result<ifname::Selection> {
-    let list = sys::interfaces()?;
+    select_from(&sys::interfaces()?, cfg)
+}
+
+/// [`select_interface`] over an interface list already read.
+fn select_from(list: &[ifname::Interface], cfg: &BootstrapConfig) -> Result<ifname::Selection> {
     match &cfg.bootstrap_ifname {
-        Some(b) => ifname::select_for("OXCCL_BOOTSTRAP_IFNAME", &list, Some(b), cfg.family),
-        None => ifname::select(&list, cfg.ifname.as_deref(), cfg.family),
+        Some(b) => ifname::select_for("OXCCL_BOOTSTRAP_IFNAME", list, Some(b), cfg.family),
+        None => ifname::select(list, cfg.ifname.as_deref(), cfg.family),
     }
 }
 
 /// The interface of the data connections, when it differs from the
 /// rendezvous': only with `bootstrap_ifname` set and `ifname` choosing
-/// another address. `None`: data connections share the bootstrap listener.
+/// another address of `list` (the one the rendezvous was chosen from).
+/// `None`: data connections share the bootstrap listener.
 fn select_data_interface(
     cfg: &BootstrapConfig,
+    list: &[ifname::Interface],
     boot: &ifname::Selection,
 ) -> Result<Option<ifname::Selection>> {
     if cfg.bootstrap_ifname.is_none() {
         return Ok(None);
     }
-    let list = sys::interfaces()?;
-    let sel = ifname::select(&list, cfg.ifname.as_deref(), cfg.family)?;
+    let sel = ifname::select(list, cfg.ifname.as_deref(), cfg.family)?;
     Ok((sel.iface.addr != boot.iface.addr).then_some(sel))
 }
 
@@ -88,9 +93,13 @@ fn bind_on(sel: &ifname::Selection, what: &str) -> Result<TcpListener> {
     Ok(l)
 }
 
-/// The rendezvous listener, on [`select_interface`]'s address.
-fn bind_selected(cfg: &BootstrapConfig) -> Result<(TcpListener, ifname::Selection)> {
-    let sel = select_interface(cfg)?;
+/// The rendezvous listener, on [`select_interface`]'s address chosen from
+/// `list`.
+fn bind_selected(
+    cfg: &BootstrapConfig,
+    list: &[ifname::Interface],
+) -> Result<(TcpListener, ifname::Selection)> {
+    let sel = select_from(list, cfg)?;
     Ok((bind_on(&sel, "Bootstrap")?, sel))
 }
 
@@ -118,7 +127,7 @@ impl UniqueId {
                 &derived_secret(cfg.auth_secret.as_deref()),
             ));
         }
-        let (l, _) = bind_selected(cfg)?;
+        let (l, _) = bind_selected(cfg, &sys::interfaces()?)?;
         let addr = l
             .local_addr()
             .map_err(|e| Error::system(format!("bootstrap: local_addr failed: {e}")))?;
@@ -288,13 +297,15 @@ impl Bootstrap {
             )));
         }
         let start = Instant::now();
-        let (listener, sel) = bind_selected(cfg)?;
+        // One reading of the interfaces serves both choices.
+        let interfaces = sys::interfaces()?;
+        let (listener, sel) = bind_selected(cfg, &interfaces)?;
         let local = |l: &TcpListener| {
             l.local_addr()
                 .map_err(|e| Error::system(format!("bootstrap: local_addr failed: {e}")))
         };
         let listen_addr = local(&listener)?;
-        let data_listener = match select_data_interface(cfg, &sel)? {
+        let data_listener = match select_data_interface(cfg, &interfaces, &sel)? {
             Some(d) => Some(bind_on(&d, "Bootstrap data connections")?),
             None => None,
         };
