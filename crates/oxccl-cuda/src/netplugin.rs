@@ -476,7 +476,7 @@ fn goodbye(link: &PluginLink) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netproxy::tests::{run_kernels, Mem};
+    use crate::netproxy::tests::{run_kernels, TwoRanks};
 
     fn plugin() -> Arc<dyn Net> {
         let so = oxccl_net::testing::build_test_plugin("", "cuda");
@@ -505,20 +505,13 @@ mod tests {
 
     fn through_a_plugin(one_leaves_first: bool) {
         let net = plugin();
-        let layout = Layout {
-            nranks: 2,
-            nch: 3,
-            nslots: 4,
-            slot: 4096,
-            region: SLOTS + 4 * 4096,
-        };
-        let bytes = layout.region * layout.nch as u64;
-        let (w0, w1, sh0, sh1) = (
-            Mem::new(bytes),
-            Mem::new(bytes),
-            Mem::new(bytes),
-            Mem::new(bytes),
-        );
+        let TwoRanks {
+            layout,
+            w0,
+            w1,
+            sh0,
+            sh1,
+        } = TwoRanks::new();
         let (l0, h0) = Listens::open(net.clone(), 0, layout.nch).unwrap();
         let (l1, h1) = Listens::open(net.clone(), 0, layout.nch).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);

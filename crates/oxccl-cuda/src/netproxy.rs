@@ -445,6 +445,37 @@ pub(crate) mod tests {
         }
     }
 
+    /// Two ranks' windows and each one's shadow of the other's, for 3
+    /// channels of 4 slots of 4 KiB: what the proxy tests (TCP and plugin)
+    /// link.
+    pub(crate) struct TwoRanks {
+        pub(crate) layout: Layout,
+        pub(crate) w0: Mem,
+        pub(crate) w1: Mem,
+        pub(crate) sh0: Mem,
+        pub(crate) sh1: Mem,
+    }
+
+    impl TwoRanks {
+        pub(crate) fn new() -> TwoRanks {
+            let layout = Layout {
+                nranks: 2,
+                nch: 3,
+                nslots: 4,
+                slot: 4096,
+                region: SLOTS + 4 * 4096,
+            };
+            let bytes = layout.region * layout.nch as u64;
+            TwoRanks {
+                layout,
+                w0: Mem::new(bytes),
+                w1: Mem::new(bytes),
+                sh0: Mem::new(bytes),
+                sh1: Mem::new(bytes),
+            }
+        }
+    }
+
     fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -561,20 +592,13 @@ pub(crate) mod tests {
     /// window); every slot index wraps several times, so a stale or
     /// overtaken slot would show.
     fn slots_and_heads_cross_in_order(nstreams: u32) {
-        let layout = Layout {
-            nranks: 2,
-            nch: 3,
-            nslots: 4,
-            slot: 4096,
-            region: SLOTS + 4 * 4096,
-        };
-        let bytes = layout.region * layout.nch as u64;
-        let (w0, w1, sh0, sh1) = (
-            Mem::new(bytes),
-            Mem::new(bytes),
-            Mem::new(bytes),
-            Mem::new(bytes),
-        );
+        let TwoRanks {
+            layout,
+            w0,
+            w1,
+            sh0,
+            sh1,
+        } = TwoRanks::new();
         let errs = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let on = |errs: Arc<std::sync::Mutex<Vec<String>>>| -> OnError {
             Arc::new(move |e: Error| errs.lock().unwrap().push(e.message().to_string()))
