@@ -1035,77 +1035,60 @@ fn ce_candidate(l: &Launch) -> Option<bool> {
 }
 
 /// Rewrites matching copy launches of both ranks of a communicator into
-/// copy-engine launches ([`crate::ce`]): rank 0's k-th candidate meets rank
-/// 1's k-th (the order each rank's calls were made in, which is also the
-/// order their kernels would have met on the GPUs). A communicator whose
-/// candidates do not line up keeps its kernels, as does any pair whose
-/// largest transfer is below `min`. Both ranks of a pair change together,
+/// copy-engine launches ([`crate::ce`]; who meets whom: [`ce::match_pairs`]).
+/// A communicator whose candidates do not line up keeps its kernels, as does
+/// any pair whose largest transfer is below `min`. Both ranks of a pair change together,
 /// and a copy-engine launch takes the same barrier values on both.
 fn pair_for_copy_engines(ops: &mut [Launch], min: u64) {
     if min == 0 {
         return;
     }
-    let mut keys: Vec<&[u8]> = Vec::new();
-    for l in ops.iter() {
-        if ce_candidate(l).is_some() && !keys.contains(&l.comm.key.as_slice()) {
-            keys.push(&l.comm.key);
-        }
-    }
-    let keys: Vec<Vec<u8>> = keys.into_iter().map(<[u8]>::to_vec).collect();
-    for key in keys {
-        let of = |rank: usize| -> Vec<usize> {
-            (0..ops.len())
-                .filter(|&i| {
-                    ops[i].comm.key == key
-                        && ops[i].comm.rank == rank
-                        && ce_candidate(&ops[i]).is_some()
-                })
-                .collect()
+    let pairs = {
+        let cands: Vec<Option<(&[u8], usize)>> = ops
+            .iter()
+            .map(|l| ce_candidate(l).map(|_| (l.comm.key.as_slice(), l.comm.rank)))
+            .collect();
+        ce::match_pairs(&cands)
+    };
+    for (i, j) in pairs {
+        let plans = match (&ops[i].kind, &ops[j].kind) {
+            (LaunchKind::Pcopy { args: x, .. }, LaunchKind::Pcopy { args: y, .. }) => {
+                ce::pair_collective([copying(x), copying(y)])
+            }
+            (
+                LaunchKind::P2p {
+                    sends: s0,
+                    recvs: r0,
+                    ..
+                },
+                LaunchKind::P2p {
+                    sends: s1,
+                    recvs: r1,
+                    ..
+                },
+            ) => ce::pair_p2p([
+                ce::P2pSide {
+                    sends: s0,
+                    recvs: r0,
+                },
+                ce::P2pSide {
+                    sends: s1,
+                    recvs: r1,
+                },
+            ]),
+            _ => None,
         };
-        let (a, b) = (of(0), of(1));
-        if a.len() != b.len() {
+        let Some([p0, p1]) = plans.filter(|p| ce::worth_it(p, min)) else {
             continue;
-        }
-        for (i, j) in a.into_iter().zip(b) {
-            let plans = match (&ops[i].kind, &ops[j].kind) {
-                (LaunchKind::Pcopy { args: x, .. }, LaunchKind::Pcopy { args: y, .. }) => {
-                    ce::pair_collective([copying(x), copying(y)])
-                }
-                (
-                    LaunchKind::P2p {
-                        sends: s0,
-                        recvs: r0,
-                        ..
-                    },
-                    LaunchKind::P2p {
-                        sends: s1,
-                        recvs: r1,
-                        ..
-                    },
-                ) => ce::pair_p2p([
-                    ce::P2pSide {
-                        sends: s0,
-                        recvs: r0,
-                    },
-                    ce::P2pSide {
-                        sends: s1,
-                        recvs: r1,
-                    },
-                ]),
-                _ => None,
-            };
-            let Some([p0, p1]) = plans.filter(|p| ce::worth_it(p, min)) else {
-                continue;
-            };
-            let (Ok(f0), Ok(f1)) = (
-                ops[i].comm.function("oxccl_pcopy"),
-                ops[j].comm.function("oxccl_pcopy"),
-            ) else {
-                continue;
-            };
-            ops[i].kind = LaunchKind::Ce { f: f0, plan: p0 };
-            ops[j].kind = LaunchKind::Ce { f: f1, plan: p1 };
-        }
+        };
+        let (Ok(f0), Ok(f1)) = (
+            ops[i].comm.function("oxccl_pcopy"),
+            ops[j].comm.function("oxccl_pcopy"),
+        ) else {
+            continue;
+        };
+        ops[i].kind = LaunchKind::Ce { f: f0, plan: p0 };
+        ops[j].kind = LaunchKind::Ce { f: f1, plan: p1 };
     }
 }
 

@@ -190,6 +190,34 @@ pub fn pair_p2p(sides: [P2pSide<'_>; 2]) -> Option<[Plan; 2]> {
     Some(plans)
 }
 
+/// Which launches of a group meet: `cands[i]` is `Some((communicator,
+/// rank))` for a launch that may take the copy engines, `None` for one that
+/// cannot. Rank 0's k-th candidate of a communicator meets rank 1's k-th
+/// (each rank's calls in the order it made them, the order their kernels
+/// would have met in); a communicator whose two ranks have different
+/// numbers of candidates pairs none. Returns (rank 0's index, rank 1's).
+pub fn match_pairs<K: PartialEq + Copy>(cands: &[Option<(K, usize)>]) -> Vec<(usize, usize)> {
+    let mut keys: Vec<K> = Vec::new();
+    for (k, _) in cands.iter().flatten() {
+        if !keys.contains(k) {
+            keys.push(*k);
+        }
+    }
+    let mut pairs = Vec::new();
+    for key in keys {
+        let of = |rank: usize| -> Vec<usize> {
+            (0..cands.len())
+                .filter(|&i| cands[i].is_some_and(|(k, r)| k == key && r == rank))
+                .collect()
+        };
+        let (a, b) = (of(0), of(1));
+        if a.len() == b.len() {
+            pairs.extend(a.into_iter().zip(b));
+        }
+    }
+    pairs
+}
+
 /// Whether a pair of plans goes to the copy engines: some pull of at least
 /// `min` bytes when both ranks pull, of at least 2 × `min` when one does
 /// (`min` 0: never; see [`DEFAULT_MIN`]).
@@ -333,6 +361,33 @@ mod tests {
         let z1 = [(0usize, 0x400u64, 0usize)];
         let [p0, p1] = pair_p2p([side(&z0, &[]), side(&[], &z1)]).unwrap();
         assert!(p0.remote.is_empty() && p1.remote.is_empty());
+    }
+
+    #[test]
+    fn the_kth_candidates_of_each_communicator_meet() {
+        // Communicators 'a' and 'b' interleaved, a non-candidate between.
+        let c = [
+            Some(('a', 0)),
+            Some(('b', 0)),
+            None,
+            Some(('a', 1)),
+            Some(('a', 0)),
+            Some(('b', 1)),
+            Some(('a', 1)),
+        ];
+        assert_eq!(match_pairs(&c), vec![(0, 3), (4, 6), (1, 5)]);
+        // Rank 1 of 'a' has one candidate fewer: 'a' pairs none, 'b' still does.
+        let c = [
+            Some(('a', 0)),
+            Some(('a', 0)),
+            Some(('a', 1)),
+            Some(('b', 1)),
+            Some(('b', 0)),
+        ];
+        assert_eq!(match_pairs(&c), vec![(4, 3)]);
+        // One rank alone in the group (threads per GPU): nothing.
+        assert!(match_pairs(&[Some(('a', 0)), Some(('a', 0))]).is_empty());
+        assert!(match_pairs::<char>(&[None, None]).is_empty());
     }
 
     #[test]
