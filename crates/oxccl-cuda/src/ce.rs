@@ -363,6 +363,167 @@ mod tests {
         assert!(p0.remote.is_empty() && p1.remote.is_empty());
     }
 
+    /// One rank's sends and receives of a group: `(peer, address, bytes)`.
+    type Group = (Vec<(usize, u64, usize)>, Vec<(usize, u64, usize)>);
+
+    /// One address space for both GPUs (unified addressing): a byte per
+    /// address from 0. Runs both ranks' plans (locals and pulls are all
+    /// copies in it), the copies of a plan in any order: they never overlap.
+    struct Space(Vec<u8>);
+    impl Space {
+        fn fill(&mut self, at: u64, len: u64, seed: u8) {
+            for i in 0..len {
+                self.0[(at + i) as usize] = seed.wrapping_mul(31).wrapping_add(i as u8);
+            }
+        }
+        fn get(&self, at: u64, len: u64) -> Vec<u8> {
+            self.0[at as usize..(at + len) as usize].to_vec()
+        }
+        fn run(&mut self, plans: &[Plan; 2]) {
+            for p in plans {
+                for x in p.local.iter().chain(p.remote.iter()) {
+                    let v = self.get(x.src, x.bytes);
+                    self.0[x.dst as usize..(x.dst + x.bytes) as usize].copy_from_slice(&v);
+                }
+            }
+        }
+    }
+
+    /// Every collective the pairing builds, against what NCCL defines, in a
+    /// simulated address space: sizes 0..1000, both roots, in and out of
+    /// place. Input of rank r at IN[r], output at OUT[r] (in place: inside
+    /// the output where NCCL puts the rank's block).
+    #[test]
+    // Ranks index several parallel arrays (inputs, outputs, expectations).
+    #[allow(clippy::needless_range_loop)]
+    fn plans_compute_what_the_collectives_define() {
+        const IN: [u64; 2] = [0, 10_000];
+        const OUT: [u64; 2] = [20_000, 30_000];
+        for b in [0u64, 1, 7, 64, 999] {
+            for in_place in [false, true] {
+                // All-gather: rank q's input lands in block q of every output.
+                let mut m = Space(vec![0; 40_000]);
+                let inp = |r: usize| {
+                    if in_place {
+                        OUT[r] + r as u64 * b
+                    } else {
+                        IN[r]
+                    }
+                };
+                for r in 0..2 {
+                    m.fill(inp(r), b, r as u8 + 1);
+                }
+                let want: Vec<Vec<u8>> = (0..2).map(|r| m.get(inp(r), b)).collect();
+                let ops = [0, 1].map(|r| Copying::AllGather {
+                    input: inp(r),
+                    output: OUT[r],
+                    bytes: b,
+                });
+                m.run(&pair_collective(ops).unwrap());
+                for r in 0..2 {
+                    for q in 0..2 {
+                        assert_eq!(
+                            m.get(OUT[r] + q as u64 * b, b),
+                            want[q],
+                            "ag b={b} r={r} q={q}"
+                        );
+                    }
+                }
+                // Broadcast from each root.
+                for root in 0..2u32 {
+                    let mut m = Space(vec![0; 40_000]);
+                    let inp = |r: usize| if in_place { OUT[r] } else { IN[r] };
+                    m.fill(inp(root as usize), b, 9);
+                    let want = m.get(inp(root as usize), b);
+                    let ops = [0, 1].map(|r| Copying::Broadcast {
+                        input: inp(r),
+                        output: OUT[r],
+                        bytes: b,
+                        root,
+                    });
+                    m.run(&pair_collective(ops).unwrap());
+                    for r in 0..2 {
+                        assert_eq!(m.get(OUT[r], b), want, "bcast b={b} root={root} r={r}");
+                    }
+                }
+            }
+            // All-to-all (as NCCL builds it from sends and receives: block q
+            // of rank r's input to block r of rank q's output), gather to
+            // each root and scatter from each root.
+            let mut m = Space(vec![0; 40_000]);
+            for r in 0..2 {
+                m.fill(IN[r], 2 * b, 3 + r as u8);
+            }
+            let blk = |base: u64, q: usize| base + q as u64 * b;
+            let a2a: Vec<Group> = (0..2)
+                .map(|r| {
+                    let s = (0..2).map(|q| (q, blk(IN[r], q), b as usize)).collect();
+                    let v = (0..2).map(|q| (q, blk(OUT[r], q), b as usize)).collect();
+                    (s, v)
+                })
+                .collect();
+            let want: Vec<Vec<u8>> = (0..2)
+                .map(|r| [m.get(blk(IN[0], r), b), m.get(blk(IN[1], r), b)].concat())
+                .collect();
+            let sides = [0, 1].map(|r| P2pSide {
+                sends: &a2a[r].0,
+                recvs: &a2a[r].1,
+            });
+            m.run(&pair_p2p(sides).unwrap());
+            for r in 0..2 {
+                assert_eq!(m.get(OUT[r], 2 * b), want[r], "a2a b={b} r={r}");
+            }
+            for root in 0..2 {
+                let mut m = Space(vec![0; 40_000]);
+                for r in 0..2 {
+                    m.fill(IN[r], 2 * b, 5 + r as u8);
+                }
+                // Gather: every rank sends its input; the root receives block q from q.
+                let g: Vec<Group> = (0..2)
+                    .map(|r| {
+                        let s = vec![(root, IN[r], b as usize)];
+                        let v = if r == root {
+                            (0..2).map(|q| (q, blk(OUT[r], q), b as usize)).collect()
+                        } else {
+                            vec![]
+                        };
+                        (s, v)
+                    })
+                    .collect();
+                let want = [m.get(IN[0], b), m.get(IN[1], b)].concat();
+                let sides = [0, 1].map(|r| P2pSide {
+                    sends: &g[r].0,
+                    recvs: &g[r].1,
+                });
+                m.run(&pair_p2p(sides).unwrap());
+                assert_eq!(m.get(OUT[root], 2 * b), want, "gather b={b} root={root}");
+                // Scatter: the root sends block q to q; every rank receives one.
+                let sc: Vec<Group> = (0..2)
+                    .map(|r| {
+                        let s = if r == root {
+                            (0..2).map(|q| (q, blk(IN[r], q), b as usize)).collect()
+                        } else {
+                            vec![]
+                        };
+                        (s, vec![(root, OUT[r], b as usize)])
+                    })
+                    .collect();
+                let sides = [0, 1].map(|r| P2pSide {
+                    sends: &sc[r].0,
+                    recvs: &sc[r].1,
+                });
+                m.run(&pair_p2p(sides).unwrap());
+                for r in 0..2 {
+                    assert_eq!(
+                        m.get(OUT[r], b),
+                        m.get(blk(IN[root], r), b),
+                        "scatter b={b} root={root} r={r}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_kth_candidates_of_each_communicator_meet() {
         // Communicators 'a' and 'b' interleaved, a non-candidate between.
