@@ -422,6 +422,13 @@ impl<'g> OneShot2<'g> {
     }
 }
 
+/// The grid of `oxccl_copy` (copy.cu) for `bytes`: a thread per 16-byte
+/// pack, at most 264 blocks (two per SM of an H100/H200; the kernel is
+/// grid-stride, so any grid is correct).
+pub fn copy_kernel_blocks(bytes: u64) -> u32 {
+    (bytes / 16).div_ceil(THREADS as u64).clamp(1, 264) as u32
+}
+
 /// Copies `bytes` from `src` to `dst` with the copy kernel on `gpu`'s stream
 /// (either may be a peer's buffer when peer access is enabled).
 pub fn copy(
@@ -435,7 +442,7 @@ pub fn copy(
     let s = src.ptr_for(bytes, "copy src")?;
     let f: sys::CUfunction = module.function("oxccl_copy")?;
     let (mut d, mut s, mut n) = (d, s, bytes as u64);
-    let blocks = (bytes as u64 / 16).div_ceil(THREADS as u64).clamp(1, 264) as u32;
+    let blocks = copy_kernel_blocks(bytes as u64);
     let mut params = [
         &mut d as *mut u64 as *mut c_void,
         &mut s as *mut u64 as *mut c_void,

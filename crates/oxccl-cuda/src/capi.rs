@@ -1438,7 +1438,7 @@ impl DevComm {
         let f = self.function_in(&kernels::COPY, "oxccl_copy")?;
         for x in selfs {
             let (mut d, mut s, mut n) = (x.dst, x.src, x.bytes);
-            let blocks = (n / 16).div_ceil(allreduce::THREADS as u64).clamp(1, 264) as u32;
+            let blocks = allreduce::copy_kernel_blocks(n);
             let mut params = [
                 &mut d as *mut u64 as *mut c_void,
                 &mut s as *mut u64 as *mut c_void,
