@@ -965,15 +965,6 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
     Ok(())
 }
 
-/// The `(pointer, bytes)` of the transfers in `v` with `rank` itself
-/// (`me`) or with the other ranks (`!me`), in order.
-fn with_self(v: &[(usize, u64, usize)], rank: usize, me: bool) -> Vec<(u64, usize)> {
-    v.iter()
-        .filter(|x| (x.0 == rank) == me)
-        .map(|x| (x.1, x.2))
-        .collect()
-}
-
 /// Queues `x` on `on` (context current).
 ///
 /// # Safety
@@ -1350,8 +1341,13 @@ impl DevComm {
         recvs: Vec<(usize, u64, usize)>,
         stream: sys::CUstream,
     ) -> Result<()> {
-        let mine = |v: &[(usize, u64, usize)], me: bool| with_self(v, self.rank, me);
-        let (ss, rs) = (mine(&sends, true), mine(&recvs, true));
+        let mine = |v: &[(usize, u64, usize)]| -> Vec<(u64, usize)> {
+            v.iter()
+                .filter(|x| x.0 == self.rank)
+                .map(|x| (x.1, x.2))
+                .collect()
+        };
+        let (ss, rs) = (mine(&sends), mine(&recvs));
         if ss.len() != rs.len() {
             return Err(Error::invalid_usage(format!(
                 "rank {}: {} send(s) to itself but {} receive(s) from itself in this group",
@@ -1529,8 +1525,11 @@ impl DevComm {
             }
             return Ok(());
         }
-        let mine = |v: &[(usize, u64, usize)]| with_self(v, self.rank, false);
-        let (ps, pr) = (mine(sends), mine(recvs));
+        // `sends`/`recvs` hold only the peer's transfers (see go_p2p).
+        let ptrs = |v: &[(usize, u64, usize)]| -> Vec<(u64, usize)> {
+            v.iter().map(|x| (x.1, x.2)).collect()
+        };
+        let (ps, pr) = (ptrs(sends), ptrs(recvs));
         let n = ps.len().max(pr.len());
         let peer = self.peer()?;
         for k in 0..n {
