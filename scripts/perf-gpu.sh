@@ -27,6 +27,9 @@
 #                                    # against the copy kernel, vs NCCL
 #   scripts/perf-gpu.sh ce_cross     # 32-512 MB, copy engines at every size
 #                                    # against the copy kernel (the threshold)
+#   scripts/perf-gpu.sh pdl          # small all-reduces (2 processes and -g 2,
+#                                    # eager and graphs) with programmatic
+#                                    # launches on and off, vs NCCL
 #
 # NVLink multicast stays off in everything this starts (shared/gpu.md rules).
 # Every run has a deadline: -T 120 inside oxccl perf, `timeout` around it.
@@ -176,6 +179,26 @@ if [ "$MODE" = ce_cross ]; then
     for m in 1 0; do
       OXCCL_CUDA_CE_MIN=$m run "ce_min${m}_$c" 200 "$X" $P $c --backend cuda -g 2 -b 32M -e 512M -f 2 -c 1 -n 20 -w 5 --compare "$NCCL"
     done
+  done
+fi
+if [ "$MODE" = pdl ]; then
+  # Small all-reduces (8 B-1 MB) with programmatic dependent launches (the
+  # default) and without (OXCCL_CUDA_PDL=0), NCCL beside each: 2 processes
+  # and one process driving both GPUs (-g 2: the pair kernels eager, the
+  # ring's one-shot under graphs; OXCCL_CUDA_RING=1 puts eager on the ring
+  # too), eager and under CUDA graphs.
+  L="all_reduce --backend cuda -b 8 -e 1M -f 4 -c 1 -n 200 -w 20 --compare $NCCL"
+  for m in 1 0; do
+    for g in "--ranks 2" "-g 2"; do
+      tag="pdl${m}_$(echo "$g" | tr -d ' -')"
+      OXCCL_CUDA_PDL=$m run "${tag}_eager" 200 "$X" $P $L $g -J "$OUTDIR/${tag}_eager.json"
+      OXCCL_CUDA_PDL=$m run "${tag}_graph" 200 "$X" $P $L $g -G 10 -J "$OUTDIR/${tag}_graph.json"
+    done
+    OXCCL_CUDA_PDL=$m OXCCL_CUDA_RING=1 run "pdl${m}_g2_ring_eager" 200 "$X" $P $L -g 2
+  done
+  # The other small collectives under graphs, 2 processes, programmatic on.
+  for c in all_gather reduce_scatter sendrecv alltoall; do
+    run "pdl1_ranks2_${c}_graph" 200 "$X" $P $c --backend cuda --ranks 2 -b 8 -e 1M -f 8 -c 1 -n 200 -w 20 -G 10 --compare "$NCCL"
   done
 fi
 if [ "$MODE" = tuning ]; then

@@ -441,6 +441,8 @@ params! {
         "Timeout of any blocking wait inside an operation, in milliseconds; past it the operation fails with ncclTimeout instead of hanging.";
     CUDA_RING: Bool = "OXCCL_CUDA_RING", "0", honoured,
         "1: device buffers always take the GPU ring path, also where two GPUs of one process could use the one-shot kernels (for tests and comparisons).";
+    CUDA_PDL: Bool = "OXCCL_CUDA_PDL", "1", honoured,
+        "1: oxccl's GPU kernels are programmatic dependent launches (compute capability 9.0 and a CUDA 12.3 driver or newer): a collective's launch overlaps the end of the kernel before it in the stream, and waits for it before touching memory. 0: plain launches.";
     CUDA_AR_BLOCKS: Opt<U32> = "OXCCL_CUDA_AR_BLOCKS", "", honoured,
         "Most blocks of the two-GPU in-process all-reduce kernels (1..128). Unset: 128.";
     CUDA_AR_TWO_SHOT: Opt<U64> = "OXCCL_CUDA_AR_TWO_SHOT", "", honoured,
@@ -920,7 +922,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 39);
+        assert_eq!(honoured.len(), 40);
         assert!(ALL.len() > 80);
     }
 

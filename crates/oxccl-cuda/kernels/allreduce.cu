@@ -327,6 +327,7 @@ struct CpArgs {
 // reading our input). Both sides launch the same grid (from the same bytes).
 extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
     __shared__ u64 box[4];
+    kernel_entry();
     entry_exchange(a.my_flags, a.peer_flags, a.seq, (u64)a.in, (u64)a.out, 0, 0, box);
     const char* peer_in = (const char*)box[0];
     const u32 peer = 1 - a.rank;
@@ -345,6 +346,7 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
 
 #define OXCCL_AR1(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ar1_##TN##_##ON(ArArgs a) { \
+        kernel_entry();                                                                  \
         pair_reduce<E, OP>(a);                                                           \
     }
 #define OXCCL_AR1_ALL_OPS(TN, E)      \

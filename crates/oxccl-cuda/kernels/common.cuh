@@ -21,6 +21,23 @@ __device__ __forceinline__ u64 ld_acquire_sys(const u64* p) {
     return v;
 }
 
+// Programmatic dependent launch (sm_90+; host side: device.rs, launch_raw).
+// Every oxccl kernel starts with kernel_entry(): it waits until the kernel
+// before it in the stream has finished and its writes are visible (a no-op
+// when this launch was not programmatic, or on older GPUs), and then lets
+// the next programmatic launch start its blocks. So the next collective's
+// launch (block scheduling, parameter fetch: ~1-2 us back to back) overlaps
+// this one's work instead of following its end, and nothing of ours touches
+// memory before the previous kernel is complete. A trigger this early is
+// safe for any later kernel: a programmatic launch must itself wait
+// (griddepcontrol.wait) before it reads what we write.
+__device__ __forceinline__ void kernel_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // A barrier between block b of this GPU and block b of the peer GPU.
 // Values only grow (a 64-bit sequence), so a wait for `v` is `>= v` and a
 // fast peer that already wrote v+1 does not stall us.

@@ -4,6 +4,7 @@
 #include "common.cuh"
 
 extern "C" __global__ void __launch_bounds__(512) oxccl_copy(void* dst, const void* src, u64 bytes) {
+    kernel_entry();
     const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 stride = (u64)gridDim.x * blockDim.x;
     u64 done = 0;

@@ -1113,6 +1113,7 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
     __shared__ Item it[RING_P2P_MAX_ITEMS];
     __shared__ int pick;
     __shared__ u32 nmine;
+    kernel_entry();
     if (!p2p_ll_ops(a)) return;
     if (threadIdx.x == 0) {
         u32 m = 0, idx = 0;
@@ -1220,6 +1221,7 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
 
 #define OXCCL_RING(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ring_##TN##_##ON(RingArgs a) { \
+        kernel_entry();                                                                   \
         ring_run<E, OP>(a);                                                               \
     }
 #define OXCCL_RING_ALL_OPS(TN, E)      \

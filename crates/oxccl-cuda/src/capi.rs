@@ -1440,29 +1440,19 @@ impl DevComm {
                 &mut s as *mut u64 as *mut c_void,
                 &mut n as *mut u64 as *mut c_void,
             ];
-            guarded("cuLaunchKernel", || {
-                // SAFETY: oxccl_copy(void*, const void*, u64): three 8-byte
-                // values that outlive the call; both ranges are this GPU's
-                // device memory (checked by the caller's prepare).
-                unsafe {
-                    check(
-                        sys::cuLaunchKernel(
-                            f as sys::CUfunction,
-                            blocks,
-                            1,
-                            1,
-                            allreduce::THREADS,
-                            1,
-                            1,
-                            0,
-                            stream,
-                            params.as_mut_ptr(),
-                            std::ptr::null_mut(),
-                        ),
-                        "cuLaunchKernel(oxccl_copy)",
-                    )
-                }
-            })?;
+            // SAFETY: oxccl_copy(void*, const void*, u64): three 8-byte
+            // values that outlive the call; both ranges are this GPU's
+            // device memory (checked by the caller's prepare).
+            unsafe {
+                crate::device::launch_raw(
+                    f as sys::CUfunction,
+                    blocks,
+                    allreduce::THREADS,
+                    stream,
+                    &mut params,
+                    "cuLaunchKernel(oxccl_copy)",
+                )?;
+            }
         }
         Ok(None)
     }

@@ -57,9 +57,101 @@ pub(crate) unsafe fn launch_struct<T: Copy>(
     // The driver copies the parameter at launch, so a local copy suffices.
     let mut a = *args;
     let mut params = [&mut a as *mut T as *mut c_void];
+    // SAFETY: one parameter of T's layout (the caller's contract); the
+    // array and `a` outlive the call.
+    unsafe { launch_raw(f, blocks, threads, stream, &mut params, what) }
+}
+
+/// Whether oxccl's kernels are launched as programmatic dependent launches
+/// (`OXCCL_CUDA_PDL`, default on): every kernel begins with
+/// `kernel_entry()` (kernels/common.cuh), which waits for the kernel before
+/// it, so the launch may start while that kernel still runs. Needs compute
+/// capability 9.0 on every GPU and a driver of CUDA 12.3 or newer (the
+/// first whose stream capture records programmatic launches in a graph).
+static PDL: std::sync::OnceLock<std::sync::atomic::AtomicBool> = std::sync::OnceLock::new();
+
+fn pdl_flag() -> &'static std::sync::atomic::AtomicBool {
+    PDL.get_or_init(|| {
+        let on = oxccl_env::params().get(&oxccl_core::params::CUDA_PDL)
+            && loader::driver().is_ok_and(|d| {
+                d.version >= 12030 && (0..d.devices).all(|i| compute_major(i) >= Some(9))
+            });
+        std::sync::atomic::AtomicBool::new(on)
+    })
+}
+
+/// Whether launches are programmatic now (see [`launch_raw`]).
+pub fn pdl_enabled() -> bool {
+    pdl_flag().load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn compute_major(ordinal: usize) -> Option<i32> {
+    let mut dev: sys::CUdevice = 0;
+    let mut major = 0;
+    // SAFETY: out-pointers are valid; the driver was probed by the caller.
+    unsafe {
+        (sys::cuDeviceGet(&mut dev, ordinal as i32) == CUresult::CUDA_SUCCESS).then_some(())?;
+        (sys::cuDeviceGetAttribute(
+            &mut major,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            dev,
+        ) == CUresult::CUDA_SUCCESS)
+            .then_some(major)
+    }
+}
+
+/// Launches `f` with the parameter array `params` on `stream`: a
+/// programmatic dependent launch when [`pdl_enabled`] (`cuLaunchKernelEx`
+/// with programmatic stream serialization), else `cuLaunchKernel`. Only
+/// kernels that begin with `kernel_entry()` may come here.
+///
+/// # Safety
+/// `params` must match the kernel's parameters (see [`launch_struct`]).
+pub(crate) unsafe fn launch_raw(
+    f: sys::CUfunction,
+    blocks: u32,
+    threads: u32,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+    what: &str,
+) -> Result<()> {
     guarded("cuLaunchKernel", || {
-        // SAFETY: one parameter of T's layout (the caller's contract); the
-        // array and `a` outlive the call.
+        if pdl_enabled() {
+            // SAFETY: an all-zero attribute is a valid value of the C union.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let cfg = sys::CUlaunchConfig {
+                gridDimX: blocks,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: threads,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: 0,
+                hStream: stream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: `cfg` and `attr` outlive the call; params: the caller's contract.
+            let r = unsafe {
+                sys::cuLaunchKernelEx(&cfg, f, params.as_mut_ptr(), std::ptr::null_mut())
+            };
+            if !matches!(
+                r,
+                CUresult::CUDA_ERROR_NOT_SUPPORTED | CUresult::CUDA_ERROR_INVALID_VALUE
+            ) {
+                return check(r, what);
+            }
+            // A driver or GPU that refuses the attribute (the checks at
+            // start should have caught it): plain launches from now on.
+            pdl_flag().store(false, std::sync::atomic::Ordering::Relaxed);
+            oxccl_env::warn!(
+                "{what}: the driver refused a programmatic dependent launch ({r:?}); launching without (set OXCCL_CUDA_PDL=0 to skip the attempt)"
+            );
+        }
+        // SAFETY: params: the caller's contract.
         unsafe {
             check(
                 sys::cuLaunchKernel(

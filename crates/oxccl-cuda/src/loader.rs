@@ -64,6 +64,7 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuModuleUnload",
     "cuModuleGetFunction",
     "cuLaunchKernel",
+    "cuLaunchKernelEx",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
