@@ -15,6 +15,7 @@
 pub mod allreduce;
 pub mod capi;
 pub mod ce;
+pub mod ce_reduce;
 pub mod compile;
 pub mod device;
 pub mod kernels;

@@ -1,0 +1,953 @@
+//! Copy-engine all-reduce and reduce-scatter for two GPUs in one process:
+//! which calls qualify, how the elements split, and the schedule of copies
+//! and flags, decided here without touching a GPU (`capi` only issues it).
+//!
+//! Why: on 2×H200 one copy engine pulls 390 GB/s from the peer each way
+//! while both GPUs copy at once (docs/performance-gpu.md, "Copy engines"),
+//! against 336–338 GB/s of bus bandwidth for the SM pair kernel's all-reduce
+//! (NCCL: 326–344). An all-reduce of S bytes moves S/2 each way to reduce and
+//! S/2 each way to gather, so at the engine's rate its bus bandwidth tends to
+//! 390 GB/s less a fixed cost (three barriers, the first piece's copy before
+//! any reduction can start: ~16 MiB / 390 GB/s = 43 µs, the last piece's
+//! reduction after the last copy), which is why it is taken only from
+//! [`DEFAULT_AR_MIN`] bytes. A reduce-scatter moves half as much per rank (S/2
+//! pulled, no gather) and needs no SM at all for the transfer.
+//!
+//! Rank r owns part r of the elements (all-reduce: a split at a 16-byte
+//! boundary; reduce-scatter: block r, its output). Each rank's stream runs:
+//!
+//! 1. a barrier (both GPUs reached the call: inputs written, outputs free);
+//! 2. phase 1: a copy stream pulls the peer's input part r into a ring of
+//!    [`SLOTS`] slots of [`SLOT_BYTES`] on this GPU, piece by piece, each
+//!    piece followed by a "landed" flag; one reduce kernel on the caller's
+//!    stream waits for each piece, writes out[part r] = in[part r] op piece
+//!    and raises a "consumed" flag, which the copy stream waits for before
+//!    it puts another piece in that slot. The part is reduced once, on its
+//!    owner, so both ranks end with the same bits;
+//! 3. a barrier (both reductions done, and the peer no longer reads this
+//!    rank's input);
+//! 4. all-reduce only: the peer's out[part 1-r] pulled into out[part 1-r],
+//!    then a barrier (the peer no longer reads this rank's output).
+//!
+//! In place (out == in) works because the peer's values go to the scratch
+//! ring, never to out's other part before the peer has read it (step 3).
+//!
+//! Flags (32-bit words after the ring, zero between calls, so a replay of
+//! the same work finds them as the first run did): landed[s] carries the
+//! piece's number + 1 and is put back to 0 by the kernel that consumed it;
+//! consumed[s] carries the consumed piece's number + 1 and is put back to 0
+//! by the copy stream once it saw it; the copy stream ends by waiting for the
+//! last piece of every slot it used, so it is done only when the kernel is.
+
+use crate::ce::Xfer;
+use oxccl_core::{DataType, RedOp};
+
+/// Calls of at least this many bytes (a reduce-scatter: its whole input, as
+/// nccl-tests counts its size) take the copy engines by default. A first
+/// guess from the fixed cost above (~100 µs against the SM kernel's S /
+/// 337 GB/s): even near 256 MiB, ahead above; to be set from a device A/B
+/// (`scripts/perf-gpu.sh ce_ar`).
+pub const DEFAULT_AR_MIN: u64 = 256 << 20;
+
+/// Slots of the scratch ring. Four: the copy engine fills one while the
+/// kernel reduces another, with two spare so neither waits on the other's
+/// jitter.
+pub const SLOTS: u32 = 4;
+
+/// Bytes of a slot (a piece). 16 MiB: the copy engine's fixed start cost per
+/// call (~5–10 µs, docs/performance-gpu.md) is ~15% of the 43 µs a piece
+/// takes at 390 GB/s, and the first piece (which nothing overlaps) stays
+/// short; the ring is then 64 MiB of device memory per GPU and communicator.
+pub const SLOT_BYTES: u64 = 16 << 20;
+
+/// Byte offset of the flags after the slots, and their layout in 32-bit
+/// words (`CER_*` in kernels/allreduce.cu): landed[SLOTS] at 0, consumed at
+/// [`CONSUMED_WORD`], the kernel's per-slot block counter at [`DONE_WORD`].
+pub const FLAGS_OFFSET: u64 = SLOTS as u64 * SLOT_BYTES;
+/// First word of consumed[].
+pub const CONSUMED_WORD: u32 = 16;
+/// First word of the kernel's block counters.
+pub const DONE_WORD: u32 = 32;
+/// Bytes of the flags.
+pub const FLAGS_BYTES: u64 = 256;
+/// Bytes of the scratch a communicator's rank allocates on first use
+/// (64 MiB + 256 B).
+pub const SCRATCH_BYTES: u64 = FLAGS_OFFSET + FLAGS_BYTES;
+
+/// Which collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// All-reduce of `count` elements.
+    AllReduce,
+    /// Reduce-scatter of `count` elements per rank.
+    ReduceScatter,
+}
+
+/// The ops the copy-engine path reduces; avg and PreMulSum (scalars per
+/// rank, pre-multiplication) stay on the SM kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Sum.
+    Sum,
+    /// Product.
+    Prod,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+}
+
+impl Op {
+    /// `op` if the copy-engine path does it.
+    pub fn of(op: RedOp) -> Option<Op> {
+        match op {
+            RedOp::Sum => Some(Op::Sum),
+            RedOp::Prod => Some(Op::Prod),
+            RedOp::Max => Some(Op::Max),
+            RedOp::Min => Some(Op::Min),
+            RedOp::Avg | RedOp::PreMulSum(_) => None,
+        }
+    }
+
+    /// The reduce kernel's op tag (`oxccl_cer_<type>_<op>`).
+    pub fn tag(self) -> &'static str {
+        match self {
+            Op::Sum => "sum",
+            Op::Prod => "prod",
+            Op::Max => "max",
+            Op::Min => "min",
+        }
+    }
+
+    /// As a [`RedOp`].
+    pub fn red_op(self) -> RedOp {
+        match self {
+            Op::Sum => RedOp::Sum,
+            Op::Prod => RedOp::Prod,
+            Op::Max => RedOp::Max,
+            Op::Min => RedOp::Min,
+        }
+    }
+}
+
+/// One rank's call, as it made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call {
+    /// All-reduce or reduce-scatter.
+    pub kind: Kind,
+    /// Send buffer.
+    pub input: u64,
+    /// Receive buffer.
+    pub output: u64,
+    /// Elements (reduce-scatter: per rank).
+    pub count: u64,
+    /// Element type.
+    pub dtype: DataType,
+    /// Operator.
+    pub op: Op,
+}
+
+impl Call {
+    /// Bytes of the send buffer (what nccl-tests calls the size).
+    pub fn bytes(&self) -> u64 {
+        let per = self.count.saturating_mul(self.dtype.size() as u64);
+        match self.kind {
+            Kind::AllReduce => per,
+            Kind::ReduceScatter => per.saturating_mul(2),
+        }
+    }
+}
+
+/// The scratch ring's shape (the constants above; tests shrink it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ring {
+    /// Slots.
+    pub slots: u32,
+    /// Bytes per slot (a multiple of 16).
+    pub slot_bytes: u64,
+}
+
+/// The ring the device uses.
+pub const RING: Ring = Ring {
+    slots: SLOTS,
+    slot_bytes: SLOT_BYTES,
+};
+
+/// One operation of the copy stream, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Wait until consumed[slot] == value (`cuStreamWaitValue32`, EQ).
+    WaitConsumed {
+        /// Slot.
+        slot: u32,
+        /// The consumed piece's number + 1.
+        value: u32,
+    },
+    /// consumed[slot] = 0 (`cuStreamWriteValue32`).
+    ClearConsumed {
+        /// Slot.
+        slot: u32,
+    },
+    /// A piece from the peer's input into a slot (`cuMemcpyAsync`).
+    Pull {
+        /// Slot (the copy's destination is inside it).
+        slot: u32,
+        /// The copy.
+        xfer: Xfer,
+    },
+    /// landed[slot] = value (`cuStreamWriteValue32`, after the copy's writes).
+    Land {
+        /// Slot.
+        slot: u32,
+        /// The piece's number + 1.
+        value: u32,
+    },
+}
+
+/// The reduce kernel's work (`struct CerArgs`): out[i] = x0[i] op x1[i] for
+/// the part's `count` elements, piece k (elements k·piece ..) from slot
+/// k mod slots once landed[slot] == k + 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reduce {
+    /// This rank's input, at its part.
+    pub input: u64,
+    /// This rank's output, at its part.
+    pub output: u64,
+    /// Elements of the part (0: no kernel).
+    pub count: u64,
+    /// Elements per piece (= slot bytes / element size).
+    pub piece: u64,
+    /// Slots.
+    pub slots: u32,
+    /// 0 or 1: whether this rank's input is x0 (rank 0's) or x1.
+    pub rank: u32,
+}
+
+/// A piece as the kernel sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// Its number (landed/consumed carry number + 1).
+    pub k: u64,
+    /// Slot.
+    pub slot: u32,
+    /// Element range inside the part.
+    pub lo: u64,
+    /// End of it.
+    pub hi: u64,
+}
+
+impl Reduce {
+    /// The pieces in the order the kernel takes them (kernels/allreduce.cu
+    /// `ce_reduce` walks the same loop).
+    pub fn pieces(&self) -> impl Iterator<Item = Piece> + '_ {
+        let n = if self.piece == 0 {
+            0
+        } else {
+            self.count.div_ceil(self.piece)
+        };
+        (0..n).map(move |k| Piece {
+            k,
+            slot: (k % self.slots as u64) as u32,
+            lo: k * self.piece,
+            hi: ((k + 1) * self.piece).min(self.count),
+        })
+    }
+}
+
+/// One rank's half of a paired call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankPlan {
+    /// Collective (all-reduce has a gather phase).
+    pub kind: Kind,
+    /// Element type.
+    pub dtype: DataType,
+    /// Operator.
+    pub op: Op,
+    /// The reduce kernel.
+    pub reduce: Reduce,
+    /// The copy stream's operations.
+    pub steps: Vec<Step>,
+    /// Phase 2: pulls of the peer's reduced part (empty for reduce-scatter).
+    pub gather: Vec<Xfer>,
+}
+
+/// Whether both calls match and the pair goes to the copy engines: same
+/// collective, count, type and op, and at least `min` bytes (0: never).
+pub fn qualifies(calls: &[Call; 2], min: u64) -> bool {
+    let [a, b] = calls;
+    min > 0
+        && a.kind == b.kind
+        && a.count == b.count
+        && a.dtype == b.dtype
+        && a.op == b.op
+        && a.bytes() >= min
+        // piece numbers travel in 32-bit flags
+        && a.count / (SLOT_BYTES / a.dtype.size() as u64) < u32::MAX as u64 - 1
+}
+
+/// Part r's element range in the send buffer's elements.
+pub fn part(kind: Kind, count: u64, dtype: DataType, r: usize) -> (u64, u64) {
+    match kind {
+        Kind::AllReduce => {
+            // Split at a 16-byte boundary: both parts' vector loops start
+            // aligned when the buffers are.
+            let n = (16 / dtype.size() as u64).max(1);
+            let half = count / n / 2 * n;
+            if r == 0 {
+                (0, half)
+            } else {
+                (half, count)
+            }
+        }
+        Kind::ReduceScatter => (r as u64 * count, (r as u64 + 1) * count),
+    }
+}
+
+/// Both ranks' plans (`calls[r]`: rank r's call; `scratch[r]`: rank r's
+/// ring), or `None` when the pair does not qualify ([`qualifies`]).
+pub fn pair(calls: [Call; 2], scratch: [u64; 2], min: u64) -> Option<[RankPlan; 2]> {
+    qualifies(&calls, min).then(|| plan_pair(calls, scratch, RING))
+}
+
+/// [`pair`] for a given ring, without the size check.
+pub fn plan_pair(calls: [Call; 2], scratch: [u64; 2], ring: Ring) -> [RankPlan; 2] {
+    [0, 1].map(|r| plan_rank(&calls, scratch[r], ring, r))
+}
+
+fn plan_rank(calls: &[Call; 2], scratch: u64, ring: Ring, r: usize) -> RankPlan {
+    let q = 1 - r;
+    let c = calls[r];
+    let sz = c.dtype.size() as u64;
+    let (lo, hi) = part(c.kind, c.count, c.dtype, r);
+    let out_part = match c.kind {
+        Kind::AllReduce => c.output + lo * sz,
+        Kind::ReduceScatter => c.output,
+    };
+    let reduce = Reduce {
+        input: c.input + lo * sz,
+        output: out_part,
+        count: hi - lo,
+        piece: ring.slot_bytes / sz,
+        slots: ring.slots,
+        rank: r as u32,
+    };
+    let peer_src = calls[q].input + lo * sz;
+    let mut steps = Vec::new();
+    let mut last_in_slot: Vec<Option<u64>> = vec![None; ring.slots as usize];
+    for p in reduce.pieces() {
+        if let Some(prev) = last_in_slot[p.slot as usize] {
+            steps.push(Step::WaitConsumed {
+                slot: p.slot,
+                value: prev as u32 + 1,
+            });
+            steps.push(Step::ClearConsumed { slot: p.slot });
+        }
+        steps.push(Step::Pull {
+            slot: p.slot,
+            xfer: Xfer {
+                dst: scratch + p.slot as u64 * ring.slot_bytes,
+                src: peer_src + p.lo * sz,
+                bytes: (p.hi - p.lo) * sz,
+            },
+        });
+        steps.push(Step::Land {
+            slot: p.slot,
+            value: p.k as u32 + 1,
+        });
+        last_in_slot[p.slot as usize] = Some(p.k);
+    }
+    // The copy stream ends after the kernel consumed every piece (so a
+    // join on it means the ring is free and every flag is back to 0).
+    for (s, last) in last_in_slot.iter().enumerate() {
+        if let Some(k) = last {
+            steps.push(Step::WaitConsumed {
+                slot: s as u32,
+                value: *k as u32 + 1,
+            });
+            steps.push(Step::ClearConsumed { slot: s as u32 });
+        }
+    }
+    let mut gather = Vec::new();
+    if c.kind == Kind::AllReduce {
+        let (qlo, qhi) = part(c.kind, c.count, c.dtype, q);
+        if qhi > qlo {
+            gather.push(Xfer {
+                dst: c.output + qlo * sz,
+                src: calls[q].output + qlo * sz,
+                bytes: (qhi - qlo) * sz,
+            });
+        }
+    }
+    RankPlan {
+        kind: c.kind,
+        dtype: c.dtype,
+        op: c.op,
+        reduce,
+        steps,
+        gather,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(kind: Kind, input: u64, output: u64, count: u64, dtype: DataType, op: Op) -> Call {
+        Call {
+            kind,
+            input,
+            output,
+            count,
+            dtype,
+            op,
+        }
+    }
+
+    #[test]
+    fn matching_calls_from_the_bound_qualify() {
+        let c = call(Kind::AllReduce, 0, 0, 64 << 20, DataType::Float32, Op::Sum);
+        assert!(qualifies(&[c, c], 256 << 20));
+        assert!(!qualifies(&[c, c], (256 << 20) + 1));
+        assert!(!qualifies(&[c, c], 0));
+        let mut d = c;
+        d.count -= 1;
+        assert!(!qualifies(&[c, d], 1));
+        let mut d = c;
+        d.op = Op::Max;
+        assert!(!qualifies(&[c, d], 1));
+        let mut d = c;
+        d.dtype = DataType::Int32;
+        assert!(!qualifies(&[c, d], 1));
+        let mut d = c;
+        d.kind = Kind::ReduceScatter;
+        assert!(!qualifies(&[c, d], 1));
+        // A reduce-scatter's size is its whole input.
+        let rs = call(
+            Kind::ReduceScatter,
+            0,
+            0,
+            32 << 20,
+            DataType::Float32,
+            Op::Sum,
+        );
+        assert!(qualifies(&[rs, rs], 256 << 20));
+        assert!(!qualifies(&[rs, rs], (256 << 20) + 1));
+        // Avg and PreMulSum stay on the SM kernels.
+        assert_eq!(Op::of(RedOp::Avg), None);
+        assert_eq!(Op::of(RedOp::PreMulSum(oxccl_core::Scalar::F64(2.0))), None);
+        assert_eq!(Op::of(RedOp::Min), Some(Op::Min));
+    }
+
+    #[test]
+    fn parts_split_at_16_bytes_and_cover_everything() {
+        for dtype in DataType::ALL {
+            let n = 16 / dtype.size() as u64;
+            for count in [0u64, 1, 2, 15, 16, 17, 33, 1000, 1 << 20, (1 << 20) + 7] {
+                let (a0, a1) = part(Kind::AllReduce, count, dtype, 0);
+                let (b0, b1) = part(Kind::AllReduce, count, dtype, 1);
+                assert_eq!((a0, a1, b1), (0, b0, count), "{dtype:?} {count}");
+                assert_eq!(a1 % n, 0);
+                assert!(b1 - b0 >= a1 - a0 && b1 - b0 - (a1 - a0) <= 2 * n);
+            }
+        }
+        assert_eq!(part(Kind::ReduceScatter, 10, DataType::Int8, 1), (10, 20));
+    }
+
+    #[test]
+    fn the_schedule_waits_before_every_reuse_and_ends_consumed() {
+        let c = call(
+            Kind::AllReduce,
+            0x1000,
+            0x1000,
+            1000,
+            DataType::Float32,
+            Op::Sum,
+        );
+        let ring = Ring {
+            slots: 2,
+            slot_bytes: 64,
+        };
+        let [p0, _] = plan_pair([c, c], [0x9000, 0xa000], ring);
+        // Part 0: 500 elements, 16 per piece: 32 pieces over 2 slots, the
+        // last one of 4 elements.
+        assert_eq!(p0.reduce.count, 500);
+        assert_eq!(p0.reduce.pieces().count(), 32);
+        assert_eq!(p0.reduce.pieces().last().unwrap().hi - 496, 4);
+        let s = &p0.steps;
+        assert!(matches!(s[0], Step::Pull { slot: 0, .. }));
+        assert_eq!(s[1], Step::Land { slot: 0, value: 1 });
+        assert!(matches!(s[2], Step::Pull { slot: 1, .. }));
+        assert_eq!(s[4], Step::WaitConsumed { slot: 0, value: 1 });
+        assert_eq!(s[5], Step::ClearConsumed { slot: 0 });
+        assert!(matches!(s[6], Step::Pull { slot: 0, .. }));
+        assert_eq!(s[7], Step::Land { slot: 0, value: 3 });
+        // The tail: the last piece of each slot (30 in slot 0, 31 in 1).
+        let n = s.len();
+        assert_eq!(
+            &s[n - 4..],
+            &[
+                Step::WaitConsumed { slot: 0, value: 31 },
+                Step::ClearConsumed { slot: 0 },
+                Step::WaitConsumed { slot: 1, value: 32 },
+                Step::ClearConsumed { slot: 1 },
+            ]
+        );
+        // An odd count: part 1 takes the odd element.
+        let c = call(Kind::AllReduce, 0, 0, 1001, DataType::Float32, Op::Sum);
+        let [_, p1] = plan_pair([c, c], [0, 0], ring);
+        let last = p1.reduce.pieces().last().unwrap();
+        assert_eq!((last.k, last.lo, last.hi), (31, 496, 501));
+        // Nothing to reduce: no steps, no kernel.
+        let c = call(Kind::AllReduce, 0, 0, 3, DataType::Float32, Op::Sum);
+        let [p0, p1] = plan_pair([c, c], [0, 0], ring);
+        assert_eq!(p0.reduce.count, 0);
+        assert!(p0.steps.is_empty());
+        assert_eq!(p1.reduce.count, 3);
+        assert_eq!(p0.gather.len(), 1);
+        assert!(p1.gather.is_empty());
+    }
+
+    // ---- A simulation of both ranks in one address space ----
+
+    /// Typed element values for the simulation.
+    fn encode(dtype: DataType, v: f64) -> Vec<u8> {
+        match dtype {
+            DataType::Float32 => (v as f32).to_le_bytes().to_vec(),
+            DataType::Float64 => v.to_le_bytes().to_vec(),
+            DataType::Int32 => (v as i32).to_le_bytes().to_vec(),
+            DataType::Uint8 => vec![v as i64 as u8],
+            _ => unreachable!(),
+        }
+    }
+    fn decode(dtype: DataType, b: &[u8]) -> f64 {
+        match dtype {
+            DataType::Float32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
+            DataType::Float64 => f64::from_le_bytes(b.try_into().unwrap()),
+            DataType::Int32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
+            DataType::Uint8 => b[0] as f64,
+            _ => unreachable!(),
+        }
+    }
+    /// x0 op x1 as the kernel computes it, in the element type.
+    fn reduce_elem(dtype: DataType, op: Op, x0: &[u8], x1: &[u8]) -> Vec<u8> {
+        match dtype {
+            DataType::Float32 => {
+                let (a, b) = (
+                    f32::from_le_bytes(x0.try_into().unwrap()),
+                    f32::from_le_bytes(x1.try_into().unwrap()),
+                );
+                let r = match op {
+                    Op::Sum => a + b,
+                    Op::Prod => a * b,
+                    Op::Max => a.max(b),
+                    Op::Min => a.min(b),
+                };
+                r.to_le_bytes().to_vec()
+            }
+            DataType::Float64 | DataType::Int32 => {
+                let (a, b) = (decode(dtype, x0), decode(dtype, x1));
+                let r = match op {
+                    Op::Sum => a + b,
+                    Op::Prod => a * b,
+                    Op::Max => a.max(b),
+                    Op::Min => a.min(b),
+                };
+                encode(dtype, r)
+            }
+            DataType::Uint8 => {
+                let (a, b) = (x0[0], x1[0]);
+                vec![match op {
+                    Op::Sum => a.wrapping_add(b),
+                    Op::Prod => a.wrapping_mul(b),
+                    Op::Max => a.max(b),
+                    Op::Min => a.min(b),
+                }]
+            }
+            _ => unreachable!(),
+        }
+    }
+    /// The reference, from the inputs' values in float64 (or exact integers).
+    fn reference(dtype: DataType, op: Op, a: f64, b: f64) -> f64 {
+        let r = match op {
+            Op::Sum => a + b,
+            Op::Prod => a * b,
+            Op::Max => a.max(b),
+            Op::Min => a.min(b),
+        };
+        match dtype {
+            // f32 of an exact f64 sum/product of two f32s: correctly rounded.
+            DataType::Float32 => r as f32 as f64,
+            DataType::Uint8 => (r as i64).rem_euclid(256) as f64,
+            _ => r,
+        }
+    }
+
+    /// Who moves when both a rank's copy stream and its kernel can.
+    #[derive(Clone, Copy, Debug)]
+    enum Policy {
+        CopiesFirst,
+        KernelFirst,
+        Random(u64),
+    }
+
+    /// One rank's state in the simulation.
+    struct Side {
+        plan: RankPlan,
+        /// Next copy-stream step.
+        pc: usize,
+        /// Next piece of the kernel.
+        next: usize,
+        landed: Vec<u32>,
+        consumed: Vec<u32>,
+        /// Which piece each slot holds, and whether the kernel consumed it.
+        holds: Vec<Option<(u64, bool)>>,
+    }
+
+    struct Mem(Vec<u8>);
+    impl Mem {
+        fn get(&self, at: u64, len: u64) -> Vec<u8> {
+            self.0[at as usize..(at + len) as usize].to_vec()
+        }
+        fn put(&mut self, at: u64, v: &[u8]) {
+            self.0[at as usize..at as usize + v.len()].copy_from_slice(v);
+        }
+    }
+
+    /// Runs phase 1 of both ranks (copy streams and kernels interleaved by
+    /// `policy`), checks the slot discipline, then phase 2. Panics on a
+    /// slot reused before it was consumed, on a kernel reading a slot that
+    /// does not hold its piece, and on a deadlock.
+    fn simulate(mem: &mut Mem, plans: [RankPlan; 2], ring: Ring, policy: Policy) {
+        let mut sides: Vec<Side> = plans
+            .into_iter()
+            .map(|plan| Side {
+                plan,
+                pc: 0,
+                next: 0,
+                landed: vec![0; ring.slots as usize],
+                consumed: vec![0; ring.slots as usize],
+                holds: vec![None; ring.slots as usize],
+            })
+            .collect();
+        let mut rng = match policy {
+            Policy::Random(s) => s | 1,
+            _ => 1,
+        };
+        loop {
+            let mut moved = false;
+            for side in sides.iter_mut() {
+                let pieces: Vec<Piece> = side.plan.reduce.pieces().collect();
+                let copy_ready = side.pc < side.plan.steps.len()
+                    && match side.plan.steps[side.pc] {
+                        Step::WaitConsumed { slot, value } => side.consumed[slot as usize] == value,
+                        _ => true,
+                    };
+                let kernel_ready = side.next < pieces.len() && {
+                    let p = pieces[side.next];
+                    side.landed[p.slot as usize] == p.k as u32 + 1
+                };
+                if !copy_ready && !kernel_ready {
+                    continue;
+                }
+                let copy_turn = match (copy_ready, kernel_ready) {
+                    (true, false) => true,
+                    (false, true) => false,
+                    _ => match policy {
+                        Policy::CopiesFirst => true,
+                        Policy::KernelFirst => false,
+                        Policy::Random(_) => {
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            rng & 1 == 0
+                        }
+                    },
+                };
+                moved = true;
+                if copy_turn {
+                    match side.plan.steps[side.pc] {
+                        Step::WaitConsumed { .. } => {}
+                        Step::ClearConsumed { slot } => side.consumed[slot as usize] = 0,
+                        Step::Pull { slot, xfer } => {
+                            let h = &mut side.holds[slot as usize];
+                            assert!(
+                                h.is_none_or(|(_, consumed)| consumed),
+                                "slot {slot} reused before it was consumed ({h:?})"
+                            );
+                            assert!(xfer.bytes <= ring.slot_bytes);
+                            // The piece this copy carries: the next one the
+                            // copy stream has not landed yet, in this slot.
+                            let k = side.plan.steps[side.pc..]
+                                .iter()
+                                .find_map(|s| match s {
+                                    Step::Land { slot: ls, value } if *ls == slot => {
+                                        Some(*value as u64 - 1)
+                                    }
+                                    _ => None,
+                                })
+                                .expect("a pull is followed by its landed flag");
+                            *h = Some((k, false));
+                            let v = mem.get(xfer.src, xfer.bytes);
+                            mem.put(xfer.dst, &v);
+                        }
+                        Step::Land { slot, value } => side.landed[slot as usize] = value,
+                    }
+                    side.pc += 1;
+                } else {
+                    let p = pieces[side.next];
+                    let r = &side.plan.reduce;
+                    let sz = side.plan.dtype.size() as u64;
+                    assert_eq!(
+                        side.holds[p.slot as usize],
+                        Some((p.k, false)),
+                        "the kernel's piece {} is not in slot {}",
+                        p.k,
+                        p.slot
+                    );
+                    // The slot's address: where every pull into it goes.
+                    let slot_base = side
+                        .plan
+                        .steps
+                        .iter()
+                        .find_map(|s| match s {
+                            Step::Pull { slot, xfer } if *slot == p.slot => Some(xfer.dst),
+                            _ => None,
+                        })
+                        .expect("the slot was pulled into");
+                    for i in p.lo..p.hi {
+                        let mine = mem.get(r.input + i * sz, sz);
+                        let theirs = mem.get(slot_base + (i - p.lo) * sz, sz);
+                        let (x0, x1) = if r.rank == 0 {
+                            (mine, theirs)
+                        } else {
+                            (theirs, mine)
+                        };
+                        let o = reduce_elem(side.plan.dtype, side.plan.op, &x0, &x1);
+                        mem.put(r.output + i * sz, &o);
+                    }
+                    side.holds[p.slot as usize] = Some((p.k, true));
+                    side.landed[p.slot as usize] = 0;
+                    side.consumed[p.slot as usize] = p.k as u32 + 1;
+                    side.next += 1;
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        for (r, side) in sides.iter().enumerate() {
+            let n = side.plan.reduce.pieces().count();
+            assert!(
+                side.pc == side.plan.steps.len() && side.next == n,
+                "rank {r} deadlocked: copy step {}/{}, piece {}/{n}",
+                side.pc,
+                side.plan.steps.len(),
+                side.next
+            );
+            // Every flag back to 0 (a replay finds them as the first run did).
+            assert!(side
+                .landed
+                .iter()
+                .chain(side.consumed.iter())
+                .all(|&f| f == 0));
+        }
+        // Middle barrier passed; phase 2.
+        for side in &sides {
+            for x in &side.plan.gather {
+                let v = mem.get(x.src, x.bytes);
+                mem.put(x.dst, &v);
+            }
+        }
+    }
+
+    /// Every (collective, type, op, count, placement, ring, policy) in the
+    /// simulated address space against a float64/exact reference: odd
+    /// counts, counts that no piece size divides, fewer elements than a
+    /// piece, in place and out of place; both ranks' outputs equal bits.
+    #[test]
+    // Ranks index several parallel arrays (inputs, outputs, expectations).
+    #[allow(clippy::needless_range_loop)]
+    fn schedules_compute_the_collectives_in_a_simulated_space() {
+        const IN: [u64; 2] = [0, 100_000];
+        const OUT: [u64; 2] = [200_000, 300_000];
+        const SCRATCH: [u64; 2] = [400_000, 450_000];
+        let cases = [
+            (DataType::Float32, Op::Sum),
+            (DataType::Float32, Op::Prod),
+            (DataType::Int32, Op::Max),
+            (DataType::Float64, Op::Min),
+            (DataType::Uint8, Op::Prod),
+        ];
+        let rings = [
+            Ring {
+                slots: 4,
+                slot_bytes: 64,
+            },
+            Ring {
+                slots: 1,
+                slot_bytes: 16,
+            },
+            Ring {
+                slots: 3,
+                slot_bytes: 48,
+            },
+        ];
+        let policies = [
+            Policy::CopiesFirst,
+            Policy::KernelFirst,
+            Policy::Random(0x9e37_79b9),
+        ];
+        for kind in [Kind::AllReduce, Kind::ReduceScatter] {
+            for (dtype, op) in cases {
+                let sz = dtype.size() as u64;
+                for count in [1u64, 5, 17, 64, 257, 1001] {
+                    for in_place in [false, true] {
+                        for ring in rings {
+                            for policy in policies {
+                                let ctx = format!(
+                                    "{kind:?} {dtype:?} {op:?} count={count} in_place={in_place} {ring:?} {policy:?}"
+                                );
+                                let in_elems = match kind {
+                                    Kind::AllReduce => count,
+                                    Kind::ReduceScatter => 2 * count,
+                                };
+                                let mut mem = Mem(vec![0xee; 500_000]);
+                                let input = |r: usize| if in_place { OUT[r] } else { IN[r] };
+                                // Rank r's input: values whose reductions are
+                                // exact checks of order and rounding.
+                                let val = |r: usize, i: u64| -> f64 {
+                                    match dtype {
+                                        DataType::Uint8 => ((i * 7 + r as u64 * 3) % 256) as f64,
+                                        DataType::Int32 => {
+                                            (i as f64 * 37.0 - 5000.0)
+                                                * if r == 0 { 1.0 } else { -1.0 }
+                                        }
+                                        _ => {
+                                            (i as f64 + 0.1) * if r == 0 { 1.25 } else { -0.3 }
+                                                + (i % 3) as f64
+                                        }
+                                    }
+                                };
+                                let mut vals = [vec![], vec![]];
+                                for r in 0..2 {
+                                    for i in 0..in_elems {
+                                        let e = encode(dtype, val(r, i));
+                                        vals[r].push(decode(dtype, &e));
+                                        mem.put(input(r) + i * sz, &e);
+                                    }
+                                }
+                                let calls = [0, 1].map(|r| Call {
+                                    kind,
+                                    input: input(r),
+                                    output: match (kind, in_place) {
+                                        (Kind::ReduceScatter, true) => {
+                                            input(r) + r as u64 * count * sz
+                                        }
+                                        _ => OUT[r],
+                                    },
+                                    count,
+                                    dtype,
+                                    op,
+                                });
+                                let plans = plan_pair(calls, SCRATCH, ring);
+                                simulate(&mut mem, plans, ring, policy);
+                                for r in 0..2 {
+                                    let (lo, n) = match kind {
+                                        Kind::AllReduce => (0, count),
+                                        Kind::ReduceScatter => (r as u64 * count, count),
+                                    };
+                                    for i in 0..n {
+                                        let got =
+                                            decode(dtype, &mem.get(calls[r].output + i * sz, sz));
+                                        let e = (lo + i) as usize;
+                                        let want = reference(dtype, op, vals[0][e], vals[1][e]);
+                                        assert_eq!(got, want, "{ctx} rank {r} [{i}]");
+                                    }
+                                }
+                                if kind == Kind::AllReduce {
+                                    assert_eq!(
+                                        mem.get(calls[0].output, count * sz),
+                                        mem.get(calls[1].output, count * sz),
+                                        "{ctx}: ranks differ"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The checker catches a schedule that reuses a slot before the kernel
+    /// consumed it: the device ring's plan without its waits, with the copy
+    /// stream running ahead.
+    #[test]
+    #[should_panic(expected = "reused before it was consumed")]
+    fn a_slot_reused_before_it_is_consumed_is_caught() {
+        let ring = Ring {
+            slots: 2,
+            slot_bytes: 16,
+        };
+        let c = call(Kind::ReduceScatter, 0, 1000, 40, DataType::Float32, Op::Sum);
+        let c1 = Call {
+            input: 2000,
+            output: 3000,
+            ..c
+        };
+        let mut plans = plan_pair([c, c1], [5000, 6000], ring);
+        for p in plans.iter_mut() {
+            p.steps
+                .retain(|s| !matches!(s, Step::WaitConsumed { .. } | Step::ClearConsumed { .. }));
+        }
+        let mut mem = Mem(vec![0; 8000]);
+        simulate(&mut mem, plans, ring, Policy::CopiesFirst);
+    }
+
+    /// And the real schedule never does, whoever runs ahead, for the
+    /// device's ring shape too (scaled addresses, no data checked).
+    #[test]
+    fn the_device_ring_schedule_keeps_the_slot_discipline() {
+        let c = call(
+            Kind::AllReduce,
+            0,
+            0,
+            (SLOT_BYTES * 9 + 12) / 4,
+            DataType::Float32,
+            Op::Sum,
+        );
+        let [p0, p1] = plan_pair([c, c], [0, 0], RING);
+        for p in [&p0, &p1] {
+            let pulls = p
+                .steps
+                .iter()
+                .filter(|s| matches!(s, Step::Pull { .. }))
+                .count();
+            assert_eq!(pulls, p.reduce.pieces().count());
+            // Every pull after the first SLOTS waits for the piece SLOTS before it.
+            let mut seen = 0u32;
+            for (i, s) in p.steps.iter().enumerate() {
+                if let Step::Pull { slot, xfer } = s {
+                    assert!(xfer.bytes <= SLOT_BYTES && xfer.bytes % 4 == 0);
+                    if seen >= SLOTS {
+                        assert_eq!(
+                            p.steps[i - 1],
+                            Step::ClearConsumed { slot: *slot },
+                            "pull {seen}"
+                        );
+                        assert_eq!(
+                            p.steps[i - 2],
+                            Step::WaitConsumed {
+                                slot: *slot,
+                                value: seen - SLOTS + 1
+                            }
+                        );
+                    }
+                    seen += 1;
+                }
+            }
+        }
+        // The gather pulls the peer's part into the same place.
+        assert_eq!(p0.gather[0].dst, p1.reduce.output);
+    }
+}
