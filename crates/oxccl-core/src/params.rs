@@ -449,6 +449,12 @@ params! {
         "Element count from which out-of-place all-reduces of the two-GPU in-process path also take the two-shot kernel (in place always does). 0 or unset: never; 1: always.";
     CUDA_CE_MIN: Opt<Size> = "OXCCL_CUDA_CE_MIN", "", honoured,
         "Two GPUs in one process, both ranks' calls in one group of one thread (nccl-tests -g 2): all-gathers, broadcasts and send/receive groups (gather, scatter, all-to-all) whose largest transfer is at least this many bytes (twice this when only one GPU receives, as in a broadcast) move it with the copy engines instead of SMs. 0: never. Unset: 64M.";
+    // Why a bound of its own, apart from CUDA_CE_MIN: the reduction's fixed
+    // cost (three barriers, a pipeline's fill and drain through a 64 MiB
+    // scratch ring) is paid against the SM pair kernel at 337 GB/s, not the
+    // copy kernel, so it pays off far later (ce_reduce.rs, DEFAULT_AR_MIN).
+    CUDA_CE_AR_MIN: Opt<Size> = "OXCCL_CUDA_CE_AR_MIN", "", honoured,
+        "Two GPUs in one process, both ranks' calls in one group of one thread (nccl-tests -g 2): all-reduces and reduce-scatters (sum, prod, max, min; same count, type and op on both ranks) whose send buffer holds at least this many bytes pull the peer's values with the copy engines through a 64 MiB scratch ring per GPU and reduce them with a 32-block kernel, instead of the SM pair kernel. 0: never. Unset: 256M.";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 128K / (ranks - 1) within a host; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off. 0 also turns off the one-shot all-gather and reduce-scatter (blocks B with (ranks - 1) x B within LL's 512K, one host).";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,

@@ -344,6 +344,100 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
 }
 
 
+// ---- Copy-engine all-reduce / reduce-scatter: the reducing kernel ----
+//
+// See crates/oxccl-cuda/src/ce_reduce.rs for the whole call. This rank owns
+// `count` elements (its part); a copy stream pulls the peer's values of the
+// part into a ring of `slots` slots of `piece` elements (this GPU's scratch)
+// and, after each piece, writes landed[slot] = piece number + 1 with
+// cuStreamWriteValue32 (whose default memory barrier makes the copy's bytes
+// visible first). This kernel, on the caller's stream, takes the pieces in
+// order: thread 0 of each block waits for the piece's landed flag, the grid
+// computes out = x0 op x1 for the piece (x0 is rank 0's value, so the bits are
+// NCCL's pair order), and the last block through the piece (a per-slot block
+// counter) puts landed and the counter back to 0 and writes consumed[slot] =
+// piece number + 1, which the copy stream waits for before it refills the
+// slot. Flags are left at 0 between calls (the copy stream clears consumed),
+// so a replay of the same work starts from what the first run saw.
+//
+// Bound: per piece, reads 2 x piece and writes 1 x piece from this GPU's
+// memory, which must keep up with the copy engine's 390 GB/s into the ring:
+// ~1.2 TB/s, which a fraction of the SMs (the host launches 32 blocks) gives,
+// leaving the rest to the caller's kernels.
+//
+// The waits spin without a bound, like the pair kernels' barriers (a peer
+// that never copies stalls the stream; the ring kernels' abort flag is not
+// reachable from this path).
+struct CerArgs {
+    const void* in;       // this rank's input, at its part
+    void* out;            // this rank's output, at its part
+    const char* scratch;  // slot 0 (slot s at s * piece elements)
+    u32* flags;           // landed[], consumed[] at CER_CONSUMED, counters at CER_DONE
+    u64 count;            // elements of the part
+    u64 piece;            // elements per piece (a slot), a multiple of 16 bytes
+    u32 slots;
+    u32 rank;             // 0: `in` is x0; 1: the pulled values are x0
+};
+enum { CER_CONSUMED = 16, CER_DONE = 32 };
+
+__device__ __forceinline__ u32 ld_acquire_sys32(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release_sys32(u32* p, u32 v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+template <typename E, int OP>
+__device__ __forceinline__ void ce_reduce(const CerArgs& a) {
+    typedef typename E::S S;
+    typedef typename E::A A;
+    const u64 sz = sizeof(S);
+    // The part's pointers keep the buffers' alignment (parts and pieces
+    // start at 16-byte multiples); the slots are 16-byte aligned.
+    const bool vec = ((((u64)a.in) | ((u64)a.out)) & 15) == 0;
+    u32* landed = a.flags;
+    u32* consumed = a.flags + CER_CONSUMED;
+    u32* done = a.flags + CER_DONE;
+    const u64 pieces = (a.count + a.piece - 1) / a.piece;
+    for (u64 k = 0; k < pieces; k++) {
+        const u32 s = (u32)(k % a.slots);
+        const u32 tag = (u32)(k + 1);
+        if (threadIdx.x == 0) {
+            while (ld_acquire_sys32(landed + s) != tag) {
+            }
+        }
+        __syncthreads();
+        const u64 lo = k * a.piece;
+        const u64 n = a.count - lo < a.piece ? a.count - lo : a.piece;
+        const char* mine = (const char*)a.in + lo * sz;
+        const char* theirs = a.scratch + (u64)s * a.piece * sz;
+        // Slot reads go through ldcg (L2): a slot's earlier piece may sit in L1.
+        red_elems<E, OP>(a.rank == 0 ? (const void*)mine : (const void*)theirs,
+                         a.rank == 0 ? (const void*)theirs : (const void*)mine,
+                         (char*)a.out + lo * sz, nullptr, 0, n, vec, (A)0, (A)0, 2u);
+        __syncthreads();  // the block's reads of the slot are done
+        if (threadIdx.x == 0) {
+            __threadfence();
+            if (atomicAdd(done + s, 1u) == gridDim.x - 1) {
+                atomicExch(done + s, 0u);
+                *(volatile u32*)(landed + s) = 0u;
+                __threadfence_system();
+                st_release_sys32(consumed + s, tag);
+            }
+        }
+    }
+}
+
+// One reducing kernel per (type, op), compiled alone (kernels.rs
+// `ce_reduce_variant`, which defines OXCCL_CER_ONE and leaves out the 72
+// pair kernels below).
+#define OXCCL_CER(TN, E, ON, OP)                                                          \
+    extern "C" __global__ void __launch_bounds__(512) oxccl_cer_##TN##_##ON(CerArgs a) { \
+        ce_reduce<E, OP>(a);                                                              \
+    }
+
 #define OXCCL_AR1(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ar1_##TN##_##ON(ArArgs a) { \
         kernel_entry();                                                                  \
@@ -357,6 +451,7 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
     OXCCL_AR1(TN, E, avg, OP_AVG)     \
     OXCCL_AR1(TN, E, premulsum, OP_PREMULSUM)
 
+#ifndef OXCCL_CER_ONE
 OXCCL_AR1_ALL_OPS(i8, I8E)
 OXCCL_AR1_ALL_OPS(u8, U8E)
 OXCCL_AR1_ALL_OPS(i32, I32E)
@@ -369,3 +464,4 @@ OXCCL_AR1_ALL_OPS(f64, F64E)
 OXCCL_AR1_ALL_OPS(bf16, BF16E)
 OXCCL_AR1_ALL_OPS(e4m3, E4M3E)
 OXCCL_AR1_ALL_OPS(e5m2, E5M2E)
+#endif  // OXCCL_CER_ONE

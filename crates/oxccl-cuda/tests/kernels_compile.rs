@@ -71,6 +71,60 @@ fn every_kernel_compiles_for_sm90() {
         }
         compile::compile_cached(&kernels::ring_p2p(), 90, Some(std::path::Path::new(&d)))
             .unwrap_or_else(|e| panic!("{e}"));
+        // And every copy-engine reduction (kernels::ce_reduce_variant).
+        for t in DataType::ALL {
+            for op in kernels::CE_OPS {
+                compile::compile_cached(
+                    &kernels::ce_reduce_variant(t, op),
+                    90,
+                    Some(std::path::Path::new(&d)),
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    }
+}
+
+/// The copy-engine reductions compile one at a time, each with its kernel
+/// and the barrier kernel (`oxccl_pcopy`), none of the pair kernels; every
+/// type compiles (sum), and every op (float, bfloat16, fp8, int8).
+#[test]
+fn copy_engine_reductions_compile_one_at_a_time() {
+    if !nvrtc_or_skip("copy_engine_reductions_compile_one_at_a_time") {
+        return;
+    }
+    let has = |img: &[u8], name: &str| img.windows(name.len()).any(|w| w == name.as_bytes());
+    let check = |t: DataType, op| {
+        let src = kernels::ce_reduce_variant(t, op);
+        let t0 = std::time::Instant::now();
+        let img = compile::compile_now(&src, 90).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!(
+            "{}: {} bytes in {:.0} ms",
+            src.name,
+            img.len(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        let name = kernels::ce_reduce_kernel(t, op);
+        assert!(has(&img, &name), "{name} is not in {}", src.name);
+        assert!(has(&img, "oxccl_pcopy"));
+        assert!(
+            !has(&img, "oxccl_ar1_"),
+            "{}: pair kernels compiled too",
+            src.name
+        );
+    };
+    for t in DataType::ALL {
+        check(t, oxccl_cuda::ce_reduce::Op::Sum);
+    }
+    for t in [
+        DataType::Float32,
+        DataType::Bfloat16,
+        DataType::Float8e4m3,
+        DataType::Int8,
+    ] {
+        for op in kernels::CE_OPS {
+            check(t, op);
+        }
     }
 }
 
