@@ -103,6 +103,10 @@ run gpu_abi_host     env NCCL_P2P_DISABLE=1 "$B/gpu_abi" --nocapture --test-thre
 # Every copying call of the two-GPU test through the copy engines (the test
 # asserts that each one went there).
 run gpu_abi_ce       env OXCCL_CUDA_CE_MIN=1 "$B/gpu_abi" --nocapture --test-threads=1
+# Every all-reduce and reduce-scatter (sum, prod, max, min) of the two-GPU
+# tests through the copy-engine reduction (two_gpus_copy_engine_reductions
+# asserts that each one went there; the others check their results).
+OXCCL_TEST_TIMEOUT=300 run gpu_abi_ce_ar env OXCCL_CUDA_CE_AR_MIN=1 "$B/gpu_abi" --nocapture --test-threads=1
 # One process per GPU (CUDA IPC), 3 and 4 ranks, host memory, a missing peer.
 OXCCL_TEST_TIMEOUT=600 run gpu_procs env OXCCL_TEST_NET_PLUGIN="$PWD/$B/libnccl-net-oxtest.so" \
   "$B/gpu_procs" --nocapture --test-threads=1

@@ -30,6 +30,10 @@
 #   scripts/perf-gpu.sh pdl          # small all-reduces (2 processes and -g 2,
 #                                    # eager and graphs) with programmatic
 #                                    # launches on and off, vs NCCL
+#   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
+#                                    # the copy-engine reduction at its default
+#                                    # bound and off (SM kernel), vs NCCL
+#                                    # (OXCCL_CE_AR_COLLS="all_reduce" runs one)
 #
 # NVLink multicast stays off in everything this starts (shared/gpu.md rules).
 # Every run has a deadline: -T 120 inside oxccl perf, `timeout` around it.
@@ -199,6 +203,18 @@ if [ "$MODE" = pdl ]; then
   # The other small collectives under graphs, 2 processes, programmatic on.
   for c in all_gather reduce_scatter sendrecv alltoall; do
     run "pdl1_ranks2_${c}_graph" 200 "$X" $P $c --backend cuda --ranks 2 -b 8 -e 1M -f 8 -c 1 -n 200 -w 20 -G 10 --compare "$NCCL"
+  done
+fi
+if [ "$MODE" = ce_ar ]; then
+  # The copy-engine all-reduce / reduce-scatter (one process, both GPUs,
+  # -g 2) from 64 MB to 8 GB beside NCCL: at the default bound
+  # (OXCCL_CUDA_CE_AR_MIN unset: copy engines from 256 MiB) and with the SM
+  # pair kernel only (=0). Buffers up to 8 GB per rank (16 GB with -c's
+  # reference), so one run per collective and setting takes minutes.
+  for c in ${OXCCL_CE_AR_COLLS:-all_reduce reduce_scatter}; do
+    G="$c --backend cuda -g 2 -b 64M -e 8G -f 2 -c 1 -n 10 -w 3 --compare $NCCL"
+    run "ce_ar_default_$c" 280 "$X" $P $G -J "$OUTDIR/ce_ar_default_$c.json"
+    OXCCL_CUDA_CE_AR_MIN=0 run "ce_ar_off_$c" 280 "$X" $P $G -J "$OUTDIR/ce_ar_off_$c.json"
   done
 fi
 if [ "$MODE" = tuning ]; then

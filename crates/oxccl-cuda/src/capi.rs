@@ -31,7 +31,7 @@ use crate::device::check;
 use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
 use crate::ring::{self, Ring, RingBoot, RingConfig};
-use crate::{ce, compile, kernels};
+use crate::{ce, ce_reduce, compile, kernels};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -306,6 +306,10 @@ pub struct DevComm {
     /// The copy-engine path's side stream and its fork/join events
     /// (created at its first use; see [`crate::ce`]).
     ce_side: Mutex<Option<CeSide>>,
+    /// The copy-engine reduction's scratch ring and flags
+    /// ([`ce_reduce::SCRATCH_BYTES`], 64 MiB + 256 B of this GPU's memory,
+    /// allocated at the first such call, freed with the communicator).
+    ce_scratch: Mutex<Option<u64>>,
 }
 
 /// A non-blocking stream of this rank's context for the local copies of a
@@ -339,12 +343,15 @@ enum LaunchKind {
     Nothing,
     /// One rank, out of place: a device-to-device copy.
     Copy { dst: u64, src: u64, bytes: usize },
-    /// This rank's half of a reducing kernel.
+    /// This rank's half of a reducing kernel; `ce`: the call as the
+    /// copy-engine reduction would take it (an all-reduce or reduce-scatter
+    /// with an op it does), for the pairing in [`launch_all`].
     Half {
         f: usize,
         blocks: u32,
         budget: u64,
         args: ArArgs,
+        ce: Option<ce_reduce::Call>,
     },
     /// This rank's half of the copy kernel.
     Pcopy { f: usize, blocks: u32, args: CpArgs },
@@ -358,6 +365,13 @@ enum LaunchKind {
     /// barrier (`f` is `oxccl_pcopy`, copying nothing), the plan's copies,
     /// a second barrier.
     Ce { f: usize, plan: ce::Plan },
+    /// A copy-engine reduction (paired with the peer's by [`launch_all`]):
+    /// `f` is `oxccl_pcopy` (the barriers), `fr` the reduce kernel.
+    CeReduce {
+        f: usize,
+        fr: usize,
+        plan: ce_reduce::RankPlan,
+    },
     /// Sends and receives `(peer, pointer, bytes)`; `f` is `oxccl_pcopy`
     /// (0 when every peer is this rank).
     P2p {
@@ -405,6 +419,7 @@ impl DevComm {
             ring_only: std::sync::atomic::AtomicBool::new(false),
             checked_stream: std::sync::atomic::AtomicUsize::new(0),
             ce_side: Mutex::new(None),
+            ce_scratch: Mutex::new(None),
         };
         {
             let _scope = CtxScope::enter(ctx)?;
@@ -692,12 +707,29 @@ impl DevComm {
                 if nonroot_reduce {
                     args.output = 0;
                 }
+                let kind = match what {
+                    Reduction::AllReduce => Some(ce_reduce::Kind::AllReduce),
+                    Reduction::ReduceScatter => Some(ce_reduce::Kind::ReduceScatter),
+                    Reduction::Reduce { .. } => None,
+                };
+                let ce = match (kind, ce_reduce::Op::of(op), scalar_ptr) {
+                    (Some(kind), Some(op), None) => Some(ce_reduce::Call {
+                        kind,
+                        input: send,
+                        output: recv,
+                        count: count as u64,
+                        dtype: t,
+                        op,
+                    }),
+                    _ => None,
+                };
                 self.launch(
                     LaunchKind::Half {
                         f,
                         blocks,
                         budget,
                         args,
+                        ce,
                     },
                     stream,
                 )
@@ -958,7 +990,7 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
         }
     }
     ops.extend(p2p);
-    pair_for_copy_engines(&mut ops, ce_min());
+    pair_for_copy_engines(&mut ops, ce_min(), ce_ar_min());
     for l in ops {
         l.go()?;
     }
@@ -1011,37 +1043,61 @@ fn ce_min() -> u64 {
     })
 }
 
-/// What a launch is to the copy-engine pairing: `None` when it cannot take
-/// part (a ring launch, a reduction, nothing to do).
-fn ce_candidate(l: &Launch) -> Option<bool> {
+/// `OXCCL_CUDA_CE_AR_MIN` ([`ce_reduce::DEFAULT_AR_MIN`] when unset; 0: never).
+fn ce_ar_min() -> u64 {
+    static M: OnceLock<u64> = OnceLock::new();
+    *M.get_or_init(|| {
+        oxccl_env::params()
+            .get(&oxccl_core::params::CUDA_CE_AR_MIN)
+            .unwrap_or(ce_reduce::DEFAULT_AR_MIN)
+    })
+}
+
+/// Whether a launch may take part in the copy-engine pairing (copies when
+/// `min` > 0, reductions when `ar_min` > 0): not a ring launch, not a
+/// reduction the copy-engine path does not do, not nothing to do.
+fn ce_candidate(l: &Launch, min: u64, ar_min: u64) -> bool {
     let c = &l.comm;
     if c.nranks != 2 {
-        return None;
+        return false;
     }
     match &l.kind {
-        LaunchKind::Pcopy { args, .. } if args.mode != allreduce::CP_P2P => Some(false),
-        LaunchKind::P2p { f, .. } if *f != 0 && !c.ring_for(l.stream) => Some(true),
-        _ => None,
+        LaunchKind::Pcopy { args, .. } => min > 0 && args.mode != allreduce::CP_P2P,
+        LaunchKind::P2p { f, .. } => min > 0 && *f != 0 && !c.ring_for(l.stream),
+        LaunchKind::Half { ce, .. } => ar_min > 0 && ce.is_some(),
+        _ => false,
     }
 }
 
 /// Rewrites matching copy launches of both ranks of a communicator into
-/// copy-engine launches ([`crate::ce`]; who meets whom: [`ce::match_pairs`]).
-/// A communicator whose candidates do not line up keeps its kernels, as does
-/// any pair whose largest transfer is below `min`. Both ranks of a pair change together,
-/// and a copy-engine launch takes the same barrier values on both.
-fn pair_for_copy_engines(ops: &mut [Launch], min: u64) {
-    if min == 0 {
+/// copy-engine launches ([`crate::ce`]; who meets whom: [`ce::match_pairs`]),
+/// and matching all-reduces / reduce-scatters into copy-engine reductions
+/// ([`crate::ce_reduce`]). A communicator whose candidates do not line up
+/// keeps its kernels, as does any pair whose largest transfer is below `min`
+/// (a reduction: whose size is below `ar_min`). Both ranks of a pair change
+/// together, and a copy-engine launch takes the same barrier values on both.
+fn pair_for_copy_engines(ops: &mut [Launch], min: u64, ar_min: u64) {
+    if min == 0 && ar_min == 0 {
         return;
     }
     let pairs = {
         let cands: Vec<Option<(&[u8], usize)>> = ops
             .iter()
-            .map(|l| ce_candidate(l).map(|_| (l.comm.key.as_slice(), l.comm.rank)))
+            .map(|l| ce_candidate(l, min, ar_min).then(|| (l.comm.key.as_slice(), l.comm.rank)))
             .collect();
         ce::match_pairs(&cands)
     };
     for (i, j) in pairs {
+        if let (LaunchKind::Half { ce: Some(a), .. }, LaunchKind::Half { ce: Some(b), .. }) =
+            (&ops[i].kind, &ops[j].kind)
+        {
+            let (a, b) = (*a, *b);
+            if let Some((k0, k1)) = reduce_pair(&ops[i].comm, &ops[j].comm, [a, b], ar_min) {
+                ops[i].kind = k0;
+                ops[j].kind = k1;
+            }
+            continue;
+        }
         let plans = match (&ops[i].kind, &ops[j].kind) {
             (LaunchKind::Pcopy { args: x, .. }, LaunchKind::Pcopy { args: y, .. }) => {
                 ce::pair_collective([copying(x), copying(y)])
@@ -1080,6 +1136,56 @@ fn pair_for_copy_engines(ops: &mut [Launch], min: u64) {
         };
         ops[i].kind = LaunchKind::Ce { f: f0, plan: p0 };
         ops[j].kind = LaunchKind::Ce { f: f1, plan: p1 };
+    }
+}
+
+/// The copy-engine reduction launches of a matching pair of reductions
+/// (rank 0's comm `c0` and call first), or `None` to keep the SM kernels:
+/// the calls do not qualify ([`ce_reduce::qualifies`]), or a scratch ring
+/// or a kernel could not be had (an INFO line says why; the SM path runs
+/// the call correctly either way).
+fn reduce_pair(
+    c0: &Arc<DevComm>,
+    c1: &Arc<DevComm>,
+    calls: [ce_reduce::Call; 2],
+    ar_min: u64,
+) -> Option<(LaunchKind, LaunchKind)> {
+    if !ce_reduce::qualifies(&calls, ar_min) {
+        return None;
+    }
+    let build = || -> Result<(LaunchKind, LaunchKind)> {
+        // Before any launch of this group (launch_all pairs first): the
+        // first allocation synchronises this rank's context, which would
+        // wait forever on a pair kernel of this group whose partner is not
+        // launched yet.
+        let scratch = [c0.ce_scratch()?, c1.ce_scratch()?];
+        let [p0, p1] = ce_reduce::pair(calls, scratch, ar_min)
+            .ok_or_else(|| Error::internal("ce_reduce::pair refused a qualifying pair"))?;
+        let src = kernels::ce_reduce_variant(calls[0].dtype, calls[0].op);
+        let name = kernels::ce_reduce_kernel(calls[0].dtype, calls[0].op);
+        Ok((
+            LaunchKind::CeReduce {
+                f: c0.function("oxccl_pcopy")?,
+                fr: c0.function_in(&src, &name)?,
+                plan: p0,
+            },
+            LaunchKind::CeReduce {
+                f: c1.function("oxccl_pcopy")?,
+                fr: c1.function_in(&src, &name)?,
+                plan: p1,
+            },
+        ))
+    };
+    match build() {
+        Ok(k) => Some(k),
+        Err(e) => {
+            oxccl_env::info!(
+                oxccl_env::log::Subsys::COLL,
+                "copy-engine reduction not taken, the SM kernel runs it: {}",
+                e.message()
+            );
+            None
+        }
     }
 }
 
@@ -1126,6 +1232,7 @@ impl Launch {
                 blocks,
                 budget,
                 mut args,
+                ..
             } => {
                 let _scope = CtxScope::enter(c.ctx)?;
                 let mut seq = lock(&c.seq);
@@ -1163,6 +1270,7 @@ impl Launch {
             }
             LaunchKind::P2p { f, sends, recvs } => c.go_p2p(f, sends, recvs, stream),
             LaunchKind::Ce { f, plan } => c.go_ce(f, &plan, stream),
+            LaunchKind::CeReduce { f, fr, plan } => c.go_ce_reduce(f, fr, &plan, stream),
         }
     }
 }
@@ -1671,6 +1779,184 @@ impl DevComm {
     }
 }
 
+impl DevComm {
+    /// The copy-engine reduction's scratch ring and zeroed flags
+    /// ([`ce_reduce::SCRATCH_BYTES`]), allocated on first use. Call it
+    /// before the group launches anything (it synchronises the context).
+    fn ce_scratch(&self) -> Result<u64> {
+        let mut sc = lock(&self.ce_scratch);
+        if let Some(p) = *sc {
+            return Ok(p);
+        }
+        let _scope = CtxScope::enter(self.ctx)?;
+        let p = guarded("cuMemAlloc", || {
+            let mut p: sys::CUdeviceptr = 0;
+            // SAFETY: the context is current; writes one pointer; the memset
+            // covers the flags inside the allocation; the synchronize makes
+            // it complete before any stream can use them.
+            unsafe {
+                check(
+                    sys::cuMemAlloc_v2(&mut p, ce_reduce::SCRATCH_BYTES as usize),
+                    "cuMemAlloc(copy-engine reduction scratch)",
+                )?;
+                let r = check(
+                    sys::cuMemsetD8_v2(
+                        p + ce_reduce::FLAGS_OFFSET,
+                        0,
+                        ce_reduce::FLAGS_BYTES as usize,
+                    ),
+                    "cuMemsetD8",
+                )
+                .and_then(|_| check(sys::cuCtxSynchronize(), "cuCtxSynchronize"));
+                if let Err(e) = r {
+                    sys::cuMemFree_v2(p);
+                    return Err(e);
+                }
+            }
+            Ok(p)
+        })?;
+        *sc = Some(p);
+        Ok(p)
+    }
+
+    /// Runs this rank's half of a copy-engine reduction on `stream`
+    /// ([`ce_reduce`]): barrier; the reduce kernel on `stream` beside the
+    /// copy stream (the side stream) that feeds it; join; barrier; for an
+    /// all-reduce the pull of the peer's part and a last barrier. Returns
+    /// without waiting.
+    fn go_ce_reduce(
+        &self,
+        f: usize,
+        fr: usize,
+        plan: &ce_reduce::RankPlan,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let peer = self.peer()?;
+        let scratch = (*lock(&self.ce_scratch))
+            .ok_or_else(|| Error::internal("copy-engine reduction without its scratch"))?;
+        let _scope = CtxScope::enter(self.ctx)?;
+        let sd = self.ce_side()?;
+        let side = sd.stream as sys::CUstream;
+        let flags = scratch + ce_reduce::FLAGS_OFFSET;
+        let word = |w: u32| flags + 4 * w as u64;
+        self.ce_barrier(f, peer.flags, stream)?;
+        let r = &plan.reduce;
+        if r.count > 0 {
+            self.fork_side(sd, stream)?;
+            // The kernel is queued before the copies it waits for: were the
+            // two streams to share a hardware queue, the copies behind a
+            // kernel still run, a kernel behind a waiting copy would not.
+            let args = allreduce::CerArgs {
+                input: r.input,
+                output: r.output,
+                scratch,
+                flags,
+                count: r.count,
+                piece: r.piece,
+                slots: r.slots,
+                rank: r.rank,
+            };
+            // SAFETY: the part's ranges are this GPU's device memory (checked
+            // by prepare); the scratch is this communicator's live ring of
+            // SCRATCH_BYTES; the steps queued next fill it as the kernel
+            // expects (ce_reduce's schedule for this very Reduce).
+            unsafe { allreduce::launch_cer(fr as sys::CUfunction, stream, args)? };
+            for st in &plan.steps {
+                match *st {
+                    ce_reduce::Step::WaitConsumed { slot, value } => {
+                        // SAFETY: a flag word inside the live scratch.
+                        unsafe {
+                            stream_wait32(side, word(ce_reduce::CONSUMED_WORD + slot), value)?
+                        }
+                    }
+                    ce_reduce::Step::ClearConsumed { slot } => {
+                        // SAFETY: as above.
+                        unsafe { stream_write32(side, word(ce_reduce::CONSUMED_WORD + slot), 0)? }
+                    }
+                    // SAFETY: the peer's input part (checked by its prepare,
+                    // live until the barrier after the join) into this GPU's
+                    // slot; peer access is enabled both ways.
+                    ce_reduce::Step::Pull { xfer, .. } => unsafe { copy_async(&xfer, side)? },
+                    ce_reduce::Step::Land { slot, value } => {
+                        // SAFETY: a flag word inside the live scratch.
+                        unsafe { stream_write32(side, word(slot), value)? }
+                    }
+                }
+            }
+            self.join_side(sd, stream)?;
+        }
+        self.ce_barrier(f, peer.flags, stream)?;
+        if !plan.gather.is_empty() {
+            // As in go_ce: a copy between devices must not be on a default stream.
+            let pulls_on_side = (stream as usize) <= 2;
+            let on = if pulls_on_side {
+                self.fork_side(sd, stream)?;
+                side
+            } else {
+                stream
+            };
+            for x in &plan.gather {
+                // SAFETY: the peer's output part, written by its kernel before
+                // the barrier above, into this GPU's output (both checked by
+                // prepare); the barrier after keeps the peer's buffer live.
+                unsafe { copy_async(x, on)? };
+            }
+            if pulls_on_side {
+                self.join_side(sd, stream)?;
+            }
+        }
+        if plan.kind == ce_reduce::Kind::AllReduce {
+            self.ce_barrier(f, peer.flags, stream)?;
+        }
+        CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// `cuStreamWaitValue32`: `stream` waits until the 32-bit word at `addr`
+/// equals `value` (context current).
+///
+/// # Safety
+/// `addr` must be a live device word of this context until the wait ran.
+unsafe fn stream_wait32(stream: sys::CUstream, addr: u64, value: u32) -> Result<()> {
+    guarded("cuStreamWaitValue32", || {
+        // SAFETY: the caller's contract.
+        unsafe {
+            check(
+                sys::cuStreamWaitValue32_v2(
+                    stream,
+                    addr,
+                    value,
+                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
+                ),
+                "cuStreamWaitValue32",
+            )
+        }
+    })
+}
+
+/// `cuStreamWriteValue32`: `stream` writes `value` to the 32-bit word at
+/// `addr` after its earlier work's writes are visible (context current).
+///
+/// # Safety
+/// As [`stream_wait32`].
+unsafe fn stream_write32(stream: sys::CUstream, addr: u64, value: u32) -> Result<()> {
+    guarded("cuStreamWriteValue32", || {
+        // SAFETY: the caller's contract.
+        unsafe {
+            check(
+                sys::cuStreamWriteValue32_v2(
+                    stream,
+                    addr,
+                    value,
+                    sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+                ),
+                "cuStreamWriteValue32",
+            )
+        }
+    })
+}
+
 impl Drop for DevComm {
     fn drop(&mut self) {
         // The ring first, while this rank still holds its context reference
@@ -1688,6 +1974,9 @@ impl Drop for DevComm {
             if self.flags != 0 && sys::cuCtxSetCurrent(self.ctx) == CUresult::CUDA_SUCCESS {
                 sys::cuCtxSynchronize();
                 sys::cuMemFree_v2(self.flags);
+                if let Some(p) = lock(&self.ce_scratch).take() {
+                    sys::cuMemFree_v2(p);
+                }
                 if let Some(sd) = lock(&self.ce_side).take() {
                     sys::cuEventDestroy_v2(sd.fork as sys::CUevent);
                     sys::cuEventDestroy_v2(sd.join as sys::CUevent);

@@ -8,7 +8,8 @@
 //! all-reduces), in place and out of place, count 0, 30 calls back to back,
 //! ungrouped calls, the refusal of mixed host/device buffers; every other
 //! collective and send/receive on device buffers, PreMulSum (immediate and
-//! device scalars).
+//! device scalars); all-reduces and reduce-scatters of several types and ops
+//! that take the copy engines when OXCCL_CUDA_CE_AR_MIN=1.
 
 #![allow(clippy::needless_range_loop)] // ranks index several parallel arrays
 
@@ -21,8 +22,13 @@ use std::ptr::null_mut;
 const INT32: i32 = 2;
 const INT64: i32 = 4;
 const FLOAT32: i32 = 7;
+const UINT8: i32 = 1;
+const FLOAT64: i32 = 8;
 const SUM: i32 = 0;
+const PROD: i32 = 1;
 const MAX: i32 = 2;
+const MIN: i32 = 3;
+const AVG: i32 = 4;
 
 fn ok(r: ncclResult_t, what: &str) {
     assert_eq!(r, ncclSuccess, "{what}: {:?}", unsafe {
@@ -695,6 +701,195 @@ fn two_gpus_every_collective() {
                     .chain(sb.iter().map(|x| x.0))
                     .chain(rb.iter().map(|x| x.0))
                 {
+                    ok(unsafe { ncclMemFree(p) }, "ncclMemFree");
+                }
+            }
+        }
+        for c in comms {
+            ok(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy");
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// An element of `dtype` (uint8, int32, float32, float64) as bytes.
+fn enc(dtype: i32, v: f64) -> Vec<u8> {
+    match dtype {
+        UINT8 => vec![v as i64 as u8],
+        INT32 => (v as i32).to_le_bytes().to_vec(),
+        FLOAT32 => (v as f32).to_le_bytes().to_vec(),
+        FLOAT64 => v.to_le_bytes().to_vec(),
+        _ => unreachable!(),
+    }
+}
+
+fn dec(dtype: i32, b: &[u8]) -> f64 {
+    match dtype {
+        UINT8 => b[0] as f64,
+        INT32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
+        FLOAT32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
+        FLOAT64 => f64::from_le_bytes(b.try_into().unwrap()),
+        _ => unreachable!(),
+    }
+}
+
+fn elem_size(dtype: i32) -> usize {
+    match dtype {
+        UINT8 => 1,
+        INT32 | FLOAT32 => 4,
+        _ => 8,
+    }
+}
+
+/// x0 op x1 from float64 (exact for these values and ops), in the type.
+fn want(dtype: i32, op: i32, a: f64, b: f64) -> f64 {
+    let r = match op {
+        SUM => a + b,
+        PROD => a * b,
+        MAX => a.max(b),
+        MIN => a.min(b),
+        AVG => a * 0.5 + b * 0.5,
+        _ => unreachable!(),
+    };
+    match dtype {
+        UINT8 => (r as i64).rem_euclid(256) as f64,
+        FLOAT32 => r as f32 as f64,
+        _ => r,
+    }
+}
+
+/// Rank r's input element i: small integers and quarters, so sums,
+/// products and averages are exact in every type here.
+fn cval(dtype: i32, r: usize, i: usize) -> f64 {
+    match dtype {
+        UINT8 => ((i * 7 + r * 3) % 256) as f64,
+        INT32 => (i % 10007) as f64 * if r == 0 { 3.0 } else { -2.0 } + 11.0,
+        _ => ((i % 4093) as f64 * 0.25 + 1.0) * if r == 0 { 1.0 } else { -1.5 },
+    }
+}
+
+/// All-reduces and reduce-scatters through the copy engines: gpu-test.sh's
+/// gpu_abi_ce_ar row sets OXCCL_CUDA_CE_AR_MIN=1, and then every call here
+/// but the avg pairs both ranks on the copy engines (one count per rank);
+/// otherwise (these sizes stay under the default 256 MiB, or the ring rows
+/// take no pair path) none does, and the same results are checked on the
+/// SM kernels. Float sum, int32 max, uint8 prod, float64 min; in place and
+/// out of place; odd counts, and counts whose part fills the 4 × 16 MiB
+/// scratch ring more than once (slots reused); avg stays on the SM kernel.
+#[test]
+fn two_gpus_copy_engine_reductions() {
+    if !two_gpus() {
+        return;
+    }
+    std::thread::spawn(|| {
+        let comms = init_all(2);
+        let expect_ce = std::env::var("OXCCL_CUDA_CE_AR_MIN").as_deref() == Ok("1");
+        let group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str, ce: bool| {
+            let before = capi::ce_calls();
+            ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+            for r in 0..2 {
+                ok(f(r), what);
+            }
+            ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+            sync_both();
+            assert_eq!(
+                capi::ce_calls() - before,
+                if expect_ce && ce { 2 } else { 0 },
+                "{what}: rank calls through the copy engines"
+            );
+        };
+        // 5 pieces of 16 MiB in each rank's part (the ring has 4 slots).
+        let ring_wrap = |sz: usize| (5 * (16 << 20) * 2) / sz + 3;
+        let cases = [
+            (FLOAT32, SUM, true),
+            (INT32, MAX, false),
+            (UINT8, PROD, true),
+            (FLOAT64, MIN, false),
+            (FLOAT32, AVG, false),
+        ];
+        for (dtype, op, big) in cases {
+            let sz = elem_size(dtype);
+            let mut counts = vec![1usize, 5, 4099, (1 << 20) + 3];
+            if big {
+                counts.push(ring_wrap(sz));
+            }
+            let ce = op != AVG;
+            for n in counts {
+                // All-reduce of n elements; reduce-scatter of n / 2 + 1 per rank.
+                let rs = n / 2 + 1;
+                let elems = n.max(2 * rs);
+                let s: Vec<_> = (0..2).map(|r| dev_alloc(r, elems * sz)).collect();
+                let d: Vec<_> = (0..2).map(|r| dev_alloc(r, elems * sz)).collect();
+                let input: Vec<Vec<u8>> = (0..2)
+                    .map(|r| {
+                        (0..elems)
+                            .flat_map(|i| enc(dtype, cval(dtype, r, i)))
+                            .collect()
+                    })
+                    .collect();
+                let vals: Vec<Vec<f64>> = (0..2)
+                    .map(|r| {
+                        (0..elems)
+                            .map(|i| dec(dtype, &enc(dtype, cval(dtype, r, i))))
+                            .collect()
+                    })
+                    .collect();
+                let fill = || {
+                    for r in 0..2 {
+                        capi::copy_to_device(s[r] as u64, &input[r]).unwrap();
+                        capi::copy_to_device(d[r] as u64, &vec![0xa5u8; elems * sz]).unwrap();
+                    }
+                };
+                let check = |p: *mut c_void, lo: usize, len: usize, ctx: &str| {
+                    let mut g = vec![0u8; len * sz];
+                    capi::copy_from_device(&mut g, p as u64).unwrap();
+                    for i in 0..len {
+                        let got = dec(dtype, &g[i * sz..(i + 1) * sz]);
+                        let w = want(dtype, op, vals[0][lo + i], vals[1][lo + i]);
+                        assert_eq!(got, w, "{ctx} [{i}]");
+                    }
+                };
+                let at =
+                    |p: *mut c_void, k: usize| unsafe { (p as *mut u8).add(k * sz) } as *mut c_void;
+                let ctx = format!("type {dtype} op {op} n={n}");
+                for in_place in [false, true] {
+                    fill();
+                    let out = |r: usize| if in_place { s[r] } else { d[r] };
+                    group(
+                        &|r| unsafe {
+                            ncclAllReduce(s[r], out(r), n, dtype, op, comms[r], null_mut())
+                        },
+                        &format!("{ctx} ncclAllReduce in_place={in_place}"),
+                        ce,
+                    );
+                    for r in 0..2 {
+                        check(
+                            out(r),
+                            0,
+                            n,
+                            &format!("{ctx} allreduce in_place={in_place} rank {r}"),
+                        );
+                    }
+                    fill();
+                    let rout = |r: usize| if in_place { at(s[r], r * rs) } else { d[r] };
+                    group(
+                        &|r| unsafe {
+                            ncclReduceScatter(s[r], rout(r), rs, dtype, op, comms[r], null_mut())
+                        },
+                        &format!("{ctx} ncclReduceScatter in_place={in_place}"),
+                        ce,
+                    );
+                    for r in 0..2 {
+                        check(
+                            rout(r),
+                            r * rs,
+                            rs,
+                            &format!("{ctx} reducescatter in_place={in_place} rank {r}"),
+                        );
+                    }
+                }
+                for p in s.into_iter().chain(d) {
                     ok(unsafe { ncclMemFree(p) }, "ncclMemFree");
                 }
             }
