@@ -435,6 +435,7 @@ __device__ __forceinline__ void ce_reduce(const CerArgs& a) {
 // pair kernels below).
 #define OXCCL_CER(TN, E, ON, OP)                                                          \
     extern "C" __global__ void __launch_bounds__(512) oxccl_cer_##TN##_##ON(CerArgs a) { \
+        kernel_entry();                                                                   \
         ce_reduce<E, OP>(a);                                                              \
     }
 
