@@ -345,11 +345,15 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
     if bytes <= t.oneshot_net_max {
         (RM_ALLREDUCE_1S, simple)
     } else if bytes <= t.ll_max {
-        let ll = ll_channels(bytes, t.channels);
         if bytes <= t.oneshot_max {
-            (RM_ALLREDUCE_LL1, ll)
+            // A block per 4 KiB: 512 LL lines, one per thread. With a block
+            // per 8 KiB (two lines per thread) 8-64 KB all-reduces took
+            // 4.9-5.0 us under CUDA graphs against 4.1-4.3 (2 processes,
+            // 2xH200, session 6; 128 KB 5.09 against 4.60; a block per
+            // 2 KiB was no better: 3.97-4.65).
+            (RM_ALLREDUCE_LL1, ll_channels(bytes.saturating_mul(2), t.channels))
         } else {
-            (RM_ALLREDUCE_LL, ll)
+            (RM_ALLREDUCE_LL, ll_channels(bytes, t.channels))
         }
     } else {
         (RM_ALLREDUCE, simple)
@@ -2066,16 +2070,18 @@ mod tests {
         // One host, 2 ranks: one-shot LL to 128 KiB, ring LL to 512 KiB,
         // then the Simple ring on 32 channels.
         assert_eq!(plan_at(2, false, 8), (RM_ALLREDUCE_LL1, 1));
-        assert_eq!(plan_at(2, false, 128 << 10), (RM_ALLREDUCE_LL1, 16));
+        assert_eq!(plan_at(2, false, 4 << 10), (RM_ALLREDUCE_LL1, 1));
+        assert_eq!(plan_at(2, false, (4 << 10) + 1), (RM_ALLREDUCE_LL1, 2));
+        assert_eq!(plan_at(2, false, 128 << 10), (RM_ALLREDUCE_LL1, 32));
         assert_eq!(plan_at(2, false, (128 << 10) + 1), (RM_ALLREDUCE_LL, 17));
         assert_eq!(plan_at(2, false, 512 << 10), (RM_ALLREDUCE_LL, 32));
         assert_eq!(plan_at(2, false, 1 << 30), (RM_ALLREDUCE, 32));
         // 4 ranks: one-shot to ~42 KiB (each rank writes 3 copies).
-        assert_eq!(plan_at(4, false, 40 << 10), (RM_ALLREDUCE_LL1, 5));
+        assert_eq!(plan_at(4, false, 40 << 10), (RM_ALLREDUCE_LL1, 10));
         assert_eq!(plan_at(4, false, 48 << 10), (RM_ALLREDUCE_LL, 6));
         // 8 ranks: 16 channels (the window stays at 7 x 16 regions), one-shot
         // to ~18 KiB.
-        assert_eq!(plan_at(8, false, 16 << 10), (RM_ALLREDUCE_LL1, 2));
+        assert_eq!(plan_at(8, false, 16 << 10), (RM_ALLREDUCE_LL1, 4));
         assert_eq!(plan_at(8, false, 32 << 10), (RM_ALLREDUCE_LL, 4));
         assert_eq!(plan_at(8, false, 1 << 30), (RM_ALLREDUCE, 16));
         // 9 ranks: no one-shot kernel.
