@@ -351,7 +351,10 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
             // 4.9-5.0 us under CUDA graphs against 4.1-4.3 (2 processes,
             // 2xH200, session 6; 128 KB 5.09 against 4.60; a block per
             // 2 KiB was no better: 3.97-4.65).
-            (RM_ALLREDUCE_LL1, ll_channels(bytes.saturating_mul(2), t.channels))
+            (
+                RM_ALLREDUCE_LL1,
+                ll_channels(bytes.saturating_mul(2), t.channels),
+            )
         } else {
             (RM_ALLREDUCE_LL, ll_channels(bytes, t.channels))
         }
