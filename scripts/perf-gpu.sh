@@ -208,7 +208,7 @@ fi
 if [ "$MODE" = ce_ar ]; then
   # The copy-engine all-reduce / reduce-scatter (one process, both GPUs,
   # -g 2) from 64 MB to 8 GB beside NCCL: at the default bound
-  # (OXCCL_CUDA_CE_AR_MIN unset: copy engines from 256 MiB) and with the SM
+  # (OXCCL_CUDA_CE_AR_MIN unset: copy engines from 512 MiB) and with the SM
   # pair kernel only (=0). Buffers up to 8 GB per rank (16 GB with -c's
   # reference), so one run per collective and setting takes minutes.
   for c in ${OXCCL_CE_AR_COLLS:-all_reduce reduce_scatter}; do

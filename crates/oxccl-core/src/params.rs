@@ -454,7 +454,7 @@ params! {
     // scratch ring) is paid against the SM pair kernel at 337 GB/s, not the
     // copy kernel, so it pays off far later (ce_reduce.rs, DEFAULT_AR_MIN).
     CUDA_CE_AR_MIN: Opt<Size> = "OXCCL_CUDA_CE_AR_MIN", "", honoured,
-        "Two GPUs in one process, both ranks' calls in one group of one thread (nccl-tests -g 2): all-reduces and reduce-scatters (sum, prod, max, min; same count, type and op on both ranks) whose send buffer holds at least this many bytes pull the peer's values with the copy engines through a 64 MiB scratch ring per GPU and reduce them with a 32-block kernel, instead of the SM pair kernel. 0: never. Unset: 256M.";
+        "Two GPUs in one process, both ranks' calls in one group of one thread (nccl-tests -g 2): all-reduces (sum, prod, max, min; same count, type and op on both ranks) of at least this many bytes, and reduce-scatters whose send buffer holds at least 4 times this, pull the peer's values with the copy engines through a 256 MiB scratch ring per GPU (allocated at the first such call) and reduce them with a 32-block kernel, instead of the SM pair kernel. 0: never. Unset: 512M.";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 128K / (ranks - 1) within a host; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off. 0 also turns off the one-shot all-gather and reduce-scatter (blocks B with (ranks - 1) x B within LL's 512K, one host).";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,

@@ -8,10 +8,16 @@
 //! (NCCL: 326–344). An all-reduce of S bytes moves S/2 each way to reduce and
 //! S/2 each way to gather, so at the engine's rate its bus bandwidth tends to
 //! 390 GB/s less a fixed cost (three barriers, the first piece's copy before
-//! any reduction can start: ~16 MiB / 390 GB/s = 43 µs, the last piece's
+//! any reduction can start: 64 MiB / 390 GB/s = 172 µs, the last piece's
 //! reduction after the last copy), which is why it is taken only from
 //! [`DEFAULT_AR_MIN`] bytes. A reduce-scatter moves half as much per rank (S/2
-//! pulled, no gather) and needs no SM at all for the transfer.
+//! pulled, no gather) and needs no SM at all for the transfer, but it is only
+//! the reducing phase, which runs at ~343 GB/s, no faster than the SM
+//! kernel's 337: see [`RS_FACTOR`].
+//!
+//! Measured (2×H200, session 6, nccl-tests' sizes, busbw, NCCL beside):
+//! all-reduce 1 GiB 356 GB/s (SM kernel 336, NCCL 325), 4 GiB 365 (338,
+//! 342); reduce-scatter 1 GiB 331 (SM 333), 4 GiB 343 (SM 337).
 //!
 //! Rank r owns part r of the elements (all-reduce: a split at a 16-byte
 //! boundary; reduce-scatter: block r, its output). Each rank's stream runs:
@@ -42,23 +48,36 @@
 use crate::ce::Xfer;
 use oxccl_core::{DataType, RedOp};
 
-/// Calls of at least this many bytes (a reduce-scatter: its whole input, as
-/// nccl-tests counts its size) take the copy engines by default. A first
-/// guess from the fixed cost above (~100 µs against the SM kernel's S /
-/// 337 GB/s): even near 256 MiB, ahead above; to be set from a device A/B
-/// (`scripts/perf-gpu.sh ce_ar`).
-pub const DEFAULT_AR_MIN: u64 = 256 << 20;
+/// All-reduces of at least this many bytes take the copy engines by
+/// default. From the device A/B (`scripts/perf-gpu.sh ce_ar`, session 6): a
+/// fit of the copy-engine times (1 GiB 3,015 µs, 4 GiB 11,785) is ~89 µs +
+/// S / 367 GB/s, against the SM kernel's S / 337 (256 MiB 810 µs, 512 MiB
+/// 1,607): the copy engines lose at 256 MiB (843 against 810) and win from
+/// ~512 MiB (~1,552 against 1,607).
+pub const DEFAULT_AR_MIN: u64 = 512 << 20;
+
+/// A reduce-scatter (whose size is its whole input, as nccl-tests counts it)
+/// takes the copy engines from `RS_FACTOR` times the all-reduce bound: it
+/// has no gather phase for the engines to win, and its reducing phase only
+/// draws level with the SM kernel at 1 GiB (1,623 against 1,610 µs) and is
+/// 1.7% ahead at 4 GiB (6,266 against 6,376).
+pub const RS_FACTOR: u64 = 4;
 
 /// Slots of the scratch ring. Four: the copy engine fills one while the
 /// kernel reduces another, with two spare so neither waits on the other's
-/// jitter.
+/// jitter (two slots of 64 MiB measured 352/362 GB/s at 1/4 GiB against
+/// four's 356/365).
 pub const SLOTS: u32 = 4;
 
-/// Bytes of a slot (a piece). 16 MiB: the copy engine's fixed start cost per
-/// call (~5–10 µs, docs/performance-gpu.md) is ~15% of the 43 µs a piece
-/// takes at 390 GB/s, and the first piece (which nothing overlaps) stays
-/// short; the ring is then 64 MiB of device memory per GPU and communicator.
-pub const SLOT_BYTES: u64 = 16 << 20;
+/// Bytes of a slot (a piece). 64 MiB: each piece costs ~21 µs besides its
+/// copy (the copy stream's wait for the slot, the copy's start, the flag),
+/// measured as 16 MiB pieces reaching only 260 GB/s of pulls (43 µs of copy
+/// per piece, 64 µs in all) and 310 GB/s all-reduce busbw at 1–8 GiB,
+/// below the SM kernel. With 64 MiB the cost is ~11% of a piece's 172 µs.
+/// The ring is then 256 MiB of device memory per GPU and communicator,
+/// allocated only when a call takes this path (NCCL's communicator holds
+/// 840 MiB; ours 142 without it).
+pub const SLOT_BYTES: u64 = 64 << 20;
 
 /// Byte offset of the flags after the slots, and their layout in 32-bit
 /// words (`CER_*` in kernels/allreduce.cu): landed[SLOTS] at 0, consumed at
@@ -71,7 +90,7 @@ pub const DONE_WORD: u32 = 32;
 /// Bytes of the flags.
 pub const FLAGS_BYTES: u64 = 256;
 /// Bytes of the scratch a communicator's rank allocates on first use
-/// (64 MiB + 256 B).
+/// (256 MiB + 256 B).
 pub const SCRATCH_BYTES: u64 = FLAGS_OFFSET + FLAGS_BYTES;
 
 /// Which collective.
@@ -272,9 +291,14 @@ pub struct RankPlan {
 }
 
 /// Whether both calls match and the pair goes to the copy engines: same
-/// collective, count, type and op, and at least `min` bytes (0: never).
+/// collective, count, type and op, and at least `min` bytes (a
+/// reduce-scatter: [`RS_FACTOR`] x `min`; 0: never).
 pub fn qualifies(calls: &[Call; 2], min: u64) -> bool {
     let [a, b] = calls;
+    let min = match a.kind {
+        Kind::AllReduce => min,
+        Kind::ReduceScatter => min.saturating_mul(RS_FACTOR),
+    };
     min > 0
         && a.kind == b.kind
         && a.count == b.count
@@ -421,7 +445,8 @@ mod tests {
         let mut d = c;
         d.kind = Kind::ReduceScatter;
         assert!(!qualifies(&[c, d], 1));
-        // A reduce-scatter's size is its whole input.
+        // A reduce-scatter's size is its whole input, and its bound is
+        // RS_FACTOR times the all-reduce's.
         let rs = call(
             Kind::ReduceScatter,
             0,
@@ -430,8 +455,9 @@ mod tests {
             DataType::Float32,
             Op::Sum,
         );
-        assert!(qualifies(&[rs, rs], 256 << 20));
-        assert!(!qualifies(&[rs, rs], (256 << 20) + 1));
+        assert!(qualifies(&[rs, rs], (256 << 20) / RS_FACTOR));
+        assert!(!qualifies(&[rs, rs], (256 << 20) / RS_FACTOR + 1));
+        assert!(!qualifies(&[rs, rs], 256 << 20));
         // Avg and PreMulSum stay on the SM kernels.
         assert_eq!(Op::of(RedOp::Avg), None);
         assert_eq!(Op::of(RedOp::PreMulSum(oxccl_core::Scalar::F64(2.0))), None);

@@ -772,11 +772,12 @@ fn cval(dtype: i32, r: usize, i: usize) -> f64 {
 /// All-reduces and reduce-scatters through the copy engines: gpu-test.sh's
 /// gpu_abi_ce_ar row sets OXCCL_CUDA_CE_AR_MIN=1, and then every call here
 /// but the avg pairs both ranks on the copy engines (one count per rank);
-/// otherwise (these sizes stay under the default 256 MiB, or the ring rows
+/// otherwise (these sizes stay under the default 512 MiB, or the ring rows
 /// take no pair path) none does, and the same results are checked on the
 /// SM kernels. Float sum, int32 max, uint8 prod, float64 min; in place and
-/// out of place; odd counts, and counts whose part fills the 4 × 16 MiB
-/// scratch ring more than once (slots reused); avg stays on the SM kernel.
+/// out of place; odd counts, and a float count whose part fills the
+/// 4 × 64 MiB scratch ring more than once (slots reused); avg stays on the
+/// SM kernel.
 #[test]
 fn two_gpus_copy_engine_reductions() {
     if !two_gpus() {
@@ -799,12 +800,14 @@ fn two_gpus_copy_engine_reductions() {
                 "{what}: rank calls through the copy engines"
             );
         };
-        // 5 pieces of 16 MiB in each rank's part (the ring has 4 slots).
-        let ring_wrap = |sz: usize| (5 * (16 << 20) * 2) / sz + 3;
+        // 5 pieces in each rank's part (the ring has 4 slots): 640 MiB of
+        // float32 per buffer, so only float32 sum takes it (a uint8 one
+        // would hold 5 GiB of float64 reference values per rank here).
+        let ring_wrap = |sz: usize| (5 * oxccl_cuda::ce_reduce::SLOT_BYTES as usize * 2) / sz + 3;
         let cases = [
             (FLOAT32, SUM, true),
             (INT32, MAX, false),
-            (UINT8, PROD, true),
+            (UINT8, PROD, false),
             (FLOAT64, MIN, false),
             (FLOAT32, AVG, false),
         ];
