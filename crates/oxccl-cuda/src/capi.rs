@@ -313,7 +313,7 @@ pub struct DevComm {
     /// (created at its first use; see [`crate::ce`]).
     ce_side: Mutex<Option<CeSide>>,
     /// The copy-engine reduction's scratch ring and flags
-    /// ([`ce_reduce::SCRATCH_BYTES`], 64 MiB + 256 B of this GPU's memory,
+    /// ([`ce_reduce::SCRATCH_BYTES`], 256 MiB + 256 B of this GPU's memory,
     /// allocated at the first such call, freed with the communicator).
     ce_scratch: Mutex<Option<u64>>,
 }
@@ -714,7 +714,9 @@ impl DevComm {
                 },
                 stream,
             ),
-            _ if self.ring_for(stream) => {
+            _ if self.ring_for(stream)
+                || (what == Reduction::AllReduce && self.one_shot_on_ring(bytes as u64)) =>
+            {
                 let m = match what {
                     Reduction::AllReduce => ring::RM_ALLREDUCE,
                     Reduction::ReduceScatter => ring::RM_REDUCE_SCATTER,
@@ -1417,6 +1419,23 @@ impl DevComm {
     /// capture the same operations, as every rank must make the same calls.
     fn ring_for(&self, stream: usize) -> bool {
         self.use_ring() || capturing(stream)
+    }
+
+    /// Whether an all-reduce of `bytes` that could take the two-GPU pair
+    /// kernel takes the ring's one-shot LL kernel instead: one NVLink
+    /// crossing (every rank writes its lines into the other's slots) against
+    /// the pair kernel's three (entry barrier, the peer read, exit barrier).
+    /// One thread driving both GPUs (nccl-tests -g 2, eager), 8 B-128 KB:
+    /// 7.6-8.0 us against 8.6-11.6 (2xH200, session 6; NCCL 14-16). Both
+    /// ranks decide from the same byte count and the same ring settings;
+    /// without a ring (not set up) the pair kernel stays.
+    fn one_shot_on_ring(&self, bytes: u64) -> bool {
+        match self.ring.get() {
+            Some(Ok(r)) => {
+                ring::plan(ring::RM_ALLREDUCE, bytes, &r.thresholds()).0 == ring::RM_ALLREDUCE_LL1
+            }
+            _ => false,
+        }
     }
 
     /// Whether operations with peers take the ring path: more than two
