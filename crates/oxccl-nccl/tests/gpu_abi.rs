@@ -771,10 +771,11 @@ fn cval(dtype: i32, r: usize, i: usize) -> f64 {
 
 /// All-reduces and reduce-scatters through the copy engines: gpu-test.sh's
 /// gpu_abi_ce_ar row sets OXCCL_CUDA_CE_AR_MIN=1, and then every call here
-/// but the avg pairs both ranks on the copy engines (one count per rank);
-/// otherwise (these sizes stay under the default 512 MiB, or the ring rows
-/// take no pair path) none does, and the same results are checked on the
-/// SM kernels. Float sum, int32 max, uint8 prod, float64 min; in place and
+/// but the avg and the all-reduces of the one-shot LL range (up to 128 KiB,
+/// which take the ring's one-shot kernel) pairs both ranks on the copy
+/// engines (one count per rank); otherwise only the largest case does (over
+/// the default 512 MiB), none in the ring rows (no pair path), and the same
+/// results are checked on the SM kernels. Float sum, int32 max, uint8 prod, float64 min; in place and
 /// out of place; odd counts, and a float count whose part fills the
 /// 4 × 64 MiB scratch ring more than once (slots reused); avg stays on the
 /// SM kernel.
@@ -785,7 +786,24 @@ fn two_gpus_copy_engine_reductions() {
     }
     std::thread::spawn(|| {
         let comms = init_all(2);
-        let expect_ce = std::env::var("OXCCL_CUDA_CE_AR_MIN").as_deref() == Ok("1");
+        let env = |k: &str| std::env::var(k).unwrap_or_default();
+        let ring_rows = env("OXCCL_CUDA_RING") == "1" || env("NCCL_P2P_DISABLE") == "1";
+        let bound = if env("OXCCL_CUDA_CE_AR_MIN") == "1" {
+            1
+        } else {
+            oxccl_cuda::ce_reduce::DEFAULT_AR_MIN
+        };
+        // Whether a call moving `bytes` (a reduce-scatter: its send buffer)
+        // goes to the copy engines; 128 KiB: the one-shot LL bound of 2 ranks.
+        let takes_ce = |allreduce: bool, bytes: usize| {
+            let b = bytes as u64;
+            !ring_rows
+                && if allreduce {
+                    b > 128 << 10 && b >= bound
+                } else {
+                    b >= bound * oxccl_cuda::ce_reduce::RS_FACTOR
+                }
+        };
         let group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str, ce: bool| {
             let before = capi::ce_calls();
             ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
@@ -796,7 +814,7 @@ fn two_gpus_copy_engine_reductions() {
             sync_both();
             assert_eq!(
                 capi::ce_calls() - before,
-                if expect_ce && ce { 2 } else { 0 },
+                if ce { 2 } else { 0 },
                 "{what}: rank calls through the copy engines"
             );
         };
@@ -864,7 +882,7 @@ fn two_gpus_copy_engine_reductions() {
                             ncclAllReduce(s[r], out(r), n, dtype, op, comms[r], null_mut())
                         },
                         &format!("{ctx} ncclAllReduce in_place={in_place}"),
-                        ce,
+                        ce && takes_ce(true, n * sz),
                     );
                     for r in 0..2 {
                         check(
@@ -881,7 +899,7 @@ fn two_gpus_copy_engine_reductions() {
                             ncclReduceScatter(s[r], rout(r), rs, dtype, op, comms[r], null_mut())
                         },
                         &format!("{ctx} ncclReduceScatter in_place={in_place}"),
-                        ce,
+                        ce && takes_ce(false, 2 * rs * sz),
                     );
                     for r in 0..2 {
                         check(
