@@ -306,8 +306,9 @@ pub struct DevComm {
     /// The typed kernels this communicator launched, by (family, type, op)
     /// ([`typed_slot`]; 0: not looked up yet). A call then skips the kernel
     /// name's formatting and the process-wide module table (lock, string
-    /// hashing): ~0.3 of the ~1.8 us a call spent before its launch
-    /// (2xH200, session 6's host profile).
+    /// hashing), part of the 0.77 us that preparing a launch took of the
+    /// 1.84 us a call spent before its launch (2xH200, session 6's host
+    /// profile; the lookup's own share was not measured apart).
     typed: [std::sync::atomic::AtomicUsize; TYPED_SLOTS],
     /// The copy-engine path's side stream and its fork/join events
     /// (created at its first use; see [`crate::ce`]).
@@ -1426,7 +1427,9 @@ impl DevComm {
     /// crossing (every rank writes its lines into the other's slots) against
     /// the pair kernel's three (entry barrier, the peer read, exit barrier).
     /// One thread driving both GPUs (nccl-tests -g 2, eager), 8 B-128 KB:
-    /// 7.6-8.0 us against 8.6-11.6 (2xH200, session 6; NCCL 14-16). Both
+    /// 7.6-9.6 us against 8.6-11.7 (2xH200, session 6, same run; NCCL
+    /// 14-19); on a slower host both were bound by the two launches at
+    /// 10.5-12.3 (NCCL 19-22), neither ahead. Both
     /// ranks decide from the same byte count and the same ring settings;
     /// without a ring (not set up) the pair kernel stays.
     fn one_shot_on_ring(&self, bytes: u64) -> bool {
