@@ -431,21 +431,8 @@ impl DevComm {
         };
         {
             let _scope = CtxScope::enter(ctx)?;
-            let flags = guarded("cuMemAlloc", || {
-                let mut p: sys::CUdeviceptr = 0;
-                // SAFETY: the context is current; writes one pointer; the memset
-                // covers the allocation; the synchronize makes it complete.
-                unsafe {
-                    check(sys::cuMemAlloc_v2(&mut p, FLAG_BYTES), "cuMemAlloc")?;
-                    let r = check(sys::cuMemsetD8_v2(p, 0, FLAG_BYTES), "cuMemsetD8")
-                        .and_then(|_| check(sys::cuCtxSynchronize(), "cuCtxSynchronize"));
-                    if let Err(e) = r {
-                        sys::cuMemFree_v2(p);
-                        return Err(e);
-                    }
-                }
-                Ok(p)
-            })?;
+            // The whole flag buffer starts at zero (barrier values only grow).
+            let flags = alloc_zeroed(FLAG_BYTES, 0, FLAG_BYTES, "flags")?;
             me.flags = flags;
         } // Drop of `me` from here on frees the flags and releases the context.
         let m = Member {
@@ -1844,32 +1831,13 @@ impl DevComm {
             return Ok(p);
         }
         let _scope = CtxScope::enter(self.ctx)?;
-        let p = guarded("cuMemAlloc", || {
-            let mut p: sys::CUdeviceptr = 0;
-            // SAFETY: the context is current; writes one pointer; the memset
-            // covers the flags inside the allocation; the synchronize makes
-            // it complete before any stream can use them.
-            unsafe {
-                check(
-                    sys::cuMemAlloc_v2(&mut p, ce_reduce::SCRATCH_BYTES as usize),
-                    "cuMemAlloc(copy-engine reduction scratch)",
-                )?;
-                let r = check(
-                    sys::cuMemsetD8_v2(
-                        p + ce_reduce::FLAGS_OFFSET,
-                        0,
-                        ce_reduce::FLAGS_BYTES as usize,
-                    ),
-                    "cuMemsetD8",
-                )
-                .and_then(|_| check(sys::cuCtxSynchronize(), "cuCtxSynchronize"));
-                if let Err(e) = r {
-                    sys::cuMemFree_v2(p);
-                    return Err(e);
-                }
-            }
-            Ok(p)
-        })?;
+        // Only the flags must start at zero; the slots are written before read.
+        let p = alloc_zeroed(
+            ce_reduce::SCRATCH_BYTES as usize,
+            ce_reduce::FLAGS_OFFSET,
+            ce_reduce::FLAGS_BYTES as usize,
+            "copy-engine reduction scratch",
+        )?;
         *sc = Some(p);
         Ok(p)
     }
@@ -1968,6 +1936,33 @@ impl DevComm {
     }
 }
 
+/// `bytes` of device memory in the current context whose `zero_len` bytes
+/// from `zero_at` are zero and visible to every stream when this returns
+/// (the context is synchronised); freed again if that fails. `what` names
+/// the buffer in errors.
+fn alloc_zeroed(bytes: usize, zero_at: u64, zero_len: usize, what: &str) -> Result<u64> {
+    debug_assert!(zero_at as usize + zero_len <= bytes);
+    guarded("cuMemAlloc", || {
+        let mut p: sys::CUdeviceptr = 0;
+        // SAFETY: the caller made a context current; writes one pointer; the
+        // memset stays inside the allocation (zero_at + zero_len <= bytes,
+        // the callers' constants); the synchronize makes it complete.
+        unsafe {
+            check(
+                sys::cuMemAlloc_v2(&mut p, bytes),
+                &format!("cuMemAlloc({what}, {bytes} bytes)"),
+            )?;
+            let r = check(sys::cuMemsetD8_v2(p + zero_at, 0, zero_len), "cuMemsetD8")
+                .and_then(|_| check(sys::cuCtxSynchronize(), "cuCtxSynchronize"));
+            if let Err(e) = r {
+                sys::cuMemFree_v2(p);
+                return Err(e);
+            }
+        }
+        Ok(p)
+    })
+}
+
 /// `cuStreamWaitValue32`: `stream` waits until the 32-bit word at `addr`
 /// equals `value` (context current).
 ///
@@ -2028,15 +2023,7 @@ const TYPED_SLOTS: usize = 2 * DataType::ALL.len() * TYPED_OPS;
 
 /// Where (family, type, op)'s kernel sits in `DevComm::typed`.
 fn typed_slot(family: Family, t: DataType, op: RedOp) -> usize {
-    let o = match op {
-        RedOp::Sum => 0,
-        RedOp::Prod => 1,
-        RedOp::Max => 2,
-        RedOp::Min => 3,
-        RedOp::Avg => 4,
-        RedOp::PreMulSum(_) => 5,
-    };
-    (family as usize * DataType::ALL.len() + t as usize) * TYPED_OPS + o
+    (family as usize * DataType::ALL.len() + t as usize) * TYPED_OPS + op.wire_code() as usize
 }
 
 impl Drop for DevComm {

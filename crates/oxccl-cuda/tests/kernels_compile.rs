@@ -93,17 +93,9 @@ fn copy_engine_reductions_compile_one_at_a_time() {
     if !nvrtc_or_skip("copy_engine_reductions_compile_one_at_a_time") {
         return;
     }
-    let has = |img: &[u8], name: &str| img.windows(name.len()).any(|w| w == name.as_bytes());
     let check = |t: DataType, op| {
         let src = kernels::ce_reduce_variant(t, op);
-        let t0 = std::time::Instant::now();
-        let img = compile::compile_now(&src, 90).unwrap_or_else(|e| panic!("{e}"));
-        eprintln!(
-            "{}: {} bytes in {:.0} ms",
-            src.name,
-            img.len(),
-            t0.elapsed().as_secs_f64() * 1e3
-        );
+        let img = compile_timed(&src);
         let name = kernels::ce_reduce_kernel(t, op);
         assert!(has(&img, &name), "{name} is not in {}", src.name);
         assert!(has(&img, "oxccl_pcopy"));
@@ -135,19 +127,7 @@ fn ring_kernels_compile_one_at_a_time() {
     if !nvrtc_or_skip("ring_kernels_compile_one_at_a_time") {
         return;
     }
-    let one = |t, op| {
-        let src = kernels::ring_variant(t, op);
-        let t0 = std::time::Instant::now();
-        let img = compile::compile_now(&src, 90).unwrap_or_else(|e| panic!("{e}"));
-        eprintln!(
-            "{}: {} bytes in {:.0} ms",
-            src.name,
-            img.len(),
-            t0.elapsed().as_secs_f64() * 1e3
-        );
-        img
-    };
-    let has = |img: &[u8], name: &str| img.windows(name.len()).any(|w| w == name.as_bytes());
+    let one = |t, op| compile_timed(&kernels::ring_variant(t, op));
     let img = one(DataType::Float32, RedOp::Sum);
     assert!(has(&img, "oxccl_ring_f32_sum") && has(&img, "oxccl_ring_p2p"));
     assert!(!has(&img, "oxccl_ring_i8_sum") && !has(&img, "oxccl_ring_f32_max"));
@@ -196,6 +176,24 @@ fn all_reduce_kernels_exist_for_every_type_and_op() {
         "oxccl_pcopy is not in the CUBIN"
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `src` compiled for sm_90 now (no cache), with its size and time on stderr.
+fn compile_timed(src: &kernels::KernelSource) -> Vec<u8> {
+    let t0 = std::time::Instant::now();
+    let img = compile::compile_now(src, 90).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "{}: {} bytes in {:.0} ms",
+        src.name,
+        img.len(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    img
+}
+
+/// Whether a compiled image holds `name` (a kernel's symbol).
+fn has(img: &[u8], name: &str) -> bool {
+    img.windows(name.len()).any(|w| w == name.as_bytes())
 }
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
