@@ -10,6 +10,7 @@
 //   +0    tail: how many slots the other rank has filled (written by it)
 //   +128  head: how many of *our* slots the other rank has drained (written by it)
 //   +256  LL head: the same for our low-latency slots
+//   +288  barrier (channel 0 only): how many barriers the other rank entered
 //   +320  the byte count of each slot (read by the network proxy)
 //   +384  nslots slots of `slot` bytes: data the other rank sends us
 //   then  ll_nslots low-latency slots of `ll_bytes` (see "LL" below)
@@ -52,6 +53,7 @@ enum { RERR_TIMEOUT = 1, RERR_ABORT = 2 };
 #define RING_HDR 384
 #define RING_HEAD 128
 #define RING_LL_HEAD 256
+#define RING_BAR 288
 // u32 per Simple slot: its byte count, written before the tail (the network
 // proxy sends only those bytes; see netproxy.rs).
 #define RING_SIZES 320
@@ -85,7 +87,8 @@ struct RingCommon {
 __device__ __forceinline__ u32 ring_at(const RingCommon& c, u32 p) { return c.order[p]; }
 
 // Counters in RingArgs.state: [kind][rank][channel], kind 0 Simple sent,
-// 1 Simple received, 2 LL sent, 3 LL received.
+// 1 Simple received, 2 LL sent, 3 LL received, 4 barriers with the rank
+// (channel 0 only).
 __device__ __forceinline__ u64* counter(const RingCommon& c, u32 kind, u32 rank, u32 ch) {
     return c.state + ((u64)kind * c.nranks + rank) * c.nch + ch;
 }
@@ -1217,6 +1220,28 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
         }
     }
     if (!failed) copy_bytes(a.self_dst, a.self_src, a.self_bytes);
+}
+
+// A barrier with one peer (RingArgs.root, a rank) in stream order, for the
+// copy-engine calls between two processes (xp.rs): everything queued before
+// it on both ranks' streams is done when either leaves it. The count lives
+// on the GPU (counter kind 4), so a replay under CUDA graphs takes the next
+// value on both sides; the wait observes the abort word and the timeout.
+// One thread: the launch costs what any launch costs, the work is one
+// remote store and one poll.
+extern "C" __global__ void __launch_bounds__(32) oxccl_ring_barrier(RingArgs a) {
+    kernel_entry();
+    const RingCommon& c = a.c;
+    if (threadIdx.x != 0) return;
+    const u32 peer = a.root;
+    u64* n = counter(c, 4, peer, 0);
+    const u64 v = *n + 1;
+    *n = v;
+    // Release: this stream's earlier writes (kernels, copies into the
+    // peer's memory) are visible before the peer sees the count.
+    fence_acq_rel_sys();
+    st_release_sys((u64*)(region_of(c, peer, c.rank, 0) + RING_BAR), v);
+    wait_ge(c, (const u64*)(region_of(c, c.rank, peer, 0) + RING_BAR), v, peer);
 }
 
 #define OXCCL_RING(TN, E, ON, OP)                                                         \

@@ -1155,8 +1155,9 @@ impl Ring {
     fn make_window(&mut self, nranks: usize) -> Result<Vec<u8>> {
         let n = nranks;
         let nch = self.common.nch as usize;
-        // Counters: Simple sent, Simple received, LL sent, LL received.
-        self.state = dev_alloc_zeroed(4 * n * nch * 8)?;
+        // Counters: Simple sent, Simple received, LL sent, LL received,
+        // barriers (ring.cu, `counter`).
+        self.state = dev_alloc_zeroed(5 * n * nch * 8)?;
         let mut host: *mut c_void = std::ptr::null_mut();
         guarded("cuMemHostAlloc", || {
             // SAFETY: writes one pointer; 64 bytes of portable mapped pinned memory.
@@ -1650,6 +1651,16 @@ impl Ring {
         }
     }
 
+    /// The arguments of a barrier with rank `peer` (`oxccl_ring_barrier`).
+    pub fn barrier_args(&self, peer: usize) -> RingArgs {
+        self.args(RM_ALLREDUCE, 0, 0, 0, peer as u32)
+    }
+
+    /// How long a wait may last (the kernels' timeout; zero: no limit).
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.common.timeout_ns)
+    }
+
     /// The launches of a group's sends and receives with other ranks
     /// (`(peer, pointer, bytes)`), with `self_copy` in the first (see
     /// [`p2p_launch_args`]).
@@ -1758,6 +1769,22 @@ pub unsafe fn launch_ring(
     unsafe {
         crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel(ring)")
     }
+}
+
+/// Launches `oxccl_ring_barrier` (one block of one warp) with `peer`:
+/// both ranks' streams meet there ([`Ring::barrier_args`]).
+///
+/// # Safety
+/// `args` from [`Ring::barrier_args`] of a live ring whose peer makes the
+/// matching launch.
+pub unsafe fn launch_barrier(
+    f: sys::CUfunction,
+    stream: sys::CUstream,
+    args: RingArgs,
+) -> Result<()> {
+    // SAFETY: one RingArgs (repr(C), the kernel's layout); it touches only
+    // the ring's counters, windows and control words.
+    unsafe { crate::device::launch_struct(f, 1, 32, stream, &args, "cuLaunchKernel(ring barrier)") }
 }
 
 /// Launches `oxccl_ring_p2p`.
