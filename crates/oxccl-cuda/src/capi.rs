@@ -33,6 +33,8 @@ use crate::loader::{self, guarded};
 use crate::ring::{self, Ring, RingBoot, RingConfig};
 use crate::{ce, ce_reduce, compile, kernels};
 
+mod xp_io;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -317,6 +319,9 @@ pub struct DevComm {
     /// ([`ce_reduce::SCRATCH_BYTES`], 256 MiB + 256 B of this GPU's memory,
     /// allocated at the first such call, freed with the communicator).
     ce_scratch: Mutex<Option<u64>>,
+    /// The copy-engine channel with a peer in another process of this host
+    /// (2 ranks; set up with the ring: [`crate::xp`]).
+    xp: OnceLock<xp_io::XpState>,
 }
 
 /// A non-blocking stream of this rank's context for the local copies of a
@@ -367,6 +372,9 @@ enum LaunchKind {
         f: usize,
         blocks: u32,
         args: ring::RingArgs,
+        /// The call as the copy engines with a peer process would take it
+        /// ([`DevComm::go_xp`]; the kernel runs it when they do not).
+        xp: Option<crate::xp::Call>,
     },
     /// A copy-engine call (paired with the peer's by [`launch_all`]): a
     /// barrier (`f` is `oxccl_pcopy`, copying nothing), the plan's copies,
@@ -428,6 +436,7 @@ impl DevComm {
             checked_stream: std::sync::atomic::AtomicUsize::new(0),
             ce_side: Mutex::new(None),
             ce_scratch: Mutex::new(None),
+            xp: OnceLock::new(),
         };
         {
             let _scope = CtxScope::enter(ctx)?;
@@ -711,7 +720,25 @@ impl DevComm {
                     Reduction::Reduce { .. } => ring::RM_REDUCE,
                 };
                 let out = if nonroot_reduce { 0 } else { recv };
-                self.ring_launch(m, t, op, send, out, count, bytes as u64, root, scalar_ptr, stream)
+                let mut l = self.ring_launch(
+                    m, t, op, send, out, count, bytes as u64, root, scalar_ptr, stream,
+                )?;
+                let coll = match what {
+                    Reduction::AllReduce => Some(crate::xp::Coll::AllReduce),
+                    Reduction::ReduceScatter => Some(crate::xp::Coll::ReduceScatter),
+                    Reduction::Reduce { .. } => None,
+                };
+                if let (Some(coll), Some(op), None) = (coll, ce_reduce::Op::of(op), scalar_ptr) {
+                    l.set_xp(crate::xp::Call {
+                        coll,
+                        count: count as u64,
+                        dtype: t,
+                        op,
+                        input: send,
+                        output: recv,
+                    });
+                }
+                Ok(l)
             }
             2 => {
                 let peer = self.peer()?;
@@ -820,7 +847,7 @@ impl DevComm {
                     CopyKind::Broadcast { root } => (ring::RM_BROADCAST, root),
                 };
                 let (t, count) = copy_elements(bytes, send, recv);
-                self.ring_launch(
+                let mut l = self.ring_launch(
                     m,
                     t,
                     RedOp::Sum,
@@ -831,7 +858,22 @@ impl DevComm {
                     root,
                     None,
                     stream,
-                )
+                )?;
+                let coll = match what {
+                    CopyKind::AllGather => crate::xp::Coll::AllGather,
+                    CopyKind::Broadcast { root } => {
+                        crate::xp::Coll::Broadcast { root: root as u32 }
+                    }
+                };
+                l.set_xp(crate::xp::Call {
+                    coll,
+                    count: bytes as u64,
+                    dtype: DataType::Uint8,
+                    op: ce_reduce::Op::Sum,
+                    input: send,
+                    output: recv,
+                });
+                Ok(l)
             }
             2 => {
                 let peer = self.peer()?;
@@ -1066,12 +1108,13 @@ fn ce_min() -> u64 {
 
 /// `OXCCL_CUDA_CE_AR_MIN` ([`ce_reduce::DEFAULT_AR_MIN`] when unset; 0: never).
 fn ce_ar_min() -> u64 {
-    static M: OnceLock<u64> = OnceLock::new();
-    *M.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_CE_AR_MIN)
-            .unwrap_or(ce_reduce::DEFAULT_AR_MIN)
-    })
+    ce_ar_set().unwrap_or(ce_reduce::DEFAULT_AR_MIN)
+}
+
+/// `OXCCL_CUDA_CE_AR_MIN` when set.
+fn ce_ar_set() -> Option<u64> {
+    static M: OnceLock<Option<u64>> = OnceLock::new();
+    *M.get_or_init(|| oxccl_env::params().get(&oxccl_core::params::CUDA_CE_AR_MIN))
 }
 
 /// Whether a launch may take part in the copy-engine pairing (copies when
@@ -1281,7 +1324,17 @@ impl Launch {
                 *seq += allreduce::BUDGET;
                 Ok(())
             }
-            LaunchKind::Ring { f, blocks, args } => {
+            LaunchKind::Ring {
+                f,
+                blocks,
+                args,
+                xp,
+            } => {
+                if let Some(x) = xp {
+                    if c.go_xp(&x, self.stream)? {
+                        return Ok(());
+                    }
+                }
                 c.ring()?;
                 let _scope = CtxScope::enter(c.ctx)?;
                 // SAFETY: the buffers were checked to be this GPU's device
@@ -1297,6 +1350,15 @@ impl Launch {
 }
 
 impl Launch {
+    /// Offers a ring launch to the copy engines with a peer process
+    /// ([`DevComm::xp_call`] decides whether the call may take them).
+    fn set_xp(&mut self, call: crate::xp::Call) {
+        let x = self.comm.xp_call(call, self.stream);
+        if let LaunchKind::Ring { xp, .. } = &mut self.kind {
+            *xp = x;
+        }
+    }
+
     /// Whether this is a send/receive launch (merged by [`launch_all`]).
     pub fn is_p2p(&self) -> bool {
         matches!(self.kind, LaunchKind::P2p { .. })
@@ -1315,7 +1377,19 @@ impl DevComm {
         let r = Ring::setup(self.dev, self.ctx, self.rank, self.nranks, cfg, boot);
         let out = r.as_ref().map(|_| ()).map_err(Clone::clone);
         let _ = self.ring.set(r);
-        out
+        out?;
+        if let Err(e) = self.setup_xp(boot) {
+            // Both ranks' channel setups fail together (one's failure
+            // closes the connection the other reads), and without it every
+            // call keeps the ring kernels.
+            oxccl_env::warn!(
+                "rank {}: no copy engines with the peer process ({}): the ring kernels run \
+                 every collective",
+                self.rank,
+                e.message()
+            );
+        }
+        Ok(())
     }
 
     /// The ring, or why there is none.
@@ -1466,7 +1540,15 @@ impl DevComm {
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
         let (m, blocks) = ring::plan(mode, link_bytes, &r.thresholds());
         args.mode = m;
-        self.launch(LaunchKind::Ring { f, blocks, args }, stream)
+        self.launch(
+            LaunchKind::Ring {
+                f,
+                blocks,
+                args,
+                xp: None,
+            },
+            stream,
+        )
     }
 
     /// This rank's index in its communicator.
@@ -1776,7 +1858,19 @@ impl DevComm {
     fn go_ce(&self, f: usize, plan: &ce::Plan, stream: sys::CUstream) -> Result<()> {
         let peer = self.peer()?;
         let _scope = CtxScope::enter(self.ctx)?;
-        self.ce_barrier(f, peer.flags, stream)?;
+        self.queue_ce(&|| self.ce_barrier(f, peer.flags, stream), plan, stream)
+    }
+
+    /// Queues a copy-engine plan on `stream` between two `barrier`s (this
+    /// rank's context current): the pulls on `stream`, the local copies on
+    /// the side stream beside them.
+    fn queue_ce(
+        &self,
+        barrier: &dyn Fn() -> Result<()>,
+        plan: &ce::Plan,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        barrier()?;
         // SAFETY (of each copy): the plan's ranges were checked by both
         // ranks' prepare calls to be device memory of their GPUs, which have
         // peer access to each other (unified addressing routes the copy); the
@@ -1815,7 +1909,7 @@ impl DevComm {
         if let Some(sd) = side {
             self.join_side(sd, stream)?;
         }
-        self.ce_barrier(f, peer.flags, stream)?;
+        barrier()?;
         CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
@@ -1855,14 +1949,26 @@ impl DevComm {
         stream: sys::CUstream,
     ) -> Result<()> {
         let peer = self.peer()?;
+        let _scope = CtxScope::enter(self.ctx)?;
+        self.queue_ce_reduce(&|| self.ce_barrier(f, peer.flags, stream), fr, plan, stream)
+    }
+
+    /// Queues a copy-engine reduction on `stream` (this rank's context
+    /// current), `barrier` between its phases.
+    fn queue_ce_reduce(
+        &self,
+        barrier: &dyn Fn() -> Result<()>,
+        fr: usize,
+        plan: &ce_reduce::RankPlan,
+        stream: sys::CUstream,
+    ) -> Result<()> {
         let scratch = (*lock(&self.ce_scratch))
             .ok_or_else(|| Error::internal("copy-engine reduction without its scratch"))?;
-        let _scope = CtxScope::enter(self.ctx)?;
         let sd = self.ce_side()?;
         let side = sd.stream as sys::CUstream;
         let flags = scratch + ce_reduce::FLAGS_OFFSET;
         let word = |w: u32| flags + 4 * w as u64;
-        self.ce_barrier(f, peer.flags, stream)?;
+        barrier()?;
         let r = &plan.reduce;
         if r.count > 0 {
             self.fork_side(sd, stream)?;
@@ -1908,7 +2014,7 @@ impl DevComm {
             }
             self.join_side(sd, stream)?;
         }
-        self.ce_barrier(f, peer.flags, stream)?;
+        barrier()?;
         if !plan.gather.is_empty() {
             // As in go_ce: a copy between devices must not be on a default stream.
             let pulls_on_side = (stream as usize) <= 2;
@@ -1929,7 +2035,7 @@ impl DevComm {
             }
         }
         if plan.kind == ce_reduce::Kind::AllReduce {
-            self.ce_barrier(f, peer.flags, stream)?;
+            barrier()?;
         }
         CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
@@ -2042,6 +2148,7 @@ impl Drop for DevComm {
             sys::cuCtxGetCurrent(&mut saved);
             if self.flags != 0 && sys::cuCtxSetCurrent(self.ctx) == CUresult::CUDA_SUCCESS {
                 sys::cuCtxSynchronize();
+                self.close_xp();
                 sys::cuMemFree_v2(self.flags);
                 if let Some(p) = lock(&self.ce_scratch).take() {
                     sys::cuMemFree_v2(p);

@@ -50,7 +50,8 @@ pub struct Xfer {
 pub struct Plan {
     /// Both ends on this rank's GPU.
     pub local: Vec<Xfer>,
-    /// Source on the peer's GPU (pulled by this rank's stream).
+    /// One end on the peer's GPU: pulls by this rank's stream (a
+    /// two-process all-gather pushes instead: [`crate::xp::plan`]).
     pub remote: Vec<Xfer>,
 }
 

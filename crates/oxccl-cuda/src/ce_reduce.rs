@@ -294,10 +294,16 @@ pub struct RankPlan {
 /// collective, count, type and op, and at least `min` bytes (a
 /// reduce-scatter: [`RS_FACTOR`] x `min`; 0: never).
 pub fn qualifies(calls: &[Call; 2], min: u64) -> bool {
+    qualifies_with(calls, min, min.saturating_mul(RS_FACTOR))
+}
+
+/// [`qualifies`] with the reduce-scatter bound given apart (`rs_min`
+/// bytes of send buffer; 0: never).
+pub fn qualifies_with(calls: &[Call; 2], ar_min: u64, rs_min: u64) -> bool {
     let [a, b] = calls;
     let min = match a.kind {
-        Kind::AllReduce => min,
-        Kind::ReduceScatter => min.saturating_mul(RS_FACTOR),
+        Kind::AllReduce => ar_min,
+        Kind::ReduceScatter => rs_min,
     };
     min > 0
         && a.kind == b.kind
@@ -331,6 +337,16 @@ pub fn part(kind: Kind, count: u64, dtype: DataType, r: usize) -> (u64, u64) {
 /// ring), or `None` when the pair does not qualify ([`qualifies`]).
 pub fn pair(calls: [Call; 2], scratch: [u64; 2], min: u64) -> Option<[RankPlan; 2]> {
     qualifies(&calls, min).then(|| plan_pair(calls, scratch, RING))
+}
+
+/// [`pair`] with the reduce-scatter bound given apart ([`qualifies_with`]).
+pub fn pair_with(
+    calls: [Call; 2],
+    scratch: [u64; 2],
+    ar_min: u64,
+    rs_min: u64,
+) -> Option<[RankPlan; 2]> {
+    qualifies_with(&calls, ar_min, rs_min).then(|| plan_pair(calls, scratch, RING))
 }
 
 /// [`pair`] for a given ring, without the size check.

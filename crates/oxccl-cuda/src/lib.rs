@@ -26,6 +26,7 @@ pub mod nvml;
 pub mod perfio;
 pub mod ring;
 pub mod topo;
+pub mod xp;
 
 pub use allreduce::OneShot2;
 pub use device::{DeviceBuffer, Event, Gpu};

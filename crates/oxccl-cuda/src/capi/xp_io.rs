@@ -1,0 +1,414 @@
+//! The driver calls and socket I/O of the two-process copy-engine calls
+//! ([`crate::xp`] decides what they are; this only carries it out).
+
+use super::*;
+use crate::xp;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// How long one read of the per-call channel blocks before it looks at the
+/// abort word and the deadline again (an abort is seen within this).
+const POLL: Duration = Duration::from_millis(50);
+
+/// A communicator's per-call channel with its peer in another process,
+/// and the peer allocations it opened.
+#[derive(Debug)]
+pub(super) struct XpState {
+    peer: usize,
+    /// The byte bounds both ranks agreed on.
+    bounds: xp::Bounds,
+    chan: Mutex<Chan>,
+    /// This rank's allocations' IPC handles by buffer id (`None`: not
+    /// exportable), so a buffer passed again costs no driver call.
+    exports: Mutex<HashMap<u64, Option<[u8; 64]>>>,
+    /// The peer's allocations opened here, by its buffer id.
+    cache: Mutex<xp::Cache>,
+}
+
+#[derive(Debug)]
+struct Chan {
+    stream: TcpStream,
+    seq: u64,
+}
+
+/// Peer allocations open in this process, by (GPU, IPC handle): a handle
+/// is opened once per process whatever the number of communicators that
+/// use it (a second open of the same handle is refused by the driver), and
+/// closed when the last one lets go.
+/// (GPU, IPC handle) -> (mapped address, references).
+type Imports = HashMap<(i32, [u8; 64]), (u64, usize)>;
+
+fn imports() -> MutexGuard<'static, Imports> {
+    static M: OnceLock<Mutex<Imports>> = OnceLock::new();
+    lock(M.get_or_init(Default::default))
+}
+
+/// Opens (or takes another reference to) the allocation of `handle` in
+/// the current context (GPU `ordinal`'s).
+fn import(ordinal: i32, handle: &[u8; 64]) -> Result<u64> {
+    let mut m = imports();
+    if let Some(e) = m.get_mut(&(ordinal, *handle)) {
+        e.1 += 1;
+        return Ok(e.0);
+    }
+    let p = guarded("cuIpcOpenMemHandle", || {
+        let mut p: sys::CUdeviceptr = 0;
+        let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        for (o, c) in h.reserved.iter_mut().zip(handle.iter()) {
+            *o = *c as _;
+        }
+        // SAFETY: a handle the peer made with cuIpcGetMemHandle for an
+        // allocation it passed to this very call (live until the call's
+        // last barrier); writes one pointer.
+        unsafe {
+            check(
+                sys::cuIpcOpenMemHandle_v2(
+                    &mut p,
+                    h,
+                    sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+                ),
+                "cuIpcOpenMemHandle (the peer's buffer)",
+            )?
+        };
+        Ok(p)
+    })?;
+    m.insert((ordinal, *handle), (p, 1));
+    Ok(p)
+}
+
+/// Drops a reference taken by [`import`]; the last closes the mapping. The
+/// caller made sure no queued work uses it (the context was synchronised).
+fn release(ordinal: i32, mapped: u64) {
+    let mut m = imports();
+    let key = m
+        .iter()
+        .find(|(k, v)| k.0 == ordinal && v.0 == mapped)
+        .map(|(k, _)| *k);
+    if let Some(k) = key {
+        let last = m.get_mut(&k).map(|e| {
+            e.1 -= 1;
+            e.1 == 0
+        });
+        if last == Some(true) {
+            m.remove(&k);
+            // SAFETY: opened by `import`, no reference left, no work queued on it.
+            unsafe { sys::cuIpcCloseMemHandle(mapped) };
+        }
+    }
+}
+
+/// `CU_POINTER_ATTRIBUTE_BUFFER_ID` of a device pointer.
+fn buffer_id(ptr: u64) -> Result<u64> {
+    guarded("cuPointerGetAttribute", || {
+        let mut id: u64 = 0;
+        // SAFETY: the attribute is an unsigned long long, written into `id`.
+        unsafe {
+            check(
+                sys::cuPointerGetAttribute(
+                    &mut id as *mut u64 as *mut c_void,
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                    ptr,
+                ),
+                "cuPointerGetAttribute(BUFFER_ID)",
+            )?
+        };
+        Ok(id)
+    })
+}
+
+/// The IPC handle of the allocation at `base`, or `None` when it cannot be
+/// exported (a VMM allocation, or memory from another allocator).
+fn ipc_handle(base: u64) -> Option<[u8; 64]> {
+    guarded("cuIpcGetMemHandle", || {
+        let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        // SAFETY: writes one handle; `base` is an allocation's start.
+        unsafe { check(sys::cuIpcGetMemHandle(&mut h, base), "cuIpcGetMemHandle")? };
+        let mut out = [0u8; 64];
+        for (o, c) in out.iter_mut().zip(h.reserved.iter()) {
+            *o = *c as u8;
+        }
+        Ok(out)
+    })
+    .ok()
+}
+
+impl Chan {
+    /// Sends `out` and reads the peer's `len` bytes, observing the ring's
+    /// abort word, its errors and the communicator's timeout.
+    fn exchange(
+        &mut self,
+        out: &[u8],
+        len: usize,
+        ring: &Ring,
+        peer: usize,
+        what: &str,
+    ) -> Result<Vec<u8>> {
+        let lost = |e: std::io::Error| {
+            Error::remote(format!(
+                "the copy-engine channel with rank {peer} failed during {what}: {e} (its process \
+                 ended, or it destroyed the communicator)"
+            ))
+        };
+        self.stream.write_all(out).map_err(lost)?;
+        let mut buf = vec![0u8; len];
+        let mut got = 0;
+        let t0 = Instant::now();
+        let limit = ring.timeout();
+        while got < len {
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => {
+                    return Err(lost(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "connection closed",
+                    )))
+                }
+                Ok(n) => got += n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    if ring.aborted() {
+                        return Err(ring.abort_reason());
+                    }
+                    if let Some(e) = ring.error() {
+                        return Err(e);
+                    }
+                    if !limit.is_zero() && t0.elapsed() > limit {
+                        return Err(Error::timeout(format!(
+                            "rank {peer} did not reach {what} within {:.0} s (the communicator's \
+                             timeout): it is making other calls, or is stuck before this one",
+                            limit.as_secs_f64()
+                        )));
+                    }
+                }
+                Err(e) => return Err(lost(e)),
+            }
+        }
+        Ok(buf)
+    }
+}
+
+impl DevComm {
+    /// Sets up the per-call channel when the peer of a 2-rank communicator
+    /// is another process of this host with a device window (both ranks
+    /// see the same facts, so both connect or neither): the bootstrap's
+    /// connection [`xp::STREAM_INDEX`], then both ranks' byte bounds
+    /// ([`xp::agree_bounds`]).
+    pub(super) fn setup_xp(&self, boot: &RingBoot) -> Result<()> {
+        let Some(Ok(r)) = self.ring.get() else {
+            return Ok(());
+        };
+        if self.nranks != 2 || r.kind() != ring::WindowKind::Device {
+            return Ok(());
+        }
+        let peer = 1 - self.rank;
+        if r.same_process(peer) || !r.same_host(peer) {
+            return Ok(());
+        }
+        let stream = (boot.stream)(peer, xp::STREAM_INDEX)?;
+        let io = |e: std::io::Error| Error::system(format!("copy-engine channel setup: {e}"));
+        stream.set_nodelay(true).map_err(io)?;
+        stream.set_read_timeout(Some(POLL)).map_err(io)?;
+        let forced = self.ring_only.load(std::sync::atomic::Ordering::Relaxed);
+        let mine = if forced {
+            xp::Bounds::OFF
+        } else {
+            xp::Bounds::from_settings(ce_min(), ce_ar_set())
+        };
+        let mut chan = Chan { stream, seq: 0 };
+        let b = chan.exchange(&mine.encode(), 24, r, peer, "the copy-engine channel setup")?;
+        let theirs = xp::Bounds::decode(&b)
+            .ok_or_else(|| Error::internal("copy-engine channel setup: malformed bounds"))?;
+        let bounds = xp::agree_bounds(mine, theirs);
+        if bounds != mine {
+            oxccl_env::warn!(
+                "rank {}: copy engines off with rank {peer}: its bounds (copies {}, \
+                 all-reduces {}, reduce-scatters {} bytes; OXCCL_CUDA_CE_MIN, \
+                 OXCCL_CUDA_CE_AR_MIN, OXCCL_CUDA_RING) differ from this rank's ({}, {}, {}); \
+                 set them alike on every rank",
+                self.rank,
+                theirs.copy,
+                theirs.ar,
+                theirs.rs,
+                mine.copy,
+                mine.ar,
+                mine.rs
+            );
+        }
+        oxccl_env::info!(
+            oxccl_env::log::Subsys::INIT,
+            "rank {}: copy engines with rank {peer} (another process): copies from {} bytes, \
+             all-reduces from {}, reduce-scatters from {} (0: never)",
+            self.rank,
+            bounds.copy,
+            bounds.ar,
+            bounds.rs
+        );
+        let _ = self.xp.set(XpState {
+            peer,
+            bounds,
+            chan: Mutex::new(chan),
+            exports: Mutex::new(HashMap::new()),
+            cache: Mutex::new(xp::Cache::new(xp::CACHE_SLOTS)),
+        });
+        Ok(())
+    }
+
+    /// `call` when it may take the copy engines with a peer of another
+    /// process: the channel is up, the shape is [`xp::eligible`], and the
+    /// stream is not being captured (the reduction's stream memory
+    /// operations are not captured; every rank captures alike).
+    pub(super) fn xp_call(&self, call: xp::Call, stream: usize) -> Option<xp::Call> {
+        let xs = self.xp.get()?;
+        (xp::eligible(&call, &xs.bounds) && !capturing(stream)).then_some(call)
+    }
+
+    /// This rank's buffer at `ptr` as the peer may open it.
+    fn export(&self, xs: &XpState, ptr: u64) -> xp::Buf {
+        let Ok((Memory::Device(o), Some((base, size)))) = locate(ptr as *const c_void) else {
+            return xp::Buf::NONE;
+        };
+        if o != self.ordinal || ptr < base {
+            return xp::Buf::NONE;
+        }
+        let Ok(id) = buffer_id(ptr) else {
+            return xp::Buf::NONE;
+        };
+        let mut ex = lock(&xs.exports);
+        let h = match ex.get(&id) {
+            Some(h) => *h,
+            None => {
+                // Ids are never reused, so stale entries are only memory:
+                // 4,096 of them (~300 KiB) before starting over.
+                if ex.len() >= 4096 {
+                    ex.clear();
+                }
+                let h = ipc_handle(base);
+                ex.insert(id, h);
+                h
+            }
+        };
+        match h {
+            Some(handle) => xp::Buf {
+                ok: true,
+                id,
+                base,
+                size,
+                offset: ptr - base,
+                handle,
+            },
+            None => xp::Buf::NONE,
+        }
+    }
+
+    /// Where the peer's two allocations are mapped here (opened now when
+    /// not yet; an evicted one closed after synchronising the context).
+    fn open_peer(&self, xs: &XpState, bufs: &[xp::Buf; 2]) -> Result<[u64; 2]> {
+        let mut cache = lock(&xs.cache);
+        let mut out = [0u64; 2];
+        for (i, b) in bufs.iter().enumerate() {
+            if let Some(m) = cache.get(b.id) {
+                out[i] = m;
+                continue;
+            }
+            let m = import(self.ordinal, &b.handle)?;
+            if let Some(ev) = cache.insert(b.id, m) {
+                // Earlier calls' copies may still read the evicted mapping.
+                synchronize_current()?;
+                release(self.ordinal, ev);
+            }
+            out[i] = m;
+        }
+        Ok(out)
+    }
+
+    /// Runs `call` on the copy engines with the peer process when both
+    /// ranks can (true), or tells the caller to launch the ring kernel
+    /// (false: both ranks decide alike). Errors: the peer's call differs,
+    /// the channel broke, abort or timeout while waiting for the peer.
+    pub(super) fn go_xp(&self, call: &xp::Call, stream: usize) -> Result<bool> {
+        let Some(xs) = self.xp.get() else {
+            return Ok(false);
+        };
+        let r = self.ring()?;
+        let _scope = CtxScope::enter(self.ctx)?;
+        let bufs = [self.export(xs, call.input), self.export(xs, call.output)];
+        let mut ch = lock(&xs.chan);
+        let mine = xp::Msg {
+            seq: ch.seq,
+            call: *call,
+            bufs,
+        };
+        ch.seq += 1;
+        let what = format!("its copy-engine call #{}", mine.seq);
+        let b = ch.exchange(&mine.encode(), xp::MSG_LEN, r, xs.peer, &what)?;
+        let theirs = xp::Msg::decode(&b)?;
+        if xp::check(&mine, &theirs, xs.peer)? == xp::Verdict::Kernel {
+            return Ok(false);
+        }
+        let ready = (|| -> Result<(xp::RankPlan, usize, usize)> {
+            let mapped = self.open_peer(xs, &theirs.bufs)?;
+            let pc = xp::translate(&theirs, mapped);
+            let reduction = matches!(call.coll, xp::Coll::AllReduce | xp::Coll::ReduceScatter);
+            let scratch = if reduction { self.ce_scratch()? } else { 0 };
+            let plan = xp::plan(call, &pc, self.rank, scratch, &xs.bounds)
+                .ok_or_else(|| Error::internal("xp::plan refused an eligible call"))?;
+            let fb = self.function_in(&kernels::ring_p2p(), "oxccl_ring_barrier")?;
+            let fr = match &plan {
+                xp::RankPlan::Reduce(p) => self.function_in(
+                    &kernels::ce_reduce_variant(p.dtype, p.op),
+                    &kernels::ce_reduce_kernel(p.dtype, p.op),
+                )?,
+                xp::RankPlan::Copy(_) => 0,
+            };
+            Ok((plan, fb, fr))
+        })();
+        let ans = ch.exchange(&[ready.is_ok() as u8], 1, r, xs.peer, &what)?;
+        let (plan, fb, fr) = match ready {
+            Ok(x) if ans[0] == 1 => x,
+            Ok(_) => {
+                oxccl_env::info!(
+                    oxccl_env::log::Subsys::COLL,
+                    "rank {}: rank {} could not open this call's buffers: the ring kernel runs it",
+                    self.rank,
+                    xs.peer
+                );
+                return Ok(false);
+            }
+            Err(e) => {
+                oxccl_env::info!(
+                    oxccl_env::log::Subsys::COLL,
+                    "rank {}: copy engines not taken with rank {}, the ring kernel runs it: {}",
+                    self.rank,
+                    xs.peer,
+                    e.message()
+                );
+                return Ok(false);
+            }
+        };
+        let st = stream as sys::CUstream;
+        let args = r.barrier_args(xs.peer);
+        // SAFETY: the barrier of this live ring with its peer, which queues
+        // the same barriers (it decided alike from the same messages).
+        let bar = || unsafe { ring::launch_barrier(fb as sys::CUfunction, st, args) };
+        match &plan {
+            xp::RankPlan::Copy(p) => self.queue_ce(&bar, p, st)?,
+            xp::RankPlan::Reduce(p) => self.queue_ce_reduce(&bar, fr, p, st)?,
+        }
+        Ok(true)
+    }
+
+    /// Lets go of the peer allocations (the context current and synchronised).
+    pub(super) fn close_xp(&self) {
+        if let Some(xs) = self.xp.get() {
+            for m in lock(&xs.cache).drain() {
+                release(self.ordinal, m);
+            }
+        }
+    }
+}

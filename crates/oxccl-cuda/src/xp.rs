@@ -1,0 +1,960 @@
+//! Copy-engine collectives between two processes of one host, one GPU each
+//! (the way PyTorch runs): what the two ranks tell each other per call, how
+//! they agree, and which peer mappings to keep, decided here without
+//! touching a GPU (`capi` does the driver calls and the socket I/O).
+//!
+//! Why: with one process per GPU every collective ran on the ring kernels,
+//! which move ~255–325 GB/s of bus bandwidth at 1 GB (all-gather 254 against
+//! NCCL's 271, all-reduce 320–325 against 326–344: docs/performance-gpu.md,
+//! sessions 2–4), while one copy engine pulls ~390 GB/s from the peer each
+//! way and takes no SM (session 5's probe). Two GPUs driven by one process
+//! already use the engines ([`crate::ce`], [`crate::ce_reduce`]) because
+//! that process knows both ranks' pointers; two processes do not. So per
+//! qualifying call (large enough for the engines: the same bounds as `-g 2`)
+//! each rank sends the other one [`Msg`]: the call, and for its send and
+//! receive buffers the allocation's CUDA IPC handle, its unique buffer id
+//! and the pointer's offset in it. Each rank opens the peer's allocations
+//! (kept per buffer id in a [`Cache`], so a training loop's buffers are
+//! opened once), answers whether that worked, and when both did, both
+//! queue the plans of `-g 2` (the peer's pointers are its mapped ones;
+//! all-gathers push instead of pull, see [`plan`]), with a barrier kernel
+//! on the ring's device counters between the phases
+//! (`oxccl_ring_barrier`, which observes abort and the timeout).
+//!
+//! Measured (2×H200, session 7, `oxccl perf --ranks 2 --compare`, NCCL
+//! 2.28.9 in the same lease): all-gather 1.32–1.47× NCCL from 128 MB to
+//! 4 GB (380–388 GB/s from 1 GB; the ring kernels 298–301), all-reduce
+//! 1.03–1.08× from 256 MB (the ring 0.90–0.99×), reduce-scatter 1.15–1.27×
+//! from 256 MB (the ring 0.94–1.14×), broadcast 1.02–1.04× from 128 MB (the
+//! ring 0.91–0.92×). docs/performance-gpu.md, "Session 7".
+//!
+//! Both ranks decide every step from what both sent, so they always take
+//! the same path: the engines, or the ring kernel when either buffer cannot
+//! be exported (a VMM allocation: `cuMemCreate`, PyTorch's expandable
+//! segments, `ncclMemAlloc`), either open failed, or the calls differ (an
+//! error naming both calls: a mismatched collective would hang the ring).
+
+use crate::ce::{self, Plan};
+use crate::ce_reduce;
+use oxccl_core::{DataType, Error, Result};
+
+/// The bootstrap connection index of the per-call channel (the network
+/// path uses 0..16 with peers of other hosts; this one is with a peer of
+/// this host).
+pub const STREAM_INDEX: u32 = 0xF0;
+
+/// Peer allocations kept open per communicator. A training loop passes a
+/// handful of buffers (PyTorch's caching allocator hands out pieces of a
+/// few large segments); past this the least recently used is closed, after
+/// the context is synchronised.
+pub const CACHE_SLOTS: usize = 64;
+
+/// The byte bounds of one pair of ranks: copies as `OXCCL_CUDA_CE_MIN`
+/// ([`ce::worth_it`]: per pull, twice that one way), all-reduces and
+/// reduce-scatters (send buffer bytes) apart. 0: never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Copying collectives.
+    pub copy: u64,
+    /// All-reduce.
+    pub ar: u64,
+    /// Reduce-scatter.
+    pub rs: u64,
+}
+
+impl Bounds {
+    /// Never the engines.
+    pub const OFF: Bounds = Bounds {
+        copy: 0,
+        ar: 0,
+        rs: 0,
+    };
+}
+
+/// All-reduces of two processes take the engines from 256 MiB by default
+/// (`-g 2`: 512 MiB, [`ce_reduce::DEFAULT_AR_MIN`]): what they would run
+/// instead is the ring kernel, slower than `-g 2`'s pair kernel. 2×H200,
+/// session 7, same lease: 256 MiB 840 µs on the engines against 888-907 on
+/// the ring (NCCL ~890), 128 MiB 472 against 456-471 (even), 512 MiB 1,583
+/// against 1,752.
+pub const XP_AR_MIN: u64 = 256 << 20;
+
+/// Reduce-scatters of two processes take the engines from 256 MiB of send
+/// buffer (`-g 2`: 4 × 512 MiB): the ring kernel's reduce-scatter stays at
+/// ~270-285 GB/s from 256 MiB while the engines reach 291 (256 MiB) to 346
+/// (4 GiB); 128 MiB is even (265 against 261 µs), 64 MiB the ring's (143
+/// against 157). 2×H200, session 7, same lease.
+pub const XP_RS_MIN: u64 = 256 << 20;
+
+const MAGIC: u32 = 0x5058_584f; // "OXXP"
+/// Bytes of an encoded [`Msg`].
+pub const MSG_LEN: usize = 4 + 8 + 4 + 4 + 8 + 2 * BUF_LEN;
+const BUF_LEN: usize = 8 + 8 + 8 + 8 + 8 + 64;
+
+/// Which collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coll {
+    /// All-gather, `count` bytes per rank.
+    AllGather,
+    /// Broadcast of `count` bytes from `root`.
+    Broadcast {
+        /// The root rank.
+        root: u32,
+    },
+    /// All-reduce of `count` elements.
+    AllReduce,
+    /// Reduce-scatter of `count` elements per rank.
+    ReduceScatter,
+}
+
+impl Coll {
+    fn code(self) -> (u8, u32) {
+        match self {
+            Coll::AllGather => (1, 0),
+            Coll::Broadcast { root } => (2, root),
+            Coll::AllReduce => (3, 0),
+            Coll::ReduceScatter => (4, 0),
+        }
+    }
+    fn of(code: u8, root: u32) -> Option<Coll> {
+        Some(match code {
+            1 => Coll::AllGather,
+            2 => Coll::Broadcast { root },
+            3 => Coll::AllReduce,
+            4 => Coll::ReduceScatter,
+            _ => return None,
+        })
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Coll::AllGather => "all_gather",
+            Coll::Broadcast { .. } => "broadcast",
+            Coll::AllReduce => "all_reduce",
+            Coll::ReduceScatter => "reduce_scatter",
+        }
+    }
+}
+
+/// One rank's call as it made it (its own pointers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call {
+    /// Which collective.
+    pub coll: Coll,
+    /// Bytes (copying collectives) or elements (reductions); per rank for
+    /// all-gather and reduce-scatter.
+    pub count: u64,
+    /// Element type (copying collectives: `Uint8`).
+    pub dtype: DataType,
+    /// Operator (copying collectives: `Sum`).
+    pub op: ce_reduce::Op,
+    /// Send buffer.
+    pub input: u64,
+    /// Receive buffer.
+    pub output: u64,
+}
+
+impl Call {
+    /// Bytes the call reads from its send buffer and writes to its receive
+    /// buffer (what each must hold).
+    pub fn lengths(&self) -> (u64, u64) {
+        let sz = self.dtype.size() as u64;
+        let n = self.count.saturating_mul(sz);
+        match self.coll {
+            Coll::AllGather => (n, n.saturating_mul(2)),
+            Coll::Broadcast { .. } | Coll::AllReduce => (n, n),
+            Coll::ReduceScatter => (n.saturating_mul(2), n),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let (i, _) = self.lengths();
+        let root = match self.coll {
+            Coll::Broadcast { root } => format!(" from root {root}"),
+            _ => String::new(),
+        };
+        format!(
+            "{} of {} bytes ({} x {}, {}){root}",
+            self.coll.name(),
+            i,
+            self.count,
+            self.dtype.name(),
+            self.op.tag()
+        )
+    }
+
+    fn same_shape(&self, o: &Call) -> bool {
+        self.coll == o.coll && self.count == o.count && self.dtype == o.dtype && self.op == o.op
+    }
+
+    fn ce_reduce(&self) -> Option<ce_reduce::Call> {
+        let kind = match self.coll {
+            Coll::AllReduce => ce_reduce::Kind::AllReduce,
+            Coll::ReduceScatter => ce_reduce::Kind::ReduceScatter,
+            _ => return None,
+        };
+        Some(ce_reduce::Call {
+            kind,
+            input: self.input,
+            output: self.output,
+            count: self.count,
+            dtype: self.dtype,
+            op: self.op,
+        })
+    }
+
+    fn copying(&self) -> Option<ce::Copying> {
+        match self.coll {
+            Coll::AllGather => Some(ce::Copying::AllGather {
+                input: self.input,
+                output: self.output,
+                bytes: self.count,
+            }),
+            Coll::Broadcast { root } => Some(ce::Copying::Broadcast {
+                input: self.input,
+                output: self.output,
+                bytes: self.count,
+                root,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a call of this shape goes to the engines when both buffers can
+/// be shared: the `-g 2` bounds ([`ce::worth_it`] with `min` for copies,
+/// [`ce_reduce::qualifies`] with `ar_min` for reductions). It depends on the
+/// call's shape only, so both ranks of a matching pair decide alike before
+/// they talk.
+pub fn eligible(call: &Call, b: &Bounds) -> bool {
+    // Stand-in pointers: only the shape matters here.
+    let mut c = [*call, *call];
+    c[1].input = 1 << 40;
+    c[1].output = 1 << 41;
+    if let Some(x) = c[0].ce_reduce() {
+        let y = c[1].ce_reduce().unwrap_or(x);
+        return ce_reduce::qualifies_with(&[x, y], b.ar, b.rs);
+    }
+    match (c[0].copying(), c[1].copying()) {
+        (Some(x), Some(y)) => ce::pair_collective([x, y]).is_some_and(|p| ce::worth_it(&p, b.copy)),
+        _ => false,
+    }
+}
+
+/// A buffer as its owner shares it: the allocation's IPC handle, id, base
+/// and size, and the pointer's offset in it. `ok` false: it cannot be
+/// shared (not exportable), the other fields are zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Buf {
+    /// Exportable.
+    pub ok: bool,
+    /// `CU_POINTER_ATTRIBUTE_BUFFER_ID` (unique per allocation in the
+    /// owner's process for its lifetime; never 0 for a real one).
+    pub id: u64,
+    /// The allocation's base address in the owner's process.
+    pub base: u64,
+    /// The allocation's size.
+    pub size: u64,
+    /// The pointer's offset from `base`.
+    pub offset: u64,
+    /// `cuIpcGetMemHandle`'s bytes.
+    pub handle: [u8; 64],
+}
+
+impl Buf {
+    /// A buffer that cannot be shared.
+    pub const NONE: Buf = Buf {
+        ok: false,
+        id: 0,
+        base: 0,
+        size: 0,
+        offset: 0,
+        handle: [0; 64],
+    };
+}
+
+/// What a rank sends per qualifying call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Msg {
+    /// Which qualifying call of the communicator this is (0, 1, ...): both
+    /// ranks count alike, so a difference means they got out of step.
+    pub seq: u64,
+    /// The call's shape (pointers zero: they mean nothing to the peer).
+    pub call: Call,
+    /// Send and receive buffer.
+    pub bufs: [Buf; 2],
+}
+
+fn op_code(op: ce_reduce::Op) -> u8 {
+    match op {
+        ce_reduce::Op::Sum => 0,
+        ce_reduce::Op::Prod => 1,
+        ce_reduce::Op::Max => 2,
+        ce_reduce::Op::Min => 3,
+    }
+}
+
+fn op_of(c: u8) -> Option<ce_reduce::Op> {
+    Some(match c {
+        0 => ce_reduce::Op::Sum,
+        1 => ce_reduce::Op::Prod,
+        2 => ce_reduce::Op::Max,
+        3 => ce_reduce::Op::Min,
+        _ => return None,
+    })
+}
+
+impl Msg {
+    /// Fixed-length little-endian bytes ([`MSG_LEN`]).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(MSG_LEN);
+        let (code, root) = self.call.coll.code();
+        v.extend_from_slice(&MAGIC.to_le_bytes());
+        v.extend_from_slice(&self.seq.to_le_bytes());
+        v.extend_from_slice(&[code, self.call.dtype as i32 as u8, op_code(self.call.op), 0]);
+        v.extend_from_slice(&root.to_le_bytes());
+        v.extend_from_slice(&self.call.count.to_le_bytes());
+        for b in &self.bufs {
+            v.extend_from_slice(&(b.ok as u64).to_le_bytes());
+            v.extend_from_slice(&b.id.to_le_bytes());
+            v.extend_from_slice(&b.base.to_le_bytes());
+            v.extend_from_slice(&b.size.to_le_bytes());
+            v.extend_from_slice(&b.offset.to_le_bytes());
+            v.extend_from_slice(&b.handle);
+        }
+        debug_assert_eq!(v.len(), MSG_LEN);
+        v
+    }
+
+    /// The message in `b`, or an error naming what is wrong with it.
+    pub fn decode(b: &[u8]) -> Result<Msg> {
+        let bad = |what: &str| {
+            Error::internal(format!(
+                "copy-engine exchange: the peer's message is malformed ({what})"
+            ))
+        };
+        if b.len() != MSG_LEN {
+            return Err(bad(&format!("{} bytes, expected {MSG_LEN}", b.len())));
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]));
+        if u32_at(0) != MAGIC {
+            return Err(bad("no magic"));
+        }
+        let seq = u64_at(4);
+        let coll = Coll::of(b[12], u32_at(16)).ok_or_else(|| bad("collective"))?;
+        let dtype = DataType::from_raw(b[13] as i32).map_err(|_| bad("datatype"))?;
+        let op = op_of(b[14]).ok_or_else(|| bad("op"))?;
+        let count = u64_at(20);
+        let mut bufs = [Buf::NONE; 2];
+        for (i, buf) in bufs.iter_mut().enumerate() {
+            let o = 28 + i * BUF_LEN;
+            let mut handle = [0u8; 64];
+            handle.copy_from_slice(&b[o + 40..o + 104]);
+            *buf = Buf {
+                ok: u64_at(o) == 1,
+                id: u64_at(o + 8),
+                base: u64_at(o + 16),
+                size: u64_at(o + 24),
+                offset: u64_at(o + 32),
+                handle,
+            };
+        }
+        Ok(Msg {
+            seq,
+            call: Call {
+                coll,
+                count,
+                dtype,
+                op,
+                input: 0,
+                output: 0,
+            },
+            bufs,
+        })
+    }
+}
+
+/// What the first message says about the pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Both buffers of both ranks can be shared: open the peer's.
+    Engines,
+    /// Some buffer cannot: both ranks run the ring kernel.
+    Kernel,
+}
+
+/// Checks the peer's message against this rank's (`peer`: its rank, for
+/// the error). Calls that differ, or a peer out of step, are errors that
+/// name both calls; a buffer that cannot be shared is [`Verdict::Kernel`]; a
+/// shared range past its allocation is an error (never mapped).
+pub fn check(mine: &Msg, theirs: &Msg, peer: usize) -> Result<Verdict> {
+    if mine.seq != theirs.seq {
+        return Err(Error::internal(format!(
+            "copy-engine exchange out of step with rank {peer}: this rank is at its call {}, \
+             rank {peer} at {}",
+            mine.seq, theirs.seq
+        )));
+    }
+    if !mine.call.same_shape(&theirs.call) {
+        return Err(Error::invalid_usage(format!(
+            "rank {peer} called {} where this rank called {}: every rank must make the same \
+             collective calls in the same order",
+            theirs.call.describe(),
+            mine.call.describe()
+        )));
+    }
+    if !mine.bufs.iter().chain(theirs.bufs.iter()).all(|b| b.ok) {
+        return Ok(Verdict::Kernel);
+    }
+    let (inl, outl) = theirs.call.lengths();
+    for (b, len, what) in [
+        (&theirs.bufs[0], inl, "sendbuff"),
+        (&theirs.bufs[1], outl, "recvbuff"),
+    ] {
+        let end = b.offset as u128 + len as u128;
+        if b.id == 0 || end > b.size as u128 {
+            return Err(Error::internal(format!(
+                "copy-engine exchange: rank {peer}'s {what} ({len} bytes at offset {} of an \
+                 allocation of {} bytes, id {}) does not fit its allocation",
+                b.offset, b.size, b.id
+            )));
+        }
+    }
+    Ok(Verdict::Engines)
+}
+
+/// This rank's plan for a checked pair: `mine` with this rank's pointers,
+/// `peer_call` with the peer's pointers as mapped here; `rank` this rank's
+/// (0 or 1); `scratch` this rank's copy-engine reduction ring (reductions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RankPlan {
+    /// Barrier, copies, barrier ([`ce::Plan`]).
+    Copy(Plan),
+    /// The copy-engine reduction ([`ce_reduce::RankPlan`]).
+    Reduce(ce_reduce::RankPlan),
+}
+
+/// The plans of a checked pair, or `None` when the shape does not go to
+/// the engines after all (never, when [`eligible`] said it did).
+pub fn plan(
+    mine: &Call,
+    peer_call: &Call,
+    rank: usize,
+    scratch: u64,
+    b: &Bounds,
+) -> Option<RankPlan> {
+    if rank > 1 {
+        return None;
+    }
+    let mut calls = [*mine, *peer_call];
+    if rank == 1 {
+        calls.swap(0, 1);
+    }
+    if let (Some(a), Some(c)) = (calls[0].ce_reduce(), calls[1].ce_reduce()) {
+        let [p0, p1] = ce_reduce::pair_with([a, c], [scratch, scratch], b.ar, b.rs)?;
+        return Some(RankPlan::Reduce(if rank == 0 { p0 } else { p1 }));
+    }
+    let plans = ce::pair_collective([calls[0].copying()?, calls[1].copying()?])?;
+    if !ce::worth_it(&plans, b.copy) {
+        return None;
+    }
+    let [p0, p1] = plans;
+    let mut p = if rank == 0 { p0 } else { p1 };
+    if mine.coll == Coll::AllGather {
+        // Push instead of pull: this rank's engine writes its input into
+        // the peer's output. Same bytes over the same links, but two
+        // processes pulling while their local copies write the same
+        // output moved 346-351 GB/s at 1-4 GB out of place (371 in place,
+        // no local copy), pushing 380-388 (2xH200, session 7, same lease;
+        // `-g 2`'s pulls reach 378-387 and keep pulling).
+        p.remote = vec![ce::Xfer {
+            dst: peer_call.output + rank as u64 * mine.count,
+            src: mine.input,
+            bytes: mine.count,
+        }];
+    }
+    Some(RankPlan::Copy(p))
+}
+
+/// The peer's call with its pointers translated into this process:
+/// `mapped[i]` is where the peer's allocation of `theirs.bufs[i]` is mapped
+/// here.
+pub fn translate(theirs: &Msg, mapped: [u64; 2]) -> Call {
+    let mut c = theirs.call;
+    c.input = mapped[0] + theirs.bufs[0].offset;
+    c.output = mapped[1] + theirs.bufs[1].offset;
+    c
+}
+
+/// The peer allocations open in this process, by the peer's buffer id,
+/// least recently used first out.
+#[derive(Debug)]
+pub struct Cache {
+    cap: usize,
+    tick: u64,
+    entries: Vec<(u64, u64, u64)>, // (id, mapped base, last use)
+}
+
+impl Cache {
+    /// Empty, holding at most `cap` (≥ 1).
+    pub fn new(cap: usize) -> Cache {
+        Cache {
+            cap: cap.max(1),
+            tick: 0,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Where allocation `id` is mapped, marking it used.
+    pub fn get(&mut self, id: u64) -> Option<u64> {
+        self.tick += 1;
+        let t = self.tick;
+        self.entries.iter_mut().find(|e| e.0 == id).map(|e| {
+            e.2 = t;
+            e.1
+        })
+    }
+
+    /// Whether the cache is full (an insert would evict).
+    pub fn full(&self) -> bool {
+        self.entries.len() >= self.cap
+    }
+
+    /// The mapping an insert would evict now (the least recently used),
+    /// without evicting it.
+    pub fn victim(&self) -> Option<u64> {
+        if !self.full() {
+            return None;
+        }
+        self.entries.iter().min_by_key(|e| e.2).map(|e| e.1)
+    }
+
+    /// Records `id` mapped at `mapped`; returns the evicted mapping (to
+    /// close) when the cache was full.
+    pub fn insert(&mut self, id: u64, mapped: u64) -> Option<u64> {
+        self.tick += 1;
+        let mut out = None;
+        if self.full() {
+            if let Some(i) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].2) {
+                out = Some(self.entries.swap_remove(i).1);
+            }
+        }
+        self.entries.push((id, mapped, self.tick));
+        out
+    }
+
+    /// Every mapping (to close them all).
+    pub fn drain(&mut self) -> Vec<u64> {
+        self.entries.drain(..).map(|e| e.1).collect()
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The bounds both ranks use, agreed at setup: a rank's own bounds when
+/// the peer's are the same, else none (the engines off for the pair, and a
+/// line saying so): a rank that took the engines where its peer did not
+/// would wait for it at a barrier until the timeout.
+pub fn agree_bounds(mine: Bounds, theirs: Bounds) -> Bounds {
+    if mine == theirs {
+        mine
+    } else {
+        Bounds::OFF
+    }
+}
+
+impl Bounds {
+    /// 24 little-endian bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        [self.copy, self.ar, self.rs]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect()
+    }
+
+    /// From [`Bounds::encode`]'s bytes (`None`: not 24 of them).
+    pub fn decode(b: &[u8]) -> Option<Bounds> {
+        if b.len() != 24 {
+            return None;
+        }
+        let at = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        Some(Bounds {
+            copy: at(0),
+            ar: at(1),
+            rs: at(2),
+        })
+    }
+
+    /// The bounds from the settings: `copy` is `OXCCL_CUDA_CE_MIN`'s value;
+    /// `ar_set` `OXCCL_CUDA_CE_AR_MIN` when set (then reduce-scatters from
+    /// [`ce_reduce::RS_FACTOR`] times it, as for `-g 2`), else
+    /// [`XP_AR_MIN`] and [`XP_RS_MIN`].
+    pub fn from_settings(copy: u64, ar_set: Option<u64>) -> Bounds {
+        match ar_set {
+            Some(v) => Bounds {
+                copy,
+                ar: v,
+                rs: v.saturating_mul(ce_reduce::RS_FACTOR),
+            },
+            None => Bounds {
+                copy,
+                ar: XP_AR_MIN,
+                rs: XP_RS_MIN,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(coll: Coll, count: u64, dtype: DataType, op: ce_reduce::Op) -> Call {
+        Call {
+            coll,
+            count,
+            dtype,
+            op,
+            input: 0x7000_0000,
+            output: 0x9000_0000,
+        }
+    }
+
+    fn buf(id: u64, size: u64, offset: u64) -> Buf {
+        let mut handle = [0u8; 64];
+        for (i, h) in handle.iter_mut().enumerate() {
+            *h = (i as u8).wrapping_mul(7).wrapping_add(id as u8);
+        }
+        Buf {
+            ok: true,
+            id,
+            base: 0x1_0000_0000 * id,
+            size,
+            offset,
+            handle,
+        }
+    }
+
+    fn msg(seq: u64, c: Call, bufs: [Buf; 2]) -> Msg {
+        let mut c = c;
+        c.input = 0;
+        c.output = 0;
+        Msg { seq, call: c, bufs }
+    }
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn messages_round_trip_for_every_collective_type_and_op() {
+        let colls = [
+            Coll::AllGather,
+            Coll::Broadcast { root: 1 },
+            Coll::AllReduce,
+            Coll::ReduceScatter,
+        ];
+        let ops = [
+            ce_reduce::Op::Sum,
+            ce_reduce::Op::Prod,
+            ce_reduce::Op::Max,
+            ce_reduce::Op::Min,
+        ];
+        for (i, coll) in colls.into_iter().enumerate() {
+            for t in DataType::ALL {
+                for op in ops {
+                    let m = msg(
+                        i as u64 * 1000 + 17,
+                        call(coll, 12345 + i as u64, t, op),
+                        [buf(3, GIB, 64), Buf::NONE],
+                    );
+                    let b = m.encode();
+                    assert_eq!(b.len(), MSG_LEN);
+                    assert_eq!(Msg::decode(&b).unwrap(), m);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_messages_are_errors_not_panics() {
+        let m = msg(
+            0,
+            call(Coll::AllGather, 8, DataType::Uint8, ce_reduce::Op::Sum),
+            [buf(1, 64, 0); 2],
+        );
+        let good = m.encode();
+        assert!(Msg::decode(&good[..MSG_LEN - 1]).is_err());
+        let mut b = good.clone();
+        b[0] ^= 1;
+        assert!(Msg::decode(&b).unwrap_err().message().contains("magic"));
+        let mut b = good.clone();
+        b[12] = 9;
+        assert!(Msg::decode(&b)
+            .unwrap_err()
+            .message()
+            .contains("collective"));
+        let mut b = good.clone();
+        b[13] = 12;
+        assert!(Msg::decode(&b).unwrap_err().message().contains("datatype"));
+        let mut b = good;
+        b[14] = 4;
+        assert!(Msg::decode(&b).unwrap_err().message().contains("op"));
+        // Any byte string of the right length decodes or errs.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            let v: Vec<u8> = (0..MSG_LEN)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let _ = Msg::decode(&v);
+        }
+    }
+
+    #[test]
+    fn eligibility_follows_the_one_process_bounds() {
+        let (min, ar) = (ce::DEFAULT_MIN, ce_reduce::DEFAULT_AR_MIN);
+        let b = |copy, ar| Bounds::from_settings(copy, Some(ar));
+        let ag = |n| call(Coll::AllGather, n, DataType::Uint8, ce_reduce::Op::Sum);
+        assert!(eligible(&ag(min), &b(min, ar)));
+        assert!(!eligible(&ag(min - 1), &b(min, ar)));
+        assert!(!eligible(&ag(min), &b(0, ar)));
+        // A broadcast pulls one way: twice the bound.
+        let bc = |n| {
+            call(
+                Coll::Broadcast { root: 0 },
+                n,
+                DataType::Uint8,
+                ce_reduce::Op::Sum,
+            )
+        };
+        assert!(!eligible(&bc(min), &b(min, ar)));
+        assert!(eligible(&bc(2 * min), &b(min, ar)));
+        let red = |coll, n| call(coll, n, DataType::Float32, ce_reduce::Op::Sum);
+        assert!(eligible(&red(Coll::AllReduce, ar / 4), &b(min, ar)));
+        assert!(!eligible(&red(Coll::AllReduce, ar / 4 - 1), &b(min, ar)));
+        assert!(!eligible(&red(Coll::AllReduce, ar / 4), &b(min, 0)));
+        // Reduce-scatter: count per rank, RS_FACTOR times a set bound in all.
+        let rs_count = ar * ce_reduce::RS_FACTOR / 2 / 4;
+        assert!(eligible(&red(Coll::ReduceScatter, rs_count), &b(min, ar)));
+        assert!(!eligible(
+            &red(Coll::ReduceScatter, rs_count - 1),
+            &b(min, ar)
+        ));
+        // Unset: the two-process defaults, reduce-scatters at the same bound.
+        let d = Bounds::from_settings(min, None);
+        assert!(eligible(&red(Coll::AllReduce, XP_AR_MIN / 4), &d));
+        assert!(!eligible(&red(Coll::AllReduce, XP_AR_MIN / 4 - 1), &d));
+        assert!(eligible(&red(Coll::ReduceScatter, XP_RS_MIN / 8), &d));
+        assert!(!eligible(&red(Coll::ReduceScatter, XP_RS_MIN / 8 - 1), &d));
+    }
+
+    #[test]
+    fn check_agrees_refuses_and_names_mismatches() {
+        let c = call(
+            Coll::AllReduce,
+            GIB / 4,
+            DataType::Float32,
+            ce_reduce::Op::Sum,
+        );
+        let a = msg(5, c, [buf(1, GIB, 0), buf(2, 2 * GIB, GIB)]);
+        let b = msg(5, c, [buf(7, GIB, 0), buf(7, GIB, 0)]);
+        assert_eq!(check(&a, &b, 1).unwrap(), Verdict::Engines);
+        assert_eq!(check(&b, &a, 0).unwrap(), Verdict::Engines);
+        // Either rank's unexportable buffer: both take the kernel.
+        let mut nb = b;
+        nb.bufs[1] = Buf::NONE;
+        assert_eq!(check(&a, &nb, 1).unwrap(), Verdict::Kernel);
+        assert_eq!(check(&nb, &a, 0).unwrap(), Verdict::Kernel);
+        // Out of step.
+        let late = msg(6, c, b.bufs);
+        let e = check(&a, &late, 1).unwrap_err();
+        assert!(e.message().contains("out of step") && e.message().contains("rank 1"));
+        // Another call: both named.
+        let other = msg(
+            5,
+            call(Coll::AllGather, GIB, DataType::Uint8, ce_reduce::Op::Sum),
+            b.bufs,
+        );
+        let e = check(&a, &other, 1).unwrap_err();
+        assert_eq!(e.kind(), oxccl_core::ErrorKind::InvalidUsage);
+        assert!(e.message().contains("all_gather") && e.message().contains("all_reduce"));
+        // A range past the peer's allocation is never mapped.
+        let short = msg(5, c, [buf(7, GIB - 16, 0), buf(8, GIB, 0)]);
+        assert!(check(&a, &short, 1)
+            .unwrap_err()
+            .message()
+            .contains("sendbuff"));
+        let off = msg(5, c, [buf(7, GIB, 0), buf(8, GIB, 16)]);
+        assert!(check(&a, &off, 1)
+            .unwrap_err()
+            .message()
+            .contains("recvbuff"));
+    }
+
+    #[test]
+    fn plans_are_the_one_process_plans_with_the_mapped_pointers() {
+        // All-gather: rank r pushes its input into the peer's (mapped)
+        // out[r], and copies it into its own out[r].
+        for rank in 0..2usize {
+            let mine = Call {
+                input: 0x1000,
+                output: 0x10_0000,
+                ..call(
+                    Coll::AllGather,
+                    128 * MIB,
+                    DataType::Uint8,
+                    ce_reduce::Op::Sum,
+                )
+            };
+            let peer = Call {
+                input: 0x7f00_0000_0000,
+                output: 0x7f10_0000_0000,
+                ..mine
+            };
+            let p = plan(
+                &mine,
+                &peer,
+                rank,
+                0,
+                &Bounds::from_settings(ce::DEFAULT_MIN, Some(0)),
+            )
+            .unwrap();
+            let RankPlan::Copy(p) = p else {
+                panic!("a copy plan")
+            };
+            assert_eq!(
+                p.remote,
+                vec![ce::Xfer {
+                    dst: peer.output + rank as u64 * 128 * MIB,
+                    src: mine.input,
+                    bytes: 128 * MIB
+                }]
+            );
+            assert_eq!(
+                p.local,
+                vec![ce::Xfer {
+                    dst: mine.output + rank as u64 * 128 * MIB,
+                    src: mine.input,
+                    bytes: 128 * MIB
+                }]
+            );
+        }
+        // Broadcast: the non-root pulls the root's input (one way).
+        let bc = Call {
+            input: 0x1000,
+            output: 0x10_0000,
+            ..call(
+                Coll::Broadcast { root: 0 },
+                256 * MIB,
+                DataType::Uint8,
+                ce_reduce::Op::Sum,
+            )
+        };
+        let peer = Call {
+            input: 0x7f00_0000_0000,
+            output: 0x7f10_0000_0000,
+            ..bc
+        };
+        let bd = Bounds::from_settings(ce::DEFAULT_MIN, None);
+        let RankPlan::Copy(p) = plan(&bc, &peer, 1, 0, &bd).unwrap() else {
+            panic!("a copy plan")
+        };
+        assert_eq!(
+            p.remote,
+            vec![ce::Xfer {
+                dst: bc.output,
+                src: peer.input,
+                bytes: 256 * MIB
+            }]
+        );
+        assert!(p.local.is_empty());
+        // All-reduce: the same RankPlan as ce_reduce::pair gives rank r.
+        let a = Call {
+            input: 0x1000_0000,
+            output: 0x2000_0000,
+            ..call(
+                Coll::AllReduce,
+                GIB / 4,
+                DataType::Float32,
+                ce_reduce::Op::Max,
+            )
+        };
+        let b = Call {
+            input: 0x7000_0000_0000,
+            output: 0x7100_0000_0000,
+            ..a
+        };
+        let scratch = 0x5_0000_0000;
+        for rank in 0..2 {
+            let (mine, peer) = if rank == 0 { (a, b) } else { (b, a) };
+            let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN));
+            let got = plan(&mine, &peer, rank, scratch, &bd).unwrap();
+            let want = ce_reduce::pair(
+                [a.ce_reduce().unwrap(), b.ce_reduce().unwrap()],
+                [scratch, scratch],
+                ce_reduce::DEFAULT_AR_MIN,
+            )
+            .unwrap();
+            assert_eq!(got, RankPlan::Reduce(want[rank].clone()));
+        }
+        // Below the bound: no plan.
+        let small = Call { count: 1024, ..a };
+        let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN));
+        assert!(plan(&small, &small, 0, scratch, &bd).is_none());
+        assert!(plan(&a, &b, 2, scratch, &bd).is_none());
+    }
+
+    #[test]
+    fn translate_offsets_into_the_mapping() {
+        let c = call(Coll::AllReduce, 1024, DataType::Float32, ce_reduce::Op::Sum);
+        let m = msg(0, c, [buf(1, GIB, 4096), buf(2, GIB, 64)]);
+        let t = translate(&m, [0x7000, 0x9000]);
+        assert_eq!((t.input, t.output), (0x7000 + 4096, 0x9000 + 64));
+        assert!(t.same_shape(&c));
+    }
+
+    #[test]
+    fn the_cache_evicts_the_least_recently_used() {
+        let mut c = Cache::new(3);
+        assert!(c.is_empty());
+        assert_eq!(c.insert(1, 0x100), None);
+        assert_eq!(c.insert(2, 0x200), None);
+        assert_eq!(c.insert(3, 0x300), None);
+        assert!(c.full());
+        assert_eq!(c.get(1), Some(0x100)); // 2 is now the oldest
+        assert_eq!(c.victim(), Some(0x200));
+        assert_eq!(c.insert(4, 0x400), Some(0x200));
+        assert_eq!(c.get(2), None);
+        assert_eq!(c.get(3), Some(0x300));
+        assert_eq!(c.insert(5, 0x500), Some(0x100));
+        assert_eq!(c.len(), 3);
+        let mut all = c.drain();
+        all.sort();
+        assert_eq!(all, vec![0x300, 0x400, 0x500]);
+        assert!(Cache::new(0).insert(1, 1).is_none());
+    }
+
+    #[test]
+    fn bounds_agree_only_when_equal() {
+        let x = Bounds::from_settings(1, Some(2));
+        let y = Bounds::from_settings(1, None);
+        assert_eq!(agree_bounds(x, x), x);
+        assert_eq!(agree_bounds(x, y), Bounds::OFF);
+        assert_eq!(agree_bounds(Bounds::OFF, x), Bounds::OFF);
+        assert_eq!(Bounds::decode(&y.encode()), Some(y));
+        assert_eq!(Bounds::decode(&[0; 23]), None);
+        assert_eq!((x.ar, x.rs), (2, 2 * ce_reduce::RS_FACTOR));
+    }
+}
