@@ -30,6 +30,9 @@
 #   scripts/perf-gpu.sh pdl          # small all-reduces (2 processes and -g 2,
 #                                    # eager and graphs) with programmatic
 #                                    # launches on and off, vs NCCL
+#   scripts/perf-gpu.sh xp           # 2 processes, 32 MB-4 GB: copy engines with
+#                                    # the peer process against the ring kernels,
+#                                    # vs NCCL (OXCCL_XP_COLLS picks collectives)
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
 #                                    # the copy-engine reduction at its default
 #                                    # bound and off (SM kernel), vs NCCL
@@ -215,6 +218,18 @@ if [ "$MODE" = ce_ar ]; then
     G="$c --backend cuda -g 2 -b 64M -e 8G -f 2 -c 1 -n 10 -w 3 --compare $NCCL"
     run "ce_ar_default_$c" 280 "$X" $P $G -J "$OUTDIR/ce_ar_default_$c.json"
     OXCCL_CUDA_CE_AR_MIN=0 run "ce_ar_off_$c" 280 "$X" $P $G -J "$OUTDIR/ce_ar_off_$c.json"
+  done
+fi
+if [ "$MODE" = xp ]; then
+  # One process per GPU (--ranks 2): the copy engines with the peer process
+  # (crates/oxccl-cuda/src/xp.rs) at the default bounds, and the ring
+  # kernels only (both bounds 0), beside NCCL, 32 MB-4 GB; then a checked
+  # run of each collective at 512 MB-1 GB on the engines.
+  for c in ${OXCCL_XP_COLLS:-all_gather all_reduce reduce_scatter broadcast}; do
+    R="$c --backend cuda --ranks 2 -b 32M -e 4G -f 2 -c 0 -n 10 -w 3 --compare $NCCL"
+    run "xp_default_$c" 240 "$X" $P $R -J "$OUTDIR/xp_default_$c.json"
+    OXCCL_CUDA_CE_MIN=0 OXCCL_CUDA_CE_AR_MIN=0 run "xp_off_$c" 240 "$X" $P $R -J "$OUTDIR/xp_off_$c.json"
+    run "xp_check_$c" 240 "$X" $P $c --backend cuda --ranks 2 -b 512M -e 1G -f 2 -c 1 -n 2 -w 1
   done
 fi
 if [ "$MODE" = tuning ]; then

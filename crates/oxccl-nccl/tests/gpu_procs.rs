@@ -353,8 +353,14 @@ fn child_rank() {
     );
     assert_eq!(err, ncclSuccess);
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    let ce = capi::ce_calls();
+    if std::env::var("OXCCL_TEST_EXPECT_CE").is_ok() {
+        // The sizes were chosen above the lowered bounds: the engines must
+        // have run some of the calls (the results were checked above).
+        assert!(ce > 0, "rank {rank}: no call took the copy engines");
+    }
     println!(
-        "CHILD OK rank {rank}: {cases} cases in {:.1} s",
+        "CHILD OK rank {rank}: {cases} cases in {:.1} s ({ce} on the copy engines)",
         t0.elapsed().as_secs_f64()
     );
 }
@@ -584,6 +590,29 @@ fn two_processes_large_messages() {
         2,
         "12582917",
         &[("OXCCL_TEST_TYPES", "float32,bfloat16,int8")],
+    );
+}
+
+#[test]
+fn two_processes_on_the_copy_engines() {
+    if gpus() < 1 {
+        return;
+    }
+    // Bounds lowered so these sizes take the copy engines with the peer
+    // process (xp.rs): all-gathers from 256 KiB per rank, broadcasts from
+    // 512 KiB, all-reduces from 256 KiB, reduce-scatters from 1 MiB in all
+    // (sum, prod, max, min; avg and PreMulSum stay on the ring). 300007 and
+    // 1048583 elements of every type land on both sides of those bounds,
+    // in place and out of place; the sweep checks every result against the
+    // host path, and each rank that some call took the engines.
+    run_ranks(
+        2,
+        "0,5,300007,1048583",
+        &[
+            ("OXCCL_CUDA_CE_MIN", "262144"),
+            ("OXCCL_CUDA_CE_AR_MIN", "262144"),
+            ("OXCCL_TEST_EXPECT_CE", "1"),
+        ],
     );
 }
 
