@@ -88,7 +88,7 @@ pub const XP_RS_MIN: u64 = 256 << 20;
 
 const MAGIC: u32 = 0x5058_584f; // "OXXP"
 /// Bytes of an encoded [`Msg`].
-pub const MSG_LEN: usize = 4 + 8 + 4 + 4 + 8 + 2 * BUF_LEN;
+pub const MSG_LEN: usize = 4 + 8 + 4 + 4 + 8 + 8 + 2 * BUF_LEN;
 const BUF_LEN: usize = 8 + 8 + 8 + 8 + 8 + 64;
 
 /// Which collective.
@@ -105,23 +105,31 @@ pub enum Coll {
     AllReduce,
     /// Reduce-scatter of `count` elements per rank.
     ReduceScatter,
+    /// A group's send of `count` bytes to the peer and receive of `recv`
+    /// bytes from it (either may be 0: one way).
+    SendRecv {
+        /// Bytes received.
+        recv: u64,
+    },
 }
 
 impl Coll {
-    fn code(self) -> (u8, u32) {
+    fn code(self) -> (u8, u32, u64) {
         match self {
-            Coll::AllGather => (1, 0),
-            Coll::Broadcast { root } => (2, root),
-            Coll::AllReduce => (3, 0),
-            Coll::ReduceScatter => (4, 0),
+            Coll::AllGather => (1, 0, 0),
+            Coll::Broadcast { root } => (2, root, 0),
+            Coll::AllReduce => (3, 0, 0),
+            Coll::ReduceScatter => (4, 0, 0),
+            Coll::SendRecv { recv } => (5, 0, recv),
         }
     }
-    fn of(code: u8, root: u32) -> Option<Coll> {
+    fn of(code: u8, root: u32, extra: u64) -> Option<Coll> {
         Some(match code {
             1 => Coll::AllGather,
             2 => Coll::Broadcast { root },
             3 => Coll::AllReduce,
             4 => Coll::ReduceScatter,
+            5 => Coll::SendRecv { recv: extra },
             _ => return None,
         })
     }
@@ -131,6 +139,7 @@ impl Coll {
             Coll::Broadcast { .. } => "broadcast",
             Coll::AllReduce => "all_reduce",
             Coll::ReduceScatter => "reduce_scatter",
+            Coll::SendRecv { .. } => "send/receive",
         }
     }
 }
@@ -163,10 +172,14 @@ impl Call {
             Coll::AllGather => (n, n.saturating_mul(2)),
             Coll::Broadcast { .. } | Coll::AllReduce => (n, n),
             Coll::ReduceScatter => (n.saturating_mul(2), n),
+            Coll::SendRecv { recv } => (self.count, recv),
         }
     }
 
     fn describe(&self) -> String {
+        if let Coll::SendRecv { recv } = self.coll {
+            return format!("send/receive (sends {} bytes, receives {recv})", self.count);
+        }
         let (i, _) = self.lengths();
         let root = match self.coll {
             Coll::Broadcast { root } => format!(" from root {root}"),
@@ -182,8 +195,30 @@ impl Call {
         )
     }
 
+    /// Whether `o` (the peer's call) meets this one: the same call, or for
+    /// send/receive the mirror (what one sends the other receives).
     fn same_shape(&self, o: &Call) -> bool {
-        self.coll == o.coll && self.count == o.count && self.dtype == o.dtype && self.op == o.op
+        match (self.coll, o.coll) {
+            (Coll::SendRecv { recv: a }, Coll::SendRecv { recv: b }) => {
+                a == o.count && b == self.count
+            }
+            _ => {
+                self.coll == o.coll
+                    && self.count == o.count
+                    && self.dtype == o.dtype
+                    && self.op == o.op
+            }
+        }
+    }
+
+    /// Which of its buffers a rank's call shares with the peer: both, or
+    /// for send/receive the receive buffer when it receives (the sender
+    /// pushes into it).
+    fn shared(&self) -> [bool; 2] {
+        match self.coll {
+            Coll::SendRecv { recv } => [false, recv > 0],
+            _ => [true, true],
+        }
     }
 
     fn ce_reduce(&self) -> Option<ce_reduce::Call> {
@@ -233,6 +268,17 @@ pub fn eligible(call: &Call, b: &Bounds) -> bool {
     if let Some(x) = c[0].ce_reduce() {
         let y = c[1].ce_reduce().unwrap_or(x);
         return ce_reduce::qualifies_with(&[x, y], b.ar, b.rs);
+    }
+    if let Coll::SendRecv { recv } = call.coll {
+        // As ce::worth_it: the largest transfer at the bound when both ways
+        // move, twice the bound one way.
+        let largest = call.count.max(recv);
+        let need = if call.count > 0 && recv > 0 {
+            b.copy
+        } else {
+            b.copy.saturating_mul(2)
+        };
+        return b.copy > 0 && largest > 0 && largest >= need;
     }
     match (c[0].copying(), c[1].copying()) {
         (Some(x), Some(y)) => ce::pair_collective([x, y]).is_some_and(|p| ce::worth_it(&p, b.copy)),
@@ -307,12 +353,13 @@ impl Msg {
     /// Fixed-length little-endian bytes ([`MSG_LEN`]).
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(MSG_LEN);
-        let (code, root) = self.call.coll.code();
+        let (code, root, extra) = self.call.coll.code();
         v.extend_from_slice(&MAGIC.to_le_bytes());
         v.extend_from_slice(&self.seq.to_le_bytes());
         v.extend_from_slice(&[code, self.call.dtype as i32 as u8, op_code(self.call.op), 0]);
         v.extend_from_slice(&root.to_le_bytes());
         v.extend_from_slice(&self.call.count.to_le_bytes());
+        v.extend_from_slice(&extra.to_le_bytes());
         for b in &self.bufs {
             v.extend_from_slice(&(b.ok as u64).to_le_bytes());
             v.extend_from_slice(&b.id.to_le_bytes());
@@ -341,13 +388,13 @@ impl Msg {
             return Err(bad("no magic"));
         }
         let seq = u64_at(4);
-        let coll = Coll::of(b[12], u32_at(16)).ok_or_else(|| bad("collective"))?;
+        let coll = Coll::of(b[12], u32_at(16), u64_at(28)).ok_or_else(|| bad("collective"))?;
         let dtype = DataType::from_raw(b[13] as i32).map_err(|_| bad("datatype"))?;
         let op = op_of(b[14]).ok_or_else(|| bad("op"))?;
         let count = u64_at(20);
         let mut bufs = [Buf::NONE; 2];
         for (i, buf) in bufs.iter_mut().enumerate() {
-            let o = 28 + i * BUF_LEN;
+            let o = 36 + i * BUF_LEN;
             let mut handle = [0u8; 64];
             handle.copy_from_slice(&b[o + 40..o + 104]);
             *buf = Buf {
@@ -403,14 +450,22 @@ pub fn check(mine: &Msg, theirs: &Msg, peer: usize) -> Result<Verdict> {
             mine.call.describe()
         )));
     }
-    if !mine.bufs.iter().chain(theirs.bufs.iter()).all(|b| b.ok) {
+    let needed = |m: &Msg| {
+        let sh = m.call.shared();
+        m.bufs.iter().zip(sh).all(|(b, need)| b.ok || !need)
+    };
+    if !needed(mine) || !needed(theirs) {
         return Ok(Verdict::Kernel);
     }
     let (inl, outl) = theirs.call.lengths();
-    for (b, len, what) in [
-        (&theirs.bufs[0], inl, "sendbuff"),
-        (&theirs.bufs[1], outl, "recvbuff"),
+    let sh = theirs.call.shared();
+    for (b, len, what, need) in [
+        (&theirs.bufs[0], inl, "sendbuff", sh[0]),
+        (&theirs.bufs[1], outl, "recvbuff", sh[1]),
     ] {
+        if !need {
+            continue;
+        }
         let end = b.offset as u128 + len as u128;
         if b.id == 0 || end > b.size as u128 {
             return Err(Error::internal(format!(
@@ -449,6 +504,22 @@ pub fn plan(
     let mut calls = [*mine, *peer_call];
     if rank == 1 {
         calls.swap(0, 1);
+    }
+    if let Coll::SendRecv { .. } = mine.coll {
+        // Push what this rank sends into the peer's receive buffer (as the
+        // all-gather below); a rank that only receives copies nothing.
+        if !eligible(mine, b) {
+            return None;
+        }
+        let mut p = Plan::default();
+        if mine.count > 0 {
+            p.remote.push(ce::Xfer {
+                dst: peer_call.output,
+                src: mine.input,
+                bytes: mine.count,
+            });
+        }
+        return Some(RankPlan::Copy(p));
     }
     if let (Some(a), Some(c)) = (calls[0].ce_reduce(), calls[1].ce_reduce()) {
         let [p0, p1] = ce_reduce::pair_with([a, c], [scratch, scratch], b.ar, b.rs)?;
@@ -660,6 +731,7 @@ mod tests {
             Coll::Broadcast { root: 1 },
             Coll::AllReduce,
             Coll::ReduceScatter,
+            Coll::SendRecv { recv: 1 << 33 },
         ];
         let ops = [
             ce_reduce::Op::Sum,
@@ -914,6 +986,68 @@ mod tests {
         let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN));
         assert!(plan(&small, &small, 0, scratch, &bd).is_none());
         assert!(plan(&a, &b, 2, scratch, &bd).is_none());
+    }
+
+    #[test]
+    fn send_receive_mirrors_pushes_and_goes_one_way() {
+        let min = ce::DEFAULT_MIN;
+        let bd = Bounds::from_settings(min, None);
+        let sr = |send: u64, recv: u64| Call {
+            input: 0x1000,
+            output: 0x9000_0000,
+            ..call(
+                Coll::SendRecv { recv },
+                send,
+                DataType::Uint8,
+                ce_reduce::Op::Sum,
+            )
+        };
+        // Both ways from the bound, one way from twice it.
+        assert!(eligible(&sr(min, min), &bd));
+        assert!(eligible(&sr(min, 1), &bd));
+        assert!(!eligible(&sr(min - 1, min - 1), &bd));
+        assert!(!eligible(&sr(min, 0), &bd));
+        assert!(eligible(&sr(2 * min, 0), &bd));
+        assert!(eligible(&sr(0, 2 * min), &bd));
+        assert!(!eligible(&sr(0, 0), &bd));
+        // The peer's call mirrors this one's.
+        let a = msg(3, sr(2 * GIB, GIB), [buf(1, 2 * GIB, 0), buf(2, GIB, 0)]);
+        let b = msg(3, sr(GIB, 2 * GIB), [buf(3, GIB, 0), buf(4, 2 * GIB, 0)]);
+        assert_eq!(check(&a, &b, 1).unwrap(), Verdict::Engines);
+        let same = msg(3, sr(2 * GIB, GIB), b.bufs);
+        let e = check(&a, &same, 1).unwrap_err();
+        assert!(e.message().contains("send/receive"), "{}", e.message());
+        // One way: the sender's receive buffer is not needed.
+        let s = msg(4, sr(4 * GIB, 0), [buf(1, 4 * GIB, 0), Buf::NONE]);
+        let r = msg(4, sr(0, 4 * GIB), [Buf::NONE, buf(9, 4 * GIB, 0)]);
+        assert_eq!(check(&s, &r, 1).unwrap(), Verdict::Engines);
+        assert_eq!(check(&r, &s, 0).unwrap(), Verdict::Engines);
+        // A receiver that cannot share its buffer: both take the kernel.
+        let rn = msg(4, sr(0, 4 * GIB), [Buf::NONE, Buf::NONE]);
+        assert_eq!(check(&s, &rn, 1).unwrap(), Verdict::Kernel);
+        assert_eq!(check(&rn, &s, 0).unwrap(), Verdict::Kernel);
+        // Plans: push into the peer's receive buffer; a receiver copies nothing.
+        let mine = sr(4 * GIB, 0);
+        let peer = Call {
+            input: 0,
+            output: 0x7f00_0000_0000,
+            ..sr(0, 4 * GIB)
+        };
+        let RankPlan::Copy(p) = plan(&mine, &peer, 0, 0, &bd).unwrap() else {
+            panic!("a copy plan")
+        };
+        assert_eq!(
+            p.remote,
+            vec![ce::Xfer {
+                dst: peer.output,
+                src: mine.input,
+                bytes: 4 * GIB
+            }]
+        );
+        let RankPlan::Copy(q) = plan(&peer, &mine, 1, 0, &bd).unwrap() else {
+            panic!("a copy plan")
+        };
+        assert!(q.remote.is_empty() && q.local.is_empty());
     }
 
     #[test]
