@@ -499,6 +499,28 @@ impl HostComm {
         Ok(())
     }
 
+    /// [`check_peers`](Self::check_peers) for watchers of work that may not
+    /// involve every peer (the GPU watchdog): a peer that said goodbye
+    /// (destroyed its communicator after its last call) is not a failure
+    /// here; one that died or reported an error is.
+    pub fn check_peers_alive(&mut self) -> Result<()> {
+        for c in self.controls.iter_mut().flatten() {
+            match c.check() {
+                Err(_) if c.left() => {}
+                r => r?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells every peer in another process that this rank is leaving
+    /// normally ([`PeerControl::goodbye`]), before the communicator is dropped.
+    pub fn goodbye(&mut self) {
+        for c in self.controls.iter_mut().flatten() {
+            c.goodbye();
+        }
+    }
+
     fn poison_all(&mut self, err: &Error) {
         for c in self.controls.iter_mut().flatten() {
             c.poison(err);

@@ -304,14 +304,16 @@ impl Communicator {
     /// Whether every peer is still there, for watchers of work outside the
     /// host collectives (GPU kernels): `Ok(None)` all there (or an operation
     /// holds the communicator right now: it checks them itself), `Ok(Some(e))`
-    /// a peer is gone or failed, `Err` this rank was destroyed or aborted.
+    /// a peer died or failed, `Err` this rank was destroyed or aborted. A peer
+    /// that destroyed its communicator (said goodbye) is not an error here:
+    /// the others may still work with each other (a wait on it still fails).
     pub fn check_peers(&self) -> Result<Option<Error>> {
         if self.inner.abort.load(Ordering::Acquire) {
             return Err(Error::invalid_usage("communicator aborted"));
         }
         match self.inner.comm.try_lock() {
             Ok(mut g) => match g.as_mut() {
-                Some(c) => Ok(c.check_peers().err()),
+                Some(c) => Ok(c.check_peers_alive().err()),
                 None => Err(Error::invalid_usage("communicator destroyed")),
             },
             Err(std::sync::TryLockError::WouldBlock) => Ok(None),
@@ -340,6 +342,11 @@ impl Communicator {
     /// Releases the rank's resources (`ncclCommDestroy`); dropping the last clone does the same.
     pub fn destroy(self) -> Result<()> {
         let mut g = self.lock_raw()?;
+        if let Some(c) = g.as_mut() {
+            // Peers still working with each other must not take this
+            // rank's closing connections for a death.
+            c.goodbye();
+        }
         g.take();
         Ok(())
     }

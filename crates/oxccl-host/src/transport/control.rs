@@ -11,7 +11,10 @@
 //! magic u32 LE "OXP1" | kind u32 LE (ncclResult_t) | len u32 LE (<= 4096) | len bytes of UTF-8
 //! ```
 //!
-//! followed by a write shutdown. Nothing else is ever sent on the socket.
+//! followed by a write shutdown. A rank that destroys its communicator sends
+//! the same frame with kind 0 (`ncclSuccess`) and no text, a *goodbye*: its
+//! peers still fail a wait on it at once, but can tell it from a death
+//! ([`PeerControl::left`]). Nothing else is ever sent on the socket.
 
 use std::io::{ErrorKind as IoKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -92,6 +95,8 @@ struct SocketControl {
     poison_sent: bool,
     /// Read a clean end of stream with no partial report.
     closed: bool,
+    /// Read a goodbye: the peer destroyed its communicator.
+    left: bool,
 }
 
 enum Inner {
@@ -199,6 +204,7 @@ impl PeerControl {
                 rbuf: Vec::new(),
                 poison_sent: false,
                 closed: false,
+                left: false,
             }),
             failed: None,
             data_reports_close: false,
@@ -256,6 +262,32 @@ impl PeerControl {
     /// own (see [`check_while_waiting`](Self::check_while_waiting)).
     pub(crate) fn set_data_reports_close(&mut self) {
         self.data_reports_close = true;
+    }
+
+    /// Whether the peer said goodbye (destroyed its communicator) before
+    /// its connection closed: [`check`](Self::check) still fails, but the
+    /// peer did not die.
+    pub fn left(&self) -> bool {
+        match &self.inner {
+            Inner::Socket(s) => s.left,
+            Inner::InProc { .. } => false,
+        }
+    }
+
+    /// Tells the peer that this rank is leaving normally (its communicator
+    /// is being destroyed), then closes the sending side; best effort, a few
+    /// ms at most. Nothing after a poison.
+    pub fn goodbye(&mut self) {
+        if let Inner::Socket(s) = &mut self.inner {
+            if !s.poison_sent {
+                s.poison_sent = true;
+                let mut frame = Vec::with_capacity(FRAME_HEADER);
+                frame.extend_from_slice(&MAGIC.to_le_bytes());
+                frame.extend_from_slice(&0u32.to_le_bytes());
+                frame.extend_from_slice(&0u32.to_le_bytes());
+                s.send_and_shut(&frame);
+            }
+        }
     }
 
     /// Tells the peer that this rank failed with `err` (best effort; never
@@ -345,6 +377,18 @@ impl SocketControl {
                     self.rbuf.extend_from_slice(&tmp[..n]);
                     match decode_frame(&self.rbuf) {
                         Ok(None) => {}
+                        Ok(Some(_)) if self.rbuf[4..8] == [0, 0, 0, 0] => {
+                            // A goodbye: still an error for whoever waits on
+                            // this peer, but not a death; a clean close as
+                            // far as check_while_waiting is concerned (the
+                            // data streams still carry their last bytes).
+                            self.left = true;
+                            self.closed = true;
+                            return Err(Error::remote(format!(
+                                "{} left: it destroyed its communicator",
+                                self.who
+                            )));
+                        }
                         Ok(Some((kind, text))) => {
                             return Err(Error::new(kind, format!("rank {peer} reported: {text}")));
                         }
@@ -376,7 +420,12 @@ impl SocketControl {
             return;
         }
         self.poison_sent = true;
-        let frame = encode_frame(err);
+        self.send_and_shut(&encode_frame(err));
+    }
+
+    /// Writes `frame` within [`POISON_WRITE_BUDGET`], then shuts the
+    /// sending side.
+    fn send_and_shut(&mut self, frame: &[u8]) {
         let deadline = Instant::now() + POISON_WRITE_BUDGET;
         let mut off = 0;
         while off < frame.len() {
@@ -417,6 +466,67 @@ mod tests {
         bad[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode_frame(&bad).is_err());
         assert!(decode_frame(b"garbage garbage").is_err());
+    }
+
+    /// Two socket controls over a loopback connection.
+    fn socket_pair() -> (PeerControl, PeerControl) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (
+            PeerControl::socket(1, a, "pid 1 on host a").unwrap(),
+            PeerControl::socket(0, b, "pid 0 on host b").unwrap(),
+        )
+    }
+
+    /// Polls `c.check()` until it fails (at most 2 s).
+    fn failure_of(c: &mut PeerControl) -> Error {
+        let t = Instant::now();
+        loop {
+            if let Err(e) = c.check() {
+                return e;
+            }
+            assert!(t.elapsed() < Duration::from_secs(2), "no failure seen");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_goodbye_fails_waits_but_is_not_a_death() {
+        let (mut a, mut b) = socket_pair();
+        assert!(a.check().is_ok() && b.check().is_ok());
+        b.goodbye();
+        b.goodbye(); // once only
+        drop(b);
+        let e = failure_of(&mut a);
+        assert_eq!(e.kind(), ErrorKind::Remote);
+        assert_eq!(
+            e.message(),
+            "rank 1 (pid 1 on host a) left: it destroyed its communicator"
+        );
+        assert!(a.left());
+        // The verdict stays.
+        assert!(a.check().is_err() && a.left());
+        // Where the data streams end with their own close (TCP), a wait
+        // leaves the verdict to them, as for a plain close.
+        assert!(a.check_while_waiting().is_err());
+        a.set_data_reports_close();
+        assert!(a.check_while_waiting().is_ok());
+    }
+
+    #[test]
+    fn a_close_without_goodbye_or_a_poison_is_not_a_departure() {
+        let (mut a, b) = socket_pair();
+        drop(b);
+        let e = failure_of(&mut a);
+        assert!(e.message().contains("closed its connection"), "{e}");
+        assert!(!a.left());
+        let (mut a, mut b) = socket_pair();
+        b.poison(&Error::invalid_usage("bad call"));
+        b.goodbye(); // nothing after a poison
+        let e = failure_of(&mut a);
+        assert_eq!(e.kind(), ErrorKind::InvalidUsage);
+        assert!(!a.left());
     }
 
     #[test]
