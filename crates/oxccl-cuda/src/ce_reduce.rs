@@ -12,12 +12,16 @@
 //! reduction after the last copy), which is why it is taken only from
 //! [`DEFAULT_AR_MIN`] bytes. A reduce-scatter moves half as much per rank (S/2
 //! pulled, no gather) and needs no SM at all for the transfer, but it is only
-//! the reducing phase, which runs at ~343 GB/s, no faster than the SM
-//! kernel's 337: see [`RS_FACTOR`].
+//! the reducing phase, which ran at ~343 GB/s with one copy stream, no
+//! faster than the SM kernel's 337, and at 340–360 with two: see
+//! [`RS_FACTOR`].
 //!
-//! Measured (2×H200, session 6, nccl-tests' sizes, busbw, NCCL beside):
-//! all-reduce 1 GiB 356 GB/s (SM kernel 336, NCCL 325), 4 GiB 365 (338,
-//! 342); reduce-scatter 1 GiB 331 (SM 333), 4 GiB 343 (SM 337).
+//! Measured (2×H200, nccl-tests' sizes, busbw, NCCL beside): session 6, one
+//! copy stream: all-reduce 1 GiB 356 GB/s (SM kernel 336, NCCL 325), 4 GiB
+//! 365 (338, 342); reduce-scatter 1 GiB 331 (SM 333), 4 GiB 343 (SM 337).
+//! Session 7, two copy streams for `-g 2` (capi's `go_ce_reduce`):
+//! all-reduce 1 GiB 361, 2 GiB 371, 4 GiB 376; reduce-scatter 1 GiB 341,
+//! 2 GiB 355, 4 GiB 360 (SM 334–336).
 //!
 //! Rank r owns part r of the elements (all-reduce: a split at a 16-byte
 //! boundary; reduce-scatter: block r, its output). Each rank's stream runs:
@@ -58,10 +62,12 @@ pub const DEFAULT_AR_MIN: u64 = 512 << 20;
 
 /// A reduce-scatter (whose size is its whole input, as nccl-tests counts it)
 /// takes the copy engines from `RS_FACTOR` times the all-reduce bound: it
-/// has no gather phase for the engines to win, and its reducing phase only
-/// draws level with the SM kernel at 1 GiB (1,623 against 1,610 µs) and is
-/// 1.7% ahead at 4 GiB (6,266 against 6,376).
-pub const RS_FACTOR: u64 = 4;
+/// has no gather phase for the engines to win. With two copy streams
+/// (session 7, 2×H200, `-g 2`, same lease) the engines took 1,576 µs at
+/// 1 GiB against the SM kernel's 1,607 and 3,028 against 3,193 at 2 GiB,
+/// but 846 against 811 at 512 MiB (session 6, one stream: level only at
+/// 1 GiB, factor 4).
+pub const RS_FACTOR: u64 = 2;
 
 /// Slots of the scratch ring. Four: the copy engine fills one while the
 /// kernel reduces another, with two spare so neither waits on the other's

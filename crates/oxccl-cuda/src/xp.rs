@@ -23,7 +23,7 @@
 //!
 //! Measured (2×H200, session 7, `oxccl perf --ranks 2 --compare`, NCCL
 //! 2.28.9 in the same lease): all-gather 1.32–1.47× NCCL from 128 MB to
-//! 4 GB (380–388 GB/s from 1 GB; the ring kernels 298–301), all-reduce
+//! 4 GB (379–388 GB/s from 1 GB; the ring kernels 298–301), all-reduce
 //! 1.03–1.08× from 256 MB (the ring 0.90–0.99×), reduce-scatter 1.15–1.27×
 //! from 256 MB (the ring 0.94–1.14×), broadcast 1.02–1.04× from 128 MB (the
 //! ring 0.91–0.92×). docs/performance-gpu.md, "Session 7".
@@ -80,7 +80,7 @@ impl Bounds {
 pub const XP_AR_MIN: u64 = 256 << 20;
 
 /// Reduce-scatters of two processes take the engines from 256 MiB of send
-/// buffer (`-g 2`: 4 × 512 MiB): the ring kernel's reduce-scatter stays at
+/// buffer (`-g 2`: 2 × 512 MiB): the ring kernel's reduce-scatter stays at
 /// ~270-285 GB/s from 256 MiB while the engines reach 291 (256 MiB) to 346
 /// (4 GiB); 128 MiB is even (265 against 261 µs), 64 MiB the ring's (143
 /// against 157). 2×H200, session 7, same lease.
