@@ -225,8 +225,8 @@ if [ "$MODE" = xp ]; then
   # (crates/oxccl-cuda/src/xp.rs) at the default bounds, and the ring
   # kernels only (both bounds 0), beside NCCL, 32 MB-4 GB; then a checked
   # run of each collective at 512 MB-1 GB on the engines.
-  for c in ${OXCCL_XP_COLLS:-all_gather all_reduce reduce_scatter broadcast}; do
-    R="$c --backend cuda --ranks 2 -b 32M -e 4G -f 2 -c 0 -n 10 -w 3 --compare $NCCL"
+  for c in ${OXCCL_XP_COLLS:-all_gather sendrecv reduce_scatter all_reduce broadcast}; do
+    R="$c --backend cuda --ranks 2 -b 32M -e 4G -f 2 -c 0 -n 8 -w 2 --compare $NCCL"
     run "xp_default_$c" 240 "$X" $P $R -J "$OUTDIR/xp_default_$c.json"
     OXCCL_CUDA_CE_MIN=0 OXCCL_CUDA_CE_AR_MIN=0 run "xp_off_$c" 240 "$X" $P $R -J "$OUTDIR/xp_off_$c.json"
     run "xp_check_$c" 240 "$X" $P $c --backend cuda --ranks 2 -b 512M -e 1G -f 2 -c 1 -n 2 -w 1
