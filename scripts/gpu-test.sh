@@ -107,6 +107,9 @@ run gpu_abi_ce       env OXCCL_CUDA_CE_MIN=1 "$B/gpu_abi" --nocapture --test-thr
 # tests through the copy-engine reduction (two_gpus_copy_engine_reductions
 # asserts that each one went there; the others check their results).
 OXCCL_TEST_TIMEOUT=300 run gpu_abi_ce_ar env OXCCL_CUDA_CE_AR_MIN=1 "$B/gpu_abi" --nocapture --test-threads=1
+# A pair kernel whose partner never launches ends at the timeout (2 s here).
+run gpu_abi_pair_timeout env OXCCL_TEST_PAIR_TIMEOUT=1 OXCCL_TIMEOUT_MS=2000 \
+  "$B/gpu_abi" --nocapture --test-threads=1 --exact two_gpus_a_missing_partner_times_out
 # One process per GPU (CUDA IPC), 3 and 4 ranks, host memory, a missing peer.
 OXCCL_TEST_TIMEOUT=600 run gpu_procs env OXCCL_TEST_NET_PLUGIN="$PWD/$B/libnccl-net-oxtest.so" \
   "$B/gpu_procs" --nocapture --test-threads=1

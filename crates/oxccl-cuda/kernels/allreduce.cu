@@ -40,9 +40,11 @@
 // never satisfy a later call's wait).
 #include "elem.cuh"
 
-// Flag words per GPU; the mailbox (MBOX words per block) follows them.
+// Flag words per GPU; the mailbox (MBOX words per block) follows them, then
+// the two words pair_wait reads (the ring's control words, the timeout).
 #define OXCCL_MAX_BLOCKS 128
 #define OXCCL_MBOX 4
+#define OXCCL_CTL_WORD (OXCCL_MAX_BLOCKS * (1 + OXCCL_MBOX))
 
 // Modes of the reducing kernels (ArArgs.mode).
 enum { MODE_ALLREDUCE = 0, MODE_REDUCE_SCATTER = 1, MODE_REDUCE = 2 };
@@ -69,9 +71,10 @@ struct ArArgs {
 // Posts {in, out, bits, scalar} in the peer's mailbox slot of this block,
 // meets the peer at barrier `seq` and reads the peer's slot into `box`
 // (shared memory, 4 words). Called by the whole block.
-__device__ __forceinline__ void entry_exchange(u64* my_flags, u64* peer_flags, u64 seq,
+__device__ __forceinline__ bool entry_exchange(u64* my_flags, u64* peer_flags, u64 seq,
                                                u64 in, u64 out, u64 bits, u64 scalar,
-                                               u64* box) {
+                                               u64* box, u32 peer) {
+    __shared__ int ok;
     if (threadIdx.x == 0) {
         volatile u64* pb =
             (volatile u64*)(peer_flags + OXCCL_MAX_BLOCKS + OXCCL_MBOX * blockIdx.x);
@@ -81,8 +84,7 @@ __device__ __forceinline__ void entry_exchange(u64* my_flags, u64* peer_flags, u
         pb[3] = scalar;
         __threadfence_system();
         st_release_sys(peer_flags + blockIdx.x, seq);
-        while (ld_acquire_sys(my_flags + blockIdx.x) < seq) {
-        }
+        ok = pair_wait(my_flags + blockIdx.x, seq, my_flags + OXCCL_CTL_WORD, peer);
         const volatile u64* mine =
             (const volatile u64*)(my_flags + OXCCL_MAX_BLOCKS + OXCCL_MBOX * blockIdx.x);
         box[0] = mine[0];
@@ -91,6 +93,7 @@ __device__ __forceinline__ void entry_exchange(u64* my_flags, u64* peer_flags, u
         box[3] = mine[3];
     }
     __syncthreads();
+    return ok != 0;
 }
 
 // x0 op x1 with NCCL's semantics (see oxccl-core's reduce.rs): integers wrap,
@@ -269,7 +272,9 @@ __device__ __forceinline__ void pair_reduce(const ArArgs& a) {
     } mine, theirs;
     mine.u = 0;
     mine.v = scale_of<E>(a);
-    entry_exchange(a.my_flags, a.peer_flags, a.seq, (u64)a.in, (u64)a.out, my_bits, mine.u, box);
+    if (!entry_exchange(a.my_flags, a.peer_flags, a.seq, (u64)a.in, (u64)a.out, my_bits, mine.u,
+                        box, 1 - a.rank))
+        return;
     theirs.u = box[3];
     const A s0 = a.rank == 0 ? mine.v : theirs.v;
     const A s1 = a.rank == 0 ? theirs.v : mine.v;
@@ -297,7 +302,8 @@ __device__ __forceinline__ void pair_reduce(const ArArgs& a) {
     } else if (a.rank == a.root) {
         red_elems<E, OP>(in0, in1, a.out, nullptr, 0, a.count, vec, s0, s1, a.nranks);
     }
-    pair_barrier(a.my_flags + blockIdx.x, a.peer_flags + blockIdx.x, a.seq + 1);
+    pair_barrier(a.my_flags + blockIdx.x, a.peer_flags + blockIdx.x, a.seq + 1,
+                 a.my_flags + OXCCL_CTL_WORD, 1 - a.rank);
 }
 
 // ---- Copies between the two GPUs (all-gather, broadcast, send/receive) ----
@@ -328,7 +334,9 @@ struct CpArgs {
 extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
     __shared__ u64 box[4];
     kernel_entry();
-    entry_exchange(a.my_flags, a.peer_flags, a.seq, (u64)a.in, (u64)a.out, 0, 0, box);
+    if (!entry_exchange(a.my_flags, a.peer_flags, a.seq, (u64)a.in, (u64)a.out, 0, 0, box,
+                        1 - a.rank))
+        return;
     const char* peer_in = (const char*)box[0];
     const u32 peer = 1 - a.rank;
     if (a.mode == CP_ALLGATHER) {
@@ -340,7 +348,8 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
         if (a.out != nullptr && peer_in != nullptr) copy_bytes((char*)a.out, peer_in, a.bytes);
         copy_bytes(a.self_dst, a.self_src, a.self_bytes);
     }
-    pair_barrier(a.my_flags + blockIdx.x, a.peer_flags + blockIdx.x, a.seq + 1);
+    pair_barrier(a.my_flags + blockIdx.x, a.peer_flags + blockIdx.x, a.seq + 1,
+                 a.my_flags + OXCCL_CTL_WORD, 1 - a.rank);
 }
 
 
@@ -365,9 +374,11 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
 // ~1.2 TB/s, which a fraction of the SMs (the host launches 32 blocks) gives,
 // leaving the rest to the caller's kernels.
 //
-// The waits spin without a bound, like the pair kernels' barriers (a peer
-// that never copies stalls the stream; the ring kernels' abort flag is not
-// reachable from this path).
+// The waits for landed flags spin without a bound: they wait for this
+// GPU's own copy stream, queued by the same call right after this kernel
+// (the peer is met by the barriers around it, which observe abort and the
+// timeout); only a copy stream that failed halfway through its queue would
+// leave this kernel waiting.
 struct CerArgs {
     const void* in;       // this rank's input, at its part
     void* out;            // this rank's output, at its part

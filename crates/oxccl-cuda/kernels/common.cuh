@@ -38,18 +38,61 @@ __device__ __forceinline__ void kernel_entry() {
 #endif
 }
 
+// Where a pair kernel's waits report: `ctl[0]` the ring's host-mapped
+// control words (as a u64; ring.cu's RingCommon.ctrl: [0] abort, [1] error,
+// [2] peer, [3] block), `ctl[1]` the timeout in ns. Both 0 (no ring set up):
+// the waits have no bound, as before the ring existed.
+// Thread 0: waits until *p >= v; false on the host's abort, an error already
+// recorded, or the timeout (then recorded: code 1 timeout, 2 abort, as the
+// ring's RERR_*). The control words are read every 1024 polls (a poll of
+// local memory is ~0.5 us, so an abort is seen within about a millisecond).
+__device__ __forceinline__ bool pair_wait(const u64* p, u64 v, const u64* ctl, u32 peer) {
+    u64 spins = 0, t0 = 0;
+    while (ld_acquire_sys(p) < v) {
+        if ((++spins & 1023) != 0) continue;
+        const u64 c = *(const volatile u64*)ctl;
+        if (c == 0) continue;
+        u32* w = (u32*)c;
+        u32 code = 0;
+        if (((volatile u32*)w)[0] != 0 || ((volatile u32*)w)[1] != 0) {
+            code = 2;
+        } else {
+            u64 now;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+            const u64 limit = ((const volatile u64*)ctl)[1];
+            if (t0 == 0) {
+                t0 = now;
+            } else if (limit != 0 && now - t0 > limit) {
+                code = 1;
+            }
+        }
+        if (code != 0) {
+            if (atomicCAS(w + 1, 0u, code) == 0u) {
+                w[2] = peer;
+                w[3] = blockIdx.x;
+                __threadfence_system();
+            }
+            return false;
+        }
+    }
+    return true;
+}
+
 // A barrier between block b of this GPU and block b of the peer GPU.
 // Values only grow (a 64-bit sequence), so a wait for `v` is `>= v` and a
-// fast peer that already wrote v+1 does not stall us.
-__device__ __forceinline__ void pair_barrier(u64* my_flag, u64* peer_flag, u64 v) {
+// fast peer that already wrote v+1 does not stall us. False (for the whole
+// block) when the wait gave up (pair_wait).
+__device__ __forceinline__ bool pair_barrier(u64* my_flag, u64* peer_flag, u64 v, const u64* ctl,
+                                             u32 peer) {
+    __shared__ int ok;
     __syncthreads();  // the whole block's reads and writes come before the signal
     if (threadIdx.x == 0) {
         __threadfence_system();
         st_release_sys(peer_flag, v);
-        while (ld_acquire_sys(my_flag) < v) {
-        }
+        ok = pair_wait(my_flag, v, ctl, peer);
     }
     __syncthreads();  // nobody touches peer data before thread 0 saw the peer's signal
+    return ok != 0;
 }
 
 // float16 <-> float32 (round to nearest even).

@@ -25,8 +25,13 @@ pub const UNROLL: u64 = 4;
 pub const MAX_BLOCKS: u32 = 128;
 /// Words of a block's mailbox slot (`OXCCL_MBOX`: input, output, bits, spare).
 pub const MBOX_WORDS: usize = 4;
-/// Words of the flags buffer: flags, then the mailbox.
-pub const FLAG_WORDS: usize = (1 + MBOX_WORDS) * MAX_BLOCKS as usize;
+/// The first of the two words after the flags and the mailboxes that the
+/// kernels' waits read (`OXCCL_CTL_WORD`, common.cuh `pair_wait`): the
+/// ring's host-mapped control words (abort, error) and the timeout in ns.
+/// Zero (no ring): the waits have no bound.
+pub const CTL_WORD: usize = (1 + MBOX_WORDS) * MAX_BLOCKS as usize;
+/// Words of the flags buffer: flags, the mailbox, the two control words.
+pub const FLAG_WORDS: usize = CTL_WORD + 2;
 /// Barrier values one call of any kernel here takes (entry and exit; one spare).
 pub const BUDGET: u64 = 3;
 

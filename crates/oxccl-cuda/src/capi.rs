@@ -1382,9 +1382,23 @@ impl DevComm {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let r = Ring::setup(self.dev, self.ctx, self.rank, self.nranks, cfg, boot);
+        let ctl = r.as_ref().ok().map(|x| {
+            (
+                x.ctrl_device(),
+                x.timeout().as_nanos().min(u64::MAX as u128) as u64,
+            )
+        });
         let out = r.as_ref().map(|_| ()).map_err(Clone::clone);
         let _ = self.ring.set(r);
         out?;
+        if let Some((ctrl, timeout)) = ctl {
+            // The pair kernels' waits now observe the ring's abort word and
+            // report a timeout through its error word (allreduce::CTL_WORD).
+            let mut b = ctrl.to_le_bytes().to_vec();
+            b.extend_from_slice(&timeout.to_le_bytes());
+            let _scope = CtxScope::enter(self.ctx)?;
+            copy_to_device(self.flags + 8 * allreduce::CTL_WORD as u64, &b)?;
+        }
         if let Err(e) = self.setup_xp(boot) {
             // Both ranks' channel setups fail together (one's failure
             // closes the connection the other reads), and without it every

@@ -1656,6 +1656,12 @@ impl Ring {
         self.args(RM_ALLREDUCE, 0, 0, 0, peer as u32)
     }
 
+    /// The device address of the kernels' control words (abort, error,
+    /// peer, block; host-mapped memory of this context).
+    pub fn ctrl_device(&self) -> u64 {
+        self.common.ctrl
+    }
+
     /// How long a wait may last (the kernels' timeout; zero: no limit).
     pub fn timeout(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(self.common.timeout_ns)

@@ -923,6 +923,54 @@ fn two_gpus_copy_engine_reductions() {
     .unwrap();
 }
 
+/// A pair kernel whose partner never comes ends at the timeout instead of
+/// spinning forever: rank 0 of a `-g 2` communicator makes an all-reduce
+/// (4 MiB: the pair kernel, not the ring's one-shot) that rank 1 never
+/// makes. Runs only in its own process with a short OXCCL_TIMEOUT_MS
+/// (`scripts/gpu-test.sh` row gpu_abi_pair_timeout): the timeout is read
+/// once per process.
+#[test]
+fn two_gpus_a_missing_partner_times_out() {
+    if std::env::var("OXCCL_TEST_PAIR_TIMEOUT").is_err() {
+        skip_notice("SKIPPED: runs in its own row (OXCCL_TEST_PAIR_TIMEOUT=1)");
+        return;
+    }
+    if !two_gpus() {
+        return;
+    }
+    let comms = init_all(2);
+    let n = 1 << 20;
+    let buf = dev_alloc(0, n * 4);
+    capi::use_device(0).unwrap();
+    let t = std::time::Instant::now();
+    ok(
+        unsafe { ncclAllReduce(buf, buf, n, FLOAT32, SUM, comms[0], null_mut()) },
+        "ncclAllReduce",
+    );
+    // The kernel gives up at the timeout and records why: the launch's
+    // context synchronises (a kernel still spinning would hang here, and
+    // the row's own timeout would fail it).
+    capi::synchronize_current().unwrap();
+    let took = t.elapsed();
+    let mut err = ncclSuccess;
+    ok(
+        unsafe { ncclCommGetAsyncError(comms[0], &mut err) },
+        "ncclCommGetAsyncError",
+    );
+    let last = unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comms[0])) }
+        .to_string_lossy()
+        .into_owned();
+    println!("a missing partner ended after {took:?}: {err:?}: {last}");
+    assert_ne!(err, ncclSuccess, "no error after the partner never came");
+    assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
+    assert!(last.contains("rank 1"), "{last}");
+    // ncclCommAbort, as NCCL's users do after an asynchronous error.
+    for c in comms {
+        ok(unsafe { ncclCommAbort(c) }, "ncclCommAbort");
+    }
+    unsafe { ncclMemFree(buf) };
+}
+
 /// Prints a skip notice on the real stderr: libtest captures the print macros
 /// of passing tests, so `eprintln!` would hide the skip in CI logs.
 fn skip_notice(msg: &str) {
