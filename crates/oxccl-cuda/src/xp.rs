@@ -457,22 +457,26 @@ pub fn check(mine: &Msg, theirs: &Msg, peer: usize) -> Result<Verdict> {
     if !needed(mine) || !needed(theirs) {
         return Ok(Verdict::Kernel);
     }
-    let (inl, outl) = theirs.call.lengths();
-    let sh = theirs.call.shared();
-    for (b, len, what, need) in [
-        (&theirs.bufs[0], inl, "sendbuff", sh[0]),
-        (&theirs.bufs[1], outl, "recvbuff", sh[1]),
+    // Both messages, so both ranks reach the same verdict (one erring while
+    // the other went on would leave the other waiting for its answer).
+    for (m, who) in [
+        (theirs, format!("rank {peer}'s")),
+        (mine, "this rank's".to_string()),
     ] {
-        if !need {
-            continue;
-        }
-        let end = b.offset as u128 + len as u128;
-        if b.id == 0 || end > b.size as u128 {
-            return Err(Error::internal(format!(
-                "copy-engine exchange: rank {peer}'s {what} ({len} bytes at offset {} of an \
-                 allocation of {} bytes, id {}) does not fit its allocation",
-                b.offset, b.size, b.id
-            )));
+        let (inl, outl) = m.call.lengths();
+        let sh = m.call.shared();
+        for (b, len, what, need) in [
+            (&m.bufs[0], inl, "sendbuff", sh[0]),
+            (&m.bufs[1], outl, "recvbuff", sh[1]),
+        ] {
+            let end = b.offset as u128 + len as u128;
+            if need && (b.id == 0 || end > b.size as u128) {
+                return Err(Error::internal(format!(
+                    "copy-engine exchange: {who} {what} ({len} bytes at offset {} of an \
+                     allocation of {} bytes, id {}) does not fit its allocation",
+                    b.offset, b.size, b.id
+                )));
+            }
         }
     }
     Ok(Verdict::Engines)
@@ -862,12 +866,17 @@ mod tests {
         let e = check(&a, &other, 1).unwrap_err();
         assert_eq!(e.kind(), oxccl_core::ErrorKind::InvalidUsage);
         assert!(e.message().contains("all_gather") && e.message().contains("all_reduce"));
-        // A range past the peer's allocation is never mapped.
+        // A range past the peer's allocation is never mapped, and both
+        // ranks say so.
         let short = msg(5, c, [buf(7, GIB - 16, 0), buf(8, GIB, 0)]);
         assert!(check(&a, &short, 1)
             .unwrap_err()
             .message()
-            .contains("sendbuff"));
+            .contains("rank 1's sendbuff"));
+        assert!(check(&short, &a, 0)
+            .unwrap_err()
+            .message()
+            .contains("this rank's sendbuff"));
         let off = msg(5, c, [buf(7, GIB, 0), buf(8, GIB, 16)]);
         assert!(check(&a, &off, 1)
             .unwrap_err()
