@@ -133,14 +133,38 @@ fn ipc_handle(base: u64) -> Option<[u8; 64]> {
     .ok()
 }
 
+/// What stops a wait on the channel early: the ring's abort (or a dead
+/// peer the watchdog saw), or an error its kernels recorded.
+fn ring_stop(ring: &Ring) -> impl Fn() -> Option<Error> + '_ {
+    move || {
+        if ring.aborted() {
+            Some(ring.abort_reason())
+        } else {
+            ring.error()
+        }
+    }
+}
+
 impl Chan {
-    /// Sends `out` and reads the peer's `len` bytes, observing the ring's
-    /// abort word, its errors and the communicator's timeout.
+    /// The channel over `stream` (a bootstrap connection to the peer): no
+    /// Nagle delay, reads that return every [`POLL`].
+    fn new(stream: TcpStream) -> Result<Chan> {
+        let io = |e: std::io::Error| Error::system(format!("copy-engine channel setup: {e}"));
+        stream.set_nodelay(true).map_err(io)?;
+        stream.set_read_timeout(Some(POLL)).map_err(io)?;
+        Ok(Chan { stream, seq: 0 })
+    }
+
+    /// Sends `out` and reads the peer's `len` bytes; gives up with
+    /// `stop()`'s error when it has one (checked every [`POLL`]), or with a
+    /// timeout after `limit` (zero: none). `peer` and `what` name the wait
+    /// in errors.
     fn exchange(
         &mut self,
         out: &[u8],
         len: usize,
-        ring: &Ring,
+        stop: &dyn Fn() -> Option<Error>,
+        limit: Duration,
         peer: usize,
         what: &str,
     ) -> Result<Vec<u8>> {
@@ -154,7 +178,6 @@ impl Chan {
         let mut buf = vec![0u8; len];
         let mut got = 0;
         let t0 = Instant::now();
-        let limit = ring.timeout();
         while got < len {
             match self.stream.read(&mut buf[got..]) {
                 Ok(0) => {
@@ -172,10 +195,7 @@ impl Chan {
                             | std::io::ErrorKind::Interrupted
                     ) =>
                 {
-                    if ring.aborted() {
-                        return Err(ring.abort_reason());
-                    }
-                    if let Some(e) = ring.error() {
+                    if let Some(e) = stop() {
                         return Err(e);
                     }
                     if !limit.is_zero() && t0.elapsed() > limit {
@@ -210,18 +230,21 @@ impl DevComm {
         if r.same_process(peer) || !r.same_host(peer) {
             return Ok(());
         }
-        let stream = (boot.stream)(peer, xp::STREAM_INDEX)?;
-        let io = |e: std::io::Error| Error::system(format!("copy-engine channel setup: {e}"));
-        stream.set_nodelay(true).map_err(io)?;
-        stream.set_read_timeout(Some(POLL)).map_err(io)?;
+        let mut chan = Chan::new((boot.stream)(peer, xp::STREAM_INDEX)?)?;
         let forced = self.ring_only.load(std::sync::atomic::Ordering::Relaxed);
         let mine = if forced {
             xp::Bounds::OFF
         } else {
             xp::Bounds::from_settings(ce_min(), ce_ar_set())
         };
-        let mut chan = Chan { stream, seq: 0 };
-        let b = chan.exchange(&mine.encode(), 24, r, peer, "the copy-engine channel setup")?;
+        let b = chan.exchange(
+            &mine.encode(),
+            24,
+            &ring_stop(r),
+            r.timeout(),
+            peer,
+            "the copy-engine channel setup",
+        )?;
         let theirs = xp::Bounds::decode(&b)
             .ok_or_else(|| Error::internal("copy-engine channel setup: malformed bounds"))?;
         let bounds = xp::agree_bounds(mine, theirs);
@@ -350,7 +373,15 @@ impl DevComm {
         };
         ch.seq += 1;
         let what = format!("its copy-engine call #{}", mine.seq);
-        let b = ch.exchange(&mine.encode(), xp::MSG_LEN, r, xs.peer, &what)?;
+        let stop = ring_stop(r);
+        let b = ch.exchange(
+            &mine.encode(),
+            xp::MSG_LEN,
+            &stop,
+            r.timeout(),
+            xs.peer,
+            &what,
+        )?;
         let theirs = xp::Msg::decode(&b)?;
         if xp::check(&mine, &theirs, xs.peer)? == xp::Verdict::Kernel {
             return Ok(false);
@@ -372,7 +403,14 @@ impl DevComm {
             };
             Ok((plan, fb, fr))
         })();
-        let ans = ch.exchange(&[ready.is_ok() as u8], 1, r, xs.peer, &what)?;
+        let ans = ch.exchange(
+            &[ready.is_ok() as u8],
+            1,
+            &stop,
+            r.timeout(),
+            xs.peer,
+            &what,
+        )?;
         let (plan, fb, fr) = match ready {
             Ok(x) if ans[0] == 1 => x,
             Ok(_) => {
@@ -449,5 +487,99 @@ impl DevComm {
                 release(self.ordinal, m);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both ends of a loopback connection as channels.
+    fn pair() -> (Chan, Chan) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (Chan::new(a).unwrap(), Chan::new(b).unwrap())
+    }
+
+    const LONG: Duration = Duration::from_secs(20);
+
+    #[test]
+    fn both_ends_get_each_others_bytes() {
+        let (mut a, mut b) = pair();
+        let t = std::thread::spawn(move || {
+            b.exchange(&[7u8; 300], xp::MSG_LEN, &|| None, LONG, 0, "call #0")
+                .unwrap()
+        });
+        let got = a
+            .exchange(&vec![9u8; xp::MSG_LEN], 300, &|| None, LONG, 1, "call #0")
+            .unwrap();
+        assert_eq!(got, vec![7u8; 300]);
+        assert_eq!(t.join().unwrap(), vec![9u8; xp::MSG_LEN]);
+    }
+
+    #[test]
+    fn a_peer_that_closes_is_a_remote_error_naming_it() {
+        let (mut a, b) = pair();
+        drop(b);
+        let e = a
+            .exchange(&[1], 1, &|| None, LONG, 1, "its copy-engine call #4")
+            .unwrap_err();
+        assert_eq!(e.kind(), oxccl_core::ErrorKind::Remote);
+        assert!(
+            e.message().contains("rank 1") && e.message().contains("call #4"),
+            "{}",
+            e.message()
+        );
+    }
+
+    #[test]
+    fn a_silent_peer_is_a_timeout_naming_it_and_the_call() {
+        let (mut a, _b) = pair();
+        let t0 = Instant::now();
+        let e = a
+            .exchange(
+                &[1],
+                1,
+                &|| None,
+                Duration::from_millis(300),
+                1,
+                "its copy-engine call #9",
+            )
+            .unwrap_err();
+        let took = t0.elapsed();
+        assert_eq!(e.kind(), oxccl_core::ErrorKind::Timeout);
+        assert!(
+            e.message()
+                .contains("rank 1 did not reach its copy-engine call #9"),
+            "{}",
+            e.message()
+        );
+        // The deadline plus at most a poll or two.
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn an_abort_ends_the_wait_with_its_reason() {
+        let (mut a, _b) = pair();
+        let aborted = std::sync::atomic::AtomicBool::new(false);
+        let stop = || {
+            aborted
+                .load(std::sync::atomic::Ordering::Acquire)
+                .then(|| Error::invalid_usage("communicator aborted"))
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                aborted.store(true, std::sync::atomic::Ordering::Release);
+            });
+            let t0 = Instant::now();
+            let e = a.exchange(&[1], 1, &stop, LONG, 1, "call #0").unwrap_err();
+            assert_eq!(e.message(), "communicator aborted");
+            assert!(t0.elapsed() < Duration::from_secs(5));
+        });
     }
 }
