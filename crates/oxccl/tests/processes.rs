@@ -278,3 +278,60 @@ fn init_missing_rank_is_named() {
     );
     p.expect_success(Duration::from_secs(30));
 }
+
+// ---------------------------------------------------------------------------
+// A rank that leaves normally is not a dead rank
+// ---------------------------------------------------------------------------
+
+/// Rank 2 of 3 destroys its communicator after a first all-reduce and
+/// exits. The others' liveness check (what the GPU watchdog polls, which
+/// used to stop a rank's GPU work with "rank 2 closed its connection") must
+/// not report it: it said goodbye. A collective that needs it still fails
+/// at once with `Remote` naming it.
+fn leaver(test: &str, env: &[(&str, &str)]) {
+    if let Some(ctx) = child_ctx() {
+        let cfg = Config {
+            timeout: Some(Duration::from_secs(60)),
+            ..test_config(|_| {})
+        };
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, cfg).unwrap();
+        c.all_reduce_in_place(&mut [1u8; 8], RedOp::Sum).unwrap();
+        if ctx.rank == 2 {
+            c.destroy().unwrap();
+            event("left");
+            return;
+        }
+        // Rank 2 leaves right after the all-reduce; give its goodbye time
+        // to arrive, checking all along that it is never taken for a death.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(1500) {
+            let r = c.check_peers().unwrap();
+            assert!(r.is_none(), "rank {}: {r:?}", ctx.rank);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let t = Instant::now();
+        let e = c
+            .all_reduce_in_place(&mut [1u8; 8], RedOp::Sum)
+            .unwrap_err();
+        println!("rank {}: after {:?}: {e}", ctx.rank, t.elapsed());
+        assert_eq!(e.kind(), ErrorKind::Remote, "rank {}: {e}", ctx.rank);
+        assert!(e.message().contains("rank 2"), "rank {}: {e}", ctx.rank);
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        event("ok");
+        return;
+    }
+    let _w = Watchdog::new(test, Duration::from_secs(120));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(test, 3, &id, env);
+    p.expect_success(Duration::from_secs(90));
+}
+
+#[test]
+fn shm_a_rank_that_destroys_its_communicator_is_not_dead() {
+    leaver("shm_a_rank_that_destroys_its_communicator_is_not_dead", SHM);
+}
+
+#[test]
+fn tcp_a_rank_that_destroys_its_communicator_is_not_dead() {
+    leaver("tcp_a_rank_that_destroys_its_communicator_is_not_dead", TCP);
+}
