@@ -31,3 +31,20 @@ pub mod xp;
 pub use allreduce::OneShot2;
 pub use device::{DeviceBuffer, Event, Gpu};
 pub use loader::{driver, nvrtc, probe_driver, DriverInfo, NvrtcInfo, Unavailable};
+
+/// Helpers of the unit tests.
+#[cfg(test)]
+pub(crate) mod testutil {
+    /// `len` pseudo-random bytes (xorshift64 from `*state`, which advances):
+    /// for decoders that must refuse any input without panicking.
+    pub fn noise(state: &mut u64, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                *state ^= *state << 13;
+                *state ^= *state >> 7;
+                *state ^= *state << 17;
+                *state as u8
+            })
+            .collect()
+    }
+}

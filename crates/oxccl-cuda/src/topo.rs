@@ -332,15 +332,7 @@ mod tests {
         // Arbitrary bytes never panic.
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         for len in 0..200usize {
-            let v: Vec<u8> = (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            let _ = Record::decode(&v, 0);
+            let _ = Record::decode(&crate::testutil::noise(&mut x, len), 0);
         }
     }
 

@@ -718,6 +718,22 @@ mod tests {
         }
     }
 
+    /// A call of this rank and the peer's matching one (its pointers as
+    /// mapped here).
+    fn mine_and_peer(coll: Coll, count: u64) -> (Call, Call) {
+        let mine = Call {
+            input: 0x1000,
+            output: 0x10_0000,
+            ..call(coll, count, DataType::Uint8, ce_reduce::Op::Sum)
+        };
+        let peer = Call {
+            input: 0x7f00_0000_0000,
+            output: 0x7f10_0000_0000,
+            ..mine
+        };
+        (mine, peer)
+    }
+
     fn msg(seq: u64, c: Call, bufs: [Buf; 2]) -> Msg {
         let mut c = c;
         c.input = 0;
@@ -786,15 +802,7 @@ mod tests {
         // Any byte string of the right length decodes or errs.
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..2000 {
-            let v: Vec<u8> = (0..MSG_LEN)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            let _ = Msg::decode(&v);
+            let _ = Msg::decode(&crate::testutil::noise(&mut x, MSG_LEN));
         }
     }
 
@@ -889,21 +897,7 @@ mod tests {
         // All-gather: rank r pushes its input into the peer's (mapped)
         // out[r], and copies it into its own out[r].
         for rank in 0..2usize {
-            let mine = Call {
-                input: 0x1000,
-                output: 0x10_0000,
-                ..call(
-                    Coll::AllGather,
-                    128 * MIB,
-                    DataType::Uint8,
-                    ce_reduce::Op::Sum,
-                )
-            };
-            let peer = Call {
-                input: 0x7f00_0000_0000,
-                output: 0x7f10_0000_0000,
-                ..mine
-            };
+            let (mine, peer) = mine_and_peer(Coll::AllGather, 128 * MIB);
             let p = plan(
                 &mine,
                 &peer,
@@ -933,21 +927,7 @@ mod tests {
             );
         }
         // Broadcast: the non-root pulls the root's input (one way).
-        let bc = Call {
-            input: 0x1000,
-            output: 0x10_0000,
-            ..call(
-                Coll::Broadcast { root: 0 },
-                256 * MIB,
-                DataType::Uint8,
-                ce_reduce::Op::Sum,
-            )
-        };
-        let peer = Call {
-            input: 0x7f00_0000_0000,
-            output: 0x7f10_0000_0000,
-            ..bc
-        };
+        let (bc, peer) = mine_and_peer(Coll::Broadcast { root: 0 }, 256 * MIB);
         let bd = Bounds::from_settings(ce::DEFAULT_MIN, None);
         let RankPlan::Copy(p) = plan(&bc, &peer, 1, 0, &bd).unwrap() else {
             panic!("a copy plan")
