@@ -1091,6 +1091,12 @@ const SELF_COPY_SIDE_MIN: u64 = 32 << 20;
 /// half counts once): what tests read to know the path was taken.
 static CE_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Peer allocations this process holds open for the copy engines between
+/// processes (`xp`): what tests read to see that freed ones are let go.
+pub fn peer_mappings() -> usize {
+    xp_io::open_mappings()
+}
+
 /// How many rank calls of this process took the copy engines so far.
 pub fn ce_calls() -> u64 {
     CE_CALLS.load(std::sync::atomic::Ordering::Relaxed)

@@ -88,7 +88,10 @@ pub const XP_RS_MIN: u64 = 256 << 20;
 
 const MAGIC: u32 = 0x5058_584f; // "OXXP"
 /// Bytes of an encoded [`Msg`].
-pub const MSG_LEN: usize = 4 + 8 + 4 + 4 + 8 + 8 + 2 * BUF_LEN;
+pub const MSG_LEN: usize = 4 + 8 + 4 + 4 + 8 + 8 + 2 * BUF_LEN + 8 * DEAD_MAX;
+
+/// Freed allocations a message can report (ids; see [`Exports`]).
+pub const DEAD_MAX: usize = 4;
 const BUF_LEN: usize = 8 + 8 + 8 + 8 + 8 + 64;
 
 /// Which collective.
@@ -328,6 +331,9 @@ pub struct Msg {
     pub call: Call,
     /// Send and receive buffer.
     pub bufs: [Buf; 2],
+    /// Ids of this rank's allocations, shared by earlier calls, that it
+    /// has freed since (0: none): the peer closes its mappings of them.
+    pub dead: [u64; DEAD_MAX],
 }
 
 fn op_code(op: ce_reduce::Op) -> u8 {
@@ -368,6 +374,9 @@ impl Msg {
             v.extend_from_slice(&b.offset.to_le_bytes());
             v.extend_from_slice(&b.handle);
         }
+        for d in &self.dead {
+            v.extend_from_slice(&d.to_le_bytes());
+        }
         debug_assert_eq!(v.len(), MSG_LEN);
         v
     }
@@ -406,8 +415,13 @@ impl Msg {
                 handle,
             };
         }
+        let mut dead = [0u64; DEAD_MAX];
+        for (i, d) in dead.iter_mut().enumerate() {
+            *d = u64_at(36 + 2 * BUF_LEN + 8 * i);
+        }
         Ok(Msg {
             seq,
+            dead,
             call: Call {
                 coll,
                 count,
@@ -618,6 +632,12 @@ impl Cache {
         out
     }
 
+    /// Forgets allocation `id`; its mapping (to close), if it was held.
+    pub fn remove(&mut self, id: u64) -> Option<u64> {
+        let i = self.entries.iter().position(|e| e.0 == id)?;
+        Some(self.entries.swap_remove(i).1)
+    }
+
     /// Every mapping (to close them all).
     pub fn drain(&mut self) -> Vec<u64> {
         self.entries.drain(..).map(|e| e.1).collect()
@@ -629,6 +649,87 @@ impl Cache {
     }
 
     /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// This rank's allocations as shared with the peer: per buffer id, the
+/// allocation's base and its IPC handle (`None`: not exportable), and the
+/// ids found freed since, to report.
+///
+/// Why: the peer keeps a mapping of every allocation it opened ([`Cache`]),
+/// and CUDA leaves freeing an exported allocation before the importer
+/// closes it undefined (the physical memory may stay held by the mapping).
+/// So each call this rank looks whether the allocations it shared are
+/// still there (the buffer id at their base, [`Exports::sweep`]) and tells
+/// the peer which are gone ([`Msg::dead`]); the peer closes those. A freed
+/// allocation is no longer used by any call of the peer: this rank's free
+/// came after the call's last barrier on its stream, which the peer passes
+/// only once its copies are done.
+#[derive(Debug, Default)]
+pub struct Exports {
+    entries: std::collections::HashMap<u64, (u64, Option<[u8; 64]>)>,
+    dead: std::collections::VecDeque<u64>,
+}
+
+impl Exports {
+    /// Most entries kept: past this (a program that frees nothing it
+    /// shared is rare), the book starts over (its entries are only a
+    /// cache of handles; the peer's mappings are unaffected).
+    pub const MAX: usize = 4096;
+
+    /// The handle of allocation `id`, when known.
+    pub fn get(&self, id: u64) -> Option<Option<[u8; 64]>> {
+        self.entries.get(&id).map(|e| e.1)
+    }
+
+    /// Records allocation `id` at `base` and its handle.
+    pub fn insert(&mut self, id: u64, base: u64, handle: Option<[u8; 64]>) {
+        if self.entries.len() >= Self::MAX {
+            self.entries.clear();
+        }
+        self.entries.insert(id, (base, handle));
+    }
+
+    /// Looks at every allocation shared so far: `alive(base)` gives the id
+    /// of the allocation at `base` now (`None`: none). One with another id,
+    /// or none, was freed: it leaves the book, and a shared one (with a
+    /// handle) is queued for the peer.
+    pub fn sweep(&mut self, alive: impl Fn(u64) -> Option<u64>) {
+        let gone: Vec<(u64, bool)> = self
+            .entries
+            .iter()
+            .filter(|(id, e)| alive(e.0) != Some(**id))
+            .map(|(id, e)| (*id, e.1.is_some()))
+            .collect();
+        for (id, shared) in gone {
+            self.entries.remove(&id);
+            if shared && !self.dead.contains(&id) {
+                self.dead.push_back(id);
+            }
+        }
+    }
+
+    /// Up to [`DEAD_MAX`] freed ids for the next message (0: none); the
+    /// rest wait for later calls.
+    pub fn take_dead(&mut self) -> [u64; DEAD_MAX] {
+        let mut out = [0u64; DEAD_MAX];
+        for o in out.iter_mut() {
+            match self.dead.pop_front() {
+                Some(id) => *o = id,
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// Allocations in the book.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the book is empty.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -738,7 +839,12 @@ mod tests {
         let mut c = c;
         c.input = 0;
         c.output = 0;
-        Msg { seq, call: c, bufs }
+        Msg {
+            seq,
+            call: c,
+            bufs,
+            dead: [0; DEAD_MAX],
+        }
     }
 
     const GIB: u64 = 1 << 30;
@@ -1049,6 +1155,55 @@ mod tests {
     }
 
     #[test]
+    fn freed_allocations_are_reported_once_and_a_few_per_message() {
+        let mut e = Exports::default();
+        let h = Some([1u8; 64]);
+        // Ids 1..=6 shared at bases 0x1000 * id; 7 not exportable.
+        for id in 1..=6u64 {
+            e.insert(id, 0x1000 * id, h);
+        }
+        e.insert(7, 0x7000, None);
+        assert_eq!(e.get(3), Some(h));
+        assert_eq!(e.get(7), Some(None));
+        assert_eq!(e.get(8), None);
+        // All alive: nothing to report.
+        e.sweep(|base| Some(base / 0x1000));
+        assert_eq!(e.take_dead(), [0; DEAD_MAX]);
+        assert_eq!(e.len(), 7);
+        // 2, 3, 4, 5, 6 freed (5 and 6: another allocation at the same
+        // base); 7 freed too but never shared: not reported.
+        e.sweep(|base| match base / 0x1000 {
+            1 => Some(1),
+            5 | 6 => Some(99),
+            _ => None,
+        });
+        assert_eq!(e.len(), 1);
+        let mut first = e.take_dead().to_vec();
+        let mut second = e.take_dead().to_vec();
+        assert_eq!(second[1..], [0; DEAD_MAX - 1]);
+        first.append(&mut second);
+        first.retain(|x| *x != 0);
+        first.sort();
+        assert_eq!(first, vec![2, 3, 4, 5, 6]);
+        assert_eq!(e.take_dead(), [0; DEAD_MAX]);
+        // A sweep that finds them gone again reports nothing more.
+        e.sweep(|_| None);
+        let d = e.take_dead();
+        assert_eq!(d, [1, 0, 0, 0]);
+        assert!(e.is_empty());
+        // The dead ids travel in the message.
+        let m = Msg {
+            dead: [5, 9, 0, 0],
+            ..msg(
+                1,
+                call(Coll::AllGather, 8, DataType::Uint8, ce_reduce::Op::Sum),
+                [Buf::NONE; 2],
+            )
+        };
+        assert_eq!(Msg::decode(&m.encode()).unwrap().dead, [5, 9, 0, 0]);
+    }
+
+    #[test]
     fn the_cache_evicts_the_least_recently_used() {
         let mut c = Cache::new(3);
         assert!(c.is_empty());
@@ -1063,6 +1218,9 @@ mod tests {
         assert_eq!(c.get(3), Some(0x300));
         assert_eq!(c.insert(5, 0x500), Some(0x100));
         assert_eq!(c.len(), 3);
+        assert_eq!(c.remove(4), Some(0x400));
+        assert_eq!(c.remove(4), None);
+        assert_eq!(c.insert(4, 0x400), None);
         let mut all = c.drain();
         all.sort();
         assert_eq!(all, vec![0x300, 0x400, 0x500]);

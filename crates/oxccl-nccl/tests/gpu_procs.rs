@@ -342,6 +342,7 @@ fn child_rank() {
         Ok("peer_killed") => return peer_killed(comm, rank),
         Ok("graph") => return graph(comm, rank, n),
         Ok("overrun") => return overrun(comm, rank),
+        Ok("realloc") => return realloc(comm, rank, n),
         _ => {}
     }
     let t0 = Instant::now();
@@ -484,6 +485,40 @@ fn graph(comm: ncclComm_t, rank: usize, n: usize) {
     println!("CHILD OK rank {rank}: graph of 4 all-reduces replayed 3 times");
 }
 
+/// Forty all-gathers on the copy engines, each on buffers allocated for it
+/// and freed after it: each rank tells the other which of its shared
+/// allocations it freed, so the peer mappings held stay at the last call's
+/// (without that, 64 per communicator: every allocation ever shared, up to
+/// the cache's bound).
+fn realloc(comm: ncclComm_t, rank: usize, n: usize) {
+    let count = 300_007usize;
+    let before = capi::ce_calls();
+    let mut most = 0;
+    for k in 0..40 {
+        let sb = Dev::new(count);
+        let rb = Dev::new(count * n);
+        sb.put(&input(1, count, rank, k));
+        ok(
+            unsafe { ncclAllGather(sb.p, rb.p, count, 1, comm, null_mut()) },
+            "ncclAllGather",
+        );
+        capi::synchronize_current().unwrap();
+        let mut want = Vec::new();
+        for q in 0..n {
+            want.extend(input(1, count, q, k));
+        }
+        assert!(rb.get(count * n) == want, "rank {rank} all_gather {k}");
+        most = most.max(capi::peer_mappings());
+    }
+    let ce = capi::ce_calls() - before;
+    assert_eq!(ce, 40, "rank {rank}: every all-gather on the copy engines");
+    // The current call's two allocations, plus the previous call's until its
+    // notice arrives with this call's message.
+    assert!(most <= 4, "rank {rank}: {most} peer mappings held at most");
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    println!("CHILD OK rank {rank}: 40 all-gathers on fresh buffers, at most {most} peer mappings");
+}
+
 /// A count larger than the buffers: ncclInvalidArgument naming the buffer,
 /// nothing launched, and the communicator still works.
 fn overrun(comm: ncclComm_t, rank: usize) {
@@ -612,6 +647,21 @@ fn two_processes_on_the_copy_engines() {
             ("OXCCL_CUDA_CE_MIN", "262144"),
             ("OXCCL_CUDA_CE_AR_MIN", "262144"),
             ("OXCCL_TEST_EXPECT_CE", "1"),
+        ],
+    );
+}
+
+#[test]
+fn two_processes_free_what_they_shared() {
+    if gpus() < 1 {
+        return;
+    }
+    run_ranks(
+        2,
+        "0",
+        &[
+            ("OXCCL_CUDA_CE_MIN", "262144"),
+            ("OXCCL_TEST_MODE", "realloc"),
         ],
     );
 }

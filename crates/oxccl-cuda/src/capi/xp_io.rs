@@ -21,7 +21,7 @@ pub(super) struct XpState {
     chan: Mutex<Chan>,
     /// This rank's allocations' IPC handles by buffer id (`None`: not
     /// exportable), so a buffer passed again costs no driver call.
-    exports: Mutex<HashMap<u64, Option<[u8; 64]>>>,
+    exports: Mutex<xp::Exports>,
     /// The peer's allocations opened here, by its buffer id.
     cache: Mutex<xp::Cache>,
 }
@@ -42,6 +42,11 @@ type Imports = HashMap<(i32, [u8; 64]), (u64, usize)>;
 fn imports() -> MutexGuard<'static, Imports> {
     static M: OnceLock<Mutex<Imports>> = OnceLock::new();
     lock(M.get_or_init(Default::default))
+}
+
+/// Peer allocations open in this process.
+pub(super) fn open_mappings() -> usize {
+    imports().len()
 }
 
 /// Opens (or takes another reference to) the allocation of `handle` in
@@ -276,7 +281,7 @@ impl DevComm {
             peer,
             bounds,
             chan: Mutex::new(chan),
-            exports: Mutex::new(HashMap::new()),
+            exports: Mutex::new(xp::Exports::default()),
             cache: Mutex::new(xp::Cache::new(xp::CACHE_SLOTS)),
         });
         Ok(())
@@ -303,16 +308,11 @@ impl DevComm {
             return xp::Buf::NONE;
         };
         let mut ex = lock(&xs.exports);
-        let h = match ex.get(&id) {
-            Some(h) => *h,
+        let h = match ex.get(id) {
+            Some(h) => h,
             None => {
-                // Ids are never reused, so stale entries are only memory:
-                // 4,096 of them (~300 KiB) before starting over.
-                if ex.len() >= 4096 {
-                    ex.clear();
-                }
                 let h = ipc_handle(base);
-                ex.insert(id, h);
+                ex.insert(id, base, h);
                 h
             }
         };
@@ -327,6 +327,27 @@ impl DevComm {
             },
             None => xp::Buf::NONE,
         }
+    }
+
+    /// Closes the mappings of the peer's allocations that its message says
+    /// it freed (never one this call shares), after synchronising the
+    /// context: no queued copy may still use them.
+    fn close_dead(&self, xs: &XpState, theirs: &xp::Msg) -> Result<()> {
+        let mut cache = lock(&xs.cache);
+        let ids: Vec<u64> = theirs
+            .dead
+            .iter()
+            .copied()
+            .filter(|&id| id != 0 && theirs.bufs.iter().all(|b| b.id != id))
+            .collect();
+        let gone: Vec<u64> = ids.into_iter().filter_map(|id| cache.remove(id)).collect();
+        if !gone.is_empty() {
+            synchronize_current()?;
+            for m in gone {
+                release(self.ordinal, m);
+            }
+        }
+        Ok(())
     }
 
     /// Where the peer's two allocations are mapped here (opened now when
@@ -365,11 +386,19 @@ impl DevComm {
         let r = self.ring()?;
         let _scope = CtxScope::enter(self.ctx)?;
         let bufs = [self.export(xs, call.input), self.export(xs, call.output)];
+        let dead = {
+            // One driver call per allocation shared so far (a training loop
+            // shares a few): which of them were freed since.
+            let mut ex = lock(&xs.exports);
+            ex.sweep(|base| buffer_id(base).ok());
+            ex.take_dead()
+        };
         let mut ch = lock(&xs.chan);
         let mine = xp::Msg {
             seq: ch.seq,
             call: *call,
             bufs,
+            dead,
         };
         ch.seq += 1;
         let what = format!("its copy-engine call #{}", mine.seq);
@@ -383,6 +412,7 @@ impl DevComm {
             &what,
         )?;
         let theirs = xp::Msg::decode(&b)?;
+        self.close_dead(xs, &theirs)?;
         if xp::check(&mine, &theirs, xs.peer)? == xp::Verdict::Kernel {
             return Ok(false);
         }
