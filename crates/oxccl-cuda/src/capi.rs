@@ -1388,19 +1388,14 @@ impl DevComm {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let r = Ring::setup(self.dev, self.ctx, self.rank, self.nranks, cfg, boot);
-        let ctl = r.as_ref().ok().map(|x| {
-            (
-                x.ctrl_device(),
-                x.timeout().as_nanos().min(u64::MAX as u128) as u64,
-            )
-        });
         let out = r.as_ref().map(|_| ()).map_err(Clone::clone);
         let _ = self.ring.set(r);
         out?;
-        if let Some((ctrl, timeout)) = ctl {
+        if let Some(Ok(x)) = self.ring.get() {
             // The pair kernels' waits now observe the ring's abort word and
             // report a timeout through its error word (allreduce::CTL_WORD).
-            let mut b = ctrl.to_le_bytes().to_vec();
+            let timeout = x.timeout().as_nanos().min(u64::MAX as u128) as u64;
+            let mut b = x.ctrl_device().to_le_bytes().to_vec();
             b.extend_from_slice(&timeout.to_le_bytes());
             let _scope = CtxScope::enter(self.ctx)?;
             copy_to_device(self.flags + 8 * allreduce::CTL_WORD as u64, &b)?;

@@ -273,15 +273,19 @@ pub fn eligible(call: &Call, b: &Bounds) -> bool {
         return ce_reduce::qualifies_with(&[x, y], b.ar, b.rs);
     }
     if let Coll::SendRecv { recv } = call.coll {
-        // As ce::worth_it: the largest transfer at the bound when both ways
-        // move, twice the bound one way.
-        let largest = call.count.max(recv);
-        let need = if call.count > 0 && recv > 0 {
-            b.copy
-        } else {
-            b.copy.saturating_mul(2)
+        // The transfers as plans (one per direction), judged as -g 2's are.
+        let way = |bytes: u64| Plan {
+            local: Vec::new(),
+            remote: (bytes > 0)
+                .then_some(ce::Xfer {
+                    dst: 0,
+                    src: 0,
+                    bytes,
+                })
+                .into_iter()
+                .collect(),
         };
-        return b.copy > 0 && largest > 0 && largest >= need;
+        return ce::worth_it(&[way(call.count), way(recv)], b.copy);
     }
     match (c[0].copying(), c[1].copying()) {
         (Some(x), Some(y)) => ce::pair_collective([x, y]).is_some_and(|p| ce::worth_it(&p, b.copy)),
@@ -607,15 +611,6 @@ impl Cache {
     /// Whether the cache is full (an insert would evict).
     pub fn full(&self) -> bool {
         self.entries.len() >= self.cap
-    }
-
-    /// The mapping an insert would evict now (the least recently used),
-    /// without evicting it.
-    pub fn victim(&self) -> Option<u64> {
-        if !self.full() {
-            return None;
-        }
-        self.entries.iter().min_by_key(|e| e.2).map(|e| e.1)
     }
 
     /// Records `id` mapped at `mapped`; returns the evicted mapping (to
@@ -1212,7 +1207,6 @@ mod tests {
         assert_eq!(c.insert(3, 0x300), None);
         assert!(c.full());
         assert_eq!(c.get(1), Some(0x100)); // 2 is now the oldest
-        assert_eq!(c.victim(), Some(0x200));
         assert_eq!(c.insert(4, 0x400), Some(0x200));
         assert_eq!(c.get(2), None);
         assert_eq!(c.get(3), Some(0x300));
