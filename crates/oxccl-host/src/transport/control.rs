@@ -27,6 +27,8 @@ use oxccl_core::{Error, ErrorKind, Result};
 use super::ring::Liveness;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"OXP1");
+/// The kind word of a goodbye frame (`ncclSuccess`).
+const GOODBYE: u32 = 0;
 const FRAME_HEADER: usize = 12;
 /// Longest poison text carried (longer texts are cut at a char boundary).
 pub const MAX_POISON_TEXT: usize = 4096;
@@ -281,11 +283,7 @@ impl PeerControl {
         if let Inner::Socket(s) = &mut self.inner {
             if !s.poison_sent {
                 s.poison_sent = true;
-                let mut frame = Vec::with_capacity(FRAME_HEADER);
-                frame.extend_from_slice(&MAGIC.to_le_bytes());
-                frame.extend_from_slice(&0u32.to_le_bytes());
-                frame.extend_from_slice(&0u32.to_le_bytes());
-                s.send_and_shut(&frame);
+                s.send_and_shut(&frame(GOODBYE, b""));
             }
         }
     }
@@ -323,13 +321,17 @@ fn encode_frame(err: &Error) -> Vec<u8> {
     while !msg.is_char_boundary(cut) {
         cut -= 1;
     }
-    let text = &msg.as_bytes()[..cut];
-    let mut frame = Vec::with_capacity(FRAME_HEADER + text.len());
-    frame.extend_from_slice(&MAGIC.to_le_bytes());
-    frame.extend_from_slice(&(err.kind().code() as u32).to_le_bytes());
-    frame.extend_from_slice(&(text.len() as u32).to_le_bytes());
-    frame.extend_from_slice(text);
-    frame
+    frame(err.kind().code() as u32, &msg.as_bytes()[..cut])
+}
+
+/// A frame of kind word `kind` carrying `text`.
+fn frame(kind: u32, text: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(FRAME_HEADER + text.len());
+    f.extend_from_slice(&MAGIC.to_le_bytes());
+    f.extend_from_slice(&kind.to_le_bytes());
+    f.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    f.extend_from_slice(text);
+    f
 }
 
 /// Parses a frame at the start of `buf`: `Ok(None)` if incomplete.
@@ -377,7 +379,7 @@ impl SocketControl {
                     self.rbuf.extend_from_slice(&tmp[..n]);
                     match decode_frame(&self.rbuf) {
                         Ok(None) => {}
-                        Ok(Some(_)) if self.rbuf[4..8] == [0, 0, 0, 0] => {
+                        Ok(Some(_)) if self.rbuf[4..8] == GOODBYE.to_le_bytes() => {
                             // A goodbye: still an error for whoever waits on
                             // this peer, but not a death; a clean close as
                             // far as check_while_waiting is concerned (the
