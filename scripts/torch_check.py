@@ -133,6 +133,39 @@ def main():
                 q.wait()
             check(f"batch_isend_irecv {dt} {n}", y, val(prv, n, dt, 9))
     dist.barrier()
+    # Large calls: above the copy-engine bounds (64 MiB copies, 256 MiB
+    # reductions), on views that start inside PyTorch's cached segments (so
+    # the peer maps an allocation at an offset), then fresh tensors after
+    # empty_cache() (the allocations the peer mapped are freed and replaced).
+    for dt in [torch.float32, torch.bfloat16]:
+        for n in [(24 << 20) + 5, (72 << 20) + 3]:
+            pad = 1 + (n % 7)
+            buf = torch.empty(pad + world * n, dtype=dt, device=dev)
+            x = buf[pad:pad + n]
+            x.copy_(val(rank, n, dt, 11))
+            dist.all_reduce(x)
+            check(f"large all_reduce {dt} {n}", x, sum(val(r, n, dt, 11) for r in range(world)))
+            out = buf[pad:pad + world * n]
+            dist.all_gather_into_tensor(out, val(rank, n, dt, 12))
+            check(f"large all_gather_into_tensor {dt} {n}", out,
+                  torch.cat([val(r, n, dt, 12) for r in range(world)]))
+            y = torch.empty(n, dtype=dt, device=dev)
+            dist.reduce_scatter_tensor(y, val(rank, world * n, dt, 13))
+            want = sum(val(r, world * n, dt, 13) for r in range(world))[rank * n:(rank + 1) * n]
+            check(f"large reduce_scatter_tensor {dt} {n}", y, want)
+            x = val(rank, n, dt, 14)
+            dist.broadcast(x, src=0)
+            check(f"large broadcast {dt} {n}", x, val(0, n, dt, 14))
+            nxt, prv = (rank + 1) % world, (rank - 1) % world
+            y = torch.empty(n, dtype=dt, device=dev)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, val(rank, n, dt, 15), nxt),
+                                           dist.P2POp(dist.irecv, y, prv)])
+            for q in reqs:
+                q.wait()
+            check(f"large batch_isend_irecv {dt} {n}", y, val(prv, n, dt, 15))
+            del buf, x, out, y
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
     # A subgroup (ncclCommSplit or a new communicator) of every rank.
     g = dist.new_group(list(range(world)))
     x = val(rank, 1000, torch.float32, 10)
