@@ -45,7 +45,9 @@ enum {
     RM_ALLREDUCE_LL1 = 6,
     RM_ALLREDUCE_1S = 7,
     RM_ALLGATHER_LL1 = 8,
-    RM_REDUCE_SCATTER_LL1 = 9
+    RM_REDUCE_SCATTER_LL1 = 9,
+    RM_BROADCAST_LL1 = 10,
+    RM_REDUCE_LL1 = 11
 };
 // Most ranks of the one-shot LL all-reduce (a channel per peer in shared memory).
 #define RING_LL1_MAX_RANKS 8
@@ -647,6 +649,21 @@ __device__ void ring_run_ll(const RingArgs& a) {
 // reduce-scatters (RM_REDUCE_SCATTER_LL1: rank p gets this rank's block p,
 // and reduces the n blocks it receives in rank order; count is the per-rank
 // output): one crossing instead of the ring's n - 1 dependent ones.
+// Small broadcasts (RM_BROADCAST_LL1: only the root sends, to every rank)
+// and reduces (RM_REDUCE_LL1: every rank but the root sends to the root,
+// which reduces in rank order as the all-reduce does) take it too: one
+// crossing instead of the ring's n - 1 dependent Simple steps, each with
+// its system fences.
+__device__ __forceinline__ bool ll1_sends(u32 mode, u32 q, u32 p, u32 root) {
+    if (p == q) return false;
+    if (mode == RM_BROADCAST_LL1) return q == root;
+    if (mode == RM_REDUCE_LL1) return p == root;
+    return true;
+}
+__device__ __forceinline__ bool ll1_recvs(u32 mode, u32 q, u32 p, u32 root) {
+    return ll1_sends(mode, p, q, root);
+}
+
 template <typename E, int OP>
 __device__ void ring_run_ll1(const RingArgs& a) {
     typedef typename E::S S;
@@ -665,13 +682,17 @@ __device__ void ring_run_ll1(const RingArgs& a) {
     const u64 lo = umin((u64)blockIdx.x * per, a.count), hi = umin(lo + per, a.count);
     const S* in = (const S*)a.in;
     S* out = (S*)a.out;
-    const bool ag = a.mode == RM_ALLGATHER_LL1, rs = a.mode == RM_REDUCE_SCATTER_LL1;
+    const u32 md = a.mode;
+    const bool ag = md == RM_ALLGATHER_LL1, rs = md == RM_REDUCE_SCATTER_LL1;
+    const bool bc = md == RM_BROADCAST_LL1, rd = md == RM_REDUCE_LL1;
+    // The host passes a broadcast's or reduce's root as its ring position.
+    const u32 root = (bc || rd) ? ring_at(c, a.root) : 0;
     const u64 M = a.count;  // all-gather, reduce-scatter: elements per rank
     for (u64 base = lo; base < hi; base += E_) {
         const u64 nn = umin(E_, hi - base);
         if (threadIdx.x == 0) {
             for (u32 p = 0; p < n; p++)
-                if (p != q && !ll_room(k[p], c)) {
+                if (ll1_sends(md, q, p, root) && !ll_room(k[p], c)) {
                     fail = 1;
                     break;
                 }
@@ -684,20 +705,38 @@ __device__ void ring_run_ll1(const RingArgs& a) {
         // its second: 8 KiB took 6.4 us in a graph against 4.8 for 2 KiB).
         // Each rank pre-scales its own contribution with its own PreMulSum
         // scalar (ranks may pass different ones), as the ring's first step.
-        for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
+        // A broadcast's non-roots and a reduce's root send nothing (and a
+        // non-root's broadcast input may be no buffer at all).
+        const bool sender = !(bc && q != root) && !(rd && q == root);
+        for (u64 u = threadIdx.x; sender && u < units; u += blockDim.x) {
             const u64 e0 = base + u * pack;
             // (An all-gather runs as uint8 Sum: F_PRE changes nothing.)
             const u64 mine = rs ? 0 : ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + e0, hi - e0), s, n);
             for (u32 p = 0; p < n; p++) {
-                if (p == q) continue;
+                if (!ll1_sends(md, q, p, root)) continue;
                 uint4* sl = (uint4*)(k[p].sll + (k[p].sstep % c.ll_nslots) * c.ll_bytes);
                 const u64 v =
                     rs ? ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + p * M + e0, hi - e0), s, n) : mine;
                 st_line(sl + u, v, (u32)(k[p].sstep + 1));
             }
         }
-        for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
+        for (u64 u = threadIdx.x; u < units && !(rd && q != root); u += blockDim.x) {
             const u64 e0 = base + u * pack, avail = hi - e0;
+            if (bc) {
+                // The root copies its own input (out of place); the others
+                // take the root's lines.
+                u64 v = 0;
+                if (q == root) {
+                    if (in == out) continue;
+                    v = ll_pack<E>(in + e0, avail);
+                } else if (!ll_wait(c, (const uint4*)(k[root].rll + (k[root].rstep % c.ll_nslots) * c.ll_bytes) + u,
+                                    (u32)(k[root].rstep + 1), &v, root)) {
+                    fail = 1;
+                    break;
+                }
+                ll_unpack<E>(out + e0, v, avail);
+                continue;
+            }
             const u64 mine =
                 ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (rs ? q * M : 0) + e0, avail), s, n);
             u64 acc = 0;
@@ -727,9 +766,11 @@ __device__ void ring_run_ll1(const RingArgs& a) {
             // Every line from this peer was read (used above, before the
             // barrier): it may reuse the slot.
             LLChan& kp = k[threadIdx.x];
-            kp.sstep++;
-            kp.rstep++;
-            st_relaxed_sys(kp.rhead, kp.rstep);
+            if (ll1_sends(md, q, threadIdx.x, root)) kp.sstep++;
+            if (ll1_recvs(md, q, threadIdx.x, root)) {
+                kp.rstep++;
+                st_relaxed_sys(kp.rhead, kp.rstep);
+            }
         }
         __syncthreads();
     }
@@ -841,7 +882,8 @@ __device__ void ring_run(const RingArgs& a) {
         ring_run_ll<E, OP>(a);
         return;
     }
-    if (a.mode == RM_ALLREDUCE_LL1 || a.mode == RM_ALLGATHER_LL1 || a.mode == RM_REDUCE_SCATTER_LL1) {
+    if (a.mode == RM_ALLREDUCE_LL1 || a.mode == RM_ALLGATHER_LL1 || a.mode == RM_REDUCE_SCATTER_LL1 ||
+        a.mode == RM_BROADCAST_LL1 || a.mode == RM_REDUCE_LL1) {
         ring_run_ll1<E, OP>(a);
         return;
     }

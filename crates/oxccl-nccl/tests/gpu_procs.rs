@@ -138,7 +138,7 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
     let host_sync = || capi::synchronize_current().unwrap();
     let only = std::env::var("OXCCL_TEST_TYPES").unwrap_or_default();
     for &count in counts {
-        for &(t, tname, sz) in TYPES {
+        for (ti, &(t, tname, sz)) in TYPES.iter().enumerate() {
             if !only.is_empty() && !only.split(',').any(|x| x == tname) {
                 continue;
             }
@@ -205,8 +205,8 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                     "host ncclReduceScatter",
                 );
                 assert!(got == want, "{} {oname}", ctx("reduce_scatter"));
-                // reduce to the last rank
-                let root = n - 1;
+                // reduce to the last rank, the next type to rank 0, ...
+                let root = (n - 1 + ti) % n;
                 let inp = input(t, count, rank, op as usize + 2);
                 sb.put(&inp);
                 ok(
@@ -248,7 +248,8 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                 want.extend(input(t, count, q, 5));
             }
             assert!(rb.get(total) == want, "{}", ctx("all_gather"));
-            let root = 1 % n;
+            // Broadcast from rank 1, the next type from rank 2 (or 0), ...
+            let root = (1 + ti) % n;
             ok(
                 unsafe { ncclBroadcast(sb.p, rb.p, count, t, root as i32, comm, null_mut()) },
                 "ncclBroadcast",
@@ -744,8 +745,8 @@ fn rings_in_a_forced_order() {
     }
     // Rank r runs on GPU r % 2. 0,2,1,3 puts the two ranks of each GPU side
     // by side; 3,1,0,2 starts the ring at another rank. The counts reach the
-    // one-shot, LL-ring and Simple-ring all-reduces; reduce's root (n - 1)
-    // and broadcast's (1) sit at other ring positions than their ranks.
+    // one-shot, LL-ring and Simple-ring all-reduces; reduce's and broadcast's
+    // roots (one per type, in turn) sit at other ring positions than their ranks.
     let types = ("OXCCL_TEST_TYPES", "float32,bfloat16,int64");
     for order in ["0,2,1,3", "3,1,0,2"] {
         run_in_order(4, "7,65537,300007", order, &[types]);
