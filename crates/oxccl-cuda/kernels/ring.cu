@@ -1120,20 +1120,27 @@ __device__ bool p2p_ll_ops(const P2pArgs& a) {
         for (u32 o = 0; o < a.nops; o++) {
             const P2pOp& op = a.ops[o];
             if (!op.ll || op.recv != pass) continue;
-            if (li++ % gridDim.x != blockIdx.x) continue;
-            if (threadIdx.x == 0) ll_open_ch(k, c, op.peer, op.peer, 0);
-            __syncthreads();
-            const bool ok = op.recv ? p2p_ll_recv(c, k, (char*)op.ptr, op.bytes, op.peer)
-                                    : p2p_ll_send(c, k, (const char*)op.ptr, op.bytes);
-            if (!ok) return false;
-            if (threadIdx.x == 0) {
-                if (op.recv) {
-                    *counter(c, 3, op.peer, 0) = k.rstep;
-                } else {
-                    *counter(c, 2, op.peer, 0) = k.sstep;
+            // Channel ch carries bytes [ch * per, (ch + 1) * per) (16-byte
+            // parts, so aligned buffers keep aligned 8-byte loads); both ends
+            // cut the same parts from the same byte count and channel count.
+            const u64 per = ((op.bytes + op.nch - 1) / op.nch + 15) / 16 * 16;
+            for (u32 ch = 0; ch < op.nch; ch++) {
+                if (li++ % gridDim.x != blockIdx.x) continue;
+                const u64 lo = umin((u64)ch * per, op.bytes), nb = umin(lo + per, op.bytes) - lo;
+                if (threadIdx.x == 0) ll_open_ch(k, c, op.peer, op.peer, ch);
+                __syncthreads();
+                const bool ok = op.recv ? p2p_ll_recv(c, k, (char*)op.ptr + lo, nb, op.peer)
+                                        : p2p_ll_send(c, k, (const char*)op.ptr + lo, nb);
+                if (!ok) return false;
+                if (threadIdx.x == 0) {
+                    if (op.recv) {
+                        *counter(c, 3, op.peer, ch) = k.rstep;
+                    } else {
+                        *counter(c, 2, op.peer, ch) = k.sstep;
+                    }
                 }
+                __syncthreads();
             }
-            __syncthreads();
         }
     }
     return true;

@@ -102,7 +102,7 @@ pub struct RingConfig {
     /// network proxies), at most [`LL1_MAX_RANKS`] ranks (0: never).
     pub oneshot_net_max: u64,
     /// Sends and receives of at most this many bytes take LL lines
-    /// (NCCL_P2P_LL_THRESHOLD; 0: never; at most [`P2P_LL_CAP`]).
+    /// (NCCL_P2P_LL_THRESHOLD; 0: never; at most [`P2P_LL_CAP`] per channel).
     pub p2p_ll_max: u64,
     /// Every operation with peers takes the ring, even where the two-GPU
     /// one-shot kernels could run (NCCL_ALGO without OneShot/TwoShot).
@@ -231,16 +231,22 @@ impl RingConfig {
 /// 23.3: they cross at 1 MiB.
 pub const DEFAULT_LL_MAX: u64 = 512 << 10;
 
-/// Sends and receives of at most this many bytes take LL by default: NCCL's
-/// own NCCL_P2P_LL_THRESHOLD default, kept so that the knob means the same.
+/// Sends and receives of at most this many bytes take LL by default (NCCL's
+/// NCCL_P2P_LL_THRESHOLD default is 16 KiB; the knob means the same here).
 /// Why LL: a Simple transfer pays a system-scope fence before its tail and
 /// another before its head; LL lines carry their flags (2-process all-to-alls
 /// of 64 B-32 KB took 8.0-8.9 µs under CUDA graphs on Simple, NCCL 6.1-7.5).
-pub const DEFAULT_P2P_LL_MAX: u64 = 16 << 10;
+/// Why 512 KiB: with LL spread over a channel per 16 KiB
+/// ([`p2p_ll_channels`]), 2-process sends under CUDA graphs took 6.0 / 6.9 /
+/// 9.0 / 11.1 / 15.2 µs at 32 K / 128 K / 256 K / 512 K / 1 M against Simple's
+/// 9.1 / 10.1 / 11.1 / 12.8 / 15.0 (NCCL 7.6 / 7.9 / 9.3 / 12.1 / 14.6;
+/// 2xH200, session 8, same run): LL wins to 512 KiB, even at 1 MiB.
+pub const DEFAULT_P2P_LL_MAX: u64 = 512 << 10;
 
-/// The most a send or receive may take LL for: what one connection's LL
-/// slots hold ([`LL_NSLOTS`] x half of [`LL_SLOT_BYTES`], 64 KiB), so a send
-/// never waits inside the launch for its receiver to free a slot.
+/// The most one channel of a send or receive may take LL for: what one
+/// connection's LL slots hold ([`LL_NSLOTS`] x half of [`LL_SLOT_BYTES`],
+/// 64 KiB), so a send never waits inside the launch for its receiver to
+/// free a slot. A whole op: this x [`p2p_max_channels`].
 pub const P2P_LL_CAP: u64 = LL_NSLOTS as u64 * LL_SLOT_BYTES / 2;
 
 /// The all-reduce size up to which the one-shot LL kernel is taken by
@@ -315,7 +321,8 @@ impl Thresholds {
             p2p_ll_max: if cross || cfg.ll_max == 0 {
                 0
             } else {
-                cfg.p2p_ll_max.min(P2P_LL_CAP)
+                cfg.p2p_ll_max
+                    .min(P2P_LL_CAP * p2p_max_channels(cfg.channels) as u64)
             },
         }
     }
@@ -407,7 +414,24 @@ pub fn coll_channels(bytes: u64, channels: u32) -> u32 {
 pub fn p2p_channels(bytes: u64, channels: u32) -> u32 {
     bytes
         .div_ceil(32 << 10)
-        .clamp(1, channels.clamp(1, 16) as u64) as u32
+        .clamp(1, p2p_max_channels(channels) as u64) as u32
+}
+
+/// Most channels of one send or receive: 16. With 32, 2 MB sends and 1 MB
+/// all-to-alls lost 12-15% (2 processes, 2xH200, session 8).
+pub fn p2p_max_channels(channels: u32) -> u32 {
+    channels.clamp(1, 16)
+}
+
+/// Channels of one LL send or receive of `bytes`: one per 16 KiB (at least
+/// enough that no channel carries more than its slots hold, [`P2P_LL_CAP`]),
+/// at most [`p2p_max_channels`]. One channel (one block) per LL op left a
+/// 64 KiB send at 11.96 µs against 8.28 for 32 KiB; a channel per 8, 16
+/// or 32 KiB timed alike (session 8, 2 processes, eager, noisy).
+pub fn p2p_ll_channels(bytes: u64, channels: u32) -> u32 {
+    let max = p2p_max_channels(channels) as u64;
+    let by_size = bytes.div_ceil(16 << 10).clamp(1, max);
+    by_size.max(bytes.div_ceil(P2P_LL_CAP)).min(max) as u32
 }
 
 /// The blocks of a point-to-point launch of `items` (op, channel) items.
@@ -1722,14 +1746,17 @@ pub fn p2p_launch_args(
             }
             // Both ends decide from the same size and the same
             // thresholds (LL only within a host).
-            let ll = bytes as u64 <= thresholds.p2p_ll_max;
+            // (At most one connection's LL slots per channel, so a send
+            // never waits inside the launch for its receiver.)
+            let ll = bytes as u64 <= thresholds.p2p_ll_max
+                && bytes as u64 <= P2P_LL_CAP * p2p_max_channels(common.nch) as u64;
             per[k].push(P2pOp {
                 ptr,
                 bytes: bytes as u64,
                 peer: peer as u32,
                 recv: dir,
                 nch: if ll {
-                    1
+                    p2p_ll_channels(bytes as u64, common.nch)
                 } else {
                     p2p_channels(bytes as u64, common.nch)
                 },
@@ -2274,9 +2301,35 @@ mod tests {
             DEFAULT_P2P_LL_MAX
         );
         assert_eq!(Thresholds::of(&cfg, 2, true).p2p_ll_max, 0);
+        // At most one connection's LL slots per channel, 16 channels.
         cfg.p2p_ll_max = 1 << 30;
-        assert_eq!(Thresholds::of(&cfg, 8, false).p2p_ll_max, P2P_LL_CAP);
+        assert_eq!(Thresholds::of(&cfg, 8, false).p2p_ll_max, 16 * P2P_LL_CAP);
         assert_eq!(P2P_LL_CAP, 64 << 10);
+        let mut narrow = cfg.clone();
+        narrow.channels = 2;
+        assert_eq!(Thresholds::of(&narrow, 2, false).p2p_ll_max, 2 * P2P_LL_CAP);
+        // A channel per 16 KiB, at most 16, never more than the slots hold.
+        assert_eq!(p2p_ll_channels(8, 32), 1);
+        assert_eq!(p2p_ll_channels(16 << 10, 32), 1);
+        assert_eq!(p2p_ll_channels((16 << 10) + 1, 32), 2);
+        assert_eq!(p2p_ll_channels(512 << 10, 32), 16);
+        assert_eq!(p2p_ll_channels(1 << 20, 32), 16);
+        assert_eq!(p2p_ll_channels(100 << 10, 2), 2);
+        // A window of 2 channels: 128 KiB is LL on both, 128 KiB + 16 is
+        // Simple (one channel's part would overflow its slots).
+        let common = RingCommon {
+            nranks: 2,
+            rank: 0,
+            nch: 2,
+            ..RingCommon::default()
+        };
+        let t = Thresholds::of(&cfg, 2, false);
+        let op = |bytes: usize| {
+            let l = p2p_launch_args(common, &t, &[(1, 0x100, bytes)], &[], None).unwrap();
+            (l[0].1.ops[0].ll, l[0].1.ops[0].nch)
+        };
+        assert_eq!(op(128 << 10), (1, 2));
+        assert_eq!(op((128 << 10) + 16), (0, 2));
         cfg.ll_max = 0; // NCCL_PROTO without LL
         assert_eq!(Thresholds::of(&cfg, 2, false).p2p_ll_max, 0);
         assert_eq!(p2p_channels(128 << 10, 32), 4);

@@ -865,15 +865,15 @@ fn ll_protocol_at_every_size() {
         "7,65537",
         &[("NCCL_PROTO", "LL"), ("OXCCL_TEST_TYPES", "float32,int64")],
     );
-    // Sends and receives over LL up to the cap (64 KiB: 8191 x 8 bytes fills
-    // all 8 slots of a connection), 2 and 4 ranks: the sweep's all-to-all and
-    // its send/receive ring.
+    // Sends and receives over LL up to the cap (1 MiB: 131071 x 8 bytes
+    // over 16 channels fills all 8 slots of each channel's connection), 2
+    // and 4 ranks: the sweep's all-to-all and its send/receive ring.
     let p2p_ll = [
-        ("NCCL_P2P_LL_THRESHOLD", "65536"),
+        ("NCCL_P2P_LL_THRESHOLD", "1048576"),
         ("OXCCL_TEST_TYPES", "float32,int8,float64"),
     ];
-    run_ranks(2, "1,4099,8191", &p2p_ll);
-    run_ranks(4, "3,8191", &p2p_ll);
+    run_ranks(2, "1,4099,8191,131071", &p2p_ll);
+    run_ranks(4, "3,8191,131071", &p2p_ll);
 }
 
 #[test]
