@@ -2092,8 +2092,10 @@ impl DevComm {
             };
             for x in &plan.gather {
                 // SAFETY: the peer's output part, written by its kernel before
-                // the barrier above, into this GPU's output (both checked by
-                // prepare); the barrier after keeps the peer's buffer live.
+                // the barrier above, into this GPU's output (`-g 2`), or this
+                // rank's part into the peer's mapped output (two processes,
+                // xp::plan; the peer no longer reads that range); both
+                // checked by prepare, the barrier after keeps them live.
                 unsafe { copy_async(x, on)? };
             }
             if pulls_on_side {

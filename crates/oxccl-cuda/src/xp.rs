@@ -17,7 +17,8 @@
 //! (kept per buffer id in a [`Cache`], so a training loop's buffers are
 //! opened once), answers whether that worked, and when both did, both
 //! queue the plans of `-g 2` (the peer's pointers are its mapped ones;
-//! all-gathers push instead of pull, see [`plan`]), with a barrier kernel
+//! all-gathers, sends and the all-reduce's gather push instead of pull, see
+//! [`plan`]), with a barrier kernel
 //! on the ring's device counters between the phases
 //! (`oxccl_ring_barrier`, which observes abort and the timeout).
 //!
@@ -26,7 +27,9 @@
 //! 4 GB (379–388 GB/s from 1 GB; the ring kernels 298–301), all-reduce
 //! 1.03–1.08× from 256 MB (the ring 0.90–0.99×), reduce-scatter 1.15–1.27×
 //! from 256 MB (the ring 0.94–1.14×), broadcast 1.02–1.04× from 128 MB (the
-//! ring 0.91–0.92×). docs/performance-gpu.md, "Session 7".
+//! ring 0.91–0.92×). docs/performance-gpu.md, "Session 7". Session 8, the
+//! all-reduce's gather pushed: 356 / 362 / 366 GB/s at 1 / 2 / 4 GiB
+//! (1.07–1.09× NCCL).
 //!
 //! Both ranks decide every step from what both sent, so they always take
 //! the same path: the engines, or the ring kernel when either buffer cannot
@@ -545,7 +548,26 @@ pub fn plan(
     }
     if let (Some(a), Some(c)) = (calls[0].ce_reduce(), calls[1].ce_reduce()) {
         let [p0, p1] = ce_reduce::pair_with([a, c], [scratch, scratch], b.ar, b.rs)?;
-        return Some(RankPlan::Reduce(if rank == 0 { p0 } else { p1 }));
+        let mut p = if rank == 0 { p0 } else { p1 };
+        // An all-reduce's gather pushes this rank's reduced part into the
+        // peer's output instead of pulling the peer's part (as the
+        // all-gather below): 356 / 362 / 366 GB/s at 1 / 2 / 4 GiB against
+        // pulls' 348 / 354 / 358 (2 processes, 2xH200, session 8, two
+        // rounds each, same lease). After the middle barrier that range of
+        // the peer's output is free: the peer's kernel writes only its own
+        // part, and this rank's pulls from the peer's input there (the same
+        // memory when in place) are done.
+        if a.kind == ce_reduce::Kind::AllReduce {
+            let sz = a.dtype.size() as u64;
+            let (lo, hi) = ce_reduce::part(a.kind, a.count, a.dtype, rank);
+            p.gather = vec![ce::Xfer {
+                dst: peer_call.output + lo * sz,
+                src: mine.output + lo * sz,
+                bytes: (hi - lo) * sz,
+            }];
+            p.gather.retain(|x| x.bytes > 0);
+        }
+        return Some(RankPlan::Reduce(p));
     }
     let plans = ce::pair_collective([calls[0].copying()?, calls[1].copying()?])?;
     if !ce::worth_it(&plans, b.copy) {
@@ -1069,8 +1091,35 @@ mod tests {
                 ce_reduce::DEFAULT_AR_MIN,
             )
             .unwrap();
-            assert_eq!(got, RankPlan::Reduce(want[rank].clone()));
+            // The one-process plan, but the gather pushes this rank's part
+            // into the peer's output instead of pulling the peer's.
+            let mut want = want[rank].clone();
+            let (lo, hi) = ce_reduce::part(ce_reduce::Kind::AllReduce, a.count, a.dtype, rank);
+            let sz = a.dtype.size() as u64;
+            assert_eq!(want.gather.len(), 1);
+            want.gather = vec![ce::Xfer {
+                dst: peer.output + lo * sz,
+                src: mine.output + lo * sz,
+                bytes: (hi - lo) * sz,
+            }];
+            assert_eq!(got, RankPlan::Reduce(want));
         }
+        // A reduce-scatter has no gather.
+        let rs = Call {
+            coll: Coll::ReduceScatter,
+            count: a.count / 2,
+            ..a
+        };
+        let rs_peer = Call {
+            input: b.input,
+            output: b.output,
+            ..rs
+        };
+        let bd = Bounds::from_settings(0, Some(1));
+        let Some(RankPlan::Reduce(p)) = plan(&rs, &rs_peer, 0, scratch, &bd) else {
+            panic!("a reduction plan")
+        };
+        assert!(p.gather.is_empty());
         // Below the bound: no plan.
         let small = Call { count: 1024, ..a };
         let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN));
