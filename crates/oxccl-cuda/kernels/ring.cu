@@ -524,7 +524,10 @@ __device__ __forceinline__ void ll_open_ch(LLChan& k, const RingCommon& c, u32 p
     k.shead = (const u64*)(region_of(c, me, next, ch) + RING_LL_HEAD);
     k.rstep = *counter(c, 3, prev, ch);
     k.sstep = *counter(c, 2, next, ch);
-    k.hseen = 0;
+    // The head as it is now (a lower bound, it only grows), read alongside
+    // the counters rather than after them: the first ll_room then rarely
+    // waits for a second load.
+    k.hseen = ld_relaxed_sys(k.shead);
     k.prev = prev;
     k.next = next;
     k.fail = 0;
@@ -674,7 +677,6 @@ __device__ void ring_run_ll1(const RingArgs& a) {
     const u32 n = c.nranks, q = c.rank;
     if (threadIdx.x < n && threadIdx.x != q) ll_open(k[threadIdx.x], c, threadIdx.x, threadIdx.x);
     if (threadIdx.x == 0) fail = 0;
-    __syncthreads();
     const A s = ring_scale<E>(a);
     constexpr u64 pack = 8 / sizeof(S);
     const u64 E_ = (c.ll_bytes / 2 / sizeof(S)) / pack * pack;  // elements per LL slot
@@ -688,6 +690,16 @@ __device__ void ring_run_ll1(const RingArgs& a) {
     // The host passes a broadcast's or reduce's root as its ring position.
     const u32 root = (bc || rd) ? ring_at(c, a.root) : 0;
     const u64 M = a.count;  // all-gather, reduce-scatter: elements per rank
+    // This thread's first line of input, loaded while the channels open
+    // (their counters and heads): independent loads in flight together
+    // instead of three dependent waits before the first line leaves. Not
+    // for a reduce-scatter (a line per peer) or a broadcast's non-root
+    // (whose input may be no buffer at all).
+    const bool pre = !rs && !(bc && q != root) && lo + threadIdx.x * pack < hi;
+    const u64 first =
+        pre ? ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + lo + threadIdx.x * pack, hi - lo - threadIdx.x * pack), s, n)
+            : 0;
+    __syncthreads();
     for (u64 base = lo; base < hi; base += E_) {
         const u64 nn = umin(E_, hi - base);
         if (threadIdx.x == 0) {
@@ -711,7 +723,9 @@ __device__ void ring_run_ll1(const RingArgs& a) {
         for (u64 u = threadIdx.x; sender && u < units; u += blockDim.x) {
             const u64 e0 = base + u * pack;
             // (An all-gather runs as uint8 Sum: F_PRE changes nothing.)
-            const u64 mine = rs ? 0 : ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + e0, hi - e0), s, n);
+            const u64 mine = rs                                ? 0
+                             : (pre && base == lo && u == threadIdx.x) ? first
+                                                                       : ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + e0, hi - e0), s, n);
             for (u32 p = 0; p < n; p++) {
                 if (!ll1_sends(md, q, p, root)) continue;
                 uint4* sl = (uint4*)(k[p].sll + (k[p].sstep % c.ll_nslots) * c.ll_bytes);
@@ -738,7 +752,9 @@ __device__ void ring_run_ll1(const RingArgs& a) {
                 continue;
             }
             const u64 mine =
-                ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (rs ? q * M : 0) + e0, avail), s, n);
+                (pre && base == lo && u == threadIdx.x)
+                    ? first
+                    : ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (rs ? q * M : 0) + e0, avail), s, n);
             u64 acc = 0;
             for (u32 p = 0; p < n; p++) {
                 u64 v = mine;
