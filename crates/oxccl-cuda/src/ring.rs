@@ -203,7 +203,7 @@ impl RingConfig {
             slot: slot as usize,
             nslots: 4,
             timeout,
-            ll_max: DEFAULT_LL_MAX,
+            ll_max: default_ll_max(nranks),
             oneshot_max: default_oneshot_max(nranks),
             oneshot_net_max: default_oneshot_net_max(nranks),
             p2p_ll_max: DEFAULT_P2P_LL_MAX,
@@ -224,12 +224,33 @@ impl RingConfig {
     }
 }
 
-/// The all-reduce size up to which LL is taken by default (bytes).
-/// Measured on nvidia-h200-x2, 2 processes, CUDA graphs (`oxccl perf
-/// --ranks 2 -G 10`, NCCL_PROTO=LL against Simple): LL 9.4 / 11.6 / 19.7 /
-/// 35.8 us at 64 KiB / 512 KiB / 1 MiB / 2 MiB, Simple 17.3 / 18.3 / 19.7 /
-/// 23.3: they cross at 1 MiB.
+/// The all-reduce size up to which LL is taken by default (bytes), for
+/// more than 2 ranks. Measured on nvidia-h200-x2, 2 processes, CUDA graphs
+/// (`oxccl perf --ranks 2 -G 10`, NCCL_PROTO=LL against Simple, session 3):
+/// LL 9.4 / 11.6 / 19.7 / 35.8 us at 64 KiB / 512 KiB / 1 MiB / 2 MiB,
+/// Simple 17.3 / 18.3 / 19.7 / 23.3: they crossed at 1 MiB.
 pub const DEFAULT_LL_MAX: u64 = 512 << 10;
+
+/// [`DEFAULT_LL_MAX`], but 1 MiB for 2 ranks: there the ring LL took
+/// 13.9 us for a 1 MiB all-reduce under CUDA graphs against the Simple
+/// ring's 18.6 (NCCL 12.8-13.0; 14.4 against 20.1 eager; 2 MiB 21.9 either
+/// way, 2 processes, 2xH200, session 8, two rounds). Not measured for more
+/// ranks (no such machine lent), so they keep 512 KiB.
+pub fn default_ll_max(nranks: usize) -> u64 {
+    if nranks == 2 {
+        1 << 20
+    } else {
+        DEFAULT_LL_MAX
+    }
+}
+
+/// The most bytes a rank's egress may reach in the one-shot LL copies and
+/// reduce-scatters ([`Thresholds::oneshot_block_max`]), however far
+/// `ll_max` goes (unless LL is forced at every size). At 1 MiB per rank the
+/// Simple ring won (2 processes, graphs, session 8): all-gathers 14.7 us
+/// against one-shot LL's 15.8, reduce-scatters 14.2 against 16.6, reduces
+/// of 1 MiB 8.8 against 11.7 (broadcasts 9.6 against 8.9).
+pub const ONESHOT_LL_MAX: u64 = 512 << 10;
 
 /// Sends and receives of at most this many bytes take LL by default (NCCL's
 /// NCCL_P2P_LL_THRESHOLD default is 16 KiB; the knob means the same here).
@@ -315,8 +336,10 @@ impl Thresholds {
             },
             oneshot_block_max: if cross || !small || cfg.oneshot_max == 0 || nranks < 2 {
                 0
+            } else if cfg.ll_max == u64::MAX {
+                u64::MAX
             } else {
-                cfg.ll_max / (nranks as u64 - 1)
+                cfg.ll_max.min(ONESHOT_LL_MAX) / (nranks as u64 - 1)
             },
             p2p_ll_max: if cross || cfg.ll_max == 0 {
                 0
@@ -2141,7 +2164,7 @@ mod tests {
             let cfg = RingConfig::new(false, 4 << 20, None, None, n, Duration::from_secs(1));
             plan(RM_ALLREDUCE, bytes, &Thresholds::of(&cfg, n, cross))
         };
-        // One host, 2 ranks: one-shot LL to 128 KiB, ring LL to 512 KiB,
+        // One host, 2 ranks: one-shot LL to 128 KiB, ring LL to 1 MiB,
         // then the Simple ring on 32 channels.
         assert_eq!(plan_at(2, false, 8), (RM_ALLREDUCE_LL1, 1));
         assert_eq!(plan_at(2, false, 4 << 10), (RM_ALLREDUCE_LL1, 1));
@@ -2149,7 +2172,11 @@ mod tests {
         assert_eq!(plan_at(2, false, 128 << 10), (RM_ALLREDUCE_LL1, 32));
         assert_eq!(plan_at(2, false, (128 << 10) + 1), (RM_ALLREDUCE_LL, 17));
         assert_eq!(plan_at(2, false, 512 << 10), (RM_ALLREDUCE_LL, 32));
+        assert_eq!(plan_at(2, false, 1 << 20), (RM_ALLREDUCE_LL, 32));
+        assert_eq!(plan_at(2, false, (1 << 20) + 16), (RM_ALLREDUCE, 17));
         assert_eq!(plan_at(2, false, 1 << 30), (RM_ALLREDUCE, 32));
+        // 3 ranks: ring LL to 512 KiB only.
+        assert_eq!(plan_at(3, false, (512 << 10) + 16).0, RM_ALLREDUCE);
         // 4 ranks: one-shot to ~42 KiB (each rank writes 3 copies).
         assert_eq!(plan_at(4, false, 40 << 10), (RM_ALLREDUCE_LL1, 10));
         assert_eq!(plan_at(4, false, 48 << 10), (RM_ALLREDUCE_LL, 6));

@@ -395,7 +395,7 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
         cfg.ll_max = match (ll, sel.allows(ar, Proto::Simple)) {
             (false, _) => 0,
             (true, false) => u64::MAX,
-            (true, true) => cuda_ring::DEFAULT_LL_MAX,
+            (true, true) => cuda_ring::default_ll_max(nranks),
         };
     }
     // NCCL_ALGO without OneShot/TwoShot for all-reduce (e.g. "Ring"): the
