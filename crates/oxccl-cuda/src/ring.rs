@@ -45,8 +45,8 @@ pub const P2P_MAX_OPS: usize = 64;
 /// Threads per block (the kernels' `__launch_bounds__`).
 pub const THREADS: u32 = 512;
 /// Most blocks of a point-to-point launch: with at most [`P2P_MAX_OPS`] ops
-/// of at most 16 channels, 128 blocks hold <= 8 items each, under the
-/// kernel's 16 (`RING_P2P_MAX_ITEMS`); and 128 <= 132 SMs, so every block is
+/// of at most 32 channels, 128 blocks hold <= 16 items each, the kernel's
+/// `RING_P2P_MAX_ITEMS`; and 128 <= 132 SMs, so every block is
 /// resident (a block waits for other GPUs, never for a block of its own grid).
 pub const P2P_MAX_BLOCKS: u32 = 128;
 /// Most channels a window has (a collective launches one block per channel).
@@ -317,6 +317,9 @@ pub struct Thresholds {
     pub oneshot_block_max: u64,
     /// Sends and receives up to this many bytes take LL (0 across hosts).
     pub p2p_ll_max: u64,
+    /// Sends and receives from this many bytes may spread over 32 channels
+    /// ([`P2P_WIDE_MIN`] within a host, `u64::MAX` across hosts).
+    pub p2p_wide_min: u64,
 }
 
 impl Thresholds {
@@ -347,6 +350,7 @@ impl Thresholds {
                 cfg.p2p_ll_max
                     .min(P2P_LL_CAP * p2p_max_channels(cfg.channels) as u64)
             },
+            p2p_wide_min: if cross { u64::MAX } else { P2P_WIDE_MIN },
         }
     }
 }
@@ -430,15 +434,30 @@ pub fn coll_channels(bytes: u64, channels: u32) -> u32 {
     bytes.div_ceil(64 << 10).clamp(1, channels.max(1) as u64) as u32
 }
 
-/// Channels of one send or receive of `bytes`: one per 32 KiB, at most 16
-/// (the two ends compute the same from the same byte count). One per 128
-/// KiB left a 128 KiB transfer to one block: 2-process all-to-alls of 256 KB
-/// (128 KiB per peer) took 15.7 µs against NCCL's 10.6.
-pub fn p2p_channels(bytes: u64, channels: u32) -> u32 {
-    bytes
-        .div_ceil(32 << 10)
-        .clamp(1, p2p_max_channels(channels) as u64) as u32
+/// Channels of one send or receive of `bytes`: one per 32 KiB, at most 16,
+/// and at most 32 from `wide_min` ([`Thresholds::p2p_wide_min`]: within a
+/// host [`P2P_WIDE_MIN`], else never; the two ends compute the same from
+/// the same byte count). One per 128 KiB left a 128 KiB transfer to one
+/// block: 2-process all-to-alls of 256 KB (128 KiB per peer) took 15.7 µs
+/// against NCCL's 10.6.
+pub fn p2p_channels(bytes: u64, channels: u32, wide_min: u64) -> u32 {
+    let max = if bytes >= wide_min {
+        channels.clamp(1, 32)
+    } else {
+        p2p_max_channels(channels)
+    };
+    bytes.div_ceil(32 << 10).clamp(1, max as u64) as u32
 }
+
+/// Sends and receives of at least this many bytes may spread over 32
+/// channels: 2-process sends of 4 / 8 MB took 28.3 / 43.3 µs on 32 against
+/// 29.8-30.0 / 47.7-47.8 on 16, all-to-alls of 8 MB (4 MB per peer) 29.8
+/// against 30.9-31.2; 2 MB sends lost on 32 (21.1 against 20.9; eager,
+/// 2xH200, session 8, same lease). Within a host only: not measured
+/// through the network proxies. With [`P2P_MAX_OPS`] ops of 32 channels,
+/// [`P2P_MAX_BLOCKS`] blocks hold at most 16 items each, the kernel's
+/// `RING_P2P_MAX_ITEMS`.
+pub const P2P_WIDE_MIN: u64 = 4 << 20;
 
 /// Most channels of one send or receive: 16. With 32, 2 MB sends and 1 MB
 /// all-to-alls lost 12-15% (2 processes, 2xH200, session 8).
@@ -1781,7 +1800,7 @@ pub fn p2p_launch_args(
                 nch: if ll {
                     p2p_ll_channels(bytes as u64, common.nch)
                 } else {
-                    p2p_channels(bytes as u64, common.nch)
+                    p2p_channels(bytes as u64, common.nch, thresholds.p2p_wide_min)
                 },
                 ll: ll as u32,
             });
@@ -2359,8 +2378,15 @@ mod tests {
         assert_eq!(op((128 << 10) + 16), (0, 2));
         cfg.ll_max = 0; // NCCL_PROTO without LL
         assert_eq!(Thresholds::of(&cfg, 2, false).p2p_ll_max, 0);
-        assert_eq!(p2p_channels(128 << 10, 32), 4);
-        assert_eq!(p2p_channels((32 << 10) + 1, 32), 2);
+        assert_eq!(p2p_channels(128 << 10, 32, P2P_WIDE_MIN), 4);
+        assert_eq!(p2p_channels((32 << 10) + 1, 32, P2P_WIDE_MIN), 2);
+        assert_eq!(p2p_channels((4 << 20) - 16, 32, P2P_WIDE_MIN), 16);
+        assert_eq!(p2p_channels(4 << 20, 32, P2P_WIDE_MIN), 32);
+        assert_eq!(p2p_channels(4 << 20, 32, u64::MAX), 16);
+        assert_eq!(p2p_channels(4 << 20, 16, P2P_WIDE_MIN), 16);
+        // The most items any launch gives one block fit the kernel's 16.
+        let items = P2P_MAX_OPS as u32 * p2p_channels(u64::MAX / 2, 32, 0);
+        assert!(items.div_ceil(p2p_blocks(items)) <= 16);
     }
 
     #[test]
@@ -2376,8 +2402,9 @@ mod tests {
         assert_eq!(coll_channels((64 << 10) + 1, 16), 2);
         assert_eq!(coll_channels(1 << 30, 16), 16);
         assert_eq!(coll_channels(1 << 30, 0), 1);
-        assert_eq!(p2p_channels(1, 16), 1);
-        assert_eq!(p2p_channels(1 << 30, 32), 16);
+        assert_eq!(p2p_channels(1, 16, P2P_WIDE_MIN), 1);
+        assert_eq!(p2p_channels(1 << 30, 32, P2P_WIDE_MIN), 32);
+        assert_eq!(p2p_channels(1 << 30, 32, u64::MAX), 16);
         assert_eq!(p2p_blocks(64 * 16), P2P_MAX_BLOCKS);
         assert_eq!(default_oneshot_net_max(2), u64::MAX);
         assert_eq!(default_oneshot_net_max(3), 128 << 10);
