@@ -524,7 +524,7 @@ params! {
     P2P_NET_CHUNKSIZE: Opt<I64> = "NCCL_P2P_NET_CHUNKSIZE", "", recognised, "Point-to-point chunk size over the network (NCCL default 128K).";
     P2P_PCI_CHUNKSIZE: Opt<I64> = "NCCL_P2P_PCI_CHUNKSIZE", "", recognised, "Point-to-point chunk size over PCI (NCCL default 128K).";
     P2P_NVL_CHUNKSIZE: Opt<I64> = "NCCL_P2P_NVL_CHUNKSIZE", "", recognised, "Point-to-point chunk size over NVLink (NCCL default 512K).";
-    P2P_LL_THRESHOLD: Opt<I64> = "NCCL_P2P_LL_THRESHOLD", "", honoured, "Sends and receives of at most this many bytes between GPUs of one host take the LL protocol (flags in the data: one crossing, no fences), spread over a channel per 16 KiB; at most 64 KiB per channel (one connection's LL slots), 1 MiB with 16 channels. 0: never. Unset: 524288 (NCCL's default is 16384; LL beat oxccl's Simple sends to 512 KiB on 2xH200). NCCL_PROTO without LL also turns it off.";
+    P2P_LL_THRESHOLD: Opt<I64> = "NCCL_P2P_LL_THRESHOLD", "", honoured, "Sends and receives of at most this many bytes between GPUs of one host take the LL protocol (flags in the data: one crossing, no fences), spread over a channel per 16 KiB; at most 64 KiB per channel (one connection's LL slots), 1 MiB with 16 channels. 0: never. Unset: 524288 with 2 ranks, 512 KiB / (ranks - 1) with more, at least 16384 (NCCL's default is 16384; LL beat oxccl's Simple sends to 512 KiB on 2xH200). NCCL_PROTO without LL also turns it off.";
     P2P_READ_ENABLE: Opt<I64> = "NCCL_P2P_READ_ENABLE", "", recognised, "Peer-to-peer reads instead of writes.";
     P2P_USE_CUDA_MEMCPY: Opt<I64> = "NCCL_P2P_USE_CUDA_MEMCPY", "", recognised, "Copy engines for peer-to-peer.";
     PXN_DISABLE: Opt<I64> = "NCCL_PXN_DISABLE", "", recognised, "Disable PXN routing (NCCL default 0).";

@@ -206,7 +206,7 @@ impl RingConfig {
             ll_max: default_ll_max(nranks),
             oneshot_max: default_oneshot_max(nranks),
             oneshot_net_max: default_oneshot_net_max(nranks),
-            p2p_ll_max: DEFAULT_P2P_LL_MAX,
+            p2p_ll_max: default_p2p_ll_max(nranks),
             force: false,
             net_streams: 0,
             channels_set: min_channels.is_some() || max_channels.is_some(),
@@ -263,6 +263,14 @@ pub const ONESHOT_LL_MAX: u64 = 512 << 10;
 /// 9.1 / 10.1 / 11.1 / 12.8 / 15.0 (NCCL 7.6 / 7.9 / 9.3 / 12.1 / 14.6;
 /// 2xH200, session 8, same run): LL wins to 512 KiB, even at 1 MiB.
 pub const DEFAULT_P2P_LL_MAX: u64 = 512 << 10;
+
+/// [`DEFAULT_P2P_LL_MAX`] for 2 ranks; with more, 512 KiB / (n - 1) (at
+/// least NCCL's 16 KiB), so a rank whose group sends to every peer (an
+/// all-to-all) keeps its LL egress near what was measured with one peer.
+/// Not measured past 2 ranks (no such machine lent; issue 10).
+pub fn default_p2p_ll_max(nranks: usize) -> u64 {
+    (DEFAULT_P2P_LL_MAX / nranks.saturating_sub(1).max(1) as u64).max(16 << 10)
+}
 
 /// The most one channel of a send or receive may take LL for: what one
 /// connection's LL slots hold ([`LL_NSLOTS`] x half of [`LL_SLOT_BYTES`],
@@ -2346,6 +2354,11 @@ mod tests {
             Thresholds::of(&cfg, 2, false).p2p_ll_max,
             DEFAULT_P2P_LL_MAX
         );
+        assert_eq!(default_p2p_ll_max(2), 512 << 10);
+        assert_eq!(default_p2p_ll_max(3), 256 << 10);
+        assert_eq!(default_p2p_ll_max(8), (512 << 10) / 7);
+        assert_eq!(default_p2p_ll_max(64), 16 << 10);
+        assert_eq!(default_p2p_ll_max(1), 512 << 10);
         assert_eq!(Thresholds::of(&cfg, 2, true).p2p_ll_max, 0);
         // At most one connection's LL slots per channel, 16 channels.
         cfg.p2p_ll_max = 1 << 30;
