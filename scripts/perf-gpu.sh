@@ -33,6 +33,9 @@
 #   scripts/perf-gpu.sh xp           # 2 processes, 32 MB-4 GB: copy engines with
 #                                    # the peer process against the ring kernels,
 #                                    # vs NCCL (OXCCL_XP_COLLS picks collectives)
+#   scripts/perf-gpu.sh sweep2       # every collective, 2 processes, 8 B-64 MB,
+#                                    # eager and graphs, vs NCCL
+#                                    # (OXCCL_SWEEP_COLLS picks collectives)
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
 #                                    # the copy-engine reduction at its default
 #                                    # bound and off (SM kernel), vs NCCL
@@ -231,6 +234,18 @@ if [ "$MODE" = xp ]; then
     OXCCL_CUDA_CE_MIN=0 OXCCL_CUDA_CE_AR_MIN=0 run "xp_off_$c" 240 "$X" $P $R -J "$OUTDIR/xp_off_$c.json"
     run "xp_check_$c" 240 "$X" $P $c --backend cuda --ranks 2 -b 512M -e 1G -f 2 -c 1 -n 2 -w 1
   done
+fi
+if [ "$MODE" = sweep2 ]; then
+  # Every collective, one process per GPU, 8 B-64 MB, eager and under CUDA
+  # graphs, beside NCCL (performance-gpu.md "Session 8": the sizes still
+  # below NCCL come from these); then 2-rank all-reduces 256 KB-4 MB in
+  # steps of 2 (1 MiB is where the LL ring's bound sits).
+  for c in ${OXCCL_SWEEP_COLLS:-sendrecv alltoall all_gather reduce_scatter broadcast reduce gather scatter all_reduce}; do
+    S="$c --backend cuda --ranks 2 -b 8 -e 64M -f 4 -c 1 -n 50 -w 5 --compare $NCCL"
+    run "sweep2_${c}_eager" 120 "$X" $P $S -J "$OUTDIR/sweep2_${c}_eager.json"
+    run "sweep2_${c}_graph" 120 "$X" $P $S -G 10 -J "$OUTDIR/sweep2_${c}_graph.json"
+  done
+  run "sweep2_all_reduce_1m" 120 "$X" $P all_reduce --backend cuda --ranks 2 -b 256K -e 4M -f 2 -c 1 -n 60 -w 10 -G 10 --compare "$NCCL"
 fi
 if [ "$MODE" = tuning ]; then
   # NCCL's own choice per size (algorithm, protocol, channels = SMs), from
