@@ -455,6 +455,12 @@ params! {
     // copy kernel, so it pays off far later (ce_reduce.rs, DEFAULT_AR_MIN).
     CUDA_CE_AR_MIN: Opt<Size> = "OXCCL_CUDA_CE_AR_MIN", "", honoured,
         "Two GPUs in one process, both ranks' calls in one group of one thread (nccl-tests -g 2), or two ranks in two processes of one host (buffers traded through CUDA IPC per call, as for OXCCL_CUDA_CE_MIN): all-reduces (sum, prod, max, min; same count, type and op on both ranks) of at least this many bytes, and reduce-scatters whose send buffer holds at least twice this, pull the peer's values with the copy engines through a 256 MiB scratch ring per GPU (allocated at the first such call) and reduce them with a 32-block kernel, instead of the SM kernels. Every rank must set the same value. 0: never. Unset: 512M in one process; two processes (whose alternative is the slower ring kernel) from 256M, reduce-scatters from 256M of send buffer too.";
+    // Why a setting: the pushed reduction's piece trades the pipeline's fill
+    // (the first piece's copy before any reduction) against ~20 us of copy
+    // stream work per piece (ce_reduce.rs, SLOT_BYTES); measured per size
+    // on the device (xp.rs, PUSH_PIECE), and small in tests so many pieces run.
+    CUDA_CE_PUSH: Opt<Size> = "OXCCL_CUDA_CE_PUSH", "", honoured,
+        "Two ranks in two processes of one host taking the copy engines for an all-reduce or reduce-scatter (OXCCL_CUDA_CE_AR_MIN) with send and receive buffers apart on both ranks: each rank's copy engine pushes the peer's part of its input straight into the peer's output in pieces of at most this many bytes (a quarter of the part when less, at least 16M), and the peer reduces there as pieces land (no scratch ring, no 256 MiB allocation). In place the pieces are pulled through the scratch ring. Every rank must set the same value. 0: always pull. Unset: 64M.";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 128K / (ranks - 1) within a host; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off. 0 also turns off the one-shot all-gather and reduce-scatter (blocks B with (ranks - 1) x B within LL's 512K, one host).";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,

@@ -379,6 +379,19 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
 // (the peer is met by the barriers around it, which observe abort and the
 // timeout); only a copy stream that failed halfway through its queue would
 // leave this kernel waiting.
+//
+// Pushed pieces (`landed_at` set; two processes, out of place: xp.rs and
+// ce_reduce.rs `plan_pushed`): the PEER's copy stream writes piece k of
+// this rank's part straight into `out` at its place and then k + 1 into
+// *landed_at (a u64 in this rank's ring window, cuStreamWriteValue32 with
+// its memory barrier, on the low word); the kernel reduces out = in op out in place, piece
+// by piece. No slots, so no consumed flags and no wait of either copy
+// stream on the other rank. The wait for a piece is on the peer's stream,
+// so it is bounded: the ring's control words (abort, an error already
+// recorded) and the timeout, as every ring wait. The last block through
+// the last piece puts the counter (and its block counter, the next u32
+// after it) back to 0 for the next call, which pushes only after its first
+// barrier, so after this kernel.
 struct CerArgs {
     const void* in;       // this rank's input, at its part
     void* out;            // this rank's output, at its part
@@ -388,6 +401,11 @@ struct CerArgs {
     u64 piece;            // elements per piece (a slot), a multiple of 16 bytes
     u32 slots;
     u32 rank;             // 0: `in` is x0; 1: the pulled values are x0
+    u64* landed_at;       // pushed: pieces landed in `out` (null: the slot ring)
+    u32* ctrl;            // pushed: the ring's control words (abort, error, peer, block)
+    u64 timeout_ns;       // pushed: a wait longer than this is an error (0: never)
+    u32 peer;             // pushed: the peer's rank (named in an error)
+    u32 pad;
 };
 enum { CER_CONSUMED = 16, CER_DONE = 32 };
 
@@ -400,8 +418,48 @@ __device__ __forceinline__ void st_release_sys32(u32* p, u32 v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// Pushed pieces (see CerArgs): out = in op out, piece k once *landed_at
+// reached k + 1; the grid stops where a wait gave up (its error recorded).
+template <typename E, int OP>
+__device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
+    const u64 sz = sizeof(typename E::S);
+    const bool vec = ((((u64)a.in) | ((u64)a.out)) & 15) == 0;
+    u32* done = (u32*)(a.landed_at + 1);
+    __shared__ int ok;
+    const u64 pieces = (a.count + a.piece - 1) / a.piece;
+    for (u64 k = 0; k < pieces; k++) {
+        if (threadIdx.x == 0) ok = ctl_wait(a.landed_at, k + 1, a.ctrl, a.timeout_ns, a.peer);
+        __syncthreads();
+        if (!ok) return;
+        const u64 lo = k * a.piece;
+        const u64 n = a.count - lo < a.piece ? a.count - lo : a.piece;
+        const char* mine = (const char*)a.in + lo * sz;
+        char* both = (char*)a.out + lo * sz;
+        // The pushed values are read through L2 (red_range's ldcg): they came
+        // from the peer's copy engine, never through this SM's L1.
+        red_elems<E, OP>(a.rank == 0 ? (const void*)mine : (const void*)both,
+                         a.rank == 0 ? (const void*)both : (const void*)mine, both, nullptr, 0,
+                         n, vec, (typename E::A)0, (typename E::A)0, 2u);
+        __syncthreads();  // `ok` is read by all before thread 0 writes it again
+    }
+    if (threadIdx.x == 0 && pieces > 0) {
+        __threadfence();
+        if (atomicAdd(done, 1u) == gridDim.x - 1) {
+            // Every block has seen the last piece's value: nothing waits on
+            // the counter any more this call.
+            atomicExch(done, 0u);
+            *(volatile u64*)a.landed_at = 0ull;
+            __threadfence_system();
+        }
+    }
+}
+
 template <typename E, int OP>
 __device__ __forceinline__ void ce_reduce(const CerArgs& a) {
+    if (a.landed_at != nullptr) {
+        ce_reduce_pushed<E, OP>(a);
+        return;
+    }
     typedef typename E::S S;
     typedef typename E::A A;
     const u64 sz = sizeof(S);

@@ -46,34 +46,50 @@ __device__ __forceinline__ void kernel_entry() {
 // recorded, or the timeout (then recorded: code 1 timeout, 2 abort, as the
 // ring's RERR_*). The control words are read every 1024 polls (a poll of
 // local memory is ~0.5 us, so an abort is seen within about a millisecond).
+// One check of a wait's bounds (every 1024 polls): the ring's control words
+// `w` (host-mapped: [0] abort, [1] error, [2] peer, [3] block) and `limit`
+// ns (0: none) since the first check, `t0`. Returns 0 to go on, else the
+// code it recorded (1 timeout, 2 abort, as the ring's RERR_*) with the peer
+// and block, unless another wait recorded an error first.
+__device__ __forceinline__ u32 wait_check(u32* w, u64 limit, u64& t0, u32 peer) {
+    u32 code = 0;
+    if (((volatile u32*)w)[0] != 0 || ((volatile u32*)w)[1] != 0) {
+        code = 2;
+    } else {
+        u64 now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (t0 == 0) {
+            t0 = now;
+        } else if (limit != 0 && now - t0 > limit) {
+            code = 1;
+        }
+    }
+    if (code != 0 && atomicCAS(w + 1, 0u, code) == 0u) {
+        w[2] = peer;
+        w[3] = blockIdx.x;
+        __threadfence_system();
+    }
+    return code;
+}
+
 __device__ __forceinline__ bool pair_wait(const u64* p, u64 v, const u64* ctl, u32 peer) {
     u64 spins = 0, t0 = 0;
     while (ld_acquire_sys(p) < v) {
         if ((++spins & 1023) != 0) continue;
         const u64 c = *(const volatile u64*)ctl;
         if (c == 0) continue;
-        u32* w = (u32*)c;
-        u32 code = 0;
-        if (((volatile u32*)w)[0] != 0 || ((volatile u32*)w)[1] != 0) {
-            code = 2;
-        } else {
-            u64 now;
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-            const u64 limit = ((const volatile u64*)ctl)[1];
-            if (t0 == 0) {
-                t0 = now;
-            } else if (limit != 0 && now - t0 > limit) {
-                code = 1;
-            }
-        }
-        if (code != 0) {
-            if (atomicCAS(w + 1, 0u, code) == 0u) {
-                w[2] = peer;
-                w[3] = blockIdx.x;
-                __threadfence_system();
-            }
-            return false;
-        }
+        if (wait_check((u32*)c, ((const volatile u64*)ctl)[1], t0, peer) != 0) return false;
+    }
+    return true;
+}
+
+// Thread 0: waits until *p >= v within the bounds of wait_check (`w` never
+// null); false when it gave up.
+__device__ __forceinline__ bool ctl_wait(const u64* p, u64 v, u32* w, u64 limit, u32 peer) {
+    u64 spins = 0, t0 = 0;
+    while (ld_acquire_sys(p) < v) {
+        if ((++spins & 1023) != 0) continue;
+        if (wait_check(w, limit, t0, peer) != 0) return false;
     }
     return true;
 }

@@ -11,6 +11,8 @@
 //   +128  head: how many of *our* slots the other rank has drained (written by it)
 //   +256  LL head: the same for our low-latency slots
 //   +288  barrier (channel 0 only): how many barriers the other rank entered
+//   +296  pushed reduction (channel 0 only, xp.rs): pieces the other rank's copy
+//         stream landed (u64), then the reducing kernel's block counter (u32)
 //   +320  the byte count of each slot (read by the network proxy)
 //   +384  nslots slots of `slot` bytes: data the other rank sends us
 //   then  ll_nslots low-latency slots of `ll_bytes` (see "LL" below)

@@ -104,6 +104,19 @@ pub struct CerArgs {
     pub slots: u32,
     /// 0 or 1.
     pub rank: u32,
+    /// Pushed pieces ([`crate::ce_reduce::plan_pushed`]): the u64 counter of
+    /// pieces the peer landed in `output` (this rank's ring window,
+    /// [`crate::ring::CE_LANDED`]; its block counter follows); 0: the slot
+    /// ring.
+    pub landed_at: u64,
+    /// Pushed: the ring's control words (abort, error, peer, block).
+    pub ctrl: u64,
+    /// Pushed: the waits' timeout in ns (0: none).
+    pub timeout_ns: u64,
+    /// Pushed: the peer's rank.
+    pub peer: u32,
+    /// Padding (the kernel's `pad`).
+    pub pad: u32,
 }
 
 /// Blocks of the copy-engine reduction's kernel. Per piece it reads twice
@@ -121,7 +134,9 @@ pub const CER_BLOCKS: u32 = 32;
 /// `args` must describe live device memory of this GPU: `input`/`output`
 /// hold `count` elements, the scratch holds `slots` × `piece` elements and
 /// the flags; the copy stream that fills the slots must be queued with the
-/// matching schedule (or the kernel waits forever).
+/// matching schedule (or the kernel waits forever). Pushed (`landed_at`
+/// set): the counter and the control words are live, and the peer queues
+/// the matching pushes (a peer that does not is met by the bounded wait).
 pub unsafe fn launch_cer(f: sys::CUfunction, stream: sys::CUstream, args: CerArgs) -> Result<()> {
     // SAFETY: one CerArgs (repr(C), the kernel's layout); the caller vouches
     // for its pointers.
@@ -521,6 +536,8 @@ mod tests {
         // allreduce.cu's struct CpArgs and struct ArArgs, field for field.
         assert_eq!(std::mem::size_of::<CpArgs>(), 88);
         assert_eq!(std::mem::size_of::<ArArgs>(), 96);
-        assert_eq!(std::mem::size_of::<CerArgs>(), 56);
+        assert_eq!(std::mem::size_of::<CerArgs>(), 88);
+        assert_eq!(std::mem::offset_of!(CerArgs, landed_at), 56);
+        assert_eq!(std::mem::offset_of!(CerArgs, peer), 80);
     }
 }

@@ -1123,6 +1123,16 @@ fn ce_ar_set() -> Option<u64> {
     *M.get_or_init(|| oxccl_env::params().get(&oxccl_core::params::CUDA_CE_AR_MIN))
 }
 
+/// `OXCCL_CUDA_CE_PUSH` ([`crate::xp::PUSH_PIECE`] when unset; 0: reductions pull).
+fn ce_push() -> u64 {
+    static M: OnceLock<u64> = OnceLock::new();
+    *M.get_or_init(|| {
+        oxccl_env::params()
+            .get(&oxccl_core::params::CUDA_CE_PUSH)
+            .unwrap_or(crate::xp::PUSH_PIECE)
+    })
+}
+
 /// Whether a launch may take part in the copy-engine pairing (copies when
 /// `min` > 0, reductions when `ar_min` > 0): not a ring launch, not a
 /// reduction the copy-engine path does not do, not nothing to do.
@@ -2039,6 +2049,7 @@ impl DevComm {
                 piece: r.piece,
                 slots: r.slots,
                 rank: r.rank,
+                ..Default::default()
             };
             // SAFETY: the part's ranges are this GPU's device memory (checked
             // by prepare); the scratch is this communicator's live ring of
@@ -2081,27 +2092,135 @@ impl DevComm {
             }
         }
         barrier()?;
-        if !plan.gather.is_empty() {
-            // As in go_ce: a copy between devices must not be on a default stream.
-            let pulls_on_side = (stream as usize) <= 2;
-            let on = if pulls_on_side {
-                self.fork_side(sd, stream)?;
-                side
-            } else {
-                stream
-            };
-            for x in &plan.gather {
-                // SAFETY: the peer's output part, written by its kernel before
-                // the barrier above, into this GPU's output (`-g 2`), or this
-                // rank's part into the peer's mapped output (two processes,
-                // xp::plan; the peer no longer reads that range); both
-                // checked by prepare, the barrier after keeps them live.
-                unsafe { copy_async(x, on)? };
-            }
-            if pulls_on_side {
-                self.join_side(sd, stream)?;
-            }
+        // SAFETY: the peer's output part, written by its kernel before the
+        // barrier above, into this GPU's output (`-g 2`), or this rank's
+        // part into the peer's mapped output (two processes, xp::plan; the
+        // peer no longer reads that range); both checked by prepare, the
+        // barrier after keeps them live.
+        unsafe { self.queue_gather(&plan.gather, stream, sd)? };
+        if plan.kind == ce_reduce::Kind::AllReduce {
+            barrier()?;
         }
+        CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Queues an all-reduce's gather copies in `stream`'s order (on the
+    /// side stream `sd` when `stream` is a default stream: a copy between
+    /// devices must not be on one, as in go_ce).
+    ///
+    /// # Safety
+    /// Every copy's ranges are live device memory that nothing else touches
+    /// until the stream's next barrier.
+    unsafe fn queue_gather(
+        &self,
+        gather: &[ce::Xfer],
+        stream: sys::CUstream,
+        sd: CeSide,
+    ) -> Result<()> {
+        if gather.is_empty() {
+            return Ok(());
+        }
+        let on_side = (stream as usize) <= 2;
+        let on = if on_side {
+            self.fork_side(sd, stream)?;
+            sd.stream as sys::CUstream
+        } else {
+            stream
+        };
+        for x in gather {
+            // SAFETY: the caller's contract.
+            unsafe { copy_async(x, on)? };
+        }
+        if on_side {
+            self.join_side(sd, stream)?;
+        }
+        Ok(())
+    }
+
+    /// Queues this rank's half of a reduction with pushed pieces
+    /// ([`ce_reduce::PushedPlan`], two processes) on `stream`: barrier (both
+    /// outputs free, both inputs ready); the reduce kernel on `stream`,
+    /// whose waits for the peer's pieces are bounded by the ring's abort
+    /// word and timeout, beside this rank's pushes into the peer's output on
+    /// the side stream, each followed by its count in the peer's landed
+    /// counter; join; an all-reduce's gather push (this rank's part is
+    /// reduced once the kernel ends, and the peer never touches that part
+    /// of its output); a last barrier for an all-reduce (the peer's gather
+    /// into this output is done). A reduce-scatter needs none: once the
+    /// kernel has seen every piece, nothing of the peer touches this rank's
+    /// memory, and the next call pushes only after its first barrier.
+    /// Returns without waiting.
+    fn queue_pushed(
+        &self,
+        barrier: &dyn Fn() -> Result<()>,
+        fr: usize,
+        plan: &ce_reduce::PushedPlan,
+        stream: sys::CUstream,
+        ring: &ring::Ring,
+        peer: usize,
+    ) -> Result<()> {
+        let no_word = || {
+            Error::internal(format!(
+                "no window word of the pushed reduction with rank {peer}"
+            ))
+        };
+        let mine = ring.ce_landed_word(self.rank, peer).ok_or_else(no_word)?;
+        let theirs = ring.ce_landed_word(peer, self.rank).ok_or_else(no_word)?;
+        let sd = self.ce_side()?;
+        barrier()?;
+        // The side stream forks here, before the kernel: forked after it, the
+        // pushes would wait for this rank's kernel, which waits for the
+        // peer's pushes, which wait for the peer's kernel (a deadlock the
+        // first device run found).
+        let pushing = !plan.pushes.is_empty();
+        if pushing {
+            self.fork_side(sd, stream)?;
+        }
+        let r = &plan.reduce;
+        if r.count > 0 {
+            let args = allreduce::CerArgs {
+                input: r.input,
+                output: r.output,
+                count: r.count,
+                piece: r.piece,
+                slots: r.slots,
+                rank: r.rank,
+                landed_at: mine,
+                ctrl: ring.ctrl_device(),
+                timeout_ns: ring.timeout().as_nanos().min(u64::MAX as u128) as u64,
+                peer: peer as u32,
+                ..Default::default()
+            };
+            // SAFETY: the part's ranges are this GPU's device memory (checked
+            // by prepare), the counter and the control words are the live
+            // ring's; the peer queues the matching pushes (same plan from the
+            // same messages), and a peer that does not is met by the
+            // kernel's bounded wait.
+            unsafe { allreduce::launch_cer(fr as sys::CUfunction, stream, args)? };
+        }
+        if pushing {
+            // Queued after the kernel, as in queue_ce_reduce.
+            let side = sd.stream as sys::CUstream;
+            for (k, x) in plan.pushes.iter().enumerate() {
+                // SAFETY: this rank's input (checked by prepare) into the
+                // peer's mapped output part (checked by the peer's prepare,
+                // free since the barrier above: the peer's kernel reads it
+                // only after this piece's count lands).
+                unsafe { copy_async(x, side)? };
+                // The counter's low word (little-endian; the high one stays
+                // 0: plan_pushed keeps the pieces under 2^31), with the 32-bit
+                // write the pulls already use rather than the 64-bit one.
+                // SAFETY: the peer's landed counter in its mapped window,
+                // live as long as the ring.
+                unsafe { stream_write32(side, theirs, k as u32 + 1)? };
+            }
+            self.join_side(sd, stream)?;
+        }
+        // SAFETY: this rank's reduced part (complete in stream order) into
+        // the peer's mapped output at the same part, which the peer neither
+        // reads nor writes in this call; live until the barrier below.
+        unsafe { self.queue_gather(&plan.gather, stream, sd)? };
         if plan.kind == ce_reduce::Kind::AllReduce {
             barrier()?;
         }

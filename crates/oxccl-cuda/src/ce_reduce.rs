@@ -434,6 +434,98 @@ fn plan_rank(calls: &[Call; 2], scratch: u64, ring: Ring, r: usize) -> RankPlan 
     }
 }
 
+/// One rank's half of a reduction whose pieces the peer pushes (two
+/// processes, both calls out of place: xp.rs). Rank r's copy stream writes
+/// the peer's part of r's input straight into the peer's output at that
+/// part, piece by piece, each followed by the piece's number + 1 in the
+/// peer's landed counter; the peer's kernel reduces its output in place
+/// (out = in op out) as pieces land. No scratch ring, so no slot to wait
+/// for: neither copy stream ever waits on the other rank, and the only
+/// wait on the peer (the kernel's, for a piece) is bounded like every ring
+/// wait (kernels/allreduce.cu, `ce_reduce_pushed`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushedPlan {
+    /// Collective.
+    pub kind: Kind,
+    /// Element type.
+    pub dtype: DataType,
+    /// Operator.
+    pub op: Op,
+    /// The reduce kernel over this rank's part (`input` its input there,
+    /// `output` its output there, which the peer's pushes fill first;
+    /// `piece` the peer's piece; `slots` unused, 1).
+    pub reduce: Reduce,
+    /// This rank's pushes, in order: piece k of the peer's part (k + 1 goes
+    /// to the peer's counter after it).
+    pub pushes: Vec<Xfer>,
+    /// All-reduce: this rank's reduced part into the peer's output, queued
+    /// after this rank's kernel and before the call's last barrier (the
+    /// peer writes and reads only its own part of its output meanwhile).
+    pub gather: Vec<Xfer>,
+}
+
+/// [`PushedPlan`] of rank `r` (`calls[i]`: rank i's call, its pointers as
+/// rank r reaches them), pieces of `piece_bytes` (rounded down to 16
+/// bytes, at least 16). Both ranks' kernels and pushes cut the same
+/// pieces: the pusher walks the peer's [`Reduce::pieces`].
+pub fn plan_pushed(calls: &[Call; 2], r: usize, piece_bytes: u64) -> PushedPlan {
+    let q = 1 - r;
+    let c = calls[r];
+    let sz = c.dtype.size() as u64;
+    // At most 2^31 pieces of a part: their counts travel in a 32-bit word.
+    let (lo, hi) = part(c.kind, c.count, c.dtype, 0);
+    let most = (hi - lo).max(c.count - (hi - lo)) * sz;
+    let piece = (piece_bytes / 16 * 16)
+        .max(16)
+        .max(most.div_ceil(1 << 31).next_multiple_of(16))
+        / sz;
+    let out_part = |i: usize| {
+        let (lo, _) = part(c.kind, c.count, c.dtype, i);
+        match c.kind {
+            Kind::AllReduce => calls[i].output + lo * sz,
+            Kind::ReduceScatter => calls[i].output,
+        }
+    };
+    let reduce_of = |i: usize| {
+        let (lo, hi) = part(c.kind, c.count, c.dtype, i);
+        Reduce {
+            input: calls[i].input + lo * sz,
+            output: out_part(i),
+            count: hi - lo,
+            piece,
+            slots: 1,
+            rank: i as u32,
+        }
+    };
+    let theirs = reduce_of(q);
+    let (qlo, _) = part(c.kind, c.count, c.dtype, q);
+    let pushes = theirs
+        .pieces()
+        .map(|p| Xfer {
+            dst: theirs.output + p.lo * sz,
+            src: c.input + (qlo + p.lo) * sz,
+            bytes: (p.hi - p.lo) * sz,
+        })
+        .collect();
+    let mine = reduce_of(r);
+    let gather = match c.kind {
+        Kind::AllReduce if mine.count > 0 => vec![Xfer {
+            dst: calls[q].output + (mine.output - c.output),
+            src: mine.output,
+            bytes: mine.count * sz,
+        }],
+        _ => Vec::new(),
+    };
+    PushedPlan {
+        kind: c.kind,
+        dtype: c.dtype,
+        op: c.op,
+        reduce: mine,
+        pushes,
+        gather,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -804,6 +896,181 @@ mod tests {
             for x in &side.plan.gather {
                 let v = mem.get(x.src, x.bytes);
                 mem.put(x.dst, &v);
+            }
+        }
+    }
+
+    /// Runs both ranks' pushed plans, one action at a time in an order drawn
+    /// from `seed`: a push (then the peer's counter grows), a kernel piece
+    /// (only once the rank's counter reached it), the gather (only after the
+    /// rank's kernel). Panics on a deadlock.
+    fn simulate_pushed(mem: &mut Mem, plans: &[PushedPlan; 2], seed: u64) {
+        let mut rng = seed | 1;
+        let mut pushed = [0usize; 2];
+        let mut next = [0usize; 2];
+        let mut gathered = [false; 2];
+        let pieces: Vec<Vec<Piece>> = plans.iter().map(|p| p.reduce.pieces().collect()).collect();
+        loop {
+            let mut ready = Vec::new();
+            for r in 0..2 {
+                let q = 1 - r;
+                if pushed[r] < plans[r].pushes.len() {
+                    ready.push((r, 0));
+                }
+                if next[r] < pieces[r].len() && pushed[q] > next[r] {
+                    ready.push((r, 1));
+                }
+                if next[r] == pieces[r].len() && !gathered[r] {
+                    ready.push((r, 2));
+                }
+            }
+            if ready.is_empty() {
+                break;
+            }
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let (r, what) = ready[(rng % ready.len() as u64) as usize];
+            let p = &plans[r];
+            match what {
+                0 => {
+                    let x = p.pushes[pushed[r]];
+                    let v = mem.get(x.src, x.bytes);
+                    mem.put(x.dst, &v);
+                    pushed[r] += 1;
+                }
+                1 => {
+                    let pc = pieces[r][next[r]];
+                    let red = &p.reduce;
+                    let sz = p.dtype.size() as u64;
+                    for i in pc.lo..pc.hi {
+                        let mine = mem.get(red.input + i * sz, sz);
+                        let theirs = mem.get(red.output + i * sz, sz);
+                        let (x0, x1) = if red.rank == 0 {
+                            (mine, theirs)
+                        } else {
+                            (theirs, mine)
+                        };
+                        mem.put(red.output + i * sz, &reduce_elem(p.dtype, p.op, &x0, &x1));
+                    }
+                    next[r] += 1;
+                }
+                _ => {
+                    for x in &p.gather {
+                        let v = mem.get(x.src, x.bytes);
+                        mem.put(x.dst, &v);
+                    }
+                    gathered[r] = true;
+                }
+            }
+        }
+        for r in 0..2 {
+            assert!(
+                pushed[r] == plans[r].pushes.len() && next[r] == pieces[r].len() && gathered[r],
+                "rank {r} deadlocked: pushes {}/{}, pieces {}/{}",
+                pushed[r],
+                plans[r].pushes.len(),
+                next[r],
+                pieces[r].len()
+            );
+        }
+    }
+
+    /// Pushed plans (out of place) for every (collective, type, op, count,
+    /// piece size, interleaving) against a float64/exact reference, inputs
+    /// left as they were, both all-reduce outputs equal bits; the pushes of
+    /// a rank cut exactly the peer kernel's pieces.
+    #[test]
+    // Ranks index several parallel arrays (inputs, outputs, expectations).
+    #[allow(clippy::needless_range_loop)]
+    fn pushed_schedules_compute_the_collectives_in_a_simulated_space() {
+        const IN: [u64; 2] = [0, 100_000];
+        const OUT: [u64; 2] = [200_000, 300_000];
+        let cases = [
+            (DataType::Float32, Op::Sum),
+            (DataType::Float32, Op::Prod),
+            (DataType::Int32, Op::Max),
+            (DataType::Float64, Op::Min),
+            (DataType::Uint8, Op::Prod),
+        ];
+        for kind in [Kind::AllReduce, Kind::ReduceScatter] {
+            for (dtype, op) in cases {
+                let sz = dtype.size() as u64;
+                for count in [1u64, 5, 17, 64, 257, 1001] {
+                    for piece_bytes in [1u64, 16, 48, 100, 4096] {
+                        for seed in [1u64, 0x9e37_79b9, 77] {
+                            let ctx = format!(
+                                "{kind:?} {dtype:?} {op:?} count={count} piece={piece_bytes} seed={seed}"
+                            );
+                            let in_elems = match kind {
+                                Kind::AllReduce => count,
+                                Kind::ReduceScatter => 2 * count,
+                            };
+                            let mut mem = Mem(vec![0xee; 400_000]);
+                            let mut vals = [vec![], vec![]];
+                            for r in 0..2 {
+                                for i in 0..in_elems {
+                                    let v =
+                                        (i as f64 * 3.0 + 1.0) * if r == 0 { 0.75 } else { -1.5 };
+                                    let v = match dtype {
+                                        DataType::Uint8 => ((i * 7 + r as u64 * 3) % 256) as f64,
+                                        _ => v,
+                                    };
+                                    let e = encode(dtype, v);
+                                    vals[r].push(decode(dtype, &e));
+                                    mem.put(IN[r] + i * sz, &e);
+                                }
+                            }
+                            let inputs = [0, 1].map(|r| mem.get(IN[r], in_elems * sz));
+                            let calls = [0, 1].map(|r| Call {
+                                kind,
+                                input: IN[r],
+                                output: OUT[r],
+                                count,
+                                dtype,
+                                op,
+                            });
+                            let plans = [0, 1].map(|r| plan_pushed(&calls, r, piece_bytes));
+                            for r in 0..2 {
+                                let theirs: Vec<(u64, u64)> = plans[1 - r]
+                                    .reduce
+                                    .pieces()
+                                    .map(|p| {
+                                        ((p.hi - p.lo) * sz, plans[1 - r].reduce.output + p.lo * sz)
+                                    })
+                                    .collect();
+                                let mine: Vec<(u64, u64)> =
+                                    plans[r].pushes.iter().map(|x| (x.bytes, x.dst)).collect();
+                                assert_eq!(mine, theirs, "{ctx}: rank {r}'s pushes");
+                            }
+                            simulate_pushed(&mut mem, &plans, seed);
+                            for r in 0..2 {
+                                assert_eq!(
+                                    mem.get(IN[r], in_elems * sz),
+                                    inputs[r],
+                                    "{ctx}: input {r}"
+                                );
+                                let (lo, n) = match kind {
+                                    Kind::AllReduce => (0, count),
+                                    Kind::ReduceScatter => (r as u64 * count, count),
+                                };
+                                for i in 0..n {
+                                    let got = decode(dtype, &mem.get(OUT[r] + i * sz, sz));
+                                    let e = (lo + i) as usize;
+                                    let want = reference(dtype, op, vals[0][e], vals[1][e]);
+                                    assert_eq!(got, want, "{ctx} rank {r} [{i}]");
+                                }
+                            }
+                            if kind == Kind::AllReduce {
+                                assert_eq!(
+                                    mem.get(OUT[0], count * sz),
+                                    mem.get(OUT[1], count * sz),
+                                    "{ctx}: ranks differ"
+                                );
+                            }
+                        }
+                    }
+                }
             }
         }
     }

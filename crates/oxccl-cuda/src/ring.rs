@@ -35,6 +35,38 @@ use crate::loader::guarded;
 
 /// Bytes before a region's slots (`RING_HDR`: tail, head and LL head lines).
 pub const HDR_BYTES: u64 = 384;
+/// Byte offset, in a channel-0 region's header, of the pushed reduction's
+/// landed counter (`RING_CE_LANDED`, a u32 the peer's copy stream writes;
+/// xp.rs) and, 4 bytes on, the reducing kernel's block counter.
+pub const CE_LANDED: u64 = 296;
+
+/// Where channel `ch` of (`owner`, `other`) lives, as `rank` reaches it:
+/// the host's mirror of `region_of` in ring.cu. `table` is the kernels'
+/// window table (`n` ranks: each rank's window, then this rank's own
+/// regions for each rank), `region` the bytes per (rank, channel) region.
+/// `None` for a pair the kernels never ask for (neither end is `rank`,
+/// or both are) or an index past the table.
+pub fn region_at(
+    table: &[u64],
+    rank: usize,
+    nch: u32,
+    region: u64,
+    owner: usize,
+    other: usize,
+    ch: u32,
+) -> Option<u64> {
+    let n = table.len() / 2;
+    if owner == other || (owner != rank && other != rank) || owner >= n || other >= n || ch >= nch {
+        return None;
+    }
+    let idx = if other < owner { other } else { other - 1 } as u64;
+    let base = if owner == rank {
+        table[n + other]
+    } else {
+        table[owner]
+    };
+    Some(base + (idx * nch as u64 + ch as u64) * region)
+}
 /// Bytes of one LL slot: 1024 16-byte lines, 8 KiB of data (a block of 512
 /// threads moves it with two lines per thread).
 pub const LL_SLOT_BYTES: u64 = 16 << 10;
@@ -666,6 +698,8 @@ pub struct Ring {
     net_window: (usize, u64),
     /// The ranks in ring order (`order[common.pos] == rank`).
     order: Vec<usize>,
+    /// The kernels' window table as uploaded ([`region_at`]).
+    table: Vec<u64>,
 }
 
 // SAFETY: the raw pointers are driver allocations owned by this value; every
@@ -1176,6 +1210,7 @@ impl Ring {
             common,
             local: Local::Device(0),
             peers_buf: 0,
+            table: Vec::new(),
             state: 0,
             ctrl_host: std::ptr::null_mut(),
             mappings: Vec::new(),
@@ -1441,6 +1476,7 @@ impl Ring {
         self.common.order = p + 2 * n as u64 * 8;
         let mut bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
         bytes.extend(self.order.iter().flat_map(|&r| (r as u32).to_le_bytes()));
+        self.table = table;
         guarded("cuMemcpyHtoD", || {
             // SAFETY: `p` holds 2 * n * 8 + n * 4 bytes, `bytes` as many.
             unsafe {
@@ -1603,6 +1639,23 @@ impl Ring {
     /// Whether rank `r` runs in this process.
     pub fn same_process(&self, r: usize) -> bool {
         self.same_process.get(r).copied().unwrap_or(false)
+    }
+
+    /// The device address (as this rank reaches it) of the pushed
+    /// reduction's landed counter of (`owner`, `other`): in `owner`'s window,
+    /// written by `other` ([`CE_LANDED`]). The block counter is the next word.
+    pub fn ce_landed_word(&self, owner: usize, other: usize) -> Option<u64> {
+        let c = &self.common;
+        region_at(
+            &self.table,
+            c.rank as usize,
+            c.nch,
+            c.region,
+            owner,
+            other,
+            0,
+        )
+        .map(|a| a + CE_LANDED)
     }
 
     /// Whether rank `r` is on this rank's host (else the network path serves it).
@@ -1989,6 +2042,25 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn region_at_mirrors_the_kernels_region_of() {
+        // 3 ranks seen from rank 1, 2 channels, 1000-byte regions: windows
+        // at 10_000 * (r + 1), this rank's own regions at 90_000 + r.
+        let table = [10_000, 20_000, 30_000, 90_000, 90_001, 90_002];
+        let at = |owner, other, ch| region_at(&table, 1, 2, 1000, owner, other, ch);
+        // Own regions: index of the other rank among the rest of them.
+        assert_eq!(at(1, 0, 0), Some(90_000));
+        assert_eq!(at(1, 2, 1), Some(90_002 + 1000 * 3));
+        // Another's window, at this rank's index among its others.
+        assert_eq!(at(0, 1, 0), Some(10_000));
+        assert_eq!(at(2, 1, 1), Some(30_000 + 1000 * 3));
+        // Pairs the kernels never ask for, and indices past the table.
+        assert_eq!(at(0, 2, 0), None);
+        assert_eq!(at(1, 1, 0), None);
+        assert_eq!(at(3, 1, 0), None);
+        assert_eq!(at(0, 1, 2), None);
+    }
 
     #[test]
     fn layouts_match_the_kernel() {

@@ -63,6 +63,9 @@ pub struct Bounds {
     pub ar: u64,
     /// Reduce-scatter.
     pub rs: u64,
+    /// Bytes per pushed piece of a reduction whose calls are both out of
+    /// place ([`pushable`], [`ce_reduce::plan_pushed`]); 0: reductions pull.
+    pub push: u64,
 }
 
 impl Bounds {
@@ -71,7 +74,32 @@ impl Bounds {
         copy: 0,
         ar: 0,
         rs: 0,
+        push: 0,
     };
+}
+
+/// Most bytes per pushed piece by default (`OXCCL_CUDA_CE_PUSH`; a part
+/// takes a quarter of itself per piece when that is less, at least
+/// [`PUSH_PIECE_MIN`]: [`push_piece`]). 2 processes, 2×H200, session 9, same
+/// lease, two rounds, GB/s bus bandwidth at 1 / 2 / 4 GiB, out of place:
+/// all-reduce 364–368 / 374–375 / 379 pushed against 350–356 / 363 / 366
+/// pulled (NCCL 328 / 339 / 345); reduce-scatter 352 / 360–362 / 369–370
+/// against 332 / 340 / 345–346 (NCCL 274 / 285 / 292). 32 MiB pieces lost
+/// 1–2% from 1 GiB (a piece costs ~20 µs of copy-stream work besides its
+/// copy), 16 MiB 3–5%.
+pub const PUSH_PIECE: u64 = 64 << 20;
+
+/// Least bytes per pushed piece unless the setting is lower.
+pub const PUSH_PIECE_MIN: u64 = 16 << 20;
+
+/// Bytes per pushed piece for a call whose larger part is `part` bytes, at
+/// most `max` (the setting): a quarter of the part, between
+/// [`PUSH_PIECE_MIN`] and `max`. Below 1 GiB the pipeline's fill (the
+/// first piece's copy before any reduction) shows: 256 MiB all-reduces and
+/// reduce-scatters (128 MiB parts) moved 341 / 313 GB/s in 32 MiB pieces
+/// against 331–332 / 301 in 64 MiB ones (same lease as [`PUSH_PIECE`]).
+pub fn push_piece(part: u64, max: u64) -> u64 {
+    (part / 4).max(PUSH_PIECE_MIN).min(max)
 }
 
 /// All-reduces of two processes take the engines from 256 MiB by default
@@ -512,16 +540,34 @@ pub enum RankPlan {
     Copy(Plan),
     /// The copy-engine reduction ([`ce_reduce::RankPlan`]).
     Reduce(ce_reduce::RankPlan),
+    /// The reduction with pushed pieces ([`ce_reduce::PushedPlan`]).
+    Pushed(ce_reduce::PushedPlan),
+}
+
+/// Whether a pair's reduction may take pushed pieces: on both ranks the
+/// send and receive buffers do not overlap (different allocations, or
+/// disjoint ranges of one), since the peer writes this rank's input part
+/// values into its output before it reads its input. In place (PyTorch's
+/// all_reduce, nccl-tests' in-place half) keeps the pulls through the
+/// scratch ring. Both ranks decide from both messages, so alike.
+pub fn pushable(mine: &Msg, theirs: &Msg) -> bool {
+    [mine, theirs].iter().all(|m| {
+        let [i, o] = &m.bufs;
+        let (li, lo) = m.call.lengths();
+        i.ok && o.ok && (i.id != o.id || i.offset + li <= o.offset || o.offset + lo <= i.offset)
+    })
 }
 
 /// The plans of a checked pair, or `None` when the shape does not go to
 /// the engines after all (never, when [`eligible`] said it did).
+/// `push`: [`pushable`] held (reductions then push when `b.push` > 0).
 pub fn plan(
     mine: &Call,
     peer_call: &Call,
     rank: usize,
     scratch: u64,
     b: &Bounds,
+    push: bool,
 ) -> Option<RankPlan> {
     if rank > 1 {
         return None;
@@ -547,6 +593,21 @@ pub fn plan(
         return Some(RankPlan::Copy(p));
     }
     if let (Some(a), Some(c)) = (calls[0].ce_reduce(), calls[1].ce_reduce()) {
+        if push && b.push > 0 {
+            if !ce_reduce::qualifies_with(&[a, c], b.ar, b.rs) {
+                return None;
+            }
+            // Pushing the reducing phase too, as the all-gather and the
+            // gather below do: see ce_reduce::PushedPlan for why no wait of
+            // one rank's stream is on the other's.
+            let (lo, hi) = ce_reduce::part(a.kind, a.count, a.dtype, 0);
+            let part = (hi - lo).max(a.count - (hi - lo)).max(1) * a.dtype.size() as u64;
+            return Some(RankPlan::Pushed(ce_reduce::plan_pushed(
+                &[a, c],
+                rank,
+                push_piece(part, b.push),
+            )));
+        }
         let [p0, p1] = ce_reduce::pair_with([a, c], [scratch, scratch], b.ar, b.rs)?;
         let mut p = if rank == 0 { p0 } else { p1 };
         // An all-reduce's gather pushes this rank's reduced part into the
@@ -765,17 +826,20 @@ pub fn agree_bounds(mine: Bounds, theirs: Bounds) -> Bounds {
 }
 
 impl Bounds {
-    /// 24 little-endian bytes.
+    /// [`Bounds::LEN`] little-endian bytes.
     pub fn encode(&self) -> Vec<u8> {
-        [self.copy, self.ar, self.rs]
+        [self.copy, self.ar, self.rs, self.push]
             .iter()
             .flat_map(|x| x.to_le_bytes())
             .collect()
     }
 
-    /// From [`Bounds::encode`]'s bytes (`None`: not 24 of them).
+    /// Bytes of [`Bounds::encode`].
+    pub const LEN: usize = 32;
+
+    /// From [`Bounds::encode`]'s bytes (`None`: not [`Bounds::LEN`] of them).
     pub fn decode(b: &[u8]) -> Option<Bounds> {
-        if b.len() != 24 {
+        if b.len() != Self::LEN {
             return None;
         }
         let at = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
@@ -783,24 +847,27 @@ impl Bounds {
             copy: at(0),
             ar: at(1),
             rs: at(2),
+            push: at(3),
         })
     }
 
     /// The bounds from the settings: `copy` is `OXCCL_CUDA_CE_MIN`'s value;
     /// `ar_set` `OXCCL_CUDA_CE_AR_MIN` when set (then reduce-scatters from
     /// [`ce_reduce::RS_FACTOR`] times it, as for `-g 2`), else
-    /// [`XP_AR_MIN`] and [`XP_RS_MIN`].
-    pub fn from_settings(copy: u64, ar_set: Option<u64>) -> Bounds {
+    /// [`XP_AR_MIN`] and [`XP_RS_MIN`]; `push` `OXCCL_CUDA_CE_PUSH`'s.
+    pub fn from_settings(copy: u64, ar_set: Option<u64>, push: u64) -> Bounds {
         match ar_set {
             Some(v) => Bounds {
                 copy,
                 ar: v,
                 rs: v.saturating_mul(ce_reduce::RS_FACTOR),
+                push,
             },
             None => Bounds {
                 copy,
                 ar: XP_AR_MIN,
                 rs: XP_RS_MIN,
+                push,
             },
         }
     }
@@ -932,7 +999,7 @@ mod tests {
     #[test]
     fn eligibility_follows_the_one_process_bounds() {
         let (min, ar) = (ce::DEFAULT_MIN, ce_reduce::DEFAULT_AR_MIN);
-        let b = |copy, ar| Bounds::from_settings(copy, Some(ar));
+        let b = |copy, ar| Bounds::from_settings(copy, Some(ar), 0);
         let ag = |n| call(Coll::AllGather, n, DataType::Uint8, ce_reduce::Op::Sum);
         assert!(eligible(&ag(min), &b(min, ar)));
         assert!(!eligible(&ag(min - 1), &b(min, ar)));
@@ -960,7 +1027,7 @@ mod tests {
             &b(min, ar)
         ));
         // Unset: the two-process defaults, reduce-scatters at the same bound.
-        let d = Bounds::from_settings(min, None);
+        let d = Bounds::from_settings(min, None, 0);
         assert!(eligible(&red(Coll::AllReduce, XP_AR_MIN / 4), &d));
         assert!(!eligible(&red(Coll::AllReduce, XP_AR_MIN / 4 - 1), &d));
         assert!(eligible(&red(Coll::ReduceScatter, XP_RS_MIN / 8), &d));
@@ -1016,6 +1083,125 @@ mod tests {
     }
 
     #[test]
+    fn pushed_pieces_are_a_quarter_of_the_part_within_the_bounds() {
+        assert_eq!(push_piece(128 * MIB, PUSH_PIECE), 32 * MIB);
+        assert_eq!(push_piece(256 * MIB, PUSH_PIECE), 64 * MIB);
+        assert_eq!(push_piece(2 * GIB, PUSH_PIECE), 64 * MIB);
+        assert_eq!(push_piece(MIB, PUSH_PIECE), PUSH_PIECE_MIN);
+        // A lower setting wins (the tests' 100,000 bytes).
+        assert_eq!(push_piece(2 * GIB, 100_000), 100_000);
+        assert_eq!(push_piece(MIB, 100_000), 100_000);
+        // Through plan: a 256 MiB all-reduce pushes 4 pieces of 32 MiB.
+        let a = Call {
+            input: 0x1000_0000,
+            output: 0x2000_0000,
+            ..call(
+                Coll::AllReduce,
+                64 * MIB,
+                DataType::Float32,
+                ce_reduce::Op::Sum,
+            )
+        };
+        let bd = Bounds::from_settings(0, None, PUSH_PIECE);
+        let Some(RankPlan::Pushed(p)) = plan(&a, &a, 0, 0, &bd, true) else {
+            panic!("a pushed plan")
+        };
+        assert_eq!(p.pushes.len(), 4);
+        assert!(p.pushes.iter().all(|x| x.bytes == 32 * MIB));
+    }
+
+    #[test]
+    fn pushed_only_where_both_ranks_are_out_of_place() {
+        let c = call(
+            Coll::AllReduce,
+            GIB / 4,
+            DataType::Float32,
+            ce_reduce::Op::Sum,
+        );
+        let apart = msg(0, c, [buf(1, GIB, 0), buf(2, GIB, 0)]);
+        // One allocation: disjoint halves push, the same range or any
+        // overlap pulls (in place).
+        let halves = msg(0, c, [buf(3, 2 * GIB, 0), buf(3, 2 * GIB, GIB)]);
+        let same = msg(0, c, [buf(3, 2 * GIB, 0), buf(3, 2 * GIB, 0)]);
+        let overlap = msg(0, c, [buf(3, 2 * GIB, 0), buf(3, 2 * GIB, GIB - 4)]);
+        let below = msg(0, c, [buf(3, 2 * GIB, GIB), buf(3, 2 * GIB, 0)]);
+        assert!(pushable(&apart, &apart));
+        assert!(pushable(&apart, &halves) && pushable(&below, &apart));
+        assert!(!pushable(&apart, &same) && !pushable(&same, &apart));
+        assert!(!pushable(&overlap, &apart) && !pushable(&apart, &overlap));
+        // A reduce-scatter reads twice what it writes: its in-place output
+        // (input + rank x count) overlaps.
+        let rs = call(
+            Coll::ReduceScatter,
+            GIB / 8,
+            DataType::Float32,
+            ce_reduce::Op::Sum,
+        );
+        let rs_in_place = msg(0, rs, [buf(4, GIB, 0), buf(4, GIB, GIB / 2)]);
+        let rs_after = msg(0, rs, [buf(4, 2 * GIB, 0), buf(4, 2 * GIB, GIB)]);
+        assert!(!pushable(&rs_in_place, &rs_after));
+        assert!(pushable(&rs_after, &rs_after));
+        // A buffer that cannot be shared never pushes.
+        let unshared = msg(0, c, [Buf::NONE, buf(2, GIB, 0)]);
+        assert!(!pushable(&unshared, &apart));
+    }
+
+    #[test]
+    fn pushed_reductions_follow_the_push_setting_and_the_bounds() {
+        let a = Call {
+            input: 0x1000_0000,
+            output: 0x2000_0000,
+            ..call(
+                Coll::AllReduce,
+                GIB / 4,
+                DataType::Float32,
+                ce_reduce::Op::Sum,
+            )
+        };
+        let b = Call {
+            input: 0x7000_0000_0000,
+            output: 0x7100_0000_0000,
+            ..a
+        };
+        let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN), PUSH_PIECE);
+        for rank in 0..2 {
+            let (mine, peer) = if rank == 0 { (a, b) } else { (b, a) };
+            let want = ce_reduce::plan_pushed(
+                &[a.ce_reduce().unwrap(), b.ce_reduce().unwrap()],
+                rank,
+                PUSH_PIECE,
+            );
+            assert_eq!(
+                plan(&mine, &peer, rank, 0, &bd, true),
+                Some(RankPlan::Pushed(want.clone()))
+            );
+            // 1 GiB: 512 MiB per part in 64 MiB pieces, pushed to the
+            // peer's output at its part, then this rank's part gathered there.
+            assert_eq!(want.pushes.len(), 8);
+            assert_eq!(push_piece(512 * MIB, PUSH_PIECE), PUSH_PIECE);
+            assert!(want.pushes.iter().all(|x| x.bytes == PUSH_PIECE));
+            assert_eq!(want.gather.len(), 1);
+            assert_eq!(
+                want.gather[0].dst - peer.output,
+                want.gather[0].src - mine.output
+            );
+            // Not pushable, or pushing off: the pulls through the scratch ring.
+            assert!(matches!(
+                plan(&mine, &peer, rank, 0x5_0000_0000, &bd, false),
+                Some(RankPlan::Reduce(_))
+            ));
+            let off = Bounds { push: 0, ..bd };
+            assert!(matches!(
+                plan(&mine, &peer, rank, 0x5_0000_0000, &off, true),
+                Some(RankPlan::Reduce(_))
+            ));
+            // Below the bound: no plan at all.
+            let high = Bounds { ar: GIB + 1, ..bd };
+            assert_eq!(plan(&mine, &peer, rank, 0, &high, true), None);
+        }
+    }
+
+    #[test]
     fn plans_are_the_one_process_plans_with_the_mapped_pointers() {
         // All-gather: rank r pushes its input into the peer's (mapped)
         // out[r], and copies it into its own out[r].
@@ -1026,7 +1212,8 @@ mod tests {
                 &peer,
                 rank,
                 0,
-                &Bounds::from_settings(ce::DEFAULT_MIN, Some(0)),
+                &Bounds::from_settings(ce::DEFAULT_MIN, Some(0), 0),
+                false,
             )
             .unwrap();
             let RankPlan::Copy(p) = p else {
@@ -1051,8 +1238,8 @@ mod tests {
         }
         // Broadcast: the non-root pulls the root's input (one way).
         let (bc, peer) = mine_and_peer(Coll::Broadcast { root: 0 }, 256 * MIB);
-        let bd = Bounds::from_settings(ce::DEFAULT_MIN, None);
-        let RankPlan::Copy(p) = plan(&bc, &peer, 1, 0, &bd).unwrap() else {
+        let bd = Bounds::from_settings(ce::DEFAULT_MIN, None, 0);
+        let RankPlan::Copy(p) = plan(&bc, &peer, 1, 0, &bd, false).unwrap() else {
             panic!("a copy plan")
         };
         assert_eq!(
@@ -1083,8 +1270,8 @@ mod tests {
         let scratch = 0x5_0000_0000;
         for rank in 0..2 {
             let (mine, peer) = if rank == 0 { (a, b) } else { (b, a) };
-            let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN));
-            let got = plan(&mine, &peer, rank, scratch, &bd).unwrap();
+            let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN), 0);
+            let got = plan(&mine, &peer, rank, scratch, &bd, false).unwrap();
             let want = ce_reduce::pair(
                 [a.ce_reduce().unwrap(), b.ce_reduce().unwrap()],
                 [scratch, scratch],
@@ -1115,22 +1302,22 @@ mod tests {
             output: b.output,
             ..rs
         };
-        let bd = Bounds::from_settings(0, Some(1));
-        let Some(RankPlan::Reduce(p)) = plan(&rs, &rs_peer, 0, scratch, &bd) else {
+        let bd = Bounds::from_settings(0, Some(1), 0);
+        let Some(RankPlan::Reduce(p)) = plan(&rs, &rs_peer, 0, scratch, &bd, false) else {
             panic!("a reduction plan")
         };
         assert!(p.gather.is_empty());
         // Below the bound: no plan.
         let small = Call { count: 1024, ..a };
-        let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN));
-        assert!(plan(&small, &small, 0, scratch, &bd).is_none());
-        assert!(plan(&a, &b, 2, scratch, &bd).is_none());
+        let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN), 0);
+        assert!(plan(&small, &small, 0, scratch, &bd, false).is_none());
+        assert!(plan(&a, &b, 2, scratch, &bd, false).is_none());
     }
 
     #[test]
     fn send_receive_mirrors_pushes_and_goes_one_way() {
         let min = ce::DEFAULT_MIN;
-        let bd = Bounds::from_settings(min, None);
+        let bd = Bounds::from_settings(min, None, 0);
         let sr = |send: u64, recv: u64| Call {
             input: 0x1000,
             output: 0x9000_0000,
@@ -1172,7 +1359,7 @@ mod tests {
             output: 0x7f00_0000_0000,
             ..sr(0, 4 * GIB)
         };
-        let RankPlan::Copy(p) = plan(&mine, &peer, 0, 0, &bd).unwrap() else {
+        let RankPlan::Copy(p) = plan(&mine, &peer, 0, 0, &bd, false).unwrap() else {
             panic!("a copy plan")
         };
         assert_eq!(
@@ -1183,7 +1370,7 @@ mod tests {
                 bytes: 4 * GIB
             }]
         );
-        let RankPlan::Copy(q) = plan(&peer, &mine, 1, 0, &bd).unwrap() else {
+        let RankPlan::Copy(q) = plan(&peer, &mine, 1, 0, &bd, false).unwrap() else {
             panic!("a copy plan")
         };
         assert!(q.remote.is_empty() && q.local.is_empty());
@@ -1272,8 +1459,8 @@ mod tests {
 
     #[test]
     fn bounds_agree_only_when_equal() {
-        let x = Bounds::from_settings(1, Some(2));
-        let y = Bounds::from_settings(1, None);
+        let x = Bounds::from_settings(1, Some(2), 0);
+        let y = Bounds::from_settings(1, None, 0);
         assert_eq!(agree_bounds(x, x), x);
         assert_eq!(agree_bounds(x, y), Bounds::OFF);
         assert_eq!(agree_bounds(Bounds::OFF, x), Bounds::OFF);

@@ -647,7 +647,34 @@ fn two_processes_on_the_copy_engines() {
         &[
             ("OXCCL_CUDA_CE_MIN", "262144"),
             ("OXCCL_CUDA_CE_AR_MIN", "262144"),
+            // Reductions pull through the scratch ring in both placements
+            // here; the next test pushes them.
+            ("OXCCL_CUDA_CE_PUSH", "0"),
             ("OXCCL_TEST_EXPECT_CE", "1"),
+        ],
+    );
+}
+
+#[test]
+fn two_processes_push_reductions_in_many_pieces() {
+    if gpus() < 1 {
+        return;
+    }
+    // As above, but out-of-place all-reduces and reduce-scatters push the
+    // peer's part into its output in pieces of 99,984 bytes (100,000
+    // rounded down to 16): up to 21 pieces of a part, the last one short,
+    // for every type; in place they still pull.
+    run_ranks(
+        2,
+        "0,5,300007,1048583",
+        &[
+            ("OXCCL_CUDA_CE_MIN", "262144"),
+            ("OXCCL_CUDA_CE_AR_MIN", "262144"),
+            ("OXCCL_CUDA_CE_PUSH", "100000"),
+            ("OXCCL_TEST_EXPECT_CE", "1"),
+            // A piece that never lands ends the call with an error in 30 s,
+            // not at the harness's deadline.
+            ("OXCCL_TIMEOUT_MS", "30000"),
         ],
     );
 }

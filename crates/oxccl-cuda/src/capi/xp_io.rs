@@ -240,11 +240,11 @@ impl DevComm {
         let mine = if forced {
             xp::Bounds::OFF
         } else {
-            xp::Bounds::from_settings(ce_min(), ce_ar_set())
+            xp::Bounds::from_settings(ce_min(), ce_ar_set(), ce_push())
         };
         let b = chan.exchange(
             &mine.encode(),
-            24,
+            xp::Bounds::LEN,
             &ring_stop(r),
             r.timeout(),
             peer,
@@ -256,26 +256,30 @@ impl DevComm {
         if bounds != mine {
             oxccl_env::warn!(
                 "rank {}: copy engines off with rank {peer}: its bounds (copies {}, \
-                 all-reduces {}, reduce-scatters {} bytes; OXCCL_CUDA_CE_MIN, \
-                 OXCCL_CUDA_CE_AR_MIN, OXCCL_CUDA_RING) differ from this rank's ({}, {}, {}); \
-                 set them alike on every rank",
+                 all-reduces {}, reduce-scatters {} bytes, pushed pieces {}; OXCCL_CUDA_CE_MIN, \
+                 OXCCL_CUDA_CE_AR_MIN, OXCCL_CUDA_CE_PUSH, OXCCL_CUDA_RING) differ from this \
+                 rank's ({}, {}, {}, {}); set them alike on every rank",
                 self.rank,
                 theirs.copy,
                 theirs.ar,
                 theirs.rs,
+                theirs.push,
                 mine.copy,
                 mine.ar,
-                mine.rs
+                mine.rs,
+                mine.push
             );
         }
         oxccl_env::info!(
             oxccl_env::log::Subsys::INIT,
             "rank {}: copy engines with rank {peer} (another process): copies from {} bytes, \
-             all-reduces from {}, reduce-scatters from {} (0: never)",
+             all-reduces from {}, reduce-scatters from {} (0: never), out-of-place reductions \
+             pushed in pieces of {} (0: pulled)",
             self.rank,
             bounds.copy,
             bounds.ar,
-            bounds.rs
+            bounds.rs,
+            bounds.push
         );
         let _ = self.xp.set(XpState {
             peer,
@@ -420,12 +424,22 @@ impl DevComm {
             let mapped = self.open_peer(xs, &theirs.bufs)?;
             let pc = xp::translate(&theirs, mapped);
             let reduction = matches!(call.coll, xp::Coll::AllReduce | xp::Coll::ReduceScatter);
-            let scratch = if reduction { self.ce_scratch()? } else { 0 };
-            let plan = xp::plan(call, &pc, self.rank, scratch, &xs.bounds)
+            let push = xp::pushable(&mine, &theirs);
+            // Pushed pieces need no scratch ring (nor its 256 MiB).
+            let scratch = if reduction && !(push && xs.bounds.push > 0) {
+                self.ce_scratch()?
+            } else {
+                0
+            };
+            let plan = xp::plan(call, &pc, self.rank, scratch, &xs.bounds, push)
                 .ok_or_else(|| Error::internal("xp::plan refused an eligible call"))?;
             let fb = self.function_in(&kernels::ring_p2p(), "oxccl_ring_barrier")?;
             let fr = match &plan {
                 xp::RankPlan::Reduce(p) => self.function_in(
+                    &kernels::ce_reduce_variant(p.dtype, p.op),
+                    &kernels::ce_reduce_kernel(p.dtype, p.op),
+                )?,
+                xp::RankPlan::Pushed(p) => self.function_in(
                     &kernels::ce_reduce_variant(p.dtype, p.op),
                     &kernels::ce_reduce_kernel(p.dtype, p.op),
                 )?,
@@ -475,6 +489,7 @@ impl DevComm {
             // 864) where they win for -g 2 (see go_ce_reduce). 2xH200,
             // session 7, same lease.
             xp::RankPlan::Reduce(p) => self.queue_ce_reduce(&bar, fr, p, st, false)?,
+            xp::RankPlan::Pushed(p) => self.queue_pushed(&bar, fr, p, st, r, xs.peer)?,
         }
         Ok(true)
     }
