@@ -405,7 +405,7 @@ struct CerArgs {
     u32* ctrl;            // pushed: the ring's control words (abort, error, peer, block)
     u64 timeout_ns;       // pushed: a wait longer than this is an error (0: never)
     u32 peer;             // pushed: the peer's rank (named in an error)
-    u32 pad;
+    u32 taper;            // pushed: halvings of the last piece (see ce_reduce_pushed)
 };
 enum { CER_CONSUMED = 16, CER_DONE = 32 };
 
@@ -426,13 +426,29 @@ __device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
     const bool vec = ((((u64)a.in) | ((u64)a.out)) & 15) == 0;
     u32* done = (u32*)(a.landed_at + 1);
     __shared__ int ok;
-    const u64 pieces = (a.count + a.piece - 1) / a.piece;
-    for (u64 k = 0; k < pieces; k++) {
+    // Pieces of `piece` elements, but the last one (s elements) is cut into
+    // s/2, s/4, ... (`taper` halvings, each a whole number of 16-byte units)
+    // and what remains, so the reduction left after the last copy is short
+    // (ce_reduce.rs, Reduce::pieces, cuts the same).
+    const u64 unit = sz >= 16 ? 1 : 16 / sz;
+    u64 lo = 0, s = 0;
+    u32 j = 0;
+    for (u64 k = 0; lo < a.count; k++) {
+        const u64 rest = a.count - lo;
+        u64 n = rest;
+        if (rest > a.piece) {
+            n = a.piece;
+        } else {
+            if (s == 0) s = rest;
+            if (j < a.taper) {
+                const u64 h = (s >> (j + 1)) / unit * unit;
+                if (h >= unit && h < rest) n = h;
+            }
+            j++;
+        }
         if (threadIdx.x == 0) ok = ctl_wait(a.landed_at, k + 1, a.ctrl, a.timeout_ns, a.peer);
         __syncthreads();
         if (!ok) return;
-        const u64 lo = k * a.piece;
-        const u64 n = a.count - lo < a.piece ? a.count - lo : a.piece;
         const char* mine = (const char*)a.in + lo * sz;
         char* both = (char*)a.out + lo * sz;
         // The pushed values are read through L2 (red_range's ldcg): they came
@@ -441,8 +457,9 @@ __device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
                          a.rank == 0 ? (const void*)both : (const void*)mine, both, nullptr, 0,
                          n, vec, (typename E::A)0, (typename E::A)0, 2u);
         __syncthreads();  // `ok` is read by all before thread 0 writes it again
+        lo += n;
     }
-    if (threadIdx.x == 0 && pieces > 0) {
+    if (threadIdx.x == 0 && a.count > 0) {
         __threadfence();
         if (atomicAdd(done, 1u) == gridDim.x - 1) {
             // Every block has seen the last piece's value: nothing waits on

@@ -115,8 +115,8 @@ pub struct CerArgs {
     pub timeout_ns: u64,
     /// Pushed: the peer's rank.
     pub peer: u32,
-    /// Padding (the kernel's `pad`).
-    pub pad: u32,
+    /// Pushed: halvings of the last piece ([`crate::ce_reduce::Reduce`]).
+    pub taper: u32,
 }
 
 /// Blocks of the copy-engine reduction's kernel. Per piece it reads twice

@@ -2190,6 +2190,7 @@ impl DevComm {
                 ctrl: ring.ctrl_device(),
                 timeout_ns: ring.timeout().as_nanos().min(u64::MAX as u128) as u64,
                 peer: peer as u32,
+                taper: r.taper,
                 ..Default::default()
             };
             // SAFETY: the part's ranges are this GPU's device memory (checked

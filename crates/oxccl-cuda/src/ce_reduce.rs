@@ -246,7 +246,20 @@ pub struct Reduce {
     pub slots: u32,
     /// 0 or 1: whether this rank's input is x0 (rank 0's) or x1.
     pub rank: u32,
+    /// Halvings of the last piece (pushed plans: [`PUSH_TAPER`]; the slot
+    /// ring's kernel takes whole pieces, 0).
+    pub taper: u32,
+    /// Bytes per element (the halvings keep whole 16-byte units).
+    pub elem: u64,
 }
+
+/// Halvings of a pushed plan's last piece: a 64 MiB last piece goes as
+/// 32, 16, 8, 4 and 4 MiB, so what is left to reduce after the last copy
+/// lands is 4 MiB (~10 µs for the 32-block kernel at ~1.2 TB/s of this GPU's
+/// memory) instead of 64 (~170 µs: the difference between the pushes'
+/// 512 MiB / 390 GB/s = 1,376 µs and the 1,523–1,558 µs a 1 GiB
+/// reduce-scatter took, session 9).
+pub const PUSH_TAPER: u32 = 4;
 
 /// A piece as the kernel sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,18 +276,41 @@ pub struct Piece {
 
 impl Reduce {
     /// The pieces in the order the kernel takes them (kernels/allreduce.cu
-    /// `ce_reduce` walks the same loop).
+    /// `ce_reduce` and `ce_reduce_pushed` walk the same loops): `piece`
+    /// elements each, the last one (s elements) cut into s/2, s/4, ...
+    /// (`taper` halvings, each whole 16-byte units) and what remains.
     pub fn pieces(&self) -> impl Iterator<Item = Piece> + '_ {
-        let n = if self.piece == 0 {
-            0
-        } else {
-            self.count.div_ceil(self.piece)
-        };
-        (0..n).map(move |k| Piece {
-            k,
-            slot: (k % self.slots as u64) as u32,
-            lo: k * self.piece,
-            hi: ((k + 1) * self.piece).min(self.count),
+        let unit = (16 / self.elem.max(1)).max(1);
+        let (mut lo, mut s, mut j, mut k) = (0u64, 0u64, 0u32, 0u64);
+        std::iter::from_fn(move || {
+            if self.piece == 0 || lo >= self.count {
+                return None;
+            }
+            let rest = self.count - lo;
+            let mut n = rest;
+            if rest > self.piece {
+                n = self.piece;
+            } else {
+                if s == 0 {
+                    s = rest;
+                }
+                if j < self.taper {
+                    let h = (s >> (j + 1)) / unit * unit;
+                    if h >= unit && h < rest {
+                        n = h;
+                    }
+                }
+                j += 1;
+            }
+            let p = Piece {
+                k,
+                slot: (k % self.slots.max(1) as u64) as u32,
+                lo,
+                hi: lo + n,
+            };
+            lo += n;
+            k += 1;
+            Some(p)
         })
     }
 }
@@ -376,6 +412,8 @@ fn plan_rank(calls: &[Call; 2], scratch: u64, ring: Ring, r: usize) -> RankPlan 
         piece: ring.slot_bytes / sz,
         slots: ring.slots,
         rank: r as u32,
+        taper: 0,
+        elem: sz,
     };
     let peer_src = calls[q].input + lo * sz;
     let mut steps = Vec::new();
@@ -495,6 +533,8 @@ pub fn plan_pushed(calls: &[Call; 2], r: usize, piece_bytes: u64) -> PushedPlan 
             piece,
             slots: 1,
             rank: i as u32,
+            taper: PUSH_TAPER,
+            elem: sz,
         }
     };
     let theirs = reduce_of(q);
@@ -898,6 +938,63 @@ mod tests {
                 mem.put(x.dst, &v);
             }
         }
+    }
+
+    /// The pieces tile the part in order, every piece but the last is whole
+    /// 16-byte units, the last piece's halvings come out as s/2, s/4, ...
+    #[test]
+    fn pieces_tile_the_part_and_the_last_one_tapers() {
+        for elem in [1u64, 2, 4, 8] {
+            let unit = 16 / elem;
+            for piece_units in [1u64, 3, 64] {
+                let piece = piece_units * unit;
+                for count in [0u64, 1, 15, 16, 17, 255, 256, 1000, 4097] {
+                    for taper in [0u32, 1, 4] {
+                        let r = Reduce {
+                            input: 0,
+                            output: 0,
+                            count,
+                            piece,
+                            slots: 1,
+                            rank: 0,
+                            taper,
+                            elem,
+                        };
+                        let ps: Vec<Piece> = r.pieces().collect();
+                        let ctx = format!("elem {elem} piece {piece} count {count} taper {taper}");
+                        let mut at = 0;
+                        for (i, p) in ps.iter().enumerate() {
+                            assert_eq!((p.k, p.lo), (i as u64, at), "{ctx}");
+                            assert!(p.hi > p.lo, "{ctx}: empty piece");
+                            if i + 1 < ps.len() {
+                                assert_eq!((p.hi - p.lo) % unit, 0, "{ctx}");
+                            }
+                            at = p.hi;
+                        }
+                        assert_eq!(at, count, "{ctx}");
+                        let whole = count.div_ceil(piece) as usize;
+                        assert!(ps.len() <= whole + taper as usize, "{ctx}");
+                        if taper == 0 {
+                            assert_eq!(ps.len(), whole, "{ctx}");
+                        }
+                    }
+                }
+            }
+        }
+        // A 64 MiB last piece of float32 goes as 32, 16, 8, 4, 4 MiB.
+        let mib = (1u64 << 20) / 4;
+        let r = Reduce {
+            input: 0,
+            output: 0,
+            count: 128 * mib,
+            piece: 64 * mib,
+            slots: 1,
+            rank: 0,
+            taper: 4,
+            elem: 4,
+        };
+        let sizes: Vec<u64> = r.pieces().map(|p| (p.hi - p.lo) / mib).collect();
+        assert_eq!(sizes, [64, 32, 16, 8, 4, 4]);
     }
 
     /// Runs both ranks' pushed plans, one action at a time in an order drawn

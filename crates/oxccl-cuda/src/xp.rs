@@ -1091,7 +1091,8 @@ mod tests {
         // A lower setting wins (the tests' 100,000 bytes).
         assert_eq!(push_piece(2 * GIB, 100_000), 100_000);
         assert_eq!(push_piece(MIB, 100_000), 100_000);
-        // Through plan: a 256 MiB all-reduce pushes 4 pieces of 32 MiB.
+        // Through plan: a 256 MiB all-reduce pushes 32 MiB pieces, the last
+        // one halved (ce_reduce::PUSH_TAPER).
         let a = Call {
             input: 0x1000_0000,
             output: 0x2000_0000,
@@ -1106,8 +1107,8 @@ mod tests {
         let Some(RankPlan::Pushed(p)) = plan(&a, &a, 0, 0, &bd, true) else {
             panic!("a pushed plan")
         };
-        assert_eq!(p.pushes.len(), 4);
-        assert!(p.pushes.iter().all(|x| x.bytes == 32 * MIB));
+        let sizes: Vec<u64> = p.pushes.iter().map(|x| x.bytes / MIB).collect();
+        assert_eq!(sizes, [32, 32, 32, 16, 8, 4, 2, 2]);
     }
 
     #[test]
@@ -1175,11 +1176,12 @@ mod tests {
                 plan(&mine, &peer, rank, 0, &bd, true),
                 Some(RankPlan::Pushed(want.clone()))
             );
-            // 1 GiB: 512 MiB per part in 64 MiB pieces, pushed to the
-            // peer's output at its part, then this rank's part gathered there.
-            assert_eq!(want.pushes.len(), 8);
+            // 1 GiB: 512 MiB per part in 64 MiB pieces (the last halved),
+            // pushed to the peer's output at its part, then this rank's part
+            // gathered there.
             assert_eq!(push_piece(512 * MIB, PUSH_PIECE), PUSH_PIECE);
-            assert!(want.pushes.iter().all(|x| x.bytes == PUSH_PIECE));
+            let sizes: Vec<u64> = want.pushes.iter().map(|x| x.bytes / MIB).collect();
+            assert_eq!(sizes, [64, 64, 64, 64, 64, 64, 64, 32, 16, 8, 4, 4]);
             assert_eq!(want.gather.len(), 1);
             assert_eq!(
                 want.gather[0].dst - peer.output,
