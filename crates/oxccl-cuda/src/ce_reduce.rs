@@ -42,6 +42,10 @@
 //! In place (out == in) works because the peer's values go to the scratch
 //! ring, never to out's other part before the peer has read it (step 3).
 //!
+//! Two processes with both calls out of place push instead ([`PushedPlan`]):
+//! no scratch ring, the peer's values land in this rank's output part and
+//! are reduced there, and no copy stream waits for the other rank.
+//!
 //! Flags (32-bit words after the ring, zero between calls, so a replay of
 //! the same work finds them as the first run did): landed[s] carries the
 //! piece's number + 1 and is put back to 0 by the kernel that consumed it;

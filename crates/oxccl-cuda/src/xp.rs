@@ -17,8 +17,9 @@
 //! (kept per buffer id in a [`Cache`], so a training loop's buffers are
 //! opened once), answers whether that worked, and when both did, both
 //! queue the plans of `-g 2` (the peer's pointers are its mapped ones;
-//! all-gathers, sends and the all-reduce's gather push instead of pull, see
-//! [`plan`]), with a barrier kernel
+//! all-gathers, sends and the all-reduce's gather push instead of pull, and
+//! out-of-place reductions push their reducing phase too, see [`plan`] and
+//! [`pushable`]), with a barrier kernel
 //! on the ring's device counters between the phases
 //! (`oxccl_ring_barrier`, which observes abort and the timeout).
 //!
@@ -29,7 +30,9 @@
 //! from 256 MB (the ring 0.94–1.14×), broadcast 1.02–1.04× from 128 MB (the
 //! ring 0.91–0.92×). docs/performance-gpu.md, "Session 7". Session 8, the
 //! all-reduce's gather pushed: 356 / 362 / 366 GB/s at 1 / 2 / 4 GiB
-//! (1.07–1.09× NCCL).
+//! (1.07–1.09× NCCL). Session 9, out-of-place reductions pushed (the last
+//! piece halved): all-reduce 373–380 GB/s from 1 GiB (1.09–1.12×),
+//! reduce-scatter 1.29–1.37× from 256 MiB to 1 GiB, 1.24–1.25× at 2–4 GiB.
 //!
 //! Both ranks decide every step from what both sent, so they always take
 //! the same path: the engines, or the ring kernel when either buffer cannot
