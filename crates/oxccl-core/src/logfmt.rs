@@ -438,9 +438,34 @@ fn push_fraction(out: &mut String, nanos: u32, digits: usize) {
     out.push_str(&full[..digits.min(9)]);
 }
 
+/// NCCL's per-call TUNING line (enqueue.cc, printed by rank 0 with
+/// `NCCL_DEBUG_SUBSYS=TUNING`): `{op}: {bytes} Bytes -> Algo {algo} proto
+/// {proto} channel{Lo..Hi}={0..blocks-1}`, so a log of oxccl's choices lines
+/// up with NCCL's own. oxccl's algorithms keep their names (Ring, OneShot,
+/// Pair, CopyEngine); a channel is a block, so one SM. `blocks` 0 (the copy
+/// engines alone, no SM) prints the empty range `{0..-1}`.
+pub fn tuning_line(op: &str, bytes: u64, algo: &str, proto: &str, blocks: u32) -> String {
+    format!(
+        "{op}: {bytes} Bytes -> Algo {algo} proto {proto} channel{{Lo..Hi}}={{0..{}}}",
+        blocks as i64 - 1
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tuning_lines_have_nccls_shape() {
+        assert_eq!(
+            tuning_line("AllReduce", 1048576, "Ring", "LL", 16),
+            "AllReduce: 1048576 Bytes -> Algo Ring proto LL channel{Lo..Hi}={0..15}"
+        );
+        assert_eq!(
+            tuning_line("AllGather", 1 << 30, "CopyEngine", "Simple", 0),
+            "AllGather: 1073741824 Bytes -> Algo CopyEngine proto Simple channel{Lo..Hi}={0..-1}"
+        );
+    }
 
     fn ctx() -> LineCtx<'static> {
         LineCtx {

@@ -347,6 +347,9 @@ pub struct Launch {
     comm: Arc<DevComm>,
     kind: LaunchKind,
     stream: usize,
+    /// The collective as NCCL's TUNING line names it, and its bytes (count
+    /// times the type's size; per rank for all-gather and reduce-scatter).
+    what: Option<(&'static str, u64)>,
 }
 
 #[derive(Debug)]
@@ -635,6 +638,7 @@ impl DevComm {
             comm: self.clone(),
             kind,
             stream,
+            what: None,
         })
     }
 
@@ -659,6 +663,27 @@ impl DevComm {
     /// a PreMulSum's device-resident scalar (then `op`'s scalar is ignored).
     #[allow(clippy::too_many_arguments)]
     pub fn prepare_reduce(
+        self: &Arc<Self>,
+        what: Reduction,
+        send: u64,
+        recv: u64,
+        count: usize,
+        t: DataType,
+        op: RedOp,
+        scalar_ptr: Option<u64>,
+        stream: usize,
+    ) -> Result<Launch> {
+        let name = match what {
+            Reduction::AllReduce => "AllReduce",
+            Reduction::ReduceScatter => "ReduceScatter",
+            Reduction::Reduce { .. } => "Reduce",
+        };
+        let l = self.prepare_reduction(what, send, recv, count, t, op, scalar_ptr, stream)?;
+        Ok(l.labeled(name, (count as u64).saturating_mul(t.size() as u64)))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_reduction(
         self: &Arc<Self>,
         what: Reduction,
         send: u64,
@@ -817,6 +842,22 @@ impl DevComm {
     /// A copying collective on device buffers: all-gather (`bytes` per
     /// rank) or broadcast from `root` (`bytes` in all).
     pub fn prepare_copy(
+        self: &Arc<Self>,
+        what: CopyKind,
+        send: u64,
+        recv: u64,
+        bytes: usize,
+        stream: usize,
+    ) -> Result<Launch> {
+        let name = match what {
+            CopyKind::AllGather => "AllGather",
+            CopyKind::Broadcast { .. } => "Broadcast",
+        };
+        let l = self.prepare_copying(what, send, recv, bytes, stream)?;
+        Ok(l.labeled(name, bytes as u64))
+    }
+
+    fn prepare_copying(
         self: &Arc<Self>,
         what: CopyKind,
         send: u64,
@@ -1293,6 +1334,27 @@ impl Launch {
     pub fn go(self) -> Result<()> {
         let c = &self.comm;
         let stream = self.stream as sys::CUstream;
+        let tune =
+            |algo: &str, proto: &str, blocks: u32| c.log_tuning(self.what, algo, proto, blocks);
+        match &self.kind {
+            LaunchKind::Half { blocks, .. } | LaunchKind::Pcopy { blocks, .. } => {
+                tune("Pair", "Simple", *blocks)
+            }
+            LaunchKind::Ring {
+                blocks,
+                args,
+                xp: None,
+                ..
+            } => {
+                let (algo, proto) = ring::mode_algo(args.mode);
+                tune(algo, proto, *blocks)
+            }
+            LaunchKind::Ce { .. } => tune("CopyEngine", "Simple", 0),
+            LaunchKind::CeReduce { .. } => tune("CopyEngine", "Simple", allreduce::CER_BLOCKS),
+            // Copies of one rank, sends and receives (NCCL prints no line
+            // for them), and rings that may take the engines (below).
+            _ => {}
+        }
         match self.kind {
             LaunchKind::Nothing => Ok(()),
             LaunchKind::Copy { dst, src, bytes } => {
@@ -1348,8 +1410,16 @@ impl Launch {
             } => {
                 if let Some(x) = xp {
                     if c.go_xp(&x, self.stream)? {
+                        let reduction = matches!(
+                            x.coll,
+                            crate::xp::Coll::AllReduce | crate::xp::Coll::ReduceScatter
+                        );
+                        let sms = if reduction { allreduce::CER_BLOCKS } else { 0 };
+                        tune("CopyEngine", "Simple", sms);
                         return Ok(());
                     }
+                    let (algo, proto) = ring::mode_algo(args.mode);
+                    tune(algo, proto, blocks);
                 }
                 c.ring()?;
                 let _scope = CtxScope::enter(c.ctx)?;
@@ -1373,6 +1443,12 @@ impl Launch {
 }
 
 impl Launch {
+    /// This launch with the collective's name and bytes for the TUNING line.
+    fn labeled(mut self, op: &'static str, bytes: u64) -> Launch {
+        self.what = Some((op, bytes));
+        self
+    }
+
     /// Offers a ring launch to the copy engines with a peer process
     /// ([`DevComm::xp_call`] decides whether the call may take them).
     fn set_xp(&mut self, call: crate::xp::Call) {
@@ -1586,6 +1662,22 @@ impl DevComm {
     /// This rank's index in its communicator.
     pub fn rank(&self) -> usize {
         self.rank
+    }
+
+    /// NCCL's TUNING line for a collective this rank launches (rank 0 only,
+    /// as NCCL; `NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING`): which algorithm,
+    /// protocol and how many blocks (SMs) took the call.
+    fn log_tuning(&self, what: Option<(&'static str, u64)>, algo: &str, proto: &str, blocks: u32) {
+        use oxccl_env::log::{enabled, Level, Subsys};
+        if let (0, Some((op, bytes))) = (self.rank, what) {
+            if enabled(Level::Info, Subsys::TUNING) {
+                oxccl_env::info!(
+                    Subsys::TUNING,
+                    "{}",
+                    oxccl_core::logfmt::tuning_line(op, bytes, algo, proto, blocks)
+                );
+            }
+        }
     }
 
     /// Ranks in the communicator.

@@ -529,6 +529,23 @@ pub fn self_copy_blocks(bytes: u64) -> u32 {
     bytes.div_ceil(32 << 10).clamp(1, P2P_MAX_BLOCKS as u64) as u32
 }
 
+/// The algorithm and protocol of a ring launch's mode, as the TUNING log
+/// line names them ([`oxccl_core::logfmt::tuning_line`]): the ring over
+/// Simple slots or LL lines, or a one-shot kernel (every rank writes to
+/// every rank in one crossing).
+pub fn mode_algo(mode: u32) -> (&'static str, &'static str) {
+    match mode {
+        RM_ALLREDUCE_LL => ("Ring", "LL"),
+        RM_ALLREDUCE_LL1
+        | RM_ALLGATHER_LL1
+        | RM_REDUCE_SCATTER_LL1
+        | RM_BROADCAST_LL1
+        | RM_REDUCE_LL1 => ("OneShot", "LL"),
+        RM_ALLREDUCE_1S => ("OneShot", "Simple"),
+        _ => ("Ring", "Simple"),
+    }
+}
+
 /// `oxccl_ring_<type>_<op>`.
 pub fn kernel_name(t: DataType, op: RedOp) -> String {
     format!(
@@ -2042,6 +2059,15 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_mode_has_an_algorithm_and_protocol() {
+        assert_eq!(mode_algo(RM_ALLREDUCE), ("Ring", "Simple"));
+        assert_eq!(mode_algo(RM_ALLREDUCE_LL), ("Ring", "LL"));
+        assert_eq!(mode_algo(RM_BROADCAST_LL1), ("OneShot", "LL"));
+        assert_eq!(mode_algo(RM_ALLREDUCE_1S), ("OneShot", "Simple"));
+        assert_eq!(mode_algo(RM_REDUCE), ("Ring", "Simple"));
+    }
 
     #[test]
     fn region_at_mirrors_the_kernels_region_of() {
