@@ -19,7 +19,7 @@
 #   scripts/perf-gpu.sh agrs         # all_gather / reduce_scatter to 2 GB vs NCCL
 #   scripts/perf-gpu.sh agrs_small   # all_gather / reduce_scatter 8 B-1 MB, 2
 #                                    # processes, eager and graphs, vs NCCL
-#   scripts/perf-gpu.sh tuning       # NCCL's per-size choices (TUNING log)
+#   scripts/perf-gpu.sh tuning       # NCCL's and oxccl's per-size choices (TUNING log)
 #   scripts/perf-gpu.sh net          # the network path (--hosts 2) vs NCCL's sockets
 #   scripts/perf-gpu.sh channels     # 512 KB-1 GB, 2 processes, oxccl at its
 #                                    # default SMs and capped at NCCL's 24, vs NCCL
@@ -253,6 +253,10 @@ if [ "$MODE" = tuning ]; then
   NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "$X" $P all_reduce --backend cuda --ranks 2 -b 8 -e 1G -f 16 -c 0 -n 2 -w 1 --lib "$NCCL" \
     > "$OUTDIR/nccl_tuning.log" 2>&1
   grep -iE "channel|algo|proto" "$OUTDIR/nccl_tuning.log" | sort | uniq -c | sort -rn | head -40
+  # oxccl's own choice per size, in the same shape (rank 0's lines).
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "$X" $P all_reduce --backend cuda --ranks 2 -b 8 -e 1G -f 16 -c 0 -n 2 -w 1 \
+    > "$OUTDIR/oxccl_tuning.log" 2>&1
+  grep -E "Bytes -> Algo" "$OUTDIR/oxccl_tuning.log" | sed 's/.*NCCL INFO //' | sort | uniq -c | head -40
 fi
 for j in "$OUTDIR"/*.json; do
   [ -s "$j" ] && "$X" plot "$j" -o "${j%.json}.svg" && echo "plot: ${j%.json}.svg"
