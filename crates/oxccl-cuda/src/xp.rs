@@ -922,6 +922,22 @@ mod tests {
         (mine, peer)
     }
 
+    /// Rank 0's and rank 1's all-reduce of 1 GiB of float32 with `op`, at
+    /// addresses apart.
+    fn all_reduce_pair(op: ce_reduce::Op) -> (Call, Call) {
+        let a = Call {
+            input: 0x1000_0000,
+            output: 0x2000_0000,
+            ..call(Coll::AllReduce, GIB / 4, DataType::Float32, op)
+        };
+        let b = Call {
+            input: 0x7000_0000_0000,
+            output: 0x7100_0000_0000,
+            ..a
+        };
+        (a, b)
+    }
+
     fn msg(seq: u64, c: Call, bufs: [Buf; 2]) -> Msg {
         let mut c = c;
         c.input = 0;
@@ -1152,21 +1168,7 @@ mod tests {
 
     #[test]
     fn pushed_reductions_follow_the_push_setting_and_the_bounds() {
-        let a = Call {
-            input: 0x1000_0000,
-            output: 0x2000_0000,
-            ..call(
-                Coll::AllReduce,
-                GIB / 4,
-                DataType::Float32,
-                ce_reduce::Op::Sum,
-            )
-        };
-        let b = Call {
-            input: 0x7000_0000_0000,
-            output: 0x7100_0000_0000,
-            ..a
-        };
+        let (a, b) = all_reduce_pair(ce_reduce::Op::Sum);
         let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN), PUSH_PIECE);
         for rank in 0..2 {
             let (mine, peer) = if rank == 0 { (a, b) } else { (b, a) };
@@ -1257,21 +1259,7 @@ mod tests {
         );
         assert!(p.local.is_empty());
         // All-reduce: the same RankPlan as ce_reduce::pair gives rank r.
-        let a = Call {
-            input: 0x1000_0000,
-            output: 0x2000_0000,
-            ..call(
-                Coll::AllReduce,
-                GIB / 4,
-                DataType::Float32,
-                ce_reduce::Op::Max,
-            )
-        };
-        let b = Call {
-            input: 0x7000_0000_0000,
-            output: 0x7100_0000_0000,
-            ..a
-        };
+        let (a, b) = all_reduce_pair(ce_reduce::Op::Max);
         let scratch = 0x5_0000_0000;
         for rank in 0..2 {
             let (mine, peer) = if rank == 0 { (a, b) } else { (b, a) };

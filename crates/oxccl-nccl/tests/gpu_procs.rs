@@ -608,6 +608,14 @@ fn run_ranks_allowing(n: usize, counts: &str, env: &[(&str, &str)], may_die: &[u
 
 const COUNTS: &str = "0,1,5,4099,70001";
 
+/// The copy engines' bounds lowered for the tests that take them with the
+/// peer process: copies from 256 KiB, reductions from 256 KiB (1 MiB of
+/// reduce-scatter send buffer).
+const CE_LOW: [(&str, &str); 2] = [
+    ("OXCCL_CUDA_CE_MIN", "262144"),
+    ("OXCCL_CUDA_CE_AR_MIN", "262144"),
+];
+
 #[test]
 fn two_processes_two_gpus_every_collective_type_and_op() {
     if gpus() < 1 {
@@ -645,8 +653,8 @@ fn two_processes_on_the_copy_engines() {
         2,
         "0,5,300007,1048583",
         &[
-            ("OXCCL_CUDA_CE_MIN", "262144"),
-            ("OXCCL_CUDA_CE_AR_MIN", "262144"),
+            CE_LOW[0],
+            CE_LOW[1],
             // Reductions pull through the scratch ring in both placements
             // here; the next test pushes them.
             ("OXCCL_CUDA_CE_PUSH", "0"),
@@ -668,8 +676,8 @@ fn two_processes_push_reductions_in_many_pieces() {
         2,
         "0,5,300007,1048583",
         &[
-            ("OXCCL_CUDA_CE_MIN", "262144"),
-            ("OXCCL_CUDA_CE_AR_MIN", "262144"),
+            CE_LOW[0],
+            CE_LOW[1],
             ("OXCCL_CUDA_CE_PUSH", "100000"),
             ("OXCCL_TEST_EXPECT_CE", "1"),
             // A piece that never lands ends the call with an error in 30 s,
