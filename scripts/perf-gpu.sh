@@ -36,6 +36,9 @@
 #   scripts/perf-gpu.sh sweep2       # every collective, 2 processes, 8 B-64 MB,
 #                                    # eager and graphs, vs NCCL
 #                                    # (OXCCL_SWEEP_COLLS picks collectives)
+#   scripts/perf-gpu.sh multi        # every GPU of a 4- or 8-GPU host (issue 10):
+#                                    # checks of every collective, AR/AG/RS
+#                                    # sweeps to 8 GB, --ranks N and -g N, vs NCCL
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
 #                                    # the copy-engine reduction at its default
 #                                    # bound and off (SM kernel), vs NCCL
@@ -246,6 +249,23 @@ if [ "$MODE" = sweep2 ]; then
     run "sweep2_${c}_graph" 120 "$X" $P $S -G 10 -J "$OUTDIR/sweep2_${c}_graph.json"
   done
   run "sweep2_all_reduce_1m" 120 "$X" $P all_reduce --backend cuda --ranks 2 -b 256K -e 4M -f 2 -c 1 -n 60 -w 10 -G 10 --compare "$NCCL"
+fi
+if [ "$MODE" = multi ]; then
+  # Issue 10's machines (4 or 8 GPUs; written before either was lent, not
+  # yet run): every GPU of the host, one process per GPU and one process
+  # driving all, every collective checked at a few sizes, then the
+  # all-reduce, all-gather and reduce-scatter sweeps to 8 GB beside NCCL.
+  # OXCCL_MULTI_MAX caps the sweeps' largest size (default 8G).
+  NG=$(nvidia-smi -L | wc -l)
+  for c in all_reduce all_gather broadcast reduce reduce_scatter alltoall gather scatter sendrecv; do
+    run "multi_check_ranks_$c" 300 "$X" $P "$c" --backend cuda --ranks "$NG" -b 8 -e 8M -f 32 -c 1 -n 5 -w 2
+    run "multi_check_g_$c" 300 "$X" $P "$c" --backend cuda -g "$NG" -b 8 -e 8M -f 32 -c 1 -n 5 -w 2
+  done
+  for c in all_reduce all_gather reduce_scatter; do
+    S="$c --backend cuda -b 8 -e ${OXCCL_MULTI_MAX:-8G} -f 4 -c 0 -n 10 -w 3 --compare $NCCL"
+    run "multi_ranks_$c" 600 "$X" $P $S --ranks "$NG" -J "$OUTDIR/multi_ranks${NG}_$c.json"
+    run "multi_g_$c" 600 "$X" $P $S -g "$NG" -J "$OUTDIR/multi_g${NG}_$c.json"
+  done
 fi
 if [ "$MODE" = tuning ]; then
   # NCCL's own choice per size (algorithm, protocol, channels = SMs), from
