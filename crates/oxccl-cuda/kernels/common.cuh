@@ -38,14 +38,6 @@ __device__ __forceinline__ void kernel_entry() {
 #endif
 }
 
-// Where a pair kernel's waits report: `ctl[0]` the ring's host-mapped
-// control words (as a u64; ring.cu's RingCommon.ctrl: [0] abort, [1] error,
-// [2] peer, [3] block), `ctl[1]` the timeout in ns. Both 0 (no ring set up):
-// the waits have no bound, as before the ring existed.
-// Thread 0: waits until *p >= v; false on the host's abort, an error already
-// recorded, or the timeout (then recorded: code 1 timeout, 2 abort, as the
-// ring's RERR_*). The control words are read every 1024 polls (a poll of
-// local memory is ~0.5 us, so an abort is seen within about a millisecond).
 // One check of a wait's bounds (every 1024 polls): the ring's control words
 // `w` (host-mapped: [0] abort, [1] error, [2] peer, [3] block) and `limit`
 // ns (0: none) since the first check, `t0`. Returns 0 to go on, else the
@@ -72,6 +64,14 @@ __device__ __forceinline__ u32 wait_check(u32* w, u64 limit, u64& t0, u32 peer) 
     return code;
 }
 
+// Where a pair kernel's waits report: `ctl[0]` the ring's host-mapped
+// control words (as a u64; ring.cu's RingCommon.ctrl: [0] abort, [1] error,
+// [2] peer, [3] block), `ctl[1]` the timeout in ns. Both 0 (no ring set up):
+// the waits have no bound, as before the ring existed.
+// Thread 0: waits until *p >= v; false on the host's abort, an error already
+// recorded, or the timeout (then recorded: code 1 timeout, 2 abort, as the
+// ring's RERR_*). The control words are read every 1024 polls (a poll of
+// local memory is ~0.5 us, so an abort is seen within about a millisecond).
 __device__ __forceinline__ bool pair_wait(const u64* p, u64 v, const u64* ctl, u32 peer) {
     u64 spins = 0, t0 = 0;
     while (ld_acquire_sys(p) < v) {
