@@ -608,14 +608,6 @@ fn run_ranks_allowing(n: usize, counts: &str, env: &[(&str, &str)], may_die: &[u
 
 const COUNTS: &str = "0,1,5,4099,70001";
 
-/// The copy engines' bounds lowered for the tests that take them with the
-/// peer process: copies from 256 KiB, reductions from 256 KiB (1 MiB of
-/// reduce-scatter send buffer).
-const CE_LOW: [(&str, &str); 2] = [
-    ("OXCCL_CUDA_CE_MIN", "262144"),
-    ("OXCCL_CUDA_CE_AR_MIN", "262144"),
-];
-
 #[test]
 fn two_processes_two_gpus_every_collective_type_and_op() {
     if gpus() < 1 {
@@ -637,30 +629,37 @@ fn two_processes_large_messages() {
     );
 }
 
+/// 2 processes on the copy engines with the peer process (xp.rs), bounds
+/// lowered so these sizes take them: all-gathers from 256 KiB per rank,
+/// broadcasts from 512 KiB, all-reduces from 256 KiB, reduce-scatters from
+/// 1 MiB in all (sum, prod, max, min; avg and PreMulSum stay on the ring).
+/// 300007 and 1048583 elements of every type land on both sides of those
+/// bounds, in place and out of place; the sweep checks every result against
+/// the host path, and each rank that some call took the engines. `push`:
+/// `OXCCL_CUDA_CE_PUSH`.
+fn on_the_copy_engines(push: &str) {
+    run_ranks(
+        2,
+        "0,5,300007,1048583",
+        &[
+            ("OXCCL_CUDA_CE_MIN", "262144"),
+            ("OXCCL_CUDA_CE_AR_MIN", "262144"),
+            ("OXCCL_CUDA_CE_PUSH", push),
+            ("OXCCL_TEST_EXPECT_CE", "1"),
+            // A piece that never lands ends the call with an error in 30 s,
+            // not at the harness's deadline.
+            ("OXCCL_TIMEOUT_MS", "30000"),
+        ],
+    );
+}
+
 #[test]
 fn two_processes_on_the_copy_engines() {
     if gpus() < 1 {
         return;
     }
-    // Bounds lowered so these sizes take the copy engines with the peer
-    // process (xp.rs): all-gathers from 256 KiB per rank, broadcasts from
-    // 512 KiB, all-reduces from 256 KiB, reduce-scatters from 1 MiB in all
-    // (sum, prod, max, min; avg and PreMulSum stay on the ring). 300007 and
-    // 1048583 elements of every type land on both sides of those bounds,
-    // in place and out of place; the sweep checks every result against the
-    // host path, and each rank that some call took the engines.
-    run_ranks(
-        2,
-        "0,5,300007,1048583",
-        &[
-            CE_LOW[0],
-            CE_LOW[1],
-            // Reductions pull through the scratch ring in both placements
-            // here; the next test pushes them.
-            ("OXCCL_CUDA_CE_PUSH", "0"),
-            ("OXCCL_TEST_EXPECT_CE", "1"),
-        ],
-    );
+    // Reductions pull through the scratch ring in both placements.
+    on_the_copy_engines("0");
 }
 
 #[test]
@@ -668,23 +667,11 @@ fn two_processes_push_reductions_in_many_pieces() {
     if gpus() < 1 {
         return;
     }
-    // As above, but out-of-place all-reduces and reduce-scatters push the
-    // peer's part into its output in pieces of 99,984 bytes (100,000
-    // rounded down to 16): up to 21 pieces of a part, the last one short,
-    // for every type; in place they still pull.
-    run_ranks(
-        2,
-        "0,5,300007,1048583",
-        &[
-            CE_LOW[0],
-            CE_LOW[1],
-            ("OXCCL_CUDA_CE_PUSH", "100000"),
-            ("OXCCL_TEST_EXPECT_CE", "1"),
-            // A piece that never lands ends the call with an error in 30 s,
-            // not at the harness's deadline.
-            ("OXCCL_TIMEOUT_MS", "30000"),
-        ],
-    );
+    // Out-of-place all-reduces and reduce-scatters push the peer's part
+    // into its output in pieces of 99,984 bytes (100,000 rounded down to
+    // 16): up to 21 pieces of a part, the last one halved, for every type;
+    // in place they still pull.
+    on_the_copy_engines("100000");
 }
 
 #[test]
