@@ -1480,7 +1480,7 @@ impl DevComm {
         if let Some(Ok(x)) = self.ring.get() {
             // The pair kernels' waits now observe the ring's abort word and
             // report a timeout through its error word (allreduce::CTL_WORD).
-            let timeout = x.timeout().as_nanos().min(u64::MAX as u128) as u64;
+            let timeout = x.timeout_ns();
             let mut b = x.ctrl_device().to_le_bytes().to_vec();
             b.extend_from_slice(&timeout.to_le_bytes());
             let _scope = CtxScope::enter(self.ctx)?;
@@ -2280,7 +2280,7 @@ impl DevComm {
                 rank: r.rank,
                 landed_at: mine,
                 ctrl: ring.ctrl_device(),
-                timeout_ns: ring.timeout().as_nanos().min(u64::MAX as u128) as u64,
+                timeout_ns: ring.timeout_ns(),
                 peer: peer as u32,
                 taper: r.taper,
                 ..Default::default()

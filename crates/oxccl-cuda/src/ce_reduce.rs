@@ -361,6 +361,13 @@ pub fn qualifies_with(calls: &[Call; 2], ar_min: u64, rs_min: u64) -> bool {
         && a.count / (SLOT_BYTES / a.dtype.size() as u64) < u32::MAX as u64 - 1
 }
 
+/// Bytes of the larger of the two parts (all-reduce parts differ by less
+/// than 16 bytes; a reduce-scatter's are equal).
+pub fn largest_part_bytes(kind: Kind, count: u64, dtype: DataType) -> u64 {
+    let (lo, hi) = part(kind, count, dtype, 0);
+    (hi - lo).max(count - (hi - lo)) * dtype.size() as u64
+}
+
 /// Part r's element range in the send buffer's elements.
 pub fn part(kind: Kind, count: u64, dtype: DataType, r: usize) -> (u64, u64) {
     match kind {
@@ -515,8 +522,7 @@ pub fn plan_pushed(calls: &[Call; 2], r: usize, piece_bytes: u64) -> PushedPlan 
     let c = calls[r];
     let sz = c.dtype.size() as u64;
     // At most 2^31 pieces of a part: their counts travel in a 32-bit word.
-    let (lo, hi) = part(c.kind, c.count, c.dtype, 0);
-    let most = (hi - lo).max(c.count - (hi - lo)) * sz;
+    let most = largest_part_bytes(c.kind, c.count, c.dtype);
     let piece = (piece_bytes / 16 * 16)
         .max(16)
         .max(most.div_ceil(1 << 31).next_multiple_of(16))

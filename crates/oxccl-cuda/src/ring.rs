@@ -1823,6 +1823,11 @@ impl Ring {
         std::time::Duration::from_nanos(self.common.timeout_ns)
     }
 
+    /// [`Ring::timeout`] in ns, as every kernel's wait takes it.
+    pub fn timeout_ns(&self) -> u64 {
+        self.common.timeout_ns
+    }
+
     /// The launches of a group's sends and receives with other ranks
     /// (`(peer, pointer, bytes)`), with `self_copy` in the first (see
     /// [`p2p_launch_args`]).

@@ -603,8 +603,7 @@ pub fn plan(
             // Pushing the reducing phase too, as the all-gather and the
             // gather below do: see ce_reduce::PushedPlan for why no wait of
             // one rank's stream is on the other's.
-            let (lo, hi) = ce_reduce::part(a.kind, a.count, a.dtype, 0);
-            let part = (hi - lo).max(a.count - (hi - lo)).max(1) * a.dtype.size() as u64;
+            let part = ce_reduce::largest_part_bytes(a.kind, a.count, a.dtype);
             return Some(RankPlan::Pushed(ce_reduce::plan_pushed(
                 &[a, c],
                 rank,
