@@ -83,12 +83,14 @@ typedef IntE<unsigned int, unsigned int> U32E;
 typedef IntE<long long, unsigned long long> I64E;
 typedef IntE<unsigned long long, unsigned long long> U64E;
 
-// dst[0..n) = src[0..n) over the grid: 16-byte packs when src and dst have
-// the same offset modulo 16 (bytes before the first pack by block 0), else bytes.
-__device__ __forceinline__ void copy_bytes(char* dst, const char* src, u64 n) {
+// dst[0..n) = src[0..n) by `blocks` blocks, this one being number `block`
+// of them: 16-byte packs when src and dst have the same offset modulo 16
+// (bytes before the first pack by block 0), else bytes.
+__device__ __forceinline__ void copy_bytes_by(char* dst, const char* src, u64 n, u32 block,
+                                              u32 blocks) {
     if (n == 0 || dst == src) return;
-    const u64 stride = (u64)blockDim.x * gridDim.x;
-    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 stride = (u64)blockDim.x * blocks;
+    const u64 tid = (u64)block * blockDim.x + threadIdx.x;
     if ((((u64)dst ^ (u64)src) & 15) != 0) {
         for (u64 i = tid; i < n; i += stride) dst[i] = *(const volatile char*)(src + i);
         return;
@@ -111,10 +113,15 @@ __device__ __forceinline__ void copy_bytes(char* dst, const char* src, u64 n) {
             if (i < packs) d4[i] = v[j];
         }
     }
-    if (blockIdx.x == 0) {
+    if (block == 0) {
         for (u64 i = threadIdx.x; i < head; i += blockDim.x)
             dst[i] = *(const volatile char*)(src + i);
         for (u64 i = head + packs * 16 + threadIdx.x; i < n; i += blockDim.x)
             dst[i] = *(const volatile char*)(src + i);
     }
+}
+
+// dst[0..n) = src[0..n) over the whole grid (copy_bytes_by).
+__device__ __forceinline__ void copy_bytes(char* dst, const char* src, u64 n) {
+    copy_bytes_by(dst, src, n, blockIdx.x, gridDim.x);
 }

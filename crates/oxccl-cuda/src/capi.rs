@@ -1118,14 +1118,18 @@ unsafe fn copy_async(x: &ce::Xfer, on: sys::CUstream) -> Result<()> {
     })
 }
 
-/// A send to itself of at least this many bytes is copied by the copy
-/// engine on a side stream, beside the transfers with the peers; a smaller
-/// single one by the launch with the peers, after its transfers. Measured on
-/// 2xH200 with the bound at 1 MiB: all-to-alls of 2 MB (1 MiB to itself)
-/// took 20-32 µs against NCCL's 16-25, the side stream's fork, join and the
-/// copy engine's start after a kernel costing ~15 µs, while the grid copies
-/// 1 MiB in ~1 µs (~1.5 TB/s). At 32 MiB the grid's ~20 µs after the
-/// transfers match that cost; beyond, the side stream hides the copy.
+/// On the pair kernel (two GPUs of one process), a send to itself of at
+/// least this many bytes is copied by the copy engine on a side stream,
+/// beside the transfers with the peers; a smaller single one by the launch
+/// with the peers, after its transfers. Measured on 2xH200 with the bound
+/// at 1 MiB: all-to-alls of 2 MB (1 MiB to itself) took 20-32 µs against
+/// NCCL's 16-25, the side stream's fork, join and the copy engine's start
+/// after a kernel costing ~15 µs, while the grid copies 1 MiB in ~1 µs
+/// (~1.5 TB/s). At 32 MiB the grid's ~20 µs after the transfers match that
+/// cost; beyond, the side stream hides the copy. The ring's launch copies
+/// on blocks of its own beside the transfers at every size instead: with
+/// the side stream from 32 MiB, 2-process scatters of 64 MB took 119-120 µs
+/// out of place against 103 in place (NCCL 0.90-0.93x; 2xH200, session 10).
 const SELF_COPY_SIDE_MIN: u64 = 32 << 20;
 
 /// Rank calls that went to the copy engines in this process (each rank's
@@ -1748,17 +1752,17 @@ impl DevComm {
         // launch the same), so there the copy may be at most twice the
         // largest of them; the ring's launch adds blocks for it.
         let largest_peer = os.iter().chain(or.iter()).map(|x| x.2 as u64).max();
+        // The ring's launch gives the copy blocks of its own, beside the
+        // transfers, at any size (ring::p2p_launch_args); the pair kernel's
+        // blocks copy after their transfers, so there a large copy goes to
+        // the side stream.
         let fits = |b: u64| {
-            self.ring_for(stream as usize) || largest_peer.is_some_and(|p| b <= 2 * p.max(64 << 10))
+            self.ring_for(stream as usize)
+                || (b < SELF_COPY_SIDE_MIN
+                    && largest_peer.is_some_and(|p| b <= 2 * p.max(64 << 10)))
         };
         let in_kernel = match selfs.as_slice() {
-            [x] if f != 0
-                && largest_peer.is_some()
-                && x.bytes < SELF_COPY_SIDE_MIN
-                && fits(x.bytes) =>
-            {
-                Some(*x)
-            }
+            [x] if f != 0 && largest_peer.is_some() && fits(x.bytes) => Some(*x),
             _ => None,
         };
         let side = self.self_copies(if in_kernel.is_some() { &[] } else { &selfs }, stream)?;
