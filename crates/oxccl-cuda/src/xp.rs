@@ -62,13 +62,19 @@ pub const CACHE_SLOTS: usize = 64;
 pub struct Bounds {
     /// Copying collectives.
     pub copy: u64,
-    /// All-reduce.
+    /// All-reduce: from here a call goes to the engines when both ranks
+    /// push ([`declined`] sends a pulled one below `pull_ar` back).
     pub ar: u64,
-    /// Reduce-scatter.
+    /// Reduce-scatter, as `ar`.
     pub rs: u64,
     /// Bytes per pushed piece of a reduction whose calls are both out of
     /// place ([`pushable`], [`ce_reduce::plan_pushed`]); 0: reductions pull.
     pub push: u64,
+    /// All-reduce pulled through the scratch ring (in place, or `push` 0):
+    /// at least `ar`.
+    pub pull_ar: u64,
+    /// Reduce-scatter pulled, as `pull_ar`.
+    pub pull_rs: u64,
 }
 
 impl Bounds {
@@ -78,6 +84,8 @@ impl Bounds {
         ar: 0,
         rs: 0,
         push: 0,
+        pull_ar: 0,
+        pull_rs: 0,
     };
 }
 
@@ -119,6 +127,17 @@ pub const XP_AR_MIN: u64 = 256 << 20;
 /// (4 GiB); 128 MiB is even (265 against 261 µs), 64 MiB the ring's (143
 /// against 157). 2×H200, session 7, same lease.
 pub const XP_RS_MIN: u64 = 256 << 20;
+
+/// All-reduces and reduce-scatters (send buffer bytes) of two processes
+/// whose buffers are apart on both ranks, pushed ([`ce_reduce::plan_pushed`]),
+/// take the engines from 128 MiB by default: 2×H200, session 10, same lease,
+/// two rounds, 128 MiB all-reduces 426-432 µs pushed against 455-458 on the
+/// ring kernel (NCCL ~471), reduce-scatters 241-245 against 262-267 (NCCL
+/// ~297); at 64 MiB pushes were even with the ring (session 10 run 2).
+/// Pulled (in place) they lost at 128 MiB (all-reduces 470-477 against
+/// 455-462, reduce-scatters 283-284 against 262-265), so those keep
+/// [`XP_AR_MIN`] / [`XP_RS_MIN`] ([`declined`]).
+pub const XP_PUSH_MIN: u64 = 128 << 20;
 
 const MAGIC: u32 = 0x5058_584f; // "OXXP"
 /// Bytes of an encoded [`Msg`].
@@ -561,6 +580,22 @@ pub fn pushable(mine: &Msg, theirs: &Msg) -> bool {
     })
 }
 
+/// A reduction that went to the engines by its shape ([`eligible`], from
+/// the pushed bounds) but whose buffers make it pull ([`pushable`] fails on
+/// either rank, or pushes are off), below the pulled bounds: both ranks run
+/// the ring kernel instead (both decide alike from the two messages).
+pub fn declined(mine: &Msg, theirs: &Msg, b: &Bounds) -> bool {
+    if mine.call.ce_reduce().is_none() || (b.push > 0 && pushable(mine, theirs)) {
+        return false;
+    }
+    let pulled = Bounds {
+        ar: b.pull_ar,
+        rs: b.pull_rs,
+        ..*b
+    };
+    !eligible(&mine.call, &pulled)
+}
+
 /// The plans of a checked pair, or `None` when the shape does not go to
 /// the engines after all (never, when [`eligible`] said it did).
 /// `push`: [`pushable`] held (reductions then push when `b.push` > 0).
@@ -610,7 +645,7 @@ pub fn plan(
                 push_piece(part, b.push),
             )));
         }
-        let [p0, p1] = ce_reduce::pair_with([a, c], [scratch, scratch], b.ar, b.rs)?;
+        let [p0, p1] = ce_reduce::pair_with([a, c], [scratch, scratch], b.pull_ar, b.pull_rs)?;
         let mut p = if rank == 0 { p0 } else { p1 };
         // An all-reduce's gather pushes this rank's reduced part into the
         // peer's output instead of pulling the peer's part (as the
@@ -830,14 +865,21 @@ pub fn agree_bounds(mine: Bounds, theirs: Bounds) -> Bounds {
 impl Bounds {
     /// [`Bounds::LEN`] little-endian bytes.
     pub fn encode(&self) -> Vec<u8> {
-        [self.copy, self.ar, self.rs, self.push]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect()
+        [
+            self.copy,
+            self.ar,
+            self.rs,
+            self.push,
+            self.pull_ar,
+            self.pull_rs,
+        ]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect()
     }
 
     /// Bytes of [`Bounds::encode`].
-    pub const LEN: usize = 32;
+    pub const LEN: usize = 48;
 
     /// From [`Bounds::encode`]'s bytes (`None`: not [`Bounds::LEN`] of them).
     pub fn decode(b: &[u8]) -> Option<Bounds> {
@@ -850,27 +892,46 @@ impl Bounds {
             ar: at(1),
             rs: at(2),
             push: at(3),
+            pull_ar: at(4),
+            pull_rs: at(5),
         })
     }
 
     /// The bounds from the settings: `copy` is `OXCCL_CUDA_CE_MIN`'s value;
     /// `ar_set` `OXCCL_CUDA_CE_AR_MIN` when set (then reduce-scatters from
-    /// [`ce_reduce::RS_FACTOR`] times it, as for `-g 2`), else
-    /// [`XP_AR_MIN`] and [`XP_RS_MIN`]; `push` `OXCCL_CUDA_CE_PUSH`'s.
+    /// [`ce_reduce::RS_FACTOR`] times it, as for `-g 2`, pushed or pulled),
+    /// else pulled from [`XP_AR_MIN`] and [`XP_RS_MIN`], pushed from
+    /// [`XP_PUSH_MIN`] when `push` (`OXCCL_CUDA_CE_PUSH`'s) is not 0.
     pub fn from_settings(copy: u64, ar_set: Option<u64>, push: u64) -> Bounds {
         match ar_set {
-            Some(v) => Bounds {
-                copy,
-                ar: v,
-                rs: v.saturating_mul(ce_reduce::RS_FACTOR),
-                push,
-            },
-            None => Bounds {
-                copy,
-                ar: XP_AR_MIN,
-                rs: XP_RS_MIN,
-                push,
-            },
+            Some(v) => {
+                let rs = v.saturating_mul(ce_reduce::RS_FACTOR);
+                Bounds {
+                    copy,
+                    ar: v,
+                    rs,
+                    push,
+                    pull_ar: v,
+                    pull_rs: rs,
+                }
+            }
+            None => {
+                let pushed = |pulled: u64| {
+                    if push > 0 {
+                        XP_PUSH_MIN.min(pulled)
+                    } else {
+                        pulled
+                    }
+                };
+                Bounds {
+                    copy,
+                    ar: pushed(XP_AR_MIN),
+                    rs: pushed(XP_RS_MIN),
+                    push,
+                    pull_ar: XP_AR_MIN,
+                    pull_rs: XP_RS_MIN,
+                }
+            }
         }
     }
 }
@@ -1163,6 +1224,51 @@ mod tests {
         // A buffer that cannot be shared never pushes.
         let unshared = msg(0, c, [Buf::NONE, buf(2, GIB, 0)]);
         assert!(!pushable(&unshared, &apart));
+    }
+
+    #[test]
+    fn reductions_between_the_bounds_take_the_engines_only_when_pushed() {
+        let d = Bounds::from_settings(0, None, PUSH_PIECE);
+        assert_eq!((d.ar, d.rs), (XP_PUSH_MIN, XP_PUSH_MIN));
+        assert_eq!((d.pull_ar, d.pull_rs), (XP_AR_MIN, XP_RS_MIN));
+        // Pushes off, or the bound set: one bound, pushed or pulled.
+        let off = Bounds::from_settings(0, None, 0);
+        assert_eq!((off.ar, off.pull_ar), (XP_AR_MIN, XP_AR_MIN));
+        let set = Bounds::from_settings(0, Some(64 * MIB), PUSH_PIECE);
+        assert_eq!((set.ar, set.pull_ar), (64 * MIB, 64 * MIB));
+        assert_eq!((set.rs, set.pull_rs), (128 * MIB, 128 * MIB));
+        for (coll, count) in [
+            (Coll::AllReduce, XP_PUSH_MIN / 4),
+            (Coll::ReduceScatter, XP_PUSH_MIN / 8),
+        ] {
+            let c = call(coll, count, DataType::Float32, ce_reduce::Op::Sum);
+            assert!(eligible(&c, &d), "{coll:?} at the pushed bound");
+            let lower = call(coll, count - 1, DataType::Float32, ce_reduce::Op::Sum);
+            assert!(!eligible(&lower, &d));
+            let bytes = XP_PUSH_MIN;
+            let apart = msg(0, c, [buf(1, bytes, 0), buf(2, bytes, 0)]);
+            let same = msg(0, c, [buf(3, bytes, 0), buf(3, bytes, 0)]);
+            // Both apart: pushed; either in place: pulled, so back to the
+            // ring kernel on both ranks (each sees both messages).
+            assert!(!declined(&apart, &apart, &d));
+            assert!(declined(&apart, &same, &d) && declined(&same, &apart, &d));
+            assert!(declined(&same, &same, &d));
+            let no_push = Bounds { push: 0, ..d };
+            assert!(declined(&apart, &apart, &no_push));
+            // From the pulled bound nothing is declined.
+            let big = call(coll, count * 2, DataType::Float32, ce_reduce::Op::Sum);
+            let big_same = msg(0, big, [buf(3, 2 * bytes, 0), buf(3, 2 * bytes, 0)]);
+            assert!(!declined(&big_same, &big_same, &d));
+        }
+        // Copies are never declined.
+        let ag = call(
+            Coll::AllGather,
+            256 * MIB,
+            DataType::Int8,
+            ce_reduce::Op::Sum,
+        );
+        let m = msg(0, ag, [buf(1, GIB, 0), buf(1, GIB, 0)]);
+        assert!(!declined(&m, &m, &d));
     }
 
     #[test]

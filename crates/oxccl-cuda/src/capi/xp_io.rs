@@ -273,12 +273,14 @@ impl DevComm {
         oxccl_env::info!(
             oxccl_env::log::Subsys::INIT,
             "rank {}: copy engines with rank {peer} (another process): copies from {} bytes, \
-             all-reduces from {}, reduce-scatters from {} (0: never), out-of-place reductions \
-             pushed in pieces of {} (0: pulled)",
+             all-reduces from {} (pulled from {}), reduce-scatters from {} (pulled from {}; \
+             0: never), out-of-place reductions pushed in pieces of {} (0: pulled)",
             self.rank,
             bounds.copy,
             bounds.ar,
+            bounds.pull_ar,
             bounds.rs,
+            bounds.pull_rs,
             bounds.push
         );
         let _ = self.xp.set(XpState {
