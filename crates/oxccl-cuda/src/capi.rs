@@ -1132,6 +1132,12 @@ unsafe fn copy_async(x: &ce::Xfer, on: sys::CUstream) -> Result<()> {
 /// out of place against 103 in place (NCCL 0.90-0.93x; 2xH200, session 10).
 const SELF_COPY_SIDE_MIN: u64 = 32 << 20;
 
+/// Blocks of the copy kernel that copies a rank to itself beside the copy
+/// engines' transfers with a peer process: 32 blocks copy ~1 TB/s (~30 GB/s
+/// each), so a copy as large as the transfer ends well within it (the
+/// engine pushes ~390 GB/s), on a quarter of the SMs for that while.
+const SELF_COPY_XP_BLOCKS: u32 = 32;
+
 /// Rank calls that went to the copy engines in this process (each rank's
 /// half counts once): what tests read to know the path was taken.
 static CE_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -1433,10 +1439,43 @@ impl Launch {
                 unsafe { ring::launch_ring(f as sys::CUfunction, blocks, stream, args) }
             }
             LaunchKind::P2p { f, sends, recvs } => {
-                if let Some(x) = c.xp_p2p(&sends, &recvs, self.stream) {
-                    if c.go_xp(&x, self.stream)? {
+                // Both ranks judge the transfers between them only, which
+                // each sees alike (one's send is the other's receive): a
+                // root's copy to itself (scatter, gather) left the root on
+                // the ring kernel while its peer went to the engines and
+                // timed out waiting for it (2 processes, 256 MB, session 10).
+                let peer_only = |v: &[(usize, u64, usize)]| -> Vec<(usize, u64, usize)> {
+                    v.iter().filter(|x| x.0 != c.rank).copied().collect()
+                };
+                let (ps, pr) = (peer_only(&sends), peer_only(&recvs));
+                if let Some(x) = c.xp_p2p(&ps, &pr, self.stream) {
+                    let selfs = c.self_xfers(&sends, &recvs)?;
+                    let _scope = CtxScope::enter(c.ctx)?;
+                    // The copies to itself by SMs on a side stream of
+                    // their own (the engines' work uses the stream and side
+                    // stream 0), forked before it. Queued after it, they
+                    // waited for it (2-process scatters of 256 MB-2 GB out
+                    // of place 0.87-0.92x NCCL, in place 1.05-1.08x); on a
+                    // copy engine beside it, 0.94-0.96x (session 10).
+                    let side = if selfs.is_empty() {
+                        None
+                    } else {
+                        Some(c.ce_side_at(1)?)
+                    };
+                    if let Some(sd) = side {
+                        c.fork_side(sd, stream)?;
+                        c.copy_kernels(&selfs, sd.stream as sys::CUstream, SELF_COPY_XP_BLOCKS)?;
+                    }
+                    let went = c.go_xp(&x, self.stream);
+                    if let Some(sd) = side {
+                        c.join_side(sd, stream)?;
+                    }
+                    if went? {
                         return Ok(());
                     }
+                    // Declined by both: the ring kernel moves what goes to
+                    // and from the peer; the copies to itself are queued.
+                    return c.go_p2p(f, ps, pr, stream);
                 }
                 c.go_p2p(f, sends, recvs, stream)
             }
@@ -1689,25 +1728,21 @@ impl DevComm {
         self.nranks
     }
 
-    /// Runs one rank's merged sends and receives: those to itself are
-    /// device-to-device copies (the i-th send to self fills the i-th receive
-    /// from self); with the peer, the k-th copy kernel carries this rank's
-    /// k-th send and k-th receive (both sides launch max(sends, receives)
-    /// kernels, the same number).
-    fn go_p2p(
+    /// A group's copies of this rank to itself: its k-th send to itself
+    /// paired with its k-th receive from itself (0-byte and same-buffer ones
+    /// dropped). Errors: the counts or the sizes do not pair up.
+    fn self_xfers(
         &self,
-        f: usize,
-        sends: Vec<(usize, u64, usize)>,
-        recvs: Vec<(usize, u64, usize)>,
-        stream: sys::CUstream,
-    ) -> Result<()> {
+        sends: &[(usize, u64, usize)],
+        recvs: &[(usize, u64, usize)],
+    ) -> Result<Vec<ce::Xfer>> {
         let mine = |v: &[(usize, u64, usize)]| -> Vec<(u64, usize)> {
             v.iter()
                 .filter(|x| x.0 == self.rank)
                 .map(|x| (x.1, x.2))
                 .collect()
         };
-        let (ss, rs) = (mine(&sends), mine(&recvs));
+        let (ss, rs) = (mine(sends), mine(recvs));
         if ss.len() != rs.len() {
             return Err(Error::invalid_usage(format!(
                 "rank {}: {} send(s) to itself but {} receive(s) from itself in this group",
@@ -1716,7 +1751,6 @@ impl DevComm {
                 rs.len()
             )));
         }
-        let _scope = CtxScope::enter(self.ctx)?;
         let mut selfs: Vec<ce::Xfer> = Vec::new();
         for ((src, sb), (dst, rb)) in ss.into_iter().zip(rs) {
             if sb != rb {
@@ -1733,6 +1767,23 @@ impl DevComm {
                 });
             }
         }
+        Ok(selfs)
+    }
+
+    /// Runs one rank's merged sends and receives: those to itself are
+    /// device-to-device copies (the i-th send to self fills the i-th receive
+    /// from self); with the peer, the k-th copy kernel carries this rank's
+    /// k-th send and k-th receive (both sides launch max(sends, receives)
+    /// kernels, the same number).
+    fn go_p2p(
+        &self,
+        f: usize,
+        sends: Vec<(usize, u64, usize)>,
+        recvs: Vec<(usize, u64, usize)>,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let selfs = self.self_xfers(&sends, &recvs)?;
+        let _scope = CtxScope::enter(self.ctx)?;
         // Transfers of 0 bytes move nothing (the peer's matching one is
         // empty too, so both sides drop the same ones) and launch nothing.
         let others = |v: &[(usize, u64, usize)]| -> Vec<(usize, u64, usize)> {
@@ -1791,10 +1842,22 @@ impl DevComm {
             }
             return Ok(Some(sd));
         }
+        self.copy_kernels(selfs, stream, u32::MAX)?;
+        Ok(None)
+    }
+
+    /// The copy kernel on `stream` for each of `selfs` (this GPU's memory),
+    /// on at most `max_blocks` blocks.
+    fn copy_kernels(
+        &self,
+        selfs: &[ce::Xfer],
+        stream: sys::CUstream,
+        max_blocks: u32,
+    ) -> Result<()> {
         let f = self.function_in(&kernels::COPY, "oxccl_copy")?;
         for x in selfs {
             let (mut d, mut s, mut n) = (x.dst, x.src, x.bytes);
-            let blocks = allreduce::copy_kernel_blocks(n);
+            let blocks = allreduce::copy_kernel_blocks(n).min(max_blocks);
             let mut params = [
                 &mut d as *mut u64 as *mut c_void,
                 &mut s as *mut u64 as *mut c_void,
@@ -1814,7 +1877,7 @@ impl DevComm {
                 )?;
             }
         }
-        Ok(None)
+        Ok(())
     }
 
     /// `stream`'s work so far, then the side stream's next operations.

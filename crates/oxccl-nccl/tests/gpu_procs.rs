@@ -235,7 +235,8 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                 }
                 cases += 3;
             }
-            // Copies: all-gather, broadcast, all-to-all, send/receive ring shift.
+            // Copies: all-gather, broadcast, all-to-all, scatter, gather,
+            // send/receive ring shift.
             let inp = input(t, count, rank, 5);
             sb.put(&inp);
             ok(
@@ -273,7 +274,34 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                 want.extend_from_slice(&theirs[rank * bytes..(rank + 1) * bytes]);
             }
             assert!(rb.get(total) == want, "{}", ctx("alltoall"));
+            // Scatter and gather: the root also copies to itself, its peers
+            // only send or receive (the two sides must still take the same
+            // path: at 2 processes the engines, when the bound is lowered).
+            let sroot = (ti + 1) % n;
+            ok(
+                unsafe { ncclScatter(sb.p, rb.p, count, t, sroot as i32, comm, null_mut()) },
+                "ncclScatter",
+            );
+            host_sync();
+            let theirs = input(t, count * n, sroot, 6);
+            assert!(
+                rb.get(bytes) == theirs[rank * bytes..(rank + 1) * bytes],
+                "{}",
+                ctx("scatter")
+            );
             sb.put(&inp);
+            ok(
+                unsafe { ncclGather(sb.p, rb.p, count, t, sroot as i32, comm, null_mut()) },
+                "ncclGather",
+            );
+            host_sync();
+            if rank == sroot {
+                let mut want = Vec::new();
+                for q in 0..n {
+                    want.extend(input(t, count, q, 5));
+                }
+                assert!(rb.get(total) == want, "{}", ctx("gather"));
+            }
             ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
             ok(
                 unsafe { ncclSend(sb.p, count, t, ((rank + 1) % n) as i32, comm, null_mut()) },
@@ -299,7 +327,7 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                 "{}",
                 ctx("sendrecv")
             );
-            cases += 4;
+            cases += 6;
         }
     }
     cases
@@ -631,8 +659,10 @@ fn two_processes_large_messages() {
 
 /// 2 processes on the copy engines with the peer process (xp.rs), bounds
 /// lowered so these sizes take them: all-gathers from 256 KiB per rank,
-/// broadcasts from 512 KiB, all-reduces from 256 KiB, reduce-scatters from
-/// 1 MiB in all (sum, prod, max, min; avg and PreMulSum stay on the ring).
+/// broadcasts, scatters and gathers from 512 KiB to the peer (the root's
+/// copy to itself beside them), all-to-alls as a send/receive pair,
+/// all-reduces from 256 KiB, reduce-scatters from 1 MiB in all (sum, prod,
+/// max, min; avg and PreMulSum stay on the ring).
 /// 300007 and 1048583 elements of every type land on both sides of those
 /// bounds, in place and out of place; the sweep checks every result against
 /// the host path, and each rank that some call took the engines. `push`:
