@@ -1439,16 +1439,9 @@ impl Launch {
                 unsafe { ring::launch_ring(f as sys::CUfunction, blocks, stream, args) }
             }
             LaunchKind::P2p { f, sends, recvs } => {
-                // Both ranks judge the transfers between them only, which
-                // each sees alike (one's send is the other's receive): a
-                // root's copy to itself (scatter, gather) left the root on
-                // the ring kernel while its peer went to the engines and
-                // timed out waiting for it (2 processes, 256 MB, session 10).
-                let peer_only = |v: &[(usize, u64, usize)]| -> Vec<(usize, u64, usize)> {
-                    v.iter().filter(|x| x.0 != c.rank).copied().collect()
-                };
-                let (ps, pr) = (peer_only(&sends), peer_only(&recvs));
-                if let Some(x) = c.xp_p2p(&ps, &pr, self.stream) {
+                // Both ranks judge the transfers between them only
+                // (xp::p2p_call); a copy to itself runs beside.
+                if let Some(x) = c.xp_p2p(&sends, &recvs, self.stream) {
                     let selfs = c.self_xfers(&sends, &recvs)?;
                     let _scope = CtxScope::enter(c.ctx)?;
                     // The copies to itself by SMs on a side stream of
@@ -1475,7 +1468,10 @@ impl Launch {
                     }
                     // Declined by both: the ring kernel moves what goes to
                     // and from the peer; the copies to itself are queued.
-                    return c.go_p2p(f, ps, pr, stream);
+                    let peer_only = |v: Vec<(usize, u64, usize)>| -> Vec<(usize, u64, usize)> {
+                        v.into_iter().filter(|x| x.0 != c.rank).collect()
+                    };
+                    return c.go_p2p(f, peer_only(sends), peer_only(recvs), stream);
                 }
                 c.go_p2p(f, sends, recvs, stream)
             }

@@ -346,6 +346,41 @@ pub fn eligible(call: &Call, b: &Bounds) -> bool {
     }
 }
 
+/// A group's transfers with `peer` as one send/receive call for the copy
+/// engines (`sends` and `recvs`: (rank, pointer, bytes)), or `None`: more
+/// than one send to or receive from the peer, or a transfer with a third
+/// rank. Transfers of this rank with itself are left out (they run beside
+/// the engines): both ranks must judge the same thing, and what passes
+/// between them each sees alike (one's send is the other's receive),
+/// while only a scatter's or gather's root copies to itself. Judged with
+/// its copy, the root stayed on the ring kernel while its peer waited on
+/// the engines (2 processes, 128 MiB or more to the peer, session 10).
+pub fn p2p_call(
+    sends: &[(usize, u64, usize)],
+    recvs: &[(usize, u64, usize)],
+    rank: usize,
+    peer: usize,
+) -> Option<Call> {
+    let with_peer = |v: &[(usize, u64, usize)]| -> Option<Option<(u64, u64)>> {
+        let mut it = v.iter().filter(|x| x.0 != rank);
+        let first = it.next();
+        if it.next().is_some() || first.is_some_and(|x| x.0 != peer) {
+            return None;
+        }
+        Some(first.map(|x| (x.1, x.2 as u64)))
+    };
+    let (input, count) = with_peer(sends)?.unwrap_or((0, 0));
+    let (output, recv) = with_peer(recvs)?.unwrap_or((0, 0));
+    Some(Call {
+        coll: Coll::SendRecv { recv },
+        count,
+        dtype: DataType::Uint8,
+        op: ce_reduce::Op::Sum,
+        input,
+        output,
+    })
+}
+
 /// A buffer as its owner shares it: the allocation's IPC handle, id, base
 /// and size, and the pointer's offset in it. `ok` false: it cannot be
 /// shared (not exportable), the other fields are zero.
@@ -1224,6 +1259,57 @@ mod tests {
         // A buffer that cannot be shared never pushes.
         let unshared = msg(0, c, [Buf::NONE, buf(2, GIB, 0)]);
         assert!(!pushable(&unshared, &apart));
+    }
+
+    #[test]
+    fn both_ends_of_a_group_judge_the_same_transfers() {
+        let d = Bounds::from_settings(ce::DEFAULT_MIN, None, PUSH_PIECE);
+        for n in [0usize, 1, 64 << 20, (128 << 20) - 1, 128 << 20, 1 << 30] {
+            // Scatter from rank 0 and gather to rank 0: the root also
+            // copies to itself, its peer only receives or sends.
+            let root_scatter = p2p_call(&[(1, 0xa0, n), (0, 0xb0, n)], &[(0, 0xc0, n)], 0, 1);
+            let peer_scatter = p2p_call(&[], &[(0, 0xd0, n)], 1, 0);
+            let root_gather = p2p_call(&[(0, 0xb0, n)], &[(1, 0xe0, n), (0, 0xc0, n)], 0, 1);
+            let peer_gather = p2p_call(&[(0, 0xf0, n)], &[], 1, 0);
+            // All-to-all: one transfer each way plus the copy to itself.
+            let a2a = |r: usize| {
+                p2p_call(
+                    &[(1 - r, 1, n), (r, 2, n)],
+                    &[(1 - r, 3, n), (r, 4, n)],
+                    r,
+                    1 - r,
+                )
+            };
+            for (x, y) in [
+                (root_scatter, peer_scatter),
+                (root_gather, peer_gather),
+                (a2a(0), a2a(1)),
+            ] {
+                let (x, y) = (
+                    x.expect("one transfer with the peer"),
+                    y.expect("its other end"),
+                );
+                assert_eq!(
+                    eligible(&x, &d),
+                    eligible(&y, &d),
+                    "{n} bytes: {x:?} / {y:?}"
+                );
+            }
+            let x = root_scatter.unwrap();
+            assert_eq!((x.count, x.input), (n as u64, 0xa0));
+            assert_eq!(x.coll, Coll::SendRecv { recv: 0 });
+            let y = peer_scatter.unwrap();
+            assert_eq!((y.count, y.output), (0, 0xd0));
+            assert_eq!(y.coll, Coll::SendRecv { recv: n as u64 });
+        }
+        // The bound (twice OXCCL_CUDA_CE_MIN one way) holds on both ends.
+        let one_way = |n: usize| p2p_call(&[], &[(0, 1, n)], 1, 0).unwrap();
+        assert!(eligible(&one_way(2 * ce::DEFAULT_MIN as usize), &d));
+        assert!(!eligible(&one_way(2 * ce::DEFAULT_MIN as usize - 1), &d));
+        // Two sends to the peer, or a third rank: not one call.
+        assert!(p2p_call(&[(1, 1, 8), (1, 2, 8)], &[], 0, 1).is_none());
+        assert!(p2p_call(&[(2, 1, 8)], &[], 0, 1).is_none());
+        assert!(p2p_call(&[], &[(2, 1, 8)], 0, 1).is_none());
     }
 
     #[test]

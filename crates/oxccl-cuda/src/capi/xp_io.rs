@@ -508,23 +508,7 @@ impl DevComm {
         stream: usize,
     ) -> Option<xp::Call> {
         let xs = self.xp.get()?;
-        if sends.len() > 1 || recvs.len() > 1 {
-            return None;
-        }
-        if sends.iter().chain(recvs.iter()).any(|x| x.0 != xs.peer) {
-            return None;
-        }
-        let (input, count) = sends.first().map_or((0, 0), |x| (x.1, x.2 as u64));
-        let (output, recv) = recvs.first().map_or((0, 0), |x| (x.1, x.2 as u64));
-        let call = xp::Call {
-            coll: xp::Coll::SendRecv { recv },
-            count,
-            dtype: DataType::Uint8,
-            op: crate::ce_reduce::Op::Sum,
-            input,
-            output,
-        };
-        self.xp_call(call, stream)
+        self.xp_call(xp::p2p_call(sends, recvs, self.rank, xs.peer)?, stream)
     }
 
     /// Lets go of the peer allocations (the context current and synchronised).
