@@ -230,8 +230,10 @@ if [ "$MODE" = xp ]; then
   # One process per GPU (--ranks 2): the copy engines with the peer process
   # (crates/oxccl-cuda/src/xp.rs) at the default bounds, and the ring
   # kernels only (both bounds 0), beside NCCL, 32 MB-4 GB; then a checked
-  # run of each collective at 512 MB-1 GB on the engines.
-  for c in ${OXCCL_XP_COLLS:-all_gather sendrecv reduce_scatter all_reduce broadcast}; do
+  # run of each collective at 512 MB-1 GB on the engines. Scatters, gathers
+  # and all-to-alls take the engines for their transfer with the peer while
+  # SMs copy the rank's own part (session 10).
+  for c in ${OXCCL_XP_COLLS:-all_gather sendrecv reduce_scatter all_reduce broadcast scatter gather alltoall}; do
     R="$c --backend cuda --ranks 2 -b 32M -e 4G -f 2 -c 0 -n 8 -w 2 --compare $NCCL"
     run "xp_default_$c" 240 "$X" $P $R -J "$OUTDIR/xp_default_$c.json"
     OXCCL_CUDA_CE_MIN=0 OXCCL_CUDA_CE_AR_MIN=0 run "xp_off_$c" 240 "$X" $P $R -J "$OUTDIR/xp_off_$c.json"
