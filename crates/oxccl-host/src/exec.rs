@@ -231,3 +231,59 @@ fn timeout_error(streams: &[Streams<'_>], groups: &[Vec<Task<'_>>], t: Duration)
         parts.join("; ")
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A receive stream holding `0` or more unread bytes.
+    struct Held(Vec<u8>);
+
+    impl RecvHalf for Held {
+        fn peek(&mut self) -> Result<&[u8]> {
+            Ok(&self.0)
+        }
+        fn consume(&mut self, n: usize) {
+            self.0.drain(..n);
+        }
+        fn fill(&mut self) -> Result<bool> {
+            Ok(false)
+        }
+    }
+
+    fn rx(held: &[&[usize]]) -> Vec<Vec<Box<dyn RecvHalf>>> {
+        held.iter()
+            .map(|chans| {
+                chans
+                    .iter()
+                    .map(|&n| Box::new(Held(vec![7; n])) as Box<dyn RecvHalf>)
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_goodbye_waits_only_for_bytes_still_to_read_from_the_leaver() {
+        // Peer 1 left; this rank receives from it on channels 0 and 1.
+        let mut streams = rx(&[&[0, 0], &[8, 0]]);
+        let on = |w: &[(usize, usize, bool)], s: &mut Vec<Vec<Box<dyn RecvHalf>>>| {
+            left_bytes_unread(w, 1, s)
+        };
+        assert!(
+            on(&[(1, 0, false)], &mut streams),
+            "its bytes are still there"
+        );
+        assert!(!on(&[(1, 1, false)], &mut streams), "nothing left to read");
+        assert!(!on(&[(1, 0, false), (1, 1, false)], &mut streams));
+        assert!(
+            !on(&[(1, 0, true)], &mut streams),
+            "a send to it never drains"
+        );
+        // Waits on other peers do not count; a channel it never had fails.
+        assert!(on(&[(0, 0, true), (1, 0, false)], &mut streams));
+        assert!(!on(&[(1, 5, false)], &mut streams));
+        // Once taken, the goodbye is a failure.
+        streams[1][0].consume(8);
+        assert!(!on(&[(1, 0, false)], &mut streams));
+    }
+}
