@@ -1789,20 +1789,18 @@ impl DevComm {
                 .collect()
         };
         let (os, or) = (others(&sends), others(&recvs));
-        // One copy to itself (gather, scatter, all-to-all) below
-        // SELF_COPY_SIDE_MIN rides in the launch with the peers: an extra
-        // launch costs ~4 µs (measured: 2-process gathers of 512 B took 12.9
-        // µs out of place with a copy kernel, against 7.2 in place; 6.95
-        // once the launch carried the copy). Larger ones run on the side
-        // stream by the copy engine; several small ones, by copy kernels.
-        // The pair kernel's grid follows the peers' sizes (both ranks must
-        // launch the same), so there the copy may be at most twice the
-        // largest of them; the ring's launch adds blocks for it.
+        // One copy to itself (gather, scatter, all-to-all) rides in the
+        // launch with the peers: an extra launch costs ~4 µs (measured:
+        // 2-process gathers of 512 B took 12.9 µs out of place with a copy
+        // kernel, against 7.2 in place; 6.95 once the launch carried the
+        // copy). The ring's launch gives it blocks of its own beside the
+        // transfers, at any size (ring::p2p_launch_args). The pair kernel's
+        // grid follows the peers' sizes (both ranks must launch the same)
+        // and its blocks copy after their transfers, so there the copy must
+        // be below SELF_COPY_SIDE_MIN and at most twice the largest transfer;
+        // a larger one runs on the side stream by the copy engine, several
+        // small ones by copy kernels.
         let largest_peer = os.iter().chain(or.iter()).map(|x| x.2 as u64).max();
-        // The ring's launch gives the copy blocks of its own, beside the
-        // transfers, at any size (ring::p2p_launch_args); the pair kernel's
-        // blocks copy after their transfers, so there a large copy goes to
-        // the side stream.
         let fits = |b: u64| {
             self.ring_for(stream as usize)
                 || (b < SELF_COPY_SIDE_MIN
