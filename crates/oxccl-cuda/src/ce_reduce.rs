@@ -250,20 +250,31 @@ pub struct Reduce {
     pub slots: u32,
     /// 0 or 1: whether this rank's input is x0 (rank 0's) or x1.
     pub rank: u32,
-    /// Halvings of the last piece (pushed plans: [`PUSH_TAPER`]; the slot
+    /// Halvings of the last piece (pushed plans: [`push_taper`]; the slot
     /// ring's kernel takes whole pieces, 0).
     pub taper: u32,
     /// Bytes per element (the halvings keep whole 16-byte units).
     pub elem: u64,
 }
 
-/// Halvings of a pushed plan's last piece: a 64 MiB last piece goes as
-/// 32, 16, 8, 4 and 4 MiB, so what is left to reduce after the last copy
-/// lands is 4 MiB (~10 µs for the 32-block kernel at ~1.2 TB/s of this GPU's
-/// memory) instead of 64 (~170 µs: the difference between the pushes'
+/// What a pushed plan's last piece is halved down to: a 64 MiB last piece
+/// goes as 32, 16, 8, 4 and 4 MiB, so what is left to reduce after the last
+/// copy lands is 4 MiB (~10 µs for the 32-block kernel at ~1.2 TB/s of this
+/// GPU's memory) instead of 64 (~170 µs: the difference between the pushes'
 /// 512 MiB / 390 GB/s = 1,376 µs and the 1,523–1,558 µs a 1 GiB
 /// reduce-scatter took, session 9).
-pub const PUSH_TAPER: u32 = 4;
+pub const PUSH_TAPER_LAST: u64 = 4 << 20;
+
+/// Halvings of a pushed plan's last piece of `piece_bytes` (at most a
+/// piece): 4 (measured, session 9), and more until it is at most
+/// [`PUSH_TAPER_LAST`] (pieces over 64 MiB, `OXCCL_CUDA_CE_PUSH`).
+pub fn push_taper(piece_bytes: u64) -> u32 {
+    let mut t = 4;
+    while piece_bytes.div_ceil(1 << t) > PUSH_TAPER_LAST {
+        t += 1;
+    }
+    t
+}
 
 /// A piece as the kernel sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -543,7 +554,7 @@ pub fn plan_pushed(calls: &[Call; 2], r: usize, piece_bytes: u64) -> PushedPlan 
             piece,
             slots: 1,
             rank: i as u32,
-            taper: PUSH_TAPER,
+            taper: push_taper(piece * sz),
             elem: sz,
         }
     };
@@ -1005,6 +1016,13 @@ mod tests {
         };
         let sizes: Vec<u64> = r.pieces().map(|p| (p.hi - p.lo) / mib).collect();
         assert_eq!(sizes, [64, 32, 16, 8, 4, 4]);
+        // Larger pieces taper down to 4 MiB too; smaller ones keep 4 halvings.
+        assert_eq!(push_taper(64 << 20), 4);
+        assert_eq!(push_taper(256 << 20), 6);
+        assert_eq!((256u64 << 20) >> push_taper(256 << 20), 4 << 20);
+        assert_eq!(push_taper((256 << 20) + 16), 7);
+        assert_eq!(push_taper(16 << 20), 4);
+        assert_eq!(push_taper(0), 4);
     }
 
     /// Runs both ranks' pushed plans, one action at a time in an order drawn

@@ -1206,7 +1206,7 @@ mod tests {
         assert_eq!(push_piece(2 * GIB, 100_000), 100_000);
         assert_eq!(push_piece(MIB, 100_000), 100_000);
         // Through plan: a 256 MiB all-reduce pushes 32 MiB pieces, the last
-        // one halved (ce_reduce::PUSH_TAPER).
+        // one halved four times (ce_reduce::push_taper).
         let a = Call {
             input: 0x1000_0000,
             output: 0x2000_0000,
