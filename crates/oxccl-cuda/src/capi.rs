@@ -2531,8 +2531,11 @@ pub fn use_device(ordinal: i32) -> Result<()> {
     })
 }
 
-/// Copies host bytes to device memory (synchronous; ordered after the
-/// legacy default stream's work).
+/// Copies host bytes to device memory (ordered after the legacy default
+/// stream's work), landed when it returns: from pageable memory
+/// cuMemcpyHtoD returns once the bytes are staged, before the DMA lands, and
+/// kernels on non-blocking streams are not ordered after it (CUDA's "API
+/// synchronization behavior"), hence the context's synchronize.
 pub fn copy_to_device(dst: u64, src: &[u8]) -> Result<()> {
     loader::driver()?;
     guarded("cuMemcpyHtoD", || {
@@ -2541,7 +2544,8 @@ pub fn copy_to_device(dst: u64, src: &[u8]) -> Result<()> {
             check(
                 sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()),
                 "cuMemcpyHtoD",
-            )
+            )?;
+            check(sys::cuCtxSynchronize(), "cuCtxSynchronize")
         }
     })
 }

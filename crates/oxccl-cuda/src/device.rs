@@ -464,7 +464,10 @@ impl DeviceBuffer<'_> {
         self.gpu
     }
 
-    /// Copies `src` to byte `offset` (waits for the GPU's queued work first).
+    /// Copies `src` to byte `offset` (waits for the GPU's queued work
+    /// first), landed when it returns: from pageable memory cuMemcpyHtoD
+    /// returns once the bytes are staged, and a kernel on a non-blocking
+    /// stream is not ordered after the DMA (see perfio's `write`).
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.range(offset, src.len())?;
         self.gpu.synchronize()?;
@@ -480,7 +483,8 @@ impl DeviceBuffer<'_> {
                     "cuMemcpyHtoD",
                 )
             }
-        })
+        })?;
+        self.gpu.synchronize()
     }
 
     /// Copies from byte `offset` into `dst` (waits for the GPU's queued work first).

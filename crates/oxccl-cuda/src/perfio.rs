@@ -464,9 +464,9 @@ impl PerfMem {
         Ok(())
     }
 
-    /// Copies `src` to byte `offset` (synchronous: done when it returns).
-    /// Work still queued on a non-blocking stream is not waited for: wait
-    /// for the stream first.
+    /// Copies `src` to byte `offset`, landed when it returns. Work still
+    /// queued on a non-blocking stream is not waited for: wait for the
+    /// stream first.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.range(offset, src.len())?;
         if src.is_empty() {
@@ -474,7 +474,13 @@ impl PerfMem {
         }
         guarded("cuMemcpyHtoD", || {
             self.gpu.bind()?;
-            // SAFETY: the range is inside the allocation (checked); `src` is readable.
+            // SAFETY: the range is inside the allocation (checked); `src` is
+            // readable. Why the synchronize: from pageable memory
+            // cuMemcpyHtoD returns once the bytes are staged, before the DMA
+            // lands (CUDA's "API synchronization behavior"), and a kernel on
+            // a non-blocking stream is not ordered after it: a 1 MiB in-place
+            // all-reduce check read the timed loop's results once in four
+            // (2xH200, session 11).
             unsafe {
                 check(
                     sys::cuMemcpyHtoD_v2(
@@ -483,7 +489,8 @@ impl PerfMem {
                         src.len(),
                     ),
                     "cuMemcpyHtoD",
-                )
+                )?;
+                check(sys::cuCtxSynchronize(), "cuCtxSynchronize")
             }
         })
     }

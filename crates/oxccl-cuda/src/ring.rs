@@ -1500,11 +1500,15 @@ impl Ring {
         self.table = table;
         guarded("cuMemcpyHtoD", || {
             // SAFETY: `p` holds 2 * n * 8 + n * 4 bytes, `bytes` as many.
+            // Synchronized: the DMA from pageable memory may land after the
+            // copy returns, and the kernels run on the user's streams, which
+            // may be non-blocking (capi's copy_to_device).
             unsafe {
                 check(
                     sys::cuMemcpyHtoD_v2(p, bytes.as_ptr() as *const c_void, bytes.len()),
                     "cuMemcpyHtoD",
-                )
+                )?;
+                check(sys::cuCtxSynchronize(), "cuCtxSynchronize")
             }
         })
     }
