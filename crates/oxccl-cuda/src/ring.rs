@@ -312,12 +312,19 @@ pub const P2P_LL_CAP: u64 = LL_NSLOTS as u64 * LL_SLOT_BYTES / 2;
 
 /// The all-reduce size up to which the one-shot LL kernel is taken by
 /// default: each rank sends (n - 1) x the message, so the bound shrinks with
-/// the rank count (128 KiB for 2 ranks, ~18 KiB for 8; none past 8 ranks).
-/// Measured on nvidia-h200-x2, 2 processes, CUDA graphs (session 3, `oxccl
-/// perf --ranks 2 -G 10`): one-shot / ring LL 4.8 / 7.3 us at 8 B, 5.8 / 7.6
-/// at 32 KiB, 6.1 / 7.8 at 128 KiB, 10.2 / 9.5 at 512 KiB.
+/// the rank count (256 KiB for 2 ranks, 128 KiB / (n - 1) beyond: ~43 KiB
+/// for 4, ~18 KiB for 8; none past 8 ranks). Measured on nvidia-h200-x2, 2
+/// processes, CUDA graphs (session 3, `oxccl perf --ranks 2 -G 10`):
+/// one-shot / ring LL 4.8 / 7.3 us at 8 B, 5.8 / 7.6 at 32 KiB, 6.1 / 7.8 at
+/// 128 KiB, 10.2 / 9.5 at 512 KiB. Session 11 (same machine, two rounds):
+/// 256 KiB 5.50 / 6.85 under graphs, 6.1 / 7.4 eager (NCCL 8.0 / 8.7-11.5);
+/// 512 KiB 8.95 / 8.27 and 1 MiB 15.9 / 13.8 under graphs (one slot of LL
+/// lines per block up to 256 KiB; beyond, a block waits for its peer to free
+/// slots). More ranks: not measured (no such machine lent), the old bound.
 pub fn default_oneshot_max(nranks: usize) -> u64 {
-    if (2..=LL1_MAX_RANKS).contains(&nranks) {
+    if nranks == 2 {
+        256 << 10
+    } else if (3..=LL1_MAX_RANKS).contains(&nranks) {
         (128 << 10) / (nranks as u64 - 1)
     } else {
         0
@@ -360,6 +367,9 @@ pub struct Thresholds {
     /// Sends and receives from this many bytes may spread over 32 channels
     /// ([`P2P_WIDE_MIN`] within a host, `u64::MAX` across hosts).
     pub p2p_wide_min: u64,
+    /// Bytes per channel of a Simple collective ([`coll_channels`]):
+    /// [`COLL_CHUNK`] within a host, [`COLL_CHUNK_NET`] across hosts.
+    pub coll_chunk: u64,
 }
 
 impl Thresholds {
@@ -391,6 +401,7 @@ impl Thresholds {
                     .min(P2P_LL_CAP * p2p_max_channels(cfg.channels) as u64)
             },
             p2p_wide_min: if cross { u64::MAX } else { P2P_WIDE_MIN },
+            coll_chunk: if cross { COLL_CHUNK_NET } else { COLL_CHUNK },
         }
     }
 }
@@ -400,7 +411,7 @@ impl Thresholds {
 /// across hosts, else LL when small (the one-shot LL kernel when smaller),
 /// else the ring; the other collectives keep their mode.
 pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
-    let simple = coll_channels(bytes, t.channels);
+    let simple = coll_channels(bytes, t.channels, t.coll_chunk);
     // Small all-gathers and reduce-scatters (`bytes`: one rank's block,
     // which each rank sends to every other) take the one-shot LL kernel
     // ([`Thresholds::oneshot_block_max`]), a block per 4 KiB of the rank's
@@ -467,12 +478,28 @@ pub fn ll_channels(bytes: u64, channels: u32) -> u32 {
 }
 
 /// Blocks (channels) of a collective moving `bytes` through each link: one
-/// per 64 KiB, so a small message keeps one block (one chain of flag round
-/// trips) and 1 MiB already spreads over 16. Both ends compute it from the
-/// same count, type and configuration.
-pub fn coll_channels(bytes: u64, channels: u32) -> u32 {
-    bytes.div_ceil(64 << 10).clamp(1, channels.max(1) as u64) as u32
+/// per `chunk` ([`Thresholds::coll_chunk`]), so a small message keeps one
+/// block (one chain of flag round trips) and 1 MiB already spreads over 32
+/// within a host. Both ends compute it from the same count, type and
+/// configuration.
+pub fn coll_channels(bytes: u64, channels: u32, chunk: u64) -> u32 {
+    bytes
+        .div_ceil(chunk.max(1))
+        .clamp(1, channels.max(1) as u64) as u32
 }
+
+/// [`coll_channels`]' bytes per channel within a host: 32 KiB. Against 64
+/// KiB, under CUDA graphs, 2 processes, two rounds each (2xH200, session
+/// 11, NCCL beside): reduce-scatters of 2 MB (1 MiB through each link) 13.4
+/// µs against 14.2 (NCCL 13.8), all-gathers of 2 MB 13.7 against 14.6 (NCCL
+/// 15.9), broadcasts of 1 MB 9.27 against 9.53, reduces of 1 MB 8.64
+/// against 8.78; 512 KB - 4 MB otherwise even (the two chunks give the same
+/// channels from 2 MiB through a link).
+pub const COLL_CHUNK: u64 = 32 << 10;
+
+/// [`coll_channels`]' bytes per channel across hosts: 64 KiB (the old
+/// rule; not measured through the network proxies with 32 KiB).
+pub const COLL_CHUNK_NET: u64 = 64 << 10;
 
 /// Channels of one send or receive of `bytes`: one per 32 KiB, at most 16,
 /// and at most 32 from `wide_min` ([`Thresholds::p2p_wide_min`]: within a
@@ -2308,16 +2335,18 @@ mod tests {
             let cfg = RingConfig::new(false, 4 << 20, None, None, n, Duration::from_secs(1));
             plan(RM_ALLREDUCE, bytes, &Thresholds::of(&cfg, n, cross))
         };
-        // One host, 2 ranks: one-shot LL to 128 KiB, ring LL to 1 MiB,
-        // then the Simple ring on 32 channels.
+        // One host, 2 ranks: one-shot LL to 256 KiB, ring LL to 1 MiB,
+        // then the Simple ring on 32 channels (one per 32 KiB).
         assert_eq!(plan_at(2, false, 8), (RM_ALLREDUCE_LL1, 1));
         assert_eq!(plan_at(2, false, 4 << 10), (RM_ALLREDUCE_LL1, 1));
         assert_eq!(plan_at(2, false, (4 << 10) + 1), (RM_ALLREDUCE_LL1, 2));
         assert_eq!(plan_at(2, false, 128 << 10), (RM_ALLREDUCE_LL1, 32));
-        assert_eq!(plan_at(2, false, (128 << 10) + 1), (RM_ALLREDUCE_LL, 17));
+        assert_eq!(plan_at(2, false, 256 << 10), (RM_ALLREDUCE_LL1, 32));
+        assert_eq!(plan_at(2, false, (256 << 10) + 1), (RM_ALLREDUCE_LL, 32));
+        assert_eq!(plan_at(2, false, (128 << 10) + 1).0, RM_ALLREDUCE_LL1);
         assert_eq!(plan_at(2, false, 512 << 10), (RM_ALLREDUCE_LL, 32));
         assert_eq!(plan_at(2, false, 1 << 20), (RM_ALLREDUCE_LL, 32));
-        assert_eq!(plan_at(2, false, (1 << 20) + 16), (RM_ALLREDUCE, 17));
+        assert_eq!(plan_at(2, false, (1 << 20) + 16), (RM_ALLREDUCE, 32));
         assert_eq!(plan_at(2, false, 1 << 30), (RM_ALLREDUCE, 32));
         // 3 ranks: ring LL to 512 KiB only.
         assert_eq!(plan_at(3, false, (512 << 10) + 16).0, RM_ALLREDUCE);
@@ -2349,12 +2378,12 @@ mod tests {
             plan(RM_REDUCE_SCATTER, 64 << 10, &t),
             (RM_REDUCE_SCATTER_LL1, 16)
         );
-        assert_eq!(plan(RM_ALLGATHER, 80 << 10, &t), (RM_ALLGATHER, 2));
+        assert_eq!(plan(RM_ALLGATHER, 80 << 10, &t), (RM_ALLGATHER, 3));
         // 2 ranks: blocks to 512 KiB.
         let two = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
         let t2 = Thresholds::of(&two, 2, false);
         assert_eq!(plan(RM_ALLGATHER, 512 << 10, &t2), (RM_ALLGATHER_LL1, 32));
-        assert_eq!(plan(RM_ALLGATHER, (512 << 10) + 1, &t2), (RM_ALLGATHER, 9));
+        assert_eq!(plan(RM_ALLGATHER, (512 << 10) + 1, &t2), (RM_ALLGATHER, 17));
         // One-shot kernels off (OXCCL_CUDA_ONESHOT_MAX=0, NCCL_ALGO): the ring.
         let mut off = two.clone();
         off.oneshot_max = 0;
@@ -2367,14 +2396,23 @@ mod tests {
         // root sends, or receives, n - 1 copies of it).
         assert_eq!(plan(RM_BROADCAST, 8, &t), (RM_BROADCAST_LL1, 1));
         assert_eq!(plan(RM_REDUCE, 64 << 10, &t), (RM_REDUCE_LL1, 16));
-        assert_eq!(plan(RM_BROADCAST, 80 << 10, &t), (RM_BROADCAST, 2));
+        assert_eq!(plan(RM_BROADCAST, 80 << 10, &t), (RM_BROADCAST, 3));
         assert_eq!(plan(RM_REDUCE, 512 << 10, &t2), (RM_REDUCE_LL1, 32));
-        assert_eq!(plan(RM_BROADCAST, (512 << 10) + 1, &t2), (RM_BROADCAST, 9));
+        assert_eq!(plan(RM_BROADCAST, (512 << 10) + 1, &t2), (RM_BROADCAST, 17));
         assert_eq!(plan(RM_BROADCAST, 8, &t2o), (RM_BROADCAST, 1));
         assert_eq!(plan(RM_REDUCE, 8, &t2x), (RM_REDUCE, 1));
-        // The other collectives keep their mode, one block per 64 KiB.
+        // The other collectives keep their mode, one block per 32 KiB
+        // within a host, 64 KiB across hosts.
         assert_eq!(
             plan(RM_REDUCE_SCATTER, 1 << 30, &t),
+            (RM_REDUCE_SCATTER, 16)
+        );
+        assert_eq!(
+            plan(RM_REDUCE_SCATTER, 1 << 20, &t2),
+            (RM_REDUCE_SCATTER, 32)
+        );
+        assert_eq!(
+            plan(RM_REDUCE_SCATTER, 1 << 20, &t2x),
             (RM_REDUCE_SCATTER, 16)
         );
     }
@@ -2538,12 +2576,17 @@ mod tests {
         assert_eq!(self_copy_blocks((32 << 10) + 1), 2);
         assert_eq!(self_copy_blocks(1 << 20), 32);
         assert_eq!(self_copy_blocks(1 << 30), P2P_MAX_BLOCKS);
-        assert_eq!(coll_channels(0, 16), 1);
-        assert_eq!(coll_channels(8, 16), 1);
-        assert_eq!(coll_channels(64 << 10, 16), 1);
-        assert_eq!(coll_channels((64 << 10) + 1, 16), 2);
-        assert_eq!(coll_channels(1 << 30, 16), 16);
-        assert_eq!(coll_channels(1 << 30, 0), 1);
+        assert_eq!(coll_channels(0, 16, COLL_CHUNK_NET), 1);
+        assert_eq!(coll_channels(8, 16, COLL_CHUNK_NET), 1);
+        assert_eq!(coll_channels(64 << 10, 16, COLL_CHUNK_NET), 1);
+        assert_eq!(coll_channels((64 << 10) + 1, 16, COLL_CHUNK_NET), 2);
+        assert_eq!(coll_channels(1 << 30, 16, COLL_CHUNK_NET), 16);
+        assert_eq!(coll_channels(1 << 30, 0, COLL_CHUNK_NET), 1);
+        assert_eq!(coll_channels(32 << 10, 32, COLL_CHUNK), 1);
+        assert_eq!(coll_channels((32 << 10) + 1, 32, COLL_CHUNK), 2);
+        assert_eq!(coll_channels(1 << 20, 32, COLL_CHUNK), 32);
+        assert_eq!(coll_channels(1 << 20, 32, COLL_CHUNK_NET), 16);
+        assert_eq!(coll_channels(5, 32, 0), 5);
         assert_eq!(p2p_channels(1, 16, P2P_WIDE_MIN), 1);
         assert_eq!(p2p_channels(1 << 30, 32, P2P_WIDE_MIN), 32);
         assert_eq!(p2p_channels(1 << 30, 32, u64::MAX), 16);
@@ -2551,7 +2594,8 @@ mod tests {
         assert_eq!(default_oneshot_net_max(2), u64::MAX);
         assert_eq!(default_oneshot_net_max(3), 128 << 10);
         assert_eq!(default_oneshot_net_max(9), 0);
-        assert_eq!(default_oneshot_max(2), 128 << 10);
+        assert_eq!(default_oneshot_max(2), 256 << 10);
+        assert_eq!(default_oneshot_max(3), 64 << 10);
         assert_eq!(default_oneshot_max(1), 0);
         assert_eq!(default_oneshot_max(9), 0);
         assert_eq!(auto_net_streams(1), 8);
