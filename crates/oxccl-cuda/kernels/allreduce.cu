@@ -392,6 +392,14 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
 // the last piece puts the counter (and its block counter, the next u32
 // after it) back to 0 for the next call, which pushes only after its first
 // barrier, so after this kernel.
+//
+// In place (`zone` set; ce_reduce.rs `plan_pushed_in_place`): `out` is
+// `in`, so the peer's pieces land elsewhere: element i of the part below
+// `piece` at `scratch` + i, from `piece` on at `zone` + (i - piece) (this
+// rank's copy of the peer's part, whose values this rank's own pushes have
+// sent on by then). The counter is then the ring's other word, which the
+// host puts back to 0 after the call's last barrier (the peer's copy stream
+// waits on it too, so the kernel must leave it alone).
 struct CerArgs {
     const void* in;       // this rank's input, at its part
     void* out;            // this rank's output, at its part
@@ -406,6 +414,7 @@ struct CerArgs {
     u64 timeout_ns;       // pushed: a wait longer than this is an error (0: never)
     u32 peer;             // pushed: the peer's rank (named in an error)
     u32 taper;            // pushed: halvings of the last piece (see ce_reduce_pushed)
+    const char* zone;     // pushed in place: where pieces after the first land (null: in `out`)
 };
 enum { CER_CONSUMED = 16, CER_DONE = 32 };
 
@@ -423,7 +432,10 @@ __device__ __forceinline__ void st_release_sys32(u32* p, u32 v) {
 template <typename E, int OP>
 __device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
     const u64 sz = sizeof(typename E::S);
-    const bool vec = ((((u64)a.in) | ((u64)a.out)) & 15) == 0;
+    const bool staged = a.zone != nullptr;
+    const bool vec =
+        ((((u64)a.in) | ((u64)a.out) | (staged ? ((u64)a.scratch | (u64)a.zone) : 0ull)) & 15) ==
+        0;
     u32* done = (u32*)(a.landed_at + 1);
     __shared__ int ok;
     // Pieces of `piece` elements, but the last one (s elements) is cut into
@@ -451,15 +463,19 @@ __device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
         if (!ok) return;
         const char* mine = (const char*)a.in + lo * sz;
         char* both = (char*)a.out + lo * sz;
+        // Pieces never straddle `piece` (the first one ends there).
+        const char* pushed = !staged        ? both
+                             : lo < a.piece ? a.scratch + lo * sz
+                                            : a.zone + (lo - a.piece) * sz;
         // The pushed values are read through L2 (red_range's ldcg): they came
         // from the peer's copy engine, never through this SM's L1.
-        red_elems<E, OP>(a.rank == 0 ? (const void*)mine : (const void*)both,
-                         a.rank == 0 ? (const void*)both : (const void*)mine, both, nullptr, 0,
+        red_elems<E, OP>(a.rank == 0 ? (const void*)mine : (const void*)pushed,
+                         a.rank == 0 ? (const void*)pushed : (const void*)mine, both, nullptr, 0,
                          n, vec, (typename E::A)0, (typename E::A)0, 2u);
         __syncthreads();  // `ok` is read by all before thread 0 writes it again
         lo += n;
     }
-    if (threadIdx.x == 0 && a.count > 0) {
+    if (threadIdx.x == 0 && a.count > 0 && !staged) {
         __threadfence();
         if (atomicAdd(done, 1u) == gridDim.x - 1) {
             // Every block has seen the last piece's value: nothing waits on
@@ -524,6 +540,18 @@ __device__ __forceinline__ void ce_reduce(const CerArgs& a) {
         kernel_entry();                                                                   \
         ce_reduce<E, OP>(a);                                                              \
     }
+
+// A copy stream's wait on the peer (ce_reduce.rs `plan_pushed_in_place`):
+// thread 0 until *landed_at >= count, bounded as every ring wait (abort, an
+// error already recorded, the timeout; a wait that gives up records it and
+// ends, and the call's kernel and barriers then stop too). Launched on the
+// copy stream before a push that lands where the peer's own pushes read;
+// cuStreamWaitValue would wait without a bound. One per (type, op) program,
+// beside the kernel it serves.
+extern "C" __global__ void __launch_bounds__(32) oxccl_cer_wait(CerArgs a) {
+    kernel_entry();
+    if (threadIdx.x == 0) ctl_wait(a.landed_at, a.count, a.ctrl, a.timeout_ns, a.peer);
+}
 
 #define OXCCL_AR1(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ar1_##TN##_##ON(ArArgs a) { \

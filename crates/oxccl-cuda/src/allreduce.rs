@@ -117,6 +117,10 @@ pub struct CerArgs {
     pub peer: u32,
     /// Pushed: halvings of the last piece ([`crate::ce_reduce::Reduce`]).
     pub taper: u32,
+    /// Pushed in place: where pieces after the first land
+    /// ([`crate::ce_reduce::Landing::zone`]; `scratch` takes the first, and
+    /// `landed_at` is then [`crate::ring::CE_PUSHED`]); 0: in `output`.
+    pub zone: u64,
 }
 
 /// Blocks of the copy-engine reduction's kernel. Per piece it reads twice
@@ -149,6 +153,24 @@ pub unsafe fn launch_cer(f: sys::CUfunction, stream: sys::CUstream, args: CerArg
             &args,
             "cuLaunchKernel(oxccl_cer)",
         )
+    }
+}
+
+/// Launches `oxccl_cer_wait` (one thread: until `*landed_at >= count`,
+/// bounded by the ring's control words and `timeout_ns`) on a copy stream.
+///
+/// # Safety
+/// `landed_at` and `ctrl` are the live ring's; `f` is `oxccl_cer_wait` of
+/// the current context.
+pub unsafe fn launch_cer_wait(
+    f: sys::CUfunction,
+    stream: sys::CUstream,
+    args: CerArgs,
+) -> Result<()> {
+    // SAFETY: one CerArgs (repr(C), the kernel's layout); the kernel reads
+    // only the counter and the control words, which the caller vouches for.
+    unsafe {
+        crate::device::launch_struct(f, 1, 32, stream, &args, "cuLaunchKernel(oxccl_cer_wait)")
     }
 }
 
@@ -536,8 +558,9 @@ mod tests {
         // allreduce.cu's struct CpArgs and struct ArArgs, field for field.
         assert_eq!(std::mem::size_of::<CpArgs>(), 88);
         assert_eq!(std::mem::size_of::<ArArgs>(), 96);
-        assert_eq!(std::mem::size_of::<CerArgs>(), 88);
+        assert_eq!(std::mem::size_of::<CerArgs>(), 96);
         assert_eq!(std::mem::offset_of!(CerArgs, landed_at), 56);
         assert_eq!(std::mem::offset_of!(CerArgs, peer), 80);
+        assert_eq!(std::mem::offset_of!(CerArgs, zone), 88);
     }
 }

@@ -1153,6 +1153,15 @@ pub fn ce_calls() -> u64 {
     CE_CALLS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Of [`ce_calls`], the in-place all-reduces whose pieces were pushed
+/// ([`crate::ce_reduce::plan_pushed_in_place`]).
+static CE_IN_PLACE_PUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many rank calls of this process pushed an in-place all-reduce.
+pub fn ce_in_place_pushes() -> u64 {
+    CE_IN_PLACE_PUSHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// `OXCCL_CUDA_CE_MIN` ([`ce::DEFAULT_MIN`] when unset; 0: never).
 fn ce_min() -> u64 {
     static M: OnceLock<u64> = OnceLock::new();
@@ -1182,6 +1191,13 @@ fn ce_push() -> u64 {
             .get(&oxccl_core::params::CUDA_CE_PUSH)
             .unwrap_or(crate::xp::PUSH_PIECE)
     })
+}
+
+/// `OXCCL_CUDA_CE_PUSH_IN_PLACE`: in-place all-reduces between two
+/// processes push their pieces ([`crate::ce_reduce::plan_pushed_in_place`]).
+fn ce_push_in_place() -> bool {
+    static M: OnceLock<bool> = OnceLock::new();
+    *M.get_or_init(|| oxccl_env::params().get(&oxccl_core::params::CUDA_CE_PUSH_IN_PLACE))
 }
 
 /// Whether a launch may take part in the copy-engine pairing (copies when
@@ -2318,8 +2334,21 @@ impl DevComm {
                 "no window word of the pushed reduction with rank {peer}"
             ))
         };
-        let mine = ring.ce_landed_word(self.rank, peer).ok_or_else(no_word)?;
-        let theirs = ring.ce_landed_word(peer, self.rank).ok_or_else(no_word)?;
+        // In place the counter is the other word (see plan_pushed_in_place):
+        // the copy stream waits on it too, so the kernel does not reset it.
+        let word = |owner, other| match plan.landing {
+            Some(_) => ring.ce_pushed_word(owner, other),
+            None => ring.ce_landed_word(owner, other),
+        };
+        let mine = word(self.rank, peer).ok_or_else(no_word)?;
+        let theirs = word(peer, self.rank).ok_or_else(no_word)?;
+        let fw = match plan.landing {
+            Some(_) => self.function_in(
+                &kernels::ce_reduce_variant(plan.dtype, plan.op),
+                "oxccl_cer_wait",
+            )?,
+            None => 0,
+        };
         let sd = self.ce_side()?;
         barrier()?;
         // The side stream forks here, before the kernel: forked after it, the
@@ -2335,6 +2364,7 @@ impl DevComm {
             let args = allreduce::CerArgs {
                 input: r.input,
                 output: r.output,
+                scratch: plan.landing.map_or(0, |l| l.scratch),
                 count: r.count,
                 piece: r.piece,
                 slots: r.slots,
@@ -2344,6 +2374,7 @@ impl DevComm {
                 timeout_ns: ring.timeout_ns(),
                 peer: peer as u32,
                 taper: r.taper,
+                zone: plan.landing.map_or(0, |l| l.zone),
                 ..Default::default()
             };
             // SAFETY: the part's ranges are this GPU's device memory (checked
@@ -2357,10 +2388,27 @@ impl DevComm {
             // Queued after the kernel, as in queue_ce_reduce.
             let side = sd.stream as sys::CUstream;
             for (k, x) in plan.pushes.iter().enumerate() {
+                if let Some(&w) = plan.waits.get(k).filter(|&&w| w > 0) {
+                    // In place: this piece lands on values the peer's own
+                    // push w - 1 reads; wait (bounded) until it counted.
+                    let args = allreduce::CerArgs {
+                        landed_at: mine,
+                        count: w as u64,
+                        ctrl: ring.ctrl_device(),
+                        timeout_ns: ring.timeout_ns(),
+                        peer: peer as u32,
+                        ..Default::default()
+                    };
+                    // SAFETY: the live ring's counter and control words;
+                    // `fw` is oxccl_cer_wait of this context.
+                    unsafe { allreduce::launch_cer_wait(fw as sys::CUfunction, side, args)? };
+                }
                 // SAFETY: this rank's input (checked by prepare) into the
                 // peer's mapped output part (checked by the peer's prepare,
                 // free since the barrier above: the peer's kernel reads it
-                // only after this piece's count lands).
+                // only after this piece's count lands), or in place into the
+                // peer's scratch (its first piece) or the part of the peer's
+                // buffer that the wait above found sent.
                 unsafe { copy_async(x, side)? };
                 // The counter's low word (little-endian; the high one stays
                 // 0: plan_pushed keeps the pieces under 2^31), with the 32-bit
@@ -2371,12 +2419,28 @@ impl DevComm {
             }
             self.join_side(sd, stream)?;
         }
+        if plan.landing.is_some() {
+            // In place the peer's kernel reads this rank's pieces from the
+            // peer's own part of its buffer, which the gather overwrites:
+            // both kernels end first.
+            barrier()?;
+        }
         // SAFETY: this rank's reduced part (complete in stream order) into
         // the peer's mapped output at the same part, which the peer neither
-        // reads nor writes in this call; live until the barrier below.
+        // reads nor writes in this call (in place: any more, after the
+        // barrier above); live until the barrier below.
         unsafe { self.queue_gather(&plan.gather, stream, sd)? };
         if plan.kind == ce_reduce::Kind::AllReduce {
             barrier()?;
+        }
+        if plan.landing.is_some() {
+            // Back to 0 for the next call: the peer wrote its last count
+            // before this rank's kernel ended, and writes the next one only
+            // after the next call's first barrier, which this rank reaches
+            // after this write.
+            // SAFETY: this rank's own counter in its ring window.
+            unsafe { stream_write32(stream, mine, 0)? };
+            CE_IN_PLACE_PUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())

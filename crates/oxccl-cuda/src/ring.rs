@@ -39,6 +39,12 @@ pub const HDR_BYTES: u64 = 384;
 /// landed counter (`RING_CE_LANDED`, a u32 the peer's copy stream writes;
 /// xp.rs) and, 4 bytes on, the reducing kernel's block counter.
 pub const CE_LANDED: u64 = 296;
+/// Byte offset, in a channel-0 region's header, of the in-place pushed
+/// reduction's counter (`RING_CE_PUSHED`: a u64 whose low word the other
+/// rank's copy stream writes after each push; this rank's kernel and copy
+/// stream wait on it, and this rank's stream puts it back to 0 after the
+/// call's last barrier: ce_reduce.rs, `plan_pushed_in_place`).
+pub const CE_PUSHED: u64 = 312;
 
 /// Where channel `ch` of (`owner`, `other`) lives, as `rank` reaches it:
 /// the host's mirror of `region_of` in ring.cu. `table` is the kernels'
@@ -1708,6 +1714,14 @@ impl Ring {
             0,
         )
         .map(|a| a + CE_LANDED)
+    }
+
+    /// The device address (as this rank reaches it) of the in-place pushed
+    /// reduction's counter of (`owner`, `other`): in `owner`'s window,
+    /// written by `other` ([`CE_PUSHED`]).
+    pub fn ce_pushed_word(&self, owner: usize, other: usize) -> Option<u64> {
+        self.ce_landed_word(owner, other)
+            .map(|a| a - CE_LANDED + CE_PUSHED)
     }
 
     /// Whether rank `r` is on this rank's host (else the network path serves it).

@@ -141,7 +141,7 @@ pub const XP_PUSH_MIN: u64 = 128 << 20;
 
 const MAGIC: u32 = 0x5058_584f; // "OXXP"
 /// Bytes of an encoded [`Msg`].
-pub const MSG_LEN: usize = 4 + 8 + 4 + 4 + 8 + 8 + 2 * BUF_LEN + 8 * DEAD_MAX;
+pub const MSG_LEN: usize = 4 + 8 + 4 + 4 + 8 + 8 + 3 * BUF_LEN + 8 * DEAD_MAX;
 
 /// Freed allocations a message can report (ids; see [`Exports`]).
 pub const DEAD_MAX: usize = 4;
@@ -423,6 +423,10 @@ pub struct Msg {
     pub call: Call,
     /// Send and receive buffer.
     pub bufs: [Buf; 2],
+    /// This rank's copy-engine scratch, shared for an in-place all-reduce
+    /// whose pieces the peer may push ([`in_place_pushable`],
+    /// `OXCCL_CUDA_CE_PUSH_IN_PLACE`), else [`Buf::NONE`].
+    pub stage: Buf,
     /// Ids of this rank's allocations, shared by earlier calls, that it
     /// has freed since (0: none): the peer closes its mappings of them.
     pub dead: [u64; DEAD_MAX],
@@ -458,7 +462,7 @@ impl Msg {
         v.extend_from_slice(&root.to_le_bytes());
         v.extend_from_slice(&self.call.count.to_le_bytes());
         v.extend_from_slice(&extra.to_le_bytes());
-        for b in &self.bufs {
+        for b in self.bufs.iter().chain([&self.stage]) {
             v.extend_from_slice(&(b.ok as u64).to_le_bytes());
             v.extend_from_slice(&b.id.to_le_bytes());
             v.extend_from_slice(&b.base.to_le_bytes());
@@ -493,7 +497,7 @@ impl Msg {
         let dtype = DataType::from_raw(b[13] as i32).map_err(|_| bad("datatype"))?;
         let op = op_of(b[14]).ok_or_else(|| bad("op"))?;
         let count = u64_at(20);
-        let mut bufs = [Buf::NONE; 2];
+        let mut bufs = [Buf::NONE; 3];
         for (i, buf) in bufs.iter_mut().enumerate() {
             let o = 36 + i * BUF_LEN;
             let mut handle = [0u8; 64];
@@ -509,11 +513,13 @@ impl Msg {
         }
         let mut dead = [0u64; DEAD_MAX];
         for (i, d) in dead.iter_mut().enumerate() {
-            *d = u64_at(36 + 2 * BUF_LEN + 8 * i);
+            *d = u64_at(36 + 3 * BUF_LEN + 8 * i);
         }
+        let [b0, b1, stage] = bufs;
         Ok(Msg {
             seq,
             dead,
+            stage,
             call: Call {
                 coll,
                 count,
@@ -522,7 +528,7 @@ impl Msg {
                 input: 0,
                 output: 0,
             },
-            bufs,
+            bufs: [b0, b1],
         })
     }
 }
@@ -615,6 +621,23 @@ pub fn pushable(mine: &Msg, theirs: &Msg) -> bool {
     })
 }
 
+/// Whether a pair's all-reduce, in place on both ranks, pushes its pieces
+/// ([`ce_reduce::plan_pushed_in_place`]): both ranks' send and receive
+/// buffers are the same pointer and both shared their scratch (which each
+/// does only with `OXCCL_CUDA_CE_PUSH_IN_PLACE` set). Both decide from
+/// both messages, so alike.
+pub fn in_place_pushable(mine: &Msg, theirs: &Msg) -> bool {
+    [mine, theirs].iter().all(|m| {
+        let [i, o] = &m.bufs;
+        m.call.coll == Coll::AllReduce
+            && i.ok
+            && o.ok
+            && i.id == o.id
+            && i.offset == o.offset
+            && m.stage.ok
+    })
+}
+
 /// A reduction that went to the engines by its shape ([`eligible`], from
 /// the pushed bounds) but whose buffers make it pull ([`pushable`] fails on
 /// either rank, or pushes are off), below the pulled bounds: both ranks run
@@ -633,7 +656,10 @@ pub fn declined(mine: &Msg, theirs: &Msg, b: &Bounds) -> bool {
 
 /// The plans of a checked pair, or `None` when the shape does not go to
 /// the engines after all (never, when [`eligible`] said it did).
-/// `push`: [`pushable`] held (reductions then push when `b.push` > 0).
+/// `push`: [`pushable`] held (reductions then push when `b.push` > 0);
+/// `stage`: [`in_place_pushable`] held, with this rank's scratch and the
+/// peer's as mapped here (an in-place all-reduce then pushes when `b.push`
+/// > 0 and its pieces can land: [`ce_reduce::plan_pushed_in_place`]).
 pub fn plan(
     mine: &Call,
     peer_call: &Call,
@@ -641,6 +667,7 @@ pub fn plan(
     scratch: u64,
     b: &Bounds,
     push: bool,
+    stage: Option<[u64; 2]>,
 ) -> Option<RankPlan> {
     if rank > 1 {
         return None;
@@ -666,6 +693,26 @@ pub fn plan(
         return Some(RankPlan::Copy(p));
     }
     if let (Some(a), Some(c)) = (calls[0].ce_reduce(), calls[1].ce_reduce()) {
+        if let (Some([s_mine, s_peer]), true) = (stage, b.push > 0) {
+            let both = if rank == 0 {
+                [s_mine, s_peer]
+            } else {
+                [s_peer, s_mine]
+            };
+            let part = ce_reduce::largest_part_bytes(a.kind, a.count, a.dtype);
+            if let Some(p) = ce_reduce::plan_pushed_in_place(
+                &[a, c],
+                rank,
+                push_piece(part, b.push),
+                both,
+                ce_reduce::FLAGS_OFFSET,
+            ) {
+                if !ce_reduce::qualifies_with(&[a, c], b.ar, b.rs) {
+                    return None;
+                }
+                return Some(RankPlan::Pushed(p));
+            }
+        }
         if push && b.push > 0 {
             if !ce_reduce::qualifies_with(&[a, c], b.ar, b.rs) {
                 return None;
@@ -1041,6 +1088,7 @@ mod tests {
             seq,
             call: c,
             bufs,
+            stage: Buf::NONE,
             dead: [0; DEAD_MAX],
         }
     }
@@ -1218,11 +1266,98 @@ mod tests {
             )
         };
         let bd = Bounds::from_settings(0, None, PUSH_PIECE);
-        let Some(RankPlan::Pushed(p)) = plan(&a, &a, 0, 0, &bd, true) else {
+        let Some(RankPlan::Pushed(p)) = plan(&a, &a, 0, 0, &bd, true, None) else {
             panic!("a pushed plan")
         };
         let sizes: Vec<u64> = p.pushes.iter().map(|x| x.bytes / MIB).collect();
         assert_eq!(sizes, [32, 32, 32, 16, 8, 4, 2, 2]);
+    }
+
+    #[test]
+    fn in_place_all_reduces_push_when_both_share_their_scratch() {
+        let c = call(
+            Coll::AllReduce,
+            GIB / 4,
+            DataType::Float32,
+            ce_reduce::Op::Sum,
+        );
+        let same = [buf(3, 2 * GIB, 64), buf(3, 2 * GIB, 64)];
+        let apart = [buf(1, GIB, 0), buf(2, GIB, 0)];
+        let with = |bufs: [Buf; 2], stage: Buf| Msg {
+            stage,
+            ..msg(0, c, bufs)
+        };
+        let scratch = buf(9, 256 * MIB, 0);
+        // The message carries the scratch both ways.
+        let m = with(same, scratch);
+        assert_eq!(Msg::decode(&m.encode()).unwrap(), m);
+        assert_eq!(m.encode().len(), MSG_LEN);
+        // Both in place with their scratch: pushed in place; either one
+        // without its scratch, or out of place: not.
+        assert!(in_place_pushable(&m, &m));
+        assert!(!in_place_pushable(&m, &with(same, Buf::NONE)));
+        assert!(!in_place_pushable(&with(same, Buf::NONE), &m));
+        assert!(!in_place_pushable(&with(apart, scratch), &m));
+        let shifted = [buf(3, 2 * GIB, 0), buf(3, 2 * GIB, 64)];
+        assert!(!in_place_pushable(&with(shifted, scratch), &m));
+        let rs = Msg {
+            call: call(
+                Coll::ReduceScatter,
+                GIB / 8,
+                DataType::Float32,
+                ce_reduce::Op::Sum,
+            ),
+            ..m
+        };
+        assert!(!in_place_pushable(&rs, &rs));
+        // Through plan: a 1 GiB in-place all-reduce pushes 64 MiB pieces,
+        // the first into the peer's scratch, the later ones into the peer's
+        // buffer at this rank's part, each after the peer's previous push.
+        let (a, b) = all_reduce_pair(ce_reduce::Op::Sum);
+        let (a, b) = (
+            Call {
+                output: a.input,
+                ..a
+            },
+            Call {
+                output: b.input,
+                ..b
+            },
+        );
+        let bd = Bounds::from_settings(0, None, PUSH_PIECE);
+        for rank in 0..2 {
+            let (mine, peer) = if rank == 0 { (a, b) } else { (b, a) };
+            let stage = Some([0x5_0000_0000, 0x6_0000_0000]);
+            let Some(RankPlan::Pushed(p)) =
+                plan(&mine, &peer, rank, 0x5_0000_0000, &bd, false, stage)
+            else {
+                panic!("an in-place pushed plan")
+            };
+            let l = p.landing.expect("in place");
+            assert_eq!(l.scratch, 0x5_0000_0000);
+            let half = GIB / 2;
+            let (my_zone, peer_zone) = if rank == 0 {
+                (mine.input + half, peer.input)
+            } else {
+                (mine.input, peer.input + half)
+            };
+            assert_eq!(l.zone, my_zone);
+            assert_eq!(p.pushes[0].dst, 0x6_0000_0000);
+            assert_eq!(p.pushes[1].dst, peer_zone);
+            assert_eq!(p.pushes[1].bytes, 64 * MIB);
+            assert_eq!(p.waits[..3], [0, 1, 2]);
+            assert_eq!(p.gather.len(), 1);
+            // The push setting 0, or no scratch shared: pulled.
+            let off = Bounds { push: 0, ..bd };
+            assert!(matches!(
+                plan(&mine, &peer, rank, 0x5_0000_0000, &off, false, stage),
+                Some(RankPlan::Reduce(_))
+            ));
+            assert!(matches!(
+                plan(&mine, &peer, rank, 0x5_0000_0000, &bd, false, None),
+                Some(RankPlan::Reduce(_))
+            ));
+        }
     }
 
     #[test]
@@ -1369,7 +1504,7 @@ mod tests {
                 PUSH_PIECE,
             );
             assert_eq!(
-                plan(&mine, &peer, rank, 0, &bd, true),
+                plan(&mine, &peer, rank, 0, &bd, true, None),
                 Some(RankPlan::Pushed(want.clone()))
             );
             // 1 GiB: 512 MiB per part in 64 MiB pieces (the last halved),
@@ -1385,17 +1520,17 @@ mod tests {
             );
             // Not pushable, or pushing off: the pulls through the scratch ring.
             assert!(matches!(
-                plan(&mine, &peer, rank, 0x5_0000_0000, &bd, false),
+                plan(&mine, &peer, rank, 0x5_0000_0000, &bd, false, None),
                 Some(RankPlan::Reduce(_))
             ));
             let off = Bounds { push: 0, ..bd };
             assert!(matches!(
-                plan(&mine, &peer, rank, 0x5_0000_0000, &off, true),
+                plan(&mine, &peer, rank, 0x5_0000_0000, &off, true, None),
                 Some(RankPlan::Reduce(_))
             ));
             // Below the bound: no plan at all.
             let high = Bounds { ar: GIB + 1, ..bd };
-            assert_eq!(plan(&mine, &peer, rank, 0, &high, true), None);
+            assert_eq!(plan(&mine, &peer, rank, 0, &high, true, None), None);
         }
     }
 
@@ -1412,6 +1547,7 @@ mod tests {
                 0,
                 &Bounds::from_settings(ce::DEFAULT_MIN, Some(0), 0),
                 false,
+                None,
             )
             .unwrap();
             let RankPlan::Copy(p) = p else {
@@ -1437,7 +1573,7 @@ mod tests {
         // Broadcast: the non-root pulls the root's input (one way).
         let (bc, peer) = mine_and_peer(Coll::Broadcast { root: 0 }, 256 * MIB);
         let bd = Bounds::from_settings(ce::DEFAULT_MIN, None, 0);
-        let RankPlan::Copy(p) = plan(&bc, &peer, 1, 0, &bd, false).unwrap() else {
+        let RankPlan::Copy(p) = plan(&bc, &peer, 1, 0, &bd, false, None).unwrap() else {
             panic!("a copy plan")
         };
         assert_eq!(
@@ -1455,7 +1591,7 @@ mod tests {
         for rank in 0..2 {
             let (mine, peer) = if rank == 0 { (a, b) } else { (b, a) };
             let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN), 0);
-            let got = plan(&mine, &peer, rank, scratch, &bd, false).unwrap();
+            let got = plan(&mine, &peer, rank, scratch, &bd, false, None).unwrap();
             let want = ce_reduce::pair(
                 [a.ce_reduce().unwrap(), b.ce_reduce().unwrap()],
                 [scratch, scratch],
@@ -1487,15 +1623,15 @@ mod tests {
             ..rs
         };
         let bd = Bounds::from_settings(0, Some(1), 0);
-        let Some(RankPlan::Reduce(p)) = plan(&rs, &rs_peer, 0, scratch, &bd, false) else {
+        let Some(RankPlan::Reduce(p)) = plan(&rs, &rs_peer, 0, scratch, &bd, false, None) else {
             panic!("a reduction plan")
         };
         assert!(p.gather.is_empty());
         // Below the bound: no plan.
         let small = Call { count: 1024, ..a };
         let bd = Bounds::from_settings(0, Some(ce_reduce::DEFAULT_AR_MIN), 0);
-        assert!(plan(&small, &small, 0, scratch, &bd, false).is_none());
-        assert!(plan(&a, &b, 2, scratch, &bd, false).is_none());
+        assert!(plan(&small, &small, 0, scratch, &bd, false, None).is_none());
+        assert!(plan(&a, &b, 2, scratch, &bd, false, None).is_none());
     }
 
     #[test]
@@ -1543,7 +1679,7 @@ mod tests {
             output: 0x7f00_0000_0000,
             ..sr(0, 4 * GIB)
         };
-        let RankPlan::Copy(p) = plan(&mine, &peer, 0, 0, &bd, false).unwrap() else {
+        let RankPlan::Copy(p) = plan(&mine, &peer, 0, 0, &bd, false, None).unwrap() else {
             panic!("a copy plan")
         };
         assert_eq!(
@@ -1554,7 +1690,7 @@ mod tests {
                 bytes: 4 * GIB
             }]
         );
-        let RankPlan::Copy(q) = plan(&peer, &mine, 1, 0, &bd, false).unwrap() else {
+        let RankPlan::Copy(q) = plan(&peer, &mine, 1, 0, &bd, false, None).unwrap() else {
             panic!("a copy plan")
         };
         assert!(q.remote.is_empty() && q.local.is_empty());

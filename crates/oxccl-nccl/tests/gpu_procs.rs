@@ -389,6 +389,13 @@ fn child_rank() {
         // have run some of the calls (the results were checked above).
         assert!(ce > 0, "rank {rank}: no call took the copy engines");
     }
+    let in_place = capi::ce_in_place_pushes();
+    if std::env::var("OXCCL_TEST_EXPECT_CE_IN_PLACE").is_ok() {
+        assert!(
+            in_place > 0,
+            "rank {rank}: no in-place all-reduce pushed its pieces"
+        );
+    }
     println!(
         "CHILD OK rank {rank}: {cases} cases in {:.1} s ({ce} on the copy engines)",
         t0.elapsed().as_secs_f64()
@@ -667,20 +674,18 @@ fn two_processes_large_messages() {
 /// bounds, in place and out of place; the sweep checks every result against
 /// the host path, and each rank that some call took the engines. `push`:
 /// `OXCCL_CUDA_CE_PUSH`.
-fn on_the_copy_engines(push: &str) {
-    run_ranks(
-        2,
-        "0,5,300007,1048583",
-        &[
-            ("OXCCL_CUDA_CE_MIN", "262144"),
-            ("OXCCL_CUDA_CE_AR_MIN", "262144"),
-            ("OXCCL_CUDA_CE_PUSH", push),
-            ("OXCCL_TEST_EXPECT_CE", "1"),
-            // A piece that never lands ends the call with an error in 30 s,
-            // not at the harness's deadline.
-            ("OXCCL_TIMEOUT_MS", "30000"),
-        ],
-    );
+fn on_the_copy_engines(push: &str, more: &[(&str, &str)]) {
+    let mut env = vec![
+        ("OXCCL_CUDA_CE_MIN", "262144"),
+        ("OXCCL_CUDA_CE_AR_MIN", "262144"),
+        ("OXCCL_CUDA_CE_PUSH", push),
+        ("OXCCL_TEST_EXPECT_CE", "1"),
+        // A piece that never lands ends the call with an error in 30 s,
+        // not at the harness's deadline.
+        ("OXCCL_TIMEOUT_MS", "30000"),
+    ];
+    env.extend_from_slice(more);
+    run_ranks(2, "0,5,300007,1048583", &env);
 }
 
 #[test]
@@ -689,7 +694,7 @@ fn two_processes_on_the_copy_engines() {
         return;
     }
     // Reductions pull through the scratch ring in both placements.
-    on_the_copy_engines("0");
+    on_the_copy_engines("0", &[]);
 }
 
 #[test]
@@ -701,7 +706,26 @@ fn two_processes_push_reductions_in_many_pieces() {
     // into its output in pieces of 99,984 bytes (100,000 rounded down to
     // 16): up to 21 pieces of a part, the last one halved, for every type;
     // in place they still pull.
-    on_the_copy_engines("100000");
+    on_the_copy_engines("100000", &[]);
+}
+
+#[test]
+fn two_processes_push_in_place_all_reduces() {
+    if gpus() < 1 {
+        return;
+    }
+    // In-place all-reduces push too (OXCCL_CUDA_CE_PUSH_IN_PLACE): the
+    // first piece into the peer's scratch, the later ones (up to 21 of
+    // 99,984 bytes, the last halved) into the peer's copy of this rank's
+    // part once the peer's own pushes sent those values; every type, and
+    // each rank must have pushed some.
+    on_the_copy_engines(
+        "100000",
+        &[
+            ("OXCCL_CUDA_CE_PUSH_IN_PLACE", "1"),
+            ("OXCCL_TEST_EXPECT_CE_IN_PLACE", "1"),
+        ],
+    );
 }
 
 #[test]

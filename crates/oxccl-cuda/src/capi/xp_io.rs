@@ -344,7 +344,14 @@ impl DevComm {
             .dead
             .iter()
             .copied()
-            .filter(|&id| id != 0 && theirs.bufs.iter().all(|b| b.id != id))
+            .filter(|&id| {
+                id != 0
+                    && theirs
+                        .bufs
+                        .iter()
+                        .chain([&theirs.stage])
+                        .all(|b| b.id != id)
+            })
             .collect();
         let gone: Vec<u64> = ids.into_iter().filter_map(|id| cache.remove(id)).collect();
         if !gone.is_empty() {
@@ -392,6 +399,20 @@ impl DevComm {
         let r = self.ring()?;
         let _scope = CtxScope::enter(self.ctx)?;
         let bufs = [self.export(xs, call.input), self.export(xs, call.output)];
+        // An in-place all-reduce shares this rank's scratch, where the
+        // peer may push its first piece (xp::in_place_pushable).
+        let stage = if ce_push_in_place()
+            && xs.bounds.push > 0
+            && call.coll == xp::Coll::AllReduce
+            && call.input == call.output
+        {
+            match self.ce_scratch() {
+                Ok(p) => self.export(xs, p),
+                Err(_) => xp::Buf::NONE,
+            }
+        } else {
+            xp::Buf::NONE
+        };
         let dead = {
             // One driver call per allocation shared so far (a training loop
             // shares a few): which of them were freed since.
@@ -404,6 +425,7 @@ impl DevComm {
             seq: ch.seq,
             call: *call,
             bufs,
+            stage,
             dead,
         };
         ch.seq += 1;
@@ -433,7 +455,13 @@ impl DevComm {
             } else {
                 0
             };
-            let plan = xp::plan(call, &pc, self.rank, scratch, &xs.bounds, push)
+            let stage = if xs.bounds.push > 0 && xp::in_place_pushable(&mine, &theirs) {
+                let [peer_scratch, _] = self.open_peer(xs, &[theirs.stage, xp::Buf::NONE])?;
+                Some([self.ce_scratch()?, peer_scratch + theirs.stage.offset])
+            } else {
+                None
+            };
+            let plan = xp::plan(call, &pc, self.rank, scratch, &xs.bounds, push, stage)
                 .ok_or_else(|| Error::internal("xp::plan refused an eligible call"))?;
             let fb = self.function_in(&kernels::ring_p2p(), "oxccl_ring_barrier")?;
             let fr = match &plan {
