@@ -400,6 +400,12 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
 // sent on by then). The counter is then the ring's other word, which the
 // host puts back to 0 after the call's last barrier (the peer's copy stream
 // waits on it too, so the kernel must leave it alone).
+//
+// Copy streams (`streams`, 1 or 2): piece k travels on stream k mod streams,
+// and each stream counts its own landed pieces in its 32-bit half of the
+// counter, so piece k has landed once half (k mod streams) reached
+// k / streams + 1, whichever stream finishes first (ce_reduce.rs,
+// counter_slot). With one stream that is the low word reaching k + 1.
 struct CerArgs {
     const void* in;       // this rank's input, at its part
     void* out;            // this rank's output, at its part
@@ -415,6 +421,7 @@ struct CerArgs {
     u32 peer;             // pushed: the peer's rank (named in an error)
     u32 taper;            // pushed: halvings of the last piece (see ce_reduce_pushed)
     const char* zone;     // pushed in place: where pieces after the first land (null: in `out`)
+    u32 streams;          // pushed: copy streams the pieces alternate on (1 or 2)
 };
 enum { CER_CONSUMED = 16, CER_DONE = 32 };
 
@@ -425,6 +432,16 @@ __device__ __forceinline__ u32 ld_acquire_sys32(const u32* p) {
 }
 __device__ __forceinline__ void st_release_sys32(u32* p, u32 v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Thread 0: until *p >= v, within the bounds of wait_check (as ctl_wait,
+// on one 32-bit half of a pushed reduction's counter).
+__device__ __forceinline__ bool ctl_wait32(const u32* p, u32 v, u32* w, u64 limit, u32 peer) {
+    u64 spins = 0, t0 = 0;
+    while (ld_acquire_sys32(p) < v) {
+        if ((++spins & 1023) != 0) continue;
+        if (wait_check(w, limit, t0, peer) != 0) return false;
+    }
+    return true;
 }
 
 // Pushed pieces (see CerArgs): out = in op out, piece k once *landed_at
@@ -458,7 +475,11 @@ __device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
             }
             j++;
         }
-        if (threadIdx.x == 0) ok = ctl_wait(a.landed_at, k + 1, a.ctrl, a.timeout_ns, a.peer);
+        if (threadIdx.x == 0) {
+            const u32 ns = a.streams == 2 ? 2u : 1u;
+            ok = ctl_wait32((const u32*)a.landed_at + (u32)(k % ns), (u32)(k / ns) + 1u, a.ctrl,
+                            a.timeout_ns, a.peer);
+        }
         __syncthreads();
         if (!ok) return;
         const char* mine = (const char*)a.in + lo * sz;
@@ -542,7 +563,8 @@ __device__ __forceinline__ void ce_reduce(const CerArgs& a) {
     }
 
 // A copy stream's wait on the peer (ce_reduce.rs `plan_pushed_in_place`):
-// thread 0 until *landed_at >= count, bounded as every ring wait (abort, an
+// thread 0 until the 32-bit half of the counter at `landed_at` reaches
+// `count`, bounded as every ring wait (abort, an
 // error already recorded, the timeout; a wait that gives up records it and
 // ends, and the call's kernel and barriers then stop too). Launched on the
 // copy stream before a push that lands where the peer's own pushes read;
@@ -550,7 +572,8 @@ __device__ __forceinline__ void ce_reduce(const CerArgs& a) {
 // beside the kernel it serves.
 extern "C" __global__ void __launch_bounds__(32) oxccl_cer_wait(CerArgs a) {
     kernel_entry();
-    if (threadIdx.x == 0) ctl_wait(a.landed_at, a.count, a.ctrl, a.timeout_ns, a.peer);
+    if (threadIdx.x == 0)
+        ctl_wait32((const u32*)a.landed_at, (u32)a.count, a.ctrl, a.timeout_ns, a.peer);
 }
 
 #define OXCCL_AR1(TN, E, ON, OP)                                                         \

@@ -121,6 +121,9 @@ pub struct CerArgs {
     /// ([`crate::ce_reduce::Landing::zone`]; `scratch` takes the first, and
     /// `landed_at` is then [`crate::ring::CE_PUSHED`]); 0: in `output`.
     pub zone: u64,
+    /// Pushed: copy streams the pieces alternate on (1 or 2;
+    /// [`crate::ce_reduce::counter_slot`]).
+    pub streams: u32,
 }
 
 /// Blocks of the copy-engine reduction's kernel. Per piece it reads twice
@@ -156,8 +159,9 @@ pub unsafe fn launch_cer(f: sys::CUfunction, stream: sys::CUstream, args: CerArg
     }
 }
 
-/// Launches `oxccl_cer_wait` (one thread: until `*landed_at >= count`,
-/// bounded by the ring's control words and `timeout_ns`) on a copy stream.
+/// Launches `oxccl_cer_wait` (one thread: until the u32 at `landed_at`
+/// reaches `count`, bounded by the ring's control words and `timeout_ns`)
+/// on a copy stream.
 ///
 /// # Safety
 /// `landed_at` and `ctrl` are the live ring's; `f` is `oxccl_cer_wait` of
@@ -558,9 +562,10 @@ mod tests {
         // allreduce.cu's struct CpArgs and struct ArArgs, field for field.
         assert_eq!(std::mem::size_of::<CpArgs>(), 88);
         assert_eq!(std::mem::size_of::<ArArgs>(), 96);
-        assert_eq!(std::mem::size_of::<CerArgs>(), 96);
+        assert_eq!(std::mem::size_of::<CerArgs>(), 104);
         assert_eq!(std::mem::offset_of!(CerArgs, landed_at), 56);
         assert_eq!(std::mem::offset_of!(CerArgs, peer), 80);
         assert_eq!(std::mem::offset_of!(CerArgs, zone), 88);
+        assert_eq!(std::mem::offset_of!(CerArgs, streams), 96);
     }
 }

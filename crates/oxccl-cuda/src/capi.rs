@@ -1193,6 +1193,16 @@ fn ce_push() -> u64 {
     })
 }
 
+/// `OXCCL_CUDA_CE_PUSH_STREAMS`: copy streams of pushed pieces (1 or 2).
+fn ce_push_streams() -> u64 {
+    static M: OnceLock<u64> = OnceLock::new();
+    *M.get_or_init(|| {
+        oxccl_env::params()
+            .get(&oxccl_core::params::CUDA_CE_PUSH_STREAMS)
+            .clamp(1, 2)
+    })
+}
+
 /// `OXCCL_CUDA_CE_PUSH_IN_PLACE`: in-place all-reduces between two
 /// processes push their pieces ([`crate::ce_reduce::plan_pushed_in_place`]).
 fn ce_push_in_place() -> bool {
@@ -2349,15 +2359,21 @@ impl DevComm {
             )?,
             None => 0,
         };
-        let sd = self.ce_side()?;
+        // Pushes alternate on `streams` side streams (ce_reduce::counter_slot).
+        let sides = (0..plan.streams.clamp(1, 2) as usize)
+            .map(|i| self.ce_side_at(i))
+            .collect::<Result<Vec<_>>>()?;
+        let sd = sides[0];
         barrier()?;
-        // The side stream forks here, before the kernel: forked after it, the
+        // The side streams fork here, before the kernel: forked after it, the
         // pushes would wait for this rank's kernel, which waits for the
         // peer's pushes, which wait for the peer's kernel (a deadlock the
         // first device run found).
         let pushing = !plan.pushes.is_empty();
         if pushing {
-            self.fork_side(sd, stream)?;
+            for s in &sides {
+                self.fork_side(*s, stream)?;
+            }
         }
         let r = &plan.reduce;
         if r.count > 0 {
@@ -2375,6 +2391,7 @@ impl DevComm {
                 peer: peer as u32,
                 taper: r.taper,
                 zone: plan.landing.map_or(0, |l| l.zone),
+                streams: plan.streams,
                 ..Default::default()
             };
             // SAFETY: the part's ranges are this GPU's device memory (checked
@@ -2386,14 +2403,16 @@ impl DevComm {
         }
         if pushing {
             // Queued after the kernel, as in queue_ce_reduce.
-            let side = sd.stream as sys::CUstream;
             for (k, x) in plan.pushes.iter().enumerate() {
+                let (h, v) = ce_reduce::counter_slot(k as u64, plan.streams);
+                let side = sides[h as usize].stream as sys::CUstream;
                 if let Some(&w) = plan.waits.get(k).filter(|&&w| w > 0) {
                     // In place: this piece lands on values the peer's own
                     // push w - 1 reads; wait (bounded) until it counted.
+                    let (wh, wv) = ce_reduce::counter_slot(w as u64 - 1, plan.streams);
                     let args = allreduce::CerArgs {
-                        landed_at: mine,
-                        count: w as u64,
+                        landed_at: mine + 4 * wh as u64,
+                        count: wv as u64,
                         ctrl: ring.ctrl_device(),
                         timeout_ns: ring.timeout_ns(),
                         peer: peer as u32,
@@ -2410,14 +2429,16 @@ impl DevComm {
                 // peer's scratch (its first piece) or the part of the peer's
                 // buffer that the wait above found sent.
                 unsafe { copy_async(x, side)? };
-                // The counter's low word (little-endian; the high one stays
-                // 0: plan_pushed keeps the pieces under 2^31), with the 32-bit
-                // write the pulls already use rather than the 64-bit one.
+                // This stream's half of the counter (plan_pushed keeps the
+                // pieces under 2^31), with the 32-bit write the pulls
+                // already use.
                 // SAFETY: the peer's landed counter in its mapped window,
                 // live as long as the ring.
-                unsafe { stream_write32(side, theirs, k as u32 + 1)? };
+                unsafe { stream_write32(side, theirs + 4 * h as u64, v)? };
             }
-            self.join_side(sd, stream)?;
+            for s in &sides {
+                self.join_side(*s, stream)?;
+            }
         }
         if plan.landing.is_some() {
             // In place the peer's kernel reads this rank's pieces from the
@@ -2438,8 +2459,10 @@ impl DevComm {
             // before this rank's kernel ended, and writes the next one only
             // after the next call's first barrier, which this rank reaches
             // after this write.
-            // SAFETY: this rank's own counter in its ring window.
-            unsafe { stream_write32(stream, mine, 0)? };
+            for h in 0..sides.len() as u64 {
+                // SAFETY: this rank's own counter in its ring window.
+                unsafe { stream_write32(stream, mine + 4 * h, 0)? };
+            }
             CE_IN_PLACE_PUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

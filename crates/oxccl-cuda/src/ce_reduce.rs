@@ -533,6 +533,20 @@ pub struct PushedPlan {
     /// have landed before it starts (0: none), because it lands where the
     /// peer's own pushes read; empty out of place.
     pub waits: Vec<u32>,
+    /// Copy streams the pushes alternate on (1 or 2; push k on stream
+    /// k mod `streams`): each stream counts its own landed pieces in its
+    /// half of the counter ([`counter_slot`]), so the kernel and the waits
+    /// follow each piece whatever order the streams finish in.
+    pub streams: u32,
+}
+
+/// Where push `k` of a plan with `streams` copy streams is counted: the
+/// counter's 32-bit half (stream k mod `streams`, 0 or 1) and the value
+/// that half holds once the push landed (its place on that stream + 1).
+/// kernels/allreduce.cu's `ce_reduce_pushed` waits the same way.
+pub fn counter_slot(k: u64, streams: u32) -> (u32, u32) {
+    let s = streams.clamp(1, 2) as u64;
+    ((k % s) as u32, (k / s) as u32 + 1)
 }
 
 /// Where an in-place pushed all-reduce's pieces land on a rank: piece 0
@@ -620,6 +634,7 @@ pub fn plan_pushed(calls: &[Call; 2], r: usize, piece_bytes: u64) -> PushedPlan 
         gather,
         landing: None,
         waits: Vec::new(),
+        streams: 1,
     }
 }
 
@@ -748,6 +763,7 @@ pub fn plan_pushed_in_place(
         gather,
         landing: Some(landing_of(r)),
         waits,
+        streams: 1,
     })
 }
 
@@ -1197,21 +1213,34 @@ mod tests {
     /// both kernels, the barrier before it). Panics on a deadlock.
     fn simulate_pushed(mem: &mut Mem, plans: &[PushedPlan; 2], seed: u64) {
         let mut rng = seed | 1;
-        let mut pushed = [0usize; 2];
+        // Per rank, per copy stream: pushes landed (the counter's halves,
+        // as the peer sees them) and the stream's next push.
+        let mut half = [[0u32; 2]; 2];
+        let mut at = [[0usize, 1]; 2];
         let mut next = [0usize; 2];
         let mut gathered = [false; 2];
         let pieces: Vec<Vec<Piece>> = plans.iter().map(|p| p.reduce.pieces().collect()).collect();
+        let landed = |half: &[[u32; 2]; 2], r: usize, k: usize| {
+            let (h, v) = counter_slot(k as u64, plans[r].streams);
+            half[r][h as usize] >= v
+        };
         loop {
             let mut ready = Vec::new();
             let reduced = |r: usize, next: &[usize; 2]| next[r] == pieces[r].len();
             for r in 0..2 {
                 let q = 1 - r;
                 let p = &plans[r];
-                let k = pushed[r];
-                if k < p.pushes.len() && p.waits.get(k).is_none_or(|&w| pushed[q] >= w as usize) {
-                    ready.push((r, 0));
+                let streams = p.streams.clamp(1, 2) as usize;
+                for (s, &k) in at[r].iter().enumerate().take(streams) {
+                    let waited = p
+                        .waits
+                        .get(k)
+                        .is_none_or(|&w| w == 0 || landed(&half, q, w as usize - 1));
+                    if k < p.pushes.len() && waited {
+                        ready.push((r, 3 + s));
+                    }
                 }
-                if next[r] < pieces[r].len() && pushed[q] > next[r] {
+                if next[r] < pieces[r].len() && landed(&half, q, next[r]) {
                     ready.push((r, 1));
                 }
                 let gather_ok = if p.landing.is_some() {
@@ -1237,11 +1266,15 @@ mod tests {
             let (r, what) = ready[pick];
             let p = &plans[r];
             match what {
-                0 => {
-                    let x = p.pushes[pushed[r]];
+                3 | 4 => {
+                    let s = what - 3;
+                    let k = at[r][s];
+                    let x = p.pushes[k];
                     let v = mem.get(x.src, x.bytes);
                     mem.put(x.dst, &v);
-                    pushed[r] += 1;
+                    let (h, val) = counter_slot(k as u64, p.streams);
+                    half[r][h as usize] = val;
+                    at[r][s] += p.streams.clamp(1, 2) as usize;
                 }
                 1 => {
                     let pc = pieces[r][next[r]];
@@ -1273,11 +1306,11 @@ mod tests {
             }
         }
         for r in 0..2 {
+            let n = plans[r].pushes.len();
+            let all = (0..n).all(|k| landed(&half, r, k));
             assert!(
-                pushed[r] == plans[r].pushes.len() && next[r] == pieces[r].len() && gathered[r],
-                "rank {r} deadlocked: pushes {}/{}, pieces {}/{}",
-                pushed[r],
-                plans[r].pushes.len(),
+                all && next[r] == pieces[r].len() && gathered[r],
+                "rank {r} deadlocked: pushes done {all} of {n}, pieces {}/{}",
                 next[r],
                 pieces[r].len()
             );
@@ -1306,9 +1339,10 @@ mod tests {
                 let sz = dtype.size() as u64;
                 for count in [1u64, 5, 17, 64, 257, 1001] {
                     for piece_bytes in [1u64, 16, 48, 100, 4096] {
-                        for seed in [1u64, 0x9e37_79b9, 77] {
+                        for (seed, streams) in [(1u64, 1), (0x9e37_79b9, 1), (77, 2), (5, 2)] {
                             let ctx = format!(
-                                "{kind:?} {dtype:?} {op:?} count={count} piece={piece_bytes} seed={seed}"
+                                "{kind:?} {dtype:?} {op:?} count={count} piece={piece_bytes} \
+                                 seed={seed} streams={streams}"
                             );
                             let in_elems = match kind {
                                 Kind::AllReduce => count,
@@ -1338,7 +1372,10 @@ mod tests {
                                 dtype,
                                 op,
                             });
-                            let plans = [0, 1].map(|r| plan_pushed(&calls, r, piece_bytes));
+                            let plans = [0, 1].map(|r| PushedPlan {
+                                streams,
+                                ..plan_pushed(&calls, r, piece_bytes)
+                            });
                             for r in 0..2 {
                                 let theirs: Vec<(u64, u64)> = plans[1 - r]
                                     .reduce
@@ -1412,9 +1449,10 @@ mod tests {
                 // Parts of exactly 4 pieces and 4 pieces + 16 bytes.
                 let straddle = 8 * piece + unit;
                 for count in [1u64, 5, 17, 64, 257, 1001, straddle, straddle + unit] {
-                    for seed in [0u64, 1, 0x9e37_79b9, 77] {
+                    for (seed, streams) in [(0u64, 1), (1, 1), (0x9e37_79b9, 2), (77, 2), (0, 2)] {
                         let ctx = format!(
-                            "{dtype:?} {op:?} count={count} piece={piece_bytes} seed={seed}"
+                            "{dtype:?} {op:?} count={count} piece={piece_bytes} seed={seed} \
+                             streams={streams}"
                         );
                         let mut mem = Mem(vec![0xee; 400_000]);
                         let mut vals = [vec![], vec![]];
@@ -1448,7 +1486,7 @@ mod tests {
                             assert_eq!(piece, unit, "{ctx}: no in-place plan");
                             continue;
                         };
-                        let plans = [p0, p1];
+                        let plans = [p0, p1].map(|p| PushedPlan { streams, ..p });
                         planned += 1;
                         for r in 0..2 {
                             // Every push waits only on an earlier one of the
@@ -1494,6 +1532,17 @@ mod tests {
             }
         }
         assert!(planned > 900);
+    }
+
+    #[test]
+    fn pushes_count_in_their_stream_half() {
+        let one: Vec<_> = (0..4).map(|k| counter_slot(k, 1)).collect();
+        assert_eq!(one, [(0, 1), (0, 2), (0, 3), (0, 4)]);
+        let two: Vec<_> = (0..5).map(|k| counter_slot(k, 2)).collect();
+        assert_eq!(two, [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3)]);
+        // 0 and more than 2 streams: clamped, as the host and kernel do.
+        assert_eq!(counter_slot(3, 0), (0, 4));
+        assert_eq!(counter_slot(3, 7), (1, 2));
     }
 
     /// The waits are what keeps an in-place push off values the peer has

@@ -75,6 +75,9 @@ pub struct Bounds {
     pub pull_ar: u64,
     /// Reduce-scatter pulled, as `pull_ar`.
     pub pull_rs: u64,
+    /// Copy streams a pushed reduction's pieces alternate on (1 or 2:
+    /// [`ce_reduce::PushedPlan::streams`], `OXCCL_CUDA_CE_PUSH_STREAMS`).
+    pub push_streams: u64,
 }
 
 impl Bounds {
@@ -86,6 +89,7 @@ impl Bounds {
         push: 0,
         pull_ar: 0,
         pull_rs: 0,
+        push_streams: 1,
     };
 }
 
@@ -710,7 +714,10 @@ pub fn plan(
                 if !ce_reduce::qualifies_with(&[a, c], b.ar, b.rs) {
                     return None;
                 }
-                return Some(RankPlan::Pushed(p));
+                return Some(RankPlan::Pushed(ce_reduce::PushedPlan {
+                    streams: b.push_streams.clamp(1, 2) as u32,
+                    ..p
+                }));
             }
         }
         if push && b.push > 0 {
@@ -721,11 +728,10 @@ pub fn plan(
             // gather below do: see ce_reduce::PushedPlan for why no wait of
             // one rank's stream is on the other's.
             let part = ce_reduce::largest_part_bytes(a.kind, a.count, a.dtype);
-            return Some(RankPlan::Pushed(ce_reduce::plan_pushed(
-                &[a, c],
-                rank,
-                push_piece(part, b.push),
-            )));
+            return Some(RankPlan::Pushed(ce_reduce::PushedPlan {
+                streams: b.push_streams.clamp(1, 2) as u32,
+                ..ce_reduce::plan_pushed(&[a, c], rank, push_piece(part, b.push))
+            }));
         }
         let [p0, p1] = ce_reduce::pair_with([a, c], [scratch, scratch], b.pull_ar, b.pull_rs)?;
         let mut p = if rank == 0 { p0 } else { p1 };
@@ -954,6 +960,7 @@ impl Bounds {
             self.push,
             self.pull_ar,
             self.pull_rs,
+            self.push_streams,
         ]
         .iter()
         .flat_map(|x| x.to_le_bytes())
@@ -961,7 +968,7 @@ impl Bounds {
     }
 
     /// Bytes of [`Bounds::encode`].
-    pub const LEN: usize = 48;
+    pub const LEN: usize = 56;
 
     /// From [`Bounds::encode`]'s bytes (`None`: not [`Bounds::LEN`] of them).
     pub fn decode(b: &[u8]) -> Option<Bounds> {
@@ -976,6 +983,7 @@ impl Bounds {
             push: at(3),
             pull_ar: at(4),
             pull_rs: at(5),
+            push_streams: at(6),
         })
     }
 
@@ -995,6 +1003,7 @@ impl Bounds {
                     push,
                     pull_ar: v,
                     pull_rs: rs,
+                    push_streams: 1,
                 }
             }
             None => {
@@ -1012,6 +1021,7 @@ impl Bounds {
                     push,
                     pull_ar: XP_AR_MIN,
                     pull_rs: XP_RS_MIN,
+                    push_streams: 1,
                 }
             }
         }
@@ -1347,6 +1357,28 @@ mod tests {
             assert_eq!(p.pushes[1].bytes, 64 * MIB);
             assert_eq!(p.waits[..3], [0, 1, 2]);
             assert_eq!(p.gather.len(), 1);
+            assert_eq!(p.streams, 1);
+            // Two copy streams: the plan says so, for the kernel's waits.
+            let two = Bounds {
+                push_streams: 2,
+                ..bd
+            };
+            let Some(RankPlan::Pushed(p2)) = plan(&mine, &peer, rank, 0, &two, false, stage) else {
+                panic!("an in-place pushed plan")
+            };
+            assert_eq!((p2.streams, p2.pushes), (2, p.pushes.clone()));
+            let out = Call {
+                output: mine.input ^ (1 << 44),
+                ..mine
+            };
+            let pc = Call {
+                output: peer.input ^ (1 << 44),
+                ..peer
+            };
+            let Some(RankPlan::Pushed(p3)) = plan(&out, &pc, rank, 0, &two, true, None) else {
+                panic!("a pushed plan")
+            };
+            assert_eq!(p3.streams, 2);
             // The push setting 0, or no scratch shared: pulled.
             let off = Bounds { push: 0, ..bd };
             assert!(matches!(

@@ -729,6 +729,25 @@ fn two_processes_push_in_place_all_reduces() {
 }
 
 #[test]
+fn two_processes_push_on_two_copy_streams() {
+    if gpus() < 1 {
+        return;
+    }
+    // Pieces alternate on two copy streams (OXCCL_CUDA_CE_PUSH_STREAMS=2),
+    // out of place and in place: each stream counts its own half of the
+    // counter, so the kernels and the in-place waits follow every piece
+    // whichever stream lands first.
+    on_the_copy_engines(
+        "100000",
+        &[
+            ("OXCCL_CUDA_CE_PUSH_IN_PLACE", "1"),
+            ("OXCCL_CUDA_CE_PUSH_STREAMS", "2"),
+            ("OXCCL_TEST_EXPECT_CE_IN_PLACE", "1"),
+        ],
+    );
+}
+
+#[test]
 fn two_processes_free_what_they_shared() {
     if gpus() < 1 {
         return;

@@ -240,7 +240,10 @@ impl DevComm {
         let mine = if forced {
             xp::Bounds::OFF
         } else {
-            xp::Bounds::from_settings(ce_min(), ce_ar_set(), ce_push())
+            xp::Bounds {
+                push_streams: ce_push_streams(),
+                ..xp::Bounds::from_settings(ce_min(), ce_ar_set(), ce_push())
+            }
         };
         let b = chan.exchange(
             &mine.encode(),
@@ -256,32 +259,37 @@ impl DevComm {
         if bounds != mine {
             oxccl_env::warn!(
                 "rank {}: copy engines off with rank {peer}: its bounds (copies {}, \
-                 all-reduces {}, reduce-scatters {} bytes, pushed pieces {}; OXCCL_CUDA_CE_MIN, \
-                 OXCCL_CUDA_CE_AR_MIN, OXCCL_CUDA_CE_PUSH, OXCCL_CUDA_RING) differ from this \
-                 rank's ({}, {}, {}, {}); set them alike on every rank",
+                 all-reduces {}, reduce-scatters {} bytes, pushed pieces {} on {} streams; \
+                 OXCCL_CUDA_CE_MIN, OXCCL_CUDA_CE_AR_MIN, OXCCL_CUDA_CE_PUSH, \
+                 OXCCL_CUDA_CE_PUSH_STREAMS, OXCCL_CUDA_RING) differ from this rank's ({}, {}, \
+                 {}, {} on {}); set them alike on every rank",
                 self.rank,
                 theirs.copy,
                 theirs.ar,
                 theirs.rs,
                 theirs.push,
+                theirs.push_streams,
                 mine.copy,
                 mine.ar,
                 mine.rs,
-                mine.push
+                mine.push,
+                mine.push_streams
             );
         }
         oxccl_env::info!(
             oxccl_env::log::Subsys::INIT,
             "rank {}: copy engines with rank {peer} (another process): copies from {} bytes, \
              all-reduces from {} (pulled from {}), reduce-scatters from {} (pulled from {}; \
-             0: never), out-of-place reductions pushed in pieces of {} (0: pulled)",
+             0: never), out-of-place reductions pushed in pieces of {} (0: pulled) on {} \
+             copy streams",
             self.rank,
             bounds.copy,
             bounds.ar,
             bounds.pull_ar,
             bounds.rs,
             bounds.pull_rs,
-            bounds.push
+            bounds.push,
+            bounds.push_streams
         );
         let _ = self.xp.set(XpState {
             peer,
