@@ -39,9 +39,10 @@
 #   scripts/perf-gpu.sh multi        # every GPU of a 4- or 8-GPU host (issue 10):
 #                                    # checks of every collective, AR/AG/RS
 #                                    # sweeps to 8 GB, --ranks N and -g N, vs NCCL
-#   scripts/perf-gpu.sh push_in_place  # all_reduce 128 MB-4 GB, 2 processes, in
-#                                    # place pushed (OXCCL_CUDA_CE_PUSH_IN_PLACE=1)
-#                                    # against pulled, two rounds, vs NCCL; checks
+#   scripts/perf-gpu.sh push_variants  # all_reduce / reduce_scatter 128 MB-4 GB,
+#                                    # 2 processes: in-place pushes and two copy
+#                                    # streams against the defaults, two rounds,
+#                                    # vs NCCL; checks (OXCCL_PUSH_COLLS picks)
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
 #                                    # the copy-engine reduction at its default
 #                                    # bound and off (SM kernel), vs NCCL
@@ -243,21 +244,28 @@ if [ "$MODE" = xp ]; then
     run "xp_check_$c" 240 "$X" $P $c --backend cuda --ranks 2 -b 512M -e 1G -f 2 -c 1 -n 2 -w 1
   done
 fi
-if [ "$MODE" = push_in_place ]; then
-  # In-place all-reduces between two processes: pieces pushed (the first
-  # into the peer's scratch, the rest into the peer's copy of this rank's
-  # part; ce_reduce.rs plan_pushed_in_place) against pulled through the
-  # scratch ring, two rounds alternated, NCCL beside (its out-of-place time:
-  # compare the in-place columns). From 128 MiB both take the engines only
-  # when pushed: below 256 MiB the pulled setting runs the ring kernel.
-  R="all_reduce --backend cuda --ranks 2 -b 128M -e 4G -f 2 -c 0 -n 8 -w 2 --compare $NCCL"
-  for round in 1 2; do
-    OXCCL_CUDA_CE_PUSH_IN_PLACE=1 run "pip_push_$round" 240 "$X" $P $R -J "$OUTDIR/pip_push_$round.json"
-    OXCCL_CUDA_CE_PUSH_IN_PLACE=0 run "pip_pull_$round" 240 "$X" $P $R -J "$OUTDIR/pip_pull_$round.json"
+if [ "$MODE" = push_variants ]; then
+  # Pushed reductions between two processes, the settings not yet timed on
+  # two GPUs against the defaults, two rounds alternated, NCCL beside (its
+  # out-of-place time: compare both columns):
+  #   in place pushed (OXCCL_CUDA_CE_PUSH_IN_PLACE=1: the first piece into
+  #   the peer's scratch, the rest into the peer's copy of this rank's part;
+  #   ce_reduce.rs plan_pushed_in_place) against pulled through the scratch
+  #   ring (below 256 MiB pulled means the ring kernel);
+  #   pieces on two copy streams (OXCCL_CUDA_CE_PUSH_STREAMS=2) against one.
+  for c in ${OXCCL_PUSH_COLLS:-all_reduce reduce_scatter}; do
+    R="$c --backend cuda --ranks 2 -b 128M -e 4G -f 2 -c 0 -n 8 -w 2 --compare $NCCL"
+    for round in 1 2; do
+      run "pv_${c}_default_$round" 240 "$X" $P $R -J "$OUTDIR/pv_${c}_default_$round.json"
+      OXCCL_CUDA_CE_PUSH_STREAMS=2 run "pv_${c}_two_$round" 240 "$X" $P $R -J "$OUTDIR/pv_${c}_two_$round.json"
+      [ "$c" = all_reduce ] || continue
+      OXCCL_CUDA_CE_PUSH_IN_PLACE=1 run "pv_${c}_inplace_$round" 240 "$X" $P $R -J "$OUTDIR/pv_${c}_inplace_$round.json"
+      OXCCL_CUDA_CE_PUSH_IN_PLACE=1 OXCCL_CUDA_CE_PUSH_STREAMS=2 run "pv_${c}_inplace_two_$round" 240 "$X" $P $R -J "$OUTDIR/pv_${c}_inplace_two_$round.json"
+    done
+    C="$c --backend cuda --ranks 2 -b 128M -e 1G -f 2 -c 1 -n 1 -w 1"
+    OXCCL_CUDA_CE_PUSH_IN_PLACE=1 OXCCL_CUDA_CE_PUSH_STREAMS=2 run "pv_check_${c}_float" 240 "$X" $P $C -d float -o all
+    OXCCL_CUDA_CE_PUSH_IN_PLACE=1 OXCCL_CUDA_CE_PUSH_STREAMS=2 run "pv_check_${c}_bf16" 240 "$X" $P $C -d bfloat16 -o sum
   done
-  C="all_reduce --backend cuda --ranks 2 -b 128M -e 1G -f 2 -c 1 -n 1 -w 1"
-  OXCCL_CUDA_CE_PUSH_IN_PLACE=1 run pip_check_float 240 "$X" $P $C -d float -o all
-  OXCCL_CUDA_CE_PUSH_IN_PLACE=1 run pip_check_bf16 240 "$X" $P $C -d bfloat16 -o sum
 fi
 if [ "$MODE" = sweep2 ]; then
   # Every collective, one process per GPU, 8 B-64 MB, eager and under CUDA
