@@ -647,7 +647,8 @@ pub fn in_place_pushable(mine: &Msg, theirs: &Msg) -> bool {
 /// either rank, or pushes are off), below the pulled bounds: both ranks run
 /// the ring kernel instead (both decide alike from the two messages).
 pub fn declined(mine: &Msg, theirs: &Msg, b: &Bounds) -> bool {
-    if mine.call.ce_reduce().is_none() || (b.push > 0 && pushable(mine, theirs)) {
+    let pushed = b.push > 0 && (pushable(mine, theirs) || in_place_pushable(mine, theirs));
+    if mine.call.ce_reduce().is_none() || pushed {
         return false;
     }
     let pulled = Bounds {
@@ -1506,6 +1507,18 @@ mod tests {
             assert!(!declined(&apart, &apart, &d));
             assert!(declined(&apart, &same, &d) && declined(&same, &apart, &d));
             assert!(declined(&same, &same, &d));
+            // In place pushed (both shared their scratch): an all-reduce
+            // takes the engines from the pushed bound too.
+            let staged = Msg {
+                stage: buf(9, 256 * MIB, 0),
+                ..same
+            };
+            assert_eq!(
+                declined(&staged, &staged, &d),
+                coll != Coll::AllReduce,
+                "{coll:?}"
+            );
+            assert!(declined(&staged, &same, &d) && declined(&same, &staged, &d));
             let no_push = Bounds { push: 0, ..d };
             assert!(declined(&apart, &apart, &no_push));
             // From the pulled bound nothing is declined.

@@ -452,6 +452,13 @@ impl DevComm {
         if xp::check(&mine, &theirs, xs.peer)? == xp::Verdict::Kernel {
             return Ok(false);
         }
+        // A reduction that took the engines by its shape but pulls below
+        // the pulled bounds runs the ring kernel on both ranks (each decided
+        // from both messages): without opening the peer's buffers or the
+        // second round trip that would say so.
+        if xp::declined(&mine, &theirs, &xs.bounds) {
+            return Ok(false);
+        }
         let ready = (|| -> Result<(xp::RankPlan, usize, usize)> {
             let mapped = self.open_peer(xs, &theirs.bufs)?;
             let pc = xp::translate(&theirs, mapped);
