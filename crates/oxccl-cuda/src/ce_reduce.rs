@@ -1317,6 +1317,26 @@ mod tests {
         }
     }
 
+    /// Writes both ranks' `n` input elements at `at[r]` (values whose
+    /// reductions are exact, bytes wrapping for uint8) and returns them as
+    /// the reference reads them.
+    fn fill_pushed_inputs(mem: &mut Mem, at: [u64; 2], n: u64, dtype: DataType) -> [Vec<f64>; 2] {
+        let sz = dtype.size() as u64;
+        [0usize, 1].map(|r| {
+            (0..n)
+                .map(|i| {
+                    let v = match dtype {
+                        DataType::Uint8 => ((i * 7 + r as u64 * 3) % 256) as f64,
+                        _ => (i as f64 * 3.0 + 1.0) * if r == 0 { 0.75 } else { -1.5 },
+                    };
+                    let e = encode(dtype, v);
+                    mem.put(at[r] + i * sz, &e);
+                    decode(dtype, &e)
+                })
+                .collect()
+        })
+    }
+
     /// Pushed plans (out of place) for every (collective, type, op, count,
     /// piece size, interleaving) against a float64/exact reference, inputs
     /// left as they were, both all-reduce outputs equal bits; the pushes of
@@ -1349,20 +1369,7 @@ mod tests {
                                 Kind::ReduceScatter => 2 * count,
                             };
                             let mut mem = Mem(vec![0xee; 400_000]);
-                            let mut vals = [vec![], vec![]];
-                            for r in 0..2 {
-                                for i in 0..in_elems {
-                                    let v =
-                                        (i as f64 * 3.0 + 1.0) * if r == 0 { 0.75 } else { -1.5 };
-                                    let v = match dtype {
-                                        DataType::Uint8 => ((i * 7 + r as u64 * 3) % 256) as f64,
-                                        _ => v,
-                                    };
-                                    let e = encode(dtype, v);
-                                    vals[r].push(decode(dtype, &e));
-                                    mem.put(IN[r] + i * sz, &e);
-                                }
-                            }
+                            let vals = fill_pushed_inputs(&mut mem, IN, in_elems, dtype);
                             let inputs = [0, 1].map(|r| mem.get(IN[r], in_elems * sz));
                             let calls = [0, 1].map(|r| Call {
                                 kind,
@@ -1455,19 +1462,7 @@ mod tests {
                              streams={streams}"
                         );
                         let mut mem = Mem(vec![0xee; 400_000]);
-                        let mut vals = [vec![], vec![]];
-                        for r in 0..2 {
-                            for i in 0..count {
-                                let v = (i as f64 * 3.0 + 1.0) * if r == 0 { 0.75 } else { -1.5 };
-                                let v = match dtype {
-                                    DataType::Uint8 => ((i * 7 + r as u64 * 3) % 256) as f64,
-                                    _ => v,
-                                };
-                                let e = encode(dtype, v);
-                                vals[r].push(decode(dtype, &e));
-                                mem.put(BUF[r] + i * sz, &e);
-                            }
-                        }
+                        let vals = fill_pushed_inputs(&mut mem, BUF, count, dtype);
                         let calls = [0, 1].map(|r| Call {
                             kind: Kind::AllReduce,
                             input: BUF[r],
