@@ -1317,6 +1317,17 @@ mod tests {
         }
     }
 
+    /// The (type, op) pairs the pushed simulations run: float rounding,
+    /// products, integer order, 8-byte and 1-byte elements (wrapping).
+    const PUSHED_CASES: [(DataType, Op); 6] = [
+        (DataType::Float32, Op::Sum),
+        (DataType::Float32, Op::Prod),
+        (DataType::Int32, Op::Max),
+        (DataType::Float64, Op::Min),
+        (DataType::Uint8, Op::Prod),
+        (DataType::Uint8, Op::Sum),
+    ];
+
     /// Writes both ranks' `n` input elements at `at[r]` (values whose
     /// reductions are exact, bytes wrapping for uint8) and returns them as
     /// the reference reads them.
@@ -1347,15 +1358,8 @@ mod tests {
     fn pushed_schedules_compute_the_collectives_in_a_simulated_space() {
         const IN: [u64; 2] = [0, 100_000];
         const OUT: [u64; 2] = [200_000, 300_000];
-        let cases = [
-            (DataType::Float32, Op::Sum),
-            (DataType::Float32, Op::Prod),
-            (DataType::Int32, Op::Max),
-            (DataType::Float64, Op::Min),
-            (DataType::Uint8, Op::Prod),
-        ];
         for kind in [Kind::AllReduce, Kind::ReduceScatter] {
-            for (dtype, op) in cases {
+            for (dtype, op) in PUSHED_CASES {
                 let sz = dtype.size() as u64;
                 for count in [1u64, 5, 17, 64, 257, 1001] {
                     for piece_bytes in [1u64, 16, 48, 100, 4096] {
@@ -1439,16 +1443,8 @@ mod tests {
     fn in_place_pushed_all_reduces_compute_in_a_simulated_space() {
         const BUF: [u64; 2] = [0, 100_000];
         const SCRATCH: [u64; 2] = [200_000, 300_000];
-        let cases = [
-            (DataType::Float32, Op::Sum),
-            (DataType::Float32, Op::Prod),
-            (DataType::Int32, Op::Max),
-            (DataType::Float64, Op::Min),
-            (DataType::Uint8, Op::Prod),
-            (DataType::Uint8, Op::Sum),
-        ];
         let mut planned = 0;
-        for (dtype, op) in cases {
+        for (dtype, op) in PUSHED_CASES {
             let sz = dtype.size() as u64;
             let unit = (16 / sz).max(1);
             for piece_bytes in [1u64, 16, 48, 100, 4096] {
