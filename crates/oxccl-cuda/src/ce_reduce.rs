@@ -586,26 +586,7 @@ pub fn plan_pushed(calls: &[Call; 2], r: usize, piece_bytes: u64) -> PushedPlan 
     let c = calls[r];
     let sz = c.dtype.size() as u64;
     let piece = pushed_piece(&c, piece_bytes);
-    let out_part = |i: usize| {
-        let (lo, _) = part(c.kind, c.count, c.dtype, i);
-        match c.kind {
-            Kind::AllReduce => calls[i].output + lo * sz,
-            Kind::ReduceScatter => calls[i].output,
-        }
-    };
-    let reduce_of = |i: usize| {
-        let (lo, hi) = part(c.kind, c.count, c.dtype, i);
-        Reduce {
-            input: calls[i].input + lo * sz,
-            output: out_part(i),
-            count: hi - lo,
-            piece,
-            slots: 1,
-            rank: i as u32,
-            taper: push_taper(piece * sz),
-            elem: sz,
-        }
-    };
+    let reduce_of = |i: usize| pushed_reduce(calls, i, piece);
     let theirs = reduce_of(q);
     let (qlo, _) = part(c.kind, c.count, c.dtype, q);
     let pushes = theirs
@@ -635,6 +616,28 @@ pub fn plan_pushed(calls: &[Call; 2], r: usize, piece_bytes: u64) -> PushedPlan 
         landing: None,
         waits: Vec::new(),
         streams: 1,
+    }
+}
+
+/// Rank i's reduction of a pushed plan, pieces of `piece` elements: its
+/// part of its input, and its output there (a reduce-scatter's output is
+/// the part).
+fn pushed_reduce(calls: &[Call; 2], i: usize, piece: u64) -> Reduce {
+    let c = calls[i];
+    let sz = c.dtype.size() as u64;
+    let (lo, hi) = part(c.kind, c.count, c.dtype, i);
+    Reduce {
+        input: c.input + lo * sz,
+        output: match c.kind {
+            Kind::AllReduce => c.output + lo * sz,
+            Kind::ReduceScatter => c.output,
+        },
+        count: hi - lo,
+        piece,
+        slots: 1,
+        rank: i as u32,
+        taper: push_taper(piece * sz),
+        elem: sz,
     }
 }
 
@@ -682,19 +685,7 @@ pub fn plan_pushed_in_place(
     if piece * sz > scratch_bytes {
         return None;
     }
-    let reduce_of = |i: usize| {
-        let (lo, hi) = part(c.kind, c.count, c.dtype, i);
-        Reduce {
-            input: calls[i].input + lo * sz,
-            output: calls[i].output + lo * sz,
-            count: hi - lo,
-            piece,
-            slots: 1,
-            rank: i as u32,
-            taper: push_taper(piece * sz),
-            elem: sz,
-        }
-    };
+    let reduce_of = |i: usize| pushed_reduce(calls, i, piece);
     let landing_of = |i: usize| {
         let (lo, _) = part(c.kind, c.count, c.dtype, 1 - i);
         Landing {
