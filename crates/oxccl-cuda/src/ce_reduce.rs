@@ -598,14 +598,7 @@ pub fn plan_pushed(calls: &[Call; 2], r: usize, piece_bytes: u64) -> PushedPlan 
         })
         .collect();
     let mine = reduce_of(r);
-    let gather = match c.kind {
-        Kind::AllReduce if mine.count > 0 => vec![Xfer {
-            dst: calls[q].output + (mine.output - c.output),
-            src: mine.output,
-            bytes: mine.count * sz,
-        }],
-        _ => Vec::new(),
-    };
+    let gather = pushed_gather(calls, r, &mine);
     PushedPlan {
         kind: c.kind,
         dtype: c.dtype,
@@ -639,6 +632,21 @@ fn pushed_reduce(calls: &[Call; 2], i: usize, piece: u64) -> Reduce {
         taper: push_taper(piece * sz),
         elem: sz,
     }
+}
+
+/// An all-reduce's gather of a pushed plan: rank r's reduced part `mine`
+/// into the peer's output at the same place (nothing for a reduce-scatter
+/// or an empty part).
+fn pushed_gather(calls: &[Call; 2], r: usize, mine: &Reduce) -> Vec<Xfer> {
+    let c = calls[r];
+    if c.kind != Kind::AllReduce || mine.count == 0 {
+        return Vec::new();
+    }
+    vec![Xfer {
+        dst: calls[1 - r].output + (mine.output - c.output),
+        src: mine.output,
+        bytes: mine.count * mine.elem,
+    }]
 }
 
 /// Elements per pushed piece of `c` for a setting of `piece_bytes`:
@@ -736,15 +744,7 @@ pub fn plan_pushed_in_place(
     pushes_of(q)?;
     let (pushes, waits) = pushes_of(r)?;
     let mine = reduce_of(r);
-    let gather = if mine.count > 0 {
-        vec![Xfer {
-            dst: calls[q].output + (mine.output - c.output),
-            src: mine.output,
-            bytes: mine.count * sz,
-        }]
-    } else {
-        Vec::new()
-    };
+    let gather = pushed_gather(calls, r, &mine);
     Some(PushedPlan {
         kind: c.kind,
         dtype: c.dtype,
