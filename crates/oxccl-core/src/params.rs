@@ -462,10 +462,10 @@ params! {
     CUDA_CE_PUSH: Opt<Size> = "OXCCL_CUDA_CE_PUSH", "", honoured,
         "Two ranks in two processes of one host taking the copy engines for an all-reduce or reduce-scatter (OXCCL_CUDA_CE_AR_MIN) with send and receive buffers apart on both ranks: each rank's copy engine pushes the peer's part of its input straight into the peer's output in pieces of at most this many bytes (a quarter of the part when less, at least 16M), and the peer reduces there as pieces land (no scratch ring, no 256 MiB allocation). In place the pieces are pulled through the scratch ring. Every rank must set the same value. 0: always pull. Unset: 64M.";
     // Why a setting, off: the in-place pushes (ce_reduce.rs,
-    // plan_pushed_in_place) were checked on one GPU but not yet timed on two;
-    // the default follows a measurement.
+    // plan_pushed_in_place, plan_pushed_ring) were checked on one GPU but
+    // not yet timed on two; the default follows a measurement.
     CUDA_CE_PUSH_IN_PLACE: Bool = "OXCCL_CUDA_CE_PUSH_IN_PLACE", "0", honoured,
-        "Two ranks in two processes of one host, an all-reduce both call in place that takes the copy engines (OXCCL_CUDA_CE_AR_MIN, OXCCL_CUDA_CE_PUSH): push the pieces instead of pulling them, the first into the peer's scratch, every later one into the peer's copy of this rank's part once the peer's own push has sent those values (a bounded wait on the peer's counter). Every rank must set the same value (a rank that does not pulls, and so does its peer). 1: push; 0: pull (the default until measured on two GPUs).";
+        "Two ranks in two processes of one host, an all-reduce or reduce-scatter both call in place (as NCCL defines it) that takes the copy engines (OXCCL_CUDA_CE_AR_MIN, OXCCL_CUDA_CE_PUSH): push the pieces instead of pulling them. An all-reduce's first piece goes into the peer's scratch, every later one into the peer's copy of this rank's part once the peer's own push has sent those values; a reduce-scatter's pieces go into the peer's 4-slot scratch ring, each once the peer's kernel has reduced the slot's previous piece (bounded waits on counters in the ring window). Every rank must set the same value (a rank that does not pulls, and so does its peer). 1: push; 0: pull (the default until measured on two GPUs).";
     // Why a setting, 1: on one stream each piece leaves the copy engine idle
     // for ~5 us (its landed flag, the next copy's start; 16 MiB pieces on one
     // stream moved 347 GB/s against 390 unpieced, session 5's probe), which

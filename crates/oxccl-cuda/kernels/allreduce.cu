@@ -401,6 +401,14 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
 // host puts back to 0 after the call's last barrier (the peer's copy stream
 // waits on it too, so the kernel must leave it alone).
 //
+// Into a slot ring (`consumed_at` set; ce_reduce.rs `plan_pushed_ring`, an
+// in-place reduce-scatter): piece k lands in slot k mod `slots` of `piece`
+// elements at `scratch`, and the last block through a piece (a per-slot
+// block counter in `flags`, the scratch's flag words) writes the pieces
+// reduced so far into the peer's window (`consumed_at`), which the peer's
+// copy stream waits for before it refills that slot. The landed counter is
+// this kernel's alone then, put back to 0 after the last piece.
+//
 // Copy streams (`streams`, 1 or 2): piece k travels on stream k mod streams,
 // and each stream counts its own landed pieces in its 32-bit half of the
 // counter, so piece k has landed once half (k mod streams) reached
@@ -422,6 +430,7 @@ struct CerArgs {
     u32 taper;            // pushed: halvings of the last piece (see ce_reduce_pushed)
     const char* zone;     // pushed in place: where pieces after the first land (null: in `out`)
     u32 streams;          // pushed: copy streams the pieces alternate on (1 or 2)
+    u32* consumed_at;     // pushed into a slot ring: the peer's word for pieces reduced (else null)
 };
 enum { CER_CONSUMED = 16, CER_DONE = 32 };
 
@@ -450,9 +459,9 @@ template <typename E, int OP>
 __device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
     const u64 sz = sizeof(typename E::S);
     const bool staged = a.zone != nullptr;
-    const bool vec =
-        ((((u64)a.in) | ((u64)a.out) | (staged ? ((u64)a.scratch | (u64)a.zone) : 0ull)) & 15) ==
-        0;
+    const bool ringed = a.consumed_at != nullptr;
+    const u64 away = staged ? ((u64)a.scratch | (u64)a.zone) : ringed ? (u64)a.scratch : 0ull;
+    const bool vec = ((((u64)a.in) | ((u64)a.out) | away) & 15) == 0;
     u32* done = (u32*)(a.landed_at + 1);
     __shared__ int ok;
     // Pieces of `piece` elements, but the last one (s elements) is cut into
@@ -485,7 +494,8 @@ __device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
         const char* mine = (const char*)a.in + lo * sz;
         char* both = (char*)a.out + lo * sz;
         // Pieces never straddle `piece` (the first one ends there).
-        const char* pushed = !staged        ? both
+        const char* pushed = ringed         ? a.scratch + (k % a.slots) * a.piece * sz
+                             : !staged      ? both
                              : lo < a.piece ? a.scratch + lo * sz
                                             : a.zone + (lo - a.piece) * sz;
         // The pushed values are read through L2 (red_range's ldcg): they came
@@ -495,8 +505,26 @@ __device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
                          n, vec, (typename E::A)0, (typename E::A)0, 2u);
         __syncthreads();  // `ok` is read by all before thread 0 writes it again
         lo += n;
+        if (ringed && threadIdx.x == 0) {
+            // This block is done with the slot (its reads returned before
+            // the barrier above). The slot's block counter (in the scratch's
+            // flags, 0 between uses) finds the grid's last one, which puts
+            // it back to 0 and then tells the peer: the slot's next piece
+            // lands only after that, so no block counts it early. Piece k
+            // completes only after every block finished k - 1, and each
+            // block fences before it counts, so the counts reach the peer
+            // in order.
+            u32* cnt = a.flags + CER_DONE + (u32)(k % a.slots);
+            __threadfence();
+            if (atomicAdd(cnt, 1u) == gridDim.x - 1) {
+                atomicExch(cnt, 0u);
+                __threadfence_system();
+                st_release_sys32(a.consumed_at, (u32)(k + 1));
+                if (lo >= a.count) *(volatile u64*)a.landed_at = 0ull;
+            }
+        }
     }
-    if (threadIdx.x == 0 && a.count > 0 && !staged) {
+    if (threadIdx.x == 0 && a.count > 0 && !staged && !ringed) {
         __threadfence();
         if (atomicAdd(done, 1u) == gridDim.x - 1) {
             // Every block has seen the last piece's value: nothing waits on

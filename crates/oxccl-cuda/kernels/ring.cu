@@ -13,6 +13,8 @@
 //   +288  barrier (channel 0 only): how many barriers the other rank entered
 //   +296  pushed reduction (channel 0 only, xp.rs): pieces the other rank's copy
 //         stream landed (u64), then the reducing kernel's block counter (u32)
+//   +308  in-place reduce-scatter pushed into the other rank's scratch ring
+//         (channel 0 only): pieces the other rank's kernel reduced (u32)
 //   +312  in-place pushed reduction (channel 0 only): pieces the other rank's
 //         copy stream pushed (u64; ce_reduce.rs plan_pushed_in_place)
 //   +320  the byte count of each slot (read by the network proxy)

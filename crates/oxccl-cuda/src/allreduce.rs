@@ -124,6 +124,10 @@ pub struct CerArgs {
     /// Pushed: copy streams the pieces alternate on (1 or 2;
     /// [`crate::ce_reduce::counter_slot`]).
     pub streams: u32,
+    /// Pushed into a slot ring ([`crate::ce_reduce::plan_pushed_ring`]):
+    /// the peer's u32 of pieces this kernel reduced (its ring window, as
+    /// mapped here); 0: not a slot ring.
+    pub consumed_at: u64,
 }
 
 /// Blocks of the copy-engine reduction's kernel. Per piece it reads twice
@@ -562,10 +566,11 @@ mod tests {
         // allreduce.cu's struct CpArgs and struct ArArgs, field for field.
         assert_eq!(std::mem::size_of::<CpArgs>(), 88);
         assert_eq!(std::mem::size_of::<ArArgs>(), 96);
-        assert_eq!(std::mem::size_of::<CerArgs>(), 104);
+        assert_eq!(std::mem::size_of::<CerArgs>(), 112);
         assert_eq!(std::mem::offset_of!(CerArgs, landed_at), 56);
         assert_eq!(std::mem::offset_of!(CerArgs, peer), 80);
         assert_eq!(std::mem::offset_of!(CerArgs, zone), 88);
         assert_eq!(std::mem::offset_of!(CerArgs, streams), 96);
+        assert_eq!(std::mem::offset_of!(CerArgs, consumed_at), 104);
     }
 }

@@ -2361,14 +2361,23 @@ impl DevComm {
                 "no window word of the pushed reduction with rank {peer}"
             ))
         };
-        // In place the counter is the other word (see plan_pushed_in_place):
+        // Landing in this rank's copy of the peer's part (an in-place
+        // all-reduce), the counter is the other word (plan_pushed_in_place):
         // the copy stream waits on it too, so the kernel does not reset it.
-        let word = |owner, other| match plan.landing {
+        // Landing in a slot ring (an in-place reduce-scatter), the copy
+        // stream waits on the peer kernel's consumed count instead.
+        let zone = plan.landing.filter(|l| l.slots == 0);
+        let slots = plan.landing.filter(|l| l.slots > 0);
+        let word = |owner, other| match zone {
             Some(_) => ring.ce_pushed_word(owner, other),
             None => ring.ce_landed_word(owner, other),
         };
         let mine = word(self.rank, peer).ok_or_else(no_word)?;
         let theirs = word(peer, self.rank).ok_or_else(no_word)?;
+        let consumed = [
+            ring.ce_consumed_word(self.rank, peer).ok_or_else(no_word)?,
+            ring.ce_consumed_word(peer, self.rank).ok_or_else(no_word)?,
+        ];
         let fw = match plan.landing {
             Some(_) => self.function_in(
                 &kernels::ce_reduce_variant(plan.dtype, plan.op),
@@ -2382,6 +2391,13 @@ impl DevComm {
             .collect::<Result<Vec<_>>>()?;
         let sd = sides[0];
         barrier()?;
+        if slots.is_some() {
+            // The peer's kernel wrote its last count of the previous such
+            // call before this barrier, and writes the next one only after
+            // this rank's first push lands, queued after this write.
+            // SAFETY: this rank's own word in its ring window.
+            unsafe { stream_write32(stream, consumed[0], 0)? };
+        }
         // The side streams fork here, before the kernel: forked after it, the
         // pushes would wait for this rank's kernel, which waits for the
         // peer's pushes, which wait for the peer's kernel (a deadlock the
@@ -2398,18 +2414,21 @@ impl DevComm {
                 input: r.input,
                 output: r.output,
                 scratch: plan.landing.map_or(0, |l| l.scratch),
+                // The slot ring's per-slot block counters (the scratch's
+                // flag words, 0 between uses).
+                flags: slots.map_or(0, |l| l.scratch + ce_reduce::FLAGS_OFFSET),
                 count: r.count,
                 piece: r.piece,
-                slots: r.slots,
+                slots: slots.map_or(r.slots, |l| l.slots),
                 rank: r.rank,
                 landed_at: mine,
                 ctrl: ring.ctrl_device(),
                 timeout_ns: ring.timeout_ns(),
                 peer: peer as u32,
                 taper: r.taper,
-                zone: plan.landing.map_or(0, |l| l.zone),
+                zone: zone.map_or(0, |l| l.zone),
                 streams: plan.streams,
-                ..Default::default()
+                consumed_at: slots.map_or(0, |_| consumed[1]),
             };
             // SAFETY: the part's ranges are this GPU's device memory (checked
             // by prepare), the counter and the control words are the live
@@ -2425,11 +2444,18 @@ impl DevComm {
                 let side = sides[h as usize].stream as sys::CUstream;
                 if let Some(&w) = plan.waits.get(k).filter(|&&w| w > 0) {
                     // In place: this piece lands on values the peer's own
-                    // push w - 1 reads; wait (bounded) until it counted.
-                    let (wh, wv) = ce_reduce::counter_slot(w as u64 - 1, plan.streams);
+                    // push w - 1 reads, or in a slot whose piece the peer's
+                    // kernel must have reduced (its w-th); wait (bounded).
+                    let (at, value) = match plan.wait_on {
+                        ce_reduce::WaitOn::PeerPushes => {
+                            let (wh, wv) = ce_reduce::counter_slot(w as u64 - 1, plan.streams);
+                            (mine + 4 * wh as u64, wv)
+                        }
+                        ce_reduce::WaitOn::PeerConsumed => (consumed[0], w),
+                    };
                     let args = allreduce::CerArgs {
-                        landed_at: mine + 4 * wh as u64,
-                        count: wv as u64,
+                        landed_at: at,
+                        count: value as u64,
                         ctrl: ring.ctrl_device(),
                         timeout_ns: ring.timeout_ns(),
                         peer: peer as u32,
@@ -2457,7 +2483,7 @@ impl DevComm {
                 self.join_side(*s, stream)?;
             }
         }
-        if plan.landing.is_some() {
+        if zone.is_some() {
             // In place the peer's kernel reads this rank's pieces from the
             // peer's own part of its buffer, which the gather overwrites:
             // both kernels end first.
@@ -2471,7 +2497,7 @@ impl DevComm {
         if plan.kind == ce_reduce::Kind::AllReduce {
             barrier()?;
         }
-        if plan.landing.is_some() {
+        if zone.is_some() {
             // Back to 0 for the next call: the peer wrote its last count
             // before this rank's kernel ended, and writes the next one only
             // after the next call's first barrier, which this rank reaches
@@ -2480,6 +2506,8 @@ impl DevComm {
                 // SAFETY: this rank's own counter in its ring window.
                 unsafe { stream_write32(stream, mine + 4 * h, 0)? };
             }
+        }
+        if plan.landing.is_some() {
             CE_IN_PLACE_PUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

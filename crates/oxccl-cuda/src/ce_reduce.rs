@@ -525,19 +525,33 @@ pub struct PushedPlan {
     /// peer's part of the peer's buffer held this rank's pieces until the
     /// peer's kernel was done with them.
     pub gather: Vec<Xfer>,
-    /// In place ([`plan_pushed_in_place`]): where the peer's pieces land in
-    /// this rank's memory (the kernel reads them there); `None`: in this
-    /// rank's output part, out of place.
+    /// In place ([`plan_pushed_in_place`], [`plan_pushed_ring`]): where the
+    /// peer's pieces land in this rank's memory (the kernel reads them
+    /// there); `None`: in this rank's output part, out of place.
     pub landing: Option<Landing>,
-    /// Per push (in place): how many of the peer's pushes of this call must
-    /// have landed before it starts (0: none), because it lands where the
-    /// peer's own pushes read; empty out of place.
+    /// Per push (in place): what must have happened on the peer before it
+    /// starts (0: nothing), counted as [`PushedPlan::wait_on`] says;
+    /// empty out of place.
     pub waits: Vec<u32>,
+    /// What [`PushedPlan::waits`] count.
+    pub wait_on: WaitOn,
     /// Copy streams the pushes alternate on (1 or 2; push k on stream
     /// k mod `streams`): each stream counts its own landed pieces in its
     /// half of the counter ([`counter_slot`]), so the kernel and the waits
     /// follow each piece whatever order the streams finish in.
     pub streams: u32,
+}
+
+/// What an in-place push waits for on the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitOn {
+    /// The peer's pushes of this call that landed (in this rank's counter,
+    /// [`counter_slot`]): the piece lands where a push of the peer's read.
+    PeerPushes,
+    /// Pieces the peer's kernel has reduced (written into this rank's
+    /// window by that kernel): the piece lands in a scratch slot that an
+    /// earlier piece used.
+    PeerConsumed,
 }
 
 /// Where push `k` of a plan with `streams` copy streams is counted: the
@@ -555,24 +569,31 @@ pub fn counter_slot(k: u64, streams: u32) -> (u32, u32) {
 /// place: the rank's pushes have sent those values on by then (the pusher
 /// waits for that: [`PushedPlan::waits`]). No element of the buffer is free
 /// before the first push, hence the scratch for the first piece.
+///
+/// With `slots` > 0 ([`plan_pushed_ring`]) every piece lands in the scratch
+/// instead, piece k in slot k mod `slots` of `piece` elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Landing {
     /// The rank's scratch (piece 0 at its start).
     pub scratch: u64,
     /// The rank's buffer at the peer's part (element `piece + i` of the
-    /// rank's part lands at element `i` here).
+    /// rank's part lands at element `i` here); unused with slots.
     pub zone: u64,
+    /// Slots of the scratch ring (0: the zone).
+    pub slots: u32,
 }
 
 impl Landing {
-    /// Address of element `i` of the part's pushed values (`piece`
-    /// elements per piece, `sz` bytes each): the kernel's rule
-    /// (kernels/allreduce.cu, `ce_reduce_pushed`).
-    pub fn at(&self, i: u64, piece: u64, sz: u64) -> u64 {
-        if i < piece {
-            self.scratch + i * sz
+    /// Address of piece `k`'s pushed values, the piece starting at element
+    /// `lo` of the part (`piece` elements per piece, `sz` bytes each): the
+    /// kernel's rule (kernels/allreduce.cu, `ce_reduce_pushed`).
+    pub fn piece_at(&self, k: u64, lo: u64, piece: u64, sz: u64) -> u64 {
+        if self.slots > 0 {
+            self.scratch + (k % self.slots as u64) * piece * sz
+        } else if lo < piece {
+            self.scratch + lo * sz
         } else {
-            self.zone + (i - piece) * sz
+            self.zone + (lo - piece) * sz
         }
     }
 }
@@ -608,6 +629,7 @@ pub fn plan_pushed(calls: &[Call; 2], r: usize, piece_bytes: u64) -> PushedPlan 
         gather,
         landing: None,
         waits: Vec::new(),
+        wait_on: WaitOn::PeerPushes,
         streams: 1,
     }
 }
@@ -699,6 +721,7 @@ pub fn plan_pushed_in_place(
         Landing {
             scratch: scratch[i],
             zone: calls[i].input + lo * sz,
+            slots: 0,
         }
     };
     // Rank i's pushes (pieces of the other part into the other rank) and
@@ -733,7 +756,7 @@ pub fn plan_pushed_in_place(
                 m as u32 + 1
             };
             pushes.push(Xfer {
-                dst: at.at(p.lo, piece, sz),
+                dst: at.piece_at(p.k, p.lo, piece, sz),
                 src: calls[i].input + (olo + p.lo) * sz,
                 bytes: (p.hi - p.lo) * sz,
             });
@@ -754,6 +777,75 @@ pub fn plan_pushed_in_place(
         gather,
         landing: Some(landing_of(r)),
         waits,
+        wait_on: WaitOn::PeerPushes,
+        streams: 1,
+    })
+}
+
+/// [`PushedPlan`] of rank `r` for a reduce-scatter both ranks call in
+/// place (`output == input` + r × count elements), or `None` when it is
+/// not that or a piece is larger than a slot of `ring`: every piece lands
+/// in the peer's scratch ring, piece k in slot k mod `ring.slots`, and
+/// push k ≥ slots waits until the peer's kernel has reduced piece
+/// k − slots (it writes its count into this rank's window).
+/// `scratch[i]`: rank i's scratch as rank r reaches it.
+///
+/// Why: in place the send buffer outside the receive part must stay as it
+/// was (NCCL's `sendbuff` is const), so no part of it can take the peer's
+/// pieces, as an in-place all-reduce's does ([`plan_pushed_in_place`]);
+/// pulls through the scratch ring reached 1.18-1.25x NCCL where the
+/// out-of-place pushes reach 1.27-1.39x (2xH200, session 11). The slot
+/// waits cost nothing while the peer's kernel keeps up: it is ~3 pieces
+/// ahead of need with 4 slots.
+pub fn plan_pushed_ring(
+    calls: &[Call; 2],
+    r: usize,
+    piece_bytes: u64,
+    scratch: [u64; 2],
+    ring: Ring,
+) -> Option<PushedPlan> {
+    let c = calls[r];
+    let sz = c.dtype.size() as u64;
+    let in_place = |i: usize| calls[i].output == calls[i].input + i as u64 * c.count * sz;
+    if c.kind != Kind::ReduceScatter || !in_place(0) || !in_place(1) || ring.slots == 0 {
+        return None;
+    }
+    let piece = pushed_piece(&c, piece_bytes);
+    // The kernel counts a slot's blocks in a u32 and the pieces reduced in
+    // another: well under 2^26 pieces keeps both far from wrapping.
+    if piece * sz > ring.slot_bytes || c.count / piece > 1 << 26 {
+        return None;
+    }
+    let q = 1 - r;
+    let landing_of = |i: usize| Landing {
+        scratch: scratch[i],
+        zone: 0,
+        slots: ring.slots,
+    };
+    let theirs = pushed_reduce(calls, q, piece);
+    let at = landing_of(q);
+    let (qlo, _) = part(c.kind, c.count, c.dtype, q);
+    let mut pushes = Vec::new();
+    let mut waits = Vec::new();
+    for p in theirs.pieces() {
+        pushes.push(Xfer {
+            dst: at.piece_at(p.k, p.lo, piece, sz),
+            src: c.input + (qlo + p.lo) * sz,
+            bytes: (p.hi - p.lo) * sz,
+        });
+        // The slot's previous piece, k - slots, reduced.
+        waits.push(p.k.saturating_sub(ring.slots as u64 - 1) as u32);
+    }
+    Some(PushedPlan {
+        kind: c.kind,
+        dtype: c.dtype,
+        op: c.op,
+        reduce: pushed_reduce(calls, r, piece),
+        pushes,
+        gather: Vec::new(),
+        landing: Some(landing_of(r)),
+        waits,
+        wait_on: WaitOn::PeerConsumed,
         streams: 1,
     })
 }
@@ -1223,10 +1315,13 @@ mod tests {
                 let p = &plans[r];
                 let streams = p.streams.clamp(1, 2) as usize;
                 for (s, &k) in at[r].iter().enumerate().take(streams) {
-                    let waited = p
-                        .waits
-                        .get(k)
-                        .is_none_or(|&w| w == 0 || landed(&half, q, w as usize - 1));
+                    let waited = p.waits.get(k).is_none_or(|&w| {
+                        w == 0
+                            || match p.wait_on {
+                                WaitOn::PeerPushes => landed(&half, q, w as usize - 1),
+                                WaitOn::PeerConsumed => next[q] >= w as usize,
+                            }
+                    });
                     if k < p.pushes.len() && waited {
                         ready.push((r, 3 + s));
                     }
@@ -1274,7 +1369,7 @@ mod tests {
                     for i in pc.lo..pc.hi {
                         let mine = mem.get(red.input + i * sz, sz);
                         let at = match p.landing {
-                            Some(l) => l.at(i, red.piece, sz),
+                            Some(l) => l.piece_at(pc.k, pc.lo, red.piece, sz) + (i - pc.lo) * sz,
                             None => red.output + i * sz,
                         };
                         let theirs = mem.get(at, sz);
@@ -1483,7 +1578,9 @@ mod tests {
                             let want: Vec<(u64, u64)> = other
                                 .reduce
                                 .pieces()
-                                .map(|pc| ((pc.hi - pc.lo) * sz, l.at(pc.lo, piece, sz)))
+                                .map(|pc| {
+                                    ((pc.hi - pc.lo) * sz, l.piece_at(pc.k, pc.lo, piece, sz))
+                                })
                                 .collect();
                             let got: Vec<(u64, u64)> =
                                 p.pushes.iter().map(|x| (x.bytes, x.dst)).collect();
@@ -1525,6 +1622,107 @@ mod tests {
         // 0 and more than 2 streams: clamped, as the host and kernel do.
         assert_eq!(counter_slot(3, 0), (0, 4));
         assert_eq!(counter_slot(3, 7), (1, 2));
+    }
+
+    /// In-place reduce-scatters pushed through the peer's scratch ring
+    /// ([`plan_pushed_ring`]) for every (type, op, count, piece size, ring,
+    /// interleaving) against a float64/exact reference: each rank's output
+    /// part is the reference, the rest of its send buffer as it was, and
+    /// nothing past the scratch's slots is written. Without the slot
+    /// waits, rank 0 pushing ahead overwrites pieces rank 1 has not reduced.
+    #[test]
+    #[allow(clippy::needless_range_loop)]
+    fn in_place_reduce_scatters_push_through_the_scratch_ring() {
+        const BUF: [u64; 2] = [0, 100_000];
+        const SCRATCH: [u64; 2] = [200_000, 300_000];
+        let mut corrupted = 0;
+        for (dtype, op) in PUSHED_CASES {
+            let sz = dtype.size() as u64;
+            for count in [1u64, 5, 17, 64, 257, 1001] {
+                for piece_bytes in [16u64, 48, 100, 4096] {
+                    for slots in [1u32, 2, 4] {
+                        let ring = Ring {
+                            slots,
+                            slot_bytes: 4096,
+                        };
+                        for (seed, strip) in [(0u64, false), (1, false), (77, false), (0, true)] {
+                            let ctx = format!(
+                                "{dtype:?} {op:?} count={count} piece={piece_bytes} \
+                                 slots={slots} seed={seed} strip={strip}"
+                            );
+                            let mut mem = Mem(vec![0xee; 400_000]);
+                            let vals = fill_pushed_inputs(&mut mem, BUF, 2 * count, dtype);
+                            let inputs = [0, 1].map(|r| mem.get(BUF[r], 2 * count * sz));
+                            let calls = [0, 1].map(|r| Call {
+                                kind: Kind::ReduceScatter,
+                                input: BUF[r],
+                                output: BUF[r] + r as u64 * count * sz,
+                                count,
+                                dtype,
+                                op,
+                            });
+                            let plans = [0, 1].map(|r| {
+                                let mut p = plan_pushed_ring(&calls, r, piece_bytes, SCRATCH, ring)
+                                    .unwrap_or_else(|| panic!("{ctx}: no ring plan"));
+                                if strip {
+                                    p.waits.iter_mut().for_each(|w| *w = 0);
+                                }
+                                p
+                            });
+                            simulate_pushed(&mut mem, &plans, seed);
+                            let mut wrong = 0;
+                            for r in 0..2 {
+                                for i in 0..count {
+                                    let e = (r as u64 * count + i) as usize;
+                                    let at = calls[r].output + i * sz;
+                                    let got = decode(dtype, &mem.get(at, sz));
+                                    if got != reference(dtype, op, vals[0][e], vals[1][e]) {
+                                        wrong += 1;
+                                    }
+                                }
+                                // The peer's part of the send buffer: as it was.
+                                let q = 1 - r;
+                                let (lo, n) = (q as u64 * count * sz, count * sz);
+                                assert_eq!(
+                                    mem.get(BUF[r] + lo, n),
+                                    inputs[r][lo as usize..(lo + n) as usize].to_vec(),
+                                    "{ctx}: rank {r}'s send buffer"
+                                );
+                                let past = SCRATCH[r] + slots as u64 * 4096;
+                                assert!(mem.get(past, 1000).iter().all(|&b| b == 0xee), "{ctx}");
+                            }
+                            if strip {
+                                corrupted += (wrong > 0) as u32;
+                            } else {
+                                assert_eq!(wrong, 0, "{ctx}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(corrupted > 0, "stripped slot waits went unnoticed");
+        // Refused: out of place, an all-reduce, a piece over a slot.
+        let rs = |o1: u64| {
+            [0u64, 1].map(|r| Call {
+                kind: Kind::ReduceScatter,
+                input: BUF[r as usize],
+                output: if r == 1 { o1 } else { BUF[0] },
+                count: 1000,
+                dtype: DataType::Float32,
+                op: Op::Sum,
+            })
+        };
+        let ring = Ring {
+            slots: 4,
+            slot_bytes: 4096,
+        };
+        assert!(plan_pushed_ring(&rs(BUF[1] + 4000), 0, 4096, SCRATCH, ring).is_some());
+        assert!(plan_pushed_ring(&rs(BUF[1]), 0, 4096, SCRATCH, ring).is_none());
+        assert!(plan_pushed_ring(&rs(BUF[1] + 4000), 0, 8192, SCRATCH, ring).is_none());
+        let mut ar = rs(BUF[1] + 4000);
+        ar.iter_mut().for_each(|c| c.kind = Kind::AllReduce);
+        assert!(plan_pushed_ring(&ar, 0, 4096, SCRATCH, ring).is_none());
     }
 
     /// The waits are what keeps an in-place push off values the peer has

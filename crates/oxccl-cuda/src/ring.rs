@@ -45,6 +45,13 @@ pub const CE_LANDED: u64 = 296;
 /// stream wait on it, and this rank's stream puts it back to 0 after the
 /// call's last barrier: ce_reduce.rs, `plan_pushed_in_place`).
 pub const CE_PUSHED: u64 = 312;
+/// Byte offset, in a channel-0 region's header, of how many pieces the
+/// other rank's kernel has reduced of an in-place reduce-scatter that this
+/// rank pushes into the other rank's scratch ring (`RING_CE_CONSUMED`, a
+/// u32 that kernel writes; this rank's copy stream waits on it before it
+/// refills a slot, and this rank's stream puts it back to 0 after the
+/// call's first barrier: ce_reduce.rs, `plan_pushed_ring`).
+pub const CE_CONSUMED: u64 = 308;
 
 /// Where channel `ch` of (`owner`, `other`) lives, as `rank` reaches it:
 /// the host's mirror of `region_of` in ring.cu. `table` is the kernels'
@@ -1722,6 +1729,14 @@ impl Ring {
     pub fn ce_pushed_word(&self, owner: usize, other: usize) -> Option<u64> {
         self.ce_landed_word(owner, other)
             .map(|a| a - CE_LANDED + CE_PUSHED)
+    }
+
+    /// The device address (as this rank reaches it) of the slot-ring pushed
+    /// reduction's consumed count of (`owner`, `other`): in `owner`'s window,
+    /// written by `other`'s kernel ([`CE_CONSUMED`]).
+    pub fn ce_consumed_word(&self, owner: usize, other: usize) -> Option<u64> {
+        self.ce_landed_word(owner, other)
+            .map(|a| a - CE_LANDED + CE_CONSUMED)
     }
 
     /// Whether rank `r` is on this rank's host (else the network path serves it).

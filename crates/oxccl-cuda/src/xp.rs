@@ -625,29 +625,39 @@ pub fn pushable(mine: &Msg, theirs: &Msg) -> bool {
     })
 }
 
-/// Whether a pair's all-reduce, in place on both ranks, pushes its pieces
-/// ([`ce_reduce::plan_pushed_in_place`]): both ranks' send and receive
-/// buffers are the same pointer and both shared their scratch (which each
-/// does only with `OXCCL_CUDA_CE_PUSH_IN_PLACE` set). Both decide from
-/// both messages, so alike.
-pub fn in_place_pushable(mine: &Msg, theirs: &Msg) -> bool {
-    [mine, theirs].iter().all(|m| {
-        let [i, o] = &m.bufs;
-        m.call.coll == Coll::AllReduce
-            && i.ok
-            && o.ok
-            && i.id == o.id
-            && i.offset == o.offset
-            && m.stage.ok
-    })
+/// Whether a pair's reduction, in place on both ranks, pushes its pieces
+/// ([`ce_reduce::plan_pushed_in_place`] for an all-reduce,
+/// [`ce_reduce::plan_pushed_ring`] for a reduce-scatter): on both ranks the
+/// receive buffer is the send buffer at the rank's part (NCCL's in place)
+/// and both shared their scratch (which each does only with
+/// `OXCCL_CUDA_CE_PUSH_IN_PLACE` set, [`in_place`]). `rank`: this rank's
+/// (0 or 1). Both decide from both messages, so alike.
+pub fn in_place_pushable(mine: &Msg, theirs: &Msg, rank: usize) -> bool {
+    [(mine, rank), (theirs, 1 - rank.min(1))]
+        .iter()
+        .all(|(m, r)| m.stage.ok && in_place(&m.call, &m.bufs, *r))
+}
+
+/// Whether rank `rank`'s all-reduce or reduce-scatter is in place as NCCL
+/// defines it: the receive buffer is the send buffer (all-reduce) or the
+/// send buffer at the rank's part (reduce-scatter), both shared.
+pub fn in_place(call: &Call, bufs: &[Buf; 2], rank: usize) -> bool {
+    let [i, o] = bufs;
+    let part = match call.coll {
+        Coll::AllReduce => 0,
+        Coll::ReduceScatter => call.count.saturating_mul(call.dtype.size() as u64),
+        _ => return false,
+    };
+    i.ok && o.ok && i.id == o.id && o.offset == i.offset.saturating_add(part * rank as u64)
 }
 
 /// A reduction that went to the engines by its shape ([`eligible`], from
-/// the pushed bounds) but whose buffers make it pull ([`pushable`] fails on
-/// either rank, or pushes are off), below the pulled bounds: both ranks run
-/// the ring kernel instead (both decide alike from the two messages).
-pub fn declined(mine: &Msg, theirs: &Msg, b: &Bounds) -> bool {
-    let pushed = b.push > 0 && (pushable(mine, theirs) || in_place_pushable(mine, theirs));
+/// the pushed bounds) but whose buffers make it pull ([`pushable`] and
+/// [`in_place_pushable`] fail, or pushes are off), below the pulled bounds:
+/// both ranks run the ring kernel instead (both decide alike from the two
+/// messages). `rank`: this rank's.
+pub fn declined(mine: &Msg, theirs: &Msg, b: &Bounds, rank: usize) -> bool {
+    let pushed = b.push > 0 && (pushable(mine, theirs) || in_place_pushable(mine, theirs, rank));
     if mine.call.ce_reduce().is_none() || pushed {
         return false;
     }
@@ -705,13 +715,20 @@ pub fn plan(
                 [s_peer, s_mine]
             };
             let part = ce_reduce::largest_part_bytes(a.kind, a.count, a.dtype);
-            if let Some(p) = ce_reduce::plan_pushed_in_place(
-                &[a, c],
-                rank,
-                push_piece(part, b.push),
-                both,
-                ce_reduce::FLAGS_OFFSET,
-            ) {
+            let piece = push_piece(part, b.push);
+            let planned = match a.kind {
+                ce_reduce::Kind::AllReduce => ce_reduce::plan_pushed_in_place(
+                    &[a, c],
+                    rank,
+                    piece,
+                    both,
+                    ce_reduce::FLAGS_OFFSET,
+                ),
+                ce_reduce::Kind::ReduceScatter => {
+                    ce_reduce::plan_pushed_ring(&[a, c], rank, piece, both, ce_reduce::RING)
+                }
+            };
+            if let Some(p) = planned {
                 if !ce_reduce::qualifies_with(&[a, c], b.ar, b.rs) {
                     return None;
                 }
@@ -1305,22 +1322,31 @@ mod tests {
         assert_eq!(m.encode().len(), MSG_LEN);
         // Both in place with their scratch: pushed in place; either one
         // without its scratch, or out of place: not.
-        assert!(in_place_pushable(&m, &m));
-        assert!(!in_place_pushable(&m, &with(same, Buf::NONE)));
-        assert!(!in_place_pushable(&with(same, Buf::NONE), &m));
-        assert!(!in_place_pushable(&with(apart, scratch), &m));
+        assert!(in_place_pushable(&m, &m, 0));
+        assert!(!in_place_pushable(&m, &with(same, Buf::NONE), 0));
+        assert!(!in_place_pushable(&with(same, Buf::NONE), &m, 0));
+        assert!(!in_place_pushable(&with(apart, scratch), &m, 0));
         let shifted = [buf(3, 2 * GIB, 0), buf(3, 2 * GIB, 64)];
-        assert!(!in_place_pushable(&with(shifted, scratch), &m));
-        let rs = Msg {
-            call: call(
-                Coll::ReduceScatter,
-                GIB / 8,
-                DataType::Float32,
-                ce_reduce::Op::Sum,
-            ),
-            ..m
+        assert!(!in_place_pushable(&with(shifted, scratch), &m, 0));
+        // A reduce-scatter is in place when the receive buffer is the send
+        // buffer at the rank's part: rank 0 at its start, rank 1 a part on.
+        let rc = call(
+            Coll::ReduceScatter,
+            GIB / 8,
+            DataType::Float32,
+            ce_reduce::Op::Sum,
+        );
+        let rs = |bufs: [Buf; 2]| Msg {
+            call: msg(0, rc, bufs).call,
+            ..with(bufs, scratch)
         };
-        assert!(!in_place_pushable(&rs, &rs));
+        let (r0, r1) = (
+            rs(same),
+            rs([buf(3, 2 * GIB, 64), buf(3, 2 * GIB, 64 + GIB / 2)]),
+        );
+        assert!(in_place_pushable(&r0, &r1, 0) && in_place_pushable(&r1, &r0, 1));
+        assert!(!in_place_pushable(&r0, &r0, 0) && !in_place_pushable(&r1, &r1, 1));
+        assert!(!in_place_pushable(&r1, &r0, 0));
         // Through plan: a 1 GiB in-place all-reduce pushes 64 MiB pieces,
         // the first into the peer's scratch, the later ones into the peer's
         // buffer at this rank's part, each after the peer's previous push.
@@ -1390,6 +1416,48 @@ mod tests {
                 plan(&mine, &peer, rank, 0x5_0000_0000, &bd, false, None),
                 Some(RankPlan::Reduce(_))
             ));
+        }
+    }
+
+    #[test]
+    fn in_place_reduce_scatters_push_into_the_peer_scratch_ring() {
+        // 1 GiB of send buffer per rank: 512 MiB parts, 64 MiB pieces, each
+        // into slot k mod 4 of the peer's scratch, push k >= 4 after the
+        // peer's kernel reduced piece k - 4.
+        let count = GIB / 8;
+        let c = |input: u64, rank: u64| Call {
+            input,
+            output: input + rank * count * 4,
+            ..call(
+                Coll::ReduceScatter,
+                count,
+                DataType::Float32,
+                ce_reduce::Op::Sum,
+            )
+        };
+        let bd = Bounds::from_settings(0, None, PUSH_PIECE);
+        let (s0, s1) = (0x5_0000_0000u64, 0x6_0000_0000u64);
+        for rank in 0..2u64 {
+            let (mine, peer) = (
+                c(0x1000_0000 * (rank + 1), rank),
+                c(0x7000_0000_0000, 1 - rank),
+            );
+            let Some(RankPlan::Pushed(p)) =
+                plan(&mine, &peer, rank as usize, s0, &bd, false, Some([s0, s1]))
+            else {
+                panic!("a slot-ring plan")
+            };
+            assert_eq!(p.wait_on, ce_reduce::WaitOn::PeerConsumed);
+            assert_eq!(p.landing.map(|l| (l.scratch, l.slots)), Some((s0, 4)));
+            let dsts: Vec<u64> = p.pushes.iter().take(6).map(|x| x.dst).collect();
+            let slot = 64 * MIB;
+            assert_eq!(
+                dsts,
+                [s1, s1 + slot, s1 + 2 * slot, s1 + 3 * slot, s1, s1 + slot]
+            );
+            assert_eq!(p.waits[..6], [0, 0, 0, 0, 1, 2]);
+            assert!(p.gather.is_empty());
+            assert_eq!(p.reduce.output, mine.output);
         }
     }
 
@@ -1504,9 +1572,9 @@ mod tests {
             let same = msg(0, c, [buf(3, bytes, 0), buf(3, bytes, 0)]);
             // Both apart: pushed; either in place: pulled, so back to the
             // ring kernel on both ranks (each sees both messages).
-            assert!(!declined(&apart, &apart, &d));
-            assert!(declined(&apart, &same, &d) && declined(&same, &apart, &d));
-            assert!(declined(&same, &same, &d));
+            assert!(!declined(&apart, &apart, &d, 0));
+            assert!(declined(&apart, &same, &d, 0) && declined(&same, &apart, &d, 0));
+            assert!(declined(&same, &same, &d, 0));
             // In place pushed (both shared their scratch): an all-reduce
             // takes the engines from the pushed bound too.
             let staged = Msg {
@@ -1514,17 +1582,17 @@ mod tests {
                 ..same
             };
             assert_eq!(
-                declined(&staged, &staged, &d),
+                declined(&staged, &staged, &d, 0),
                 coll != Coll::AllReduce,
                 "{coll:?}"
             );
-            assert!(declined(&staged, &same, &d) && declined(&same, &staged, &d));
+            assert!(declined(&staged, &same, &d, 0) && declined(&same, &staged, &d, 0));
             let no_push = Bounds { push: 0, ..d };
-            assert!(declined(&apart, &apart, &no_push));
+            assert!(declined(&apart, &apart, &no_push, 0));
             // From the pulled bound nothing is declined.
             let big = call(coll, count * 2, DataType::Float32, ce_reduce::Op::Sum);
             let big_same = msg(0, big, [buf(3, 2 * bytes, 0), buf(3, 2 * bytes, 0)]);
-            assert!(!declined(&big_same, &big_same, &d));
+            assert!(!declined(&big_same, &big_same, &d, 0));
         }
         // Copies are never declined.
         let ag = call(
@@ -1534,7 +1602,7 @@ mod tests {
             ce_reduce::Op::Sum,
         );
         let m = msg(0, ag, [buf(1, GIB, 0), buf(1, GIB, 0)]);
-        assert!(!declined(&m, &m, &d));
+        assert!(!declined(&m, &m, &d, 0));
     }
 
     #[test]

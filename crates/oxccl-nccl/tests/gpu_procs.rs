@@ -714,11 +714,13 @@ fn two_processes_push_in_place_all_reduces() {
     if gpus() < 1 {
         return;
     }
-    // In-place all-reduces push too (OXCCL_CUDA_CE_PUSH_IN_PLACE): the
-    // first piece into the peer's scratch, the later ones (up to 21 of
-    // 99,984 bytes, the last halved) into the peer's copy of this rank's
-    // part once the peer's own pushes sent those values; every type, and
-    // each rank must have pushed some.
+    // In-place reductions push too (OXCCL_CUDA_CE_PUSH_IN_PLACE): an
+    // all-reduce's first piece into the peer's scratch, the later ones (up
+    // to 21 of 99,984 bytes, the last halved) into the peer's copy of this
+    // rank's part once the peer's own pushes sent those values; a
+    // reduce-scatter's into the peer's 4-slot scratch ring, each slot
+    // refilled once the peer's kernel reduced it; every type, and each
+    // rank must have pushed some.
     on_the_copy_engines(
         "100000",
         &[

@@ -407,20 +407,17 @@ impl DevComm {
         let r = self.ring()?;
         let _scope = CtxScope::enter(self.ctx)?;
         let bufs = [self.export(xs, call.input), self.export(xs, call.output)];
-        // An in-place all-reduce shares this rank's scratch, where the
-        // peer may push its first piece (xp::in_place_pushable).
-        let stage = if ce_push_in_place()
-            && xs.bounds.push > 0
-            && call.coll == xp::Coll::AllReduce
-            && call.input == call.output
-        {
-            match self.ce_scratch() {
-                Ok(p) => self.export(xs, p),
-                Err(_) => xp::Buf::NONE,
-            }
-        } else {
-            xp::Buf::NONE
-        };
+        // An in-place reduction shares this rank's scratch, where the peer
+        // may push (xp::in_place_pushable).
+        let stage =
+            if ce_push_in_place() && xs.bounds.push > 0 && xp::in_place(call, &bufs, self.rank) {
+                match self.ce_scratch() {
+                    Ok(p) => self.export(xs, p),
+                    Err(_) => xp::Buf::NONE,
+                }
+            } else {
+                xp::Buf::NONE
+            };
         let dead = {
             // One driver call per allocation shared so far (a training loop
             // shares a few): which of them were freed since.
@@ -456,7 +453,7 @@ impl DevComm {
         // the pulled bounds runs the ring kernel on both ranks (each decided
         // from both messages): without opening the peer's buffers or the
         // second round trip that would say so.
-        if xp::declined(&mine, &theirs, &xs.bounds) {
+        if xp::declined(&mine, &theirs, &xs.bounds, self.rank) {
             return Ok(false);
         }
         let ready = (|| -> Result<(xp::RankPlan, usize, usize)> {
@@ -470,7 +467,7 @@ impl DevComm {
             } else {
                 0
             };
-            let stage = if xs.bounds.push > 0 && xp::in_place_pushable(&mine, &theirs) {
+            let stage = if xs.bounds.push > 0 && xp::in_place_pushable(&mine, &theirs, self.rank) {
                 let [peer_scratch, _] = self.open_peer(xs, &[theirs.stage, xp::Buf::NONE])?;
                 Some([self.ce_scratch()?, peer_scratch + theirs.stage.offset])
             } else {
