@@ -1153,13 +1153,23 @@ pub fn ce_calls() -> u64 {
     CE_CALLS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Of [`ce_calls`], the in-place all-reduces whose pieces were pushed
-/// ([`crate::ce_reduce::plan_pushed_in_place`]).
+/// Of [`ce_calls`], the in-place reductions whose pieces were pushed
+/// ([`crate::ce_reduce::plan_pushed_in_place`], [`crate::ce_reduce::plan_pushed_ring`]).
 static CE_IN_PLACE_PUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// How many rank calls of this process pushed an in-place all-reduce.
+/// How many rank calls of this process pushed an in-place all-reduce or
+/// reduce-scatter.
 pub fn ce_in_place_pushes() -> u64 {
     CE_IN_PLACE_PUSHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Of [`ce_in_place_pushes`], those through the peer's scratch ring
+/// (reduce-scatters, [`crate::ce_reduce::plan_pushed_ring`]).
+static CE_RING_PUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many rank calls of this process pushed into the peer's scratch ring.
+pub fn ce_ring_pushes() -> u64 {
+    CE_RING_PUSHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// `OXCCL_CUDA_CE_MIN` ([`ce::DEFAULT_MIN`] when unset; 0: never).
@@ -2509,6 +2519,9 @@ impl DevComm {
         }
         if plan.landing.is_some() {
             CE_IN_PLACE_PUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if slots.is_some() {
+            CE_RING_PUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())

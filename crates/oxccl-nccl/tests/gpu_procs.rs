@@ -180,15 +180,36 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                     "host ncclAllReduce",
                 );
                 assert!(got == want, "{} {oname}", ctx("all_reduce"));
-                // reduce-scatter
+                // reduce-scatter (in place, as NCCL defines it, every other
+                // type: the receive buffer is the send buffer at this
+                // rank's part, and the rest of the send buffer must stay)
                 let inp = input(t, count * n, rank, op as usize + 1);
                 sb.put(&inp);
+                let rs_in_place = t % 2 == 1;
+                let rdst = if rs_in_place {
+                    sb.p.wrapping_byte_add(rank * bytes)
+                } else {
+                    rb.p
+                };
                 ok(
-                    unsafe { ncclReduceScatter(sb.p, rb.p, count, t, op, comm, null_mut()) },
+                    unsafe { ncclReduceScatter(sb.p, rdst, count, t, op, comm, null_mut()) },
                     "ncclReduceScatter",
                 );
                 host_sync();
-                let got = rb.get(bytes);
+                let got = if rs_in_place {
+                    let all = sb.get(total);
+                    let mine = rank * bytes..(rank + 1) * bytes;
+                    for (i, (a, b)) in all.iter().zip(&inp).enumerate() {
+                        assert!(
+                            mine.contains(&i) || a == b,
+                            "{} {oname}: in place, send buffer byte {i} changed",
+                            ctx("reduce_scatter")
+                        );
+                    }
+                    all[mine].to_vec()
+                } else {
+                    rb.get(bytes)
+                };
                 let mut want = vec![0u8; bytes];
                 ok(
                     unsafe {
@@ -390,9 +411,16 @@ fn child_rank() {
         assert!(ce > 0, "rank {rank}: no call took the copy engines");
     }
     let in_place = capi::ce_in_place_pushes();
+    let ring = capi::ce_ring_pushes();
     if std::env::var("OXCCL_TEST_EXPECT_CE_IN_PLACE").is_ok() {
+        // Both ways: all-reduces into the peer's buffer, reduce-scatters
+        // into its scratch ring.
         assert!(
-            in_place > 0,
+            ring > 0,
+            "rank {rank}: no in-place reduce-scatter pushed its pieces"
+        );
+        assert!(
+            in_place > ring,
             "rank {rank}: no in-place all-reduce pushed its pieces"
         );
     }
