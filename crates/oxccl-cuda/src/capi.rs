@@ -1213,8 +1213,9 @@ fn ce_push_streams() -> u64 {
     })
 }
 
-/// `OXCCL_CUDA_CE_PUSH_IN_PLACE`: in-place all-reduces between two
-/// processes push their pieces ([`crate::ce_reduce::plan_pushed_in_place`]).
+/// `OXCCL_CUDA_CE_PUSH_IN_PLACE`: in-place all-reduces and reduce-scatters
+/// between two processes push their pieces
+/// ([`crate::ce_reduce::plan_pushed_in_place`], [`crate::ce_reduce::plan_pushed_ring`]).
 fn ce_push_in_place() -> bool {
     static M: OnceLock<bool> = OnceLock::new();
     *M.get_or_init(|| oxccl_env::params().get(&oxccl_core::params::CUDA_CE_PUSH_IN_PLACE))

@@ -281,7 +281,7 @@ impl DevComm {
             "rank {}: copy engines with rank {peer} (another process): copies from {} bytes, \
              all-reduces from {} (pulled from {}), reduce-scatters from {} (pulled from {}; \
              0: never), out-of-place reductions pushed in pieces of {} (0: pulled) on {} \
-             copy streams",
+             copy streams, in-place ones {} (OXCCL_CUDA_CE_PUSH_IN_PLACE, both ranks)",
             self.rank,
             bounds.copy,
             bounds.ar,
@@ -289,7 +289,12 @@ impl DevComm {
             bounds.rs,
             bounds.pull_rs,
             bounds.push,
-            bounds.push_streams
+            bounds.push_streams,
+            if ce_push_in_place() && bounds.push > 0 {
+                "pushed"
+            } else {
+                "pulled"
+            }
         );
         let _ = self.xp.set(XpState {
             peer,
