@@ -692,6 +692,45 @@ fn two_processes_large_messages() {
     );
 }
 
+/// 2 processes at the default copy-engine bounds, 128 MiB + 20 bytes per
+/// call of float32 and int32: out-of-place all-reduces (float32) and
+/// reduce-scatters (int32) push from the 128 MiB bound; int32's in-place
+/// all-reduce is under the pulled bound (256 MiB) and goes back to the ring
+/// kernel on both ranks after the first exchange (xp::declined); float32's
+/// in-place reduce-scatter (256 MiB of send buffer) pulls. `more`: extra
+/// settings.
+fn at_the_default_bounds(more: &[(&str, &str)]) {
+    let mut env = vec![
+        ("OXCCL_TEST_TYPES", "float32,int32"),
+        ("OXCCL_TEST_EXPECT_CE", "1"),
+        ("OXCCL_TIMEOUT_MS", "60000"),
+    ];
+    env.extend_from_slice(more);
+    run_ranks(2, "33554437", &env);
+}
+
+#[test]
+fn two_processes_at_the_default_bounds() {
+    if gpus() < 1 {
+        return;
+    }
+    at_the_default_bounds(&[]);
+}
+
+#[test]
+fn two_processes_push_in_place_in_full_pieces() {
+    if gpus() < 1 {
+        return;
+    }
+    // The same calls with in-place pushes: int32's 128 MiB all-reduce in
+    // 16 MiB pieces into the peer's buffer, float32's reduce-scatter (128
+    // MiB parts) in 32 MiB pieces through the peer's 4-slot scratch ring.
+    at_the_default_bounds(&[
+        ("OXCCL_CUDA_CE_PUSH_IN_PLACE", "1"),
+        ("OXCCL_TEST_EXPECT_CE_IN_PLACE", "1"),
+    ]);
+}
+
 /// 2 processes on the copy engines with the peer process (xp.rs), bounds
 /// lowered so these sizes take them: all-gathers from 256 KiB per rank,
 /// broadcasts, scatters and gathers from 512 KiB to the peer (the root's
