@@ -55,7 +55,10 @@ fn matrix_text(t: &Topology) -> String {
             s,
             "{:<6}{}",
             gi.numaid,
-            if p2p.is_empty() {
+            if g.len() == 1 {
+                // No other GPU to reach: nothing is unknown.
+                "-".to_string()
+            } else if p2p.is_empty() {
                 "?".to_string()
             } else {
                 p2p.join(" ")
@@ -846,6 +849,26 @@ mod tests {
             run: parse_perf_json(json),
             nvlinks,
         }
+    }
+
+    #[test]
+    fn one_gpu_has_no_unknown_peer_column() {
+        let one = Topology::from_xml(
+            "<system><cpu numaid='0'><pci busid='0000:06:00.0' class='0x030200'>\
+             <gpu dev='0' sm='90' name='NVIDIA H200'/></pci></cpu></system>",
+        )
+        .unwrap();
+        let text = matrix_text(&one);
+        let row = text.lines().nth(1).unwrap();
+        assert!(row.ends_with('-') && !text.contains('?'), "{text}");
+        // Two GPUs with no P2P facts: unknown, said so.
+        let two = Topology::from_xml(
+            "<system><cpu numaid='0'><pci busid='0000:06:00.0' class='0x030200'>\
+             <gpu dev='0' sm='90'/></pci><pci busid='0000:07:00.0' class='0x030200'>\
+             <gpu dev='1' sm='90'/></pci></cpu></system>",
+        )
+        .unwrap();
+        assert!(matrix_text(&two).lines().nth(1).unwrap().ends_with('?'));
     }
 
     #[test]
