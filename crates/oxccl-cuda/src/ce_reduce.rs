@@ -44,7 +44,12 @@
 //!
 //! Two processes with both calls out of place push instead ([`PushedPlan`]):
 //! no scratch ring, the peer's values land in this rank's output part and
-//! are reduced there, and no copy stream waits for the other rank.
+//! are reduced there, and no copy stream waits for the other rank. With
+//! `OXCCL_CUDA_CE_PUSH_IN_PLACE`, calls in place on both ranks push too:
+//! an all-reduce into the peer's scratch and then into the peer's copy of
+//! this rank's part ([`plan_pushed_in_place`]), a reduce-scatter into the
+//! peer's scratch ring ([`plan_pushed_ring`]); there a push may wait
+//! (bounded) for the peer ([`PushedPlan::waits`]).
 //!
 //! Flags (32-bit words after the ring, zero between calls, so a replay of
 //! the same work finds them as the first run did): landed[s] carries the
