@@ -52,9 +52,9 @@
 //! (bounded) for the peer ([`PushedPlan::waits`]).
 //!
 //! Flags (32-bit words after the ring, zero between calls, so a replay of
-//! the same work finds them as the first run did): landed[s] carries the
+//! the same work finds them as the first run did): `landed[s]` carries the
 //! piece's number + 1 and is put back to 0 by the kernel that consumed it;
-//! consumed[s] carries the consumed piece's number + 1 and is put back to 0
+//! `consumed[s]` carries the consumed piece's number + 1 and is put back to 0
 //! by the copy stream once it saw it; the copy stream ends by waiting for the
 //! last piece of every slot it used, so it is done only when the kernel is.
 
