@@ -702,7 +702,8 @@ fn pushed_piece(c: &Call, piece_bytes: u64) -> u64 {
 /// of the peer's part was: r's own push k - 1 sent those values on, and
 /// the peer's push waits on r's counter for exactly that. A push then waits
 /// only on the other rank's previous one, and both ranks push at the same
-/// rate, so the waits cost about one counter write each.
+/// rate, so a wait should find its count already there (not yet timed on
+/// two GPUs: `OXCCL_CUDA_CE_PUSH_IN_PLACE` is off until it is).
 pub fn plan_pushed_in_place(
     calls: &[Call; 2],
     r: usize,
@@ -799,9 +800,10 @@ pub fn plan_pushed_in_place(
 /// was (NCCL's `sendbuff` is const), so no part of it can take the peer's
 /// pieces, as an in-place all-reduce's does ([`plan_pushed_in_place`]);
 /// pulls through the scratch ring reached 1.18-1.25x NCCL where the
-/// out-of-place pushes reach 1.27-1.39x (2xH200, session 11). The slot
-/// waits cost nothing while the peer's kernel keeps up: it is ~3 pieces
-/// ahead of need with 4 slots.
+/// out-of-place pushes reach 1.27-1.39x (2xH200, session 11). A slot wait
+/// should find its count already there while the peer's kernel keeps up
+/// with the copy engine (it then runs ~3 pieces ahead of need with 4
+/// slots); not yet timed on two GPUs.
 pub fn plan_pushed_ring(
     calls: &[Call; 2],
     r: usize,
