@@ -210,14 +210,14 @@ pub const RING: Ring = Ring {
 /// One operation of the copy stream, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// Wait until consumed[slot] == value (`cuStreamWaitValue32`, EQ).
+    /// Wait until `consumed[slot] == value` (`cuStreamWaitValue32`, EQ).
     WaitConsumed {
         /// Slot.
         slot: u32,
         /// The consumed piece's number + 1.
         value: u32,
     },
-    /// consumed[slot] = 0 (`cuStreamWriteValue32`).
+    /// `consumed[slot] = 0` (`cuStreamWriteValue32`).
     ClearConsumed {
         /// Slot.
         slot: u32,
@@ -229,7 +229,7 @@ pub enum Step {
         /// The copy.
         xfer: Xfer,
     },
-    /// landed[slot] = value (`cuStreamWriteValue32`, after the copy's writes).
+    /// `landed[slot] = value` (`cuStreamWriteValue32`, after the copy's writes).
     Land {
         /// Slot.
         slot: u32,
@@ -238,9 +238,9 @@ pub enum Step {
     },
 }
 
-/// The reduce kernel's work (`struct CerArgs`): out[i] = x0[i] op x1[i] for
+/// The reduce kernel's work (`struct CerArgs`): `out[i] = x0[i] op x1[i]` for
 /// the part's `count` elements, piece k (elements k·piece ..) from slot
-/// k mod slots once landed[slot] == k + 1.
+/// k mod slots once `landed[slot] == k + 1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reduce {
     /// This rank's input, at its part.
