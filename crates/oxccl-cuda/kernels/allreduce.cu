@@ -434,27 +434,13 @@ struct CerArgs {
 };
 enum { CER_CONSUMED = 16, CER_DONE = 32 };
 
-__device__ __forceinline__ u32 ld_acquire_sys32(const u32* p) {
-    u32 v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 __device__ __forceinline__ void st_release_sys32(u32* p, u32 v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-// Thread 0: until *p >= v, within the bounds of wait_check (as ctl_wait,
-// on one 32-bit half of a pushed reduction's counter).
-__device__ __forceinline__ bool ctl_wait32(const u32* p, u32 v, u32* w, u64 limit, u32 peer) {
-    u64 spins = 0, t0 = 0;
-    while (ld_acquire_sys32(p) < v) {
-        if ((++spins & 1023) != 0) continue;
-        if (wait_check(w, limit, t0, peer) != 0) return false;
-    }
-    return true;
-}
 
-// Pushed pieces (see CerArgs): out = in op out, piece k once *landed_at
-// reached k + 1; the grid stops where a wait gave up (its error recorded).
+// Pushed pieces (see CerArgs): out = in op out (or the landed copy), piece k
+// once its stream's half of *landed_at counted it; the grid stops where a
+// wait gave up (its error recorded).
 template <typename E, int OP>
 __device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
     const u64 sz = sizeof(typename E::S);
@@ -486,7 +472,7 @@ __device__ __forceinline__ void ce_reduce_pushed(const CerArgs& a) {
         }
         if (threadIdx.x == 0) {
             const u32 ns = a.streams == 2 ? 2u : 1u;
-            ok = ctl_wait32((const u32*)a.landed_at + (u32)(k % ns), (u32)(k / ns) + 1u, a.ctrl,
+            ok = ctl_wait((const u32*)a.landed_at + (u32)(k % ns), (u32)(k / ns) + 1u, a.ctrl,
                             a.timeout_ns, a.peer);
         }
         __syncthreads();
@@ -601,7 +587,7 @@ __device__ __forceinline__ void ce_reduce(const CerArgs& a) {
 extern "C" __global__ void __launch_bounds__(32) oxccl_cer_wait(CerArgs a) {
     kernel_entry();
     if (threadIdx.x == 0)
-        ctl_wait32((const u32*)a.landed_at, (u32)a.count, a.ctrl, a.timeout_ns, a.peer);
+        ctl_wait((const u32*)a.landed_at, (u32)a.count, a.ctrl, a.timeout_ns, a.peer);
 }
 
 #define OXCCL_AR1(TN, E, ON, OP)                                                         \

@@ -83,11 +83,18 @@ __device__ __forceinline__ bool pair_wait(const u64* p, u64 v, const u64* ctl, u
     return true;
 }
 
-// Thread 0: waits until *p >= v within the bounds of wait_check (`w` never
-// null); false when it gave up.
-__device__ __forceinline__ bool ctl_wait(const u64* p, u64 v, u32* w, u64 limit, u32 peer) {
+__device__ __forceinline__ u32 ld_acquire_sys32(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Thread 0: waits until the 32-bit *p >= v within the bounds of wait_check
+// (`w` never null); false when it gave up. The pushed reductions' counters
+// are 32-bit halves, one per copy stream (allreduce.cu, CerArgs).
+__device__ __forceinline__ bool ctl_wait(const u32* p, u32 v, u32* w, u64 limit, u32 peer) {
     u64 spins = 0, t0 = 0;
-    while (ld_acquire_sys(p) < v) {
+    while (ld_acquire_sys32(p) < v) {
         if ((++spins & 1023) != 0) continue;
         if (wait_check(w, limit, t0, peer) != 0) return false;
     }
