@@ -428,8 +428,9 @@ pub struct Msg {
     /// Send and receive buffer.
     pub bufs: [Buf; 2],
     /// This rank's copy-engine scratch, shared for an in-place all-reduce
-    /// whose pieces the peer may push ([`in_place_pushable`],
-    /// `OXCCL_CUDA_CE_PUSH_IN_PLACE`), else [`Buf::NONE`].
+    /// or reduce-scatter whose pieces the peer may push
+    /// ([`in_place_pushable`], `OXCCL_CUDA_CE_PUSH_IN_PLACE`), else
+    /// [`Buf::NONE`].
     pub stage: Buf,
     /// Ids of this rank's allocations, shared by earlier calls, that it
     /// has freed since (0: none): the peer closes its mappings of them.
@@ -673,8 +674,9 @@ pub fn declined(mine: &Msg, theirs: &Msg, b: &Bounds, rank: usize) -> bool {
 /// the engines after all (never, when [`eligible`] said it did).
 /// `push`: [`pushable`] held (reductions then push when `b.push` > 0);
 /// `stage`: [`in_place_pushable`] held, with this rank's scratch and the
-/// peer's as mapped here (an in-place all-reduce then pushes when `b.push`
-/// > 0 and its pieces can land: [`ce_reduce::plan_pushed_in_place`]).
+/// peer's as mapped here (an in-place reduction then pushes when pushes
+/// are on, `b.push` above 0, and its pieces can land:
+/// [`ce_reduce::plan_pushed_in_place`], [`ce_reduce::plan_pushed_ring`]).
 pub fn plan(
     mine: &Call,
     peer_call: &Call,
@@ -708,6 +710,7 @@ pub fn plan(
         return Some(RankPlan::Copy(p));
     }
     if let (Some(a), Some(c)) = (calls[0].ce_reduce(), calls[1].ce_reduce()) {
+        let streams = b.push_streams.clamp(1, 2) as u32;
         if let (Some([s_mine, s_peer]), true) = (stage, b.push > 0) {
             let both = if rank == 0 {
                 [s_mine, s_peer]
@@ -732,10 +735,7 @@ pub fn plan(
                 if !ce_reduce::qualifies_with(&[a, c], b.ar, b.rs) {
                     return None;
                 }
-                return Some(RankPlan::Pushed(ce_reduce::PushedPlan {
-                    streams: b.push_streams.clamp(1, 2) as u32,
-                    ..p
-                }));
+                return Some(RankPlan::Pushed(ce_reduce::PushedPlan { streams, ..p }));
             }
         }
         if push && b.push > 0 {
@@ -747,7 +747,7 @@ pub fn plan(
             // one rank's stream is on the other's.
             let part = ce_reduce::largest_part_bytes(a.kind, a.count, a.dtype);
             return Some(RankPlan::Pushed(ce_reduce::PushedPlan {
-                streams: b.push_streams.clamp(1, 2) as u32,
+                streams,
                 ..ce_reduce::plan_pushed(&[a, c], rank, push_piece(part, b.push))
             }));
         }
