@@ -453,6 +453,10 @@ fn bad_input_is_one_line_and_status_2() {
             &["all_reduce", "--launch", "thread", "--hosts", "2"],
             "--hosts 2: pretend hosts",
         ),
+        (
+            &["all_reduce", "--backend", "cpu", "--share-gpus"],
+            "--share-gpus: only with --backend cuda and without --compare",
+        ),
     ];
     for (args, needle) in cases {
         let out = run_for(perf(args), 20);

@@ -232,9 +232,12 @@ impl<'a> Worker<'a> {
         // 2. This worker's GPUs.
         let opened: Result<Vec<Dev>, String> = (0..g)
             .map(|i| {
-                let ordinal = local * g + i;
                 let rank = worker * g + i;
                 let devices = perfio::device_count().map_err(|e| e.to_string())?;
+                let ordinal = match local * g + i {
+                    o if s.share_gpus && devices > 0 => o % devices,
+                    o => o,
+                };
                 if ordinal >= devices {
                     return Err(format!(
                         "rank {rank} needs GPU {ordinal} (local rank x -g) and this machine has {devices} (accepted: at most {devices} ranks per host)"

@@ -228,6 +228,9 @@ pub struct PerfArgs {
     /// Spread the rank processes over N pretend hosts (NCCL_HOSTID per process, in contiguous blocks), so ranks of different "hosts" go through the network path: oxccl's TCP transport and GPU proxies, NCCL's socket transport under --compare/--lib
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub hosts: usize,
+    /// CUDA backend: more ranks than GPUs, sharing them in turn (a process's GPU i is ordinal i mod the GPUs); the kernels of one process run side by side on a shared GPU, so this studies kernels and checks results on fewer GPUs: it measures no link. Not with --compare (NCCL refuses ranks sharing a GPU)
+    #[arg(long)]
+    pub share_gpus: bool,
 }
 
 /// Where this invocation's ranks come from.
@@ -279,6 +282,8 @@ pub struct Settings {
     pub lib: Option<compare::Lib>,
     /// `--hosts`: pretend hosts the rank processes are spread over (1: one).
     pub hosts: usize,
+    /// `--share-gpus`: ranks may outnumber the GPUs (ordinal mod GPUs).
+    pub share_gpus: bool,
 }
 
 /// `NCCL_HOSTID` of local process `p` of `procs` spread over `hosts`
@@ -412,7 +417,7 @@ impl Settings {
                     LaunchKind::Process => threads * ngpus,
                     LaunchKind::Thread => ngpus,
                 };
-                if cuda && unit > devices {
+                if cuda && unit > devices && !a.share_gpus {
                     return Err(UsageError(format!(
                         "{}: one process needs {unit} GPUs and this machine has {devices} (accepted: -t x -g up to {devices})",
                         if ngpus > 1 { format!("-g/--ngpus {ngpus}") } else { format!("-t/--nthreads {threads}") }
@@ -428,7 +433,7 @@ impl Settings {
                         "--ranks {ranks}: accepted values are 1 to {MAX_LOCAL_RANKS}"
                     )));
                 }
-                if cuda && ranks > devices {
+                if cuda && ranks > devices && !a.share_gpus {
                     return Err(UsageError(format!(
                         "--ranks {ranks}: the CUDA backend gives each rank its own GPU and this machine has {devices} (accepted: 1 to {devices})"
                     )));
@@ -482,6 +487,11 @@ impl Settings {
                     a.hosts
                 )));
             }
+        }
+        if a.share_gpus && (!cuda || a.compare.is_some()) {
+            return Err(UsageError(
+                "--share-gpus: only with --backend cuda and without --compare (NCCL refuses two ranks on one GPU; accepted: oxccl alone on the CUDA backend)".into(),
+            ));
         }
         let compare = match &a.compare {
             None => None,
@@ -557,6 +567,7 @@ impl Settings {
             graph: a.cudagraph,
             lib,
             hosts: a.hosts,
+            share_gpus: a.share_gpus,
         })
     }
 
