@@ -802,6 +802,125 @@ __device__ void ring_run_ll1(const RingArgs& a) {
     }
 }
 
+// The one-shot LL all-reduce when every block's part fits one LL slot
+// (the host checks the same arithmetic: ring.rs, ll1_fast), as its own
+// small kernel: ring_run_ll1's all-reduce without its slot loop, its other
+// modes or 64-bit divisions. Why: two ranks sharing one H200 (no link in
+// the way), 8-byte all-reduces under CUDA graphs took 3.5 us per call in
+// the ring kernel (120 KB of code) and 3.2 in ring_run_ll1 alone (27 KB),
+// where a probe kernel doing the same exchange of one 16-byte line took
+// 1.0 (scripts/probes/ll_probe.cu); clock64 stamps put 500-1,400 cycles
+// on each phase of ring_run_ll1 however little it did (opening the
+// channels, the room check, the send), as instruction fetches and
+// dependent loads would. So this kernel keeps its path short and
+// contiguous, and does its loads of fixed or only-growing words (the
+// window table, the peers' LL heads) before griddepcontrol.wait: after it
+// come only the step counters and the input, in parallel.
+// Semantics as ring_run_ll1's all-reduce: the same slots, steps, flags and
+// heads, contributions combined in rank order (every rank's bits equal).
+template <typename E, int OP>
+__device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
+    typedef typename E::S S;
+    typedef typename E::A A;
+    const RingCommon& c = a.c;
+    const u32 n = c.nranks, q = c.rank, t = threadIdx.x, ch = blockIdx.x;
+    __shared__ uint4* sl[RING_LL1_MAX_RANKS];        // peer p's slot for my lines
+    __shared__ const uint4* rl[RING_LL1_MAX_RANKS];  // my slot for p's lines
+    __shared__ u32 sfl[RING_LL1_MAX_RANKS], rfl[RING_LL1_MAX_RANKS];
+    __shared__ int fail;
+    // Before the previous kernel is done: the table never changes after
+    // setup, a head only grows (so what we read is a lower bound).
+    const bool pt = t < n && t != q;
+    const u64 simple = RING_HDR + (u64)c.nslots * c.slot;
+    char* sbase = nullptr;
+    const char* rbase = nullptr;
+    u64* rhead = nullptr;
+    const u64* shead = nullptr;
+    u64 hseen = 0;
+    if (pt) {
+        char* theirs = region_of(c, t, q, ch);  // t's window, my region
+        char* mine = region_of(c, q, t, ch);    // my window, t's region
+        sbase = theirs + simple;
+        rhead = (u64*)(theirs + RING_LL_HEAD);
+        rbase = mine + simple;
+        shead = (const u64*)(mine + RING_LL_HEAD);
+        hseen = ld_relaxed_sys(shead);
+    }
+    kernel_entry();
+    u64 rs = 0, ss = 0;
+    if (t == 0) fail = 0;
+    if (pt) {
+        rs = *counter(c, 3, t, ch);
+        ss = *counter(c, 2, t, ch);
+    }
+    const A s = ring_scale<E>(a);
+    constexpr u64 pack = 8 / sizeof(S);
+    const u64 per = ((a.count + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
+    const u64 lo = umin((u64)ch * per, a.count), hi = umin(lo + per, a.count);
+    const u64 units = (hi - lo + pack - 1) / pack;
+    const S* in = (const S*)a.in;
+    // This thread's lines (at most 2: a part is at most one slot, 1,024
+    // lines, over 512 threads), loaded while the counters arrive.
+    u64 mine[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const u64 u = t + (u64)j * blockDim.x;
+        if (u < units) {
+            const u64 e0 = lo + u * pack;
+            mine[j] = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + e0, hi - e0), s, n);
+        }
+    }
+    if (pt) {
+        // Room in t's slots (the LL room check of ll_room).
+        if (ss + 1 > hseen + c.ll_nslots && !wait_ge(c, shead, ss + 1 - c.ll_nslots, t, false))
+            fail = 1;
+        const u32 mask = c.ll_nslots - 1;  // a power of two (ring.rs, LL_NSLOTS)
+        sl[t] = (uint4*)(sbase + (u64)((u32)ss & mask) * c.ll_bytes);
+        rl[t] = (const uint4*)(rbase + (u64)((u32)rs & mask) * c.ll_bytes);
+        sfl[t] = (u32)(ss + 1);
+        rfl[t] = (u32)(rs + 1);
+    }
+    __syncthreads();
+    if (fail) return;
+    // Every line leaves before any is waited for.
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const u64 u = t + (u64)j * blockDim.x;
+        if (u < units)
+            for (u32 p = 0; p < n; p++)
+                if (p != q) st_line(sl[p] + u, mine[j], sfl[p]);
+    }
+    S* out = (S*)a.out;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const u64 u = t + (u64)j * blockDim.x;
+        if (u >= units) break;
+        u64 acc = 0;
+        bool ok = true;
+        for (u32 p = 0; p < n; p++) {
+            u64 v = mine[j];
+            if (p != q && !ll_wait(c, rl[p] + u, rfl[p], &v, p)) {
+                ok = false;
+                break;
+            }
+            const u32 f = (p == 0 ? F_IN : F_RECV | F_IN) | (p + 1 == n ? F_POST : 0);
+            acc = ll_elem<E, OP>(f, acc, v, s, n);
+        }
+        if (!ok) {
+            fail = 1;
+            break;
+        }
+        const u64 e0 = lo + u * pack;
+        ll_unpack<E>(out + e0, acc, hi - e0);
+    }
+    __syncthreads();
+    if (fail || !pt) return;
+    // Every line from t was read (above the barrier): t may reuse the slot.
+    st_relaxed_sys(rhead, rs + 1);
+    *counter(c, 3, t, ch) = rs + 1;
+    *counter(c, 2, t, ch) = ss + 1;
+}
+
 // One-shot all-reduce over Simple slots (at most RING_LL1_MAX_RANKS ranks):
 // as ring_run_ll1, with tails, heads and sizes instead of flags in the
 // lines, so slots can cross the network proxies (which move whole slots).
@@ -1323,10 +1442,15 @@ extern "C" __global__ void __launch_bounds__(32) oxccl_ring_barrier(RingArgs a) 
     wait_ge(c, (const u64*)(region_of(c, c.rank, peer, 0) + RING_BAR), v, peer);
 }
 
+// Each (type, op): the ring kernel, and the small one-shot all-reduce
+// (ll1_fast_run, which calls kernel_entry itself, after its early loads).
 #define OXCCL_RING(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ring_##TN##_##ON(RingArgs a) { \
         kernel_entry();                                                                   \
         ring_run<E, OP>(a);                                                               \
+    }                                                                                     \
+    extern "C" __global__ void __launch_bounds__(512) oxccl_ll1_##TN##_##ON(RingArgs a) {  \
+        ll1_fast_run<E, OP>(a);                                                           \
     }
 #define OXCCL_RING_ALL_OPS(TN, E)      \
     OXCCL_RING(TN, E, sum, OP_SUM)     \

@@ -300,6 +300,9 @@ pub struct DevComm {
     /// `NCCL_ALGO` without OneShot/TwoShot, or `OXCCL_CUDA_RING=1`: see
     /// `RingConfig::force`).
     ring_only: std::sync::atomic::AtomicBool,
+    /// One-shot LL all-reduces that fit take `oxccl_ll1_*`
+    /// (`OXCCL_CUDA_LL1_FAST`, [`ring::ll1_fast`]).
+    ll1_fast: bool,
     /// The last stream found to belong to this communicator's context
     /// (calls on one stream, the usual case, ask the driver once; a
     /// destroyed stream's handle reused on another context is caught by
@@ -435,6 +438,7 @@ impl DevComm {
             seq: Mutex::new(1),
             ring: OnceLock::new(),
             ring_only: std::sync::atomic::AtomicBool::new(false),
+            ll1_fast: oxccl_env::params().get(&oxccl_core::params::CUDA_LL1_FAST),
             typed: std::array::from_fn(|_| std::sync::atomic::AtomicUsize::new(0)),
             checked_stream: std::sync::atomic::AtomicUsize::new(0),
             ce_side: Mutex::new([None; 2]),
@@ -1724,6 +1728,16 @@ impl DevComm {
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
         let (m, blocks) = ring::plan(mode, link_bytes, &r.thresholds());
         args.mode = m;
+        let f = if m == ring::RM_ALLREDUCE_LL1
+            && self.ll1_fast
+            && ring::ll1_fast(count as u64, t.size() as u64, blocks, ring::LL_SLOT_BYTES)
+        {
+            self.typed_function(Family::Ll1, t, op, || {
+                self.function_in(&kernels::ring_variant(t, op), &ring::ll1_kernel_name(t, op))
+            })?
+        } else {
+            f
+        };
         self.launch(
             LaunchKind::Ring {
                 f,
@@ -2607,12 +2621,14 @@ enum Family {
     Pair = 0,
     /// `oxccl_ring_*`.
     Ring = 1,
+    /// `oxccl_ll1_*` (the small one-shot all-reduce, in the ring's program).
+    Ll1 = 2,
 }
 
 /// Reduction ops per type in [`typed_slot`]'s table (sum, prod, max, min,
 /// avg, PreMulSum: the scalar travels in the launch's arguments).
 const TYPED_OPS: usize = 6;
-const TYPED_SLOTS: usize = 2 * DataType::ALL.len() * TYPED_OPS;
+const TYPED_SLOTS: usize = 3 * DataType::ALL.len() * TYPED_OPS;
 
 /// Where (family, type, op)'s kernel sits in `DevComm::typed`.
 fn typed_slot(family: Family, t: DataType, op: RedOp) -> usize {

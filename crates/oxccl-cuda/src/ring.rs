@@ -591,6 +591,32 @@ pub fn mode_algo(mode: u32) -> (&'static str, &'static str) {
 }
 
 /// `oxccl_ring_<type>_<op>`.
+/// The small one-shot all-reduce kernel of (`t`, `op`), `oxccl_ll1_*`, in
+/// the same program as [`kernel_name`]'s (ring.cu, `ll1_fast_run`).
+pub fn ll1_kernel_name(t: DataType, op: RedOp) -> String {
+    kernel_name(t, op).replacen("oxccl_ring_", "oxccl_ll1_", 1)
+}
+
+/// Whether a one-shot LL all-reduce ([`RM_ALLREDUCE_LL1`]) of `count`
+/// elements of `elem` bytes over `blocks` blocks fits the small kernel:
+/// every block's part, in whole 8-byte lines as ring.cu cuts it, within
+/// one LL slot of `ll_bytes` (half of it data) and 2 lines per thread of
+/// [`THREADS`]. With the default 32 channels that is every 2-rank one-shot
+/// size (to 256 KiB: 32 blocks of 8 KiB); fewer channels
+/// (NCCL_MAX_NCHANNELS) leave the larger ones to the ring kernel's loop.
+pub fn ll1_fast(count: u64, elem: u64, blocks: u32, ll_bytes: u64) -> bool {
+    if elem == 0 || elem > 8 || blocks == 0 {
+        return false;
+    }
+    let pack = 8 / elem;
+    let per = count.div_ceil(blocks as u64).div_ceil(pack) * pack;
+    let slot = (ll_bytes / 2 / elem) / pack * pack;
+    per <= slot && per / pack <= 2 * THREADS as u64
+}
+
+// ring.cu's ll1_fast_run takes a step's slot with a mask.
+const _: () = assert!(LL_NSLOTS.is_power_of_two());
+
 pub fn kernel_name(t: DataType, op: RedOp) -> String {
     format!(
         "oxccl_ring_{}_{}",
@@ -2358,6 +2384,46 @@ mod tests {
     /// on NVSwitch, where every pair is one NVLink hop and any ring order
     /// is as good as another), on one host and across hosts, at the default
     /// configuration.
+    #[test]
+    fn the_small_all_reduce_kernel_takes_what_fits_one_slot() {
+        // Every one-shot size of 2, 4 and 8 ranks at the default channels,
+        // every type size.
+        for n in [2usize, 4, 8] {
+            let cfg = RingConfig::new(false, 4 << 20, None, None, n, Duration::from_secs(1));
+            let t = Thresholds::of(&cfg, n, false);
+            for elem in [1u64, 2, 4, 8] {
+                for bytes in [elem, 8, 24, 4096, 4100, 65536, 131072, 262144] {
+                    let count = bytes / elem;
+                    let (m, blocks) = plan(RM_ALLREDUCE, bytes, &t);
+                    if m == RM_ALLREDUCE_LL1 {
+                        assert!(
+                            ll1_fast(count, elem, blocks, LL_SLOT_BYTES),
+                            "{n} {elem} {bytes}"
+                        );
+                    }
+                }
+            }
+        }
+        // A block's part of exactly one slot (8 KiB of data) fits, a line
+        // more does not; 4 channels leave 256 KiB to the ring kernel.
+        assert!(ll1_fast(2048, 4, 1, LL_SLOT_BYTES));
+        assert!(!ll1_fast(2050, 4, 1, LL_SLOT_BYTES));
+        assert!(ll1_fast(65536, 4, 32, LL_SLOT_BYTES));
+        assert!(!ll1_fast(65536, 4, 4, LL_SLOT_BYTES));
+        // Odd counts round each part up to whole lines, as the kernel does.
+        assert!(ll1_fast(4095, 1, 1, LL_SLOT_BYTES));
+        assert!(ll1_fast(8191, 1, 1, LL_SLOT_BYTES));
+        assert!(!ll1_fast(8193, 1, 1, LL_SLOT_BYTES));
+        assert!(!ll1_fast(1, 0, 1, LL_SLOT_BYTES));
+        assert!(!ll1_fast(1, 16, 1, LL_SLOT_BYTES));
+        assert!(!ll1_fast(1, 4, 0, LL_SLOT_BYTES));
+        assert!(ll1_fast(0, 4, 1, LL_SLOT_BYTES));
+        assert_eq!(
+            ll1_kernel_name(DataType::Float32, RedOp::Sum),
+            "oxccl_ll1_f32_sum"
+        );
+    }
+
     #[test]
     fn plans_for_two_four_and_eight_ranks() {
         let plan_at = |n: usize, cross: bool, bytes: u64| {
