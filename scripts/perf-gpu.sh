@@ -46,6 +46,9 @@
 #   scripts/perf-gpu.sh ar_mid       # all_reduce 256 KB-4 MB, 2 processes, graphs:
 #                                    # ring LL on 32 channels (default) against 24
 #                                    # and 16, two rounds, vs NCCL (the 1 MiB gap)
+#   scripts/perf-gpu.sh small        # all_reduce 8 B-1 MB, 2 processes, graphs and
+#                                    # eager: the small one-shot kernel (default)
+#                                    # against OXCCL_CUDA_LL1_FAST=0, two rounds, vs NCCL
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
 #                                    # the copy-engine reduction at its default
 #                                    # bound and off (SM kernel), vs NCCL
@@ -271,6 +274,19 @@ if [ "$MODE" = push_variants ]; then
     OXCCL_CUDA_CE_PUSH_IN_PLACE=1 OXCCL_CUDA_CE_PUSH_STREAMS=2 run "pv_check_${c}_bf16" 240 "$X" $P $C -d bfloat16 -o sum
   done
 fi
+if [ "$MODE" = small ]; then
+  # Session 13's predictions (docs/performance-gpu.md): the one-shot
+  # all-reduce in its own small kernel, 2 processes, under graphs and
+  # eager, against the ring kernel's one-shot path, two rounds
+  # alternated, NCCL beside each.
+  R="all_reduce --backend cuda --ranks 2 -b 8 -e 1M -f 2 -n 500 -w 50 -c 1 --compare $NCCL"
+  for round in 1 2; do
+    run "small_graph_$round" 150 "$X" $P $R -G 10 -J "$OUTDIR/small_graph_$round.json"
+    OXCCL_CUDA_LL1_FAST=0 run "small_graph_ring_$round" 150 "$X" $P $R -G 10 -J "$OUTDIR/small_graph_ring_$round.json"
+    run "small_eager_$round" 150 "$X" $P $R -J "$OUTDIR/small_eager_$round.json"
+  done
+fi
+
 if [ "$MODE" = ar_mid ]; then
   # All-reduce at 1 MiB is the one 2-process size below NCCL (0.94-0.96x
   # under graphs, sessions 10-11): ours is ring LL on 32 channels, NCCL's

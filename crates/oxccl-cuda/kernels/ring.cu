@@ -1489,8 +1489,25 @@ extern "C" __global__ void __launch_bounds__(32) oxccl_ring_barrier(RingArgs a) 
     wait_ge(c, (const u64*)(region_of(c, c.rank, peer, 0) + RING_BAR), v, peer);
 }
 
-// Each (type, op): the ring kernel, and the small one-shot all-reduce
-// (ll1_fast_run, which calls kernel_entry itself, after its early loads).
+// A one-rank PreMulSum (all-reduce, reduce-scatter, reduce: out = in x
+// scalar, with the scalar's rounding as every rank's pre-multiplication in
+// the ring): elementwise over a grid-stride loop, in place or not (each
+// thread reads an element before writing it). Only a.in, a.out, a.count
+// and the scalar fields are used (no ring: a one-rank communicator has none).
+template <typename E, int OP>
+__device__ __forceinline__ void scale_run(const RingArgs& a) {
+    typedef typename E::S S;
+    const typename E::A s = ring_scale<E>(a);
+    const S* in = (const S*)a.in;
+    S* out = (S*)a.out;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < a.count; i += stride)
+        out[i] = rpre<E, OP>(in[i], s);
+}
+
+// Each (type, op): the ring kernel, the small one-shot all-reduce
+// (ll1_fast_run, which calls kernel_entry itself, after its early loads)
+// and the one-rank scaling (used for PreMulSum only).
 #define OXCCL_RING(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ring_##TN##_##ON(RingArgs a) { \
         kernel_entry();                                                                   \
@@ -1498,6 +1515,10 @@ extern "C" __global__ void __launch_bounds__(32) oxccl_ring_barrier(RingArgs a) 
     }                                                                                     \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ll1_##TN##_##ON(RingArgs a) {  \
         ll1_fast_run<E, OP>(a);                                                           \
+    }                                                                                     \
+    extern "C" __global__ void __launch_bounds__(512) oxccl_scale_##TN##_##ON(RingArgs a) { \
+        kernel_entry();                                                                   \
+        scale_run<E, OP>(a);                                                              \
     }
 #define OXCCL_RING_ALL_OPS(TN, E)      \
     OXCCL_RING(TN, E, sum, OP_SUM)     \

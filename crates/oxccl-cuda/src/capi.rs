@@ -361,6 +361,13 @@ enum LaunchKind {
     Nothing,
     /// One rank, out of place: a device-to-device copy.
     Copy { dst: u64, src: u64, bytes: usize },
+    /// One rank, PreMulSum: `oxccl_scale_*` (the output is the input times
+    /// the scalar).
+    Scale {
+        f: usize,
+        blocks: u32,
+        args: ring::RingArgs,
+    },
     /// This rank's half of a reducing kernel; `ce`: the call as the
     /// copy-engine reduction would take it (an all-reduce or reduce-scatter
     /// with an op it does), for the pairing in [`launch_all`].
@@ -727,9 +734,34 @@ impl DevComm {
         let nonroot_reduce = matches!(what, Reduction::Reduce { root } if root != self.rank);
         match self.nranks {
             1 if scalar_ptr.is_some() || matches!(op, RedOp::PreMulSum(_)) => {
-                Err(Error::invalid_usage(
-                    "PreMulSum on device buffers of a 1-rank communicator is not supported by oxccl yet",
-                ))
+                // out = in x scalar, in NCCL's rounding (the scalar in the
+                // accumulation type, one product per element).
+                let f = self.typed_function(Family::Scale, t, op, || {
+                    self.function_in(
+                        &kernels::ring_variant(t, op),
+                        &ring::scale_kernel_name(t, op),
+                    )
+                })?;
+                let (scale, iscale) = match op {
+                    RedOp::PreMulSum(s) => (s.as_f64(), s.as_u64_bits()),
+                    _ => (1.0, 1),
+                };
+                let args = ring::scale_args(
+                    send,
+                    recv,
+                    count as u64,
+                    scale,
+                    iscale,
+                    scalar_ptr.unwrap_or(0),
+                );
+                self.launch(
+                    LaunchKind::Scale {
+                        f,
+                        blocks: ring::scale_blocks(count as u64),
+                        args,
+                    },
+                    stream,
+                )
             }
             1 if send == recv => self.launch(LaunchKind::Nothing, stream),
             1 => self.launch(
@@ -750,7 +782,16 @@ impl DevComm {
                 };
                 let out = if nonroot_reduce { 0 } else { recv };
                 let mut l = self.ring_launch(
-                    m, t, op, send, out, count, bytes as u64, root, scalar_ptr, stream,
+                    m,
+                    t,
+                    op,
+                    send,
+                    out,
+                    count,
+                    bytes as u64,
+                    root,
+                    scalar_ptr,
+                    stream,
                 )?;
                 let coll = match what {
                     Reduction::AllReduce => Some(crate::xp::Coll::AllReduce),
@@ -1419,6 +1460,13 @@ impl Launch {
                         )
                     }
                 })
+            }
+            LaunchKind::Scale { f, blocks, args } => {
+                let _scope = CtxScope::enter(c.ctx)?;
+                // SAFETY: the buffers were checked to be this GPU's device
+                // memory of `count` elements; the kernel reads only the
+                // buffers and the scalar fields of `args`.
+                unsafe { ring::launch_ring(f as sys::CUfunction, blocks, stream, args) }
             }
             LaunchKind::Half {
                 f,
@@ -2623,12 +2671,14 @@ enum Family {
     Ring = 1,
     /// `oxccl_ll1_*` (the small one-shot all-reduce, in the ring's program).
     Ll1 = 2,
+    /// `oxccl_scale_*` (a one-rank PreMulSum, in the ring's program).
+    Scale = 3,
 }
 
 /// Reduction ops per type in [`typed_slot`]'s table (sum, prod, max, min,
 /// avg, PreMulSum: the scalar travels in the launch's arguments).
 const TYPED_OPS: usize = 6;
-const TYPED_SLOTS: usize = 3 * DataType::ALL.len() * TYPED_OPS;
+const TYPED_SLOTS: usize = 4 * DataType::ALL.len() * TYPED_OPS;
 
 /// Where (family, type, op)'s kernel sits in `DevComm::typed`.
 fn typed_slot(family: Family, t: DataType, op: RedOp) -> usize {

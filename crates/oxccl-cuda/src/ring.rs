@@ -591,6 +591,47 @@ pub fn mode_algo(mode: u32) -> (&'static str, &'static str) {
 }
 
 /// `oxccl_ring_<type>_<op>`.
+/// The one-rank PreMulSum kernel of (`t`, `op`), `oxccl_scale_*` (ring.cu,
+/// `scale_run`), in the same program as [`kernel_name`]'s.
+pub fn scale_kernel_name(t: DataType, op: RedOp) -> String {
+    kernel_name(t, op).replacen("oxccl_ring_", "oxccl_scale_", 1)
+}
+
+/// The arguments of `oxccl_scale_*`: `count` elements from `input` to
+/// `output` (the same buffer in place) times the scalar (`scale` for
+/// floating types, `iscale`'s bits for integers, or the one at
+/// `scalar_ptr` in device memory when not 0). No ring: the window fields
+/// are 0 and unused.
+pub fn scale_args(
+    input: u64,
+    output: u64,
+    count: u64,
+    scale: f64,
+    iscale: u64,
+    scalar_ptr: u64,
+) -> RingArgs {
+    RingArgs {
+        c: RingCommon {
+            nranks: 1,
+            ..RingCommon::default()
+        },
+        input,
+        output,
+        count,
+        scale,
+        iscale,
+        scalar_ptr,
+        mode: RM_ALLREDUCE,
+        root: 0,
+    }
+}
+
+/// Blocks of `oxccl_scale_*` for `count` elements: a thread per 8, at most
+/// 1,024 blocks of [`THREADS`] (a grid-stride loop takes the rest).
+pub fn scale_blocks(count: u64) -> u32 {
+    count.div_ceil(8 * THREADS as u64).clamp(1, 1024) as u32
+}
+
 /// The small one-shot all-reduce kernel of (`t`, `op`), `oxccl_ll1_*`, in
 /// the same program as [`kernel_name`]'s (ring.cu, `ll1_fast_run`).
 pub fn ll1_kernel_name(t: DataType, op: RedOp) -> String {

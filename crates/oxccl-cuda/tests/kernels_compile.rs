@@ -7,7 +7,7 @@
 
 use oxccl_core::{DataType, RedOp};
 use oxccl_cuda::compile::{self, Origin};
-use oxccl_cuda::{allreduce, kernels, loader};
+use oxccl_cuda::{allreduce, kernels, loader, ring};
 
 fn nvrtc_or_skip(test: &str) -> bool {
     match loader::nvrtc() {
@@ -131,9 +131,19 @@ fn ring_kernels_compile_one_at_a_time() {
     let img = one(DataType::Float32, RedOp::Sum);
     assert!(has(&img, "oxccl_ring_f32_sum") && has(&img, "oxccl_ring_p2p"));
     assert!(!has(&img, "oxccl_ring_i8_sum") && !has(&img, "oxccl_ring_f32_max"));
+    // The small one-shot all-reduce and the one-rank scaling ride along.
+    assert!(has(
+        &img,
+        &ring::ll1_kernel_name(DataType::Float32, RedOp::Sum)
+    ));
+    assert!(has(
+        &img,
+        &ring::scale_kernel_name(DataType::Float32, RedOp::Sum)
+    ));
     let premul = RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0));
     let img = one(DataType::Float8e5m2, premul);
     assert!(has(&img, "oxccl_ring_e5m2_premulsum"));
+    assert!(has(&img, "oxccl_ll1_e5m2_premulsum") && has(&img, "oxccl_scale_e5m2_premulsum"));
     let p2p = compile::compile_now(&kernels::ring_p2p(), 90).unwrap();
     assert!(has(&p2p, "oxccl_ring_p2p") && !has(&p2p, "oxccl_ring_f32_sum"));
     // Variants are distinct programs with distinct cache files.

@@ -470,6 +470,7 @@ fn child_rank() {
         Ok("graph") => return graph(comm, rank, n),
         Ok("overrun") => return overrun(comm, rank),
         Ok("realloc") => return realloc(comm, rank, n),
+        Ok("premulsum") => return premulsum(comm, rank, n, &counts),
         _ => {}
     }
     let t0 = Instant::now();
@@ -696,6 +697,157 @@ fn overrun(comm: ncclComm_t, rank: usize) {
     capi::synchronize_current().unwrap();
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     println!("CHILD OK rank {rank}: overrun refused: {msg}");
+}
+
+/// PreMulSum all-reduces (out of place and in place), reduce-scatters and
+/// reduces on device buffers, every type, with the scalar in host memory
+/// (3) and in device memory (3 on rank 0, 2 on the others: each rank its
+/// own), against the same calls on host buffers with host scalars. With
+/// one rank the output is the input times the scalar (`oxccl_scale_*`).
+fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
+    let host_sync = || capi::synchronize_current().unwrap();
+    let only = std::env::var("OXCCL_TEST_TYPES").unwrap_or_default();
+    let mut cases = 0;
+    for &count in counts {
+        for &(t, tname, sz) in TYPES {
+            if !only.is_empty() && !only.split(',').any(|x| x == tname) {
+                continue;
+            }
+            let bytes = count * sz;
+            let sb = Dev::new(bytes * n);
+            let rb = Dev::new(bytes * n);
+            let mine: u8 = if rank == 0 { 3 } else { 2 };
+            let mut scalar = Vec::new();
+            encode(t, mine, &mut scalar);
+            let ds = Dev::new(scalar.len());
+            ds.put(&scalar);
+            for device in [false, true] {
+                let ctx = format!(
+                    "rank {rank} {tname} count {count} scalar in {} memory",
+                    if device { "device" } else { "host" }
+                );
+                let mut dev_op: ncclRedOp_t = 0;
+                let mut host_op: ncclRedOp_t = 0;
+                let (ptr, residence) = if device {
+                    (ds.p, ncclScalarDevice)
+                } else {
+                    (scalar.as_ptr() as *mut c_void, ncclScalarHostImmediate)
+                };
+                ok(
+                    unsafe { ncclRedOpCreatePreMulSum(&mut dev_op, ptr, t, residence, comm) },
+                    "ncclRedOpCreatePreMulSum",
+                );
+                ok(
+                    unsafe {
+                        ncclRedOpCreatePreMulSum(
+                            &mut host_op,
+                            scalar.as_ptr() as *mut c_void,
+                            t,
+                            ncclScalarHostImmediate,
+                            comm,
+                        )
+                    },
+                    "ncclRedOpCreatePreMulSum (host reference)",
+                );
+                // All-reduce out of place, then in place.
+                for in_place in [false, true] {
+                    let inp = input(t, count, rank, 7);
+                    sb.put(&inp);
+                    let dst = if in_place { sb.p } else { rb.p };
+                    ok(
+                        unsafe { ncclAllReduce(sb.p, dst, count, t, dev_op, comm, null_mut()) },
+                        "ncclAllReduce premulsum",
+                    );
+                    host_sync();
+                    let got = if in_place {
+                        sb.get(bytes)
+                    } else {
+                        rb.get(bytes)
+                    };
+                    let mut want = vec![0u8; bytes];
+                    ok(
+                        unsafe {
+                            ncclAllReduce(
+                                inp.as_ptr() as *const c_void,
+                                want.as_mut_ptr() as *mut c_void,
+                                count,
+                                t,
+                                host_op,
+                                comm,
+                                null_mut(),
+                            )
+                        },
+                        "host ncclAllReduce premulsum",
+                    );
+                    assert!(got == want, "{ctx}: all_reduce (in place {in_place})");
+                }
+                // Reduce-scatter and reduce (to the last rank).
+                let inp = input(t, count * n, rank, 8);
+                sb.put(&inp);
+                ok(
+                    unsafe { ncclReduceScatter(sb.p, rb.p, count, t, dev_op, comm, null_mut()) },
+                    "ncclReduceScatter premulsum",
+                );
+                host_sync();
+                let mut want = vec![0u8; bytes];
+                ok(
+                    unsafe {
+                        ncclReduceScatter(
+                            inp.as_ptr() as *const c_void,
+                            want.as_mut_ptr() as *mut c_void,
+                            count,
+                            t,
+                            host_op,
+                            comm,
+                            null_mut(),
+                        )
+                    },
+                    "host ncclReduceScatter premulsum",
+                );
+                assert!(rb.get(bytes) == want, "{ctx}: reduce_scatter");
+                let inp = input(t, count, rank, 9);
+                sb.put(&inp);
+                let root = n - 1;
+                ok(
+                    unsafe {
+                        ncclReduce(sb.p, rb.p, count, t, dev_op, root as i32, comm, null_mut())
+                    },
+                    "ncclReduce premulsum",
+                );
+                host_sync();
+                let mut want = vec![0u8; bytes];
+                ok(
+                    unsafe {
+                        ncclReduce(
+                            inp.as_ptr() as *const c_void,
+                            want.as_mut_ptr() as *mut c_void,
+                            count,
+                            t,
+                            host_op,
+                            root as i32,
+                            comm,
+                            null_mut(),
+                        )
+                    },
+                    "host ncclReduce premulsum",
+                );
+                if rank == root {
+                    assert!(rb.get(bytes) == want, "{ctx}: reduce");
+                }
+                ok(
+                    unsafe { ncclRedOpDestroy(dev_op, comm) },
+                    "ncclRedOpDestroy",
+                );
+                ok(
+                    unsafe { ncclRedOpDestroy(host_op, comm) },
+                    "ncclRedOpDestroy",
+                );
+                cases += 4;
+            }
+        }
+    }
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    println!("CHILD OK rank {rank}: {cases} PreMulSum cases");
 }
 
 fn run_ranks(n: usize, counts: &str, env: &[(&str, &str)]) {
@@ -974,6 +1126,33 @@ fn eight_processes_on_two_hosts() {
         &[
             ("OXCCL_TEST_HOSTS", "0,0,0,0,1,1,1,1"),
             ("OXCCL_TEST_TYPES", "float32,bfloat16,int8,uint64"),
+        ],
+    );
+}
+
+/// PreMulSum on device buffers: one rank (the output is the input times
+/// the scalar: a one-GPU PyTorch job's reduce-scatter with PREMUL_SUM), and
+/// 2 and 3 ranks (each rank its own scalar), scalars in host and device
+/// memory, every type, counts 0, 1, odd and past one block.
+#[test]
+fn premulsum_on_one_two_and_three_ranks() {
+    if gpus() < 1 {
+        return;
+    }
+    for n in [1, 2] {
+        run_ranks(n, "0,1,4099,70001", &[("OXCCL_TEST_MODE", "premulsum")]);
+    }
+    // Three products of up to 9 sum to 27, past e4m3's exact integers (16)
+    // and e5m2's (8): their partial sums would round by order.
+    run_ranks(
+        3,
+        "1,4099,70001",
+        &[
+            ("OXCCL_TEST_MODE", "premulsum"),
+            (
+                "OXCCL_TEST_TYPES",
+                "int8,uint8,int32,uint32,int64,uint64,float16,float32,float64,bfloat16",
+            ),
         ],
     );
 }
