@@ -2800,7 +2800,7 @@ mod tests {
             RedOp::PreMulSum(oxccl_core::Scalar::F64(2.0)),
         ];
         let mut seen = std::collections::HashSet::new();
-        for f in [Family::Pair, Family::Ring] {
+        for f in [Family::Pair, Family::Ring, Family::Ll1, Family::Scale] {
             for t in DataType::ALL {
                 for op in ops {
                     let s = typed_slot(f, t, op);
