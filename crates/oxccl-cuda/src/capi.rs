@@ -1107,7 +1107,7 @@ pub enum CopyKind {
 /// each communicator are merged into one (after the others), so sends and
 /// receives of one group meet their peers' whatever order they were called in.
 /// Where both ranks of a two-GPU in-process communicator are in `launches`,
-/// their large copies go to the copy engines ([`pair_for_copy_engines`]).
+/// their large copies go to the copy engines (`pair_for_copy_engines`).
 pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
     let mut ops: Vec<Launch> = Vec::with_capacity(launches.len());
     let mut p2p: Vec<Launch> = Vec::new();

@@ -80,7 +80,7 @@ fn pdl_flag() -> &'static std::sync::atomic::AtomicBool {
     })
 }
 
-/// Whether launches are programmatic now (see [`launch_raw`]).
+/// Whether launches are programmatic now (see `launch_raw`).
 pub fn pdl_enabled() -> bool {
     pdl_flag().load(std::sync::atomic::Ordering::Relaxed)
 }

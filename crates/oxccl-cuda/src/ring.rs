@@ -183,7 +183,7 @@ pub fn auto_net_streams(cross_peers: usize) -> u32 {
 const BLOCK_GBPS: u32 = 11;
 
 /// Channels worth using on a ring whose slowest hop is `worst`, at most
-/// `default`: the hop's rate over [`BLOCK_GBPS`], rounded up. NVLink: ~25
+/// `default`: the hop's rate over `BLOCK_GBPS`, rounded up. NVLink: ~25
 /// GB/s per link each way (18 on H200: 32 channels, measured; NV4 bridges:
 /// 10). PCIe paths: ~50 GB/s at best (Gen5 x16), so 5; across the CPUs'
 /// interconnect (SYS) 4. The PCIe figures are link rates, not measured

@@ -1,7 +1,7 @@
 //! `libnccl.so.2`: NCCL's C API over oxccl (see `docs/c-abi.md`).
 //!
 //! A shell and nothing else: every exported function is a panic boundary
-//! around an implementation in [`api`] that checks its arguments, casts
+//! around an implementation in `api` that checks its arguments, casts
 //! handles through the registry in `handle.rs`, and calls the `oxccl` Rust
 //! API. Errors become `ncclResult_t` values, a WARN line and the text of
 //! `ncclGetLastError`.

@@ -7,7 +7,7 @@
 //!   `ncclNetPlugin_vN` symbol the library exports, `init` with a logger that
 //!   routes the plugin's lines into oxccl's `NCCL_DEBUG` log, and
 //!   [`loader::Plugin`], which implements [`Net`] for every version.
-//! * [`choose`]: `NCCL_NET`, `NCCL_IB_DISABLE`, `NCCL_IB_HCA`, the device
+//! * [`mod@choose`]: `NCCL_NET`, `NCCL_IB_DISABLE`, `NCCL_IB_HCA`, the device
 //!   picked, and the INFO/WARN lines that say what was chosen and why; any
 //!   failure falls back to oxccl's own sockets.
 //!

@@ -1,7 +1,7 @@
 //! The GPU checks: topology (P2P matrix, NVLink counts, PCIe paths, NUMA,
 //! ACS/IOMMU), PyTorch's view of CUDA and NCCL, and `--bench` (a short
 //! all_reduce over CPU ranks, checked and timed against the tuner's model).
-//! Deciding is pure ([`topology`], [`pytorch`], [`bench`] take facts);
+//! Deciding is pure ([`topology`], [`pytorch`], [`bench()`] take facts);
 //! gathering ([`torch_facts`], [`run_bench`]) is thin and bounded in time.
 
 use std::fmt::Write as _;

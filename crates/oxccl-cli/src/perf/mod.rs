@@ -6,7 +6,7 @@
 //! (default), threads, or the processes of an external launcher (torchrun,
 //! Slurm, Open MPI); see [`launch`].
 //!
-//! Two backends: `cpu` runs oxccl's Rust API on host memory ([`bench`]);
+//! Two backends: `cpu` runs oxccl's Rust API on host memory ([`mod@bench`]);
 //! `cuda` runs an NCCL-API library (oxccl's `libnccl.so` by default) on
 //! device memory, one GPU per rank, `-g` GPUs per thread ([`gpu`]).
 

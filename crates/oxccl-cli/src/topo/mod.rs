@@ -5,7 +5,7 @@
 //! `--file FILE` (or `NCCL_TOPO_FILE`) reads one instead of the machine, so a
 //! recorded machine can be planned for anywhere.
 //!
-//! Detection is thin ([`detect`] reads sysfs through the doctor's
+//! Detection is thin ([`mod@detect`] reads sysfs through the doctor's
 //! [`System`], [`nvml`] asks NVML in a child process); the model, the path
 //! names, the ring search and the XML live in `oxccl_core::topo` (pure).
 
