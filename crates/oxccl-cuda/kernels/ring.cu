@@ -847,6 +847,21 @@ __device__ __noinline__ u64 ll1_bounds(u32* ctrl, u64 timeout_ns, u64 t0, u32 pe
     return 0;
 }
 
+// One thread: waits for the line at `l` to carry flag `fl` (from `peer`)
+// and takes its 8 data bytes; false when the wait gave up (ll1_bounds).
+__device__ __forceinline__ bool ll1_take(const RingCommon& c, const uint4* l, u32 fl, u32 peer,
+                                         u64& v) {
+    u64 spins = 0, t0 = 0;
+    uint4 x = ld_line(l);
+    while (x.y != fl || x.w != fl) {
+        if ((++spins & 1023) == 0 && (t0 = ll1_bounds(c.ctrl, c.timeout_ns, t0, peer)) == 0)
+            return false;
+        x = ld_line(l);
+    }
+    v = (u64)x.x | ((u64)x.z << 32);
+    return true;
+}
+
 template <typename E, int OP>
 __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
     typedef typename E::S S;
@@ -938,73 +953,47 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
         for (int j = 0; j < 2; j++) {
             const u64 u = t + (u64)j * blockDim.x;
             if (u >= units) break;
-            u64 spins = 0, t0 = 0;
-            uint4 x = ld_line(rp + u);
-            bool ok = true;
-            while (x.y != rf || x.w != rf) {
-                if ((++spins & 1023) == 0 && (t0 = ll1_bounds(c.ctrl, c.timeout_ns, t0, p)) == 0) {
-                    ok = false;
-                    break;
-                }
-                x = ld_line(rp + u);
-            }
-            if (!ok) {
+            u64 v;
+            if (!ll1_take(c, rp + u, rf, p, v)) {
                 fail = 1;
                 break;
             }
-            const u64 v = (u64)x.x | ((u64)x.z << 32);
             const u64 acc = ll_elem<E, OP>(F_RECV | F_IN | F_POST, q == 0 ? mine[j] : v,
                                            q == 0 ? v : mine[j], s, n);
             const u64 e0 = lo + u * pack;
             ll_unpack<E>(out + e0, acc, hi - e0);
         }
-        __syncthreads();
-        if (fail || !pt) return;
-        st_relaxed_sys(rhead, rs + 1);
-        *counter(c, 3, t, ch) = rs + 1;
-        *counter(c, 2, t, ch) = ss + 1;
-        return;
-    }
-    // Every line leaves before any is waited for.
+    } else {
+        // Every line leaves before any is waited for.
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const u64 u = t + (u64)j * blockDim.x;
-        if (u < units)
-            for (u32 p = 0; p < n; p++)
-                if (p != q) st_line(sl[p] + u, mine[j], sfl[p]);
-    }
+        for (int j = 0; j < 2; j++) {
+            const u64 u = t + (u64)j * blockDim.x;
+            if (u < units)
+                for (u32 p = 0; p < n; p++)
+                    if (p != q) st_line(sl[p] + u, mine[j], sfl[p]);
+        }
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const u64 u = t + (u64)j * blockDim.x;
-        if (u >= units) break;
-        u64 acc = 0;
-        bool ok = true;
-        for (u32 p = 0; p < n; p++) {
-            u64 v = mine[j];
-            if (p != q) {
-                const uint4* l = rl[p] + u;
-                const u32 fl = rfl[p];
-                u64 spins = 0, t0 = 0;
-                uint4 x = ld_line(l);
-                while (x.y != fl || x.w != fl) {
-                    if ((++spins & 1023) == 0 && (t0 = ll1_bounds(c.ctrl, c.timeout_ns, t0, p)) == 0) {
-                        ok = false;
-                        break;
-                    }
-                    x = ld_line(l);
+        for (int j = 0; j < 2; j++) {
+            const u64 u = t + (u64)j * blockDim.x;
+            if (u >= units) break;
+            u64 acc = 0;
+            bool ok = true;
+            for (u32 p = 0; p < n; p++) {
+                u64 v = mine[j];
+                if (p != q && !ll1_take(c, rl[p] + u, rfl[p], p, v)) {
+                    ok = false;
+                    break;
                 }
-                if (!ok) break;
-                v = (u64)x.x | ((u64)x.z << 32);
+                const u32 f = (p == 0 ? F_IN : F_RECV | F_IN) | (p + 1 == n ? F_POST : 0);
+                acc = ll_elem<E, OP>(f, acc, v, s, n);
             }
-            const u32 f = (p == 0 ? F_IN : F_RECV | F_IN) | (p + 1 == n ? F_POST : 0);
-            acc = ll_elem<E, OP>(f, acc, v, s, n);
+            if (!ok) {
+                fail = 1;
+                break;
+            }
+            const u64 e0 = lo + u * pack;
+            ll_unpack<E>(out + e0, acc, hi - e0);
         }
-        if (!ok) {
-            fail = 1;
-            break;
-        }
-        const u64 e0 = lo + u * pack;
-        ll_unpack<E>(out + e0, acc, hi - e0);
     }
     __syncthreads();
     if (fail || !pt) return;
