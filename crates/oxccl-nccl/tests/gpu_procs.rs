@@ -172,6 +172,35 @@ fn agree(t: i32, op: i32, n: usize, got: &[u8], want: &[u8]) -> Result<(), Strin
     Ok(())
 }
 
+/// A reduction of the reference ([`host_reduce`]).
+#[derive(Clone, Copy)]
+enum Red {
+    All,
+    Scatter,
+    To(usize),
+}
+
+/// The reference for a reduction of `count` elements of `t` (per rank for
+/// a reduce-scatter) with `op`: the same call on host copies through the
+/// same communicator (oxccl's host backend), every rank taking part.
+fn host_reduce(comm: ncclComm_t, red: Red, inp: &[u8], count: usize, t: i32, op: i32) -> Vec<u8> {
+    let sz = TYPES.iter().find(|x| x.0 == t).unwrap().2;
+    let mut want = vec![0u8; count * sz];
+    let (src, dst) = (
+        inp.as_ptr() as *const c_void,
+        want.as_mut_ptr() as *mut c_void,
+    );
+    let r = unsafe {
+        match red {
+            Red::All => ncclAllReduce(src, dst, count, t, op, comm, null_mut()),
+            Red::Scatter => ncclReduceScatter(src, dst, count, t, op, comm, null_mut()),
+            Red::To(root) => ncclReduce(src, dst, count, t, op, root as i32, comm, null_mut()),
+        }
+    };
+    ok(r, "host reference");
+    want
+}
+
 struct Dev {
     p: *mut c_void,
     len: usize,
@@ -235,21 +264,7 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                 } else {
                     rb.get(bytes)
                 };
-                let mut want = vec![0u8; bytes];
-                ok(
-                    unsafe {
-                        ncclAllReduce(
-                            inp.as_ptr() as *const c_void,
-                            want.as_mut_ptr() as *mut c_void,
-                            count,
-                            t,
-                            op,
-                            comm,
-                            null_mut(),
-                        )
-                    },
-                    "host ncclAllReduce",
-                );
+                let want = host_reduce(comm, Red::All, &inp, count, t, op);
                 if let Err(e) = agree(t, op, n, &got, &want) {
                     panic!("{} {oname}: {e}", ctx("all_reduce"));
                 }
@@ -283,21 +298,7 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                 } else {
                     rb.get(bytes)
                 };
-                let mut want = vec![0u8; bytes];
-                ok(
-                    unsafe {
-                        ncclReduceScatter(
-                            inp.as_ptr() as *const c_void,
-                            want.as_mut_ptr() as *mut c_void,
-                            count,
-                            t,
-                            op,
-                            comm,
-                            null_mut(),
-                        )
-                    },
-                    "host ncclReduceScatter",
-                );
+                let want = host_reduce(comm, Red::Scatter, &inp, count, t, op);
                 if let Err(e) = agree(t, op, n, &got, &want) {
                     panic!("{} {oname}: {e}", ctx("reduce_scatter"));
                 }
@@ -310,22 +311,7 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                     "ncclReduce",
                 );
                 host_sync();
-                let mut want = vec![0u8; bytes];
-                ok(
-                    unsafe {
-                        ncclReduce(
-                            inp.as_ptr() as *const c_void,
-                            want.as_mut_ptr() as *mut c_void,
-                            count,
-                            t,
-                            op,
-                            root as i32,
-                            comm,
-                            null_mut(),
-                        )
-                    },
-                    "host ncclReduce",
-                );
+                let want = host_reduce(comm, Red::To(root), &inp, count, t, op);
                 if rank == root {
                     if let Err(e) = agree(t, op, n, &rb.get(bytes), &want) {
                         panic!("{} {oname}: {e}", ctx("reduce"));
@@ -764,21 +750,7 @@ fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
                     } else {
                         rb.get(bytes)
                     };
-                    let mut want = vec![0u8; bytes];
-                    ok(
-                        unsafe {
-                            ncclAllReduce(
-                                inp.as_ptr() as *const c_void,
-                                want.as_mut_ptr() as *mut c_void,
-                                count,
-                                t,
-                                host_op,
-                                comm,
-                                null_mut(),
-                            )
-                        },
-                        "host ncclAllReduce premulsum",
-                    );
+                    let want = host_reduce(comm, Red::All, &inp, count, t, host_op);
                     assert!(got == want, "{ctx}: all_reduce (in place {in_place})");
                 }
                 // Reduce-scatter and reduce (to the last rank).
@@ -789,21 +761,7 @@ fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
                     "ncclReduceScatter premulsum",
                 );
                 host_sync();
-                let mut want = vec![0u8; bytes];
-                ok(
-                    unsafe {
-                        ncclReduceScatter(
-                            inp.as_ptr() as *const c_void,
-                            want.as_mut_ptr() as *mut c_void,
-                            count,
-                            t,
-                            host_op,
-                            comm,
-                            null_mut(),
-                        )
-                    },
-                    "host ncclReduceScatter premulsum",
-                );
+                let want = host_reduce(comm, Red::Scatter, &inp, count, t, host_op);
                 assert!(rb.get(bytes) == want, "{ctx}: reduce_scatter");
                 let inp = input(t, count, rank, 9);
                 sb.put(&inp);
@@ -815,22 +773,7 @@ fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
                     "ncclReduce premulsum",
                 );
                 host_sync();
-                let mut want = vec![0u8; bytes];
-                ok(
-                    unsafe {
-                        ncclReduce(
-                            inp.as_ptr() as *const c_void,
-                            want.as_mut_ptr() as *mut c_void,
-                            count,
-                            t,
-                            host_op,
-                            root as i32,
-                            comm,
-                            null_mut(),
-                        )
-                    },
-                    "host ncclReduce premulsum",
-                );
+                let want = host_reduce(comm, Red::To(root), &inp, count, t, host_op);
                 if rank == root {
                     assert!(rb.get(bytes) == want, "{ctx}: reduce");
                 }
