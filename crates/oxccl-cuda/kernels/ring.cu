@@ -822,29 +822,14 @@ __device__ void ring_run_ll1(const RingArgs& a) {
 // 0.05-0.1 at 256 KB (three rounds alternated).
 // Semantics as ring_run_ll1's all-reduce: the same slots, steps, flags and
 // heads, contributions combined in rank order (every rank's bits equal).
-// A wait's bounds for the small kernel, out of line so its poll loops
-// stay a few instructions, with the words it needs by value (a reference
-// to the arguments made every thread copy them to its stack: 152 bytes):
-// every 1024 polls, with the wait's start `t0` (0 at the first check);
-// returns the start, or 0 when the wait must give up (timeout, or the
-// host's abort seen after a millisecond), recorded as ring_fail does.
+// A wait's bounds for the small kernel (common.cuh's wait_check), out of
+// line so its poll loops stay a few instructions, with the words it needs
+// by value (a reference to the arguments made every thread copy them to
+// its stack: 152 bytes): every 1024 polls, with the wait's start `t0` (0
+// at the first check); returns the start, or 0 when the wait must give up
+// (timeout, the host's abort, another block's error), recorded.
 __device__ __noinline__ u64 ll1_bounds(u32* ctrl, u64 timeout_ns, u64 t0, u32 peer) {
-    const u64 now = gtimer();
-    u32 code = 0;
-    if (t0 == 0) {
-        return now;
-    } else if (timeout_ns != 0 && now - t0 > timeout_ns) {
-        code = RERR_TIMEOUT;
-    } else if (now - t0 > 1000000 && (((volatile u32*)ctrl)[0] != 0 || ((volatile u32*)ctrl)[1] != 0)) {
-        code = RERR_ABORT;
-    }
-    if (code == 0) return t0;
-    if (atomicCAS(ctrl + 1, 0u, code) == 0u) {
-        ctrl[2] = peer;
-        ctrl[3] = blockIdx.x;
-        __threadfence_system();
-    }
-    return 0;
+    return wait_check(ctrl, timeout_ns, t0, peer) == 0 ? t0 : 0;
 }
 
 // One thread: waits for the line at `l` to carry flag `fl` (from `peer`)
