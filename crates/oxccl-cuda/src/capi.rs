@@ -47,6 +47,9 @@ pub fn available() -> bool {
 /// Makes a context current for its lifetime; puts the previous one back.
 pub(crate) struct CtxScope {
     saved: sys::CUcontext,
+    /// Whether `enter` changed the current context (else drop has nothing
+    /// to put back: one driver call less per launch, ~25 ns).
+    changed: bool,
 }
 
 impl CtxScope {
@@ -61,13 +64,19 @@ impl CtxScope {
                     check(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
                 }
             }
-            Ok(CtxScope { saved })
+            Ok(CtxScope {
+                saved,
+                changed: saved != ctx,
+            })
         })
     }
 }
 
 impl Drop for CtxScope {
     fn drop(&mut self) {
+        if !self.changed {
+            return;
+        }
         // SAFETY: `saved` was current before (or NULL, which unbinds); errors ignored in drop.
         unsafe {
             sys::cuCtxSetCurrent(self.saved);
@@ -231,9 +240,25 @@ struct Member {
     flags: u64,
 }
 
+/// The ranks of one communicator in this process.
+#[derive(Default)]
+struct Clique {
+    members: Vec<Member>,
+    /// `members.len()`, written under the cliques' lock whenever it
+    /// changes, read without it by each member's calls ([`DevComm::use_ring`]).
+    count: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Clique {
+    fn counted(&self) {
+        self.count
+            .store(self.members.len(), std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// Cliques by key (the communicator's unique id bytes).
-fn cliques() -> MutexGuard<'static, HashMap<Vec<u8>, Vec<Member>>> {
-    static C: OnceLock<Mutex<HashMap<Vec<u8>, Vec<Member>>>> = OnceLock::new();
+fn cliques() -> MutexGuard<'static, HashMap<Vec<u8>, Clique>> {
+    static C: OnceLock<Mutex<HashMap<Vec<u8>, Clique>>> = OnceLock::new();
     lock(C.get_or_init(|| Mutex::new(HashMap::new())))
 }
 
@@ -300,6 +325,11 @@ pub struct DevComm {
     /// `NCCL_ALGO` without OneShot/TwoShot, or `OXCCL_CUDA_RING=1`: see
     /// `RingConfig::force`).
     ring_only: std::sync::atomic::AtomicBool,
+    /// How many ranks of this communicator live in this process (its
+    /// clique's count): a call asks this instead of the process-wide clique
+    /// table, whose lock and hash of the 128-byte key cost ~0.1 us of the
+    /// ~1 us a call spent around its launch (one H200, session 14).
+    mates: Arc<std::sync::atomic::AtomicUsize>,
     /// One-shot LL all-reduces that fit take `oxccl_ll1_*`
     /// (`OXCCL_CUDA_LL1_FAST`, [`ring::ll1_fast`]).
     ll1_fast: bool,
@@ -445,6 +475,7 @@ impl DevComm {
             seq: Mutex::new(1),
             ring: OnceLock::new(),
             ring_only: std::sync::atomic::AtomicBool::new(false),
+            mates: Arc::default(),
             ll1_fast: oxccl_env::params().get(&oxccl_core::params::CUDA_LL1_FAST),
             typed: std::array::from_fn(|_| std::sync::atomic::AtomicUsize::new(0)),
             checked_stream: std::sync::atomic::AtomicUsize::new(0),
@@ -466,20 +497,22 @@ impl DevComm {
         };
         let joined = {
             let mut cl = cliques();
-            let members = cl.entry(me.key.clone()).or_default();
+            let clique = cl.entry(me.key.clone()).or_default();
             let mut r = Ok(());
-            if members.iter().any(|x| x.rank == rank) {
+            if clique.members.iter().any(|x| x.rank == rank) {
                 r = Err(Error::invalid_usage(format!(
                     "rank {rank} of this communicator was already created in this process"
                 )));
             }
-            for other in members.iter() {
+            for other in clique.members.iter() {
                 if r.is_ok() && other.ordinal != ordinal {
                     r = enable_peer(&m, other).and_then(|_| enable_peer(other, &m));
                 }
             }
             if r.is_ok() {
-                members.push(m);
+                clique.members.push(m);
+                clique.counted();
+                me.mates = clique.count.clone();
             }
             r
         }; // the clique lock is released before `me` can drop
@@ -529,7 +562,10 @@ impl DevComm {
     /// The peer rank's entry, for two ranks in this process.
     fn peer(&self) -> Result<Member> {
         let cl = cliques();
-        let members = cl.get(&self.key).map(Vec::as_slice).unwrap_or(&[]);
+        let members = cl
+            .get(&self.key)
+            .map(|c| c.members.as_slice())
+            .unwrap_or(&[]);
         let Some(p) = members.iter().find(|m| m.rank != self.rank) else {
             return Err(Error::invalid_usage(format!(
                 "device buffers across processes are not supported by oxccl yet: rank {} of this \
@@ -1741,12 +1777,10 @@ impl DevComm {
     /// Whether operations with peers take the ring path: more than two
     /// ranks, the peer in another process, or the ring forced.
     fn use_ring(&self) -> bool {
-        if self.nranks > 2 || self.ring_only.load(std::sync::atomic::Ordering::Relaxed) {
-            return true;
-        }
-        let cl = cliques();
-        let members = cl.get(&self.key).map(Vec::as_slice).unwrap_or(&[]);
-        !members.iter().any(|m| m.rank != self.rank)
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        // With at most two ranks and no rank twice in a clique (refused at
+        // creation), another rank is here exactly when the clique holds two.
+        self.nranks > 2 || self.ring_only.load(Relaxed) || self.mates.load(Acquire) < 2
     }
 
     /// A ring collective's launch.
@@ -2691,8 +2725,9 @@ impl Drop for DevComm {
         // (fields drop after this body, which releases it: the ring's frees
         // would then run in a context that may be gone).
         drop(self.ring.take());
-        if let Some(members) = cliques().get_mut(&self.key) {
-            members.retain(|m| m.flags != self.flags);
+        if let Some(clique) = cliques().get_mut(&self.key) {
+            clique.members.retain(|m| m.flags != self.flags);
+            clique.counted();
         }
         // SAFETY: our flags and our retained context, freed/released once;
         // errors are ignored in drop.
@@ -2716,7 +2751,7 @@ impl Drop for DevComm {
             sys::cuDevicePrimaryCtxRelease_v2(self.dev);
         }
         let mut cl = cliques();
-        if cl.get(&self.key).is_some_and(Vec::is_empty) {
+        if cl.get(&self.key).is_some_and(|c| c.members.is_empty()) {
             cl.remove(&self.key);
         }
     }

@@ -208,7 +208,13 @@ pub(crate) fn device_route(
         return Ok(None);
     }
     let (ms, es) = cuda::locate(send)?;
-    let (mr, er) = cuda::locate(recv as *const c_void)?;
+    // In place (PyTorch's all-reduces are): one driver call, not two
+    // (~0.1 us of the ~1 us a call spends around its launch).
+    let (mr, er) = if std::ptr::eq(recv, send) {
+        (ms, es)
+    } else {
+        cuda::locate(recv as *const c_void)?
+    };
     let ord = match (ms, mr) {
         (Memory::Host, Memory::Host) => return Ok(None),
         (Memory::Device(a), Memory::Device(b)) if a != b => {

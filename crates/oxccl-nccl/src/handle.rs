@@ -290,6 +290,13 @@ pub(crate) fn touch(c: &Arc<Comm>) {
     TOUCHED.with(|t| t.borrow_mut().push(Arc::downgrade(c)));
 }
 
+/// Forgets the communicators touched so far, keeping the list's room (a
+/// call that succeeds never needs them; taking the list instead made every
+/// call's first touch allocate it again).
+pub(crate) fn clear_touched() {
+    TOUCHED.with(|t| t.borrow_mut().clear());
+}
+
 pub(crate) fn take_touched() -> Vec<Arc<Comm>> {
     TOUCHED.with(|t| {
         std::mem::take(&mut *t.borrow_mut())

@@ -62,10 +62,10 @@ fn report(name: &str, e: &Error) -> ncclResult_t {
 
 /// The panic boundary of a function returning `ncclResult_t`.
 fn guard(name: &str, f: impl FnOnce() -> Result<()>) -> ncclResult_t {
-    handle::take_touched();
+    handle::clear_touched();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => {
-            handle::take_touched();
+            handle::clear_touched();
             ncclSuccess
         }
         Ok(Err(e)) => report(name, &e),
@@ -456,7 +456,7 @@ nccl_unsupported! {
 
 fn team_unsupported(name: &str, comm: ncclComm_t) -> ncclTeam_t {
     guard_value(name, ncclTeam_t::default(), || {
-        handle::take_touched();
+        handle::clear_touched();
         touch_if_comm(&comm);
         report(name, &api::unsupported(name));
         ncclTeam_t::default()
@@ -465,7 +465,7 @@ fn team_unsupported(name: &str, comm: ncclComm_t) -> ncclTeam_t {
 
 fn team_rank_unsupported(name: &str, comm: ncclComm_t) -> c_int {
     guard_value(name, -1, || {
-        handle::take_touched();
+        handle::clear_touched();
         touch_if_comm(&comm);
         report(name, &api::unsupported(name));
         -1
