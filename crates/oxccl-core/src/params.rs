@@ -444,7 +444,7 @@ params! {
     CUDA_PDL: Bool = "OXCCL_CUDA_PDL", "1", honoured,
         "1: oxccl's GPU kernels are programmatic dependent launches (compute capability 9.0 and a CUDA 12.3 driver or newer): a collective's launch overlaps the end of the kernel before it in the stream, and waits for it before touching memory. 0: plain launches.";
     CUDA_LL1_FAST: Bool = "OXCCL_CUDA_LL1_FAST", "1", honoured,
-        "1: one-shot LL all-reduces whose every block fits one LL slot (to 256 KiB with 2 ranks at the default channels) run in a small kernel of their own that does its fixed loads before waiting for the kernel ahead of it (2 ranks sharing one H200, CUDA graphs: 8-512 B all-reduces 1.6 us against 3.4-3.5, 4 KiB 1.8 against 3.6, 256 KiB 3.1 against 5.3). 0: the ring kernel's one-shot path.";
+        "1: one-shot LL all-reduces, all-gathers, reduce-scatters, broadcasts and reduces whose every block fits one LL slot (to 256 KiB, per rank for the copies and reduce-scatters, at the default channels) run in a small kernel of their own that does its fixed loads before waiting for the kernel ahead of it (2 ranks sharing one H200, CUDA graphs: 8-512 B all-reduces 1.6-1.9 us against 3.4-3.5, 256 KiB 3.1 against 5.3; 8 B-4 KiB broadcasts 1.7-1.9 against 3.0-3.2, reduces 1.9-2.2 against 3.3-3.4, all-gathers 2.2-2.3 against 3.6-3.8, reduce-scatters 2.3-2.5 against 3.8-3.9). 0: the ring kernel's one-shot path.";
     CUDA_AR_BLOCKS: Opt<U32> = "OXCCL_CUDA_AR_BLOCKS", "", honoured,
         "Most blocks of the two-GPU in-process all-reduce kernels (1..128). Unset: 128.";
     CUDA_AR_TWO_SHOT: Opt<U64> = "OXCCL_CUDA_AR_TWO_SHOT", "", honoured,

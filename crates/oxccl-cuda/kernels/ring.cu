@@ -802,10 +802,11 @@ __device__ void ring_run_ll1(const RingArgs& a) {
     }
 }
 
-// The one-shot LL all-reduce when every block's part fits one LL slot
-// (the host checks the same arithmetic: ring.rs, ll1_fast), as its own
-// small kernel: ring_run_ll1's all-reduce without its slot loop, its other
-// modes or 64-bit divisions. Why: two ranks sharing one H200 (no link in
+// The one-shot LL collectives (all-reduce, all-gather, reduce-scatter,
+// broadcast, reduce) when every block's part fits one LL slot (the host
+// checks the same arithmetic: ring.rs, ll1_fast), as their own small
+// kernel: ring_run_ll1 without its slot loop or 64-bit divisions after
+// the wait, and a two-rank all-reduce without loops over peers. Why: two ranks sharing one H200 (no link in
 // the way), 8-byte all-reduces under CUDA graphs took 3.5 us per call in
 // the ring kernel (120 KB of code) and 3.2 in ring_run_ll1 alone (27 KB),
 // where a probe kernel doing the same exchange of one 16-byte line took
@@ -819,9 +820,15 @@ __device__ void ring_run_ll1(const RingArgs& a) {
 // input, in parallel. Same setting: 1.74-1.87 us at 8 B-4 KB, 2.2 at
 // 32 KB, 3.1 at 256 KB (against 3.4-3.6, 3.8, 5.3); the waits' bounds out
 // of line took 0.1 us off the small sizes (1.86-2.02 inline) and added
-// 0.05-0.1 at 256 KB (three rounds alternated).
-// Semantics as ring_run_ll1's all-reduce: the same slots, steps, flags and
-// heads, contributions combined in rank order (every rank's bits equal).
+// 0.05-0.1 at 256 KB (three rounds alternated). The other modes here too
+// (session 14, same setting, two rounds against OXCCL_CUDA_LL1_FAST=0):
+// broadcasts 8 B-4 KB 1.74-1.90 us against 3.03-3.20, reduces 1.88-2.17
+// against 3.29-3.44, all-gathers 2.19-2.28 against 3.64-3.77,
+// reduce-scatters 2.32-2.52 against 3.76-3.91; 4 ranks sharing the GPU
+// 2.3-4.2 against 4.3-6.8.
+// Semantics as ring_run_ll1's: the same slots, steps, flags and heads
+// (only the directions that carry lines advance), contributions combined
+// in rank order (every rank's bits equal).
 // A wait's bounds for the small kernel (common.cuh's wait_check), out of
 // line so its poll loops stay a few instructions, with the words it needs
 // by value (a reference to the arguments made every thread copy them to
@@ -857,17 +864,30 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
     __shared__ const uint4* rl[RING_LL1_MAX_RANKS];  // my slot for p's lines
     __shared__ u32 sfl[RING_LL1_MAX_RANKS], rfl[RING_LL1_MAX_RANKS];
     __shared__ int fail;
-    // Before the previous kernel is done: the table never changes after
+    // Before the previous kernel is done: the tables never change after
     // setup, a head only grows (so what we read is a lower bound), the
     // rest is arithmetic on the arguments (64-bit divisions included).
+    const u32 md = a.mode;
+    const bool ar = md == RM_ALLREDUCE_LL1, ag = md == RM_ALLGATHER_LL1;
+    const bool rsc = md == RM_REDUCE_SCATTER_LL1, bc = md == RM_BROADCAST_LL1;
+    const bool rd = md == RM_REDUCE_LL1;
+    // The host passes a broadcast's or reduce's root as its ring position.
+    const u32 root = (bc || rd) ? ring_at(c, a.root) : 0;
     const bool pt = t < n && t != q;
+    const bool snd = pt && ll1_sends(md, q, t, root), rcv = pt && ll1_recvs(md, q, t, root);
     if (t == 0) fail = 0;
     constexpr u64 pack = 8 / sizeof(S);
+    // All-gather, reduce-scatter: count is one rank's block.
+    const u64 M = a.count;
     const u64 per = ((a.count + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
     const u64 lo = umin((u64)ch * per, a.count), hi = umin(lo + per, a.count);
     const u64 units = (hi - lo + pack - 1) / pack;
     const S* in = (const S*)a.in;
     S* out = (S*)a.out;
+    // This rank's own contribution (a reduce-scatter's is its block q; a
+    // broadcast's non-roots have none, and maybe no input buffer at all).
+    const bool own = !(bc && q != root);
+    const S* oin = rsc ? in + (u64)q * M : in;
     const u32 mask = c.ll_nslots - 1;  // a power of two (ring.rs, LL_NSLOTS)
     const u64 simple = RING_HDR + (u64)c.nslots * c.slot;
     char* sbase = nullptr;
@@ -882,7 +902,7 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
         rhead = (u64*)(theirs + RING_LL_HEAD);
         rbase = mine + simple;
         shead = (const u64*)(mine + RING_LL_HEAD);
-        hseen = ld_relaxed_sys(shead);
+        if (snd) hseen = ld_relaxed_sys(shead);
     }
     kernel_entry();
     u64 rs = 0, ss = 0;
@@ -897,12 +917,12 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
 #pragma unroll
     for (int j = 0; j < 2; j++) {
         const u64 u = t + (u64)j * blockDim.x;
-        if (u < units) {
+        if (own && u < units) {
             const u64 e0 = lo + u * pack;
-            mine[j] = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + e0, hi - e0), s, n);
+            mine[j] = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(oin + e0, hi - e0), s, n);
         }
     }
-    if (pt) {
+    if (snd) {
         // Room in t's slots (the LL room check of ll_room).
         if (ss + 1 > hseen + c.ll_nslots) {
             u64 spins = 0, t0 = 0;
@@ -912,6 +932,8 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
                     break;
                 }
         }
+    }
+    if (pt) {
         sl[t] = (uint4*)(sbase + (u64)((u32)ss & mask) * c.ll_bytes);
         rl[t] = (const uint4*)(rbase + (u64)((u32)rs & mask) * c.ll_bytes);
         sfl[t] = (u32)(ss + 1);
@@ -919,7 +941,7 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
     }
     __syncthreads();
     if (fail) return;
-    if (n == 2) {
+    if (ar && n == 2) {
         // Two ranks (the common case) without the loops over peers: one
         // line out and one in per unit, combined in rank order. 8-512 B
         // all-reduces 1.58-1.62 us against 1.73-1.85 through the loops, 4
@@ -949,43 +971,76 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
             ll_unpack<E>(out + e0, acc, hi - e0);
         }
     } else {
-        // Every line leaves before any is waited for.
+        // Every line leaves before any is waited for. A reduce-scatter
+        // sends block p of its input to rank p (pre-scaled, as the ring's
+        // first step); the others send their own lines. A broadcast's
+        // non-roots and a reduce's root send nothing.
+        if (own && !(rd && q == root)) {
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const u64 u = t + (u64)j * blockDim.x;
-            if (u < units)
-                for (u32 p = 0; p < n; p++)
-                    if (p != q) st_line(sl[p] + u, mine[j], sfl[p]);
+            for (int j = 0; j < 2; j++) {
+                const u64 u = t + (u64)j * blockDim.x;
+                if (u >= units) break;
+                const u64 e0 = lo + u * pack;
+                for (u32 p = 0; p < n; p++) {
+                    if (!ll1_sends(md, q, p, root)) continue;
+                    const u64 v =
+                        rsc ? ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + p * M + e0, hi - e0), s, n)
+                            : mine[j];
+                    st_line(sl[p] + u, v, sfl[p]);
+                }
+            }
         }
+        // A reduce's non-roots receive nothing.
+        if (!(rd && q != root)) {
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const u64 u = t + (u64)j * blockDim.x;
-            if (u >= units) break;
-            u64 acc = 0;
-            bool ok = true;
-            for (u32 p = 0; p < n; p++) {
-                u64 v = mine[j];
-                if (p != q && !ll1_take(c, rl[p] + u, rfl[p], p, v)) {
-                    ok = false;
+            for (int j = 0; j < 2; j++) {
+                const u64 u = t + (u64)j * blockDim.x;
+                if (u >= units) break;
+                const u64 e0 = lo + u * pack, avail = hi - e0;
+                if (bc) {
+                    // The root copies its own input (out of place); the
+                    // others take the root's lines.
+                    u64 v = mine[j];
+                    if (q == root) {
+                        if (in == out) continue;
+                    } else if (!ll1_take(c, rl[root] + u, rfl[root], root, v)) {
+                        fail = 1;
+                        break;
+                    }
+                    ll_unpack<E>(out + e0, v, avail);
+                    continue;
+                }
+                u64 acc = 0;
+                bool ok = true;
+                for (u32 p = 0; p < n; p++) {
+                    u64 v = mine[j];
+                    if (p != q && !ll1_take(c, rl[p] + u, rfl[p], p, v)) {
+                        ok = false;
+                        break;
+                    }
+                    if (ag) {
+                        ll_unpack<E>(out + p * M + e0, v, avail);
+                        continue;
+                    }
+                    const u32 f = (p == 0 ? F_IN : F_RECV | F_IN) | (p + 1 == n ? F_POST : 0);
+                    acc = ll_elem<E, OP>(f, acc, v, s, n);
+                }
+                if (!ok) {
+                    fail = 1;
                     break;
                 }
-                const u32 f = (p == 0 ? F_IN : F_RECV | F_IN) | (p + 1 == n ? F_POST : 0);
-                acc = ll_elem<E, OP>(f, acc, v, s, n);
+                if (!ag) ll_unpack<E>(out + e0, acc, avail);
             }
-            if (!ok) {
-                fail = 1;
-                break;
-            }
-            const u64 e0 = lo + u * pack;
-            ll_unpack<E>(out + e0, acc, hi - e0);
         }
     }
     __syncthreads();
     if (fail || !pt) return;
     // Every line from t was read (above the barrier): t may reuse the slot.
-    st_relaxed_sys(rhead, rs + 1);
-    *counter(c, 3, t, ch) = rs + 1;
-    *counter(c, 2, t, ch) = ss + 1;
+    // Only the directions that carried lines advance (a broadcast's and a
+    // reduce's other pairs keep their steps, as in ring_run_ll1).
+    if (rcv) st_relaxed_sys(rhead, rs + 1);
+    *counter(c, 3, t, ch) = rs + (rcv ? 1 : 0);
+    *counter(c, 2, t, ch) = ss + (snd ? 1 : 0);
 }
 
 // One-shot all-reduce over Simple slots (at most RING_LL1_MAX_RANKS ranks):

@@ -1810,7 +1810,7 @@ impl DevComm {
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
         let (m, blocks) = ring::plan(mode, link_bytes, &r.thresholds());
         args.mode = m;
-        let f = if m == ring::RM_ALLREDUCE_LL1
+        let f = if ring::is_one_shot_ll(m)
             && self.ll1_fast
             && ring::ll1_fast(count as u64, t.size() as u64, blocks, ring::LL_SLOT_BYTES)
         {

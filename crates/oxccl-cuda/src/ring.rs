@@ -638,13 +638,30 @@ pub fn ll1_kernel_name(t: DataType, op: RedOp) -> String {
     kernel_name(t, op).replacen("oxccl_ring_", "oxccl_ll1_", 1)
 }
 
-/// Whether a one-shot LL all-reduce ([`RM_ALLREDUCE_LL1`]) of `count`
-/// elements of `elem` bytes over `blocks` blocks fits the small kernel:
+/// Whether `mode` is one of the one-shot LL modes that the small kernel
+/// (`oxccl_ll1_*`, ring.cu `ll1_fast_run`) runs when [`ll1_fast`] holds:
+/// all-reduce, all-gather, reduce-scatter, broadcast, reduce.
+pub fn is_one_shot_ll(mode: u32) -> bool {
+    matches!(
+        mode,
+        RM_ALLREDUCE_LL1
+            | RM_ALLGATHER_LL1
+            | RM_REDUCE_SCATTER_LL1
+            | RM_BROADCAST_LL1
+            | RM_REDUCE_LL1
+    )
+}
+
+/// Whether a one-shot LL collective ([`is_one_shot_ll`]) of `count`
+/// elements of `elem` bytes (an all-gather's or reduce-scatter's: one
+/// rank's block) over `blocks` blocks fits the small kernel:
 /// every block's part, in whole 8-byte lines as ring.cu cuts it, within
 /// one LL slot of `ll_bytes` (half of it data) and 2 lines per thread of
-/// [`THREADS`]. With the default 32 channels that is every 2-rank one-shot
-/// size (to 256 KiB: 32 blocks of 8 KiB); fewer channels
-/// (NCCL_MAX_NCHANNELS) leave the larger ones to the ring kernel's loop.
+/// [`THREADS`]. With the default 32 channels that is every one-shot
+/// all-reduce size (2 ranks: to 256 KiB, 32 blocks of 8 KiB) and every
+/// one-shot copy, reduce-scatter and reduce to 256 KiB per rank (2 ranks
+/// take the one-shot LL kernel to 512 KiB: the ring kernel's loop has
+/// those); fewer channels (NCCL_MAX_NCHANNELS) leave more to the loop.
 pub fn ll1_fast(count: u64, elem: u64, blocks: u32, ll_bytes: u64) -> bool {
     if elem == 0 || elem > 8 || blocks == 0 {
         return false;
@@ -2426,7 +2443,7 @@ mod tests {
     /// is as good as another), on one host and across hosts, at the default
     /// configuration.
     #[test]
-    fn the_small_all_reduce_kernel_takes_what_fits_one_slot() {
+    fn the_small_kernel_takes_what_fits_one_slot() {
         // Every one-shot size of 2, 4 and 8 ranks at the default channels,
         // every type size.
         for n in [2usize, 4, 8] {
@@ -2444,7 +2461,36 @@ mod tests {
                     }
                 }
             }
+            // The other one-shot LL modes (bytes: one rank's block), to
+            // 256 KiB per rank; 2 ranks' 512 KiB goes to the loop.
+            for mode in [RM_ALLGATHER, RM_REDUCE_SCATTER, RM_BROADCAST, RM_REDUCE] {
+                for elem in [1u64, 2, 4, 8] {
+                    for bytes in [elem, 8, 24, 4096, 4100, 65536, 73720, 174760, 262144] {
+                        let (m, blocks) = plan(mode, bytes, &t);
+                        assert_eq!(
+                            is_one_shot_ll(m),
+                            bytes <= t.oneshot_block_max,
+                            "{n} {mode} {bytes}"
+                        );
+                        if is_one_shot_ll(m) {
+                            assert!(
+                                ll1_fast(bytes / elem, elem, blocks, LL_SLOT_BYTES),
+                                "{n} {mode} {elem} {bytes}"
+                            );
+                        }
+                    }
+                }
+                let (m, blocks) = plan(mode, 512 << 10, &t);
+                if n == 2 {
+                    assert!(is_one_shot_ll(m));
+                    assert!(!ll1_fast(512 << 10, 1, blocks, LL_SLOT_BYTES));
+                }
+            }
         }
+        assert!(is_one_shot_ll(RM_ALLREDUCE_LL1));
+        assert!(!is_one_shot_ll(RM_ALLREDUCE_LL));
+        assert!(!is_one_shot_ll(RM_ALLREDUCE_1S));
+        assert!(!is_one_shot_ll(RM_ALLGATHER));
         // A block's part of exactly one slot (8 KiB of data) fits, a line
         // more does not; 4 channels leave 256 KiB to the ring kernel.
         assert!(ll1_fast(2048, 4, 1, LL_SLOT_BYTES));
