@@ -244,15 +244,18 @@ struct Member {
 #[derive(Default)]
 struct Clique {
     members: Vec<Member>,
-    /// `members.len()`, written under the cliques' lock whenever it
-    /// changes, read without it by each member's calls ([`DevComm::use_ring`]).
-    count: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether the members are two ranks on two GPUs (what the in-process
+    /// pair kernels and copy engines need), written under the cliques' lock
+    /// whenever the members change, read without it by each member's calls
+    /// ([`DevComm::use_ring`]).
+    pair: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Clique {
     fn counted(&self) {
-        self.count
-            .store(self.members.len(), std::sync::atomic::Ordering::Release);
+        let m = &self.members;
+        let pair = m.len() == 2 && m[0].ordinal != m[1].ordinal;
+        self.pair.store(pair, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -325,11 +328,11 @@ pub struct DevComm {
     /// `NCCL_ALGO` without OneShot/TwoShot, or `OXCCL_CUDA_RING=1`: see
     /// `RingConfig::force`).
     ring_only: std::sync::atomic::AtomicBool,
-    /// How many ranks of this communicator live in this process (its
-    /// clique's count): a call asks this instead of the process-wide clique
-    /// table, whose lock and hash of the 128-byte key cost ~0.1 us of the
-    /// ~1 us a call spent around its launch (one H200, session 14).
-    mates: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether both ranks are in this process on two GPUs (its clique's
+    /// `pair`): a call asks this instead of the process-wide clique table,
+    /// whose lock and hash of the 128-byte key cost ~0.1 us of the ~1 us a
+    /// call spent around its launch (one H200, session 14).
+    pair: Arc<std::sync::atomic::AtomicBool>,
     /// One-shot LL all-reduces that fit take `oxccl_ll1_*`
     /// (`OXCCL_CUDA_LL1_FAST`, [`ring::ll1_fast`]).
     ll1_fast: bool,
@@ -475,7 +478,7 @@ impl DevComm {
             seq: Mutex::new(1),
             ring: OnceLock::new(),
             ring_only: std::sync::atomic::AtomicBool::new(false),
-            mates: Arc::default(),
+            pair: Arc::default(),
             ll1_fast: oxccl_env::params().get(&oxccl_core::params::CUDA_LL1_FAST),
             typed: std::array::from_fn(|_| std::sync::atomic::AtomicUsize::new(0)),
             checked_stream: std::sync::atomic::AtomicUsize::new(0),
@@ -512,7 +515,7 @@ impl DevComm {
             if r.is_ok() {
                 clique.members.push(m);
                 clique.counted();
-                me.mates = clique.count.clone();
+                me.pair = clique.pair.clone();
             }
             r
         }; // the clique lock is released before `me` can drop
@@ -1145,6 +1148,24 @@ pub enum CopyKind {
 /// Where both ranks of a two-GPU in-process communicator are in `launches`,
 /// their large copies go to the copy engines (`pair_for_copy_engines`).
 pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
+    let keys: Vec<StreamUse> = launches
+        .iter()
+        .map(|l| StreamUse {
+            clique: Arc::as_ptr(&l.comm.pair) as usize,
+            rank: l.comm.rank,
+            ctx: l.comm.ctx as usize,
+            stream: l.stream,
+        })
+        .collect();
+    if let Some((a, b)) = shared_stream(&keys) {
+        let (c, s) = (&launches[a].comm, launches[a].stream);
+        return Err(Error::invalid_usage(format!(
+            "ranks {} and {} of one communicator were given the same stream {s:#x} on GPU {}: \
+             each rank's kernel would wait for the other's, queued behind it, until the \
+             timeout; give every rank its own stream",
+            c.rank, launches[b].comm.rank, c.ordinal
+        )));
+    }
     let mut ops: Vec<Launch> = Vec::with_capacity(launches.len());
     let mut p2p: Vec<Launch> = Vec::new();
     for l in launches {
@@ -1180,6 +1201,30 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
         l.go()?;
     }
     Ok(())
+}
+
+/// A launch's communicator (its clique's identity), rank, context and stream.
+#[derive(Clone, Copy, Debug)]
+struct StreamUse {
+    clique: usize,
+    rank: usize,
+    ctx: usize,
+    stream: usize,
+}
+
+/// Two launches of a group (indices) that put different ranks of one
+/// communicator on the same stream of one context (two ranks sharing a GPU,
+/// one thread, one stream: the first rank's kernel waits for the second's,
+/// which the stream holds back behind it).
+fn shared_stream(ls: &[StreamUse]) -> Option<(usize, usize)> {
+    (0..ls.len()).find_map(|i| {
+        (i + 1..ls.len())
+            .find(|&j| {
+                let (a, b) = (&ls[i], &ls[j]);
+                a.clique == b.clique && a.rank != b.rank && a.ctx == b.ctx && a.stream == b.stream
+            })
+            .map(|j| (i, j))
+    })
 }
 
 /// Queues `x` on `on` (context current).
@@ -1775,12 +1820,12 @@ impl DevComm {
     }
 
     /// Whether operations with peers take the ring path: more than two
-    /// ranks, the peer in another process, or the ring forced.
+    /// ranks, the peer in another process or on this rank's own GPU (the
+    /// pair kernels and copy engines need two GPUs; the ring's windows work
+    /// within one), or the ring forced.
     fn use_ring(&self) -> bool {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
-        // With at most two ranks and no rank twice in a clique (refused at
-        // creation), another rank is here exactly when the clique holds two.
-        self.nranks > 2 || self.ring_only.load(Relaxed) || self.mates.load(Acquire) < 2
+        self.nranks > 2 || self.ring_only.load(Relaxed) || !self.pair.load(Acquire)
     }
 
     /// A ring collective's launch.
@@ -2823,6 +2868,32 @@ pub fn synchronize_current() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_ranks_on_one_stream_are_found() {
+        let u = |clique, rank, ctx, stream| StreamUse {
+            clique,
+            rank,
+            ctx,
+            stream,
+        };
+        // Two GPUs (two contexts): the legacy stream 0 of each is its own.
+        assert_eq!(shared_stream(&[u(1, 0, 10, 0), u(1, 1, 11, 0)]), None);
+        // Two ranks on one GPU, one stream (or both on stream 0).
+        assert_eq!(
+            shared_stream(&[u(1, 0, 10, 0), u(1, 1, 10, 0)]),
+            Some((0, 1))
+        );
+        assert_eq!(
+            shared_stream(&[u(1, 0, 10, 5), u(1, 1, 10, 6), u(1, 0, 10, 6)]),
+            Some((1, 2))
+        );
+        // Streams of their own; one rank twice on its stream; other communicators.
+        assert_eq!(shared_stream(&[u(1, 0, 10, 5), u(1, 1, 10, 6)]), None);
+        assert_eq!(shared_stream(&[u(1, 0, 10, 5), u(1, 0, 10, 5)]), None);
+        assert_eq!(shared_stream(&[u(1, 0, 10, 5), u(2, 1, 10, 5)]), None);
+        assert_eq!(shared_stream(&[]), None);
+    }
 
     #[test]
     fn every_typed_kernel_has_its_own_slot() {
