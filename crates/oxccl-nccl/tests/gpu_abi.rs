@@ -363,24 +363,70 @@ fn val(r: usize, i: usize) -> i32 {
 /// PreMulSum with an immediate and a device scalar (float).
 #[test]
 fn two_gpus_every_collective() {
-    if !two_gpus() {
-        return;
+    if two_gpus() {
+        every_collective([0, 1]);
     }
-    std::thread::spawn(|| {
-        let comms = init_all(2);
+}
+
+/// The same with both ranks of the communicator on GPU 0 (one thread
+/// driving both, as `oxccl perf -g 2 --share-gpus`): the pair kernels and
+/// copy engines need two GPUs, so every call takes the ring path (this was
+/// `ncclInvalidUsage` "two ranks on one GPU" for all but small all-reduces).
+#[test]
+fn two_ranks_on_one_gpu_every_collective() {
+    match oxccl_cuda::Gpu::count() {
+        Ok(n) if n >= 1 => every_collective([0, 0]),
+        Ok(_) => skip_notice("SKIPPED: no GPU"),
+        Err(e) => skip_notice(&format!("SKIPPED: no GPU ({})", e.message())),
+    }
+}
+
+/// [`two_gpus_every_collective`]'s calls with rank r on GPU `ords[r]`.
+fn every_collective(ords: [i32; 2]) {
+    std::thread::spawn(move || {
+        // Grouped ncclCommInitRank with each rank's GPU current, as
+        // nccl-tests -g 2 does (ncclCommInitAll refuses a GPU twice).
+        let mut id = ncclUniqueId::default();
+        ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
+        let mut comms = vec![null_mut(); 2];
+        ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+        for r in 0..2 {
+            capi::use_device(ords[r]).unwrap();
+            ok(
+                unsafe { ncclCommInitRank(&mut comms[r], 2, id, r as i32) },
+                "ncclCommInitRank",
+            );
+        }
+        ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd (init)");
+        // A stream per rank: sharing one GPU, ranks on one stream would
+        // wait for each other (refused: launch_all's shared_stream).
+        let gpus: Vec<_> = ords
+            .iter()
+            .map(|&o| oxccl_cuda::perfio::PerfGpu::open(o as usize).unwrap())
+            .collect();
+        let streams: Vec<_> = gpus.iter().map(|g| g.stream().unwrap()).collect();
+        let st: Vec<*mut c_void> = streams.iter().map(|x| x.raw()).collect();
+        let sync = || {
+            for d in [ords[0], ords[1]] {
+                capi::use_device(d).unwrap();
+                capi::synchronize_current().unwrap();
+            }
+        };
         let group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str| {
             ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
             for r in 0..2 {
                 ok(f(r), what);
             }
             ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
-            sync_both();
+            sync();
         };
         // gpu-test.sh's gpu_abi_ce row sets OXCCL_CUDA_CE_MIN=1: then every
         // copying call below pairs both ranks on the copy engines (one count
         // per rank); otherwise (these sizes stay under the default 64 MiB,
-        // or the ring rows take no pair path) none does.
-        let expect_ce = std::env::var("OXCCL_CUDA_CE_MIN").as_deref() == Ok("1");
+        // or the ring rows take no pair path, or both ranks share a GPU)
+        // none does.
+        let expect_ce =
+            std::env::var("OXCCL_CUDA_CE_MIN").as_deref() == Ok("1") && ords[0] != ords[1];
         let ce_group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str| {
             let before = capi::ce_calls();
             group(f, what);
@@ -394,8 +440,8 @@ fn two_gpus_every_collective() {
             for &off in &[0usize, 4] {
                 let ctx = format!("n={n} off={off}");
                 // 2n-element send and receive buffers per rank.
-                let sb: Vec<_> = (0..2).map(|r| dev_i32(r, 2 * n, off)).collect();
-                let rb: Vec<_> = (0..2).map(|r| dev_i32(r, 2 * n, off)).collect();
+                let sb: Vec<_> = (0..2).map(|r| dev_i32(ords[r], 2 * n, off)).collect();
+                let rb: Vec<_> = (0..2).map(|r| dev_i32(ords[r], 2 * n, off)).collect();
                 let (s, d): (Vec<_>, Vec<_>) = (
                     sb.iter().map(|x| x.1).collect(),
                     rb.iter().map(|x| x.1).collect(),
@@ -413,7 +459,7 @@ fn two_gpus_every_collective() {
                 // all-gather, out of place then in place
                 fill();
                 ce_group(
-                    &|r| unsafe { ncclAllGather(s[r], d[r], n, INT32, comms[r], null_mut()) },
+                    &|r| unsafe { ncclAllGather(s[r], d[r], n, INT32, comms[r], st[r]) },
                     "ncclAllGather",
                 );
                 for r in 0..2 {
@@ -436,9 +482,7 @@ fn two_gpus_every_collective() {
                     );
                 }
                 ce_group(
-                    &|r| unsafe {
-                        ncclAllGather(at(d[r], r * n), d[r], n, INT32, comms[r], null_mut())
-                    },
+                    &|r| unsafe { ncclAllGather(at(d[r], r * n), d[r], n, INT32, comms[r], st[r]) },
                     "ncclAllGather in place",
                 );
                 for r in 0..2 {
@@ -457,9 +501,7 @@ fn two_gpus_every_collective() {
                 // reduce-scatter sum, out of place then in place
                 fill();
                 group(
-                    &|r| unsafe {
-                        ncclReduceScatter(s[r], d[r], n, INT32, SUM, comms[r], null_mut())
-                    },
+                    &|r| unsafe { ncclReduceScatter(s[r], d[r], n, INT32, SUM, comms[r], st[r]) },
                     "ncclReduceScatter",
                 );
                 for r in 0..2 {
@@ -503,7 +545,7 @@ fn two_gpus_every_collective() {
                     fill();
                     ce_group(
                         &|r| unsafe {
-                            ncclBroadcast(s[r], d[r], n, INT32, root as i32, comms[r], null_mut())
+                            ncclBroadcast(s[r], d[r], n, INT32, root as i32, comms[r], st[r])
                         },
                         "ncclBroadcast",
                     );
@@ -520,7 +562,7 @@ fn two_gpus_every_collective() {
                     fill();
                     ce_group(
                         &|r| unsafe {
-                            ncclBroadcast(s[r], s[r], n, INT32, root as i32, comms[r], null_mut())
+                            ncclBroadcast(s[r], s[r], n, INT32, root as i32, comms[r], st[r])
                         },
                         "ncclBroadcast in place",
                     );
@@ -541,7 +583,7 @@ fn two_gpus_every_collective() {
                     fill();
                     group(
                         &|r| unsafe {
-                            ncclReduce(s[r], d[r], n, INT32, SUM, root as i32, comms[r], null_mut())
+                            ncclReduce(s[r], d[r], n, INT32, SUM, root as i32, comms[r], st[r])
                         },
                         "ncclReduce",
                     );
@@ -558,11 +600,11 @@ fn two_gpus_every_collective() {
                 fill();
                 ce_group(
                     &|r| unsafe {
-                        let a = ncclSend(s[r], n, INT32, (1 - r) as i32, comms[r], null_mut());
+                        let a = ncclSend(s[r], n, INT32, (1 - r) as i32, comms[r], st[r]);
                         if a != ncclSuccess {
                             return a;
                         }
-                        ncclRecv(d[r], n, INT32, (1 - r) as i32, comms[r], null_mut())
+                        ncclRecv(d[r], n, INT32, (1 - r) as i32, comms[r], st[r])
                     },
                     "ncclSend/ncclRecv",
                 );
@@ -576,7 +618,7 @@ fn two_gpus_every_collective() {
                 // all-to-all, gather to 0, scatter from 1
                 fill();
                 ce_group(
-                    &|r| unsafe { ncclAlltoAll(s[r], d[r], n, INT32, comms[r], null_mut()) },
+                    &|r| unsafe { ncclAlltoAll(s[r], d[r], n, INT32, comms[r], st[r]) },
                     "ncclAlltoAll",
                 );
                 for r in 0..2 {
@@ -593,7 +635,7 @@ fn two_gpus_every_collective() {
                 }
                 fill();
                 ce_group(
-                    &|r| unsafe { ncclGather(s[r], d[r], n, INT32, 0, comms[r], null_mut()) },
+                    &|r| unsafe { ncclGather(s[r], d[r], n, INT32, 0, comms[r], st[r]) },
                     "ncclGather",
                 );
                 let g: Vec<i32> = get(d[0], 2 * n);
@@ -604,7 +646,7 @@ fn two_gpus_every_collective() {
                 }
                 fill();
                 ce_group(
-                    &|r| unsafe { ncclScatter(s[r], d[r], n, INT32, 1, comms[r], null_mut()) },
+                    &|r| unsafe { ncclScatter(s[r], d[r], n, INT32, 1, comms[r], st[r]) },
                     "ncclScatter",
                 );
                 for r in 0..2 {
@@ -620,7 +662,7 @@ fn two_gpus_every_collective() {
                 let mut ops = [0i32; 2];
                 let mut dops = [0i32; 2];
                 let mine = [1.0f32, 2.0f32];
-                let two: Vec<_> = (0..2).map(|r| dev_alloc(r, 4)).collect();
+                let two: Vec<_> = (0..2).map(|r| dev_alloc(ords[r], 4)).collect();
                 for r in 0..2 {
                     put(two[r], &[2.0f32]);
                     ok(
@@ -658,7 +700,7 @@ fn two_gpus_every_collective() {
                 }
                 group(
                     &|r| unsafe {
-                        ncclAllReduce(s[r], s[r], 2 * n, FLOAT32, ops[r], comms[r], null_mut())
+                        ncclAllReduce(s[r], s[r], 2 * n, FLOAT32, ops[r], comms[r], st[r])
                     },
                     "ncclAllReduce premulsum",
                 );
@@ -671,7 +713,7 @@ fn two_gpus_every_collective() {
                 }
                 group(
                     &|r| unsafe {
-                        ncclReduceScatter(s[r], d[r], n, FLOAT32, dops[r], comms[r], null_mut())
+                        ncclReduceScatter(s[r], d[r], n, FLOAT32, dops[r], comms[r], st[r])
                     },
                     "ncclReduceScatter premulsum device",
                 );
