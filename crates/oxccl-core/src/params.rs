@@ -365,7 +365,10 @@ macro_rules! honoured_flag {
 macro_rules! params {
     ($( $konst:ident : $kind:ty = $name:literal, $default:literal, $use:ident, $desc:literal; )*) => {
         $(
+            // The descriptions are plain text (docs/env.md, `oxccl doctor`),
+            // not rustdoc: `[ipv6]:port` is no link.
             #[doc = concat!("`", $name, "`: ", $desc)]
+            #[allow(rustdoc::broken_intra_doc_links)]
             pub const $konst: Param<$kind> = Param::new($name, $default);
         )*
         /// Every parameter, in declaration order (honoured ones first).

@@ -104,10 +104,10 @@ pub struct DoctorArgs {
     /// Ranks that will run on this host (for the /dev/shm need); default: the number of CPUs
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub ranks: Option<u64>,
-    /// Peers to test TCP reachability of, both ways: host[:port],... (port default: NCCL_COMM_ID's, else 29500); where `oxccl doctor --listen` runs, the peer also connects back
+    /// Peers to test TCP reachability of, both ways: `host[:port],...` (port default: NCCL_COMM_ID's, else 29500); where `oxccl doctor --listen` runs, the peer also connects back
     #[arg(long, value_name = "HOST[:PORT],...", value_delimiter = ',')]
     pub peers: Vec<String>,
-    /// Listen on [ADDR:]PORT for other hosts' `--peers` probes, answer them and connect back to each (until --expect probes arrived or --listen-timeout passed)
+    /// Listen on `[ADDR:]PORT` for other hosts' `--peers` probes, answer them and connect back to each (until --expect probes arrived or --listen-timeout passed)
     #[arg(long, value_name = "[ADDR:]PORT")]
     pub listen: Option<String>,
     /// With --listen: the probes to wait for (default: the number of --peers, else 1)
