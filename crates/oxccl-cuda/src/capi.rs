@@ -252,7 +252,7 @@ struct Clique {
 }
 
 impl Clique {
-    fn counted(&self) {
+    fn update_pair(&self) {
         let m = &self.members;
         let pair = m.len() == 2 && m[0].ordinal != m[1].ordinal;
         self.pair.store(pair, std::sync::atomic::Ordering::Release);
@@ -333,8 +333,8 @@ pub struct DevComm {
     /// whose lock and hash of the 128-byte key cost ~0.1 us of the ~1 us a
     /// call spent around its launch (one H200, session 14).
     pair: Arc<std::sync::atomic::AtomicBool>,
-    /// One-shot LL all-reduces that fit take `oxccl_ll1_*`
-    /// (`OXCCL_CUDA_LL1_FAST`, [`ring::ll1_fast`]).
+    /// One-shot LL collectives that fit take `oxccl_ll1_*`
+    /// (`OXCCL_CUDA_LL1_FAST`, [`ring::is_one_shot_ll`], [`ring::ll1_fast`]).
     ll1_fast: bool,
     /// The last stream found to belong to this communicator's context
     /// (calls on one stream, the usual case, ask the driver once; a
@@ -514,7 +514,7 @@ impl DevComm {
             }
             if r.is_ok() {
                 clique.members.push(m);
-                clique.counted();
+                clique.update_pair();
                 me.pair = clique.pair.clone();
             }
             r
@@ -2772,7 +2772,7 @@ impl Drop for DevComm {
         drop(self.ring.take());
         if let Some(clique) = cliques().get_mut(&self.key) {
             clique.members.retain(|m| m.flags != self.flags);
-            clique.counted();
+            clique.update_pair();
         }
         // SAFETY: our flags and our retained context, freed/released once;
         // errors are ignored in drop.
