@@ -48,7 +48,10 @@
 #                                    # and 16, two rounds, vs NCCL (the 1 MiB gap)
 #   scripts/perf-gpu.sh small        # all_reduce 8 B-1 MB, 2 processes, graphs and
 #                                    # eager: the small one-shot kernel (default)
-#                                    # against OXCCL_CUDA_LL1_FAST=0, two rounds, vs NCCL
+#                                    # against OXCCL_CUDA_LL1_FAST=0, two rounds, vs NCCL;
+#                                    # then broadcast, reduce, all_gather and
+#                                    # reduce_scatter 8 B-512 KB under graphs, the same
+#                                    # (OXCCL_SMALL_COLLS picks among those four)
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
 #                                    # the copy-engine reduction at its default
 #                                    # bound and off (SM kernel), vs NCCL
@@ -284,6 +287,15 @@ if [ "$MODE" = small ]; then
     run "small_graph_$round" 150 "$X" $P $R -G 10 -J "$OUTDIR/small_graph_$round.json"
     OXCCL_CUDA_LL1_FAST=0 run "small_graph_ring_$round" 150 "$X" $P $R -G 10 -J "$OUTDIR/small_graph_ring_$round.json"
     run "small_eager_$round" 150 "$X" $P $R -J "$OUTDIR/small_eager_$round.json"
+  done
+  # Session 14's predictions: the four other one-shot collectives in the
+  # same kernel, graphs, against the ring kernel, two rounds, NCCL beside.
+  for c in ${OXCCL_SMALL_COLLS:-broadcast reduce all_gather reduce_scatter}; do
+    R="$c --backend cuda --ranks 2 -b 8 -e 512K -f 4 -n 500 -w 50 -c 1 -G 10 --compare $NCCL"
+    for round in 1 2; do
+      run "small_${c}_$round" 150 "$X" $P $R -J "$OUTDIR/small_${c}_$round.json"
+      OXCCL_CUDA_LL1_FAST=0 run "small_${c}_ring_$round" 150 "$X" $P $R -J "$OUTDIR/small_${c}_ring_$round.json"
+    done
   done
 fi
 
