@@ -673,6 +673,20 @@ __device__ __forceinline__ bool ll1_recvs(u32 mode, u32 q, u32 p, u32 root) {
     return ll1_sends(mode, p, q, root);
 }
 
+// Rank p's line `v` of a one-shot receive, taken in rank order (both
+// one-shot kernels): an all-gather puts it at `at` in its output; the
+// reductions fold it into `acc` (F_POST with the last rank's) and return it.
+template <typename E, int OP>
+__device__ __forceinline__ u64 ll1_fold(bool ag, typename E::S* out, u64 at, u64 avail, u32 p, u32 n,
+                                        u64 acc, u64 v, typename E::A s) {
+    if (ag) {
+        ll_unpack<E>(out + at, v, avail);
+        return acc;
+    }
+    const u32 f = (p == 0 ? F_IN : F_RECV | F_IN) | (p + 1 == n ? F_POST : 0);
+    return ll_elem<E, OP>(f, acc, v, s, n);
+}
+
 template <typename E, int OP>
 __device__ void ring_run_ll1(const RingArgs& a) {
     typedef typename E::S S;
@@ -772,12 +786,7 @@ __device__ void ring_run_ll1(const RingArgs& a) {
                         break;
                     }
                 }
-                if (ag) {
-                    ll_unpack<E>(out + p * M + e0, v, avail);
-                    continue;
-                }
-                const u32 f = (p == 0 ? F_IN : F_RECV | F_IN) | (p + 1 == n ? F_POST : 0);
-                acc = ll_elem<E, OP>(f, acc, v, s, n);
+                acc = ll1_fold<E, OP>(ag, out, p * M + e0, avail, p, n, acc, v, s);
             }
             if (fail) break;
             if (!ag) ll_unpack<E>(out + e0, acc, avail);
@@ -1018,12 +1027,7 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
                         ok = false;
                         break;
                     }
-                    if (ag) {
-                        ll_unpack<E>(out + p * M + e0, v, avail);
-                        continue;
-                    }
-                    const u32 f = (p == 0 ? F_IN : F_RECV | F_IN) | (p + 1 == n ? F_POST : 0);
-                    acc = ll_elem<E, OP>(f, acc, v, s, n);
+                    acc = ll1_fold<E, OP>(ag, out, p * M + e0, avail, p, n, acc, v, s);
                 }
                 if (!ok) {
                     fail = 1;
