@@ -1148,16 +1148,13 @@ pub enum CopyKind {
 /// Where both ranks of a two-GPU in-process communicator are in `launches`,
 /// their large copies go to the copy engines (`pair_for_copy_engines`).
 pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
-    let keys: Vec<StreamUse> = launches
-        .iter()
-        .map(|l| StreamUse {
-            clique: Arc::as_ptr(&l.comm.pair) as usize,
-            rank: l.comm.rank,
-            ctx: l.comm.ctx as usize,
-            stream: l.stream,
-        })
-        .collect();
-    if let Some((a, b)) = shared_stream(&keys) {
+    let used = |l: &Launch| StreamUse {
+        clique: Arc::as_ptr(&l.comm.pair) as usize,
+        rank: l.comm.rank,
+        ctx: l.comm.ctx as usize,
+        stream: l.stream,
+    };
+    if let Some((a, b)) = shared_stream(&launches, used) {
         let (c, s) = (&launches[a].comm, launches[a].stream);
         return Err(Error::invalid_usage(format!(
             "ranks {} and {} of one communicator were given the same stream {s:#x} on GPU {}: \
@@ -1215,12 +1212,13 @@ struct StreamUse {
 /// Two launches of a group (indices) that put different ranks of one
 /// communicator on the same stream of one context (two ranks sharing a GPU,
 /// one thread, one stream: the first rank's kernel waits for the second's,
-/// which the stream holds back behind it).
-fn shared_stream(ls: &[StreamUse]) -> Option<(usize, usize)> {
+/// which the stream holds back behind it). `use_of` reads each item's use,
+/// so a group's launch path builds no list for the check.
+fn shared_stream<T>(ls: &[T], use_of: impl Fn(&T) -> StreamUse) -> Option<(usize, usize)> {
     (0..ls.len()).find_map(|i| {
         (i + 1..ls.len())
             .find(|&j| {
-                let (a, b) = (&ls[i], &ls[j]);
+                let (a, b) = (use_of(&ls[i]), use_of(&ls[j]));
                 a.clique == b.clique && a.rank != b.rank && a.ctx == b.ctx && a.stream == b.stream
             })
             .map(|j| (i, j))
@@ -2871,6 +2869,7 @@ mod tests {
 
     #[test]
     fn two_ranks_on_one_stream_are_found() {
+        let shared_stream_of = |ls: &[StreamUse]| shared_stream(ls, |u| *u);
         let u = |clique, rank, ctx, stream| StreamUse {
             clique,
             rank,
@@ -2878,21 +2877,21 @@ mod tests {
             stream,
         };
         // Two GPUs (two contexts): the legacy stream 0 of each is its own.
-        assert_eq!(shared_stream(&[u(1, 0, 10, 0), u(1, 1, 11, 0)]), None);
+        assert_eq!(shared_stream_of(&[u(1, 0, 10, 0), u(1, 1, 11, 0)]), None);
         // Two ranks on one GPU, one stream (or both on stream 0).
         assert_eq!(
-            shared_stream(&[u(1, 0, 10, 0), u(1, 1, 10, 0)]),
+            shared_stream_of(&[u(1, 0, 10, 0), u(1, 1, 10, 0)]),
             Some((0, 1))
         );
         assert_eq!(
-            shared_stream(&[u(1, 0, 10, 5), u(1, 1, 10, 6), u(1, 0, 10, 6)]),
+            shared_stream_of(&[u(1, 0, 10, 5), u(1, 1, 10, 6), u(1, 0, 10, 6)]),
             Some((1, 2))
         );
         // Streams of their own; one rank twice on its stream; other communicators.
-        assert_eq!(shared_stream(&[u(1, 0, 10, 5), u(1, 1, 10, 6)]), None);
-        assert_eq!(shared_stream(&[u(1, 0, 10, 5), u(1, 0, 10, 5)]), None);
-        assert_eq!(shared_stream(&[u(1, 0, 10, 5), u(2, 1, 10, 5)]), None);
-        assert_eq!(shared_stream(&[]), None);
+        assert_eq!(shared_stream_of(&[u(1, 0, 10, 5), u(1, 1, 10, 6)]), None);
+        assert_eq!(shared_stream_of(&[u(1, 0, 10, 5), u(1, 0, 10, 5)]), None);
+        assert_eq!(shared_stream_of(&[u(1, 0, 10, 5), u(2, 1, 10, 5)]), None);
+        assert_eq!(shared_stream_of(&[]), None);
     }
 
     #[test]
