@@ -150,10 +150,36 @@ fn get<T: Copy + Default>(p: *mut c_void, n: usize) -> Vec<T> {
 }
 
 fn sync_both() {
-    for d in 0..2 {
+    sync_on(&[0, 1]);
+}
+
+/// Waits for all work on each of these GPUs.
+fn sync_on(ords: &[i32]) {
+    for &d in ords {
         capi::use_device(d).unwrap();
         capi::synchronize_current().unwrap();
     }
+}
+
+/// A communicator of `ords.len()` ranks, rank r on GPU `ords[r]`, created
+/// as nccl-tests -g N does: grouped ncclCommInitRankConfig calls from one
+/// thread, each rank's GPU current (ncclCommInitAll refuses a GPU twice).
+fn init_grouped(ords: &[i32]) -> Vec<ncclComm_t> {
+    let n = ords.len() as i32;
+    let mut id = ncclUniqueId::default();
+    ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
+    let mut comms = vec![null_mut(); ords.len()];
+    ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+    for (r, &o) in ords.iter().enumerate() {
+        capi::use_device(o).unwrap();
+        let mut cfg = ncclConfig_t::default();
+        ok(
+            unsafe { ncclCommInitRankConfig(&mut comms[r], n, id, r as i32, &mut cfg) },
+            "ncclCommInitRankConfig",
+        );
+    }
+    ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd (init)");
+    comms
 }
 
 /// nccl-tests' `-g 2` sequence through the C API, on two GPUs.
@@ -163,19 +189,7 @@ fn two_gpus_one_thread_like_nccl_tests() {
         return;
     }
     std::thread::spawn(|| {
-        let mut id = ncclUniqueId::default();
-        ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
-        let mut comms = [null_mut(); 2];
-        ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
-        for r in 0..2 {
-            capi::use_device(r as i32).unwrap();
-            let mut cfg = ncclConfig_t::default();
-            ok(
-                unsafe { ncclCommInitRankConfig(&mut comms[r], 2, id, r as i32, &mut cfg) },
-                "ncclCommInitRankConfig",
-            );
-        }
-        ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd (init)");
+        let comms = init_grouped(&[0, 1]);
         for (r, c) in comms.iter().enumerate() {
             let mut d = -1;
             ok(unsafe { ncclCommCuDevice(*c, &mut d) }, "ncclCommCuDevice");
@@ -384,20 +398,7 @@ fn two_ranks_on_one_gpu_every_collective() {
 /// [`two_gpus_every_collective`]'s calls with rank r on GPU `ords[r]`.
 fn every_collective(ords: [i32; 2]) {
     std::thread::spawn(move || {
-        // Grouped ncclCommInitRank with each rank's GPU current, as
-        // nccl-tests -g 2 does (ncclCommInitAll refuses a GPU twice).
-        let mut id = ncclUniqueId::default();
-        ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
-        let mut comms = vec![null_mut(); 2];
-        ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
-        for r in 0..2 {
-            capi::use_device(ords[r]).unwrap();
-            ok(
-                unsafe { ncclCommInitRank(&mut comms[r], 2, id, r as i32) },
-                "ncclCommInitRank",
-            );
-        }
-        ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd (init)");
+        let comms = init_grouped(&ords);
         // A stream per rank: sharing one GPU, ranks on one stream would
         // wait for each other (refused: launch_all's shared_stream).
         let gpus: Vec<_> = ords
@@ -406,19 +407,13 @@ fn every_collective(ords: [i32; 2]) {
             .collect();
         let streams: Vec<_> = gpus.iter().map(|g| g.stream().unwrap()).collect();
         let st: Vec<*mut c_void> = streams.iter().map(|x| x.raw()).collect();
-        let sync = || {
-            for d in [ords[0], ords[1]] {
-                capi::use_device(d).unwrap();
-                capi::synchronize_current().unwrap();
-            }
-        };
         let group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str| {
             ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
             for r in 0..2 {
                 ok(f(r), what);
             }
             ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
-            sync();
+            sync_on(&ords);
         };
         // gpu-test.sh's gpu_abi_ce row sets OXCCL_CUDA_CE_MIN=1: then every
         // copying call below pairs both ranks on the copy engines (one count
