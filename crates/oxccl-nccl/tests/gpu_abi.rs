@@ -512,15 +512,7 @@ fn every_collective(ords: [i32; 2]) {
                 fill();
                 group(
                     &|r| unsafe {
-                        ncclReduceScatter(
-                            s[r],
-                            at(s[r], r * n),
-                            n,
-                            INT32,
-                            MAX,
-                            comms[r],
-                            null_mut(),
-                        )
+                        ncclReduceScatter(s[r], at(s[r], r * n), n, INT32, MAX, comms[r], st[r])
                     },
                     "ncclReduceScatter in place",
                 );
