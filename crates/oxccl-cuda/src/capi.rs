@@ -31,7 +31,7 @@ use crate::device::check;
 use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
 use crate::ring::{self, Ring, RingBoot, RingConfig};
-use crate::{ce, ce_reduce, compile, kernels};
+use crate::{ce, ce_reduce, compile, duo, kernels};
 
 mod xp_io;
 
@@ -249,13 +249,19 @@ struct Clique {
     /// whenever the members change, read without it by each member's calls
     /// ([`DevComm::use_ring`]).
     pair: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether the members are two ranks, on one GPU or on two with peer
+    /// access (what the one-launch kernel needs: [`crate::duo`]), kept as
+    /// `pair` is.
+    both: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Clique {
     fn update_pair(&self) {
+        use std::sync::atomic::Ordering::Release;
         let m = &self.members;
         let pair = m.len() == 2 && m[0].ordinal != m[1].ordinal;
-        self.pair.store(pair, std::sync::atomic::Ordering::Release);
+        self.pair.store(pair, Release);
+        self.both.store(m.len() == 2, Release);
     }
 }
 
@@ -333,9 +339,17 @@ pub struct DevComm {
     /// whose lock and hash of the 128-byte key cost ~0.1 us of the ~1 us a
     /// call spent around its launch (one H200, session 14).
     pair: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether both ranks are in this process (its clique's `both`).
+    both: Arc<std::sync::atomic::AtomicBool>,
     /// One-shot LL collectives that fit take `oxccl_ll1_*`
     /// (`OXCCL_CUDA_LL1_FAST`, [`ring::is_one_shot_ll`], [`ring::ll1_fast`]).
     ll1_fast: bool,
+    /// `OXCCL_CUDA_DUO_MAX` and `OXCCL_CUDA_DUO_PEERS` ([`crate::duo`]).
+    duo_max: u64,
+    duo_peers: bool,
+    /// The event that orders the other rank's stream around a one-launch
+    /// kernel ([`go_duo`]; 0: not created yet).
+    duo_event: Mutex<usize>,
     /// The last stream found to belong to this communicator's context
     /// (calls on one stream, the usual case, ask the driver once; a
     /// destroyed stream's handle reused on another context is caught by
@@ -386,6 +400,9 @@ pub struct Launch {
     /// The collective as NCCL's TUNING line names it, and its bytes (count
     /// times the type's size; per rank for all-gather and reduce-scatter).
     what: Option<(&'static str, u64)>,
+    /// This rank's side of the call as the one-launch kernel would take it
+    /// with the other rank's ([`launch_all`], [`crate::duo`]).
+    duo: Option<duo::Part>,
 }
 
 #[derive(Debug)]
@@ -479,7 +496,11 @@ impl DevComm {
             ring: OnceLock::new(),
             ring_only: std::sync::atomic::AtomicBool::new(false),
             pair: Arc::default(),
+            both: Arc::default(),
             ll1_fast: oxccl_env::params().get(&oxccl_core::params::CUDA_LL1_FAST),
+            duo_max: oxccl_env::params().get(&oxccl_core::params::CUDA_DUO_MAX),
+            duo_peers: oxccl_env::params().get(&oxccl_core::params::CUDA_DUO_PEERS),
+            duo_event: Mutex::new(0),
             typed: std::array::from_fn(|_| std::sync::atomic::AtomicUsize::new(0)),
             checked_stream: std::sync::atomic::AtomicUsize::new(0),
             ce_side: Mutex::new([None; 2]),
@@ -516,6 +537,7 @@ impl DevComm {
                 clique.members.push(m);
                 clique.update_pair();
                 me.pair = clique.pair.clone();
+                me.both = clique.both.clone();
             }
             r
         }; // the clique lock is released before `me` can drop
@@ -689,6 +711,7 @@ impl DevComm {
             kind,
             stream,
             what: None,
+            duo: None,
         })
     }
 
@@ -728,8 +751,91 @@ impl DevComm {
             Reduction::ReduceScatter => "ReduceScatter",
             Reduction::Reduce { .. } => "Reduce",
         };
-        let l = self.prepare_reduction(what, send, recv, count, t, op, scalar_ptr, stream)?;
+        let mut l = self.prepare_reduction(what, send, recv, count, t, op, scalar_ptr, stream)?;
+        let (mode, root) = match what {
+            Reduction::AllReduce => (ring::RM_ALLREDUCE, 0),
+            Reduction::ReduceScatter => (ring::RM_REDUCE_SCATTER, 0),
+            Reduction::Reduce { root } => (ring::RM_REDUCE, root),
+        };
+        let output = if mode == ring::RM_REDUCE && root != self.rank {
+            0
+        } else {
+            recv
+        };
+        l.duo = self.duo_part(
+            mode,
+            t,
+            op,
+            count as u64,
+            root,
+            send,
+            output,
+            scalar_ptr,
+            stream,
+        );
         Ok(l.labeled(name, (count as u64).saturating_mul(t.size() as u64)))
+    }
+
+    /// This rank's side of a call for the one-launch kernel of both ranks
+    /// ([`crate::duo`]), when this communicator and the call allow it.
+    #[allow(clippy::too_many_arguments)]
+    fn duo_part(
+        &self,
+        mode: u32,
+        t: DataType,
+        op: RedOp,
+        count: u64,
+        root: usize,
+        input: u64,
+        output: u64,
+        scalar_ptr: Option<u64>,
+        stream: usize,
+    ) -> Option<duo::Part> {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        let bytes = duo::largest_buffer(mode, count, t.size() as u64);
+        // A copy-engine bound set below this one wins (tests set 1 to put
+        // every call of two GPUs on the engines).
+        let ce = match mode {
+            ring::RM_ALLGATHER | ring::RM_BROADCAST => ce_min(),
+            ring::RM_ALLREDUCE | ring::RM_REDUCE_SCATTER => ce_ar_min(),
+            _ => 0,
+        };
+        // Never while captured: each rank's stream may be captured into a
+        // graph of its own (nccl-tests -G with -g 2), and a capture cannot
+        // wait for another's event (`oxccl perf -g 2 --share-gpus -G 2`
+        // failed so with "unhandled cuda error", one H200, session 15).
+        if self.nranks != 2
+            || !self.both.load(Acquire)
+            || (self.pair.load(Acquire) && !self.duo_peers)
+            || self.ring_only.load(Relaxed)
+            || !duo::fits(bytes, self.duo_max)
+            || (ce > 0 && bytes >= ce)
+            || capturing(stream)
+        {
+            return None;
+        }
+        // As the ring's arguments (Ring::args): float avg pre-multiplies by
+        // 1/nranks, PreMulSum by the rank's own scalar.
+        let (scale, iscale) = match op {
+            RedOp::PreMulSum(s) => (s.as_f64(), s.as_u64_bits()),
+            _ => (1.0 / self.nranks as f64, 0),
+        };
+        Some(duo::Part {
+            key: duo::Key {
+                mode,
+                dtype: t as u8,
+                op: op.wire_code(),
+                count,
+                root: root as u32,
+            },
+            dtype: t,
+            op,
+            input,
+            output,
+            scale,
+            iscale,
+            scalar_ptr: scalar_ptr.unwrap_or(0),
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -937,7 +1043,22 @@ impl DevComm {
             CopyKind::AllGather => "AllGather",
             CopyKind::Broadcast { .. } => "Broadcast",
         };
-        let l = self.prepare_copying(what, send, recv, bytes, stream)?;
+        let mut l = self.prepare_copying(what, send, recv, bytes, stream)?;
+        let (mode, root) = match what {
+            CopyKind::AllGather => (ring::RM_ALLGATHER, 0),
+            CopyKind::Broadcast { root } => (ring::RM_BROADCAST, root),
+        };
+        l.duo = self.duo_part(
+            mode,
+            DataType::Uint8,
+            RedOp::Sum,
+            bytes as u64,
+            root,
+            send,
+            recv,
+            None,
+            stream,
+        );
         Ok(l.labeled(name, bytes as u64))
     }
 
@@ -1163,6 +1284,9 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
             c.rank, launches[b].comm.rank, c.ordinal
         )));
     }
+    if let Some(pairs) = duo_pairs(&launches) {
+        return go_duo(&launches, &pairs);
+    }
     let mut ops: Vec<Launch> = Vec::with_capacity(launches.len());
     let mut p2p: Vec<Launch> = Vec::new();
     for l in launches {
@@ -1198,6 +1322,92 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
         l.go()?;
     }
     Ok(())
+}
+
+/// Whether a group runs as one-launch kernels of both ranks
+/// ([`duo::pair_up`]), and its pairs of launches.
+fn duo_pairs(ls: &[Launch]) -> Option<Vec<(usize, usize)>> {
+    // Most groups have a launch that cannot: no list built for them.
+    if ls.len() < 2 || ls.iter().any(|l| l.duo.is_none()) {
+        return None;
+    }
+    let parts: Vec<_> = ls
+        .iter()
+        .map(|l| (Arc::as_ptr(&l.comm.pair) as usize, l.comm.rank, l.duo))
+        .collect();
+    duo::pair_up(&parts)
+}
+
+/// Runs each pair (rank 0's launch, rank 1's) as one `oxccl_duo_*` kernel
+/// on rank 0's stream: rank 1's stream records an event that rank 0's
+/// waits for (rank 1's input is ready), the kernel runs, and rank 1's
+/// stream waits for an event recorded after it (rank 1's output is
+/// written). Returns without waiting for the GPUs.
+fn go_duo(ls: &[Launch], pairs: &[(usize, usize)]) -> Result<()> {
+    for &(i0, i1) in pairs {
+        let (l0, l1) = (&ls[i0], &ls[i1]);
+        let (c0, c1) = (&l0.comm, &l1.comm);
+        let (Some(p0), Some(p1)) = (l0.duo, l1.duo) else {
+            return Err(Error::internal(
+                "a one-launch pair without both ranks' parts",
+            ));
+        };
+        c0.healthy()?;
+        c1.healthy()?;
+        let f = c0.typed_function(Family::Duo, p0.dtype, p0.op, || {
+            c0.function_in(
+                &kernels::ring_variant(p0.dtype, p0.op),
+                &ring::duo_kernel_name(p0.dtype, p0.op),
+            )
+        })?;
+        let k = p0.key;
+        let blocks = duo::blocks(duo::largest_buffer(k.mode, k.count, p0.dtype.size() as u64));
+        let (s0, s1) = (l0.stream as sys::CUstream, l1.stream as sys::CUstream);
+        let e1 = {
+            let _scope = CtxScope::enter(c1.ctx)?;
+            let e = c1.duo_event()?;
+            record_event(e, s1)?;
+            e
+        };
+        let e0 = {
+            let _scope = CtxScope::enter(c0.ctx)?;
+            wait_event(s0, e1)?;
+            // SAFETY: both parts come from checked calls of this group
+            // (duo_part: both ranks in this process, so rank 1's buffers are
+            // on rank 0's GPU or on a peer that it can access, enabled when
+            // the communicator was created); `f` is of rank 0's context,
+            // current here.
+            unsafe { ring::launch_duo(f as sys::CUfunction, blocks, s0, duo::args(&p0, &p1))? };
+            DUO_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let e = c0.duo_event()?;
+            record_event(e, s0)?;
+            e
+        };
+        {
+            let _scope = CtxScope::enter(c1.ctx)?;
+            wait_event(s1, e0)?;
+        }
+        c0.log_tuning(l0.what, "Duo", "Simple", blocks);
+    }
+    Ok(())
+}
+
+/// `cuEventRecord(e, stream)`; the event's context is current.
+fn record_event(e: sys::CUevent, stream: sys::CUstream) -> Result<()> {
+    guarded("cuEventRecord", || {
+        // SAFETY: an event of the current context (DevComm::duo_event) and a
+        // stream of it (check_stream at prepare).
+        unsafe { check(sys::cuEventRecord(e, stream), "cuEventRecord") }
+    })
+}
+
+/// `cuStreamWaitEvent(stream, e)`; the stream's context is current (the
+/// event may be another's).
+fn wait_event(stream: sys::CUstream, e: sys::CUevent) -> Result<()> {
+    guarded("cuStreamWaitEvent", || {
+        // SAFETY: a stream of the current context and a live event.
+        unsafe { check(sys::cuStreamWaitEvent(stream, e, 0), "cuStreamWaitEvent") }
+    })
 }
 
 /// A launch's communicator (its clique's identity), rank, context and stream.
@@ -1271,6 +1481,14 @@ static CE_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 pub fn peer_mappings() -> usize {
     xp_io::open_mappings()
 }
+
+/// How many calls of this process ran as one-launch kernels of both ranks
+/// so far (a pair of rank calls counts once; [`crate::duo`]).
+pub fn duo_calls() -> u64 {
+    DUO_CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static DUO_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many rank calls of this process took the copy engines so far.
 pub fn ce_calls() -> u64 {
@@ -2199,6 +2417,37 @@ impl DevComm {
         self.ce_side_at(0)
     }
 
+    /// The event of [`go_duo`], created on first use (this rank's context
+    /// current).
+    fn duo_event(&self) -> Result<sys::CUevent> {
+        let mut e = lock(&self.duo_event);
+        if *e == 0 {
+            *e = guarded("cuEventCreate", || {
+                let mut ev: sys::CUevent = std::ptr::null_mut();
+                // SAFETY: this rank's context is current (the caller's
+                // scope); writes one handle. 2: CU_EVENT_DISABLE_TIMING.
+                unsafe { check(sys::cuEventCreate(&mut ev, 2), "cuEventCreate")? };
+                Ok(ev as usize)
+            })?;
+        }
+        Ok(*e as sys::CUevent)
+    }
+
+    /// The error that stops this rank's operations (an abort, a failed
+    /// peer, a kernel's timeout), if its ring has one; calls that do not
+    /// use the ring ask this before launching.
+    fn healthy(&self) -> Result<()> {
+        if let Some(Ok(r)) = self.ring.get() {
+            if r.aborted() {
+                return Err(r.abort_reason());
+            }
+            if let Some(e) = r.error() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// Side stream `i` (0 or 1) and its events, created on first use.
     fn ce_side_at(&self, i: usize) -> Result<CeSide> {
         let mut sides = lock(&self.ce_side);
@@ -2750,12 +2999,15 @@ enum Family {
     Ll1 = 2,
     /// `oxccl_scale_*` (a one-rank PreMulSum, in the ring's program).
     Scale = 3,
+    /// `oxccl_duo_*` (both ranks of a 2-rank group in one launch, in the
+    /// ring's program).
+    Duo = 4,
 }
 
 /// Reduction ops per type in [`typed_slot`]'s table (sum, prod, max, min,
 /// avg, PreMulSum: the scalar travels in the launch's arguments).
 const TYPED_OPS: usize = 6;
-const TYPED_SLOTS: usize = 4 * DataType::ALL.len() * TYPED_OPS;
+const TYPED_SLOTS: usize = 5 * DataType::ALL.len() * TYPED_OPS;
 
 /// Where (family, type, op)'s kernel sits in `DevComm::typed`.
 fn typed_slot(family: Family, t: DataType, op: RedOp) -> usize {
@@ -2783,6 +3035,10 @@ impl Drop for DevComm {
                 sys::cuMemFree_v2(self.flags);
                 if let Some(p) = lock(&self.ce_scratch).take() {
                     sys::cuMemFree_v2(p);
+                }
+                let e = std::mem::take(&mut *lock(&self.duo_event));
+                if e != 0 {
+                    sys::cuEventDestroy_v2(e as sys::CUevent);
                 }
                 for sd in lock(&self.ce_side).iter_mut().filter_map(Option::take) {
                     sys::cuEventDestroy_v2(sd.fork as sys::CUevent);
@@ -2905,7 +3161,13 @@ mod tests {
             RedOp::PreMulSum(oxccl_core::Scalar::F64(2.0)),
         ];
         let mut seen = std::collections::HashSet::new();
-        for f in [Family::Pair, Family::Ring, Family::Ll1, Family::Scale] {
+        for f in [
+            Family::Pair,
+            Family::Ring,
+            Family::Ll1,
+            Family::Scale,
+            Family::Duo,
+        ] {
             for t in DataType::ALL {
                 for op in ops {
                     let s = typed_slot(f, t, op);

@@ -590,7 +590,6 @@ pub fn mode_algo(mode: u32) -> (&'static str, &'static str) {
     }
 }
 
-/// `oxccl_ring_<type>_<op>`.
 /// The one-rank PreMulSum kernel of (`t`, `op`), `oxccl_scale_*` (ring.cu,
 /// `scale_run`), in the same program as [`kernel_name`]'s.
 pub fn scale_kernel_name(t: DataType, op: RedOp) -> String {
@@ -675,6 +674,13 @@ pub fn ll1_fast(count: u64, elem: u64, blocks: u32, ll_bytes: u64) -> bool {
 // ring.cu's ll1_fast_run takes a step's slot with a mask.
 const _: () = assert!(LL_NSLOTS.is_power_of_two());
 
+/// Both ranks of a 2-rank group in one launch, `oxccl_duo_*` (ring.cu,
+/// `duo_run`; [`crate::duo`]), in the same program as [`kernel_name`]'s.
+pub fn duo_kernel_name(t: DataType, op: RedOp) -> String {
+    kernel_name(t, op).replacen("oxccl_ring_", "oxccl_duo_", 1)
+}
+
+/// `oxccl_ring_<type>_<op>`.
 pub fn kernel_name(t: DataType, op: RedOp) -> String {
     format!(
         "oxccl_ring_{}_{}",
@@ -2091,6 +2097,26 @@ pub unsafe fn launch_ring(
     // for its pointers.
     unsafe {
         crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel(ring)")
+    }
+}
+
+/// Launches `oxccl_duo_*` on rank 0's stream.
+///
+/// # Safety
+/// `args` from [`crate::duo::args`] of both ranks' checked calls: each
+/// buffer device memory of its rank's GPU, of the sizes the mode uses, and
+/// rank 1's reachable from rank 0's context (the same GPU, or peer access
+/// enabled when the communicator was created); `f` from rank 0's context.
+pub unsafe fn launch_duo(
+    f: sys::CUfunction,
+    blocks: u32,
+    stream: sys::CUstream,
+    args: crate::duo::DuoArgs,
+) -> Result<()> {
+    // SAFETY: one DuoArgs (repr(C), the kernel's layout); the caller vouches
+    // for its pointers.
+    unsafe {
+        crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel(duo)")
     }
 }
 

@@ -422,6 +422,23 @@ fn every_collective(ords: [i32; 2]) {
         // none does.
         let expect_ce =
             std::env::var("OXCCL_CUDA_CE_MIN").as_deref() == Ok("1") && ords[0] != ords[1];
+        // Calls of at most 256 KiB per rank buffer run as one launch of both
+        // ranks (duo.rs) by default on one GPU, on two with
+        // OXCCL_CUDA_DUO_PEERS=1; never with it off or the ring forced.
+        let set = |v: &str| std::env::var(v).ok();
+        let peers = set("OXCCL_CUDA_DUO_PEERS").as_deref() == Some("1");
+        let expect_duo = if set("OXCCL_CUDA_DUO_MAX").as_deref() == Some("0")
+            || set("OXCCL_CUDA_RING").as_deref() == Some("1")
+            || set("NCCL_P2P_DISABLE").as_deref() == Some("1")
+            || (ords[0] != ords[1] && !peers)
+        {
+            Some(false)
+        } else if set("OXCCL_CUDA_DUO_MAX").is_none() && set("NCCL_ALGO").is_none() {
+            Some(true)
+        } else {
+            None
+        };
+        let duo_before = capi::duo_calls();
         let ce_group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str| {
             let before = capi::ce_calls();
             group(f, what);
@@ -733,6 +750,10 @@ fn every_collective(ords: [i32; 2]) {
                     ok(unsafe { ncclMemFree(p) }, "ncclMemFree");
                 }
             }
+        }
+        let duo = capi::duo_calls() - duo_before;
+        if let Some(e) = expect_duo {
+            assert_eq!(duo > 0, e, "{duo} calls ran as one launch of both ranks");
         }
         for c in comms {
             ok(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy");
