@@ -2,7 +2,10 @@
 # Runs scripts/probes/launch_probe.cu ON the GPU machine: what the host pays
 # per eager launch of an empty kernel (runtime and driver API, PDL on and
 # off, 32 and 512 threads) and per helper driver call an eager collective
-# makes. Output: $OUT/launch_probe.txt (or /tmp). Nothing to build here first.
+# makes; then one op of a 2-rank group (two GPUs, or two streams of one):
+# two launches against one launch ordered by events or by stream memory
+# operations. Output: $OUT/launch_probe.txt (or /tmp). Nothing to build here
+# first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu-env.sh

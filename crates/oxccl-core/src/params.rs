@@ -452,7 +452,7 @@ params! {
     // GPU's links only (the two-kernel paths use both directions), so it
     // pays where the launch dominates, small calls (duo.rs).
     CUDA_DUO_MAX: Size = "OXCCL_CUDA_DUO_MAX", "256K", honoured,
-        "Both ranks of a 2-rank communicator in this process on one GPU (or on two with OXCCL_CUDA_DUO_PEERS=1), both ranks' calls in one group of one thread, not under CUDA graph capture: all-reduces, all-gathers, reduce-scatters, broadcasts and reduces whose larger buffer per rank holds at most this many bytes run as one kernel on rank 0's GPU that reads and writes rank 1's buffers, rank 1's stream ordered around it by events: one launch per call instead of two (two ranks sharing one H200, eager, 8 B-128 KB: all-reduces 4.9-5.6 us against 8.7-10.6 in the same processes' rounds; docs/performance-gpu.md, session 15). 0: never.";
+        "Both ranks of a 2-rank communicator in this process on one GPU (or on two with OXCCL_CUDA_DUO_PEERS=1), both ranks' calls in one group of one thread, not under CUDA graph capture: all-reduces, all-gathers, reduce-scatters, broadcasts and reduces whose larger buffer per rank holds at most this many bytes run as one kernel on rank 0's GPU that reads and writes rank 1's buffers, rank 1's stream ordered around it by events: one launch per call instead of two (two ranks sharing one H200, eager, 8 B-128 KB, medians of 3-7 rounds: all-reduces 7.2 us against 9.0, reduces 5.0 against 9.0, all-gathers 6.6 against 9.2, broadcasts 7.1 against 7.8; docs/performance-gpu.md, session 15). 0: never.";
     // Why off: on two GPUs the events cross devices and the kernel reads
     // the peer's input over NVLink; not yet timed there (duo.rs).
     CUDA_DUO_PEERS: Bool = "OXCCL_CUDA_DUO_PEERS", "0", honoured,

@@ -1595,9 +1595,8 @@ __device__ __forceinline__ void scale_run(const RingArgs& a) {
 // with events (capi.rs, go_duo). Why: an eager call is bound by the host's
 // launches, ~3.2-3.5 us each on the GPU machine's host; two streams of one
 // H200 took 6.9-7.8 us per op for two empty launches against 4.3-5.7 for
-// one launch with an event each way (scripts/launch-probe.sh), and eager
-// all-reduces of 8 B-128 KB with two ranks sharing it 5.1-5.6 us (median
-// of 3 rounds) against 8.9-9.5 (duo.rs). No waits: nothing here can hang.
+// one launch with an event each way (scripts/launch-probe.sh); the eager
+// calls measured through it: duo.rs. No waits: nothing here can hang.
 struct DuoArgs {
     u64 in[2];
     u64 out[2];        // 0: that rank has no output (a reduce's other rank)

@@ -10,12 +10,15 @@
 //! us each on the GPU machine's host, scripts/launch-probe.sh); two streams
 //! of one H200 took 6.9-7.8 us per op for two empty launches against
 //! 4.3-5.7 for one launch and an event each way. Measured with two ranks
-//! sharing the H200, eager, 8 B-128 KB, median of 3 rounds against
-//! `OXCCL_CUDA_DUO_MAX=0` in the same call: all-reduces 5.1-5.6 us against
-//! 8.9-9.5, reduces 4.8-5.3 against 8.7-9.4, reduce-scatters 6.3-7.1
-//! against 9.1-9.8, all-gathers 6.4-7.0 against 9.1-9.9, broadcasts
-//! 6.9-7.3 against 7.7-8.4 (docs/performance-gpu.md, session 15). On two
-//! GPUs the events cross devices and rank 0's GPU reads rank 1's input
+//! sharing the H200, eager, 8 B-128 KB, rounds alternated with
+//! `OXCCL_CUDA_DUO_MAX=0` (7 for all-reduce, all-gather and broadcast, 3
+//! for reduce and reduce-scatter, over two device calls): a process's calls
+//! settle in one of a few modes, ~4.6-5.6 or ~7.0-7.5 us with one launch,
+//! ~6.3-7.2, ~8.6-9.7 or ~9.8-10.6 with two; the medians, one launch
+//! against two: all-reduce 7.18 against 8.97 us, reduce 4.95 against 8.96,
+//! reduce-scatter 6.49 against 9.36, all-gather 6.60 against 9.24,
+//! broadcast 7.07 against 7.75 (docs/performance-gpu.md, session 15). On
+//! two GPUs the events cross devices and rank 0's GPU reads rank 1's input
 //! over NVLink: off there until timed (`OXCCL_CUDA_DUO_PEERS`).
 //!
 //! Here: which calls may take it ([`fits`]), which launches of a group pair
