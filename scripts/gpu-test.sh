@@ -101,10 +101,10 @@ run gpu_abi          "$B/gpu_abi" --nocapture --test-threads=1
 run gpu_abi_ring     env OXCCL_CUDA_RING=1 "$B/gpu_abi" --nocapture --test-threads=1
 run gpu_abi_host     env NCCL_P2P_DISABLE=1 "$B/gpu_abi" --nocapture --test-threads=1
 # Small calls of both ranks of one process: as two kernels on one GPU
-# (before the one-launch kernel, duo.rs, took them there by default), and as
-# one launch on two GPUs (off by default until timed there).
-run gpu_abi_noduo    env OXCCL_CUDA_DUO_MAX=0 "$B/gpu_abi" --nocapture --test-threads=1
-run gpu_abi_duo_peers env OXCCL_CUDA_DUO_PEERS=1 "$B/gpu_abi" --nocapture --test-threads=1
+# (before the one-launch kernel, joint.rs, took them there by default), and
+# as one launch on two GPUs (off by default until timed there).
+run gpu_abi_nojoint  env OXCCL_CUDA_JOINT_MAX=0 "$B/gpu_abi" --nocapture --test-threads=1
+run gpu_abi_joint_peers env OXCCL_CUDA_JOINT_PEERS=1 "$B/gpu_abi" --nocapture --test-threads=1
 # Every copying call of the two-GPU test through the copy engines (the test
 # asserts that each one went there).
 run gpu_abi_ce       env OXCCL_CUDA_CE_MIN=1 "$B/gpu_abi" --nocapture --test-threads=1

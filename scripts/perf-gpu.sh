@@ -52,11 +52,11 @@
 #                                    # then broadcast, reduce, all_gather and
 #                                    # reduce_scatter 8 B-512 KB under graphs, the same
 #                                    # (OXCCL_SMALL_COLLS picks among those four)
-#   scripts/perf-gpu.sh duo          # the five small collectives 8 B-256 KB, -g 2,
-#                                    # eager: both ranks in one launch
-#                                    # (OXCCL_CUDA_DUO_PEERS=1) against two kernels,
-#                                    # three rounds, vs NCCL; then every type and op
-#                                    # checked through it (OXCCL_DUO_COLLS picks)
+#   scripts/perf-gpu.sh joint        # the five small collectives 8 B-256 KB, -g N
+#                                    # (every GPU), eager: every rank in one launch
+#                                    # (OXCCL_CUDA_JOINT_PEERS=1) against a kernel per
+#                                    # GPU, three rounds, vs NCCL; then every type and
+#                                    # op checked through it (OXCCL_JOINT_COLLS picks)
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
 #                                    # the copy-engine reduction at its default
 #                                    # bound and off (SM kernel), vs NCCL
@@ -304,21 +304,22 @@ if [ "$MODE" = small ]; then
   done
 fi
 
-if [ "$MODE" = duo ]; then
-  # Session 15's one-launch kernel of both ranks (duo.rs) on two GPUs of one
-  # process (-g 2, eager: captured calls never take it), not yet timed
-  # there: OXCCL_CUDA_DUO_PEERS=1 against the default (a kernel per GPU),
-  # three rounds alternated, NCCL beside each; then every type and op
-  # through it, checked.
-  for c in ${OXCCL_DUO_COLLS:-all_reduce all_gather reduce_scatter broadcast reduce}; do
-    R="$c --backend cuda -g 2 -b 8 -e 256K -f 4 -n 500 -w 50 -c 0 --compare $NCCL"
+if [ "$MODE" = joint ]; then
+  # Session 15's one-launch kernel of every rank (joint.rs) on the GPUs of
+  # one process (-g N, every GPU; eager: captured calls never take it), not
+  # yet timed there: OXCCL_CUDA_JOINT_PEERS=1 against the default (a kernel
+  # per GPU), three rounds alternated, NCCL beside each; then every type and
+  # op through it, checked.
+  NG=$(nvidia-smi -L | wc -l)
+  for c in ${OXCCL_JOINT_COLLS:-all_reduce all_gather reduce_scatter broadcast reduce}; do
+    R="$c --backend cuda -g $NG -b 8 -e 256K -f 4 -n 500 -w 50 -c 0 --compare $NCCL"
     for round in 1 2 3; do
-      OXCCL_CUDA_DUO_PEERS=1 run "duo_${c}_$round" 120 "$X" $P $R -J "$OUTDIR/duo_${c}_$round.json"
-      run "duo_${c}_two_$round" 120 "$X" $P $R -J "$OUTDIR/duo_${c}_two_$round.json"
+      OXCCL_CUDA_JOINT_PEERS=1 run "joint_${c}_$round" 120 "$X" $P $R -J "$OUTDIR/joint_${c}_$round.json"
+      run "joint_${c}_per_gpu_$round" 120 "$X" $P $R -J "$OUTDIR/joint_${c}_per_gpu_$round.json"
     done
     ops="-o all"
     case $c in all_gather|broadcast) ops="" ;; esac
-    OXCCL_CUDA_DUO_PEERS=1 run "duo_check_$c" 200 "$X" $P $c --backend cuda -g 2 -b 8 -e 256K -f 8 -c 1 -n 3 -w 1 -d all $ops
+    OXCCL_CUDA_JOINT_PEERS=1 run "joint_check_$c" 200 "$X" $P $c --backend cuda -g "$NG" -b 8 -e 256K -f 8 -c 1 -n 3 -w 1 -d all $ops
   done
 fi
 if [ "$MODE" = ar_mid ]; then

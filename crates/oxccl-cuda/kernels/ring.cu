@@ -1584,34 +1584,36 @@ __device__ __forceinline__ void scale_run(const RingArgs& a) {
         out[i] = rpre<E, OP>(in[i], s);
 }
 
-// ---- Both ranks of a two-rank communicator in one launch ----
+// ---- Every rank of a communicator in one launch ----
 //
-// A group that holds both ranks' calls of a 2-rank communicator whose ranks
-// live in this process (two ranks sharing a GPU; nccl-tests -g 2 with
-// OXCCL_CUDA_DUO_PEERS=1) runs small collectives as one kernel on rank 0's
-// GPU, which reads rank 1's input and writes rank 1's output (through the
-// peer mapping on two GPUs): one launch instead of two, and no exchange of
-// lines between two kernels. The host orders rank 1's stream around it
-// with events (capi.rs, go_duo). Why: an eager call is bound by the host's
-// launches, ~3.2-3.5 us each on the GPU machine's host; two streams of one
-// H200 took 6.9-7.8 us per op for two empty launches against 4.3-5.7 for
-// one launch with an event each way (scripts/launch-probe.sh); the eager
-// calls measured through it: duo.rs. No waits: nothing here can hang.
-struct DuoArgs {
-    u64 in[2];
-    u64 out[2];        // 0: that rank has no output (a reduce's other rank)
-    u64 count;         // elements: all-reduce, reduce, broadcast; per rank:
-                       // all-gather, reduce-scatter
-    double scale[2];   // float avg / PreMulSum: each rank's multiplier
-    u64 iscale[2];     // integer PreMulSum: each rank's scalar's bits
-    u64 scalar_ptr[2]; // PreMulSum with a device scalar: its address, else 0
-    u32 mode;          // RM_ALLREDUCE, RM_REDUCE_SCATTER, RM_ALLGATHER,
-                       // RM_BROADCAST, RM_REDUCE
-    u32 root;          // broadcast's or reduce's root rank
+// A group that holds every rank's calls of a communicator whose ranks all
+// live in this process (ranks sharing a GPU; nccl-tests -g N with
+// OXCCL_CUDA_JOINT_PEERS=1) runs small collectives as one kernel on rank
+// 0's GPU, which reads every rank's input and writes every rank's output
+// (through the peer mappings across GPUs): one launch per call instead of
+// one per rank, and no exchange of lines between kernels. The host orders
+// the other ranks' streams around it with events (capi.rs, go_joint). Why:
+// an eager call is bound by the host's launches, ~3.2-3.5 us each on the
+// GPU machine's host; two streams of one H200 took 6.9-7.8 us per op for
+// two empty launches against 4.3-5.7 for one launch with an event each way
+// (scripts/launch-probe.sh); the eager calls measured through it:
+// joint.rs. No waits: nothing here can hang.
+#define JOINT_MAX_RANKS 8
+struct JointArgs {
+    u64 in[JOINT_MAX_RANKS];
+    u64 out[JOINT_MAX_RANKS];        // 0: that rank has no output (a reduce's non-roots)
+    double scale[JOINT_MAX_RANKS];   // float avg / PreMulSum: each rank's multiplier
+    u64 iscale[JOINT_MAX_RANKS];     // integer PreMulSum: each rank's scalar's bits
+    u64 scalar_ptr[JOINT_MAX_RANKS]; // PreMulSum with a device scalar: its address, else 0
+    u64 count;   // elements: all-reduce, reduce, broadcast; per rank: all-gather, reduce-scatter
+    u32 mode;    // RM_ALLREDUCE, RM_REDUCE_SCATTER, RM_ALLGATHER, RM_BROADCAST, RM_REDUCE
+    u32 root;    // broadcast's or reduce's root rank
+    u32 nranks;  // 2..JOINT_MAX_RANKS
+    u32 pad;
 };
 
 template <typename E>
-__device__ __forceinline__ typename E::A duo_scale(const DuoArgs& a, int r) {
+__device__ __forceinline__ typename E::A joint_scale(const JointArgs& a, u32 r) {
     typedef typename E::S S;
     typedef typename E::A A;
     if constexpr (E::is_float) {
@@ -1623,123 +1625,152 @@ __device__ __forceinline__ typename E::A duo_scale(const DuoArgs& a, int r) {
     }
 }
 
-// Each rank's value pre-scaled by its own scalar, combined in rank order
-// (as the ring's one-shot kernels fold them: the same bits).
+// acc (rank r > 0's turn) combined with rank r's value pre-scaled by its
+// own scalar; rank 0's value only pre-scaled. In rank order, as the ring's
+// one-shot kernels fold them (the same bits).
 template <typename E, int OP>
-__device__ __forceinline__ typename E::S duo_elem(typename E::S x0, typename E::S x1,
-                                                  typename E::A s0, typename E::A s1) {
-    return rpost<E, OP>(rcomb<E, OP>(rpre<E, OP>(x0, s0), rpre<E, OP>(x1, s1)), 2);
+__device__ __forceinline__ typename E::S joint_fold(u32 r, typename E::S acc, typename E::S x,
+                                                    typename E::A s) {
+    const typename E::S v = rpre<E, OP>(x, s);
+    return r == 0 ? v : rcomb<E, OP>(acc, v);
 }
 template <typename E, int OP>
-__device__ __forceinline__ uint4 duo_elem(uint4 x0, uint4 x1, typename E::A s0, typename E::A s1) {
+__device__ __forceinline__ uint4 joint_fold(u32 r, uint4 acc, uint4 x, typename E::A s) {
     typedef typename E::S S;
     constexpr int N = 16 / sizeof(S);
     union P {
         uint4 v;
         S e[N];
     };
-    P a, b, o;
-    a.v = x0;
-    b.v = x1;
+    P a, b;
+    a.v = acc;
+    b.v = x;
 #pragma unroll
-    for (int i = 0; i < N; i++) o.e[i] = duo_elem<E, OP>(a.e[i], b.e[i], s0, s1);
-    return o.v;
+    for (int i = 0; i < N; i++) a.e[i] = joint_fold<E, OP>(r, a.e[i], b.e[i], s);
+    return a.v;
+}
+template <typename E, int OP>
+__device__ __forceinline__ typename E::S joint_post(typename E::S x, u32 n) {
+    return rpost<E, OP>(x, n);
+}
+template <typename E, int OP>
+__device__ __forceinline__ uint4 joint_post(uint4 x, u32 n) {
+    typedef typename E::S S;
+    constexpr int N = 16 / sizeof(S);
+    union P {
+        uint4 v;
+        S e[N];
+    };
+    P a;
+    a.v = x;
+#pragma unroll
+    for (int i = 0; i < N; i++) a.e[i] = rpost<E, OP>(a.e[i], n);
+    return a.v;
 }
 
-// oa[i] (if oa) and ob[i] (if ob) = duo_elem(x0[i], x1[i]), i in [0, n)
-// units, over the grid; a thread loads its units before it stores them, so
-// an output may be one of the inputs (in place).
+// For i in [0, n) units over the grid: v = the ranks' x_r[at + i] folded in
+// rank order; written to out_r[i] for every rank r with one (all-reduce),
+// or to `only[i]` when given (reduce, a reduce-scatter's part). A thread
+// loads its units from every input before it stores any, so an output may
+// be one of the inputs (in place).
 template <typename E, int OP, typename Unit>
-__device__ __forceinline__ void duo_move(const Unit* x0, const Unit* x1, Unit* oa, Unit* ob, u64 n,
-                                         typename E::A s0, typename E::A s1) {
+__device__ __forceinline__ void joint_move(const JointArgs& a, const typename E::A* s, u64 at,
+                                           Unit* only, u64 n) {
+    const u32 nr = a.nranks;
     const u64 stride = (u64)gridDim.x * blockDim.x;
     for (u64 base = (u64)blockIdx.x * blockDim.x + threadIdx.x; base < n; base += stride * 4) {
-        Unit v0[4], v1[4];
+        Unit v[4];
+        for (u32 r = 0; r < nr; r++) {
+            const Unit* x = (const Unit*)a.in[r] + at;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const u64 i = base + (u64)j * stride;
-            if (i < n) {
-                v0[j] = ldcg(x0 + i);
-                v1[j] = ldcg(x1 + i);
+            for (int j = 0; j < 4; j++) {
+                const u64 i = base + (u64)j * stride;
+                if (i < n) v[j] = joint_fold<E, OP>(r, v[j], ldcg(x + i), s[r]);
             }
         }
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const u64 i = base + (u64)j * stride;
-            if (i < n) {
-                const Unit v = duo_elem<E, OP>(v0[j], v1[j], s0, s1);
-                if (oa) oa[i] = v;
-                if (ob) ob[i] = v;
+            if (i >= n) continue;
+            const Unit w = joint_post<E, OP>(v[j], nr);
+            if (only) {
+                only[i] = w;
+            } else {
+                for (u32 r = 0; r < nr; r++)
+                    if (a.out[r]) ((Unit*)a.out[r])[i] = w;
             }
         }
     }
 }
 
-// n elements: 16-byte packs when every pointer is 16-byte aligned, the
-// rest (or everything, when one is not) element by element.
+// joint_move over n elements from element `at` of every input: 16-byte
+// packs when every pointer involved is 16-byte aligned, the rest (or all,
+// when one is not) element by element.
 template <typename E, int OP>
-__device__ __forceinline__ void duo_reduce(const void* x0, const void* x1, void* oa, void* ob, u64 n,
-                                           typename E::A s0, typename E::A s1) {
+__device__ __forceinline__ void joint_reduce(const JointArgs& a, const typename E::A* s, u64 at,
+                                             void* only, u64 n) {
     typedef typename E::S S;
     constexpr u64 N = 16 / sizeof(S);
+    u64 mis = (u64)only | (at * sizeof(S));
+    for (u32 r = 0; r < a.nranks; r++) mis |= a.in[r] | (only ? 0 : a.out[r]);
     u64 done = 0;
-    if ((((u64)x0 | (u64)x1 | (u64)oa | (u64)ob) & 15) == 0) {
+    if ((mis & 15) == 0) {
         const u64 packs = n / N;
-        duo_move<E, OP, uint4>((const uint4*)x0, (const uint4*)x1, (uint4*)oa, (uint4*)ob, packs, s0, s1);
+        joint_move<E, OP, uint4>(a, s, at / N, (uint4*)only, packs);
         done = packs * N;
     }
-    if (done < n)
-        duo_move<E, OP, S>((const S*)x0 + done, (const S*)x1 + done, oa ? (S*)oa + done : nullptr,
-                           ob ? (S*)ob + done : nullptr, n - done, s0, s1);
+    if (done < n) {
+        // The tail: inputs from at + done; outputs moved by `done` (`only`,
+        // or every rank's, in a copy of the arguments).
+        if (only) {
+            joint_move<E, OP, S>(a, s, at + done, (S*)only + done, n - done);
+        } else {
+            JointArgs b = a;
+            for (u32 r = 0; r < a.nranks; r++)
+                if (b.out[r]) b.out[r] += done * sizeof(S);
+            joint_move<E, OP, S>(b, s, at + done, nullptr, n - done);
+        }
+    }
 }
 
 template <typename E, int OP>
-__device__ __forceinline__ void duo_run(const DuoArgs& a) {
+__device__ __forceinline__ void joint_run(const JointArgs& a) {
     typedef typename E::S S;
-    const typename E::A s0 = duo_scale<E>(a, 0), s1 = duo_scale<E>(a, 1);
-    const S* in0 = (const S*)a.in[0];
-    const S* in1 = (const S*)a.in[1];
-    S* out0 = (S*)a.out[0];
-    S* out1 = (S*)a.out[1];
+    const u32 nr = a.nranks;
+    typename E::A s[JOINT_MAX_RANKS];
+    for (u32 r = 0; r < nr; r++) s[r] = joint_scale<E>(a, r);
     const u64 m = a.count;
     switch (a.mode) {
     case RM_ALLREDUCE:
-        duo_reduce<E, OP>(in0, in1, out0, out1, m, s0, s1);
+        joint_reduce<E, OP>(a, s, 0, nullptr, m);
         break;
     case RM_REDUCE:
-        duo_reduce<E, OP>(in0, in1, a.root == 0 ? out0 : out1, nullptr, m, s0, s1);
+        joint_reduce<E, OP>(a, s, 0, (void*)a.out[a.root], m);
         break;
     case RM_REDUCE_SCATTER:
-        // Rank r's part of both inputs into rank r's output; in place
-        // (out_r = in_r + r m) a part's values are read only by the threads
+        // Rank p's part of every input into rank p's output; in place
+        // (out_p = in_p + p m) a part's values are read only by the threads
         // that write them.
-        duo_reduce<E, OP>(in0, in1, out0, nullptr, m, s0, s1);
-        duo_reduce<E, OP>(in0 + m, in1 + m, out1, nullptr, m, s0, s1);
+        for (u32 p = 0; p < nr; p++) joint_reduce<E, OP>(a, s, p * m, (void*)a.out[p], m);
         break;
     case RM_ALLGATHER: {
-        // In place (in_r = out_r + r b) the copies that would read a block
+        // In place (in_p = out_p + p b) the copies that would read a block
         // another copy writes are the copies to self, which copy_bytes skips.
         const u64 b = m * sizeof(S);
-        const char* i0 = (const char*)in0;
-        const char* i1 = (const char*)in1;
-        copy_bytes((char*)out0, i0, b);
-        copy_bytes((char*)out0 + b, i1, b);
-        copy_bytes((char*)out1, i0, b);
-        copy_bytes((char*)out1 + b, i1, b);
+        for (u32 r = 0; r < nr; r++)
+            for (u32 p = 0; p < nr; p++) copy_bytes((char*)a.out[r] + p * b, (const char*)a.in[p], b);
         break;
     }
-    case RM_BROADCAST: {
-        const char* src = (const char*)(a.root == 0 ? in0 : in1);
-        copy_bytes((char*)out0, src, m * sizeof(S));
-        copy_bytes((char*)out1, src, m * sizeof(S));
+    case RM_BROADCAST:
+        for (u32 r = 0; r < nr; r++)
+            copy_bytes((char*)a.out[r], (const char*)a.in[a.root], m * sizeof(S));
         break;
-    }
     }
 }
 
 // Each (type, op): the ring kernel, the small one-shot all-reduce
 // (ll1_fast_run, which calls kernel_entry itself, after its early loads),
-// both ranks of a 2-rank group in one launch (duo_run) and the one-rank
+// every rank of a group of one process in one launch (joint_run) and the one-rank
 // scaling (used for PreMulSum only).
 #define OXCCL_RING(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ring_##TN##_##ON(RingArgs a) { \
@@ -1749,9 +1780,9 @@ __device__ __forceinline__ void duo_run(const DuoArgs& a) {
     extern "C" __global__ void __launch_bounds__(512) oxccl_ll1_##TN##_##ON(RingArgs a) {  \
         ll1_fast_run<E, OP>(a);                                                           \
     }                                                                                     \
-    extern "C" __global__ void __launch_bounds__(512) oxccl_duo_##TN##_##ON(DuoArgs a) {   \
+    extern "C" __global__ void __launch_bounds__(512) oxccl_joint_##TN##_##ON(JointArgs a) { \
         kernel_entry();                                                                   \
-        duo_run<E, OP>(a);                                                                \
+        joint_run<E, OP>(a);                                                              \
     }                                                                                     \
     extern "C" __global__ void __launch_bounds__(512) oxccl_scale_##TN##_##ON(RingArgs a) { \
         kernel_entry();                                                                   \

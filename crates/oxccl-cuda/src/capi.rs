@@ -31,7 +31,7 @@ use crate::device::check;
 use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
 use crate::ring::{self, Ring, RingBoot, RingConfig};
-use crate::{ce, ce_reduce, compile, duo, kernels};
+use crate::{ce, ce_reduce, compile, joint, kernels};
 
 mod xp_io;
 
@@ -249,10 +249,10 @@ struct Clique {
     /// whenever the members change, read without it by each member's calls
     /// ([`DevComm::use_ring`]).
     pair: Arc<std::sync::atomic::AtomicBool>,
-    /// Whether the members are two ranks, on one GPU or on two with peer
-    /// access (what the one-launch kernel needs: [`crate::duo`]), kept as
-    /// `pair` is.
-    both: Arc<std::sync::atomic::AtomicBool>,
+    /// How many ranks are members, and whether they are on more than one
+    /// GPU (with peer access between every two: what the one-launch kernel
+    /// needs, [`crate::joint`]), kept as `pair` is.
+    local: Arc<Local>,
 }
 
 impl Clique {
@@ -261,8 +261,17 @@ impl Clique {
         let m = &self.members;
         let pair = m.len() == 2 && m[0].ordinal != m[1].ordinal;
         self.pair.store(pair, Release);
-        self.both.store(m.len() == 2, Release);
+        self.local.ranks.store(m.len(), Release);
+        let spread = m.iter().any(|x| x.ordinal != m[0].ordinal);
+        self.local.spread.store(spread, Release);
     }
+}
+
+/// A clique's members as the one-launch kernel asks ([`Clique::local`]).
+#[derive(Default, Debug)]
+struct Local {
+    ranks: std::sync::atomic::AtomicUsize,
+    spread: std::sync::atomic::AtomicBool,
 }
 
 /// Cliques by key (the communicator's unique id bytes).
@@ -339,17 +348,17 @@ pub struct DevComm {
     /// whose lock and hash of the 128-byte key cost ~0.1 us of the ~1 us a
     /// call spent around its launch (one H200, session 14).
     pair: Arc<std::sync::atomic::AtomicBool>,
-    /// Whether both ranks are in this process (its clique's `both`).
-    both: Arc<std::sync::atomic::AtomicBool>,
+    /// Its clique's ranks in this process and their GPUs (`local`).
+    local: Arc<Local>,
     /// One-shot LL collectives that fit take `oxccl_ll1_*`
     /// (`OXCCL_CUDA_LL1_FAST`, [`ring::is_one_shot_ll`], [`ring::ll1_fast`]).
     ll1_fast: bool,
-    /// `OXCCL_CUDA_DUO_MAX` and `OXCCL_CUDA_DUO_PEERS` ([`crate::duo`]).
-    duo_max: u64,
-    duo_peers: bool,
-    /// The event that orders the other rank's stream around a one-launch
-    /// kernel ([`go_duo`]; 0: not created yet).
-    duo_event: Mutex<usize>,
+    /// `OXCCL_CUDA_JOINT_MAX` and `OXCCL_CUDA_JOINT_PEERS` ([`crate::joint`]).
+    joint_max: u64,
+    joint_peers: bool,
+    /// The event that orders the ranks' streams around a one-launch kernel
+    /// ([`go_joint`]; 0: not created yet).
+    joint_event: Mutex<usize>,
     /// The last stream found to belong to this communicator's context
     /// (calls on one stream, the usual case, ask the driver once; a
     /// destroyed stream's handle reused on another context is caught by
@@ -401,8 +410,8 @@ pub struct Launch {
     /// times the type's size; per rank for all-gather and reduce-scatter).
     what: Option<(&'static str, u64)>,
     /// This rank's side of the call as the one-launch kernel would take it
-    /// with the other rank's ([`launch_all`], [`crate::duo`]).
-    duo: Option<duo::Part>,
+    /// with the other ranks' ([`launch_all`], [`crate::joint`]).
+    joint: Option<joint::Part>,
 }
 
 #[derive(Debug)]
@@ -496,11 +505,11 @@ impl DevComm {
             ring: OnceLock::new(),
             ring_only: std::sync::atomic::AtomicBool::new(false),
             pair: Arc::default(),
-            both: Arc::default(),
+            local: Arc::default(),
             ll1_fast: oxccl_env::params().get(&oxccl_core::params::CUDA_LL1_FAST),
-            duo_max: oxccl_env::params().get(&oxccl_core::params::CUDA_DUO_MAX),
-            duo_peers: oxccl_env::params().get(&oxccl_core::params::CUDA_DUO_PEERS),
-            duo_event: Mutex::new(0),
+            joint_max: oxccl_env::params().get(&oxccl_core::params::CUDA_JOINT_MAX),
+            joint_peers: oxccl_env::params().get(&oxccl_core::params::CUDA_JOINT_PEERS),
+            joint_event: Mutex::new(0),
             typed: std::array::from_fn(|_| std::sync::atomic::AtomicUsize::new(0)),
             checked_stream: std::sync::atomic::AtomicUsize::new(0),
             ce_side: Mutex::new([None; 2]),
@@ -537,7 +546,7 @@ impl DevComm {
                 clique.members.push(m);
                 clique.update_pair();
                 me.pair = clique.pair.clone();
-                me.both = clique.both.clone();
+                me.local = clique.local.clone();
             }
             r
         }; // the clique lock is released before `me` can drop
@@ -711,7 +720,7 @@ impl DevComm {
             kind,
             stream,
             what: None,
-            duo: None,
+            joint: None,
         })
     }
 
@@ -762,7 +771,7 @@ impl DevComm {
         } else {
             recv
         };
-        l.duo = self.duo_part(
+        l.joint = self.joint_part(
             mode,
             t,
             op,
@@ -776,10 +785,10 @@ impl DevComm {
         Ok(l.labeled(name, (count as u64).saturating_mul(t.size() as u64)))
     }
 
-    /// This rank's side of a call for the one-launch kernel of both ranks
-    /// ([`crate::duo`]), when this communicator and the call allow it.
+    /// This rank's side of a call for the one-launch kernel of every rank
+    /// ([`crate::joint`]), when this communicator and the call allow it.
     #[allow(clippy::too_many_arguments)]
-    fn duo_part(
+    fn joint_part(
         &self,
         mode: u32,
         t: DataType,
@@ -790,9 +799,9 @@ impl DevComm {
         output: u64,
         scalar_ptr: Option<u64>,
         stream: usize,
-    ) -> Option<duo::Part> {
+    ) -> Option<joint::Part> {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
-        let bytes = duo::largest_buffer(mode, count, t.size() as u64);
+        let bytes = joint::largest_buffer(mode, count, t.size() as u64, self.nranks);
         // A copy-engine bound set below this one wins (tests set 1 to put
         // every call of two GPUs on the engines).
         let ce = match mode {
@@ -804,11 +813,10 @@ impl DevComm {
         // graph of its own (nccl-tests -G with -g 2), and a capture cannot
         // wait for another's event (`oxccl perf -g 2 --share-gpus -G 2`
         // failed so with "unhandled cuda error", one H200, session 15).
-        if self.nranks != 2
-            || !self.both.load(Acquire)
-            || (self.pair.load(Acquire) && !self.duo_peers)
+        if !joint::fits(self.nranks, bytes, self.joint_max)
+            || self.local.ranks.load(Acquire) != self.nranks
+            || (self.local.spread.load(Acquire) && !self.joint_peers)
             || self.ring_only.load(Relaxed)
-            || !duo::fits(bytes, self.duo_max)
             || (ce > 0 && bytes >= ce)
             || capturing(stream)
         {
@@ -820,8 +828,8 @@ impl DevComm {
             RedOp::PreMulSum(s) => (s.as_f64(), s.as_u64_bits()),
             _ => (1.0 / self.nranks as f64, 0),
         };
-        Some(duo::Part {
-            key: duo::Key {
+        Some(joint::Part {
+            key: joint::Key {
                 mode,
                 dtype: t as u8,
                 op: op.wire_code(),
@@ -1048,7 +1056,7 @@ impl DevComm {
             CopyKind::AllGather => (ring::RM_ALLGATHER, 0),
             CopyKind::Broadcast { root } => (ring::RM_BROADCAST, root),
         };
-        l.duo = self.duo_part(
+        l.joint = self.joint_part(
             mode,
             DataType::Uint8,
             RedOp::Sum,
@@ -1284,8 +1292,8 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
             c.rank, launches[b].comm.rank, c.ordinal
         )));
     }
-    if let Some(pairs) = duo_pairs(&launches) {
-        return go_duo(&launches, &pairs);
+    if let Some(calls) = joint_groups(&launches) {
+        return go_joint(&launches, &calls);
     }
     let mut ops: Vec<Launch> = Vec::with_capacity(launches.len());
     let mut p2p: Vec<Launch> = Vec::new();
@@ -1324,70 +1332,79 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
     Ok(())
 }
 
-/// Whether a group runs as one-launch kernels of both ranks
-/// ([`duo::pair_up`]), and its pairs of launches.
-fn duo_pairs(ls: &[Launch]) -> Option<Vec<(usize, usize)>> {
+/// Whether a group runs as one-launch kernels of every rank
+/// ([`joint::group_up`]), and its calls' launches, rank 0's first.
+fn joint_groups(ls: &[Launch]) -> Option<Vec<Vec<usize>>> {
     // Most groups have a launch that cannot: no list built for them.
-    if ls.len() < 2 || ls.iter().any(|l| l.duo.is_none()) {
+    if ls.len() < 2 || ls.iter().any(|l| l.joint.is_none()) {
         return None;
     }
     let parts: Vec<_> = ls
         .iter()
-        .map(|l| (Arc::as_ptr(&l.comm.pair) as usize, l.comm.rank, l.duo))
+        .map(|l| (Arc::as_ptr(&l.comm.pair) as usize, l.comm.rank, l.joint))
         .collect();
-    duo::pair_up(&parts)
+    joint::group_up(&parts, ls[0].comm.nranks)
 }
 
-/// Runs each pair (rank 0's launch, rank 1's) as one `oxccl_duo_*` kernel
-/// on rank 0's stream: rank 1's stream records an event that rank 0's
-/// waits for (rank 1's input is ready), the kernel runs, and rank 1's
-/// stream waits for an event recorded after it (rank 1's output is
-/// written). Returns without waiting for the GPUs.
-fn go_duo(ls: &[Launch], pairs: &[(usize, usize)]) -> Result<()> {
-    for &(i0, i1) in pairs {
-        let (l0, l1) = (&ls[i0], &ls[i1]);
-        let (c0, c1) = (&l0.comm, &l1.comm);
-        let (Some(p0), Some(p1)) = (l0.duo, l1.duo) else {
-            return Err(Error::internal(
-                "a one-launch pair without both ranks' parts",
-            ));
-        };
-        c0.healthy()?;
-        c1.healthy()?;
-        let f = c0.typed_function(Family::Duo, p0.dtype, p0.op, || {
+/// Runs each call (its launches, rank 0's first) as one `oxccl_joint_*`
+/// kernel on rank 0's stream: every other rank's stream records its event,
+/// which rank 0's stream waits for (every input is ready); the kernel
+/// runs; every other rank's stream waits for an event recorded after it
+/// (every output is written). Returns without waiting for the GPUs.
+fn go_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
+    for call in calls {
+        let l0 = &ls[call[0]];
+        let c0 = &l0.comm;
+        let mut parts = Vec::with_capacity(call.len());
+        for &i in call {
+            ls[i].comm.healthy()?;
+            let p = ls[i]
+                .joint
+                .ok_or_else(|| Error::internal("a one-launch call without every rank's part"))?;
+            parts.push(p);
+        }
+        let p0 = parts[0];
+        let f = c0.typed_function(Family::Joint, p0.dtype, p0.op, || {
             c0.function_in(
                 &kernels::ring_variant(p0.dtype, p0.op),
-                &ring::duo_kernel_name(p0.dtype, p0.op),
+                &ring::joint_kernel_name(p0.dtype, p0.op),
             )
         })?;
         let k = p0.key;
-        let blocks = duo::blocks(duo::largest_buffer(k.mode, k.count, p0.dtype.size() as u64));
-        let (s0, s1) = (l0.stream as sys::CUstream, l1.stream as sys::CUstream);
-        let e1 = {
-            let _scope = CtxScope::enter(c1.ctx)?;
-            let e = c1.duo_event()?;
-            record_event(e, s1)?;
-            e
-        };
+        let n = call.len();
+        let elem = p0.dtype.size() as u64;
+        let blocks = joint::blocks(joint::largest_buffer(k.mode, k.count, elem, n));
+        let s0 = l0.stream as sys::CUstream;
+        let mut ready = Vec::with_capacity(n - 1);
+        for &i in &call[1..] {
+            let l = &ls[i];
+            let _scope = CtxScope::enter(l.comm.ctx)?;
+            let e = l.comm.joint_event()?;
+            record_event(e, l.stream as sys::CUstream)?;
+            ready.push(e);
+        }
         let e0 = {
             let _scope = CtxScope::enter(c0.ctx)?;
-            wait_event(s0, e1)?;
-            // SAFETY: both parts come from checked calls of this group
-            // (duo_part: both ranks in this process, so rank 1's buffers are
-            // on rank 0's GPU or on a peer that it can access, enabled when
-            // the communicator was created); `f` is of rank 0's context,
-            // current here.
-            unsafe { ring::launch_duo(f as sys::CUfunction, blocks, s0, duo::args(&p0, &p1))? };
-            DUO_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let e = c0.duo_event()?;
+            for &e in &ready {
+                wait_event(s0, e)?;
+            }
+            // SAFETY: every part comes from a checked call of this group
+            // (joint_part: every rank in this process, so each rank's
+            // buffers are on rank 0's GPU or on a peer that it can access,
+            // enabled when the communicator was created); `f` is of rank
+            // 0's context, current here.
+            unsafe { ring::launch_joint(f as sys::CUfunction, blocks, s0, joint::args(&parts))? };
+            JOINT_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let e = c0.joint_event()?;
             record_event(e, s0)?;
             e
         };
-        {
-            let _scope = CtxScope::enter(c1.ctx)?;
-            wait_event(s1, e0)?;
+        for &i in &call[1..] {
+            let l = &ls[i];
+            let _scope = CtxScope::enter(l.comm.ctx)?;
+            wait_event(l.stream as sys::CUstream, e0)?;
         }
-        c0.log_tuning(l0.what, "Duo", "Simple", blocks);
+        c0.log_tuning(l0.what, "Joint", "Simple", blocks);
     }
     Ok(())
 }
@@ -1395,7 +1412,7 @@ fn go_duo(ls: &[Launch], pairs: &[(usize, usize)]) -> Result<()> {
 /// `cuEventRecord(e, stream)`; the event's context is current.
 fn record_event(e: sys::CUevent, stream: sys::CUstream) -> Result<()> {
     guarded("cuEventRecord", || {
-        // SAFETY: an event of the current context (DevComm::duo_event) and a
+        // SAFETY: an event of the current context (DevComm::joint_event) and a
         // stream of it (check_stream at prepare).
         unsafe { check(sys::cuEventRecord(e, stream), "cuEventRecord") }
     })
@@ -1482,13 +1499,13 @@ pub fn peer_mappings() -> usize {
     xp_io::open_mappings()
 }
 
-/// How many calls of this process ran as one-launch kernels of both ranks
-/// so far (a pair of rank calls counts once; [`crate::duo`]).
-pub fn duo_calls() -> u64 {
-    DUO_CALLS.load(std::sync::atomic::Ordering::Relaxed)
+/// How many calls of this process ran as one-launch kernels of every rank
+/// so far (every rank's call counts once together; [`crate::joint`]).
+pub fn joint_calls() -> u64 {
+    JOINT_CALLS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-static DUO_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static JOINT_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many rank calls of this process took the copy engines so far.
 pub fn ce_calls() -> u64 {
@@ -2417,10 +2434,10 @@ impl DevComm {
         self.ce_side_at(0)
     }
 
-    /// The event of [`go_duo`], created on first use (this rank's context
+    /// The event of [`go_joint`], created on first use (this rank's context
     /// current).
-    fn duo_event(&self) -> Result<sys::CUevent> {
-        let mut e = lock(&self.duo_event);
+    fn joint_event(&self) -> Result<sys::CUevent> {
+        let mut e = lock(&self.joint_event);
         if *e == 0 {
             *e = guarded("cuEventCreate", || {
                 let mut ev: sys::CUevent = std::ptr::null_mut();
@@ -2999,9 +3016,9 @@ enum Family {
     Ll1 = 2,
     /// `oxccl_scale_*` (a one-rank PreMulSum, in the ring's program).
     Scale = 3,
-    /// `oxccl_duo_*` (both ranks of a 2-rank group in one launch, in the
-    /// ring's program).
-    Duo = 4,
+    /// `oxccl_joint_*` (every rank of a group of one process in one
+    /// launch, in the ring's program).
+    Joint = 4,
 }
 
 /// Reduction ops per type in [`typed_slot`]'s table (sum, prod, max, min,
@@ -3036,7 +3053,7 @@ impl Drop for DevComm {
                 if let Some(p) = lock(&self.ce_scratch).take() {
                     sys::cuMemFree_v2(p);
                 }
-                let e = std::mem::take(&mut *lock(&self.duo_event));
+                let e = std::mem::take(&mut *lock(&self.joint_event));
                 if e != 0 {
                     sys::cuEventDestroy_v2(e as sys::CUevent);
                 }
@@ -3166,7 +3183,7 @@ mod tests {
             Family::Ring,
             Family::Ll1,
             Family::Scale,
-            Family::Duo,
+            Family::Joint,
         ] {
             for t in DataType::ALL {
                 for op in ops {

@@ -18,7 +18,7 @@ pub mod ce;
 pub mod ce_reduce;
 pub mod compile;
 pub mod device;
-pub mod duo;
+pub mod joint;
 pub mod kernels;
 pub mod loader;
 pub mod netplugin;

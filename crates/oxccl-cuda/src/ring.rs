@@ -674,10 +674,11 @@ pub fn ll1_fast(count: u64, elem: u64, blocks: u32, ll_bytes: u64) -> bool {
 // ring.cu's ll1_fast_run takes a step's slot with a mask.
 const _: () = assert!(LL_NSLOTS.is_power_of_two());
 
-/// Both ranks of a 2-rank group in one launch, `oxccl_duo_*` (ring.cu,
-/// `duo_run`; [`crate::duo`]), in the same program as [`kernel_name`]'s.
-pub fn duo_kernel_name(t: DataType, op: RedOp) -> String {
-    kernel_name(t, op).replacen("oxccl_ring_", "oxccl_duo_", 1)
+/// Every rank of a group of one process in one launch, `oxccl_joint_*`
+/// (ring.cu, `joint_run`; [`crate::joint`]), in the same program as
+/// [`kernel_name`]'s.
+pub fn joint_kernel_name(t: DataType, op: RedOp) -> String {
+    kernel_name(t, op).replacen("oxccl_ring_", "oxccl_joint_", 1)
 }
 
 /// `oxccl_ring_<type>_<op>`.
@@ -2100,23 +2101,23 @@ pub unsafe fn launch_ring(
     }
 }
 
-/// Launches `oxccl_duo_*` on rank 0's stream.
+/// Launches `oxccl_joint_*` on rank 0's stream.
 ///
 /// # Safety
-/// `args` from [`crate::duo::args`] of both ranks' checked calls: each
+/// `args` from [`crate::joint::args`] of every rank's checked call: each
 /// buffer device memory of its rank's GPU, of the sizes the mode uses, and
-/// rank 1's reachable from rank 0's context (the same GPU, or peer access
-/// enabled when the communicator was created); `f` from rank 0's context.
-pub unsafe fn launch_duo(
+/// reachable from rank 0's context (the same GPU, or peer access enabled
+/// when the communicator was created); `f` from rank 0's context.
+pub unsafe fn launch_joint(
     f: sys::CUfunction,
     blocks: u32,
     stream: sys::CUstream,
-    args: crate::duo::DuoArgs,
+    args: crate::joint::JointArgs,
 ) -> Result<()> {
-    // SAFETY: one DuoArgs (repr(C), the kernel's layout); the caller vouches
-    // for its pointers.
+    // SAFETY: one JointArgs (repr(C), the kernel's layout, 344 bytes); the
+    // caller vouches for its pointers.
     unsafe {
-        crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel(duo)")
+        crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel(joint)")
     }
 }
 

@@ -140,16 +140,16 @@ fn ring_kernels_compile_one_at_a_time() {
         &img,
         &ring::scale_kernel_name(DataType::Float32, RedOp::Sum)
     ));
-    // Both ranks of a 2-rank group in one launch (duo.rs) too.
+    // Every rank of a group of one process in one launch (joint.rs) too.
     assert!(has(
         &img,
-        &ring::duo_kernel_name(DataType::Float32, RedOp::Sum)
+        &ring::joint_kernel_name(DataType::Float32, RedOp::Sum)
     ));
     let premul = RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0));
     let img = one(DataType::Float8e5m2, premul);
     assert!(has(&img, "oxccl_ring_e5m2_premulsum"));
     assert!(has(&img, "oxccl_ll1_e5m2_premulsum") && has(&img, "oxccl_scale_e5m2_premulsum"));
-    assert!(has(&img, "oxccl_duo_e5m2_premulsum"));
+    assert!(has(&img, "oxccl_joint_e5m2_premulsum"));
     let p2p = compile::compile_now(&kernels::ring_p2p(), 90).unwrap();
     assert!(has(&p2p, "oxccl_ring_p2p") && !has(&p2p, "oxccl_ring_f32_sum"));
     // Variants are distinct programs with distinct cache files.

@@ -423,22 +423,22 @@ fn every_collective(ords: [i32; 2]) {
         let expect_ce =
             std::env::var("OXCCL_CUDA_CE_MIN").as_deref() == Ok("1") && ords[0] != ords[1];
         // Calls of at most 256 KiB per rank buffer run as one launch of both
-        // ranks (duo.rs) by default on one GPU, on two with
-        // OXCCL_CUDA_DUO_PEERS=1; never with it off or the ring forced.
+        // ranks (joint.rs) by default on one GPU, on two with
+        // OXCCL_CUDA_JOINT_PEERS=1; never with it off or the ring forced.
         let set = |v: &str| std::env::var(v).ok();
-        let peers = set("OXCCL_CUDA_DUO_PEERS").as_deref() == Some("1");
-        let expect_duo = if set("OXCCL_CUDA_DUO_MAX").as_deref() == Some("0")
+        let peers = set("OXCCL_CUDA_JOINT_PEERS").as_deref() == Some("1");
+        let expect_joint = if set("OXCCL_CUDA_JOINT_MAX").as_deref() == Some("0")
             || set("OXCCL_CUDA_RING").as_deref() == Some("1")
             || set("NCCL_P2P_DISABLE").as_deref() == Some("1")
             || (ords[0] != ords[1] && !peers)
         {
             Some(false)
-        } else if set("OXCCL_CUDA_DUO_MAX").is_none() && set("NCCL_ALGO").is_none() {
+        } else if set("OXCCL_CUDA_JOINT_MAX").is_none() && set("NCCL_ALGO").is_none() {
             Some(true)
         } else {
             None
         };
-        let duo_before = capi::duo_calls();
+        let joint_before = capi::joint_calls();
         let ce_group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str| {
             let before = capi::ce_calls();
             group(f, what);
@@ -751,9 +751,13 @@ fn every_collective(ords: [i32; 2]) {
                 }
             }
         }
-        let duo = capi::duo_calls() - duo_before;
-        if let Some(e) = expect_duo {
-            assert_eq!(duo > 0, e, "{duo} calls ran as one launch of both ranks");
+        let joint = capi::joint_calls() - joint_before;
+        if let Some(e) = expect_joint {
+            assert_eq!(
+                joint > 0,
+                e,
+                "{joint} calls ran as one launch of both ranks"
+            );
         }
         for c in comms {
             ok(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy");
