@@ -802,24 +802,17 @@ impl DevComm {
     ) -> Option<joint::Part> {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
         let bytes = joint::largest_buffer(mode, count, t.size() as u64, self.nranks);
-        // A copy-engine bound set below this one wins (tests set 1 to put
-        // every call of two GPUs on the engines).
-        let ce = match mode {
-            ring::RM_ALLGATHER | ring::RM_BROADCAST => ce_min(),
-            ring::RM_ALLREDUCE | ring::RM_REDUCE_SCATTER => ce_ar_min(),
-            _ => 0,
+        let setting = joint::Setting {
+            nranks: self.nranks,
+            local_ranks: self.local.ranks.load(Acquire),
+            spread: self.local.spread.load(Acquire),
+            peers: self.joint_peers,
+            ring_only: self.ring_only.load(Relaxed),
+            max: self.joint_max,
         };
-        // Never while captured: each rank's stream may be captured into a
-        // graph of its own (nccl-tests -G with -g 2), and a capture cannot
-        // wait for another's event (`oxccl perf -g 2 --share-gpus -G 2`
-        // failed so with "unhandled cuda error", one H200, session 15).
-        if !joint::fits(self.nranks, bytes, self.joint_max)
-            || self.local.ranks.load(Acquire) != self.nranks
-            || (self.local.spread.load(Acquire) && !self.joint_peers)
-            || self.ring_only.load(Relaxed)
-            || (ce > 0 && bytes >= ce)
-            || capturing(stream)
-        {
+        let ce = joint::ce_bound(mode, ce_min(), ce_ar_min());
+        // Captured calls never (joint::may_take says why); asked last.
+        if !joint::may_take(&setting, mode, bytes, ce) || capturing(stream) {
             return None;
         }
         // As the ring's arguments (Ring::args): float avg pre-multiplies by

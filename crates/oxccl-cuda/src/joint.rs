@@ -25,8 +25,8 @@
 //! devices and rank 0's GPU reads the others' inputs over NVLink: off there
 //! until timed (`OXCCL_CUDA_JOINT_PEERS`).
 //!
-//! Here: which calls may take it ([`fits`]), which launches of a group go
-//! together ([`group_up`]), the kernel's arguments ([`args`]) and grid
+//! Here: which calls may take it ([`may_take`], [`fits`]), which launches
+//! of a group go together ([`group_up`]), the kernel's arguments ([`args`]) and grid
 //! ([`blocks`]). No driver calls.
 
 use oxccl_core::{DataType, RedOp};
@@ -95,6 +95,53 @@ pub struct Part {
 /// does; nor one rank (nothing to join) or more than [`MAX_RANKS`].
 pub fn fits(nranks: usize, bytes: u64, max: u64) -> bool {
     (2..=MAX_RANKS).contains(&nranks) && bytes > 0 && bytes <= max
+}
+
+/// What a communicator brings to the choice ([`may_take`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// Ranks of the communicator.
+    pub nranks: usize,
+    /// Its ranks that live in this process.
+    pub local_ranks: usize,
+    /// Whether those ranks are on more than one GPU.
+    pub spread: bool,
+    /// `OXCCL_CUDA_JOINT_PEERS`: across GPUs too.
+    pub peers: bool,
+    /// Every call takes the ring (`NCCL_P2P_DISABLE=1`, `NCCL_ALGO`
+    /// without OneShot/TwoShot, `OXCCL_CUDA_RING=1`).
+    pub ring_only: bool,
+    /// `OXCCL_CUDA_JOINT_MAX`.
+    pub max: u64,
+}
+
+/// Whether a call of `mode` whose larger buffer per rank holds `bytes`
+/// may take the one-launch kernel under `s`, with `ce_bound` the
+/// copy-engine bound of its kind of call (0: none; one set below `s.max`
+/// wins, as tests set 1 to put every call of two GPUs on the engines).
+/// The caller still keeps captured calls off it (asked last: a driver
+/// call): each rank's stream may be captured into a graph of its own
+/// (nccl-tests -G with -g 2), and a capture cannot wait for another's
+/// event (`oxccl perf -g 2 --share-gpus -G 2` failed so with "unhandled
+/// cuda error", one H200, session 15).
+pub fn may_take(s: &Setting, mode: u32, bytes: u64, ce_bound: u64) -> bool {
+    runs(mode)
+        && fits(s.nranks, bytes, s.max)
+        && s.local_ranks == s.nranks
+        && (!s.spread || s.peers)
+        && !s.ring_only
+        && !(ce_bound > 0 && bytes >= ce_bound)
+}
+
+/// The copy-engine bound that applies to a call of `mode`: `ce_min` for
+/// all-gathers and broadcasts, `ce_ar_min` for all-reduces and
+/// reduce-scatters, none for reduces.
+pub fn ce_bound(mode: u32, ce_min: u64, ce_ar_min: u64) -> u64 {
+    match mode {
+        RM_ALLGATHER | RM_BROADCAST => ce_min,
+        RM_ALLREDUCE | RM_REDUCE_SCATTER => ce_ar_min,
+        _ => 0,
+    }
 }
 
 /// The largest buffer per rank of a collective of `count` elements of
@@ -285,6 +332,82 @@ mod tests {
         assert_eq!(&a.scalar_ptr[..3], &[0, 0, 0x4000]);
         assert_eq!(a.input[3..], [0; 5]);
         assert_eq!((a.mode, a.root, a.count, a.nranks), (RM_REDUCE, 1, 4, 3));
+    }
+
+    #[test]
+    fn who_may_take_it() {
+        let ok = Setting {
+            nranks: 2,
+            local_ranks: 2,
+            spread: false,
+            peers: false,
+            ring_only: false,
+            max: 256 << 10,
+        };
+        assert!(may_take(&ok, RM_ALLREDUCE, 8, 0));
+        assert!(may_take(&ok, RM_BROADCAST, 256 << 10, 64 << 20));
+        // too large, nothing to move, not a mode the kernel runs
+        assert!(!may_take(&ok, RM_ALLREDUCE, (256 << 10) + 1, 0));
+        assert!(!may_take(&ok, RM_ALLREDUCE, 0, 0));
+        assert!(!may_take(&ok, crate::ring::RM_ALLREDUCE_LL1, 8, 0));
+        // a rank in another process
+        assert!(!may_take(
+            &Setting {
+                local_ranks: 1,
+                ..ok
+            },
+            RM_ALLREDUCE,
+            8,
+            0
+        ));
+        // across GPUs: only with the peers setting
+        let spread = Setting { spread: true, ..ok };
+        assert!(!may_take(&spread, RM_ALLREDUCE, 8, 0));
+        assert!(may_take(
+            &Setting {
+                peers: true,
+                ..spread
+            },
+            RM_ALLREDUCE,
+            8,
+            0
+        ));
+        // the ring forced, the setting off
+        assert!(!may_take(
+            &Setting {
+                ring_only: true,
+                ..ok
+            },
+            RM_ALLREDUCE,
+            8,
+            0
+        ));
+        assert!(!may_take(&Setting { max: 0, ..ok }, RM_ALLREDUCE, 8, 0));
+        // eight ranks, not nine
+        let eight = Setting {
+            nranks: 8,
+            local_ranks: 8,
+            ..ok
+        };
+        assert!(may_take(&eight, RM_REDUCE, 8, 0));
+        assert!(!may_take(
+            &Setting {
+                nranks: 9,
+                local_ranks: 9,
+                ..ok
+            },
+            RM_REDUCE,
+            8,
+            0
+        ));
+        // a copy-engine bound set below the call's size wins
+        assert!(!may_take(&ok, RM_ALLGATHER, 8, 1));
+        assert!(may_take(&ok, RM_ALLGATHER, 8, 9));
+        assert_eq!(ce_bound(RM_ALLGATHER, 5, 7), 5);
+        assert_eq!(ce_bound(RM_BROADCAST, 5, 7), 5);
+        assert_eq!(ce_bound(RM_ALLREDUCE, 5, 7), 7);
+        assert_eq!(ce_bound(RM_REDUCE_SCATTER, 5, 7), 7);
+        assert_eq!(ce_bound(RM_REDUCE, 5, 7), 0);
     }
 
     #[test]
