@@ -390,17 +390,25 @@ __device__ __noinline__ bool rstep(Chan& k, const RingCommon& c, u32 f, bool sen
     return true;
 }
 
+// A rank's pre-multiplier: the PreMulSum scalar at `scalar_ptr` when it
+// is in device memory, else the float avg / PreMulSum multiplier `scale`
+// or an integer PreMulSum scalar's bits `iscale`.
 template <typename E>
-__device__ __forceinline__ typename E::A ring_scale(const RingArgs& a) {
+__device__ __forceinline__ typename E::A scale_of(u64 scalar_ptr, double scale, u64 iscale) {
     typedef typename E::S S;
     typedef typename E::A A;
     if constexpr (E::is_float) {
-        if (a.scalar_ptr != 0) return E::load(*(const volatile S*)a.scalar_ptr);
-        return (A)a.scale;
+        if (scalar_ptr != 0) return E::load(*(const volatile S*)scalar_ptr);
+        return (A)scale;
     } else {
-        if (a.scalar_ptr != 0) return (A) * (const volatile S*)a.scalar_ptr;
-        return (A)a.iscale;
+        if (scalar_ptr != 0) return (A) * (const volatile S*)scalar_ptr;
+        return (A)iscale;
     }
+}
+
+template <typename E>
+__device__ __forceinline__ typename E::A ring_scale(const RingArgs& a) {
+    return scale_of<E>(a.scalar_ptr, a.scale, a.iscale);
 }
 
 __device__ __forceinline__ u64 umin(u64 a, u64 b) { return a < b ? a : b; }
@@ -1612,18 +1620,6 @@ struct JointArgs {
     u32 pad;
 };
 
-template <typename E>
-__device__ __forceinline__ typename E::A joint_scale(const JointArgs& a, u32 r) {
-    typedef typename E::S S;
-    typedef typename E::A A;
-    if constexpr (E::is_float) {
-        if (a.scalar_ptr[r] != 0) return E::load(*(const volatile S*)a.scalar_ptr[r]);
-        return (A)a.scale[r];
-    } else {
-        if (a.scalar_ptr[r] != 0) return (A) * (const volatile S*)a.scalar_ptr[r];
-        return (A)a.iscale[r];
-    }
-}
 
 // acc (rank r > 0's turn) combined with rank r's value pre-scaled by its
 // own scalar; rank 0's value only pre-scaled. In rank order, as the ring's
@@ -1634,20 +1630,25 @@ __device__ __forceinline__ typename E::S joint_fold(u32 r, typename E::S acc, ty
     const typename E::S v = rpre<E, OP>(x, s);
     return r == 0 ? v : rcomb<E, OP>(acc, v);
 }
-template <typename E, int OP>
-__device__ __forceinline__ uint4 joint_fold(u32 r, uint4 acc, uint4 x, typename E::A s) {
-    typedef typename E::S S;
+// f applied to each element of a 16-byte pack (of b's too: f(a_i, b_i)).
+template <typename S, typename F>
+__device__ __forceinline__ uint4 per_elem(uint4 a, uint4 b, F f) {
     constexpr int N = 16 / sizeof(S);
     union P {
         uint4 v;
         S e[N];
     };
-    P a, b;
-    a.v = acc;
-    b.v = x;
+    P x, y;
+    x.v = a;
+    y.v = b;
 #pragma unroll
-    for (int i = 0; i < N; i++) a.e[i] = joint_fold<E, OP>(r, a.e[i], b.e[i], s);
-    return a.v;
+    for (int i = 0; i < N; i++) x.e[i] = f(x.e[i], y.e[i]);
+    return x.v;
+}
+template <typename E, int OP>
+__device__ __forceinline__ uint4 joint_fold(u32 r, uint4 acc, uint4 x, typename E::A s) {
+    typedef typename E::S S;
+    return per_elem<S>(acc, x, [&](S a, S b) { return joint_fold<E, OP>(r, a, b, s); });
 }
 template <typename E, int OP>
 __device__ __forceinline__ typename E::S joint_post(typename E::S x, u32 n) {
@@ -1656,16 +1657,7 @@ __device__ __forceinline__ typename E::S joint_post(typename E::S x, u32 n) {
 template <typename E, int OP>
 __device__ __forceinline__ uint4 joint_post(uint4 x, u32 n) {
     typedef typename E::S S;
-    constexpr int N = 16 / sizeof(S);
-    union P {
-        uint4 v;
-        S e[N];
-    };
-    P a;
-    a.v = x;
-#pragma unroll
-    for (int i = 0; i < N; i++) a.e[i] = rpost<E, OP>(a.e[i], n);
-    return a.v;
+    return per_elem<S>(x, x, [&](S a, S) { return rpost<E, OP>(a, n); });
 }
 
 // For i in [0, n) units over the grid: v = the ranks' x_r[at + i] folded in
@@ -1738,7 +1730,7 @@ __device__ __forceinline__ void joint_run(const JointArgs& a) {
     typedef typename E::S S;
     const u32 nr = a.nranks;
     typename E::A s[JOINT_MAX_RANKS];
-    for (u32 r = 0; r < nr; r++) s[r] = joint_scale<E>(a, r);
+    for (u32 r = 0; r < nr; r++) s[r] = scale_of<E>(a.scalar_ptr[r], a.scale[r], a.iscale[r]);
     const u64 m = a.count;
     switch (a.mode) {
     case RM_ALLREDUCE:

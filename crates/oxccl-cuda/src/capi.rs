@@ -1405,8 +1405,9 @@ fn go_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
 /// `cuEventRecord(e, stream)`; the event's context is current.
 fn record_event(e: sys::CUevent, stream: sys::CUstream) -> Result<()> {
     guarded("cuEventRecord", || {
-        // SAFETY: an event of the current context (DevComm::joint_event) and a
-        // stream of it (check_stream at prepare).
+        // SAFETY: the callers pass an event of the current context
+        // (DevComm::joint_event, ce_side) and a stream of it (check_stream
+        // at prepare, or ce_side's own).
         unsafe { check(sys::cuEventRecord(e, stream), "cuEventRecord") }
     })
 }
@@ -2297,37 +2298,16 @@ impl DevComm {
 
     /// `stream`'s work so far, then the side stream's next operations.
     fn fork_side(&self, sd: CeSide, stream: sys::CUstream) -> Result<()> {
-        guarded("cuEventRecord", || {
-            // SAFETY: an event and a stream of this context (made current by
-            // the caller), created by ce_side.
-            unsafe {
-                check(
-                    sys::cuEventRecord(sd.fork as sys::CUevent, stream),
-                    "cuEventRecord",
-                )?;
-                check(
-                    sys::cuStreamWaitEvent(sd.stream as sys::CUstream, sd.fork as sys::CUevent, 0),
-                    "cuStreamWaitEvent",
-                )
-            }
-        })
+        // An event and a stream of this context (made current by the
+        // caller), created by ce_side.
+        record_event(sd.fork as sys::CUevent, stream)?;
+        wait_event(sd.stream as sys::CUstream, sd.fork as sys::CUevent)
     }
 
     /// `stream` waits for the side stream's operations so far.
     fn join_side(&self, sd: CeSide, stream: sys::CUstream) -> Result<()> {
-        guarded("cuEventRecord", || {
-            // SAFETY: as in fork_side.
-            unsafe {
-                check(
-                    sys::cuEventRecord(sd.join as sys::CUevent, sd.stream as sys::CUstream),
-                    "cuEventRecord",
-                )?;
-                check(
-                    sys::cuStreamWaitEvent(stream, sd.join as sys::CUevent, 0),
-                    "cuStreamWaitEvent",
-                )
-            }
-        })
+        record_event(sd.join as sys::CUevent, sd.stream as sys::CUstream)?;
+        wait_event(stream, sd.join as sys::CUevent)
     }
 
     /// The transfers with other ranks of [`Self::go_p2p`] (none of 0
