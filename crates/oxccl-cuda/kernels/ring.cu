@@ -1620,7 +1620,6 @@ struct JointArgs {
     u32 pad;
 };
 
-
 // acc (rank r > 0's turn) combined with rank r's value pre-scaled by its
 // own scalar; rank 0's value only pre-scaled. In rank order, as the ring's
 // one-shot kernels fold them (the same bits).

@@ -822,13 +822,9 @@ impl DevComm {
             _ => (1.0 / self.nranks as f64, 0),
         };
         Some(joint::Part {
-            key: joint::Key {
-                mode,
-                dtype: t as u8,
-                op: op.wire_code(),
-                count,
-                root: root as u32,
-            },
+            mode,
+            count,
+            root: root as u32,
             dtype: t,
             op,
             input,
@@ -1363,10 +1359,9 @@ fn go_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
                 &ring::joint_kernel_name(p0.dtype, p0.op),
             )
         })?;
-        let k = p0.key;
         let n = call.len();
         let elem = p0.dtype.size() as u64;
-        let blocks = joint::blocks(joint::largest_buffer(k.mode, k.count, elem, n));
+        let blocks = joint::blocks(joint::largest_buffer(p0.mode, p0.count, elem, n));
         let s0 = l0.stream as sys::CUstream;
         let mut ready = Vec::with_capacity(n - 1);
         for &i in &call[1..] {

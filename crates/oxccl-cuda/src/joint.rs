@@ -62,24 +62,21 @@ pub struct JointArgs {
     pad: u32,
 }
 
-/// What every rank's call must agree on to run in one kernel: the
-/// collective (`RM_*` of its Simple form), the kernel's type and op
-/// (`DataType` and `RedOp::wire_code`; copies run as uint8 sum), elements
-/// and root.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Key {
-    pub mode: u32,
-    pub dtype: u8,
-    pub op: u8,
-    pub count: u64,
-    pub root: u32,
-}
+/// What every rank's call must agree on to run in one kernel
+/// ([`Part::key`]): the collective, the kernel's type and op (by
+/// `DataType` and `RedOp::wire_code`: a PreMulSum's scalar is each rank's
+/// own), elements and root.
+pub type Key = (u32, u8, u8, u64, u32);
 
-/// One rank's side of a call that [`fits`]: its [`Key`], the kernel's
-/// type and op, and its own buffers and scalar.
+/// One rank's side of a call that [`fits`]: the collective (`RM_*` of its
+/// Simple form), elements (per rank: all-gather, reduce-scatter), root,
+/// the kernel's type and op (copies run as uint8 sum), and its own buffers
+/// and scalar.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Part {
-    pub key: Key,
+    pub mode: u32,
+    pub count: u64,
+    pub root: u32,
     pub dtype: DataType,
     pub op: RedOp,
     pub input: u64,
@@ -87,6 +84,19 @@ pub struct Part {
     pub scale: f64,
     pub iscale: u64,
     pub scalar_ptr: u64,
+}
+
+impl Part {
+    /// What the other ranks' calls must match ([`Key`]).
+    pub fn key(&self) -> Key {
+        (
+            self.mode,
+            self.dtype as u8,
+            self.op.wire_code(),
+            self.count,
+            self.root,
+        )
+    }
 }
 
 /// Whether a call of `nranks` ranks whose larger buffer per rank (input or
@@ -185,7 +195,7 @@ pub fn group_up(parts: &[(usize, usize, Option<Part>)], nranks: usize) -> Option
     if by_rank.iter().any(|v| v.len() != calls) {
         return None;
     }
-    let key = |i: usize| parts[i].2.map(|p| p.key);
+    let key = |i: usize| parts[i].2.map(|p| p.key());
     let mut out = Vec::with_capacity(calls);
     for k in 0..calls {
         let call: Vec<usize> = by_rank.iter().map(|v| v[k]).collect();
@@ -209,9 +219,9 @@ pub fn args(parts: &[Part]) -> JointArgs {
         a.scalar_ptr[r] = p.scalar_ptr;
     }
     if let Some(p) = parts.first() {
-        a.count = p.key.count;
-        a.mode = p.key.mode;
-        a.root = p.key.root;
+        a.count = p.count;
+        a.mode = p.mode;
+        a.root = p.root;
     }
     a.nranks = parts.len().min(MAX_RANKS) as u32;
     a
@@ -231,13 +241,9 @@ mod tests {
 
     fn part(mode: u32, count: u64) -> Part {
         Part {
-            key: Key {
-                mode,
-                dtype: 7,
-                op: 0,
-                count,
-                root: 0,
-            },
+            mode,
+            count,
+            root: 0,
             dtype: DataType::Float32,
             op: RedOp::Sum,
             input: 0x1000,
@@ -265,6 +271,17 @@ mod tests {
         assert_eq!(group_up(&[(9, 1, p), (9, 0, p)], 2), Some(vec![vec![1, 0]]));
         let g = [(9, 2, p), (9, 0, p), (9, 3, p), (9, 1, p)];
         assert_eq!(group_up(&g, 4), Some(vec![vec![1, 3, 0, 2]]));
+        // PreMulSum: each rank's own scalar, one kernel
+        let pm = |x: f64| {
+            Some(Part {
+                op: RedOp::PreMulSum(oxccl_core::Scalar::F64(x)),
+                ..part(RM_ALLREDUCE, 10)
+            })
+        };
+        assert_eq!(
+            group_up(&[(1, 0, pm(1.0)), (1, 1, pm(2.0))], 2),
+            Some(vec![vec![0, 1]])
+        );
     }
 
     #[test]
@@ -319,7 +336,7 @@ mod tests {
     fn each_rank_keeps_its_own_buffers_and_scalar() {
         let mut p = [part(RM_REDUCE, 4); 3];
         for (r, x) in p.iter_mut().enumerate() {
-            x.key.root = 1;
+            x.root = 1;
             x.input = 0x1000 * (r as u64 + 1);
             x.output = if r == 1 { 0x9000 } else { 0 };
             x.scale = r as f64;
