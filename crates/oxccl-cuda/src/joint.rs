@@ -155,7 +155,7 @@ pub fn ce_bound(mode: u32, ce_min: u64, ce_ar_min: u64) -> u64 {
 }
 
 /// The largest buffer per rank of a collective of `count` elements of
-/// `elem` bytes over `nranks` ranks (`mode` as [`Key::mode`]): all-gathers
+/// `elem` bytes over `nranks` ranks (`mode` as [`Part::mode`]): all-gathers
 /// write and reduce-scatters read every rank's part.
 pub fn largest_buffer(mode: u32, count: u64, elem: u64, nranks: usize) -> u64 {
     let b = count.saturating_mul(elem);
