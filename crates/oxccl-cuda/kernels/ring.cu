@@ -251,20 +251,27 @@ __device__ __forceinline__ typename E::S relem(u32 f, typename E::S r, typename 
     return (f & F_POST) ? rpost<E, OP>(v, nranks) : v;
 }
 
+// f applied to each element of a pack (16 bytes, or an LL line's 8; of
+// b's too: f(a_i, b_i)).
+template <typename S, typename Pack, typename F>
+__device__ __forceinline__ Pack per_elem(Pack a, Pack b, F f) {
+    constexpr int N = sizeof(Pack) / sizeof(S);
+    union P {
+        Pack v;
+        S e[N];
+    };
+    P x, y;
+    x.v = a;
+    y.v = b;
+#pragma unroll
+    for (int i = 0; i < N; i++) x.e[i] = f(x.e[i], y.e[i]);
+    return x.v;
+}
+
 template <typename E, int OP>
 __device__ __forceinline__ uint4 relem(u32 f, uint4 r, uint4 b, typename E::A s, u32 nranks) {
     typedef typename E::S S;
-    constexpr int N = 16 / sizeof(S);
-    union P {
-        uint4 v;
-        S e[N];
-    };
-    P ur, ub, uo;
-    ur.v = r;
-    ub.v = b;
-#pragma unroll
-    for (int i = 0; i < N; i++) uo.e[i] = relem<E, OP>(f, ur.e[i], ub.e[i], s, nranks);
-    return uo.v;
+    return per_elem<S>(r, b, [&](S x, S y) { return relem<E, OP>(f, x, y, s, nranks); });
 }
 
 // o1[i] (if o1) and o2[i] (if o2) = relem(r[i], b[i]) for i in [0, n) units,
@@ -504,17 +511,7 @@ __device__ __forceinline__ void ll_unpack(typename E::S* p, u64 v, u64 avail) {
 template <typename E, int OP>
 __device__ __forceinline__ u64 ll_elem(u32 f, u64 r, u64 b, typename E::A s, u32 nranks) {
     typedef typename E::S S;
-    constexpr int N = 8 / sizeof(S);
-    union U {
-        u64 u;
-        S e[N];
-    };
-    U ur, ub, uo;
-    ur.u = r;
-    ub.u = b;
-#pragma unroll
-    for (int i = 0; i < N; i++) uo.e[i] = relem<E, OP>(f, ur.e[i], ub.e[i], s, nranks);
-    return uo.u;
+    return per_elem<S>(r, b, [&](S x, S y) { return relem<E, OP>(f, x, y, s, nranks); });
 }
 
 struct LLChan {
@@ -1628,21 +1625,6 @@ __device__ __forceinline__ typename E::S joint_fold(u32 r, typename E::S acc, ty
                                                     typename E::A s) {
     const typename E::S v = rpre<E, OP>(x, s);
     return r == 0 ? v : rcomb<E, OP>(acc, v);
-}
-// f applied to each element of a 16-byte pack (of b's too: f(a_i, b_i)).
-template <typename S, typename F>
-__device__ __forceinline__ uint4 per_elem(uint4 a, uint4 b, F f) {
-    constexpr int N = 16 / sizeof(S);
-    union P {
-        uint4 v;
-        S e[N];
-    };
-    P x, y;
-    x.v = a;
-    y.v = b;
-#pragma unroll
-    for (int i = 0; i < N; i++) x.e[i] = f(x.e[i], y.e[i]);
-    return x.v;
 }
 template <typename E, int OP>
 __device__ __forceinline__ uint4 joint_fold(u32 r, uint4 acc, uint4 x, typename E::A s) {
