@@ -488,6 +488,11 @@ params! {
         "Two ranks in two processes of one host pushing a reduction's pieces (OXCCL_CUDA_CE_PUSH, OXCCL_CUDA_CE_PUSH_IN_PLACE): the copy streams the pieces alternate on, 1 or 2 (larger values count as 2); each stream counts its own landed pieces, so the peer's kernel follows each piece whichever stream finishes first. Every rank must set the same value (else the copy engines stay off between them, with a warning). Unset: 1 (2 not yet timed on two GPUs).";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 256K within a host for 2 ranks, 128K / (ranks - 1) for more; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off. 0 also turns off the one-shot all-gather and reduce-scatter (blocks B with (ranks - 1) x B within LL's 512K, one host).";
+    // Why on by default: the LL ring's 2 (n - 1) dependent steps against two
+    // crossings for the same bytes (crates/oxccl-cuda/src/ring.rs,
+    // default_twoshot_max; 4 and 8 ranks sharing one H200, session 16).
+    CUDA_TWOSHOT_MAX: Opt<Size> = "OXCCL_CUDA_TWOSHOT_MAX", "", honoured,
+        "All-reduces on device buffers of 3 to 8 ranks of one host, larger than the one-shot bound (OXCCL_CUDA_ONESHOT_MAX) and within LL's, up to this many bytes take a two-shot kernel over LL lines (block p of every rank to rank p, reduced there, then sent to every rank: two crossings) instead of the LL ring (2 x (ranks - 1) dependent steps). 0: never. Unset: 512K (LL's default bound). NCCL_ALGO without TwoShot also turns it off; not for 2 ranks (the one-shot serves them) or across hosts.";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,
         "The GPU ring path's rank order, e.g. 0,2,1,3 (every rank once; rank 0's setting is used by all). Unset: chosen from the topology (NVLink, PCIe switches, NUMA nodes; each host's ranks together).";
     INIT_TIMEOUT_MS: U64 = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,
@@ -959,7 +964,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 47);
+        assert_eq!(honoured.len(), 48);
         assert!(ALL.len() > 80);
     }
 

@@ -53,7 +53,8 @@ enum {
     RM_ALLGATHER_LL1 = 8,
     RM_REDUCE_SCATTER_LL1 = 9,
     RM_BROADCAST_LL1 = 10,
-    RM_REDUCE_LL1 = 11
+    RM_REDUCE_LL1 = 11,
+    RM_ALLREDUCE_LL2 = 12
 };
 // Most ranks of the one-shot LL all-reduce (a channel per peer in shared memory).
 #define RING_LL1_MAX_RANKS 8
@@ -549,12 +550,12 @@ __device__ __forceinline__ void ll_open(LLChan& k, const RingCommon& c, u32 prev
     ll_open_ch(k, c, prev, next, blockIdx.x);
 }
 
-// Thread 0: room for one more LL slot towards k.next (its head past
-// sstep + 1 - nslots). The head read last time is kept, so most steps read
-// nothing: with 8 slots a new read is needed once per 8 steps at most.
-__device__ __forceinline__ bool ll_room(LLChan& k, const RingCommon& c) {
-    if (k.sstep + 1 <= k.hseen + c.ll_nslots) return true;
-    return wait_ge(c, k.shead, k.sstep + 1 - c.ll_nslots, k.next, false, &k.hseen);
+// Thread 0: room for `steps` more LL slots towards k.next (its head past
+// sstep + steps - nslots). The head read last time is kept, so most steps
+// read nothing: with 8 slots a new read is needed once per 8 steps at most.
+__device__ __forceinline__ bool ll_room(LLChan& k, const RingCommon& c, u32 steps = 1) {
+    if (k.sstep + steps <= k.hseen + c.ll_nslots) return true;
+    return wait_ge(c, k.shead, k.sstep + steps - c.ll_nslots, k.next, false, &k.hseen);
 }
 
 // One LL step of n elements by the whole block (as rstep, without tails).
@@ -807,6 +808,126 @@ __device__ void ring_run_ll1(const RingArgs& a) {
                 kp.rstep++;
                 st_relaxed_sys(kp.rhead, kp.rstep);
             }
+        }
+        __syncthreads();
+    }
+    if (!fail && threadIdx.x < n && threadIdx.x != q) {
+        *counter(c, 3, threadIdx.x, blockIdx.x) = k[threadIdx.x].rstep;
+        *counter(c, 2, threadIdx.x, blockIdx.x) = k[threadIdx.x].sstep;
+    }
+}
+
+// Two-shot all-reduce over LL slots (3..RING_LL1_MAX_RANKS ranks of one
+// host): the count is cut into n rank blocks of B elements (the last ones
+// shorter or empty); rank q sends block p of its input, pre-scaled, to
+// rank p (a one-shot reduce-scatter), reduces the n lines of block q it
+// receives in rank order, and sends the result to every rank (a one-shot
+// all-gather). Two crossings instead of the LL ring's 2(n-1) dependent
+// ones, and the ring's bytes: each rank sends 2(n-1)/n of the message, where
+// the one-shot sends n - 1 times it. Only block q's owner reduces it, so
+// every rank's bits are equal. Every (peer, channel) connection advances
+// two LL steps per slot round: the reduce-scatter's, then the all-gather's;
+// a thread sends its all-gather line as soon as it has reduced it, so a
+// round has one barrier. Lines past a block's end are neither sent nor
+// waited for (both ends know the block's length).
+__device__ __forceinline__ u64 ll2_len(u64 count, u64 B, u32 p) {
+    const u64 b = (u64)p * B;
+    return b >= count ? 0 : umin(B, count - b);
+}
+
+template <typename E, int OP>
+__device__ void ring_run_ll2(const RingArgs& a) {
+    typedef typename E::S S;
+    typedef typename E::A A;
+    const RingCommon& c = a.c;
+    __shared__ LLChan k[RING_LL1_MAX_RANKS];
+    __shared__ int fail;
+    const u32 n = c.nranks, q = c.rank;
+    if (threadIdx.x < n && threadIdx.x != q) ll_open(k[threadIdx.x], c, threadIdx.x, threadIdx.x);
+    if (threadIdx.x == 0) fail = 0;
+    const A s = ring_scale<E>(a);
+    constexpr u64 pack = 8 / sizeof(S);
+    const u64 E_ = (c.ll_bytes / 2 / sizeof(S)) / pack * pack;  // elements per LL slot
+    // Rank blocks in whole lines, so no line straddles two of them.
+    const u64 B = ((a.count + n - 1) / n + pack - 1) / pack * pack;
+    const u64 per = ((B + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
+    const u64 lo = umin((u64)blockIdx.x * per, B), hi = umin(lo + per, B);
+    const S* in = (const S*)a.in;
+    S* out = (S*)a.out;
+    const u64 lq = ll2_len(a.count, B, q);
+    S* oq = out + (u64)q * B;
+    __syncthreads();
+    for (u64 base = lo; base < hi; base += E_) {
+        const u64 units = (umin(E_, hi - base) + pack - 1) / pack;
+        if (threadIdx.x == 0) {
+            for (u32 p = 0; p < n; p++)
+                if (p != q && !ll_room(k[p], c, 2)) {
+                    fail = 1;
+                    break;
+                }
+        }
+        __syncthreads();
+        if (fail) break;
+        // The reduce-scatter's lines: block p's to rank p.
+        for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
+            const u64 e0 = base + u * pack;
+            for (u32 p = 0; p < n; p++) {
+                const u64 lp = ll2_len(a.count, B, p);
+                if (p == q || e0 >= lp) continue;
+                const u64 v = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)p * B + e0, lp - e0), s, n);
+                uint4* sl = (uint4*)(k[p].sll + (k[p].sstep % c.ll_nslots) * c.ll_bytes);
+                st_line(sl + u, v, (u32)(k[p].sstep + 1));
+            }
+        }
+        // Block q reduced in rank order, written, and sent to every rank.
+        for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
+            const u64 e0 = base + u * pack;
+            if (e0 >= lq) break;
+            const u64 mine = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)q * B + e0, lq - e0), s, n);
+            u64 acc = 0;
+            for (u32 p = 0; p < n; p++) {
+                u64 v = mine;
+                if (p != q) {
+                    const uint4* rl = (const uint4*)(k[p].rll + (k[p].rstep % c.ll_nslots) * c.ll_bytes);
+                    if (!ll_wait(c, rl + u, (u32)(k[p].rstep + 1), &v, p)) {
+                        fail = 1;
+                        break;
+                    }
+                }
+                acc = ll1_fold<E, OP>(false, nullptr, 0, 0, p, n, acc, v, s);
+            }
+            if (fail) break;
+            ll_unpack<E>(oq + e0, acc, lq - e0);
+            for (u32 p = 0; p < n; p++) {
+                if (p == q) continue;
+                uint4* sl = (uint4*)(k[p].sll + ((k[p].sstep + 1) % c.ll_nslots) * c.ll_bytes);
+                st_line(sl + u, acc, (u32)(k[p].sstep + 2));
+            }
+        }
+        // The all-gather's lines: block p from rank p.
+        for (u64 u = threadIdx.x; u < units && !fail; u += blockDim.x) {
+            const u64 e0 = base + u * pack;
+            for (u32 p = 0; p < n; p++) {
+                const u64 lp = ll2_len(a.count, B, p);
+                if (p == q || e0 >= lp) continue;
+                const uint4* rl = (const uint4*)(k[p].rll + ((k[p].rstep + 1) % c.ll_nslots) * c.ll_bytes);
+                u64 v;
+                if (!ll_wait(c, rl + u, (u32)(k[p].rstep + 2), &v, p)) {
+                    fail = 1;
+                    break;
+                }
+                ll_unpack<E>(out + (u64)p * B + e0, v, lp - e0);
+            }
+        }
+        __syncthreads();
+        if (fail) break;
+        if (threadIdx.x < n && threadIdx.x != q) {
+            // Both of this round's slots from the peer were read (above the
+            // barrier): it may reuse them.
+            LLChan& kp = k[threadIdx.x];
+            kp.sstep += 2;
+            kp.rstep += 2;
+            st_relaxed_sys(kp.rhead, kp.rstep);
         }
         __syncthreads();
     }
@@ -1157,6 +1278,10 @@ __device__ void ring_run(const RingArgs& a) {
     if (a.mode == RM_ALLREDUCE_LL1 || a.mode == RM_ALLGATHER_LL1 || a.mode == RM_REDUCE_SCATTER_LL1 ||
         a.mode == RM_BROADCAST_LL1 || a.mode == RM_REDUCE_LL1) {
         ring_run_ll1<E, OP>(a);
+        return;
+    }
+    if (a.mode == RM_ALLREDUCE_LL2) {
+        ring_run_ll2<E, OP>(a);
         return;
     }
     if (a.mode == RM_ALLREDUCE_1S) {

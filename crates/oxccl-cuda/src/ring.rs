@@ -121,6 +121,9 @@ pub const RM_REDUCE_SCATTER_LL1: u32 = 9;
 pub const RM_BROADCAST_LL1: u32 = 10;
 /// One-shot reduce over LL slots (every other rank's lines to the root).
 pub const RM_REDUCE_LL1: u32 = 11;
+/// Two-shot all-reduce over LL slots (3 to [`LL1_MAX_RANKS`] ranks of one
+/// host): block p of every rank to rank p, reduced there, sent to every rank.
+pub const RM_ALLREDUCE_LL2: u32 = 12;
 /// Most ranks of the one-shot all-reduces (`RING_LL1_MAX_RANKS`).
 pub const LL1_MAX_RANKS: usize = 8;
 
@@ -142,6 +145,10 @@ pub struct RingConfig {
     /// All-reduces of at most this many bytes (and within `ll_max`) take the
     /// one-shot LL kernel where the ranks are at most [`LL1_MAX_RANKS`] (0: never).
     pub oneshot_max: u64,
+    /// All-reduces above `oneshot_max`, of at most this many bytes (and
+    /// within `ll_max`), take the two-shot LL kernel instead of the LL ring
+    /// where the ranks are 3 to [`LL1_MAX_RANKS`] on one host (0: never).
+    pub twoshot_max: u64,
     /// All-reduces of at most this many bytes take the one-shot kernel over
     /// Simple slots when some peer is on another host (LL cannot cross the
     /// network proxies), at most [`LL1_MAX_RANKS`] ranks (0: never).
@@ -250,6 +257,7 @@ impl RingConfig {
             timeout,
             ll_max: default_ll_max(nranks),
             oneshot_max: default_oneshot_max(nranks),
+            twoshot_max: default_twoshot_max(nranks),
             oneshot_net_max: default_oneshot_net_max(nranks),
             p2p_ll_max: default_p2p_ll_max(nranks),
             force: false,
@@ -344,6 +352,27 @@ pub fn default_oneshot_max(nranks: usize) -> u64 {
     }
 }
 
+/// The all-reduce size up to which the two-shot LL kernel replaces the LL
+/// ring by default: LL's own bound ([`DEFAULT_LL_MAX`]) for 3 to
+/// [`LL1_MAX_RANKS`] ranks, none for 2 (there the one-shot sends what the
+/// two-shot would, in one crossing) or more than 8. Why: the two-shot moves
+/// the ring's bytes (2 (n - 1) / n of the message out of each rank) in two
+/// crossings where the LL ring makes 2 (n - 1) dependent steps, each a
+/// wait on the previous rank's lines; on NVSwitch machines (issue 10: every
+/// pair one NVLink hop) the n - 1 peers are reached at once. Measured with
+/// the ranks sharing one H200, under CUDA graphs, three rounds alternated
+/// (session 16, `scripts/perf-gpu.sh twoshot`): 4 ranks 64-256 KiB 8.5-8.9
+/// us against the LL ring's 13.7-16.0, 512 KiB 12.1-12.8 against 16.4-16.9;
+/// 8 ranks 32-256 KiB 15.1-16.5 against 28.2-31.2, 512 KiB 21.0-23.3
+/// against 32.2-32.9. Not yet on 4 or 8 GPUs (no such machine lent).
+pub fn default_twoshot_max(nranks: usize) -> u64 {
+    if (3..=LL1_MAX_RANKS).contains(&nranks) {
+        DEFAULT_LL_MAX
+    } else {
+        0
+    }
+}
+
 /// The all-reduce size up to which the one-shot Simple kernel is taken
 /// across hosts by default. With 2 ranks the one-shot sends what the ring
 /// sends (S each way) in one crossing instead of three dependent ones, so
@@ -367,6 +396,11 @@ pub struct Thresholds {
     pub ll_max: u64,
     /// ... and the one-shot LL kernel up to this many (0 across hosts).
     pub oneshot_max: u64,
+    /// ... and above that, the two-shot LL kernel up to this many (0 across
+    /// hosts, and for 2 or more than [`LL1_MAX_RANKS`] ranks).
+    pub twoshot_max: u64,
+    /// Ranks of the communicator (the two-shot's blocks are 1/n of it).
+    pub nranks: u32,
     /// All-reduces up to this many bytes take the one-shot Simple kernel
     /// (0 unless a peer is on another host).
     pub oneshot_net_max: u64,
@@ -395,6 +429,12 @@ impl Thresholds {
             channels: cfg.channels,
             ll_max: if cross { 0 } else { cfg.ll_max },
             oneshot_max: if cross || !small { 0 } else { cfg.oneshot_max },
+            twoshot_max: if cross || !small || nranks < 3 {
+                0
+            } else {
+                cfg.twoshot_max
+            },
+            nranks: nranks as u32,
             oneshot_net_max: if cross && small {
                 cfg.oneshot_net_max
             } else {
@@ -421,8 +461,9 @@ impl Thresholds {
 
 /// The kernel mode and blocks of a ring-path collective of `mode` moving
 /// `bytes` through each link: all-reduces take the one-shot Simple kernel
-/// across hosts, else LL when small (the one-shot LL kernel when smaller),
-/// else the ring; the other collectives keep their mode.
+/// across hosts, else LL when small (the one-shot LL kernel when smaller,
+/// the two-shot LL kernel in between for 3-8 ranks), else the ring; the
+/// other collectives keep their mode.
 pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
     let simple = coll_channels(bytes, t.channels, t.coll_chunk);
     // Small all-gathers and reduce-scatters (`bytes`: one rank's block,
@@ -463,6 +504,15 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
             (
                 RM_ALLREDUCE_LL1,
                 ll_channels(bytes.saturating_mul(2), t.channels),
+            )
+        } else if bytes <= t.twoshot_max {
+            // A block per 4 KiB of a rank's block (1/n of the message), as
+            // the one-shot reduce-scatter's: each block then sends and
+            // receives one slot's lines per peer and step up to LL's bound.
+            let block = bytes.div_ceil(t.nranks.max(1) as u64);
+            (
+                RM_ALLREDUCE_LL2,
+                ll_channels(block.saturating_mul(2), t.channels),
             )
         } else {
             (RM_ALLREDUCE_LL, ll_channels(bytes, t.channels))
@@ -586,6 +636,7 @@ pub fn mode_algo(mode: u32) -> (&'static str, &'static str) {
         | RM_BROADCAST_LL1
         | RM_REDUCE_LL1 => ("OneShot", "LL"),
         RM_ALLREDUCE_1S => ("OneShot", "Simple"),
+        RM_ALLREDUCE_LL2 => ("TwoShot", "LL"),
         _ => ("Ring", "Simple"),
     }
 }
@@ -2251,6 +2302,7 @@ mod tests {
         assert_eq!(mode_algo(RM_ALLREDUCE_LL), ("Ring", "LL"));
         assert_eq!(mode_algo(RM_BROADCAST_LL1), ("OneShot", "LL"));
         assert_eq!(mode_algo(RM_ALLREDUCE_1S), ("OneShot", "Simple"));
+        assert_eq!(mode_algo(RM_ALLREDUCE_LL2), ("TwoShot", "LL"));
         assert_eq!(mode_algo(RM_REDUCE), ("Ring", "Simple"));
     }
 
@@ -2557,18 +2609,48 @@ mod tests {
         assert_eq!(plan_at(2, false, 1 << 20), (RM_ALLREDUCE_LL, 32));
         assert_eq!(plan_at(2, false, (1 << 20) + 16), (RM_ALLREDUCE, 32));
         assert_eq!(plan_at(2, false, 1 << 30), (RM_ALLREDUCE, 32));
-        // 3 ranks: ring LL to 512 KiB only.
+        // 3 ranks: one-shot to 64 KiB, two-shot LL to 512 KiB, then Simple
+        // (a block per 4 KiB of a rank's third).
+        assert_eq!(plan_at(3, false, 64 << 10), (RM_ALLREDUCE_LL1, 16));
+        assert_eq!(plan_at(3, false, (64 << 10) + 8), (RM_ALLREDUCE_LL2, 6));
+        assert_eq!(plan_at(3, false, 512 << 10), (RM_ALLREDUCE_LL2, 32));
         assert_eq!(plan_at(3, false, (512 << 10) + 16).0, RM_ALLREDUCE);
-        // 4 ranks: one-shot to ~42 KiB (each rank writes 3 copies).
+        // 4 ranks: one-shot to ~42 KiB (each rank writes 3 copies), then
+        // two-shot LL to 512 KiB.
         assert_eq!(plan_at(4, false, 40 << 10), (RM_ALLREDUCE_LL1, 10));
-        assert_eq!(plan_at(4, false, 48 << 10), (RM_ALLREDUCE_LL, 6));
+        assert_eq!(plan_at(4, false, 48 << 10), (RM_ALLREDUCE_LL2, 3));
+        assert_eq!(plan_at(4, false, 512 << 10), (RM_ALLREDUCE_LL2, 32));
+        assert_eq!(plan_at(4, false, (512 << 10) + 16), (RM_ALLREDUCE, 17));
         // 8 ranks: 16 channels (the window stays at 7 x 16 regions), one-shot
-        // to ~18 KiB.
+        // to ~18 KiB, two-shot LL to 512 KiB.
         assert_eq!(plan_at(8, false, 16 << 10), (RM_ALLREDUCE_LL1, 4));
-        assert_eq!(plan_at(8, false, 32 << 10), (RM_ALLREDUCE_LL, 4));
+        assert_eq!(plan_at(8, false, 32 << 10), (RM_ALLREDUCE_LL2, 1));
+        assert_eq!(plan_at(8, false, 512 << 10), (RM_ALLREDUCE_LL2, 16));
         assert_eq!(plan_at(8, false, 1 << 30), (RM_ALLREDUCE, 16));
-        // 9 ranks: no one-shot kernel.
+        // 9 ranks: neither one-shot nor two-shot kernel.
         assert_eq!(plan_at(9, false, 8), (RM_ALLREDUCE_LL, 1));
+        assert_eq!(plan_at(9, false, 64 << 10), (RM_ALLREDUCE_LL, 8));
+        // Two-shot off (OXCCL_CUDA_TWOSHOT_MAX=0, NCCL_ALGO without
+        // TwoShot): the LL ring between the one-shot and LL's bounds.
+        let mut no2 = RingConfig::new(false, 4 << 20, None, None, 8, Duration::from_secs(1));
+        no2.twoshot_max = 0;
+        let t8 = Thresholds::of(&no2, 8, false);
+        assert_eq!(plan(RM_ALLREDUCE, 32 << 10, &t8), (RM_ALLREDUCE_LL, 4));
+        // LL at every size (NCCL_PROTO=LL): two-shot to its own bound only.
+        let mut ll = RingConfig::new(false, 4 << 20, None, None, 4, Duration::from_secs(1));
+        ll.ll_max = u64::MAX;
+        let t4 = Thresholds::of(&ll, 4, false);
+        assert_eq!(plan(RM_ALLREDUCE, 1 << 20, &t4), (RM_ALLREDUCE_LL, 32));
+        ll.twoshot_max = u64::MAX;
+        let t4 = Thresholds::of(&ll, 4, false);
+        assert_eq!(plan(RM_ALLREDUCE, 1 << 20, &t4), (RM_ALLREDUCE_LL2, 32));
+        // Not for 2 ranks even when asked (the one-shot serves them).
+        let mut two = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
+        two.twoshot_max = u64::MAX;
+        assert_eq!(
+            plan(RM_ALLREDUCE, 512 << 10, &Thresholds::of(&two, 2, false)),
+            (RM_ALLREDUCE_LL, 32)
+        );
         // Across hosts: no LL; 2 ranks one-shot Simple at every size, 8
         // ranks up to 256 KiB / 7, then the ring.
         assert_eq!(plan_at(2, true, 8), (RM_ALLREDUCE_1S, 1));

@@ -414,10 +414,16 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
             cfg.oneshot_max = 0;
             cfg.oneshot_net_max = 0;
         }
+        if !sel.allows(ar, Algo::TwoShot) {
+            cfg.twoshot_max = 0;
+        }
     }
     if let Some(b) = p.get(&params::CUDA_ONESHOT_MAX) {
         cfg.oneshot_max = b;
         cfg.oneshot_net_max = b;
+    }
+    if let Some(b) = p.get(&params::CUDA_TWOSHOT_MAX) {
+        cfg.twoshot_max = b;
     }
     if let Some(t) = p.get(&params::P2P_LL_THRESHOLD) {
         cfg.p2p_ll_max = t.max(0) as u64;

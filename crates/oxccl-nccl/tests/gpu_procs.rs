@@ -1021,8 +1021,9 @@ fn four_processes_two_per_gpu() {
 
 /// 8 ranks, as on issue 10's 8-GPU machine (here rank r on GPU r % gpus):
 /// 16 channels; all-reduces one-shot to 128 KiB / 7 (count 1, and 4099 of
-/// 1- to 4-byte types), on the LL ring to 512 KiB (4099 of 8-byte types,
-/// 70001 of 1-byte ones) and on the Simple ring above (300007); all-gathers
+/// 1- to 4-byte types), two-shot over LL lines to 512 KiB (4099 of 8-byte
+/// types, 70001 of 1- to 4-byte ones) and on the Simple ring above (300007,
+/// 70001 of 8-byte types); all-gathers
 /// and reduce-scatters one-shot while a rank's block is at most 512 KiB /
 /// 7; all-to-alls over LL to 512 KiB / 7 per peer; 7 peers each.
 #[test]
@@ -1033,9 +1034,10 @@ fn eight_processes() {
     run_ranks(8, "0,1,4099,70001,300007", &[]);
 }
 
-/// 5 ranks (no power of two: uneven ring parts, averages divided by 5)
-/// and the 8 ranks again with every all-reduce on the LL ring (one-shot
-/// off) and every send and receive on LL lines up to their cap.
+/// 5 ranks (no power of two: uneven ring parts and two-shot blocks,
+/// averages divided by 5) and the 8 ranks again with every all-reduce on
+/// the LL ring (one-shot and two-shot off) and every send and receive on
+/// LL lines up to their cap.
 #[test]
 fn five_and_eight_processes_ll() {
     if gpus() < 1 {
@@ -1048,6 +1050,7 @@ fn five_and_eight_processes_ll() {
         &[
             ("NCCL_PROTO", "LL"),
             ("OXCCL_CUDA_ONESHOT_MAX", "0"),
+            ("OXCCL_CUDA_TWOSHOT_MAX", "0"),
             ("NCCL_P2P_LL_THRESHOLD", "1048576"),
             ("OXCCL_TEST_TYPES", "float32,bfloat16,int8,float64"),
         ],
@@ -1125,6 +1128,18 @@ fn run_in_order(n: usize, counts: &str, order: &str, env: &[(&str, &str)]) {
 /// Runs `n` ranks with `env` and GRAPH lines logged to files; returns every
 /// rank's "GPU ring order" lines.
 fn ring_order_lines(n: usize, counts: &str, env: &[(&str, &str)]) -> Vec<String> {
+    logged_lines(n, counts, env, "GRAPH", "GPU ring order")
+}
+
+/// Runs `n` ranks with `env` and `subsys`'s INFO lines logged to files;
+/// returns every rank's lines that contain `needle`.
+fn logged_lines(
+    n: usize,
+    counts: &str,
+    env: &[(&str, &str)],
+    subsys: &str,
+    needle: &str,
+) -> Vec<String> {
     let dir = std::env::temp_dir().join(format!(
         "oxccl-ring-order-{}-{}",
         std::process::id(),
@@ -1135,7 +1150,7 @@ fn ring_order_lines(n: usize, counts: &str, env: &[(&str, &str)]) -> Vec<String>
     let file = dir.join("log.%p").to_string_lossy().into_owned();
     let mut e: Vec<(&str, &str)> = vec![
         ("NCCL_DEBUG", "INFO"),
-        ("NCCL_DEBUG_SUBSYS", "GRAPH"),
+        ("NCCL_DEBUG_SUBSYS", subsys),
         ("NCCL_DEBUG_FILE", &file),
     ];
     e.extend_from_slice(env);
@@ -1145,7 +1160,7 @@ fn ring_order_lines(n: usize, counts: &str, env: &[(&str, &str)]) -> Vec<String>
         let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
         lines.extend(
             text.lines()
-                .filter(|l| l.contains("GPU ring order"))
+                .filter(|l| l.contains(needle))
                 .map(str::to_string),
         );
     }
@@ -1174,7 +1189,11 @@ fn rings_in_a_forced_order() {
         4,
         "7,65537",
         "0,2,1,3",
-        &[types, ("OXCCL_CUDA_ONESHOT_MAX", "0")],
+        &[
+            types,
+            ("OXCCL_CUDA_ONESHOT_MAX", "0"),
+            ("OXCCL_CUDA_TWOSHOT_MAX", "0"),
+        ],
     );
     // Across two "hosts", a ring that crosses between them four times.
     run_in_order(
@@ -1385,6 +1404,47 @@ fn across_hosts_through_a_network_plugin() {
             ("NCCL_NET_PLUGIN", so.as_str()),
             ("OXCCL_TEST_TYPES", "float32,int64"),
         ],
+    );
+}
+
+/// The two-shot LL all-reduce (block p of every rank to rank p, reduced
+/// there, sent to every rank) forced at every size LL takes, one-shot off:
+/// 3, 5 and 8 ranks (blocks of uneven length, the last ones empty at count
+/// 1), many slots per channel and slots reused; rank 0's TUNING lines name
+/// the kernel, and with it off the same sizes take the LL ring.
+#[test]
+fn two_shot_all_reduce_at_every_size() {
+    if gpus() < 1 {
+        return;
+    }
+    let types = ("OXCCL_TEST_TYPES", "float32,bfloat16,int8,float64");
+    let on = [
+        ("NCCL_PROTO", "LL"),
+        ("OXCCL_CUDA_ONESHOT_MAX", "0"),
+        ("OXCCL_CUDA_TWOSHOT_MAX", "1G"),
+        types,
+    ];
+    for (n, counts) in [
+        (3, "1,4099,70001,1000003"),
+        (5, "1,7,70001"),
+        (8, "1,4099,1000003"),
+    ] {
+        let lines = logged_lines(n, counts, &on, "TUNING", "AllReduce:");
+        assert!(
+            !lines.is_empty() && lines.iter().all(|l| l.contains("Algo TwoShot proto LL")),
+            "{n} ranks: {lines:?}"
+        );
+    }
+    let off = [
+        ("NCCL_PROTO", "LL"),
+        ("OXCCL_CUDA_ONESHOT_MAX", "0"),
+        ("OXCCL_CUDA_TWOSHOT_MAX", "0"),
+        ("OXCCL_TEST_TYPES", "float32"),
+    ];
+    let lines = logged_lines(4, "4099", &off, "TUNING", "AllReduce:");
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l.contains("Algo Ring proto LL")),
+        "{lines:?}"
     );
 }
 
