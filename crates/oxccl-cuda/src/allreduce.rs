@@ -158,6 +158,7 @@ pub unsafe fn launch_cer(f: sys::CUfunction, stream: sys::CUstream, args: CerArg
             THREADS,
             stream,
             &args,
+            true,
             "cuLaunchKernel(oxccl_cer)",
         )
     }
@@ -178,7 +179,15 @@ pub unsafe fn launch_cer_wait(
     // SAFETY: one CerArgs (repr(C), the kernel's layout); the kernel reads
     // only the counter and the control words, which the caller vouches for.
     unsafe {
-        crate::device::launch_struct(f, 1, 32, stream, &args, "cuLaunchKernel(oxccl_cer_wait)")
+        crate::device::launch_struct(
+            f,
+            1,
+            32,
+            stream,
+            &args,
+            true,
+            "cuLaunchKernel(oxccl_cer_wait)",
+        )
     }
 }
 
@@ -330,7 +339,9 @@ pub unsafe fn launch_copy(
 ) -> Result<()> {
     // SAFETY: one CpArgs (repr(C), the kernel's layout); the caller vouches
     // for its pointers.
-    unsafe { crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel") }
+    unsafe {
+        crate::device::launch_struct(f, blocks, THREADS, stream, &args, true, "cuLaunchKernel")
+    }
 }
 
 /// The copy kernel's grid for `bytes` (both sides compute it from the same bytes).
@@ -356,7 +367,9 @@ pub unsafe fn launch_half(
 ) -> Result<()> {
     // SAFETY: one ArArgs (repr(C), the kernel's layout); the caller vouches
     // for its pointers.
-    unsafe { crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel") }
+    unsafe {
+        crate::device::launch_struct(f, blocks, THREADS, stream, &args, true, "cuLaunchKernel")
+    }
 }
 
 /// A buffer and a byte offset into it.

@@ -1769,7 +1769,15 @@ impl Launch {
                 // SAFETY: the buffers were checked to be this GPU's device
                 // memory of `count` elements; the kernel reads only the
                 // buffers and the scalar fields of `args`.
-                unsafe { ring::launch_ring(f as sys::CUfunction, blocks, stream, args) }
+                unsafe {
+                    ring::launch_ring(
+                        f as sys::CUfunction,
+                        blocks,
+                        stream,
+                        args,
+                        c.may_pdl(blocks),
+                    )
+                }
             }
             LaunchKind::Half {
                 f,
@@ -1823,12 +1831,12 @@ impl Launch {
                     let (algo, proto) = ring::mode_algo(args.mode);
                     tune(algo, proto, blocks);
                 }
-                c.ring()?;
+                let pdl = c.ring()?.may_pdl(blocks);
                 let _scope = CtxScope::enter(c.ctx)?;
                 // SAFETY: the buffers were checked to be this GPU's device
                 // memory of the sizes the mode uses; the ring is live (held
                 // by `c`), and every rank makes the matching call.
-                unsafe { ring::launch_ring(f as sys::CUfunction, blocks, stream, args) }
+                unsafe { ring::launch_ring(f as sys::CUfunction, blocks, stream, args, pdl) }
             }
             LaunchKind::P2p { f, sends, recvs } => {
                 // Both ranks judge the transfers between them only
@@ -2038,6 +2046,16 @@ impl DevComm {
                 ring::plan(ring::RM_ALLREDUCE, bytes, &r.thresholds()).0 == ring::RM_ALLREDUCE_LL1
             }
             _ => false,
+        }
+    }
+
+    /// Whether a launch of `blocks` blocks on this rank's streams may be
+    /// programmatic: [`Ring::may_pdl`] once the ring is set up (ranks
+    /// sharing this GPU limit it), else yes (one rank per GPU).
+    fn may_pdl(&self, blocks: u32) -> bool {
+        match self.ring.get() {
+            Some(Ok(r)) => r.may_pdl(blocks),
+            _ => true,
         }
     }
 
@@ -2284,6 +2302,7 @@ impl DevComm {
                     allreduce::THREADS,
                     stream,
                     &mut params,
+                    self.may_pdl(blocks),
                     "cuLaunchKernel(oxccl_copy)",
                 )?;
             }
@@ -2324,7 +2343,15 @@ impl DevComm {
                 // SAFETY: this GPU's buffers of the given sizes (checked by
                 // the caller); the ring is live; the peers' launch of the
                 // same index carries the matching operations.
-                unsafe { ring::launch_p2p(f as sys::CUfunction, blocks, stream, &args)? };
+                unsafe {
+                    ring::launch_p2p(
+                        f as sys::CUfunction,
+                        blocks,
+                        stream,
+                        &args,
+                        r.may_pdl(blocks),
+                    )?
+                };
             }
             return Ok(());
         }

@@ -41,7 +41,8 @@ pub(crate) fn check(r: CUresult, what: &str) -> Result<()> {
 
 /// Launches `f` on `blocks` blocks of `threads` threads on `stream` with
 /// one by-value parameter, `args` (every oxccl kernel takes one repr(C)
-/// argument struct). The context that owns `f` and `stream` must be current.
+/// argument struct); programmatic where `pdl` and [`pdl_enabled`] (see
+/// [`launch_raw`]). The context that owns `f` and `stream` must be current.
 ///
 /// # Safety
 /// `T` must be laid out as the kernel's parameter, and every pointer in
@@ -52,6 +53,7 @@ pub(crate) unsafe fn launch_struct<T: Copy>(
     threads: u32,
     stream: sys::CUstream,
     args: &T,
+    pdl: bool,
     what: &str,
 ) -> Result<()> {
     // The driver copies the parameter at launch, so a local copy suffices.
@@ -59,7 +61,7 @@ pub(crate) unsafe fn launch_struct<T: Copy>(
     let mut params = [&mut a as *mut T as *mut c_void];
     // SAFETY: one parameter of T's layout (the caller's contract); the
     // array and `a` outlive the call.
-    unsafe { launch_raw(f, blocks, threads, stream, &mut params, what) }
+    unsafe { launch_raw(f, blocks, threads, stream, &mut params, pdl, what) }
 }
 
 /// Whether oxccl's kernels are launched as programmatic dependent launches
@@ -85,6 +87,20 @@ pub fn pdl_enabled() -> bool {
     pdl_flag().load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The SMs of `dev` (None when the driver does not answer).
+pub fn sm_count(dev: sys::CUdevice) -> Option<u32> {
+    let mut n = 0;
+    // SAFETY: an out-pointer to a local; `dev` came from the driver.
+    let r = unsafe {
+        sys::cuDeviceGetAttribute(
+            &mut n,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            dev,
+        )
+    };
+    (r == CUresult::CUDA_SUCCESS && n > 0).then_some(n as u32)
+}
+
 fn compute_major(ordinal: usize) -> Option<i32> {
     let mut dev: sys::CUdevice = 0;
     let mut major = 0;
@@ -101,9 +117,11 @@ fn compute_major(ordinal: usize) -> Option<i32> {
 }
 
 /// Launches `f` with the parameter array `params` on `stream`: a
-/// programmatic dependent launch when [`pdl_enabled`] (`cuLaunchKernelEx`
-/// with programmatic stream serialization), else `cuLaunchKernel`. Only
-/// kernels that begin with `kernel_entry()` may come here.
+/// programmatic dependent launch when `pdl` (the caller's: whether the
+/// launch's blocks may wait on SMs early, e.g. [`crate::ring::pdl_fits`])
+/// and [`pdl_enabled`] (`cuLaunchKernelEx` with programmatic stream
+/// serialization), else `cuLaunchKernel`. Only kernels that begin with
+/// `kernel_entry()` may come here.
 ///
 /// # Safety
 /// `params` must match the kernel's parameters (see [`launch_struct`]).
@@ -113,10 +131,11 @@ pub(crate) unsafe fn launch_raw(
     threads: u32,
     stream: sys::CUstream,
     params: &mut [*mut c_void],
+    pdl: bool,
     what: &str,
 ) -> Result<()> {
     guarded("cuLaunchKernel", || {
-        if pdl_enabled() {
+        if pdl && pdl_enabled() {
             // SAFETY: an all-zero attribute is a valid value of the C union.
             let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
             attr.id =

@@ -208,6 +208,21 @@ pub fn topo_channels(worst: oxccl_core::topo::Path, default: u32) -> u32 {
     gbps.div_ceil(BLOCK_GBPS).clamp(1, default.max(1))
 }
 
+/// Whether a launch of `blocks` blocks on a GPU where `sharing` ranks of
+/// the communicator run in this process (`sms` SMs) may be programmatic
+/// (start early: [`crate::device::launch_raw`]). An early launch's blocks
+/// hold SMs while they wait for the kernel before them, so every rank on
+/// the GPU may hold its kernel and its next at once, and each kernel waits
+/// for the other ranks' blocks, which must still find SMs: 2 x blocks x
+/// sharing must fit. 4 ranks sharing an H200 (132 SMs), 32-block LL
+/// all-reduces, hung under CUDA graphs until the kernels' timeout; the same
+/// runs with OXCCL_CUDA_PDL=0 completed (session 16, runs 3-4). One rank
+/// per GPU (the usual case) always may; an unknown SM count (0) never
+/// with several.
+pub fn pdl_fits(blocks: u32, sharing: u32, sms: u32) -> bool {
+    sharing <= 1 || 2 * blocks as u64 * sharing as u64 <= sms as u64
+}
+
 /// The channels for a ring in `order` over `sites` (the fewest any hop is
 /// worth, [`topo_channels`]).
 pub fn ring_channels(sites: &[oxccl_core::topo::GpuSite], order: &[usize], default: u32) -> u32 {
@@ -881,6 +896,10 @@ pub struct Ring {
     mappings: Vec<Mapping>,
     same_process: Vec<bool>,
     same_host: Vec<bool>,
+    /// Ranks of the communicator on this rank's GPU in this process (itself
+    /// included), and the GPU's SMs ([`pdl_fits`]).
+    sharing: u32,
+    sms: u32,
     bytes: u64,
     /// Why the kernels were stopped from outside (a peer died), if they were.
     stopper: std::sync::Arc<Stopper>,
@@ -1299,6 +1318,11 @@ impl Ring {
             .enumerate()
             .map(|(i, w)| boot.same_host[i] && w.nonce == who[rank].nonce)
             .collect();
+        let sharing = who
+            .iter()
+            .zip(&same_process)
+            .filter(|(w, &here)| here && w.bus == who[rank].bus)
+            .count() as u32;
         // Round 2: can this rank reach every GPU peer-to-peer?
         let any_disable = who.iter().any(|w| w.p2p_disable);
         let mut reach = !any_disable;
@@ -1419,6 +1443,8 @@ impl Ring {
             mappings: Vec::new(),
             same_process,
             same_host: boot.same_host.clone(),
+            sharing,
+            sms: crate::device::sm_count(dev).unwrap_or(0),
             bytes,
             stopper: Default::default(),
             thresholds: Thresholds::of(cfg, nranks, cross),
@@ -1891,6 +1917,12 @@ impl Ring {
         self.thresholds
     }
 
+    /// Whether a launch of `blocks` blocks on this rank's stream may be
+    /// programmatic ([`pdl_fits`]).
+    pub fn may_pdl(&self, blocks: u32) -> bool {
+        pdl_fits(blocks, self.sharing, self.sms)
+    }
+
     /// The window layout as the network proxies (TCP and plugin) see it.
     fn net_layout(&self) -> crate::netproxy::Layout {
         crate::netproxy::Layout {
@@ -2144,11 +2176,20 @@ pub unsafe fn launch_ring(
     blocks: u32,
     stream: sys::CUstream,
     args: RingArgs,
+    pdl: bool,
 ) -> Result<()> {
     // SAFETY: one RingArgs (repr(C), the kernel's layout); the caller vouches
     // for its pointers.
     unsafe {
-        crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel(ring)")
+        crate::device::launch_struct(
+            f,
+            blocks,
+            THREADS,
+            stream,
+            &args,
+            pdl,
+            "cuLaunchKernel(ring)",
+        )
     }
 }
 
@@ -2168,7 +2209,15 @@ pub unsafe fn launch_joint(
     // SAFETY: one JointArgs (repr(C), the kernel's layout, 344 bytes); the
     // caller vouches for its pointers.
     unsafe {
-        crate::device::launch_struct(f, blocks, THREADS, stream, &args, "cuLaunchKernel(joint)")
+        crate::device::launch_struct(
+            f,
+            blocks,
+            THREADS,
+            stream,
+            &args,
+            true,
+            "cuLaunchKernel(joint)",
+        )
     }
 }
 
@@ -2182,10 +2231,13 @@ pub unsafe fn launch_barrier(
     f: sys::CUfunction,
     stream: sys::CUstream,
     args: RingArgs,
+    pdl: bool,
 ) -> Result<()> {
     // SAFETY: one RingArgs (repr(C), the kernel's layout); it touches only
     // the ring's counters, windows and control words.
-    unsafe { crate::device::launch_struct(f, 1, 32, stream, &args, "cuLaunchKernel(ring barrier)") }
+    unsafe {
+        crate::device::launch_struct(f, 1, 32, stream, &args, pdl, "cuLaunchKernel(ring barrier)")
+    }
 }
 
 /// Launches `oxccl_ring_p2p`.
@@ -2197,11 +2249,20 @@ pub unsafe fn launch_p2p(
     blocks: u32,
     stream: sys::CUstream,
     args: &P2pArgs,
+    pdl: bool,
 ) -> Result<()> {
     // SAFETY: one P2pArgs (repr(C), the kernel's layout, 2,144 bytes: under
     // the 4 KiB parameter limit); the caller vouches for its pointers.
     unsafe {
-        crate::device::launch_struct(f, blocks, THREADS, stream, args, "cuLaunchKernel(ring p2p)")
+        crate::device::launch_struct(
+            f,
+            blocks,
+            THREADS,
+            stream,
+            args,
+            pdl,
+            "cuLaunchKernel(ring p2p)",
+        )
     }
 }
 
@@ -2588,6 +2649,26 @@ mod tests {
             ll1_kernel_name(DataType::Float32, RedOp::Sum),
             "oxccl_ll1_f32_sum"
         );
+    }
+
+    #[test]
+    fn early_launches_only_where_every_rank_keeps_its_sms() {
+        // One rank per GPU: always (its own kernel is wholly resident before
+        // the next one's blocks start).
+        assert!(pdl_fits(128, 1, 132));
+        assert!(pdl_fits(u32::MAX, 1, 0));
+        // 4 ranks sharing an H200: the 32-block LL kernels that hung under
+        // graphs may not; small kernels (the one-shot's 1-16 blocks) may.
+        assert!(!pdl_fits(32, 4, 132));
+        assert!(pdl_fits(16, 4, 132));
+        assert!(!pdl_fits(17, 4, 132));
+        // 8 ranks: up to 8 blocks each; 2 ranks: up to 33.
+        assert!(pdl_fits(8, 8, 132));
+        assert!(!pdl_fits(16, 8, 132));
+        assert!(pdl_fits(33, 2, 132));
+        assert!(!pdl_fits(34, 2, 132));
+        // SMs unknown: never with several ranks on the GPU.
+        assert!(!pdl_fits(1, 2, 0));
     }
 
     #[test]

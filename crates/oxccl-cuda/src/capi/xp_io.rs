@@ -528,7 +528,7 @@ impl DevComm {
         let args = r.barrier_args(xs.peer);
         // SAFETY: the barrier of this live ring with its peer, which queues
         // the same barriers (it decided alike from the same messages).
-        let bar = || unsafe { ring::launch_barrier(fb as sys::CUfunction, st, args) };
+        let bar = || unsafe { ring::launch_barrier(fb as sys::CUfunction, st, args, r.may_pdl(1)) };
         match &plan {
             xp::RankPlan::Copy(p) => self.queue_ce(&bar, p, st)?,
             // One copy stream: two lost 2-7% here at 512 MiB-2 GiB (all-reduce
