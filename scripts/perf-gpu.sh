@@ -57,6 +57,13 @@
 #                                    # (OXCCL_CUDA_JOINT_PEERS=1) against a kernel per
 #                                    # GPU, three rounds, vs NCCL; then every type and
 #                                    # op checked through it (OXCCL_JOINT_COLLS picks)
+#   scripts/perf-gpu.sh twoshot      # all_reduce 16 KB-1 MB, 4 and 8 ranks of one
+#                                    # process under graphs: the two-shot LL kernel
+#                                    # against the LL ring (OXCCL_CUDA_TWOSHOT_MAX=0),
+#                                    # three rounds, vs NCCL where every rank has a
+#                                    # GPU of its own (else the ranks share the GPUs,
+#                                    # --share-gpus, no NCCL); then every type and op
+#                                    # checked (OXCCL_TWOSHOT_RANKS picks the counts)
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
 #                                    # the copy-engine reduction at its default
 #                                    # bound and off (SM kernel), vs NCCL
@@ -320,6 +327,24 @@ if [ "$MODE" = joint ]; then
     ops="-o all"
     case $c in all_gather|broadcast) ops="" ;; esac
     OXCCL_CUDA_JOINT_PEERS=1 run "joint_check_$c" 200 "$X" $P $c --backend cuda -g "$NG" -b 8 -e 256K -f 8 -c 1 -n 3 -w 1 -d all $ops
+  done
+fi
+if [ "$MODE" = twoshot ]; then
+  # Session 16's two-shot LL all-reduce (3-8 ranks of one host) against the
+  # LL ring it replaced, under CUDA graphs (launch-bound eager calls of N
+  # ranks from one thread would hide the kernels). On a machine with fewer
+  # GPUs than ranks the ranks share them: correctness and the kernels' own
+  # time, no NCCL (it refuses two ranks on one GPU). Eager checks with the
+  # one-launch path off (it would take every call to 256 KiB there).
+  NG=$(nvidia-smi -L | wc -l)
+  for g in ${OXCCL_TWOSHOT_RANKS:-4 8}; do
+    if [ "$g" -le "$NG" ]; then G="-g $g"; cmp="--compare $NCCL"; else G="-g $g --share-gpus"; cmp=""; fi
+    R="all_reduce --backend cuda $G -b 16K -e 1M -f 2 -n 100 -w 10 -c 0 -G 5 $cmp"
+    for round in 1 2 3; do
+      run "twoshot_g${g}_$round" 120 "$X" $P $R -J "$OUTDIR/twoshot_g${g}_$round.json"
+      OXCCL_CUDA_TWOSHOT_MAX=0 run "twoshot_g${g}_ring_$round" 120 "$X" $P $R -J "$OUTDIR/twoshot_g${g}_ring_$round.json"
+    done
+    OXCCL_CUDA_JOINT_MAX=0 run "twoshot_check_g$g" 200 "$X" $P all_reduce --backend cuda $G -b 8 -e 1M -f 4 -c 1 -n 3 -w 1 -d all -o all
   done
 fi
 if [ "$MODE" = ar_mid ]; then
