@@ -550,6 +550,21 @@ __device__ __forceinline__ void ll_open(LLChan& k, const RingCommon& c, u32 prev
     ll_open_ch(k, c, prev, next, blockIdx.x);
 }
 
+// The LL connections of this block with every other rank, for the one-
+// and two-shot kernels: thread p opens rank p's ...
+__device__ __forceinline__ void ll_open_peers(LLChan* k, const RingCommon& c) {
+    if (threadIdx.x < c.nranks && threadIdx.x != c.rank) ll_open(k[threadIdx.x], c, threadIdx.x, threadIdx.x);
+}
+
+// ... and keeps its step counters for the next launch.
+__device__ __forceinline__ void ll_close_peers(const LLChan* k, const RingCommon& c) {
+    const u32 p = threadIdx.x;
+    if (p < c.nranks && p != c.rank) {
+        *counter(c, 3, p, blockIdx.x) = k[p].rstep;
+        *counter(c, 2, p, blockIdx.x) = k[p].sstep;
+    }
+}
+
 // Thread 0: room for `steps` more LL slots towards k.next (its head past
 // sstep + steps - nslots). The head read last time is kept, so most steps
 // read nothing: with 8 slots a new read is needed once per 8 steps at most.
@@ -701,7 +716,7 @@ __device__ void ring_run_ll1(const RingArgs& a) {
     __shared__ LLChan k[RING_LL1_MAX_RANKS];
     __shared__ int fail;
     const u32 n = c.nranks, q = c.rank;
-    if (threadIdx.x < n && threadIdx.x != q) ll_open(k[threadIdx.x], c, threadIdx.x, threadIdx.x);
+    ll_open_peers(k, c);
     if (threadIdx.x == 0) fail = 0;
     const A s = ring_scale<E>(a);
     constexpr u64 pack = 8 / sizeof(S);
@@ -811,10 +826,7 @@ __device__ void ring_run_ll1(const RingArgs& a) {
         }
         __syncthreads();
     }
-    if (!fail && threadIdx.x < n && threadIdx.x != q) {
-        *counter(c, 3, threadIdx.x, blockIdx.x) = k[threadIdx.x].rstep;
-        *counter(c, 2, threadIdx.x, blockIdx.x) = k[threadIdx.x].sstep;
-    }
+    if (!fail) ll_close_peers(k, c);
 }
 
 // Two-shot all-reduce over LL slots (3..RING_LL1_MAX_RANKS ranks of one
@@ -843,7 +855,7 @@ __device__ void ring_run_ll2(const RingArgs& a) {
     __shared__ LLChan k[RING_LL1_MAX_RANKS];
     __shared__ int fail;
     const u32 n = c.nranks, q = c.rank;
-    if (threadIdx.x < n && threadIdx.x != q) ll_open(k[threadIdx.x], c, threadIdx.x, threadIdx.x);
+    ll_open_peers(k, c);
     if (threadIdx.x == 0) fail = 0;
     const A s = ring_scale<E>(a);
     constexpr u64 pack = 8 / sizeof(S);
@@ -931,10 +943,7 @@ __device__ void ring_run_ll2(const RingArgs& a) {
         }
         __syncthreads();
     }
-    if (!fail && threadIdx.x < n && threadIdx.x != q) {
-        *counter(c, 3, threadIdx.x, blockIdx.x) = k[threadIdx.x].rstep;
-        *counter(c, 2, threadIdx.x, blockIdx.x) = k[threadIdx.x].sstep;
-    }
+    if (!fail) ll_close_peers(k, c);
 }
 
 // The one-shot LL collectives (all-reduce, all-gather, reduce-scatter,
