@@ -1182,6 +1182,143 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
     *counter(c, 2, t, ch) = ss + (snd ? 1 : 0);
 }
 
+// The two-shot LL all-reduce (ring_run_ll2) when every block's part of a
+// rank block fits one LL slot (ring.rs, ll2_fast), in the small kernel's
+// way: pointers and the peers' heads before griddepcontrol.wait, one round
+// of two steps, no slot loop. Out of line, so the one-shot kernel it
+// shares a launch entry with keeps its short path. Same semantics as
+// ring_run_ll2: the same slots, steps, flags and heads. Ranks sharing one
+// H200, CUDA graphs, three rounds against OXCCL_CUDA_LL1_FAST=0 (session
+// 16, run 6): 4 ranks 64-256 KiB 6.0-6.8 us against 8.5-8.9 in the ring
+// kernel, 8 ranks 32-128 KiB 10.7-11.4 against 14.8-15.8; 512 KiB within 5%.
+template <typename E, int OP>
+__device__ __noinline__ void ll2_fast_run(const RingArgs& a) {
+    typedef typename E::S S;
+    typedef typename E::A A;
+    const RingCommon& c = a.c;
+    const u32 n = c.nranks, q = c.rank, t = threadIdx.x, ch = blockIdx.x;
+    // Peer p's slots of my two steps, and mine of p's.
+    __shared__ uint4* sl[RING_LL1_MAX_RANKS];
+    __shared__ uint4* sl2[RING_LL1_MAX_RANKS];
+    __shared__ const uint4* rl[RING_LL1_MAX_RANKS];
+    __shared__ const uint4* rl2[RING_LL1_MAX_RANKS];
+    __shared__ u32 sfl[RING_LL1_MAX_RANKS], rfl[RING_LL1_MAX_RANKS];
+    __shared__ int fail;
+    const bool pt = t < n && t != q;
+    if (t == 0) fail = 0;
+    constexpr u64 pack = 8 / sizeof(S);
+    const u64 B = ((a.count + n - 1) / n + pack - 1) / pack * pack;
+    const u64 per = ((B + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
+    const u64 lo = umin((u64)ch * per, B), hi = umin(lo + per, B);
+    const u64 units = (hi - lo + pack - 1) / pack;
+    const S* in = (const S*)a.in;
+    S* out = (S*)a.out;
+    const u64 lq = ll2_len(a.count, B, q);
+    const u32 mask = c.ll_nslots - 1;  // a power of two (ring.rs, LL_NSLOTS)
+    const u64 simple = RING_HDR + (u64)c.nslots * c.slot;
+    char* sbase = nullptr;
+    const char* rbase = nullptr;
+    u64* rhead = nullptr;
+    const u64* shead = nullptr;
+    u64 hseen = 0;
+    if (pt) {
+        char* theirs = region_of(c, t, q, ch);
+        char* mine = region_of(c, q, t, ch);
+        sbase = theirs + simple;
+        rhead = (u64*)(theirs + RING_LL_HEAD);
+        rbase = mine + simple;
+        shead = (const u64*)(mine + RING_LL_HEAD);
+        hseen = ld_relaxed_sys(shead);
+    }
+    kernel_entry();
+    u64 rs = 0, ss = 0;
+    if (pt) {
+        rs = *counter(c, 3, t, ch);
+        ss = *counter(c, 2, t, ch);
+        // Room for both steps in t's slots.
+        if (ss + 2 > hseen + c.ll_nslots) {
+            u64 spins = 0, t0 = 0;
+            while (ld_relaxed_sys(shead) + c.ll_nslots < ss + 2)
+                if ((++spins & 1023) == 0 && (t0 = ll1_bounds(c.ctrl, c.timeout_ns, t0, t)) == 0) {
+                    fail = 1;
+                    break;
+                }
+        }
+        sl[t] = (uint4*)(sbase + (u64)((u32)ss & mask) * c.ll_bytes);
+        sl2[t] = (uint4*)(sbase + (u64)((u32)(ss + 1) & mask) * c.ll_bytes);
+        rl[t] = (const uint4*)(rbase + (u64)((u32)rs & mask) * c.ll_bytes);
+        rl2[t] = (const uint4*)(rbase + (u64)((u32)(rs + 1) & mask) * c.ll_bytes);
+        sfl[t] = (u32)(ss + 1);
+        rfl[t] = (u32)(rs + 1);
+    }
+    const A s = ring_scale<E>(a);
+    __syncthreads();
+    if (fail) return;
+    // The reduce-scatter's lines: block p's to rank p (at most 2 units per thread).
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const u64 u = t + (u64)j * blockDim.x;
+        if (u >= units) break;
+        const u64 e0 = lo + u * pack;
+        for (u32 p = 0; p < n; p++) {
+            const u64 lp = ll2_len(a.count, B, p);
+            if (p == q || e0 >= lp) continue;
+            const u64 v = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)p * B + e0, lp - e0), s, n);
+            st_line(sl[p] + u, v, sfl[p]);
+        }
+    }
+    // Block q reduced in rank order, written and sent to every rank.
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const u64 u = t + (u64)j * blockDim.x;
+        const u64 e0 = lo + u * pack;
+        if (u >= units || e0 >= lq) break;
+        const u64 mine = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)q * B + e0, lq - e0), s, n);
+        u64 acc = 0;
+        bool ok = true;
+        for (u32 p = 0; p < n; p++) {
+            u64 v = mine;
+            if (p != q && !ll1_take(c, rl[p] + u, rfl[p], p, v)) {
+                ok = false;
+                break;
+            }
+            acc = ll1_fold<E, OP>(false, nullptr, 0, 0, p, n, acc, v, s);
+        }
+        if (!ok) {
+            fail = 1;
+            break;
+        }
+        ll_unpack<E>(out + (u64)q * B + e0, acc, lq - e0);
+        for (u32 p = 0; p < n; p++) {
+            if (p == q) continue;
+            st_line(sl2[p] + u, acc, sfl[p] + 1);
+        }
+    }
+    // The all-gather's lines: block p from rank p.
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const u64 u = t + (u64)j * blockDim.x;
+        if (u >= units || fail) break;
+        const u64 e0 = lo + u * pack;
+        for (u32 p = 0; p < n; p++) {
+            const u64 lp = ll2_len(a.count, B, p);
+            if (p == q || e0 >= lp) continue;
+            u64 v;
+            if (!ll1_take(c, rl2[p] + u, rfl[p] + 1, p, v)) {
+                fail = 1;
+                break;
+            }
+            ll_unpack<E>(out + (u64)p * B + e0, v, lp - e0);
+        }
+    }
+    __syncthreads();
+    if (fail || !pt) return;
+    // Both of this round's slots from t were read (above the barrier).
+    st_relaxed_sys(rhead, rs + 2);
+    *counter(c, 3, t, ch) = rs + 2;
+    *counter(c, 2, t, ch) = ss + 2;
+}
+
 // One-shot all-reduce over Simple slots (at most RING_LL1_MAX_RANKS ranks):
 // as ring_run_ll1, with tails, heads and sizes instead of flags in the
 // lines, so slots can cross the network proxies (which move whole slots).
@@ -1875,8 +2012,9 @@ __device__ __forceinline__ void joint_run(const JointArgs& a) {
     }
 }
 
-// Each (type, op): the ring kernel, the small one-shot all-reduce
-// (ll1_fast_run, which calls kernel_entry itself, after its early loads),
+// Each (type, op): the ring kernel, the small one-shot and two-shot LL
+// collectives (ll1_fast_run, ll2_fast_run: each calls kernel_entry itself,
+// after its early loads),
 // every rank of a group of one process in one launch (joint_run) and the one-rank
 // scaling (used for PreMulSum only).
 #define OXCCL_RING(TN, E, ON, OP)                                                         \
@@ -1885,7 +2023,10 @@ __device__ __forceinline__ void joint_run(const JointArgs& a) {
         ring_run<E, OP>(a);                                                               \
     }                                                                                     \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ll1_##TN##_##ON(RingArgs a) {  \
-        ll1_fast_run<E, OP>(a);                                                           \
+        if (a.mode == RM_ALLREDUCE_LL2)                                                   \
+            ll2_fast_run<E, OP>(a);                                                       \
+        else                                                                              \
+            ll1_fast_run<E, OP>(a);                                                       \
     }                                                                                     \
     extern "C" __global__ void __launch_bounds__(512) oxccl_joint_##TN##_##ON(JointArgs a) { \
         kernel_entry();                                                                   \

@@ -350,8 +350,8 @@ pub struct DevComm {
     pair: Arc<std::sync::atomic::AtomicBool>,
     /// Its clique's ranks in this process and their GPUs (`local`).
     local: Arc<Local>,
-    /// One-shot LL collectives that fit take `oxccl_ll1_*`
-    /// (`OXCCL_CUDA_LL1_FAST`, [`ring::is_one_shot_ll`], [`ring::ll1_fast`]).
+    /// One-shot and two-shot LL collectives that fit take `oxccl_ll1_*`
+    /// (`OXCCL_CUDA_LL1_FAST`, [`ring::small_kernel_fits`]).
     ll1_fast: bool,
     /// `OXCCL_CUDA_JOINT_MAX` and `OXCCL_CUDA_JOINT_PEERS` ([`crate::joint`]).
     joint_max: u64,
@@ -2095,9 +2095,8 @@ impl DevComm {
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
         let (m, blocks) = ring::plan(mode, link_bytes, &r.thresholds());
         args.mode = m;
-        let f = if ring::is_one_shot_ll(m)
-            && self.ll1_fast
-            && ring::ll1_fast(count as u64, t.size() as u64, blocks, ring::LL_SLOT_BYTES)
+        let f = if self.ll1_fast
+            && ring::small_kernel_fits(m, count as u64, t.size() as u64, self.nranks as u32, blocks)
         {
             self.typed_function(Family::Ll1, t, op, || {
                 self.function_in(&kernels::ring_variant(t, op), &ring::ll1_kernel_name(t, op))

@@ -376,10 +376,13 @@ pub fn default_oneshot_max(nranks: usize) -> u64 {
 /// wait on the previous rank's lines; on NVSwitch machines (issue 10: every
 /// pair one NVLink hop) the n - 1 peers are reached at once. Measured with
 /// the ranks sharing one H200, under CUDA graphs, three rounds alternated
-/// (session 16, `scripts/perf-gpu.sh twoshot`): 4 ranks 64-256 KiB 8.5-8.9
-/// us against the LL ring's 13.7-16.0, 512 KiB 12.1-12.8 against 16.4-16.9;
-/// 8 ranks 32-256 KiB 15.1-16.5 against 28.2-31.2, 512 KiB 21.0-23.3
-/// against 32.2-32.9. Not yet on 4 or 8 GPUs (no such machine lent).
+/// (session 16, `scripts/perf-gpu.sh twoshot`, run 5, the two-shot then in
+/// the ring kernel): 4 ranks 64-256 KiB 8.5-8.9 us against the LL ring's
+/// 13.7-16.0, 512 KiB 12.1-12.8 against 16.4-16.9; 8 ranks 32-256 KiB
+/// 15.1-16.5 against 28.2-31.2, 512 KiB 21.0-23.3 against 32.2-32.9. In
+/// the small kernel ([`ll2_fast`], run 6): 4 ranks 64-256 KiB 6.0-6.8, 8
+/// ranks 32-128 KiB 10.7-11.4. Not yet on 4 or 8 GPUs (no such machine
+/// lent).
 pub fn default_twoshot_max(nranks: usize) -> u64 {
     if (3..=LL1_MAX_RANKS).contains(&nranks) {
         DEFAULT_LL_MAX
@@ -735,6 +738,34 @@ pub fn ll1_fast(count: u64, elem: u64, blocks: u32, ll_bytes: u64) -> bool {
     let per = count.div_ceil(blocks as u64).div_ceil(pack) * pack;
     let slot = (ll_bytes / 2 / elem) / pack * pack;
     per <= slot && per / pack <= 2 * THREADS as u64
+}
+
+/// Whether a two-shot LL all-reduce ([`RM_ALLREDUCE_LL2`]) of `count`
+/// elements of `elem` bytes among `nranks` ranks over `blocks` blocks fits
+/// the small kernel (ring.cu `ll2_fast_run`): as [`ll1_fast`] for one
+/// rank's block, `count / nranks` rounded up to whole 8-byte lines as the
+/// kernel cuts it. With the default channels that is every two-shot size
+/// (512 KiB for 4 ranks: 32 blocks of 4 KiB of each rank block).
+pub fn ll2_fast(count: u64, elem: u64, nranks: u32, blocks: u32, ll_bytes: u64) -> bool {
+    if elem == 0 || elem > 8 || nranks == 0 {
+        return false;
+    }
+    let pack = 8 / elem;
+    let block = count.div_ceil(nranks as u64).div_ceil(pack) * pack;
+    ll1_fast(block, elem, blocks, ll_bytes)
+}
+
+/// Whether a launch of `mode` (as [`plan`] chose it) runs in the small
+/// kernel (`oxccl_ll1_*`): a one-shot LL mode that fits [`ll1_fast`], or a
+/// two-shot that fits [`ll2_fast`].
+pub fn small_kernel_fits(mode: u32, count: u64, elem: u64, nranks: u32, blocks: u32) -> bool {
+    if is_one_shot_ll(mode) {
+        ll1_fast(count, elem, blocks, LL_SLOT_BYTES)
+    } else if mode == RM_ALLREDUCE_LL2 {
+        ll2_fast(count, elem, nranks, blocks, LL_SLOT_BYTES)
+    } else {
+        false
+    }
 }
 
 // ring.cu's ll1_fast_run takes a step's slot with a mask.
@@ -2649,6 +2680,31 @@ mod tests {
             ll1_kernel_name(DataType::Float32, RedOp::Sum),
             "oxccl_ll1_f32_sum"
         );
+        // Every two-shot size of 3, 4 and 8 ranks at the default channels,
+        // every type size, takes the small kernel.
+        for n in [3usize, 4, 8] {
+            let cfg = RingConfig::new(false, 4 << 20, None, None, n, Duration::from_secs(1));
+            let t = Thresholds::of(&cfg, n, false);
+            for elem in [1u64, 2, 4, 8] {
+                for bytes in [24u64 << 10, 40 << 10, 65544, 128 << 10, 300000, 512 << 10] {
+                    let (m, blocks) = plan(RM_ALLREDUCE, bytes, &t);
+                    if m == RM_ALLREDUCE_LL2 {
+                        let count = bytes / elem;
+                        assert!(
+                            small_kernel_fits(m, count, elem, n as u32, blocks),
+                            "{n} {elem} {bytes}"
+                        );
+                    }
+                }
+            }
+        }
+        // One rank block per block of one slot (8 KiB of data): 8 ranks of
+        // 2,048 floats each fit one block, a line more does not.
+        assert!(ll2_fast(8 * 2048, 4, 8, 1, LL_SLOT_BYTES));
+        assert!(!ll2_fast(8 * 2048 + 8 * 2, 4, 8, 1, LL_SLOT_BYTES));
+        assert!(!ll2_fast(1, 4, 0, 1, LL_SLOT_BYTES));
+        assert!(!small_kernel_fits(RM_ALLREDUCE_LL, 8, 4, 4, 1));
+        assert!(small_kernel_fits(RM_ALLREDUCE_LL1, 8, 4, 4, 1));
     }
 
     #[test]
