@@ -209,7 +209,7 @@ pub fn topo_channels(worst: oxccl_core::topo::Path, default: u32) -> u32 {
 }
 
 /// Whether a launch of `blocks` blocks on a GPU where `sharing` ranks of
-/// the communicator run in this process (`sms` SMs) may be programmatic
+/// the communicator run (`sms` SMs) may be programmatic
 /// (start early: [`crate::device::launch_raw`]). An early launch's blocks
 /// hold SMs while they wait for the kernel before them, so every rank on
 /// the GPU may hold its kernel and its next at once, and each kernel waits
@@ -927,7 +927,7 @@ pub struct Ring {
     mappings: Vec<Mapping>,
     same_process: Vec<bool>,
     same_host: Vec<bool>,
-    /// Ranks of the communicator on this rank's GPU in this process (itself
+    /// Ranks of the communicator on this rank's GPU (itself
     /// included), and the GPU's SMs ([`pdl_fits`]).
     sharing: u32,
     sms: u32,
@@ -1349,9 +1349,11 @@ impl Ring {
             .enumerate()
             .map(|(i, w)| boot.same_host[i] && w.nonce == who[rank].nonce)
             .collect();
+        // Ranks of other processes count too: under MPS their kernels run
+        // beside ours as those of one process do.
         let sharing = who
             .iter()
-            .zip(&same_process)
+            .zip(&boot.same_host)
             .filter(|(w, &here)| here && w.bus == who[rank].bus)
             .count() as u32;
         // Round 2: can this rank reach every GPU peer-to-peer?
