@@ -1141,7 +1141,7 @@ fn logged_lines(
     needle: &str,
 ) -> Vec<String> {
     let dir = std::env::temp_dir().join(format!(
-        "oxccl-ring-order-{}-{}",
+        "oxccl-logged-lines-{}-{}",
         std::process::id(),
         NEXT_LOG_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
