@@ -479,6 +479,32 @@ __device__ __forceinline__ bool ll_wait(const RingCommon& c, const uint4* p, u32
     }
 }
 
+// A wait's bounds for the small kernel and the two-shot's rounds
+// (common.cuh's wait_check), out of line so its poll loops stay a few
+// instructions, with the words it needs by value (a reference to the
+// arguments made every thread copy them to its stack: 152 bytes): every
+// 1024 polls, with the wait's start `t0` (0 at the first check); returns
+// the start, or 0 when the wait must give up (timeout, the host's abort,
+// another block's error), recorded.
+__device__ __noinline__ u64 ll1_bounds(u32* ctrl, u64 timeout_ns, u64 t0, u32 peer) {
+    return wait_check(ctrl, timeout_ns, t0, peer) == 0 ? t0 : 0;
+}
+
+// One thread: waits for the line at `l` to carry flag `fl` (from `peer`)
+// and takes its 8 data bytes; false when the wait gave up (ll1_bounds).
+__device__ __forceinline__ bool ll1_take(const RingCommon& c, const uint4* l, u32 fl, u32 peer,
+                                         u64& v) {
+    u64 spins = 0, t0 = 0;
+    uint4 x = ld_line(l);
+    while (x.y != fl || x.w != fl) {
+        if ((++spins & 1023) == 0 && (t0 = ll1_bounds(c.ctrl, c.timeout_ns, t0, peer)) == 0)
+            return false;
+        x = ld_line(l);
+    }
+    v = (u64)x.x | ((u64)x.z << 32);
+    return true;
+}
+
 // 8 bytes of elements from p (only `avail` of them exist; the rest are 0).
 template <typename E>
 __device__ __forceinline__ u64 ll_pack(const typename E::S* p, u64 avail) {
@@ -573,6 +599,12 @@ __device__ __forceinline__ bool ll_room(LLChan& k, const RingCommon& c, u32 step
     return wait_ge(c, k.shead, k.sstep + steps - c.ll_nslots, k.next, false, &k.hseen);
 }
 
+// Slot `step` of the LL slots at `base` (ll_nslots is a power of two:
+// ring.rs asserts it of LL_NSLOTS, so a mask, not a 64-bit division).
+__device__ __forceinline__ uint4* ll_slot(const RingCommon& c, const char* base, u64 step) {
+    return (uint4*)(base + (u64)((u32)step & (c.ll_nslots - 1)) * c.ll_bytes);
+}
+
 // One LL step of n elements by the whole block (as rstep, without tails).
 template <typename E, int OP>
 __device__ __noinline__ bool ll_step(LLChan& k, const RingCommon& c, u32 f, bool send,
@@ -587,8 +619,8 @@ __device__ __noinline__ bool ll_step(LLChan& k, const RingCommon& c, u32 f, bool
     __syncthreads();
     if (k.fail) return false;
     const u32 rfl = (u32)(k.rstep + 1), sfl = (u32)(k.sstep + 1);
-    const uint4* rl = (const uint4*)(k.rll + (k.rstep % c.ll_nslots) * c.ll_bytes);
-    uint4* sl = (uint4*)(k.sll + (k.sstep % c.ll_nslots) * c.ll_bytes);
+    const uint4* rl = ll_slot(c, k.rll, k.rstep);
+    uint4* sl = ll_slot(c, k.sll, k.sstep);
     const u64 units = (n + N - 1) / N;
     for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
         const u64 e0 = u * N, avail = n - e0;
@@ -769,7 +801,7 @@ __device__ void ring_run_ll1(const RingArgs& a) {
                                                                        : ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + e0, hi - e0), s, n);
             for (u32 p = 0; p < n; p++) {
                 if (!ll1_sends(md, q, p, root)) continue;
-                uint4* sl = (uint4*)(k[p].sll + (k[p].sstep % c.ll_nslots) * c.ll_bytes);
+                uint4* sl = ll_slot(c, k[p].sll, k[p].sstep);
                 const u64 v =
                     rs ? ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + p * M + e0, hi - e0), s, n) : mine;
                 st_line(sl + u, v, (u32)(k[p].sstep + 1));
@@ -784,8 +816,8 @@ __device__ void ring_run_ll1(const RingArgs& a) {
                 if (q == root) {
                     if (in == out) continue;
                     v = ll_pack<E>(in + e0, avail);
-                } else if (!ll_wait(c, (const uint4*)(k[root].rll + (k[root].rstep % c.ll_nslots) * c.ll_bytes) + u,
-                                    (u32)(k[root].rstep + 1), &v, root)) {
+                } else if (!ll_wait(c, ll_slot(c, k[root].rll, k[root].rstep) + u, (u32)(k[root].rstep + 1), &v,
+                                    root)) {
                     fail = 1;
                     break;
                 }
@@ -800,8 +832,7 @@ __device__ void ring_run_ll1(const RingArgs& a) {
             for (u32 p = 0; p < n; p++) {
                 u64 v = mine;
                 if (p != q) {
-                    const uint4* rl =
-                        (const uint4*)(k[p].rll + (k[p].rstep % c.ll_nslots) * c.ll_bytes);
+                    const uint4* rl = ll_slot(c, k[p].rll, k[p].rstep);
                     if (!ll_wait(c, rl + u, (u32)(k[p].rstep + 1), &v, p)) {
                         fail = 1;
                         break;
@@ -847,100 +878,131 @@ __device__ __forceinline__ u64 ll2_len(u64 count, u64 B, u32 p) {
     return b >= count ? 0 : umin(B, count - b);
 }
 
+// One round's slots and flags towards every peer (shared memory; thread p
+// fills entry p): s[p][i] is peer p's slot for my step i of the round (0:
+// reduce-scatter, 1: all-gather), r[p][i] mine for p's; flags of step 0
+// (step 1's are one more).
+struct LL2Round {
+    uint4* s[RING_LL1_MAX_RANKS][2];
+    const uint4* r[RING_LL1_MAX_RANKS][2];
+    u32 sfl[RING_LL1_MAX_RANKS], rfl[RING_LL1_MAX_RANKS];
+};
+
+// Thread p's entry of R for its peer p: its send and receive steps now.
+__device__ __forceinline__ void ll2_slots(LL2Round& R, const RingCommon& c, u32 p, char* sbase,
+                                          const char* rbase, u64 ss, u64 rs) {
+    R.s[p][0] = ll_slot(c, sbase, ss);
+    R.s[p][1] = ll_slot(c, sbase, ss + 1);
+    R.r[p][0] = ll_slot(c, rbase, rs);
+    R.r[p][1] = ll_slot(c, rbase, rs + 1);
+    R.sfl[p] = (u32)(ss + 1);
+    R.rfl[p] = (u32)(rs + 1);
+}
+
+// One round of the two-shot by the whole block: `units` lines from element
+// `base` of every rank block of B elements (the last blocks shorter or
+// empty; at most 2 lines per thread: a round is at most one LL slot of
+// 1,024 lines, the kernels have 512 threads). Block p's lines to rank p,
+// block q reduced in rank order, written, and sent to every rank as soon
+// as each line is reduced, then the other blocks taken. False when a wait
+// gave up (recorded).
+template <typename E, int OP>
+__device__ __forceinline__ bool ll2_round(const RingArgs& a, const LL2Round& R, u64 B, u64 base,
+                                          u64 units, typename E::A s) {
+    typedef typename E::S S;
+    const RingCommon& c = a.c;
+    const u32 n = c.nranks, q = c.rank, t = threadIdx.x;
+    constexpr u64 pack = 8 / sizeof(S);
+    const S* in = (const S*)a.in;
+    S* out = (S*)a.out;
+    const u64 lq = ll2_len(a.count, B, q);
+    // The reduce-scatter's lines: block p's to rank p.
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const u64 u = t + (u64)j * blockDim.x;
+        if (u >= units) break;
+        const u64 e0 = base + u * pack;
+        for (u32 p = 0; p < n; p++) {
+            const u64 lp = ll2_len(a.count, B, p);
+            if (p == q || e0 >= lp) continue;
+            const u64 v = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)p * B + e0, lp - e0), s, n);
+            st_line(R.s[p][0] + u, v, R.sfl[p]);
+        }
+    }
+    // Block q reduced in rank order, written and sent to every rank.
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const u64 u = t + (u64)j * blockDim.x;
+        const u64 e0 = base + u * pack;
+        if (u >= units || e0 >= lq) break;
+        const u64 mine = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)q * B + e0, lq - e0), s, n);
+        u64 acc = 0;
+        for (u32 p = 0; p < n; p++) {
+            u64 v = mine;
+            if (p != q && !ll1_take(c, R.r[p][0] + u, R.rfl[p], p, v)) return false;
+            acc = ll1_fold<E, OP>(false, nullptr, 0, 0, p, n, acc, v, s);
+        }
+        ll_unpack<E>(out + (u64)q * B + e0, acc, lq - e0);
+        for (u32 p = 0; p < n; p++)
+            if (p != q) st_line(R.s[p][1] + u, acc, R.sfl[p] + 1);
+    }
+    // The all-gather's lines: block p from rank p.
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const u64 u = t + (u64)j * blockDim.x;
+        if (u >= units) break;
+        const u64 e0 = base + u * pack;
+        for (u32 p = 0; p < n; p++) {
+            const u64 lp = ll2_len(a.count, B, p);
+            if (p == q || e0 >= lp) continue;
+            u64 v;
+            if (!ll1_take(c, R.r[p][1] + u, R.rfl[p] + 1, p, v)) return false;
+            ll_unpack<E>(out + (u64)p * B + e0, v, lp - e0);
+        }
+    }
+    return true;
+}
+
+// The two-shot in the ring kernel, for parts of more than one LL slot per
+// block (fewer channels than ll2_fast wants): a round per slot.
 template <typename E, int OP>
 __device__ void ring_run_ll2(const RingArgs& a) {
     typedef typename E::S S;
-    typedef typename E::A A;
     const RingCommon& c = a.c;
     __shared__ LLChan k[RING_LL1_MAX_RANKS];
+    __shared__ LL2Round R;
     __shared__ int fail;
-    const u32 n = c.nranks, q = c.rank;
+    const u32 n = c.nranks, q = c.rank, t = threadIdx.x;
+    const bool pt = t < n && t != q;
     ll_open_peers(k, c);
-    if (threadIdx.x == 0) fail = 0;
-    const A s = ring_scale<E>(a);
+    if (t == 0) fail = 0;
+    const typename E::A s = ring_scale<E>(a);
     constexpr u64 pack = 8 / sizeof(S);
     const u64 E_ = (c.ll_bytes / 2 / sizeof(S)) / pack * pack;  // elements per LL slot
     // Rank blocks in whole lines, so no line straddles two of them.
     const u64 B = ((a.count + n - 1) / n + pack - 1) / pack * pack;
     const u64 per = ((B + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
     const u64 lo = umin((u64)blockIdx.x * per, B), hi = umin(lo + per, B);
-    const S* in = (const S*)a.in;
-    S* out = (S*)a.out;
-    const u64 lq = ll2_len(a.count, B, q);
-    S* oq = out + (u64)q * B;
     __syncthreads();
     for (u64 base = lo; base < hi; base += E_) {
-        const u64 units = (umin(E_, hi - base) + pack - 1) / pack;
-        if (threadIdx.x == 0) {
-            for (u32 p = 0; p < n; p++)
-                if (p != q && !ll_room(k[p], c, 2)) {
-                    fail = 1;
-                    break;
-                }
+        if (pt) {
+            // Room for both of the round's steps in t's slots.
+            if (!ll_room(k[t], c, 2)) fail = 1;
+            ll2_slots(R, c, t, k[t].sll, k[t].rll, k[t].sstep, k[t].rstep);
         }
         __syncthreads();
         if (fail) break;
-        // The reduce-scatter's lines: block p's to rank p.
-        for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
-            const u64 e0 = base + u * pack;
-            for (u32 p = 0; p < n; p++) {
-                const u64 lp = ll2_len(a.count, B, p);
-                if (p == q || e0 >= lp) continue;
-                const u64 v = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)p * B + e0, lp - e0), s, n);
-                uint4* sl = (uint4*)(k[p].sll + (k[p].sstep % c.ll_nslots) * c.ll_bytes);
-                st_line(sl + u, v, (u32)(k[p].sstep + 1));
-            }
-        }
-        // Block q reduced in rank order, written, and sent to every rank.
-        for (u64 u = threadIdx.x; u < units; u += blockDim.x) {
-            const u64 e0 = base + u * pack;
-            if (e0 >= lq) break;
-            const u64 mine = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)q * B + e0, lq - e0), s, n);
-            u64 acc = 0;
-            for (u32 p = 0; p < n; p++) {
-                u64 v = mine;
-                if (p != q) {
-                    const uint4* rl = (const uint4*)(k[p].rll + (k[p].rstep % c.ll_nslots) * c.ll_bytes);
-                    if (!ll_wait(c, rl + u, (u32)(k[p].rstep + 1), &v, p)) {
-                        fail = 1;
-                        break;
-                    }
-                }
-                acc = ll1_fold<E, OP>(false, nullptr, 0, 0, p, n, acc, v, s);
-            }
-            if (fail) break;
-            ll_unpack<E>(oq + e0, acc, lq - e0);
-            for (u32 p = 0; p < n; p++) {
-                if (p == q) continue;
-                uint4* sl = (uint4*)(k[p].sll + ((k[p].sstep + 1) % c.ll_nslots) * c.ll_bytes);
-                st_line(sl + u, acc, (u32)(k[p].sstep + 2));
-            }
-        }
-        // The all-gather's lines: block p from rank p.
-        for (u64 u = threadIdx.x; u < units && !fail; u += blockDim.x) {
-            const u64 e0 = base + u * pack;
-            for (u32 p = 0; p < n; p++) {
-                const u64 lp = ll2_len(a.count, B, p);
-                if (p == q || e0 >= lp) continue;
-                const uint4* rl = (const uint4*)(k[p].rll + ((k[p].rstep + 1) % c.ll_nslots) * c.ll_bytes);
-                u64 v;
-                if (!ll_wait(c, rl + u, (u32)(k[p].rstep + 2), &v, p)) {
-                    fail = 1;
-                    break;
-                }
-                ll_unpack<E>(out + (u64)p * B + e0, v, lp - e0);
-            }
-        }
+        if (!ll2_round<E, OP>(a, R, B, base, (umin(E_, hi - base) + pack - 1) / pack, s)) fail = 1;
         __syncthreads();
         if (fail) break;
-        if (threadIdx.x < n && threadIdx.x != q) {
-            // Both of this round's slots from the peer were read (above the
+        if (pt) {
+            // Both of this round's slots from t were read (above the
             // barrier): it may reuse them.
-            LLChan& kp = k[threadIdx.x];
-            kp.sstep += 2;
-            kp.rstep += 2;
-            st_relaxed_sys(kp.rhead, kp.rstep);
+            k[t].sstep += 2;
+            k[t].rstep += 2;
+            st_relaxed_sys(k[t].rhead, k[t].rstep);
         }
+        // Every thread has read `fail` before anyone sets it again.
         __syncthreads();
     }
     if (!fail) ll_close_peers(k, c);
@@ -973,30 +1035,6 @@ __device__ void ring_run_ll2(const RingArgs& a) {
 // Semantics as ring_run_ll1's: the same slots, steps, flags and heads
 // (only the directions that carry lines advance), contributions combined
 // in rank order (every rank's bits equal).
-// A wait's bounds for the small kernel (common.cuh's wait_check), out of
-// line so its poll loops stay a few instructions, with the words it needs
-// by value (a reference to the arguments made every thread copy them to
-// its stack: 152 bytes): every 1024 polls, with the wait's start `t0` (0
-// at the first check); returns the start, or 0 when the wait must give up
-// (timeout, the host's abort, another block's error), recorded.
-__device__ __noinline__ u64 ll1_bounds(u32* ctrl, u64 timeout_ns, u64 t0, u32 peer) {
-    return wait_check(ctrl, timeout_ns, t0, peer) == 0 ? t0 : 0;
-}
-
-// One thread: waits for the line at `l` to carry flag `fl` (from `peer`)
-// and takes its 8 data bytes; false when the wait gave up (ll1_bounds).
-__device__ __forceinline__ bool ll1_take(const RingCommon& c, const uint4* l, u32 fl, u32 peer,
-                                         u64& v) {
-    u64 spins = 0, t0 = 0;
-    uint4 x = ld_line(l);
-    while (x.y != fl || x.w != fl) {
-        if ((++spins & 1023) == 0 && (t0 = ll1_bounds(c.ctrl, c.timeout_ns, t0, peer)) == 0)
-            return false;
-        x = ld_line(l);
-    }
-    v = (u64)x.x | ((u64)x.z << 32);
-    return true;
-}
 
 template <typename E, int OP>
 __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
@@ -1194,15 +1232,9 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
 template <typename E, int OP>
 __device__ __noinline__ void ll2_fast_run(const RingArgs& a) {
     typedef typename E::S S;
-    typedef typename E::A A;
     const RingCommon& c = a.c;
     const u32 n = c.nranks, q = c.rank, t = threadIdx.x, ch = blockIdx.x;
-    // Peer p's slots of my two steps, and mine of p's.
-    __shared__ uint4* sl[RING_LL1_MAX_RANKS];
-    __shared__ uint4* sl2[RING_LL1_MAX_RANKS];
-    __shared__ const uint4* rl[RING_LL1_MAX_RANKS];
-    __shared__ const uint4* rl2[RING_LL1_MAX_RANKS];
-    __shared__ u32 sfl[RING_LL1_MAX_RANKS], rfl[RING_LL1_MAX_RANKS];
+    __shared__ LL2Round R;
     __shared__ int fail;
     const bool pt = t < n && t != q;
     if (t == 0) fail = 0;
@@ -1210,11 +1242,6 @@ __device__ __noinline__ void ll2_fast_run(const RingArgs& a) {
     const u64 B = ((a.count + n - 1) / n + pack - 1) / pack * pack;
     const u64 per = ((B + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
     const u64 lo = umin((u64)ch * per, B), hi = umin(lo + per, B);
-    const u64 units = (hi - lo + pack - 1) / pack;
-    const S* in = (const S*)a.in;
-    S* out = (S*)a.out;
-    const u64 lq = ll2_len(a.count, B, q);
-    const u32 mask = c.ll_nslots - 1;  // a power of two (ring.rs, LL_NSLOTS)
     const u64 simple = RING_HDR + (u64)c.nslots * c.slot;
     char* sbase = nullptr;
     const char* rbase = nullptr;
@@ -1244,73 +1271,12 @@ __device__ __noinline__ void ll2_fast_run(const RingArgs& a) {
                     break;
                 }
         }
-        sl[t] = (uint4*)(sbase + (u64)((u32)ss & mask) * c.ll_bytes);
-        sl2[t] = (uint4*)(sbase + (u64)((u32)(ss + 1) & mask) * c.ll_bytes);
-        rl[t] = (const uint4*)(rbase + (u64)((u32)rs & mask) * c.ll_bytes);
-        rl2[t] = (const uint4*)(rbase + (u64)((u32)(rs + 1) & mask) * c.ll_bytes);
-        sfl[t] = (u32)(ss + 1);
-        rfl[t] = (u32)(rs + 1);
+        ll2_slots(R, c, t, sbase, rbase, ss, rs);
     }
-    const A s = ring_scale<E>(a);
+    const typename E::A s = ring_scale<E>(a);
     __syncthreads();
     if (fail) return;
-    // The reduce-scatter's lines: block p's to rank p (at most 2 units per thread).
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const u64 u = t + (u64)j * blockDim.x;
-        if (u >= units) break;
-        const u64 e0 = lo + u * pack;
-        for (u32 p = 0; p < n; p++) {
-            const u64 lp = ll2_len(a.count, B, p);
-            if (p == q || e0 >= lp) continue;
-            const u64 v = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)p * B + e0, lp - e0), s, n);
-            st_line(sl[p] + u, v, sfl[p]);
-        }
-    }
-    // Block q reduced in rank order, written and sent to every rank.
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const u64 u = t + (u64)j * blockDim.x;
-        const u64 e0 = lo + u * pack;
-        if (u >= units || e0 >= lq) break;
-        const u64 mine = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)q * B + e0, lq - e0), s, n);
-        u64 acc = 0;
-        bool ok = true;
-        for (u32 p = 0; p < n; p++) {
-            u64 v = mine;
-            if (p != q && !ll1_take(c, rl[p] + u, rfl[p], p, v)) {
-                ok = false;
-                break;
-            }
-            acc = ll1_fold<E, OP>(false, nullptr, 0, 0, p, n, acc, v, s);
-        }
-        if (!ok) {
-            fail = 1;
-            break;
-        }
-        ll_unpack<E>(out + (u64)q * B + e0, acc, lq - e0);
-        for (u32 p = 0; p < n; p++) {
-            if (p == q) continue;
-            st_line(sl2[p] + u, acc, sfl[p] + 1);
-        }
-    }
-    // The all-gather's lines: block p from rank p.
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const u64 u = t + (u64)j * blockDim.x;
-        if (u >= units || fail) break;
-        const u64 e0 = lo + u * pack;
-        for (u32 p = 0; p < n; p++) {
-            const u64 lp = ll2_len(a.count, B, p);
-            if (p == q || e0 >= lp) continue;
-            u64 v;
-            if (!ll1_take(c, rl2[p] + u, rfl[p] + 1, p, v)) {
-                fail = 1;
-                break;
-            }
-            ll_unpack<E>(out + (u64)p * B + e0, v, lp - e0);
-        }
-    }
+    if (!ll2_round<E, OP>(a, R, B, lo, (hi - lo + pack - 1) / pack, s)) fail = 1;
     __syncthreads();
     if (fail || !pt) return;
     // Both of this round's slots from t were read (above the barrier).
@@ -1614,7 +1580,7 @@ __device__ bool p2p_ll_send(const RingCommon& c, LLChan& k, const char* src, u64
         if (threadIdx.x == 0) k.fail = ll_room(k, c) ? 0 : 1;
         __syncthreads();
         if (k.fail) return false;
-        uint4* sl = (uint4*)(k.sll + (k.sstep % c.ll_nslots) * c.ll_bytes);
+        uint4* sl = ll_slot(c, k.sll, k.sstep);
         const u32 fl = (u32)(k.sstep + 1);
         for (u64 u = threadIdx.x; u * 8 < n; u += blockDim.x)
             st_line(sl + u, ld8(src + off + u * 8, n - u * 8), fl);
@@ -1630,7 +1596,7 @@ __device__ bool p2p_ll_recv(const RingCommon& c, LLChan& k, char* dst, u64 bytes
     const u64 per = c.ll_bytes / 2;
     for (u64 off = 0; off < bytes; off += per) {
         const u64 n = umin(per, bytes - off);
-        const uint4* rl = (const uint4*)(k.rll + (k.rstep % c.ll_nslots) * c.ll_bytes);
+        const uint4* rl = ll_slot(c, k.rll, k.rstep);
         const u32 fl = (u32)(k.rstep + 1);
         for (u64 u = threadIdx.x; u * 8 < n; u += blockDim.x) {
             u64 v = 0;
