@@ -64,6 +64,12 @@
 #                                    # GPU of its own (else the ranks share the GPUs,
 #                                    # --share-gpus, no NCCL); then every type and op
 #                                    # checked (OXCCL_TWOSHOT_RANKS picks the counts)
+#   scripts/perf-gpu.sh twoshot_wide # all_reduce 256 KB-8 MB, 4 and 8 ranks of one
+#                                    # process under graphs: the two-shot past LL's
+#                                    # bound (OXCCL_CUDA_TWOSHOT_MAX=8M) against the
+#                                    # default (Simple ring from 512 KiB), three
+#                                    # rounds, NCCL beside where every rank has a GPU
+#                                    # (else --share-gpus, no NCCL); then checked
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
 #                                    # the copy-engine reduction at its default
 #                                    # bound and off (SM kernel), vs NCCL
@@ -345,6 +351,22 @@ if [ "$MODE" = twoshot ]; then
       OXCCL_CUDA_TWOSHOT_MAX=0 run "twoshot_g${g}_ring_$round" 120 "$X" $P $R -J "$OUTDIR/twoshot_g${g}_ring_$round.json"
     done
     OXCCL_CUDA_JOINT_MAX=0 run "twoshot_check_g$g" 200 "$X" $P all_reduce --backend cuda $G -b 8 -e 1M -f 4 -c 1 -n 3 -w 1 -d all -o all
+  done
+fi
+if [ "$MODE" = twoshot_wide ]; then
+  # Where the two-shot should stop on NVSwitch machines: published one- and
+  # two-shot kernels keep a two-shot to ~4 MB on 8 GPUs, where ours takes
+  # the Simple ring from LL's 512 KiB. OXCCL_CUDA_TWOSHOT_MAX alone moves
+  # the bound (NCCL_PROTO would change NCCL's run beside it too).
+  NG=$(nvidia-smi -L | wc -l)
+  for g in ${OXCCL_TWOSHOT_RANKS:-4 8}; do
+    if [ "$g" -le "$NG" ]; then G="-g $g"; cmp="--compare $NCCL"; else G="-g $g --share-gpus"; cmp=""; fi
+    R="all_reduce --backend cuda $G -b 256K -e 8M -f 2 -n 100 -w 10 -c 0 -G 5 $cmp"
+    for round in 1 2 3; do
+      OXCCL_CUDA_TWOSHOT_MAX=8M run "twoshot_wide_g${g}_$round" 120 "$X" $P $R -J "$OUTDIR/twoshot_wide_g${g}_$round.json"
+      run "twoshot_wide_g${g}_default_$round" 120 "$X" $P $R -J "$OUTDIR/twoshot_wide_g${g}_default_$round.json"
+    done
+    OXCCL_CUDA_TWOSHOT_MAX=8M OXCCL_CUDA_JOINT_MAX=0 run "twoshot_wide_check_g$g" 200 "$X" $P all_reduce --backend cuda $G -b 40004 -e 8000004 -f 3 -c 1 -n 3 -w 1 -d float,bfloat16,int8,double,half -o sum,max,avg
   done
 fi
 if [ "$MODE" = ar_mid ]; then

@@ -492,7 +492,7 @@ params! {
     // crossings for the same bytes (crates/oxccl-cuda/src/ring.rs,
     // default_twoshot_max; 4 and 8 ranks sharing one H200, session 16).
     CUDA_TWOSHOT_MAX: Opt<Size> = "OXCCL_CUDA_TWOSHOT_MAX", "", honoured,
-        "All-reduces on device buffers of 3 to 8 ranks of one host, larger than the one-shot bound (OXCCL_CUDA_ONESHOT_MAX) and within LL's, up to this many bytes take a two-shot kernel over LL lines (block p of every rank to rank p, reduced there, then sent to every rank: two crossings) instead of the LL ring (2 x (ranks - 1) dependent steps). 0: never. Unset: 512K (LL's default bound). NCCL_ALGO without TwoShot also turns it off; not for 2 ranks (the one-shot serves them) or across hosts.";
+        "All-reduces on device buffers of 3 to 8 ranks of one host, larger than the one-shot bound (OXCCL_CUDA_ONESHOT_MAX), up to this many bytes take a two-shot kernel over LL lines (block p of every rank to rank p, reduced there, then sent to every rank: two crossings) instead of the LL ring (2 x (ranks - 1) dependent steps), and, set above LL's bound, instead of the Simple ring up to it. 0: never. Unset: 512K (LL's default bound). NCCL_ALGO without TwoShot or NCCL_PROTO without LL also turns it off; not for 2 ranks (the one-shot serves them) or across hosts.";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,
         "The GPU ring path's rank order, e.g. 0,2,1,3 (every rank once; rank 0's setting is used by all). Unset: chosen from the topology (NVLink, PCIe switches, NUMA nodes; each host's ranks together).";
     INIT_TIMEOUT_MS: U64 = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,

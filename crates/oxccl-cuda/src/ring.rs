@@ -414,8 +414,9 @@ pub struct Thresholds {
     pub ll_max: u64,
     /// ... and the one-shot LL kernel up to this many (0 across hosts).
     pub oneshot_max: u64,
-    /// ... and above that, the two-shot LL kernel up to this many (0 across
-    /// hosts, and for 2 or more than [`LL1_MAX_RANKS`] ranks).
+    /// ... and above that, the two-shot LL kernel up to this many, which
+    /// may pass `ll_max` (0 across hosts, without LL, and for 2 or more
+    /// than [`LL1_MAX_RANKS`] ranks).
     pub twoshot_max: u64,
     /// Ranks of the communicator (the two-shot's blocks are 1/n of it).
     pub nranks: u32,
@@ -447,7 +448,8 @@ impl Thresholds {
             channels: cfg.channels,
             ll_max: if cross { 0 } else { cfg.ll_max },
             oneshot_max: if cross || !small { 0 } else { cfg.oneshot_max },
-            twoshot_max: if cross || !small || nranks < 3 {
+            // An LL kernel: none where LL is not allowed (NCCL_PROTO).
+            twoshot_max: if cross || !small || nranks < 3 || cfg.ll_max == 0 {
                 0
             } else {
                 cfg.twoshot_max
@@ -512,29 +514,30 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
     }
     if bytes <= t.oneshot_net_max {
         (RM_ALLREDUCE_1S, simple)
+    } else if bytes <= t.ll_max && bytes <= t.oneshot_max {
+        // A block per 4 KiB: 512 LL lines, one per thread. With a block
+        // per 8 KiB (two lines per thread) 8-64 KB all-reduces took
+        // 4.9-5.0 us under CUDA graphs against 4.1-4.3 (2 processes,
+        // 2xH200, session 6; 128 KB 5.09 against 4.60; a block per
+        // 2 KiB was no better: 3.97-4.65).
+        (
+            RM_ALLREDUCE_LL1,
+            ll_channels(bytes.saturating_mul(2), t.channels),
+        )
+    } else if bytes <= t.twoshot_max {
+        // A block per 4 KiB of a rank's block (1/n of the message), as
+        // the one-shot reduce-scatter's: each block then sends and
+        // receives one slot's lines per peer and step up to LL's bound.
+        // Its own bound may pass LL's (set above 512 KiB it replaces the
+        // Simple ring there, as published two-shot kernels do to ~4 MB on
+        // 8 GPUs; not measured on such a machine yet).
+        let block = bytes.div_ceil(t.nranks.max(1) as u64);
+        (
+            RM_ALLREDUCE_LL2,
+            ll_channels(block.saturating_mul(2), t.channels),
+        )
     } else if bytes <= t.ll_max {
-        if bytes <= t.oneshot_max {
-            // A block per 4 KiB: 512 LL lines, one per thread. With a block
-            // per 8 KiB (two lines per thread) 8-64 KB all-reduces took
-            // 4.9-5.0 us under CUDA graphs against 4.1-4.3 (2 processes,
-            // 2xH200, session 6; 128 KB 5.09 against 4.60; a block per
-            // 2 KiB was no better: 3.97-4.65).
-            (
-                RM_ALLREDUCE_LL1,
-                ll_channels(bytes.saturating_mul(2), t.channels),
-            )
-        } else if bytes <= t.twoshot_max {
-            // A block per 4 KiB of a rank's block (1/n of the message), as
-            // the one-shot reduce-scatter's: each block then sends and
-            // receives one slot's lines per peer and step up to LL's bound.
-            let block = bytes.div_ceil(t.nranks.max(1) as u64);
-            (
-                RM_ALLREDUCE_LL2,
-                ll_channels(block.saturating_mul(2), t.channels),
-            )
-        } else {
-            (RM_ALLREDUCE_LL, ll_channels(bytes, t.channels))
-        }
+        (RM_ALLREDUCE_LL, ll_channels(bytes, t.channels))
     } else {
         (RM_ALLREDUCE, simple)
     }
@@ -2783,6 +2786,19 @@ mod tests {
         ll.twoshot_max = u64::MAX;
         let t4 = Thresholds::of(&ll, 4, false);
         assert_eq!(plan(RM_ALLREDUCE, 1 << 20, &t4), (RM_ALLREDUCE_LL2, 32));
+        // The two-shot's bound above LL's (OXCCL_CUDA_TWOSHOT_MAX=4M alone):
+        // the two-shot to it, then the Simple ring; NCCL_PROTO without LL
+        // turns it off (it is an LL kernel).
+        let mut wide = RingConfig::new(false, 4 << 20, None, None, 8, Duration::from_secs(1));
+        wide.twoshot_max = 4 << 20;
+        let t8 = Thresholds::of(&wide, 8, false);
+        assert_eq!(plan(RM_ALLREDUCE, 16 << 10, &t8), (RM_ALLREDUCE_LL1, 4));
+        assert_eq!(plan(RM_ALLREDUCE, 4 << 20, &t8), (RM_ALLREDUCE_LL2, 16));
+        assert_eq!(plan(RM_ALLREDUCE, (4 << 20) + 16, &t8), (RM_ALLREDUCE, 16));
+        wide.ll_max = 0;
+        let t8 = Thresholds::of(&wide, 8, false);
+        assert_eq!(t8.twoshot_max, 0);
+        assert_eq!(plan(RM_ALLREDUCE, 1 << 20, &t8), (RM_ALLREDUCE, 16));
         // Not for 2 ranks even when asked (the one-shot serves them).
         let mut two = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
         two.twoshot_max = u64::MAX;

@@ -1411,7 +1411,8 @@ fn across_hosts_through_a_network_plugin() {
 /// there, sent to every rank) forced at every size LL takes, one-shot off:
 /// 3, 5 and 8 ranks (blocks of uneven length, the last ones empty at count
 /// 1), many slots per channel and slots reused; rank 0's TUNING lines name
-/// the kernel, and with it off the same sizes take the LL ring.
+/// the kernel; its bound alone set past LL's takes it there too; with it
+/// off the same sizes take the LL ring.
 #[test]
 fn two_shot_all_reduce_at_every_size() {
     if gpus() < 1 {
@@ -1435,6 +1436,17 @@ fn two_shot_all_reduce_at_every_size() {
             "{n} ranks: {lines:?}"
         );
     }
+    // Its bound alone above LL's: the two-shot where the Simple ring was
+    // (1 MiB and a line, 4 ranks, 16-byte lines of odd length at the end).
+    let wide = [
+        ("OXCCL_CUDA_TWOSHOT_MAX", "2M"),
+        ("OXCCL_TEST_TYPES", "float32,bfloat16"),
+    ];
+    let lines = logged_lines(4, "262147", &wide, "TUNING", "AllReduce:");
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l.contains("Algo TwoShot proto LL")),
+        "{lines:?}"
+    );
     let off = [
         ("NCCL_PROTO", "LL"),
         ("OXCCL_CUDA_ONESHOT_MAX", "0"),
