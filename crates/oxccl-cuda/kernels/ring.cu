@@ -156,17 +156,25 @@ __device__ __forceinline__ u64 ld_relaxed_sys(const u64* p) {
     return v;
 }
 __device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+__device__ __forceinline__ void st_relaxed_sys(u64* p, u64 v) {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 
 // Thread 0: waits until *p >= v; false on abort, another block's error or timeout.
-// `acquire` false skips the closing system fence: LL's wait for room in the
-// peer's slots only orders our later stores after the peer's finished reads
-// (a store does not pass the load it depends on; NCCL's LL polls its head
-// the same way), and the fence cost ~1 us per step. `seen` gets the value.
+// With `acquire`, one system-scope acquire load of *p once the relaxed polls
+// see the value (it reads that store or a later one of the same peer), so
+// the peer's writes before its release are visible to this block after the
+// barrier that follows; a fence.acq_rel.sys there cost more: it also waits
+// for this thread's own outstanding stores (the Simple ring's steps, 4 and 8
+// ranks sharing one H200, session 17: ~1.5 us a step more). `acquire` false
+// skips it: a wait for room in the peer's slots only orders our later
+// stores after the peer's finished reads (a store does not pass the load it
+// depends on; NCCL polls its heads the same way). `seen` gets the value.
 __device__ __forceinline__ bool wait_ge(const RingCommon& c, const u64* p, u64 v, u32 peer,
                                         bool acquire = true, u64* seen = nullptr) {
     u64 spins = 0, t0 = 0, x = ld_relaxed_sys(p);
     if (x >= v) {
-        if (acquire) fence_acq_rel_sys();
+        if (acquire) (void)ld_acquire_sys(p);
         if (seen) *seen = x;
         return true;
     }
@@ -190,7 +198,7 @@ __device__ __forceinline__ bool wait_ge(const RingCommon& c, const u64* p, u64 v
             }
         }
     }
-    if (acquire) fence_acq_rel_sys();
+    if (acquire) (void)ld_acquire_sys(p);
     if (seen) *seen = x;
     return true;
 }
@@ -373,9 +381,10 @@ __device__ __noinline__ bool rstep(Chan& k, const RingCommon& c, u32 f, bool sen
     if (threadIdx.x == 0) {
         bool ok = true;
         if (f & F_RECV) ok = wait_ge(c, k.rtail, k.rstep + 1, k.prev);
-        // A free outgoing slot: next has drained all but nslots - 1 of ours.
+        // A free outgoing slot: next has drained all but nslots - 1 of ours
+        // (no acquire: see wait_ge).
         if (ok && send && k.sstep + 1 > c.nslots)
-            ok = wait_ge(c, k.shead, k.sstep + 1 - c.nslots, k.next);
+            ok = wait_ge(c, k.shead, k.sstep + 1 - c.nslots, k.next, false);
         k.fail = ok ? 0 : 1;
     }
     __syncthreads();
@@ -392,7 +401,16 @@ __device__ __noinline__ bool rstep(Chan& k, const RingCommon& c, u32 f, bool sen
                 (u32)(n * sizeof(typename E::S));
             st_release_sys(k.stail, ++k.sstep);
         }
-        if (f & F_RECV) st_release_sys(k.rhead, ++k.rstep);
+        // The slot's reads are done (their values were stored before the
+        // barrier), so the head needs no release: a second one waited for
+        // the tail store just made to reach the peer. One system-scope
+        // ordering per step (the tail's release), as NCCL's Simple has.
+        // With the acquire of wait_ge and the head wait without one: 4 ranks
+        // sharing one H200, 1 MiB all-reduces 34 us against 63-66, 8 ranks
+        // 69-71 against 138-142 (Simple ring, CUDA graphs, session 17, runs
+        // 4-6, two rounds each); 2 ranks 64 KiB 11.1 against 14.5, 64 MiB
+        // 174.5 against 182.5; 4-rank reduce-scatters 1 MiB 19 against 33-34.
+        if (f & F_RECV) st_relaxed_sys(k.rhead, ++k.rstep);
     }
     // Thread 0's counters are the ones that matter (the others never read them).
     return true;
@@ -447,10 +465,6 @@ __device__ __forceinline__ uint4 ld_line(const uint4* p) {
                  : "l"(p)
                  : "memory");
     return v;
-}
-
-__device__ __forceinline__ void st_relaxed_sys(u64* p, u64 v) {
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 // One thread: waits for the line at p to carry flag fl; its 8 data bytes.
