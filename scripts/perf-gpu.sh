@@ -45,7 +45,9 @@
 #                                    # vs NCCL; checks (OXCCL_PUSH_COLLS picks)
 #   scripts/perf-gpu.sh ar_mid       # all_reduce 256 KB-4 MB, 2 processes, graphs:
 #                                    # ring LL on 32 channels (default) against 24
-#                                    # and 16, two rounds, vs NCCL (the 1 MiB gap)
+#                                    # and 16, and the Simple ring from 512 KiB
+#                                    # (OXCCL_CUDA_LL_MAX=512K), two rounds, vs NCCL
+#                                    # (the 1 MiB gap)
 #   scripts/perf-gpu.sh small        # all_reduce 8 B-1 MB, 2 processes, graphs and
 #                                    # eager: the small one-shot kernel (default)
 #                                    # against OXCCL_CUDA_LL1_FAST=0, two rounds, vs NCCL;
@@ -381,6 +383,9 @@ if [ "$MODE" = ar_mid ]; then
     run "arm_default_$round" 120 "$X" $P $R -J "$OUTDIR/arm_default_$round.json"
     NCCL_MAX_NCHANNELS=24 run "arm_ch24_$round" 120 "$X" $P $R -J "$OUTDIR/arm_ch24_$round.json"
     NCCL_MAX_NCHANNELS=16 run "arm_ch16_$round" 120 "$X" $P $R -J "$OUTDIR/arm_ch16_$round.json"
+    # The Simple ring from 512 KiB instead of 1 MiB (its steps got cheaper
+    # in session 17; NCCL's run beside it unchanged).
+    OXCCL_CUDA_LL_MAX=512K run "arm_ll512k_$round" 120 "$X" $P $R -J "$OUTDIR/arm_ll512k_$round.json"
   done
 fi
 if [ "$MODE" = sweep2 ]; then

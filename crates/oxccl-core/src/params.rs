@@ -486,6 +486,11 @@ params! {
     // a second stream's copy could fill; not yet timed on two GPUs.
     CUDA_CE_PUSH_STREAMS: U64 = "OXCCL_CUDA_CE_PUSH_STREAMS", "1", honoured,
         "Two ranks in two processes of one host pushing a reduction's pieces (OXCCL_CUDA_CE_PUSH, OXCCL_CUDA_CE_PUSH_IN_PLACE): the copy streams the pieces alternate on, 1 or 2 (larger values count as 2); each stream counts its own landed pieces, so the peer's kernel follows each piece whichever stream finishes first. Every rank must set the same value (else the copy engines stay off between them, with a warning). Unset: 1 (2 not yet timed on two GPUs).";
+    // Why a knob of our own: NCCL_PROTO would move NVIDIA's NCCL too when
+    // both run side by side (`oxccl perf --compare`), and the 2-rank bound
+    // (1 MiB) was set before the Simple ring's steps got cheaper (session 17).
+    CUDA_LL_MAX: Opt<Size> = "OXCCL_CUDA_LL_MAX", "", honoured,
+        "All-reduces on device buffers of one host up to this many bytes take an LL kernel (one-shot, two-shot or LL ring); larger ones the Simple ring (unless OXCCL_CUDA_TWOSHOT_MAX reaches further). It also bounds the small all-gathers, reduce-scatters, broadcasts, reduces and sends that LL takes; 0: no LL at all. Unset: 1M for 2 ranks, 512K for more. NCCL_PROTO without LL wins over it.";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 256K within a host for 2 ranks, 128K / (ranks - 1) for more; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off. 0 also turns off the one-shot all-gather and reduce-scatter (blocks B with (ranks - 1) x B within LL's 512K, one host).";
     // Why on by default: the LL ring's 2 (n - 1) dependent steps against two

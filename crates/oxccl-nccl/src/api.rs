@@ -404,6 +404,12 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
             (true, true) => cuda_ring::default_ll_max(nranks),
         };
     }
+    // OXCCL_CUDA_LL_MAX moves LL's bound where NCCL_PROTO allows LL.
+    if let Some(b) = p.get(&params::CUDA_LL_MAX) {
+        if cfg.ll_max != 0 {
+            cfg.ll_max = b;
+        }
+    }
     // NCCL_ALGO without OneShot/TwoShot for all-reduce (e.g. "Ring"): the
     // ring for everything, also where two GPUs of one process could use the
     // one-shot kernels.

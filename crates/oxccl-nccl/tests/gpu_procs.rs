@@ -1460,6 +1460,33 @@ fn two_shot_all_reduce_at_every_size() {
     );
 }
 
+/// OXCCL_CUDA_LL_MAX moves LL's bound: 3 ranks' 256 KiB all-reduces (the
+/// two-shot off) take the LL ring by default and the Simple ring with the
+/// bound at 64 KiB, both checked against the reference.
+#[test]
+fn ll_bound_moves_with_its_knob() {
+    if gpus() < 1 {
+        return;
+    }
+    for (bound, want) in [
+        (None, "Algo Ring proto LL"),
+        (Some("64K"), "Algo Ring proto Simple"),
+    ] {
+        let mut env = vec![
+            ("OXCCL_CUDA_TWOSHOT_MAX", "0"),
+            ("OXCCL_TEST_TYPES", "float32,bfloat16"),
+        ];
+        if let Some(b) = bound {
+            env.push(("OXCCL_CUDA_LL_MAX", b));
+        }
+        let lines = logged_lines(3, "65537", &env, "TUNING", "AllReduce:");
+        assert!(
+            !lines.is_empty() && lines.iter().all(|l| l.contains(want)),
+            "{bound:?}: {lines:?}"
+        );
+    }
+}
+
 #[test]
 fn one_shot_all_reduce_at_every_size() {
     if gpus() < 1 {
