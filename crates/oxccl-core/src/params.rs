@@ -490,7 +490,7 @@ params! {
     // both run side by side (`oxccl perf --compare`), and the 2-rank bound
     // (1 MiB) was set before the Simple ring's steps got cheaper (session 17).
     CUDA_LL_MAX: Opt<Size> = "OXCCL_CUDA_LL_MAX", "", honoured,
-        "All-reduces on device buffers of one host up to this many bytes take an LL kernel (one-shot, two-shot or LL ring); larger ones the Simple ring (unless OXCCL_CUDA_TWOSHOT_MAX reaches further). It also bounds the small all-gathers, reduce-scatters, broadcasts, reduces and sends that LL takes; 0: no LL at all. Unset: 1M for 2 ranks, 512K for more. NCCL_PROTO without LL wins over it.";
+        "On the GPU ring path (every case but the two GPUs of one process, see OXCCL_CUDA_RING), all-reduces within one host up to this many bytes take an LL kernel (one-shot, two-shot or LL ring); larger ones the Simple ring (unless OXCCL_CUDA_TWOSHOT_MAX reaches further). It also bounds the small all-gathers, reduce-scatters, broadcasts, reduces and sends that LL takes; 0: no LL at all. Unset: 1M for 2 ranks, 512K for more. NCCL_PROTO without LL wins over it.";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 256K within a host for 2 ranks, 128K / (ranks - 1) for more; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off. 0 also turns off the one-shot all-gather and reduce-scatter (blocks B with (ranks - 1) x B within LL's 512K, one host).";
     // Why on by default: the LL ring's 2 (n - 1) dependent steps against two
