@@ -969,7 +969,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 48);
+        assert_eq!(honoured.len(), 49);
         assert!(ALL.len() > 80);
     }
 
