@@ -1407,6 +1407,17 @@ fn across_hosts_through_a_network_plugin() {
     );
 }
 
+/// Runs `n` ranks' all-reduces of `counts` under `env` (checked against
+/// the reference) and asserts that their TUNING lines exist and every one
+/// names `want`, the kernel the plan chose (e.g. "Algo TwoShot proto LL").
+fn all_reduces_take(n: usize, counts: &str, env: &[(&str, &str)], want: &str) {
+    let lines = logged_lines(n, counts, env, "TUNING", "AllReduce:");
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l.contains(want)),
+        "{n} ranks, {env:?}: want {want}: {lines:?}"
+    );
+}
+
 /// The two-shot LL all-reduce (block p of every rank to rank p, reduced
 /// there, sent to every rank) forced at every size LL takes, one-shot off:
 /// 3, 5 and 8 ranks (blocks of uneven length, the last ones empty at count
@@ -1430,11 +1441,7 @@ fn two_shot_all_reduce_at_every_size() {
         (5, "1,7,70001"),
         (8, "1,4099,1000003"),
     ] {
-        let lines = logged_lines(n, counts, &on, "TUNING", "AllReduce:");
-        assert!(
-            !lines.is_empty() && lines.iter().all(|l| l.contains("Algo TwoShot proto LL")),
-            "{n} ranks: {lines:?}"
-        );
+        all_reduces_take(n, counts, &on, "Algo TwoShot proto LL");
     }
     // Its bound alone above LL's: the two-shot where the Simple ring was
     // (1 MiB and a line, 4 ranks, 16-byte lines of odd length at the end).
@@ -1442,22 +1449,14 @@ fn two_shot_all_reduce_at_every_size() {
         ("OXCCL_CUDA_TWOSHOT_MAX", "2M"),
         ("OXCCL_TEST_TYPES", "float32,bfloat16"),
     ];
-    let lines = logged_lines(4, "262147", &wide, "TUNING", "AllReduce:");
-    assert!(
-        !lines.is_empty() && lines.iter().all(|l| l.contains("Algo TwoShot proto LL")),
-        "{lines:?}"
-    );
+    all_reduces_take(4, "262147", &wide, "Algo TwoShot proto LL");
     let off = [
         ("NCCL_PROTO", "LL"),
         ("OXCCL_CUDA_ONESHOT_MAX", "0"),
         ("OXCCL_CUDA_TWOSHOT_MAX", "0"),
         ("OXCCL_TEST_TYPES", "float32"),
     ];
-    let lines = logged_lines(4, "4099", &off, "TUNING", "AllReduce:");
-    assert!(
-        !lines.is_empty() && lines.iter().all(|l| l.contains("Algo Ring proto LL")),
-        "{lines:?}"
-    );
+    all_reduces_take(4, "4099", &off, "Algo Ring proto LL");
 }
 
 /// OXCCL_CUDA_LL_MAX moves LL's bound: 3 ranks' 256 KiB all-reduces (the
@@ -1479,11 +1478,7 @@ fn ll_bound_moves_with_its_knob() {
         if let Some(b) = bound {
             env.push(("OXCCL_CUDA_LL_MAX", b));
         }
-        let lines = logged_lines(3, "65537", &env, "TUNING", "AllReduce:");
-        assert!(
-            !lines.is_empty() && lines.iter().all(|l| l.contains(want)),
-            "{bound:?}: {lines:?}"
-        );
+        all_reduces_take(3, "65537", &env, want);
     }
 }
 
