@@ -124,6 +124,13 @@ echo "OXCCL_CACHE_DIR=$OXCCL_CACHE_DIR NCCL=$NCCL"
 [ -f "$NCCL" ] || echo "NVIDIA NCCL not found at $NCCL: the --compare and --lib NCCL runs will fail"
 
 declare -a rows
+# The host's GPUs, and the -g form for `g` ranks of one process: a GPU each
+# with NCCL beside (--compare), or, with fewer GPUs than ranks, sharing them
+# and no NCCL (it refuses two ranks on one GPU). Sets G and cmp.
+NG=$(nvidia-smi -L 2>/dev/null | wc -l)
+ranks_form() {
+  if [ "$1" -le "$NG" ]; then G="-g $1"; cmp="--compare $NCCL"; else G="-g $1 --share-gpus"; cmp=""; fi
+}
 run() { # name, seconds, command...
   local name=$1 secs=$2; shift 2
   echo; echo "== $name: $*"
@@ -325,7 +332,6 @@ if [ "$MODE" = joint ]; then
   # yet timed there: OXCCL_CUDA_JOINT_PEERS=1 against the default (a kernel
   # per GPU), three rounds alternated, NCCL beside each; then every type and
   # op through it, checked.
-  NG=$(nvidia-smi -L | wc -l)
   for c in ${OXCCL_JOINT_COLLS:-all_reduce all_gather reduce_scatter broadcast reduce}; do
     R="$c --backend cuda -g $NG -b 8 -e 256K -f 4 -n 500 -w 50 -c 0 --compare $NCCL"
     for round in 1 2 3; do
@@ -344,9 +350,8 @@ if [ "$MODE" = twoshot ]; then
   # GPUs than ranks the ranks share them: correctness and the kernels' own
   # time, no NCCL (it refuses two ranks on one GPU). Eager checks with the
   # one-launch path off (it would take every call to 256 KiB there).
-  NG=$(nvidia-smi -L | wc -l)
   for g in ${OXCCL_TWOSHOT_RANKS:-4 8}; do
-    if [ "$g" -le "$NG" ]; then G="-g $g"; cmp="--compare $NCCL"; else G="-g $g --share-gpus"; cmp=""; fi
+    ranks_form "$g"
     R="all_reduce --backend cuda $G -b 16K -e 1M -f 2 -n 100 -w 10 -c 0 -G 5 $cmp"
     for round in 1 2 3; do
       run "twoshot_g${g}_$round" 120 "$X" $P $R -J "$OUTDIR/twoshot_g${g}_$round.json"
@@ -360,9 +365,8 @@ if [ "$MODE" = twoshot_wide ]; then
   # two-shot kernels keep a two-shot to ~4 MB on 8 GPUs, where ours takes
   # the Simple ring from LL's 512 KiB. OXCCL_CUDA_TWOSHOT_MAX alone moves
   # the bound (NCCL_PROTO would change NCCL's run beside it too).
-  NG=$(nvidia-smi -L | wc -l)
   for g in ${OXCCL_TWOSHOT_RANKS:-4 8}; do
-    if [ "$g" -le "$NG" ]; then G="-g $g"; cmp="--compare $NCCL"; else G="-g $g --share-gpus"; cmp=""; fi
+    ranks_form "$g"
     R="all_reduce --backend cuda $G -b 256K -e 8M -f 2 -n 100 -w 10 -c 0 -G 5 $cmp"
     for round in 1 2 3; do
       OXCCL_CUDA_TWOSHOT_MAX=8M run "twoshot_wide_g${g}_$round" 120 "$X" $P $R -J "$OUTDIR/twoshot_wide_g${g}_$round.json"
@@ -406,7 +410,6 @@ if [ "$MODE" = multi ]; then
   # driving all, every collective checked at a few sizes, then the
   # all-reduce, all-gather and reduce-scatter sweeps to 8 GB beside NCCL.
   # OXCCL_MULTI_MAX caps the sweeps' largest size (default 8G).
-  NG=$(nvidia-smi -L | wc -l)
   for c in all_reduce all_gather broadcast reduce reduce_scatter alltoall gather scatter sendrecv; do
     run "multi_check_ranks_$c" 300 "$X" $P "$c" --backend cuda --ranks "$NG" -b 8 -e 8M -f 32 -c 1 -n 5 -w 2
     run "multi_check_g_$c" 300 "$X" $P "$c" --backend cuda -g "$NG" -b 8 -e 8M -f 32 -c 1 -n 5 -w 2
