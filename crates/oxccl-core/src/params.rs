@@ -498,6 +498,11 @@ params! {
     // default_twoshot_max; 4 and 8 ranks sharing one H200, session 16).
     CUDA_TWOSHOT_MAX: Opt<Size> = "OXCCL_CUDA_TWOSHOT_MAX", "", honoured,
         "All-reduces on device buffers of 3 to 8 ranks of one host, larger than the one-shot bound (OXCCL_CUDA_ONESHOT_MAX), up to this many bytes take a two-shot kernel over LL lines (block p of every rank to rank p, reduced there, then sent to every rank: two crossings) instead of the LL ring (2 x (ranks - 1) dependent steps), and, set above LL's bound, instead of the Simple ring up to it. 0: never. Unset: 512K (LL's default bound). NCCL_ALGO without TwoShot or NCCL_PROTO without LL also turns it off; not for 2 ranks (the one-shot serves them) or across hosts.";
+    // Why on by default: one (two) crossings of the ring's bytes against the
+    // Simple ring's n - 1 (2 (n - 1)) dependent steps (crates/oxccl-cuda/
+    // src/ring.rs, default_direct_max; ranks sharing one H200, session 18).
+    CUDA_DIRECT_MAX: Opt<Size> = "OXCCL_CUDA_DIRECT_MAX", "", honoured,
+        "On the GPU ring path, for 3 to 8 ranks of one host: all-gathers and reduce-scatters past the one-shot LL bound whose per-rank block is at most this many bytes take a one-shot kernel over Simple slots (each rank writes its piece for rank p straight into p's slots: one crossing instead of the ring's ranks - 1 steps), and all-reduces past LL whose 1/ranks part is at most this a two-shot one (that reduce-scatter, then that all-gather of the reduced blocks). 0: never (the Simple ring). Unset: 1M. NCCL_ALGO naming neither OneShot nor TwoShot for all-reduce also turns it off; not for 2 ranks (their ring is already one step each way) or across hosts.";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,
         "The GPU ring path's rank order, e.g. 0,2,1,3 (every rank once; rank 0's setting is used by all). Unset: chosen from the topology (NVLink, PCIe switches, NUMA nodes; each host's ranks together).";
     INIT_TIMEOUT_MS: U64 = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,
@@ -969,7 +974,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 49);
+        assert_eq!(honoured.len(), 50);
         assert!(ALL.len() > 80);
     }
 

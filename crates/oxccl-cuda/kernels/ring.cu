@@ -54,7 +54,10 @@ enum {
     RM_REDUCE_SCATTER_LL1 = 9,
     RM_BROADCAST_LL1 = 10,
     RM_REDUCE_LL1 = 11,
-    RM_ALLREDUCE_LL2 = 12
+    RM_ALLREDUCE_LL2 = 12,
+    RM_ALLGATHER_1S = 13,
+    RM_REDUCE_SCATTER_1S = 14,
+    RM_ALLREDUCE_2S = 15
 };
 // Most ranks of the one-shot LL all-reduce (a channel per peer in shared memory).
 #define RING_LL1_MAX_RANKS 8
@@ -1395,6 +1398,265 @@ __device__ void ring_run_1s(const RingArgs& a) {
     if (!fail && threadIdx.x < n && threadIdx.x != q) chan_close(k[threadIdx.x], c);
 }
 
+// dst[0..n) = src[0..n) by the whole block (16-byte packs when both allow).
+__device__ __forceinline__ void block_copy(char* dst, const char* src, u64 n) {
+    if ((((u64)dst | (u64)src) & 15) == 0) {
+        const u64 packs = n / 16;
+        const uint4* s4 = (const uint4*)src;
+        uint4* d4 = (uint4*)dst;
+        for (u64 base = threadIdx.x; base < packs; base += (u64)blockDim.x * RING_UNROLL) {
+            uint4 v[RING_UNROLL];
+#pragma unroll
+            for (int j = 0; j < RING_UNROLL; j++) {
+                const u64 i = base + (u64)j * blockDim.x;
+                if (i < packs) v[j] = ldcg(s4 + i);
+            }
+#pragma unroll
+            for (int j = 0; j < RING_UNROLL; j++) {
+                const u64 i = base + (u64)j * blockDim.x;
+                if (i < packs) d4[i] = v[j];
+            }
+        }
+        for (u64 i = packs * 16 + threadIdx.x; i < n; i += blockDim.x)
+            dst[i] = *(const volatile char*)(src + i);
+    } else {
+        for (u64 i = threadIdx.x; i < n; i += blockDim.x) dst[i] = *(const volatile char*)(src + i);
+    }
+}
+
+// ---- Direct collectives over Simple slots (3 to RING_LL1_MAX_RANKS ranks of one host) ----
+//
+// All-gathers and reduce-scatters in one crossing (each rank writes its
+// piece for rank p straight into p's slots, every peer at once) and
+// all-reduces in two (that reduce-scatter, then that all-gather of the
+// reduced blocks), where the Simple ring makes n - 1 and 2(n - 1)
+// dependent steps, each a tail wait on the previous rank. Every rank sends
+// what the ring sends ((n - 1)/n of the data per crossing), so the bytes do
+// not grow; on NVSwitch machines (issue 10) every pair is one hop. Why: the
+// Simple ring's steps cost ~5 us each with 4 and 8 ranks sharing one H200
+// (session 17: a 1 MiB all-reduce of 8 ranks 69-71 us, 14 steps), and its
+// n - 1 steps are what NCCL's ring pays too. Semantics as the ring's: the
+// same slots, tails, heads and sizes per (peer, channel), so calls of
+// either kind may follow each other; contributions folded in rank order;
+// an all-reduce's block p reduced only by rank p (every rank's bits equal).
+
+// out[i] (if out) and dst[p][i] for every p with dst[p] = the rank-order fold
+// of src[0..n)[i], src[q] (this rank's input) pre-scaled, post applied; i in
+// [0, units) 16-byte packs, by the whole block. All of a pack's loads come
+// before its combines (n loads in flight per thread).
+template <typename E, int OP>
+__device__ __forceinline__ void dfold(const uint4* const* src, uint4* const* dst, uint4* out, u32 n, u32 q,
+                                      u64 units, typename E::A s) {
+    for (u64 i = threadIdx.x; i < units; i += blockDim.x) {
+        uint4 v[RING_LL1_MAX_RANKS];
+#pragma unroll
+        for (u32 p = 0; p < RING_LL1_MAX_RANKS; p++)
+            if (p < n) v[p] = ldcg(src[p] + i);
+        // This rank's own, pre-scaled once here, not in each unrolled step
+        // (the e5m2 premulsum module: 576 KB that way, 558 this way).
+        const uint4 mine = relem<E, OP>(F_IN | F_PRE, v[0], ldcg(src[q] + i), s, n);
+        uint4 acc = mine;
+#pragma unroll
+        for (u32 p = 0; p < RING_LL1_MAX_RANKS; p++) {
+            if (p >= n) break;
+            const uint4 x = p == q ? mine : v[p];
+            acc = p == 0 ? x : relem<E, OP>(F_RECV | F_IN, acc, x, s, n);
+        }
+        acc = relem<E, OP>(F_RECV | F_POST, acc, acc, s, n);
+        if (out) out[i] = acc;
+#pragma unroll
+        for (u32 p = 0; p < RING_LL1_MAX_RANKS; p++)
+            if (p < n && dst[p]) dst[p][i] = acc;
+    }
+}
+
+// The same element by element, without unrolling (the few elements past the
+// last pack, or buffers off 16-byte alignment: the rare case kept small).
+template <typename E, int OP>
+__device__ __forceinline__ void dfold1(const char* const* src, char* const* dst, char* out, u32 n, u32 q,
+                                       u64 from, u64 m, typename E::A s) {
+    typedef typename E::S S;
+    for (u64 i = from + threadIdx.x; i < m; i += blockDim.x) {
+        S acc = S();
+#pragma unroll 1
+        for (u32 p = 0; p < n; p++) {
+            const S v = ldcg((const S*)src[p] + i);
+            const S x = p == q ? rpre<E, OP>(v, s) : v;
+            acc = p == 0 ? x : rcomb<E, OP>(acc, x);
+        }
+        acc = rpost<E, OP>(acc, n);
+        if (out) ((S*)out)[i] = acc;
+#pragma unroll 1
+        for (u32 p = 0; p < n; p++)
+            if (dst[p]) ((S*)dst[p])[i] = acc;
+    }
+}
+
+// dfold over m elements: 16-byte packs while every pointer allows, the rest
+// element by element. src and dst are this block's shared arrays (n each).
+// Code size: every ring module (the CI builds all 123) carries this. With
+// its element path unrolled as the pack path, the e5m2 premulsum module was
+// 582 KB (without the direct kernels: 479 KB); out of line (__noinline__)
+// 643 KB; as here, with dcopy and dsend below, 558 KB.
+template <typename E, int OP>
+__device__ __forceinline__ void dfold_elems(const char* const* src, char* const* dst, char* out, u32 n,
+                                            u32 q, u64 m, typename E::A s) {
+    typedef typename E::S S;
+    constexpr u64 N = 16 / sizeof(S);
+    u64 mis = (u64)out;
+    for (u32 p = 0; p < n; p++) mis |= (u64)src[p] | (u64)dst[p];
+    u64 done = 0;
+    if ((mis & 15) == 0) {
+        done = m / N * N;
+        dfold<E, OP>((const uint4* const*)src, (uint4* const*)dst, (uint4*)out, n, q, m / N, s);
+    }
+    if (done < m) dfold1<E, OP>(src, dst, out, n, q, done, m, s);
+}
+
+// A copy by the whole block, out of line: the direct kernels' sends and
+// receives that neither scale nor reduce (one copy of the loop per module,
+// not one per call site: see dfold_elems on code size). A peer at a time:
+// one out-of-line loop copying every peer's piece at once (each thread's
+// loads of all of them before its stores) took twice as long at every size
+// (4 ranks sharing one H200, graphs: all-gathers of 1 MiB 27 us against 13,
+// 64 MiB 355 against 253; all-reduces of 1 MiB 43.5 against 20.6; session
+// 18, run 2).
+__device__ __noinline__ void dcopy(void* dst, const void* src, u64 n) {
+    block_copy((char*)dst, (const char*)src, n);
+}
+
+// A send of this rank's m elements at `in`, pre-scaled where the op says so
+// (avg, PreMulSum), into a peer's slot.
+template <typename E, int OP>
+__device__ __forceinline__ void dsend(void* slot, const typename E::S* in, u64 m, typename E::A s, u32 n) {
+    if constexpr (OP == OP_AVG || OP == OP_PREMULSUM) {
+        rmove_elems<E, OP>(F_IN | F_PRE, nullptr, in, slot, nullptr, m, s, n);
+    } else {
+        dcopy(slot, in, m * sizeof(typename E::S));
+    }
+}
+
+// This block's connections with every peer and the slots of the current
+// step (thread p keeps entry p): ss[p] mine in p's window, rs[p] p's in mine.
+struct Direct {
+    Chan k[RING_LL1_MAX_RANKS];
+    char* ss[RING_LL1_MAX_RANKS];
+    const char* rs[RING_LL1_MAX_RANKS];
+    int fail;
+};
+
+// Thread p (a peer): waits for room in p's slots for the next send and
+// points ss[p] at it (no acquire: see wait_ge).
+__device__ __forceinline__ void direct_room(Direct& D, const RingCommon& c, u32 p) {
+    Chan& k = D.k[p];
+    if (k.sstep + 1 > c.nslots && !wait_ge(c, k.shead, k.sstep + 1 - c.nslots, p, false)) D.fail = 1;
+    D.ss[p] = k.sdata + (k.sstep % c.nslots) * c.slot;
+}
+
+// Thread p (a peer), after a barrier behind the block's writes of ss[p]:
+// publishes `bytes` there (the release is cumulative, system scope), then
+// waits for p's next slot (acquire) and points rs[p] at it.
+__device__ __forceinline__ void direct_post_take(Direct& D, const RingCommon& c, u32 p, u64 bytes) {
+    Chan& k = D.k[p];
+    ((volatile u32*)((char*)k.stail + RING_SIZES))[k.sstep % c.nslots] = (u32)bytes;
+    st_release_sys(k.stail, ++k.sstep);
+    if (!wait_ge(c, k.rtail, k.rstep + 1, p)) D.fail = 1;
+    D.rs[p] = k.rdata + (k.rstep % c.nslots) * c.slot;
+}
+
+// Modes RM_ALLGATHER_1S, RM_REDUCE_SCATTER_1S (count: elements per rank)
+// and RM_ALLREDUCE_2S (count: elements; rank p's block [p B, (p + 1) B),
+// B = count / n in whole packs, the last ones shorter or empty). Each block
+// takes its part of [0, B) a slot at a time; both ends step every
+// connection once per slot and crossing, empty pieces included.
+template <typename E, int OP>
+__device__ void ring_run_direct(const RingArgs& a) {
+    typedef typename E::S S;
+    const RingCommon& c = a.c;
+    __shared__ Direct D;
+    __shared__ const char* src[RING_LL1_MAX_RANKS];
+    __shared__ char* dst[RING_LL1_MAX_RANKS];
+    const u32 n = c.nranks, q = c.rank, t = threadIdx.x;
+    const bool pt = t < n && t != q;
+    if (pt) chan_open(D.k[t], c, t, t);
+    if (t == 0) D.fail = 0;
+    const typename E::A s = ring_scale<E>(a);
+    constexpr u64 pack = 16 / sizeof(S);
+    const u64 E_ = (c.slot / sizeof(S)) / pack * pack;  // elements per slot
+    const bool ar = a.mode == RM_ALLREDUCE_2S, ag = a.mode == RM_ALLGATHER_1S;
+    const u64 B = ar ? ((a.count + n - 1) / n + pack - 1) / pack * pack : a.count;
+    const u64 per = ((B + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
+    const u64 lo = umin((u64)blockIdx.x * per, B), hi = umin(lo + per, B);
+    const S* in = (const S*)a.in;
+    S* out = (S*)a.out;
+    // Elements of rank p's block in the piece [base, base + nn) (nn but for
+    // an all-reduce's last blocks).
+    auto piece = [&](u32 p, u64 base, u64 nn) -> u64 {
+        if (!ar) return nn;
+        const u64 len = ll2_len(a.count, B, p);
+        return base >= len ? 0 : umin(nn, len - base);
+    };
+    __syncthreads();
+    // D.fail is set only between a barrier and the next (by the peer
+    // threads) and read only after one, so every thread breaks together.
+    for (u64 base = lo; base < hi; base += E_) {
+        const u64 nn = umin(E_, hi - base);
+        if (pt) direct_room(D, c, t);
+        __syncthreads();
+        if (D.fail) break;
+        // First crossing: each peer's piece into its slot (an all-gather's:
+        // this rank's block, also to its own place in out).
+        if (ag) {
+            S* own = out + (u64)q * B + base;
+            if (own != in + base) dcopy(own, in + base, nn * sizeof(S));
+            for (u32 p = 0; p < n; p++)
+                if (p != q) dcopy(D.ss[p], in + base, nn * sizeof(S));
+        } else {
+            for (u32 p = 0; p < n; p++)
+                if (p != q)
+                    dsend<E, OP>(D.ss[p], in + (u64)p * B + base, piece(p, base, nn), s, n);
+        }
+        __syncthreads();
+        if (pt) {
+            direct_post_take(D, c, t, piece(t, base, nn) * sizeof(S));
+            if (ar) direct_room(D, c, t);
+        }
+        if (t < n) {
+            src[t] = t == q ? (const char*)(in + (u64)q * B + base) : D.rs[t];
+            dst[t] = ar && t != q ? D.ss[t] : nullptr;
+        }
+        __syncthreads();
+        if (D.fail) break;
+        if (ag) {
+            for (u32 p = 0; p < n; p++)
+                if (p != q)
+                    dcopy(out + (u64)p * B + base, D.rs[p], nn * sizeof(S));
+        } else {
+            // This rank's block: its input and every peer's piece of it,
+            // folded in rank order into out (an all-reduce's also into every
+            // peer's next slot: the second crossing).
+            dfold_elems<E, OP>(src, dst, (char*)(out + (ar ? (u64)q * B : 0) + base), n, q,
+                               piece(q, base, nn), s);
+        }
+        __syncthreads();
+        if (pt) {
+            st_relaxed_sys(D.k[t].rhead, ++D.k[t].rstep);
+            if (ar) direct_post_take(D, c, t, piece(q, base, nn) * sizeof(S));
+        }
+        if (!ar) continue;
+        __syncthreads();
+        if (D.fail) break;
+        // Second crossing: every peer's reduced block into out.
+        for (u32 p = 0; p < n; p++)
+            if (p != q)
+                dcopy(out + (u64)p * B + base, D.rs[p], piece(p, base, nn) * sizeof(S));
+        __syncthreads();
+        if (pt) st_relaxed_sys(D.k[t].rhead, ++D.k[t].rstep);
+    }
+    __syncthreads();
+    if (!D.fail && pt) chan_close(D.k[t], c);
+}
+
 template <typename E, int OP>
 __device__ void ring_run(const RingArgs& a) {
     if (a.mode == RM_ALLREDUCE_LL) {
@@ -1412,6 +1674,10 @@ __device__ void ring_run(const RingArgs& a) {
     }
     if (a.mode == RM_ALLREDUCE_1S) {
         ring_run_1s<E, OP>(a);
+        return;
+    }
+    if (a.mode == RM_ALLGATHER_1S || a.mode == RM_REDUCE_SCATTER_1S || a.mode == RM_ALLREDUCE_2S) {
+        ring_run_direct<E, OP>(a);
         return;
     }
     typedef typename E::S S;
@@ -1540,32 +1806,6 @@ struct P2pArgs {
     const char* self_src;
     u64 self_bytes;
 };
-
-// dst[0..n) = src[0..n) by the whole block (16-byte packs when both allow).
-__device__ __forceinline__ void block_copy(char* dst, const char* src, u64 n) {
-    if ((((u64)dst | (u64)src) & 15) == 0) {
-        const u64 packs = n / 16;
-        const uint4* s4 = (const uint4*)src;
-        uint4* d4 = (uint4*)dst;
-        for (u64 base = threadIdx.x; base < packs; base += (u64)blockDim.x * RING_UNROLL) {
-            uint4 v[RING_UNROLL];
-#pragma unroll
-            for (int j = 0; j < RING_UNROLL; j++) {
-                const u64 i = base + (u64)j * blockDim.x;
-                if (i < packs) v[j] = ldcg(s4 + i);
-            }
-#pragma unroll
-            for (int j = 0; j < RING_UNROLL; j++) {
-                const u64 i = base + (u64)j * blockDim.x;
-                if (i < packs) d4[i] = v[j];
-            }
-        }
-        for (u64 i = packs * 16 + threadIdx.x; i < n; i += blockDim.x)
-            dst[i] = *(const volatile char*)(src + i);
-    } else {
-        for (u64 i = threadIdx.x; i < n; i += blockDim.x) dst[i] = *(const volatile char*)(src + i);
-    }
-}
 
 // Up to 8 bytes at p (`avail` of them exist).
 __device__ __forceinline__ u64 ld8(const char* p, u64 avail) {

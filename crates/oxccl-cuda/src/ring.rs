@@ -124,6 +124,15 @@ pub const RM_REDUCE_LL1: u32 = 11;
 /// Two-shot all-reduce over LL slots (3 to [`LL1_MAX_RANKS`] ranks of one
 /// host): block p of every rank to rank p, reduced there, sent to every rank.
 pub const RM_ALLREDUCE_LL2: u32 = 12;
+/// One-shot all-gather over Simple slots (3 to [`LL1_MAX_RANKS`] ranks of
+/// one host): each rank's block written into every peer's slots at once.
+pub const RM_ALLGATHER_1S: u32 = 13;
+/// One-shot reduce-scatter over Simple slots: block p of every rank into
+/// rank p's slots, folded there in rank order.
+pub const RM_REDUCE_SCATTER_1S: u32 = 14;
+/// Two-shot all-reduce over Simple slots: [`RM_REDUCE_SCATTER_1S`] of the
+/// message's n blocks, then [`RM_ALLGATHER_1S`] of the reduced ones.
+pub const RM_ALLREDUCE_2S: u32 = 15;
 /// Most ranks of the one-shot all-reduces (`RING_LL1_MAX_RANKS`).
 pub const LL1_MAX_RANKS: usize = 8;
 
@@ -149,6 +158,12 @@ pub struct RingConfig {
     /// within `ll_max`), take the two-shot LL kernel instead of the LL ring
     /// where the ranks are 3 to [`LL1_MAX_RANKS`] on one host (0: never).
     pub twoshot_max: u64,
+    /// All-gathers and reduce-scatters whose per-rank block, and all-reduces
+    /// whose n-th part, is at most this many bytes take the direct kernels
+    /// over Simple slots ([`RM_ALLGATHER_1S`], [`RM_REDUCE_SCATTER_1S`],
+    /// [`RM_ALLREDUCE_2S`]) instead of the Simple ring, where the ranks are 3
+    /// to [`LL1_MAX_RANKS`] on one host (0: never).
+    pub direct_max: u64,
     /// All-reduces of at most this many bytes take the one-shot kernel over
     /// Simple slots when some peer is on another host (LL cannot cross the
     /// network proxies), at most [`LL1_MAX_RANKS`] ranks (0: never).
@@ -273,6 +288,7 @@ impl RingConfig {
             ll_max: default_ll_max(nranks),
             oneshot_max: default_oneshot_max(nranks),
             twoshot_max: default_twoshot_max(nranks),
+            direct_max: default_direct_max(nranks),
             oneshot_net_max: default_oneshot_net_max(nranks),
             p2p_ll_max: default_p2p_ll_max(nranks),
             force: false,
@@ -391,6 +407,33 @@ pub fn default_twoshot_max(nranks: usize) -> u64 {
     }
 }
 
+/// The per-rank block up to which all-gathers, reduce-scatters and
+/// all-reduces (a rank's n-th of the message) take the direct kernels over
+/// Simple slots by default, for 3 to [`LL1_MAX_RANKS`] ranks of one host
+/// ([`RingConfig::direct_max`]). Why: the Simple ring makes n - 1 (2 (n - 1)
+/// for an all-reduce) dependent steps where these make one (two) crossings
+/// of the same bytes. Measured with the ranks sharing one H200, under CUDA
+/// graphs, two rounds against the Simple ring (session 18, run 2, µs per
+/// call): 4 ranks' all-reduces of 1 / 2 / 4 / 8 / 16 MiB 20.6 / 23.9 / 34.6 /
+/// 57.3 / 104 against 33.1 / 36.9 / 44.1 / 58.4 / 98; 8 ranks' 33.7 / 40.7 /
+/// 65 / 114 / 215 against 69 / 75 / 87.6 / 112.5 / 196; all-gathers and
+/// reduce-scatters of 4 ranks 13-23 against 19-27 to 4 MiB, of 8 ranks
+/// 19-37 against 38-51; about even with the ring at 8 MiB (blocks of 2 MiB
+/// for 4 ranks, 1 MiB for 8) and 6-12% behind at 16 MiB (5 ranks won to 32
+/// MiB). So the bound is 1 MiB per block. On one GPU the ranks share its memory; on NVSwitch (issue 10,
+/// not lent yet) the links decide, and `scripts/perf-gpu.sh direct` runs
+/// both beside NCCL to move it.
+pub fn default_direct_max(nranks: usize) -> u64 {
+    if (3..=LL1_MAX_RANKS).contains(&nranks) {
+        DEFAULT_DIRECT_MAX
+    } else {
+        0
+    }
+}
+
+/// [`default_direct_max`]'s bound: 1 MiB per rank block.
+pub const DEFAULT_DIRECT_MAX: u64 = 1 << 20;
+
 /// The all-reduce size up to which the one-shot Simple kernel is taken
 /// across hosts by default. With 2 ranks the one-shot sends what the ring
 /// sends (S each way) in one crossing instead of three dependent ones, so
@@ -420,6 +463,11 @@ pub struct Thresholds {
     pub twoshot_max: u64,
     /// Ranks of the communicator (the two-shot's blocks are 1/n of it).
     pub nranks: u32,
+    /// All-gathers and reduce-scatters with blocks, and all-reduces past
+    /// LL with n-th parts, of at most this many bytes take the direct
+    /// Simple kernels (0 across hosts and for 2 or more than
+    /// [`LL1_MAX_RANKS`] ranks).
+    pub direct_max: u64,
     /// All-reduces up to this many bytes take the one-shot Simple kernel
     /// (0 unless a peer is on another host).
     pub oneshot_net_max: u64,
@@ -455,6 +503,11 @@ impl Thresholds {
                 cfg.twoshot_max
             },
             nranks: nranks as u32,
+            direct_max: if cross || !small || nranks < 3 {
+                0
+            } else {
+                cfg.direct_max
+            },
             oneshot_net_max: if cross && small {
                 cfg.oneshot_net_max
             } else {
@@ -497,10 +550,19 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
         (bytes <= t.oneshot_block_max)
             .then(|| (m, ll_channels(bytes.saturating_mul(2), t.channels)))
     };
+    // Past that, blocks within the direct bound take the direct Simple
+    // kernels, a channel per 32 KiB of the block as the ring's.
+    let direct = |m: u32| (bytes <= t.direct_max).then_some((m, simple));
     match mode {
-        RM_ALLGATHER => return one_shot(RM_ALLGATHER_LL1).unwrap_or((mode, simple)),
+        RM_ALLGATHER => {
+            return one_shot(RM_ALLGATHER_LL1)
+                .or_else(|| direct(RM_ALLGATHER_1S))
+                .unwrap_or((mode, simple))
+        }
         RM_REDUCE_SCATTER => {
-            return one_shot(RM_REDUCE_SCATTER_LL1).unwrap_or((mode, simple));
+            return one_shot(RM_REDUCE_SCATTER_LL1)
+                .or_else(|| direct(RM_REDUCE_SCATTER_1S))
+                .unwrap_or((mode, simple));
         }
         // A small broadcast's root (a reduce's root) moves (n - 1) x `bytes`
         // as an all-gather's rank does its block: the same bound. The ring
@@ -538,6 +600,14 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
         )
     } else if bytes <= t.ll_max {
         (RM_ALLREDUCE_LL, ll_channels(bytes, t.channels))
+    } else if bytes.div_ceil(t.nranks.max(1) as u64) <= t.direct_max {
+        // A channel per 32 KiB of a rank's block (the kernel splits the
+        // block's range among them).
+        let block = bytes.div_ceil(t.nranks.max(1) as u64);
+        (
+            RM_ALLREDUCE_2S,
+            coll_channels(block, t.channels, t.coll_chunk),
+        )
     } else {
         (RM_ALLREDUCE, simple)
     }
@@ -656,8 +726,9 @@ pub fn mode_algo(mode: u32) -> (&'static str, &'static str) {
         | RM_REDUCE_SCATTER_LL1
         | RM_BROADCAST_LL1
         | RM_REDUCE_LL1 => ("OneShot", "LL"),
-        RM_ALLREDUCE_1S => ("OneShot", "Simple"),
+        RM_ALLREDUCE_1S | RM_ALLGATHER_1S | RM_REDUCE_SCATTER_1S => ("OneShot", "Simple"),
         RM_ALLREDUCE_LL2 => ("TwoShot", "LL"),
+        RM_ALLREDUCE_2S => ("TwoShot", "Simple"),
         _ => ("Ring", "Simple"),
     }
 }
@@ -2400,6 +2471,9 @@ mod tests {
         assert_eq!(mode_algo(RM_BROADCAST_LL1), ("OneShot", "LL"));
         assert_eq!(mode_algo(RM_ALLREDUCE_1S), ("OneShot", "Simple"));
         assert_eq!(mode_algo(RM_ALLREDUCE_LL2), ("TwoShot", "LL"));
+        assert_eq!(mode_algo(RM_ALLGATHER_1S), ("OneShot", "Simple"));
+        assert_eq!(mode_algo(RM_REDUCE_SCATTER_1S), ("OneShot", "Simple"));
+        assert_eq!(mode_algo(RM_ALLREDUCE_2S), ("TwoShot", "Simple"));
         assert_eq!(mode_algo(RM_REDUCE), ("Ring", "Simple"));
     }
 
@@ -2756,22 +2830,40 @@ mod tests {
         assert_eq!(plan_at(3, false, 64 << 10), (RM_ALLREDUCE_LL1, 16));
         assert_eq!(plan_at(3, false, (64 << 10) + 8), (RM_ALLREDUCE_LL2, 6));
         assert_eq!(plan_at(3, false, 512 << 10), (RM_ALLREDUCE_LL2, 32));
-        assert_eq!(plan_at(3, false, (512 << 10) + 16).0, RM_ALLREDUCE);
+        assert_eq!(plan_at(3, false, (512 << 10) + 16).0, RM_ALLREDUCE_2S);
         // 4 ranks: one-shot to ~42 KiB (each rank writes 3 copies), then
-        // two-shot LL to 512 KiB.
+        // two-shot LL to 512 KiB, then the two-shot over Simple slots (a
+        // channel per 32 KiB of a rank's quarter) to 4 MiB (1 MiB each).
         assert_eq!(plan_at(4, false, 40 << 10), (RM_ALLREDUCE_LL1, 10));
         assert_eq!(plan_at(4, false, 48 << 10), (RM_ALLREDUCE_LL2, 3));
         assert_eq!(plan_at(4, false, 512 << 10), (RM_ALLREDUCE_LL2, 32));
-        assert_eq!(plan_at(4, false, (512 << 10) + 16), (RM_ALLREDUCE, 17));
+        assert_eq!(plan_at(4, false, (512 << 10) + 16), (RM_ALLREDUCE_2S, 5));
+        assert_eq!(plan_at(4, false, 4 << 20), (RM_ALLREDUCE_2S, 32));
+        assert_eq!(plan_at(4, false, (4 << 20) + 16), (RM_ALLREDUCE, 32));
         // 8 ranks: 16 channels (the window stays at 7 x 16 regions), one-shot
         // to ~18 KiB, two-shot LL to 512 KiB.
         assert_eq!(plan_at(8, false, 16 << 10), (RM_ALLREDUCE_LL1, 4));
         assert_eq!(plan_at(8, false, 32 << 10), (RM_ALLREDUCE_LL2, 1));
         assert_eq!(plan_at(8, false, 512 << 10), (RM_ALLREDUCE_LL2, 16));
+        assert_eq!(plan_at(8, false, (512 << 10) + 16), (RM_ALLREDUCE_2S, 3));
+        assert_eq!(plan_at(8, false, 8 << 20), (RM_ALLREDUCE_2S, 16));
+        assert_eq!(plan_at(8, false, (8 << 20) + 16), (RM_ALLREDUCE, 16));
         assert_eq!(plan_at(8, false, 1 << 30), (RM_ALLREDUCE, 16));
         // 9 ranks: neither one-shot nor two-shot kernel.
         assert_eq!(plan_at(9, false, 8), (RM_ALLREDUCE_LL, 1));
         assert_eq!(plan_at(9, false, 64 << 10), (RM_ALLREDUCE_LL, 8));
+        assert_eq!(plan_at(9, false, 1 << 20), (RM_ALLREDUCE, 16));
+        // The direct kernels off (OXCCL_CUDA_DIRECT_MAX=0): the Simple ring
+        // past LL.
+        let mut nod = RingConfig::new(false, 4 << 20, None, None, 4, Duration::from_secs(1));
+        nod.direct_max = 0;
+        let t4 = Thresholds::of(&nod, 4, false);
+        assert_eq!(plan(RM_ALLREDUCE, 1 << 20, &t4), (RM_ALLREDUCE, 32));
+        assert_eq!(plan(RM_ALLGATHER, 1 << 20, &t4), (RM_ALLGATHER, 32));
+        assert_eq!(
+            plan(RM_REDUCE_SCATTER, 1 << 20, &t4),
+            (RM_REDUCE_SCATTER, 32)
+        );
         // Two-shot off (OXCCL_CUDA_TWOSHOT_MAX=0, NCCL_ALGO without
         // TwoShot): the LL ring between the one-shot and LL's bounds.
         let mut no2 = RingConfig::new(false, 4 << 20, None, None, 8, Duration::from_secs(1));
@@ -2787,18 +2879,22 @@ mod tests {
         let t4 = Thresholds::of(&ll, 4, false);
         assert_eq!(plan(RM_ALLREDUCE, 1 << 20, &t4), (RM_ALLREDUCE_LL2, 32));
         // The two-shot's bound above LL's (OXCCL_CUDA_TWOSHOT_MAX=4M alone):
-        // the two-shot to it, then the Simple ring; NCCL_PROTO without LL
-        // turns it off (it is an LL kernel).
+        // the two-shot to it, then the Simple kernels (the two-shot over
+        // Simple slots to 8 MiB); NCCL_PROTO without LL turns it off (it
+        // is an LL kernel).
         let mut wide = RingConfig::new(false, 4 << 20, None, None, 8, Duration::from_secs(1));
         wide.twoshot_max = 4 << 20;
         let t8 = Thresholds::of(&wide, 8, false);
         assert_eq!(plan(RM_ALLREDUCE, 16 << 10, &t8), (RM_ALLREDUCE_LL1, 4));
         assert_eq!(plan(RM_ALLREDUCE, 4 << 20, &t8), (RM_ALLREDUCE_LL2, 16));
-        assert_eq!(plan(RM_ALLREDUCE, (4 << 20) + 16, &t8), (RM_ALLREDUCE, 16));
+        assert_eq!(
+            plan(RM_ALLREDUCE, (4 << 20) + 16, &t8),
+            (RM_ALLREDUCE_2S, 16)
+        );
         wide.ll_max = 0;
         let t8 = Thresholds::of(&wide, 8, false);
         assert_eq!(t8.twoshot_max, 0);
-        assert_eq!(plan(RM_ALLREDUCE, 1 << 20, &t8), (RM_ALLREDUCE, 16));
+        assert_eq!(plan(RM_ALLREDUCE, 1 << 20, &t8), (RM_ALLREDUCE_2S, 4));
         // Not for 2 ranks even when asked (the one-shot serves them).
         let mut two = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
         two.twoshot_max = u64::MAX;
@@ -2824,12 +2920,22 @@ mod tests {
             plan(RM_REDUCE_SCATTER, 64 << 10, &t),
             (RM_REDUCE_SCATTER_LL1, 16)
         );
-        assert_eq!(plan(RM_ALLGATHER, 80 << 10, &t), (RM_ALLGATHER, 3));
+        // Past that, to 1 MiB blocks, the one-shot over Simple slots (a
+        // channel per 32 KiB of the block, 16 at most for 8 ranks), then
+        // the ring.
+        assert_eq!(plan(RM_ALLGATHER, 80 << 10, &t), (RM_ALLGATHER_1S, 3));
+        assert_eq!(
+            plan(RM_REDUCE_SCATTER, 1 << 20, &t),
+            (RM_REDUCE_SCATTER_1S, 16)
+        );
+        assert_eq!(plan(RM_ALLGATHER, (1 << 20) + 1, &t), (RM_ALLGATHER, 16));
         // 2 ranks: blocks to 512 KiB.
         let two = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
         let t2 = Thresholds::of(&two, 2, false);
         assert_eq!(plan(RM_ALLGATHER, 512 << 10, &t2), (RM_ALLGATHER_LL1, 32));
+        // (never the direct kernels: the ring of 2 is one step each way)
         assert_eq!(plan(RM_ALLGATHER, (512 << 10) + 1, &t2), (RM_ALLGATHER, 17));
+        assert_eq!(t2.direct_max, 0);
         // One-shot kernels off (OXCCL_CUDA_ONESHOT_MAX=0, NCCL_ALGO): the ring.
         let mut off = two.clone();
         off.oneshot_max = 0;

@@ -423,6 +423,9 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
         if !sel.allows(ar, Algo::TwoShot) {
             cfg.twoshot_max = 0;
         }
+        if cfg.force {
+            cfg.direct_max = 0;
+        }
     }
     if let Some(b) = p.get(&params::CUDA_ONESHOT_MAX) {
         cfg.oneshot_max = b;
@@ -430,6 +433,9 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
     }
     if let Some(b) = p.get(&params::CUDA_TWOSHOT_MAX) {
         cfg.twoshot_max = b;
+    }
+    if let Some(b) = p.get(&params::CUDA_DIRECT_MAX) {
+        cfg.direct_max = b;
     }
     if let Some(t) = p.get(&params::P2P_LL_THRESHOLD) {
         cfg.p2p_ll_max = t.max(0) as u64;
