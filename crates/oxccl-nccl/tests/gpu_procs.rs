@@ -1022,10 +1022,10 @@ fn four_processes_two_per_gpu() {
 /// 8 ranks, as on issue 10's 8-GPU machine (here rank r on GPU r % gpus):
 /// 16 channels; all-reduces one-shot to 128 KiB / 7 (count 1, and 4099 of
 /// 1- to 4-byte types), two-shot over LL lines to 512 KiB (4099 of 8-byte
-/// types, 70001 of 1- to 4-byte ones) and on the Simple ring above (300007,
-/// 70001 of 8-byte types); all-gathers
-/// and reduce-scatters one-shot while a rank's block is at most 512 KiB /
-/// 7; all-to-alls over LL to 512 KiB / 7 per peer; 7 peers each.
+/// types, 70001 of 1- to 4-byte ones) and over Simple slots above (300007,
+/// 70001 of 8-byte types); all-gathers and reduce-scatters one-shot over LL
+/// while a rank's block is at most 512 KiB / 7, over Simple slots above;
+/// all-to-alls over LL to 512 KiB / 7 per peer; 7 peers each.
 #[test]
 fn eight_processes() {
     if gpus() < 1 {
@@ -1457,6 +1457,50 @@ fn two_shot_all_reduce_at_every_size() {
         ("OXCCL_TEST_TYPES", "float32"),
     ];
     all_reduces_take(4, "4099", &off, "Algo Ring proto LL");
+}
+
+/// The direct kernels over Simple slots (one-shot all-gather and
+/// reduce-scatter, two-shot all-reduce) at every size: LL off, their bound
+/// at 1G, 16 KiB slots (NCCL_BUFFSIZE=128K) so large counts reuse every
+/// slot many times; 3, 5 and 8 ranks (uneven all-reduce blocks, the last
+/// ones empty at count 1; odd counts leave element tails and, for
+/// all-gathers and reduce-scatters, blocks off 16-byte alignment); rank 0's
+/// TUNING lines name the kernels. With the bound at 0 the same sizes take
+/// the Simple ring.
+#[test]
+fn direct_kernels_at_every_size() {
+    if gpus() < 1 {
+        return;
+    }
+    let on = [
+        ("NCCL_PROTO", "Simple"),
+        ("OXCCL_CUDA_DIRECT_MAX", "1G"),
+        ("NCCL_BUFFSIZE", "131072"),
+        ("OXCCL_TEST_TYPES", "float32,bfloat16,int8,float64"),
+    ];
+    for (n, counts) in [
+        (3, "1,4099,70001,1000003"),
+        (5, "1,7,70001"),
+        (8, "1,4099,300007"),
+    ] {
+        all_reduces_take(n, counts, &on, "Algo TwoShot proto Simple");
+    }
+    for coll in ["AllGather:", "ReduceScatter:"] {
+        let lines = logged_lines(4, "4099,70001", &on, "TUNING", coll);
+        assert!(
+            !lines.is_empty()
+                && lines
+                    .iter()
+                    .all(|l| l.contains("Algo OneShot proto Simple")),
+            "{coll} {lines:?}"
+        );
+    }
+    let off = [
+        ("NCCL_PROTO", "Simple"),
+        ("OXCCL_CUDA_DIRECT_MAX", "0"),
+        ("OXCCL_TEST_TYPES", "float32"),
+    ];
+    all_reduces_take(4, "70001", &off, "Algo Ring proto Simple");
 }
 
 /// OXCCL_CUDA_LL_MAX moves LL's bound: 3 ranks' 256 KiB all-reduces (the
