@@ -66,6 +66,14 @@
 #                                    # GPU of its own (else the ranks share the GPUs,
 #                                    # --share-gpus, no NCCL); then every type and op
 #                                    # checked (OXCCL_TWOSHOT_RANKS picks the counts)
+#   scripts/perf-gpu.sh direct       # all_reduce / all_gather / reduce_scatter
+#                                    # 256 KB-64 MB, 4 and 8 ranks of one process
+#                                    # under graphs: the direct kernels over Simple
+#                                    # slots (OXCCL_CUDA_DIRECT_MAX=1G) against the
+#                                    # Simple ring (=0), two rounds, NCCL beside where
+#                                    # every rank has a GPU (else --share-gpus); then
+#                                    # checked (OXCCL_DIRECT_RANKS, OXCCL_DIRECT_COLLS,
+#                                    # OXCCL_DIRECT_CHECK_TYPES pick)
 #   scripts/perf-gpu.sh twoshot_wide # all_reduce 256 KB-8 MB, 4 and 8 ranks of one
 #                                    # process under graphs: the two-shot past LL's
 #                                    # bound (OXCCL_CUDA_TWOSHOT_MAX=8M) against the
@@ -358,6 +366,26 @@ if [ "$MODE" = twoshot ]; then
       OXCCL_CUDA_TWOSHOT_MAX=0 run "twoshot_g${g}_ring_$round" 120 "$X" $P $R -J "$OUTDIR/twoshot_g${g}_ring_$round.json"
     done
     OXCCL_CUDA_JOINT_MAX=0 run "twoshot_check_g$g" 200 "$X" $P all_reduce --backend cuda $G -b 8 -e 1M -f 4 -c 1 -n 3 -w 1 -d all -o all
+  done
+fi
+if [ "$MODE" = direct ]; then
+  # Session 18's direct kernels (3-8 ranks of one host: all-gathers and
+  # reduce-scatters in one crossing of Simple slots, all-reduces in two)
+  # against the Simple ring's n - 1 (2 (n - 1)) steps, at every size of the
+  # range (the default bound is 1 MiB per rank block), under CUDA graphs,
+  # the one-launch path off. Then checked at every size with LL off.
+  for g in ${OXCCL_DIRECT_RANKS:-4 8}; do
+    ranks_form "$g"
+    for c in ${OXCCL_DIRECT_COLLS:-all_reduce all_gather reduce_scatter}; do
+      R="$c --backend cuda $G -b 256K -e 64M -f 4 -n 50 -w 5 -c 0 -G 5 $cmp"
+      for round in 1 2; do
+        OXCCL_CUDA_DIRECT_MAX=1G OXCCL_CUDA_JOINT_MAX=0 run "direct_${c}_g${g}_$round" 120 "$X" $P $R -J "$OUTDIR/direct_${c}_g${g}_$round.json"
+        OXCCL_CUDA_DIRECT_MAX=0 OXCCL_CUDA_JOINT_MAX=0 run "direct_${c}_g${g}_ring_$round" 120 "$X" $P $R -J "$OUTDIR/direct_${c}_g${g}_ring_$round.json"
+      done
+    done
+    for c in ${OXCCL_DIRECT_COLLS:-all_reduce all_gather reduce_scatter}; do
+      OXCCL_CUDA_DIRECT_MAX=1G OXCCL_CUDA_JOINT_MAX=0 NCCL_PROTO=Simple run "direct_check_${c}_g$g" 200 "$X" $P $c --backend cuda $G -b 8 -e 8M -f 8 -c 1 -n 2 -w 1 -d "${OXCCL_DIRECT_CHECK_TYPES:-all}" -o all
+    done
   done
 fi
 if [ "$MODE" = twoshot_wide ]; then
