@@ -1407,15 +1407,21 @@ fn across_hosts_through_a_network_plugin() {
     );
 }
 
-/// Runs `n` ranks' all-reduces of `counts` under `env` (checked against
-/// the reference) and asserts that their TUNING lines exist and every one
-/// names `want`, the kernel the plan chose (e.g. "Algo TwoShot proto LL").
-fn all_reduces_take(n: usize, counts: &str, env: &[(&str, &str)], want: &str) {
-    let lines = logged_lines(n, counts, env, "TUNING", "AllReduce:");
+/// Runs `n` ranks' sweep of `counts` under `env` (checked against the
+/// reference) and asserts that the TUNING lines of collective `coll`
+/// (e.g. "AllGather:") exist and every one names `want`, the kernel the
+/// plan chose (e.g. "Algo TwoShot proto LL").
+fn calls_take(n: usize, counts: &str, env: &[(&str, &str)], coll: &str, want: &str) {
+    let lines = logged_lines(n, counts, env, "TUNING", coll);
     assert!(
         !lines.is_empty() && lines.iter().all(|l| l.contains(want)),
-        "{n} ranks, {env:?}: want {want}: {lines:?}"
+        "{n} ranks, {env:?}: want {coll} {want}: {lines:?}"
     );
+}
+
+/// [`calls_take`] for all-reduces.
+fn all_reduces_take(n: usize, counts: &str, env: &[(&str, &str)], want: &str) {
+    calls_take(n, counts, env, "AllReduce:", want)
 }
 
 /// The two-shot LL all-reduce (block p of every rank to rank p, reduced
@@ -1466,7 +1472,8 @@ fn two_shot_all_reduce_at_every_size() {
 /// ones empty at count 1; odd counts leave element tails and, for
 /// all-gathers and reduce-scatters, blocks off 16-byte alignment); rank 0's
 /// TUNING lines name the kernels. With the bound at 0 the same sizes take
-/// the Simple ring.
+/// the Simple ring (4 ranks, and 8 on 16 channels: the 8-rank sweep's
+/// all-reduces no longer reach it).
 #[test]
 fn direct_kernels_at_every_size() {
     if gpus() < 1 {
@@ -1486,14 +1493,7 @@ fn direct_kernels_at_every_size() {
         all_reduces_take(n, counts, &on, "Algo TwoShot proto Simple");
     }
     for coll in ["AllGather:", "ReduceScatter:"] {
-        let lines = logged_lines(4, "4099,70001", &on, "TUNING", coll);
-        assert!(
-            !lines.is_empty()
-                && lines
-                    .iter()
-                    .all(|l| l.contains("Algo OneShot proto Simple")),
-            "{coll} {lines:?}"
-        );
+        calls_take(4, "4099,70001", &on, coll, "Algo OneShot proto Simple");
     }
     let off = [
         ("NCCL_PROTO", "Simple"),
@@ -1501,6 +1501,7 @@ fn direct_kernels_at_every_size() {
         ("OXCCL_TEST_TYPES", "float32"),
     ];
     all_reduces_take(4, "70001", &off, "Algo Ring proto Simple");
+    all_reduces_take(8, "300007", &off, "Algo Ring proto Simple");
 }
 
 /// OXCCL_CUDA_LL_MAX moves LL's bound: 3 ranks' 256 KiB all-reduces (the
