@@ -1087,7 +1087,6 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
     // broadcast's non-roots have none, and maybe no input buffer at all).
     const bool own = !(bc && q != root);
     const S* oin = rsc ? in + (u64)q * M : in;
-    const u32 mask = c.ll_nslots - 1;  // a power of two (ring.rs, LL_NSLOTS)
     const u64 simple = RING_HDR + (u64)c.nslots * c.slot;
     char* sbase = nullptr;
     const char* rbase = nullptr;
@@ -1133,8 +1132,8 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
         }
     }
     if (pt) {
-        sl[t] = (uint4*)(sbase + (u64)((u32)ss & mask) * c.ll_bytes);
-        rl[t] = (const uint4*)(rbase + (u64)((u32)rs & mask) * c.ll_bytes);
+        sl[t] = ll_slot(c, sbase, ss);
+        rl[t] = ll_slot(c, rbase, rs);
         sfl[t] = (u32)(ss + 1);
         rfl[t] = (u32)(rs + 1);
     }
