@@ -1505,8 +1505,9 @@ fn direct_kernels_at_every_size() {
 }
 
 /// OXCCL_CUDA_LL_MAX moves LL's bound: 3 ranks' 256 KiB all-reduces (the
-/// two-shot off) take the LL ring by default and the Simple ring with the
-/// bound at 64 KiB, both checked against the reference.
+/// LL two-shot off) take the LL ring by default and, with the bound at 64
+/// KiB, what follows LL (the two-shot over Simple slots for 3 ranks' 86 KiB
+/// blocks), both checked against the reference.
 #[test]
 fn ll_bound_moves_with_its_knob() {
     if gpus() < 1 {
@@ -1514,7 +1515,7 @@ fn ll_bound_moves_with_its_knob() {
     }
     for (bound, want) in [
         (None, "Algo Ring proto LL"),
-        (Some("64K"), "Algo Ring proto Simple"),
+        (Some("64K"), "Algo TwoShot proto Simple"),
     ] {
         let mut env = vec![
             ("OXCCL_CUDA_TWOSHOT_MAX", "0"),
