@@ -420,9 +420,9 @@ pub fn default_twoshot_max(nranks: usize) -> u64 {
 /// reduce-scatters of 4 ranks 13-23 against 19-27 to 4 MiB, of 8 ranks
 /// 19-37 against 38-51; about even with the ring at 8 MiB (blocks of 2 MiB
 /// for 4 ranks, 1 MiB for 8) and 6-12% behind at 16 MiB (5 ranks won to 32
-/// MiB). So the bound is 1 MiB per block. On one GPU the ranks share its memory; on NVSwitch (issue 10,
-/// not lent yet) the links decide, and `scripts/perf-gpu.sh direct` runs
-/// both beside NCCL to move it.
+/// MiB). So the bound is 1 MiB per block. On one GPU the ranks share its
+/// memory; on NVSwitch (issue 10, not lent yet) the links decide, and
+/// `scripts/perf-gpu.sh direct` runs both beside NCCL to move it.
 pub fn default_direct_max(nranks: usize) -> u64 {
     if (3..=LL1_MAX_RANKS).contains(&nranks) {
         DEFAULT_DIRECT_MAX
@@ -574,6 +574,8 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
         RM_ALLREDUCE => {}
         _ => return (mode, simple),
     }
+    // One rank's block of the message (the two-shots' unit).
+    let block = bytes.div_ceil(t.nranks.max(1) as u64);
     if bytes <= t.oneshot_net_max {
         (RM_ALLREDUCE_1S, simple)
     } else if bytes <= t.ll_max && bytes <= t.oneshot_max {
@@ -593,17 +595,15 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
         // Its own bound may pass LL's (set above 512 KiB it replaces the
         // Simple ring there, as published two-shot kernels do to ~4 MB on
         // 8 GPUs; not measured on such a machine yet).
-        let block = bytes.div_ceil(t.nranks.max(1) as u64);
         (
             RM_ALLREDUCE_LL2,
             ll_channels(block.saturating_mul(2), t.channels),
         )
     } else if bytes <= t.ll_max {
         (RM_ALLREDUCE_LL, ll_channels(bytes, t.channels))
-    } else if bytes.div_ceil(t.nranks.max(1) as u64) <= t.direct_max {
+    } else if block <= t.direct_max {
         // A channel per 32 KiB of a rank's block (the kernel splits the
         // block's range among them).
-        let block = bytes.div_ceil(t.nranks.max(1) as u64);
         (
             RM_ALLREDUCE_2S,
             coll_channels(block, t.channels, t.coll_chunk),
