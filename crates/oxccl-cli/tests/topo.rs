@@ -110,7 +110,7 @@ fn nvswitch_machine_every_pair_nv18() {
     assert!(t.contains("NUMA node 1 (CPUs 56-111,168-223)"), "{t}");
     assert!(t.contains("NIC7 mlx5_7 port 1, 400 Gb/s"), "{t}");
     assert!(t.contains("8 of 8 hops on NVLink"), "{t}");
-    assert!(t.contains("GPU ring: 16 channels"), "{t}");
+    assert!(t.contains("GPU ring: 32 channels"), "{t}");
     let (_, v) = doctor_json("dgx8", &[], &[]);
     assert_eq!(check(&v, "gpu.nvlink")["status"], "ok");
     assert!(check(&v, "gpu.numa")["detail"]

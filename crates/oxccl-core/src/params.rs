@@ -434,9 +434,9 @@ params! {
     BUFFSIZE: Size = "NCCL_BUFFSIZE", "4M", honoured,
         "Buffer size per peer and channel for the bulk (Simple) protocol.";
     MIN_NCHANNELS: Opt<U32> = "NCCL_MIN_NCHANNELS", "", honoured,
-        "Lower bound on the number of channels. Unset: auto.";
+        "Lower bound on the number of channels. Unset: auto (GPU rings: 32 up to 8 ranks, 16 beyond, fewer over slow links; ranks sharing a GPU get at most its SMs / their number, whatever is set).";
     MAX_NCHANNELS: Opt<U32> = "NCCL_MAX_NCHANNELS", "", honoured,
-        "Upper bound on the number of channels. Unset: auto.";
+        "Upper bound on the number of channels. Unset: auto (see NCCL_MIN_NCHANNELS).";
     COMM_BLOCKING: Opt<Bool> = "NCCL_COMM_BLOCKING", "", honoured,
         "Overrides the communicator config's blocking flag (0: non-blocking calls). Unset: use the config.";
     // ---- honoured: oxccl's own

@@ -238,6 +238,91 @@ pub fn pdl_fits(blocks: u32, sharing: u32, sms: u32) -> bool {
     sharing <= 1 || 2 * blocks as u64 * sharing as u64 <= sms as u64
 }
 
+/// Blocks of a ring kernel (`oxccl_ring_*`) one SM holds at once: one. The
+/// CUBINs' register counts (sm_90, session 19): 128 a thread for
+/// `oxccl_ring_*` (512 threads: all of an SM's 65,536 registers), 64 for
+/// `oxccl_ring_p2p`, `oxccl_ll1_*` and `oxccl_joint_*` (two blocks).
+pub const RING_BLOCKS_PER_SM: u32 = 1;
+/// Blocks of the send/receive kernel (`oxccl_ring_p2p`) one SM holds: two.
+pub const P2P_BLOCKS_PER_SM: u32 = 2;
+/// Items (op, channel) one block of the send/receive kernel serves at most
+/// (`RING_P2P_MAX_ITEMS` in ring.cu).
+pub const P2P_MAX_ITEMS: u32 = 16;
+
+/// The channel bound where ranks share GPUs, with what set it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareCap {
+    /// Most channels.
+    pub channels: u32,
+    /// Ranks on the GPU that set it.
+    pub ranks: u32,
+    /// Its SMs.
+    pub sms: u32,
+}
+
+/// The most channels a communicator may have where some GPU runs more than
+/// one of its ranks (`gpus`: each rank's host, GPU bus id and SM count;
+/// a count of 0, unknown, sets no bound). A channel's block waits for
+/// the same channel of the other ranks, so every rank's blocks on a GPU
+/// must be resident at once: SMs x [`RING_BLOCKS_PER_SM`] over the ranks
+/// there, the least over such GPUs. None where each GPU runs one rank.
+/// Measured (12 ranks sharing an H200 at 16 channels, 192 blocks on 132
+/// SMs): a 64 MiB all-reduce ended in the kernels' timeout; 9 ranks (144
+/// blocks) completed, in two waves (session 19, run 1).
+pub fn shared_channel_cap(gpus: &[(u64, [u8; 16], u32)]) -> Option<ShareCap> {
+    let mut best: Option<ShareCap> = None;
+    for (i, g) in gpus.iter().enumerate() {
+        // Count each GPU once, at its first rank.
+        if g.2 == 0 || gpus[..i].iter().any(|h| h.0 == g.0 && h.1 == g.1) {
+            continue;
+        }
+        let ranks = gpus.iter().filter(|h| h.0 == g.0 && h.1 == g.1).count() as u32;
+        if ranks < 2 {
+            continue;
+        }
+        let channels = (g.2 * RING_BLOCKS_PER_SM / ranks).clamp(1, MAX_CHANNELS);
+        if best.is_none_or(|b| channels < b.channels) {
+            best = Some(ShareCap {
+                channels,
+                ranks,
+                sms: g.2,
+            });
+        }
+    }
+    best
+}
+
+/// The channels a ring is set up with: the configured count (the default
+/// for `nranks` or NCCL_MIN/MAX_NCHANNELS), lowered to what the ring's
+/// slowest hop is worth (`topo`: [`ring_channels`], where known and the
+/// user set no count), to 16 beyond 4 ranks when the window is pinned host
+/// memory (`host_window`, NCCL_P2P_DISABLE: the ranks' windows would take
+/// (n - 1) x 32 x 2.1 MiB of pinned memory each, 476 MiB at 8 ranks, for a
+/// path PCIe bounds at ~5 channels' worth), and to what ranks sharing a GPU
+/// run at once (`share`, whatever the user set: above it the kernels wait
+/// on blocks that never start).
+pub fn setup_channels(
+    cfg: &RingConfig,
+    nranks: usize,
+    host_window: bool,
+    topo: Option<u32>,
+    share: Option<ShareCap>,
+) -> u32 {
+    let mut ch = cfg.channels;
+    if !cfg.channels_set {
+        if let Some(t) = topo {
+            ch = ch.min(t);
+        }
+        if host_window && nranks > 4 {
+            ch = ch.min(16);
+        }
+    }
+    if let Some(s) = share {
+        ch = ch.min(s.channels);
+    }
+    ch.max(1)
+}
+
 /// The channels for a ring in `order` over `sites` (the fewest any hop is
 /// worth, [`topo_channels`]).
 pub fn ring_channels(sites: &[oxccl_core::topo::GpuSite], order: &[usize], default: u32) -> u32 {
@@ -258,14 +343,19 @@ impl RingConfig {
     /// The ring settings for `NCCL_BUFFSIZE` (bytes per connection), the
     /// channel bounds, the rank count and the timeout: 4 slots of
     /// buffsize/8 (512 KiB by default; 16 KiB..1 MiB, a 16-byte multiple);
-    /// `max_channels` channels, else 32 up to 4 ranks and 16 beyond, at
-    /// least `min_channels`, within 1..=32.
+    /// `max_channels` channels, else 32 up to [`LL1_MAX_RANKS`] (8) ranks
+    /// and 16 beyond, at least `min_channels`, within 1..=32
+    /// ([`setup_channels`] may lower it when the ring is set up).
     ///
     /// Why 32: one block moves ~12-20 GB/s over NVLink, and on the 2xH200
     /// machine 16 channels gave 189 GB/s busbw at 512 MB, 32 gave 265
-    /// (NCCL 312). The window is (ranks - 1) x channels x 4 slots: 64 MiB
-    /// for 2 ranks, 192 MiB for 4; beyond 4 ranks, 16 channels keep 8
-    /// ranks at 224 MiB.
+    /// (NCCL 312). On an NVSwitch machine each ring hop has a GPU's 18
+    /// links as the pair does (NCCL's ring: 365-370 GB/s on 2 to 8 H100,
+    /// flat in n), so 8 ranks need the pair's 32, not 16 (~189 GB/s; until
+    /// session 19). The window is (ranks - 1) x channels x 2.1 MiB (4
+    /// slots and the LL slots): 68 MiB for 2 ranks, 204 MiB for 4, 476 MiB
+    /// for 8 (NCCL on 8xH100: 1.06 GB a rank after its first collectives,
+    /// NVIDIA/nccl#1685); beyond 8 ranks 16 channels (15 ranks: 476 MiB).
     pub fn new(
         p2p_disable: bool,
         buffsize: u64,
@@ -275,7 +365,7 @@ impl RingConfig {
         timeout: Duration,
     ) -> RingConfig {
         let slot = (buffsize / 8).clamp(16 << 10, 1 << 20) / 16 * 16;
-        let mut ch = max_channels.unwrap_or(if nranks <= 4 { 32 } else { 16 });
+        let mut ch = max_channels.unwrap_or(if nranks <= LL1_MAX_RANKS { 32 } else { 16 });
         if let Some(m) = min_channels {
             ch = ch.max(m);
         }
@@ -484,6 +574,9 @@ pub struct Thresholds {
     /// Bytes per channel of a Simple collective ([`coll_channels`]):
     /// [`COLL_CHUNK`] within a host, [`COLL_CHUNK_NET`] across hosts.
     pub coll_chunk: u64,
+    /// Most blocks of a send/receive launch ([`p2p_resident_blocks`]; set
+    /// by [`Ring::setup`], [`P2P_MAX_BLOCKS`] in [`Thresholds::of`]).
+    pub p2p_blocks_max: u32,
 }
 
 impl Thresholds {
@@ -528,6 +621,7 @@ impl Thresholds {
             },
             p2p_wide_min: if cross { u64::MAX } else { P2P_WIDE_MIN },
             coll_chunk: if cross { COLL_CHUNK_NET } else { COLL_CHUNK },
+            p2p_blocks_max: P2P_MAX_BLOCKS,
         }
     }
 }
@@ -698,9 +792,27 @@ pub fn p2p_ll_channels(bytes: u64, channels: u32) -> u32 {
     by_size.max(bytes.div_ceil(P2P_LL_CAP)).min(max) as u32
 }
 
-/// The blocks of a point-to-point launch of `items` (op, channel) items.
-pub fn p2p_blocks(items: u32) -> u32 {
-    items.clamp(1, P2P_MAX_BLOCKS)
+/// The blocks of a point-to-point launch of `items` (op, channel) items:
+/// a block per item, at most `resident` ([`p2p_resident_blocks`]) unless
+/// the items need more ([`P2P_MAX_ITEMS`] a block), at most
+/// [`P2P_MAX_BLOCKS`].
+pub fn p2p_blocks(items: u32, resident: u32) -> u32 {
+    let most = resident
+        .max(items.div_ceil(P2P_MAX_ITEMS))
+        .min(P2P_MAX_BLOCKS);
+    items.clamp(1, most.max(1))
+}
+
+/// Most blocks of a send/receive launch that `sharing` ranks on a GPU of
+/// `sms` SMs can all hold at once (a block whose partner block never
+/// starts waits for it): SMs x [`P2P_BLOCKS_PER_SM`] over the ranks;
+/// [`P2P_MAX_BLOCKS`] for a GPU of its own or an unknown SM count.
+pub fn p2p_resident_blocks(sharing: u32, sms: u32) -> u32 {
+    if sharing <= 1 || sms == 0 {
+        P2P_MAX_BLOCKS
+    } else {
+        (sms * P2P_BLOCKS_PER_SM / sharing).clamp(1, P2P_MAX_BLOCKS)
+    }
 }
 
 /// Blocks a point-to-point launch adds for a copy of `bytes` to itself: one
@@ -1101,10 +1213,12 @@ struct Who {
     ordinal: i32,
     bus: [u8; 16],
     p2p_disable: bool,
+    /// SMs of the rank's GPU (0: unknown).
+    sms: u32,
 }
 
 impl Who {
-    const LEN: usize = 1 + 8 + 4 + 16 + 1;
+    const LEN: usize = 1 + 8 + 4 + 16 + 1 + 4;
     fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::LEN);
         v.push(self.ok as u8);
@@ -1112,6 +1226,7 @@ impl Who {
         v.extend_from_slice(&self.ordinal.to_le_bytes());
         v.extend_from_slice(&self.bus);
         v.push(self.p2p_disable as u8);
+        v.extend_from_slice(&self.sms.to_le_bytes());
         v
     }
     fn decode(b: &[u8], rank: usize) -> Result<Who> {
@@ -1130,6 +1245,7 @@ impl Who {
             ordinal: i32::from_le_bytes(b[9..13].try_into().unwrap_or_default()),
             bus,
             p2p_disable: b[29] == 1,
+            sms: u32::from_le_bytes(b[30..34].try_into().unwrap_or_default()),
         })
     }
 }
@@ -1386,6 +1502,7 @@ impl Ring {
                 ordinal: dev,
                 bus,
                 p2p_disable: cfg.p2p_disable,
+                sms: crate::device::sm_count(dev).unwrap_or(0),
             });
             let mine = match &r {
                 Ok(w) => w.encode(),
@@ -1474,16 +1591,32 @@ impl Ring {
                 Some(o) => o,
                 None => oxccl_core::topo::rank_ring(&sites, &hosts),
             };
-            let mut eff = cfg.clone();
             // Only what is known lowers the count: every rank's NVML answered
             // (else an NVLink pair would look like PCIe), all on one host
-            // over peer-to-peer, and no channel setting from the user.
-            if !cfg.channels_set
-                && !cross
-                && kind == WindowKind::Device
-                && recs.iter().all(|r| r.nvml)
-            {
-                eff.channels = ring_channels(&sites, &order, cfg.channels);
+            // over peer-to-peer (and no channel setting from the user:
+            // setup_channels).
+            let topo = (!cross && kind == WindowKind::Device && recs.iter().all(|r| r.nvml))
+                .then(|| ring_channels(&sites, &order, cfg.channels));
+            let gpus: Vec<(u64, [u8; 16], u32)> = recs
+                .iter()
+                .zip(&who)
+                .map(|(r, w)| (r.host, w.bus, w.sms))
+                .collect();
+            let share = shared_channel_cap(&gpus);
+            let mut eff = cfg.clone();
+            eff.channels =
+                setup_channels(cfg, nranks, kind == WindowKind::Host || cross, topo, share);
+            if let Some(s) = share.filter(|s| cfg.channels_set && s.channels < cfg.channels) {
+                oxccl_env::warn!(
+                    "NCCL_MIN_NCHANNELS/NCCL_MAX_NCHANNELS asked for {} channels; {} ranks share \
+                     one GPU of {} SMs, which runs {} of each rank's ring blocks at once: {} \
+                     channels",
+                    cfg.channels,
+                    s.ranks,
+                    s.sms,
+                    s.channels,
+                    eff.channels
+                );
             }
             let n = order.len();
             let hops: Vec<String> = (0..n.min(16))
@@ -1497,7 +1630,7 @@ impl Ring {
                 .collect();
             oxccl_env::info!(
                 oxccl_env::log::Subsys::GRAPH,
-                "GPU ring order{}: {} ({}{}); {} channels{}",
+                "GPU ring order{}: {} ({}{}); {} channels{}{}",
                 if recs[0].forced_order.is_empty() {
                     " from the topology"
                 } else {
@@ -1511,6 +1644,13 @@ impl Ring {
                 hops.join(", "),
                 if n > 16 { ", ..." } else { "" },
                 eff.channels,
+                match share {
+                    Some(s) => format!(
+                        " (at most {}: {} ranks share a GPU of {} SMs)",
+                        s.channels, s.ranks, s.sms
+                    ),
+                    None => String::new(),
+                },
                 if recs.iter().all(|r| r.nvml) {
                     ""
                 } else {
@@ -1554,7 +1694,13 @@ impl Ring {
             sms: crate::device::sm_count(dev).unwrap_or(0),
             bytes,
             stopper: Default::default(),
-            thresholds: Thresholds::of(cfg, nranks, cross),
+            thresholds: Thresholds {
+                p2p_blocks_max: p2p_resident_blocks(
+                    sharing,
+                    crate::device::sm_count(dev).unwrap_or(0),
+                ),
+                ..Thresholds::of(cfg, nranks, cross)
+            },
             proxies: Vec::new(),
             shadows: Vec::new(),
             net_streams: 1,
@@ -2251,7 +2397,7 @@ pub fn p2p_launch_args(
                 *d = *s;
                 a.nitems += s.nch;
             }
-            out.push((p2p_blocks(a.nitems), a));
+            out.push((p2p_blocks(a.nitems, thresholds.p2p_blocks_max), a));
         }
     }
     if let Some(x) = self_copy.filter(|x| x.bytes > 0) {
@@ -2266,7 +2412,7 @@ pub fn p2p_launch_args(
         // (the kernel: blocks past `nitems` hold no item); past the cap,
         // every block copies after its items.
         *blocks = (a.nitems + self_copy_blocks(x.bytes))
-            .min(P2P_MAX_BLOCKS)
+            .min(thresholds.p2p_blocks_max.min(P2P_MAX_BLOCKS))
             .max(*blocks);
     }
     Ok(out)
@@ -2574,12 +2720,12 @@ mod tests {
             (order, ch)
         };
         // DGX-class 8 GPUs, every pair NV18 through the NVSwitches: rank
-        // order, and the 8-rank default of 16 channels (NV18 is worth 32).
+        // order, and 32 channels (NV18 is worth 32; 16 until session 19).
         let dgx = load("dgx8");
         assert_eq!(dgx.len(), 8);
         assert_eq!(
             plan(&dgx, &[0, 1, 2, 3, 4, 5, 6, 7]),
-            ((0..8).collect(), 16)
+            ((0..8).collect(), 32)
         );
         // 4 of them: 32 channels.
         assert_eq!(plan(&dgx, &[0, 1, 2, 3]), (vec![0, 1, 2, 3], 32));
@@ -2632,6 +2778,10 @@ mod tests {
             32 * (HDR_BYTES + 4 * (512 << 10) + LL_NSLOTS as u64 * LL_SLOT_BYTES)
         );
         let c = RingConfig::new(false, 4 << 20, None, None, 8, Duration::from_secs(1));
+        assert_eq!(c.channels, 32);
+        // 7 x 32 regions of 2.1 MiB: the 476 MiB the doc names.
+        assert_eq!(c.window_bytes(8) >> 20, 476);
+        let c = RingConfig::new(false, 4 << 20, None, None, 9, Duration::from_secs(1));
         assert_eq!(c.channels, 16);
         let c = RingConfig::new(false, 1024, Some(40), None, 2, Duration::from_secs(1));
         assert_eq!((c.slot, c.channels), (16 << 10, MAX_CHANNELS));
@@ -2668,6 +2818,7 @@ mod tests {
             ordinal: 1,
             bus: [b'0'; 16],
             p2p_disable: false,
+            sms: 132,
         }
         .encode();
         assert!(Who::decode(&good, 0).is_ok());
@@ -2840,15 +2991,15 @@ mod tests {
         assert_eq!(plan_at(4, false, (512 << 10) + 16), (RM_ALLREDUCE_2S, 5));
         assert_eq!(plan_at(4, false, 4 << 20), (RM_ALLREDUCE_2S, 32));
         assert_eq!(plan_at(4, false, (4 << 20) + 16), (RM_ALLREDUCE, 32));
-        // 8 ranks: 16 channels (the window stays at 7 x 16 regions), one-shot
-        // to ~18 KiB, two-shot LL to 512 KiB.
+        // 8 ranks: 32 channels (16 until session 19), one-shot to ~18 KiB,
+        // two-shot LL to 512 KiB.
         assert_eq!(plan_at(8, false, 16 << 10), (RM_ALLREDUCE_LL1, 4));
         assert_eq!(plan_at(8, false, 32 << 10), (RM_ALLREDUCE_LL2, 1));
         assert_eq!(plan_at(8, false, 512 << 10), (RM_ALLREDUCE_LL2, 16));
         assert_eq!(plan_at(8, false, (512 << 10) + 16), (RM_ALLREDUCE_2S, 3));
-        assert_eq!(plan_at(8, false, 8 << 20), (RM_ALLREDUCE_2S, 16));
-        assert_eq!(plan_at(8, false, (8 << 20) + 16), (RM_ALLREDUCE, 16));
-        assert_eq!(plan_at(8, false, 1 << 30), (RM_ALLREDUCE, 16));
+        assert_eq!(plan_at(8, false, 8 << 20), (RM_ALLREDUCE_2S, 32));
+        assert_eq!(plan_at(8, false, (8 << 20) + 16), (RM_ALLREDUCE, 32));
+        assert_eq!(plan_at(8, false, 1 << 30), (RM_ALLREDUCE, 32));
         // 9 ranks: neither one-shot nor two-shot kernel.
         assert_eq!(plan_at(9, false, 8), (RM_ALLREDUCE_LL, 1));
         assert_eq!(plan_at(9, false, 64 << 10), (RM_ALLREDUCE_LL, 8));
@@ -2886,10 +3037,10 @@ mod tests {
         wide.twoshot_max = 4 << 20;
         let t8 = Thresholds::of(&wide, 8, false);
         assert_eq!(plan(RM_ALLREDUCE, 16 << 10, &t8), (RM_ALLREDUCE_LL1, 4));
-        assert_eq!(plan(RM_ALLREDUCE, 4 << 20, &t8), (RM_ALLREDUCE_LL2, 16));
+        assert_eq!(plan(RM_ALLREDUCE, 4 << 20, &t8), (RM_ALLREDUCE_LL2, 32));
         assert_eq!(
             plan(RM_ALLREDUCE, (4 << 20) + 16, &t8),
-            (RM_ALLREDUCE_2S, 16)
+            (RM_ALLREDUCE_2S, 17)
         );
         wide.ll_max = 0;
         let t8 = Thresholds::of(&wide, 8, false);
@@ -2921,14 +3072,13 @@ mod tests {
             (RM_REDUCE_SCATTER_LL1, 16)
         );
         // Past that, to 1 MiB blocks, the one-shot over Simple slots (a
-        // channel per 32 KiB of the block, 16 at most for 8 ranks), then
-        // the ring.
+        // channel per 32 KiB of the block, 32 at most), then the ring.
         assert_eq!(plan(RM_ALLGATHER, 80 << 10, &t), (RM_ALLGATHER_1S, 3));
         assert_eq!(
             plan(RM_REDUCE_SCATTER, 1 << 20, &t),
-            (RM_REDUCE_SCATTER_1S, 16)
+            (RM_REDUCE_SCATTER_1S, 32)
         );
-        assert_eq!(plan(RM_ALLGATHER, (1 << 20) + 1, &t), (RM_ALLGATHER, 16));
+        assert_eq!(plan(RM_ALLGATHER, (1 << 20) + 1, &t), (RM_ALLGATHER, 32));
         // 2 ranks: blocks to 512 KiB.
         let two = RingConfig::new(false, 4 << 20, None, None, 2, Duration::from_secs(1));
         let t2 = Thresholds::of(&two, 2, false);
@@ -2957,7 +3107,7 @@ mod tests {
         // within a host, 64 KiB across hosts.
         assert_eq!(
             plan(RM_REDUCE_SCATTER, 1 << 30, &t),
-            (RM_REDUCE_SCATTER, 16)
+            (RM_REDUCE_SCATTER, 32)
         );
         assert_eq!(
             plan(RM_REDUCE_SCATTER, 1 << 20, &t2),
@@ -3049,6 +3199,14 @@ mod tests {
         assert_eq!((a1.ops[0].ll, a1.ops[0].nch), (0, 16));
         assert_eq!(a1.self_bytes, 0, "the self copy rides once");
         assert_eq!(*b1, 16);
+        // Ranks sharing a GPU (p2p_blocks_max lowered by Ring::setup): the
+        // items and the self copy's blocks stay within it.
+        let shared = Thresholds {
+            p2p_blocks_max: 10,
+            ..t
+        };
+        let l = p2p_launch_args(common, &shared, &sends, &recvs, Some(big)).unwrap();
+        assert_eq!((l[0].0, l[1].0), (10, 10));
         // Across hosts nothing is LL.
         let far = Thresholds::of(&cfg, 3, true);
         let l = p2p_launch_args(common, &far, &sends, &recvs, None).unwrap();
@@ -3118,7 +3276,99 @@ mod tests {
         assert_eq!(p2p_channels(4 << 20, 16, P2P_WIDE_MIN), 16);
         // The most items any launch gives one block fit the kernel's 16.
         let items = P2P_MAX_OPS as u32 * p2p_channels(u64::MAX / 2, 32, 0);
-        assert!(items.div_ceil(p2p_blocks(items)) <= 16);
+        assert!(items.div_ceil(p2p_blocks(items, P2P_MAX_BLOCKS)) <= 16);
+        assert!(items.div_ceil(p2p_blocks(items, 1)) <= 16);
+    }
+
+    /// Ranks sharing a GPU get no more channels (ring blocks) than the GPU
+    /// runs at once; send/receive launches no more blocks; one rank per
+    /// GPU keeps the configured counts.
+    #[test]
+    fn ranks_sharing_a_gpu_keep_every_block_resident() {
+        let bus = |b: u8| {
+            let mut x = [b'0'; 16];
+            x[15] = b;
+            x
+        };
+        // 8 GPUs of 132 SMs, a rank each: no bound.
+        let own: Vec<_> = (0..8).map(|i| (0u64, bus(i), 132u32)).collect();
+        assert_eq!(shared_channel_cap(&own), None);
+        // n ranks on one H200: 132 / n (12 ranks: 11, where 16 hung).
+        for (n, want) in [
+            (2, 32),
+            (4, 32),
+            (5, 26),
+            (6, 22),
+            (7, 18),
+            (8, 16),
+            (9, 14),
+            (12, 11),
+        ] {
+            let one: Vec<_> = (0..n).map(|_| (0u64, bus(0), 132u32)).collect();
+            let cap = shared_channel_cap(&one).unwrap();
+            assert_eq!(
+                (cap.channels, cap.ranks, cap.sms),
+                (want, n as u32, 132),
+                "{n}"
+            );
+        }
+        // 200 ranks on one GPU: at least one channel.
+        let many: Vec<_> = (0..200).map(|_| (0u64, bus(0), 132u32)).collect();
+        assert_eq!(shared_channel_cap(&many).unwrap().channels, 1);
+        // The tightest GPU sets it: 3 ranks on a 132-SM GPU (44), 2 on a
+        // 58-SM one (29); the same bus id on another host is another GPU.
+        let mixed = [
+            (0, bus(0), 132),
+            (0, bus(0), 132),
+            (0, bus(0), 132),
+            (0, bus(1), 58),
+            (0, bus(1), 58),
+            (1, bus(0), 132),
+        ];
+        let cap = shared_channel_cap(&mixed).unwrap();
+        assert_eq!((cap.channels, cap.ranks, cap.sms), (29, 2, 58));
+        let hosts = [(0, bus(0), 132), (1, bus(0), 132)];
+        assert_eq!(shared_channel_cap(&hosts), None);
+        // An unknown SM count sets no bound.
+        assert_eq!(shared_channel_cap(&[(0, bus(0), 0), (0, bus(0), 0)]), None);
+
+        let t = Duration::from_secs(1);
+        let c8 = RingConfig::new(false, 4 << 20, None, None, 8, t);
+        let share8 = shared_channel_cap(&vec![(0u64, bus(0), 132u32); 8]);
+        // 8 GPUs of their own: 32; NVLink-poor topology lowers it; 8 ranks
+        // on one GPU: 16.
+        assert_eq!(setup_channels(&c8, 8, false, None, None), 32);
+        assert_eq!(setup_channels(&c8, 8, false, Some(5), None), 5);
+        assert_eq!(setup_channels(&c8, 8, false, None, share8), 16);
+        // Host-memory windows (or peers on other hosts) beyond 4 ranks: 16.
+        assert_eq!(setup_channels(&c8, 8, true, None, None), 16);
+        let c4 = RingConfig::new(false, 4 << 20, None, None, 4, t);
+        assert_eq!(setup_channels(&c4, 4, true, None, None), 32);
+        // The user's count: the topology does not lower it, sharing does.
+        let u = RingConfig::new(false, 4 << 20, Some(32), None, 8, t);
+        assert_eq!(setup_channels(&u, 8, true, Some(5), None), 32);
+        assert_eq!(setup_channels(&u, 8, false, Some(5), share8), 16);
+
+        // Send/receive launches: 2 blocks an SM over the ranks sharing it.
+        assert_eq!(p2p_resident_blocks(1, 132), P2P_MAX_BLOCKS);
+        assert_eq!(p2p_resident_blocks(8, 0), P2P_MAX_BLOCKS);
+        assert_eq!(p2p_resident_blocks(2, 132), P2P_MAX_BLOCKS);
+        assert_eq!(p2p_resident_blocks(8, 132), 33);
+        assert_eq!(p2p_resident_blocks(1000, 132), 1);
+        // 8 ranks' all-to-all: 14 ops x 16 channels = 224 items on 33 blocks.
+        assert_eq!(p2p_blocks(224, 33), 33);
+        assert_eq!(p2p_blocks(20, 33), 20);
+        assert_eq!(p2p_blocks(0, 33), 1);
+        // More items than 16 a block allows: as many blocks as they need.
+        assert_eq!(p2p_blocks(64 * 32, 1), P2P_MAX_BLOCKS);
+        assert_eq!(p2p_blocks(1000, 33), 63);
+        for items in [1u32, 15, 16, 17, 224, 528, 529, 2048] {
+            for res in [1u32, 33, 128] {
+                let b = p2p_blocks(items, res);
+                assert!(items.div_ceil(b) <= P2P_MAX_ITEMS, "{items} {res}");
+                assert!((1..=P2P_MAX_BLOCKS).contains(&b));
+            }
+        }
     }
 
     #[test]
@@ -3142,7 +3392,7 @@ mod tests {
         assert_eq!(p2p_channels(1, 16, P2P_WIDE_MIN), 1);
         assert_eq!(p2p_channels(1 << 30, 32, P2P_WIDE_MIN), 32);
         assert_eq!(p2p_channels(1 << 30, 32, u64::MAX), 16);
-        assert_eq!(p2p_blocks(64 * 16), P2P_MAX_BLOCKS);
+        assert_eq!(p2p_blocks(64 * 16, P2P_MAX_BLOCKS), P2P_MAX_BLOCKS);
         assert_eq!(default_oneshot_net_max(2), u64::MAX);
         assert_eq!(default_oneshot_net_max(3), 128 << 10);
         assert_eq!(default_oneshot_net_max(9), 0);

@@ -1020,7 +1020,8 @@ fn four_processes_two_per_gpu() {
 }
 
 /// 8 ranks, as on issue 10's 8-GPU machine (here rank r on GPU r % gpus):
-/// 16 channels; all-reduces one-shot to 128 KiB / 7 (count 1, and 4099 of
+/// 32 channels there, 16 with all 8 on one H200 (as many ring blocks as
+/// its 132 SMs hold at once); all-reduces one-shot to 128 KiB / 7 (count 1, and 4099 of
 /// 1- to 4-byte types), two-shot over LL lines to 512 KiB (4099 of 8-byte
 /// types, 70001 of 1- to 4-byte ones) and over Simple slots above (300007,
 /// 70001 of 8-byte types); all-gathers and reduce-scatters one-shot over LL
@@ -1032,6 +1033,27 @@ fn eight_processes() {
         return;
     }
     run_ranks(8, "0,1,4099,70001,300007", &[]);
+}
+
+/// 12 ranks (here rank r on GPU r % gpus): on one H200, 16 channels would
+/// be 192 ring blocks for its 132 SMs, and a 64 MiB all-reduce of session
+/// 18's build ended in the kernels' timeout (session 19, run 1); the
+/// channels come down to 11 and every collective completes, all-to-alls
+/// and gathers included (their send/receive launches within 22 blocks a
+/// rank). 2097155 floats: the Simple ring over many slots.
+#[test]
+fn twelve_ranks_on_few_gpus() {
+    if gpus() < 1 {
+        return;
+    }
+    run_ranks(
+        12,
+        "4099,2097155",
+        &[
+            ("OXCCL_TEST_TYPES", "float32"),
+            ("OXCCL_TIMEOUT_MS", "60000"),
+        ],
+    );
 }
 
 /// 5 ranks (no power of two: uneven ring parts and two-shot blocks,
@@ -1472,8 +1494,8 @@ fn two_shot_all_reduce_at_every_size() {
 /// ones empty at count 1; odd counts leave element tails and, for
 /// all-gathers and reduce-scatters, blocks off 16-byte alignment); rank 0's
 /// TUNING lines name the kernels. With the bound at 0 the same sizes take
-/// the Simple ring (4 ranks, and 8 on 16 channels: the 8-rank sweep's
-/// all-reduces no longer reach it).
+/// the Simple ring (4 ranks, and 8 on 16 channels on one GPU: the 8-rank
+/// sweep's all-reduces no longer reach it).
 #[test]
 fn direct_kernels_at_every_size() {
     if gpus() < 1 {
