@@ -80,6 +80,13 @@
 #                                    # default (Simple ring from 512 KiB), three
 #                                    # rounds, NCCL beside where every rank has a GPU
 #                                    # (else --share-gpus, no NCCL); then checked
+#   scripts/perf-gpu.sh share        # ranks sharing GPU 0 (--share-gpus, no NCCL):
+#                                    # 12 ranks' all_reduce and alltoall and 8
+#                                    # ranks' alltoall 1 MB-128 MB, checked (more
+#                                    # blocks than the SMs hold hung before session
+#                                    # 19); 5-7 ranks' AR/AG/RS 1 MB-256 MB at the
+#                                    # default channels (SMs / ranks) against
+#                                    # NCCL_MAX_NCHANNELS=16 (before), two rounds
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
 #                                    # the copy-engine reduction at its default
 #                                    # bound and off (SM kernel), vs NCCL
@@ -385,6 +392,23 @@ if [ "$MODE" = direct ]; then
     done
     for c in ${OXCCL_DIRECT_COLLS:-all_reduce all_gather reduce_scatter}; do
       OXCCL_CUDA_DIRECT_MAX=1G OXCCL_CUDA_JOINT_MAX=0 NCCL_PROTO=Simple run "direct_check_${c}_g$g" 200 "$X" $P $c --backend cuda $G -b 8 -e 8M -f 8 -c 1 -n 2 -w 1 -d "${OXCCL_DIRECT_CHECK_TYPES:-all}" -o all
+    done
+  done
+fi
+if [ "$MODE" = share ]; then
+  # Session 19: where ranks share a GPU every rank's blocks must be resident
+  # at once (a ring block fills an SM); the channels come down to SMs /
+  # ranks, send/receive launches to 2 x SMs / ranks. One GPU is enough.
+  S="--backend cuda --share-gpus -c 1 -n 10 -w 2"
+  OXCCL_CUDA_JOINT_MAX=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH run share_g12_ar 200 "$X" $P all_reduce $S -g 12 -b 1M -e 64M -f 8
+  OXCCL_CUDA_JOINT_MAX=0 run share_g12_a2a 200 "$X" $P alltoall $S -g 12 -b 12M -e 96M -f 8
+  OXCCL_CUDA_JOINT_MAX=0 run share_g8_a2a 200 "$X" $P alltoall $S -g 8 -b 1M -e 128M -f 4
+  for round in 1 2; do
+    for g in 5 6 7; do
+      for c in all_reduce all_gather reduce_scatter; do
+        OXCCL_CUDA_JOINT_MAX=0 run "share_${c}_g${g}_$round" 120 "$X" $P $c $S -g $g -b 1M -e 256M -f 4 -J "$OUTDIR/share_${c}_g${g}_$round.json"
+        OXCCL_CUDA_JOINT_MAX=0 NCCL_MAX_NCHANNELS=16 run "share_${c}_g${g}_ch16_$round" 120 "$X" $P $c $S -g $g -b 1M -e 256M -f 4 -J "$OUTDIR/share_${c}_g${g}_ch16_$round.json"
+      done
     done
   done
 fi
