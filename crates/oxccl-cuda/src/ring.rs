@@ -296,15 +296,16 @@ pub fn shared_channel_cap(gpus: &[(u64, [u8; 16], u32)]) -> Option<ShareCap> {
 /// for `nranks` or NCCL_MIN/MAX_NCHANNELS), lowered to what the ring's
 /// slowest hop is worth (`topo`: [`ring_channels`], where known and the
 /// user set no count), to 16 beyond 4 ranks when the window is pinned host
-/// memory (`host_window`, NCCL_P2P_DISABLE: the ranks' windows would take
-/// (n - 1) x 32 x 2.1 MiB of pinned memory each, 476 MiB at 8 ranks, for a
-/// path PCIe bounds at ~5 channels' worth), and to what ranks sharing a GPU
-/// run at once (`share`, whatever the user set: above it the kernels wait
-/// on blocks that never start).
+/// memory or some peers are on other hosts (`host_path`; NCCL_P2P_DISABLE's
+/// windows would take (n - 1) x 32 x 2.1 MiB of pinned memory each, 476 MiB
+/// at 8 ranks, for a path PCIe bounds at ~5 channels' worth; across hosts
+/// the network bounds the rate, and 16 stays as before session 19), and to
+/// what ranks sharing a GPU run at once (`share`, whatever the user set:
+/// above it the kernels wait on blocks that never start).
 pub fn setup_channels(
     cfg: &RingConfig,
     nranks: usize,
-    host_window: bool,
+    host_path: bool,
     topo: Option<u32>,
     share: Option<ShareCap>,
 ) -> u32 {
@@ -313,7 +314,7 @@ pub fn setup_channels(
         if let Some(t) = topo {
             ch = ch.min(t);
         }
-        if host_window && nranks > 4 {
+        if host_path && nranks > 4 {
             ch = ch.min(16);
         }
     }
@@ -1494,6 +1495,9 @@ impl Ring {
     ) -> Result<Ring> {
         let exchange = boot.exchange;
         let _scope = crate::capi::CtxScope::enter(ctx)?;
+        // This GPU's SMs (0: unknown): in the rank records (the channel
+        // bound where ranks share a GPU) and this rank's launch bounds.
+        let sms = crate::device::sm_count(dev).unwrap_or(0);
         // Round 1: who.
         let who = {
             let r = bus_id(dev).map(|bus| Who {
@@ -1502,7 +1506,7 @@ impl Ring {
                 ordinal: dev,
                 bus,
                 p2p_disable: cfg.p2p_disable,
-                sms: crate::device::sm_count(dev).unwrap_or(0),
+                sms,
             });
             let mine = match &r {
                 Ok(w) => w.encode(),
@@ -1691,14 +1695,11 @@ impl Ring {
             same_process,
             same_host: boot.same_host.clone(),
             sharing,
-            sms: crate::device::sm_count(dev).unwrap_or(0),
+            sms,
             bytes,
             stopper: Default::default(),
             thresholds: Thresholds {
-                p2p_blocks_max: p2p_resident_blocks(
-                    sharing,
-                    crate::device::sm_count(dev).unwrap_or(0),
-                ),
+                p2p_blocks_max: p2p_resident_blocks(sharing, sms),
                 ..Thresholds::of(cfg, nranks, cross)
             },
             proxies: Vec::new(),
