@@ -152,6 +152,22 @@ fn ring_kernels_compile_one_at_a_time() {
     assert!(has(&img, "oxccl_joint_e5m2_premulsum"));
     let p2p = compile::compile_now(&kernels::ring_p2p(), 90).unwrap();
     assert!(has(&p2p, "oxccl_ring_p2p") && !has(&p2p, "oxccl_ring_f32_sum"));
+    // The blocks an SM holds, which the bound for ranks sharing a GPU
+    // counts on (ring::RING_BLOCKS_PER_SM, ring::P2P_BLOCKS_PER_SM): a
+    // kernel change that takes more registers must lower those constants.
+    for (image, kernel, per_sm) in [
+        (&img, "oxccl_ring_e5m2_premulsum", ring::RING_BLOCKS_PER_SM),
+        (&img, "oxccl_ring_p2p", ring::P2P_BLOCKS_PER_SM),
+        (&p2p, "oxccl_ring_p2p", ring::P2P_BLOCKS_PER_SM),
+    ] {
+        let regs = register_count(image, kernel);
+        eprintln!("{kernel}: {regs} registers a thread");
+        assert!(
+            regs * ring::THREADS * per_sm <= SM90_REGISTERS,
+            "{kernel}: {regs} registers x {} threads x {per_sm} blocks > {SM90_REGISTERS}",
+            ring::THREADS
+        );
+    }
     // Variants are distinct programs with distinct cache files.
     let a = compile::cache_file_name(
         &kernels::ring_variant(DataType::Int8, RedOp::Sum),
@@ -205,6 +221,62 @@ fn compile_timed(src: &kernels::KernelSource) -> Vec<u8> {
         t0.elapsed().as_secs_f64() * 1e3
     );
     img
+}
+
+/// Registers of one SM of sm_90.
+const SM90_REGISTERS: u32 = 65536;
+
+/// The register count a CUBIN (ELF64) records for `kernel`: the
+/// EIATTR_REGCOUNT attribute (0x2f: symbol index, count) in its `.nv.info`
+/// section. Panics where the image has none for it (the test then fails).
+fn register_count(img: &[u8], kernel: &str) -> u32 {
+    let u16_at = |o: usize| u16::from_le_bytes(img[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(img[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(img[o..o + 8].try_into().unwrap()) as usize;
+    let cstr = |o: usize| {
+        let end = img[o..].iter().position(|&b| b == 0).unwrap();
+        std::str::from_utf8(&img[o..o + end]).unwrap()
+    };
+    // Section headers: (name, type, offset, size, link).
+    let (shoff, shentsize, shnum, shstrndx) =
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let secs: Vec<(usize, u32, usize, usize, usize)> = (0..shnum)
+        .map(|i| {
+            let h = shoff + i * shentsize;
+            (
+                u32_at(h) as usize,
+                u32_at(h + 4),
+                u64_at(h + 0x18),
+                u64_at(h + 0x20),
+                u32_at(h + 0x28) as usize,
+            )
+        })
+        .collect();
+    let names = secs[shstrndx].2;
+    let symtab = secs.iter().find(|s| s.1 == 2).expect("a symbol table");
+    let symstr = secs[symtab.4].2;
+    let info = secs
+        .iter()
+        .find(|s| cstr(names + s.0) == ".nv.info")
+        .expect("a .nv.info section");
+    let (mut o, end) = (info.2, info.2 + info.3);
+    while o + 2 <= end {
+        let (format, attr) = (img[o], img[o + 1]);
+        if format != 4 {
+            // Formats without a size field: 2 (no value) or 4 bytes.
+            o += if format == 1 { 2 } else { 4 };
+            continue;
+        }
+        let size = u16_at(o + 2);
+        if attr == 0x2f && size >= 8 {
+            let sym = u32_at(o + 4) as usize;
+            if cstr(symstr + u32_at(symtab.2 + sym * 24) as usize) == kernel {
+                return u32_at(o + 8);
+            }
+        }
+        o += 4 + size;
+    }
+    panic!("no register count for {kernel}");
 }
 
 /// Whether a compiled image holds `name` (a kernel's symbol).
