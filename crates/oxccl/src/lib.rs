@@ -83,6 +83,15 @@ impl UniqueId {
             &bootstrap_config(oxccl_env::params(), Arc::new(AtomicBool::new(false))),
         )?))
     }
+    /// An id for a communicator made from another (split, shrink): its root
+    /// in this process, never at `NCCL_COMM_ID`, which names the parent's
+    /// rendezvous (a fixed address: on another host than the new rank 0 it
+    /// could not be bound there).
+    fn for_child() -> Result<UniqueId> {
+        let mut cfg = bootstrap_config(oxccl_env::params(), Arc::new(AtomicBool::new(false)));
+        cfg.comm_id = None;
+        Ok(UniqueId(oxccl_bootstrap::UniqueId::generate(&cfg)?))
+    }
     /// The 128 bytes to pass to the other ranks.
     pub fn as_bytes(&self) -> &[u8; 128] {
         self.0.as_bytes()
@@ -161,7 +170,12 @@ pub fn host_config(p: &Params) -> HostConfig {
 struct Inner {
     rank: usize,
     nranks: usize,
+    /// Set by [`Communicator::abort`]: every wait, the bootstrap's too.
     abort: Arc<AtomicBool>,
+    /// What the host operations' waits observe: set by `abort` and by
+    /// [`Communicator::stop_operations`], which keeps the bootstrap usable
+    /// for a shrink.
+    stop: Arc<AtomicBool>,
     /// `None` once destroyed or aborted.
     comm: Mutex<Option<HostComm>>,
     config: Config,
@@ -230,7 +244,8 @@ impl Communicator {
             "ncclCommInitRank comm rank {rank} nranks {nranks} cudaDev -1 busId 0 commId {comm_id:#x} - Init START"
         );
         let bs = Bootstrap::init(&id.0, nranks, rank, &bcfg)?;
-        let comm = HostComm::init(bs, hcfg, abort.clone())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let comm = HostComm::init(bs, hcfg, stop.clone())?;
         oxccl_env::info!(
             Subsys::INIT,
             "ncclCommInitRank comm rank {rank} nranks {nranks} cudaDev -1 busId 0 commId {comm_id:#x} - Init COMPLETE"
@@ -245,6 +260,7 @@ impl Communicator {
                 rank,
                 nranks,
                 abort,
+                stop,
                 comm: Mutex::new(Some(comm)),
                 config,
             }),
@@ -328,6 +344,7 @@ impl Communicator {
     /// remote error), and later calls fail with `InvalidUsage`.
     pub fn abort(&self) {
         self.inner.abort.store(true, Ordering::Release);
+        self.inner.stop.store(true, Ordering::Release);
         if let Ok(mut g) = self.inner.comm.lock() {
             g.take();
         }
@@ -337,6 +354,17 @@ impl Communicator {
             self.inner.rank,
             self.inner.nranks
         );
+    }
+
+    /// Ends this rank's host operations in flight (their waits return an
+    /// error within ~200 us) and refuses later ones, keeping the bootstrap so
+    /// that [`Communicator::shrink`] can still run on it: the first half of
+    /// `ncclCommShrink(NCCL_SHRINK_ABORT)`. Why not usable again (NCCL clears
+    /// its abort flags after the shrink): operations that ended midway leave
+    /// the ranks' sequence numbers and ring positions disagreeing, so a later
+    /// collective on it could pair the wrong messages. Destroy it after.
+    pub fn stop_operations(&self) {
+        self.inner.stop.store(true, Ordering::Release);
     }
 
     /// Releases the rank's resources (`ncclCommDestroy`); dropping the last clone does the same.
@@ -358,13 +386,25 @@ impl Communicator {
             .map_err(|_| Error::internal("communicator lock poisoned by a panic"))
     }
 
-    fn with_comm<R>(&self, f: impl FnOnce(&mut HostComm) -> Result<R>) -> Result<R> {
+    /// Refuses an operation on a rank that was aborted or stopped.
+    fn check_not_stopped(&self) -> Result<()> {
         if self.inner.abort.load(Ordering::Acquire) {
             return Err(Error::invalid_usage(format!(
                 "rank {}: the communicator was aborted",
                 self.inner.rank
             )));
         }
+        if self.inner.stop.load(Ordering::Acquire) {
+            return Err(Error::invalid_usage(format!(
+                "rank {}: the communicator's operations were stopped (a shrink with NCCL_SHRINK_ABORT); only destroy or abort it",
+                self.inner.rank
+            )));
+        }
+        Ok(())
+    }
+
+    fn with_comm<R>(&self, f: impl FnOnce(&mut HostComm) -> Result<R>) -> Result<R> {
+        self.check_not_stopped()?;
         let mut g = self.lock_raw()?;
         let c = g.as_mut().ok_or_else(|| {
             Error::invalid_usage(format!(
@@ -679,7 +719,7 @@ impl Communicator {
             let new_rank = members.iter().position(|&(_, r)| r == me).unwrap_or(0);
             // The new rank 0 makes the id and hands it to the others.
             if new_rank == 0 {
-                let id = UniqueId::new()?;
+                let id = UniqueId::for_child()?;
                 for &(_, r) in &members[1..] {
                     c.bootstrap().send(r, TAG_SPLIT, id.as_bytes())?;
                 }
@@ -702,6 +742,86 @@ impl Communicator {
         let (nr, id) = new_rank;
         Communicator::init_rank_config(members, &id, nr, self.inner.config.clone()).map(Some)
     }
+
+    /// A new communicator of this one's ranks without `exclude`
+    /// (`ncclCommShrink`): every rank not excluded calls it with the same
+    /// list (in any order, repeats allowed); the excluded ones do not (they
+    /// may be dead). New ranks keep the parent order. It works on a
+    /// communicator in an error state (a peer died) or stopped
+    /// ([`Communicator::stop_operations`]), through the parent's bootstrap
+    /// links to the survivors only: the lowest surviving rank makes the new
+    /// id and sends it, with a digest of the survivor list, to the others,
+    /// which refuse it if their list differs.
+    pub fn shrink(&self, exclude: &[usize]) -> Result<Communicator> {
+        const TAG_SHRINK: u32 = 0x5b2;
+        let me = self.rank();
+        let survivors = shrink_members(self.size(), me, exclude)?;
+        let new_rank = survivors.iter().position(|&r| r == me).unwrap_or(0);
+        let digest = members_digest(&survivors);
+        let cfg = self.inner.config.clone();
+        let (n, root) = (survivors.len(), survivors[0]);
+        let closed = || Error::invalid_usage("shrink: the communicator was destroyed or aborted");
+        if new_rank == 0 {
+            let id = UniqueId::for_child()?;
+            let mut msg = id.as_bytes().to_vec();
+            msg.extend_from_slice(&digest.to_le_bytes());
+            {
+                let g = self.lock_raw()?;
+                let c = g.as_ref().ok_or_else(closed)?;
+                for &r in &survivors[1..] {
+                    c.bootstrap().send(r, TAG_SHRINK, &msg)?;
+                }
+            }
+            return Communicator::init_rank_config(n, &id, 0, cfg);
+        }
+        let b = {
+            let g = self.lock_raw()?;
+            let c = g.as_ref().ok_or_else(closed)?;
+            c.bootstrap().recv(root, TAG_SHRINK)?
+        };
+        if b.len() != 136 {
+            return Err(Error::internal(format!(
+                "shrink: rank {root} (the new rank 0) sent {} bytes, not 136",
+                b.len()
+            )));
+        }
+        let theirs = u64::from_le_bytes(b[128..].try_into().expect("8 bytes"));
+        if theirs != digest {
+            return Err(Error::invalid_usage(format!(
+                "shrink: rank {root} (the new rank 0) keeps other ranks than this rank ({me}), which keeps {survivors:?}: every remaining rank must exclude the same ranks"
+            )));
+        }
+        let arr: [u8; 128] = b[..128].try_into().expect("128 bytes");
+        Communicator::init_rank_config(n, &UniqueId::from_bytes(&arr)?, new_rank, cfg)
+    }
+}
+
+/// The ranks of `nranks` left after `exclude`, ascending (the new rank
+/// order of a shrink); refuses ranks out of range and `me` excluded.
+fn shrink_members(nranks: usize, me: usize, exclude: &[usize]) -> Result<Vec<usize>> {
+    if let Some(&r) = exclude.iter().find(|&&r| r >= nranks) {
+        return Err(Error::invalid_argument(format!(
+            "shrink: excluded rank {r} is out of range (the communicator has {nranks} ranks)"
+        )));
+    }
+    if exclude.contains(&me) {
+        return Err(Error::invalid_argument(format!(
+            "shrink: this rank ({me}) is in the exclude list: excluded ranks must not call it"
+        )));
+    }
+    Ok((0..nranks).filter(|r| !exclude.contains(r)).collect())
+}
+
+/// FNV-1a over the survivors' ranks: what ranks compare to find a rank
+/// that passed another exclude list.
+fn members_digest(members: &[usize]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &r in members {
+        for b in (r as u64).to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 fn desc<T: Element>(
@@ -844,12 +964,7 @@ pub unsafe fn run_group_raw(ops: &[(&Communicator, OpDesc)]) -> Result<()> {
         (0..comms.len()).map(|_| None).collect();
     for &i in &order {
         let c = comms[i];
-        if c.inner.abort.load(Ordering::Acquire) {
-            return Err(Error::invalid_usage(format!(
-                "rank {}: the communicator was aborted",
-                c.rank()
-            )));
-        }
+        c.check_not_stopped()?;
         guards[i] = Some(c.lock_raw()?);
     }
     let per: Vec<Vec<OpDesc>> = comms
@@ -884,4 +999,42 @@ pub unsafe fn run_group_raw(ops: &[(&Communicator, OpDesc)]) -> Result<()> {
             "panic in the host executor: {what}"
         )))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shrink_keeps_the_others_in_parent_order() {
+        assert_eq!(shrink_members(5, 0, &[3, 1]).unwrap(), vec![0, 2, 4]);
+        // Repeats and order do not matter; nothing excluded keeps everyone.
+        assert_eq!(shrink_members(5, 4, &[1, 3, 1]).unwrap(), vec![0, 2, 4]);
+        assert_eq!(shrink_members(3, 1, &[]).unwrap(), vec![0, 1, 2]);
+        // Every other rank gone: a communicator of one.
+        assert_eq!(shrink_members(4, 2, &[0, 1, 3]).unwrap(), vec![2]);
+    }
+
+    #[test]
+    fn shrink_refuses_a_rank_out_of_range_and_excluding_itself() {
+        let e = shrink_members(4, 0, &[1, 4]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(
+            e.message().contains("excluded rank 4 is out of range"),
+            "{e}"
+        );
+        assert!(e.message().contains("4 ranks"), "{e}");
+        let e = shrink_members(4, 2, &[2]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().contains("this rank (2)"), "{e}");
+    }
+
+    #[test]
+    fn members_digest_tells_lists_apart() {
+        let a = members_digest(&[0, 2, 3]);
+        assert_eq!(a, members_digest(&[0, 2, 3]));
+        for other in [&[0, 2][..], &[0, 3, 2], &[0, 2, 3, 4], &[1, 2, 3], &[]] {
+            assert_ne!(a, members_digest(other), "{other:?}");
+        }
+    }
 }
