@@ -73,6 +73,9 @@ pub const fn nccl_version(x: c_int, y: c_int, z: c_int) -> c_int {
 pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
 pub const NCCL_CONFIG_UNDEF_INT: c_int = c_int::MIN;
 pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
+/// `ncclCommShrink` flags: shrink only; first stop the parent's operations.
+pub const NCCL_SHRINK_DEFAULT: c_int = 0;
+pub const NCCL_SHRINK_ABORT: c_int = 1;
 pub const NCCL_API_MAGIC: u32 = 0xcafe_beef;
 pub const NCCL_SIM_INFO_MAGIC: u32 = 0x7468_5283;
 

@@ -9,7 +9,7 @@ use crate::abi::*;
 use crate::config;
 use crate::group::{self, Desc, OpSpec};
 use crate::handle::{self, lock, Comm, PreMul, State};
-use oxccl::{CollKind, Communicator, DataType, Error, ErrorKind, RedOp, Result, UniqueId};
+use oxccl::{CollKind, Communicator, Config, DataType, Error, ErrorKind, RedOp, Result, UniqueId};
 use oxccl_core::params;
 use oxccl_cuda::capi::{self as cuda, DevComm, Memory};
 use oxccl_cuda::ring as cuda_ring;
@@ -849,58 +849,155 @@ pub(crate) unsafe fn comm_split(
     out: *mut ncclComm_t,
     cfg: *const u8,
 ) -> Result<()> {
+    if !out.is_null() {
+        // SAFETY: checked non-NULL. NULL on every failure, the parent's too.
+        unsafe { out.write(std::ptr::null_mut()) };
+    }
     let parent = handle::lookup(comm, "comm")?;
     if out.is_null() {
         return Err(null_arg("newcomm"));
     }
-    // SAFETY: checked non-NULL.
-    unsafe { out.write(std::ptr::null_mut()) };
     if color < NCCL_SPLIT_NOCOLOR {
         return Err(Error::invalid_argument(format!(
             "invalid color {color} (must be >= 0 or NCCL_SPLIT_NOCOLOR)"
         )));
     }
-    let (ocfg, blocking) = if cfg.is_null() {
-        (parent.config.clone(), parent.blocking)
-    } else {
-        // SAFETY: forwarded.
-        let p = unsafe { config::parse(cfg) }?;
-        let b = config::blocking(p.blocking.or(Some(parent.blocking)));
-        (p.config, b)
-    };
     let col = (color >= 0).then_some(color as u32);
-    let p2 = parent.clone();
-    // The child gets the parent's GPU (the same device, a ring of its own).
-    let ordinal = match parent.gpu() {
-        Some(Ok(d)) => Some(d.ordinal()),
-        _ => None,
-    };
-    let timeout = ocfg.timeout;
-    let split_job = move |target: Option<Arc<Comm>>| -> group::Job {
-        Box::new(move || {
-            let nc = p2.wait()?.split(col, key)?;
-            if let (Some(nc), Some(t)) = (&nc, &target) {
-                setup_gpu(t, nc, ordinal, nc.rank(), nc.size(), timeout);
-            }
-            Ok(nc)
-        })
-    };
+    // SAFETY: forwarded.
+    let (ocfg, blocking) = unsafe { child_config(&parent, cfg) }?;
     if col.is_none() {
-        let job = split_job(None);
         // Takes part in the split (it is collective) but makes no communicator.
+        let job = child_job(&parent, None, &ocfg, move |p| p.split(None, key));
         if group::in_group() {
             group::defer(None, job);
             return Ok(());
         }
         return job().map(|_| ());
     }
-    let device = parent.device;
+    // SAFETY: forwarded.
+    unsafe { make_child(&parent, ocfg, blocking, out, move |p| p.split(col, key)) }
+}
+
+/// `ncclCommShrink`: the ranks of `comm` without `excludeRanksList`, in
+/// parent order. The list is read, never reordered (NCCL sorts the caller's
+/// array in place). `NCCL_SHRINK_ABORT` first stops the parent's operations
+/// in flight, host and GPU, which then stay refused (see
+/// [`oxccl::Communicator::stop_operations`] for why).
+pub(crate) unsafe fn comm_shrink(
+    comm: ncclComm_t,
+    exclude: *const c_int,
+    count: c_int,
+    out: *mut ncclComm_t,
+    cfg: *const u8,
+    flags: c_int,
+) -> Result<()> {
+    if !out.is_null() {
+        // SAFETY: checked non-NULL. NULL on every failure, the parent's too.
+        unsafe { out.write(std::ptr::null_mut()) };
+    }
+    let parent = handle::lookup(comm, "comm")?;
+    if out.is_null() {
+        return Err(null_arg("newcomm"));
+    }
+    if exclude.is_null() {
+        return Err(null_arg("excludeRanksList"));
+    }
+    if count <= 0 {
+        return Err(Error::invalid_argument(format!(
+            "excludeRanksCount {count} must be at least 1"
+        )));
+    }
+    if flags != NCCL_SHRINK_DEFAULT && flags != NCCL_SHRINK_ABORT {
+        return Err(Error::invalid_argument(format!(
+            "shrinkFlags {flags:#x} is not NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1)"
+        )));
+    }
+    // SAFETY: the caller passes `count` ints at `exclude` (checked non-NULL).
+    let list = unsafe { std::slice::from_raw_parts(exclude, count as usize) };
+    let (rank, nranks) = parent.dims().map_err(|e| match e.kind() {
+        ErrorKind::InProgress => Error::invalid_usage(
+            "comm is still being created (ncclCommGetAsyncError says ncclInProgress): wait for it to be ready before shrinking it",
+        ),
+        _ => e,
+    })?;
+    let mut ranks = Vec::with_capacity(list.len());
+    for (i, &r) in list.iter().enumerate() {
+        if r < 0 || r as usize >= nranks {
+            return Err(Error::invalid_argument(format!(
+                "excludeRanksList[{i}] = {r} is not a rank of this communicator (0..{nranks})"
+            )));
+        }
+        if r as usize == rank {
+            return Err(Error::invalid_argument(format!(
+                "excludeRanksList[{i}] = {r} is this rank: excluded ranks must not call ncclCommShrink"
+            )));
+        }
+        ranks.push(r as usize);
+    }
+    // SAFETY: forwarded.
+    let (ocfg, blocking) = unsafe { child_config(&parent, cfg) }?;
+    if flags == NCCL_SHRINK_ABORT {
+        parent.stop_operations();
+    }
+    // SAFETY: forwarded.
+    unsafe {
+        make_child(&parent, ocfg, blocking, out, move |p| {
+            p.shrink(&ranks).map(Some)
+        })
+    }
+}
+
+/// A child's settings: the parent's when `cfg` is NULL.
+unsafe fn child_config(parent: &Comm, cfg: *const u8) -> Result<(Config, bool)> {
+    if cfg.is_null() {
+        return Ok((parent.config.clone(), parent.blocking));
+    }
+    // SAFETY: forwarded.
+    let p = unsafe { config::parse(cfg) }?;
+    let b = config::blocking(p.blocking.or(Some(parent.blocking)));
+    Ok((p.config, b))
+}
+
+/// The work that makes a child of `parent` (split, shrink) once the parent
+/// is ready, then its GPU state on the parent's GPU, into `target`.
+fn child_job(
+    parent: &Arc<Comm>,
+    target: Option<Arc<Comm>>,
+    cfg: &Config,
+    make: impl FnOnce(Communicator) -> Result<Option<Communicator>> + Send + 'static,
+) -> group::Job {
+    let p = parent.clone();
+    // The child gets the parent's GPU (the same device, a ring of its own).
+    let ordinal = match parent.gpu() {
+        Some(Ok(d)) => Some(d.ordinal()),
+        _ => None,
+    };
+    let timeout = cfg.timeout;
+    Box::new(move || {
+        let nc = make(p.wait()?)?;
+        if let (Some(nc), Some(t)) = (&nc, &target) {
+            setup_gpu(t, nc, ordinal, nc.rank(), nc.size(), timeout);
+        }
+        Ok(nc)
+    })
+}
+
+/// Makes a child communicator and its handle: at once when blocking;
+/// deferred to `ncclGroupEnd` inside a group; on a thread otherwise
+/// (`ncclInProgress`, the handle pending until it ends).
+unsafe fn make_child(
+    parent: &Arc<Comm>,
+    cfg: Config,
+    blocking: bool,
+    out: *mut ncclComm_t,
+    make: impl FnOnce(Communicator) -> Result<Option<Communicator>> + Send + 'static,
+) -> Result<()> {
+    let c = Comm::new(None, parent.device, blocking, cfg, State::Pending);
+    let job = child_job(parent, Some(c.clone()), &c.config, make);
     if group::in_group() || !blocking {
-        let c = Comm::new(None, device, blocking, ocfg, State::Pending);
         let h = handle::register(c.clone());
-        // SAFETY: checked non-NULL.
+        // SAFETY: the callers checked `out` non-NULL.
         unsafe { out.write(h) };
-        let job = split_job(Some(c.clone()));
         if group::in_group() {
             group::defer(Some(c), job);
             return Ok(());
@@ -908,17 +1005,14 @@ pub(crate) unsafe fn comm_split(
         spawn_init(c, job)?;
         return Err(in_progress());
     }
-    let nc = parent.wait()?.split(col, key)?;
-    match nc {
+    match job()? {
         Some(nc) => {
-            let c = Comm::ready(nc.clone(), device, blocking, ocfg);
-            setup_gpu(&c, &nc, ordinal, nc.rank(), nc.size(), timeout);
-            let h = handle::register(c);
-            // SAFETY: checked non-NULL.
-            unsafe { out.write(h) };
+            c.finish(Ok(Some(nc)));
+            // SAFETY: the callers checked `out` non-NULL.
+            unsafe { out.write(handle::register(c)) };
             Ok(())
         }
-        None => Err(Error::internal("split with a color made no communicator")),
+        None => Err(Error::internal("a child with a color made no communicator")),
     }
 }
 

@@ -228,6 +228,19 @@ impl Comm {
         }
     }
 
+    /// `NCCL_SHRINK_ABORT`'s first half: ends this rank's operations in
+    /// flight, host ones (their waits return) and GPU ones (the kernels leave
+    /// their waits on the abort word within about a millisecond), keeping
+    /// the bootstrap for the shrink. Later operations are refused.
+    pub fn stop_operations(&self) {
+        if let State::Ready(c) = &*lock(&self.state) {
+            c.stop_operations();
+        }
+        if let Some(Ok(d)) = &*lock(&self.gpu) {
+            d.abort();
+        }
+    }
+
     /// Records the outcome of the GPU setup.
     pub fn set_gpu(&self, g: Result<Arc<oxccl_cuda::capi::DevComm>>) {
         *lock(&self.gpu) = Some(g);

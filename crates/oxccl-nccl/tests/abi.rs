@@ -223,3 +223,9 @@ fn c_program_one_rank_per_pthread() {
     let out = build_and_run("threads", &["-lpthread"]);
     assert!(out.contains("all checks passed"), "{out}");
 }
+
+#[test]
+fn c_program_shrink_without_two_ranks() {
+    let out = build_and_run("shrink", &["-lpthread"]);
+    assert!(out.contains("all checks passed"), "{out}");
+}

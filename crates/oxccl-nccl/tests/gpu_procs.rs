@@ -457,6 +457,7 @@ fn child_rank() {
         Ok("overrun") => return overrun(comm, rank),
         Ok("realloc") => return realloc(comm, rank, n),
         Ok("premulsum") => return premulsum(comm, rank, n, &counts),
+        Ok("shrink_killed") => return shrink_killed(comm, rank, n, &counts),
         _ => {}
     }
     let t0 = Instant::now();
@@ -494,15 +495,16 @@ fn child_rank() {
     );
 }
 
-/// Rank 0's side of the failure tests: an in-place float all-reduce of
+/// The waiting side of the failure tests: an in-place float all-reduce of
 /// `count` whose peer never comes must end with ncclRemoteError from
 /// ncclCommGetAsyncError within `limit` seconds, with a last error naming
-/// rank 1. Returns the seconds it took and that message.
+/// rank `peer`. Returns the seconds it took and that message.
 fn all_reduce_until_remote_error(
     comm: ncclComm_t,
     b: &Dev,
     count: usize,
     limit: u64,
+    peer: usize,
 ) -> (f64, String) {
     let t0 = Instant::now();
     ok(
@@ -520,7 +522,7 @@ fn all_reduce_until_remote_error(
     let secs = t0.elapsed().as_secs_f64();
     assert_eq!(err, ncclRemoteError, "after {secs:.1} s");
     let msg = last_error(comm);
-    assert!(msg.contains("rank 1"), "{msg}");
+    assert!(msg.contains(&format!("rank {peer}")), "{msg}");
     (secs, msg)
 }
 
@@ -541,7 +543,7 @@ fn missing_peer(comm: ncclComm_t, rank: usize) {
         return;
     }
     let b = Dev::new(4096);
-    let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1024, 12);
+    let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1024, 12, 1);
     // The kernel has ended: the stream completes.
     capi::synchronize_current().unwrap();
     ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
@@ -558,7 +560,7 @@ fn peer_killed(comm: ncclComm_t, rank: usize) {
         unreachable!();
     }
     let b = Dev::new(1 << 20);
-    let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1 << 18, 20);
+    let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1 << 18, 20, 1);
     assert!(secs < 10.0, "{secs} s: the timeout, not the watchdog");
     capi::synchronize_current().unwrap();
     // Later calls are refused with the same cause, not launched.
@@ -566,6 +568,55 @@ fn peer_killed(comm: ncclComm_t, rank: usize) {
     assert_ne!(r, ncclSuccess);
     ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
     println!("CHILD OK rank 0: peer death seen after {secs:.2} s: {msg}");
+}
+
+/// The last rank is killed (SIGKILL) while the others' all-reduce on
+/// device buffers waits for it. They see ncclRemoteError naming it, shrink
+/// without it (`NCCL_SHRINK_ABORT` on rank 0, the default on the others,
+/// both are allowed), and run the whole sweep on the child, whose GPU state
+/// is new (the parent's kernels were stopped by the dead peer).
+fn shrink_killed(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
+    let victim = n - 1;
+    if rank == victim {
+        std::thread::sleep(Duration::from_millis(800));
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!();
+    }
+    let b = Dev::new(1 << 20);
+    let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1 << 18, 20, victim);
+    capi::synchronize_current().unwrap();
+    let mut exclude = [victim as i32];
+    let flags = if rank == 0 {
+        NCCL_SHRINK_ABORT
+    } else {
+        NCCL_SHRINK_DEFAULT
+    };
+    let mut child: ncclComm_t = null_mut();
+    let t0 = Instant::now();
+    ok(
+        unsafe { ncclCommShrink(comm, exclude.as_mut_ptr(), 1, &mut child, null_mut(), flags) },
+        "ncclCommShrink",
+    );
+    let took = t0.elapsed().as_secs_f64();
+    let (mut cn, mut cr) = (0, 0);
+    ok(unsafe { ncclCommCount(child, &mut cn) }, "ncclCommCount");
+    ok(
+        unsafe { ncclCommUserRank(child, &mut cr) },
+        "ncclCommUserRank",
+    );
+    assert_eq!((cn as usize, cr as usize), (n - 1, rank));
+    let cases = sweep(child, rank, n - 1, counts);
+    let mut err = 0;
+    ok(
+        unsafe { ncclCommGetAsyncError(child, &mut err) },
+        "ncclCommGetAsyncError",
+    );
+    assert_eq!(err, ncclSuccess);
+    ok(unsafe { ncclCommDestroy(child) }, "ncclCommDestroy");
+    ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
+    println!(
+        "CHILD OK rank {rank}: peer death seen after {secs:.2} s ({msg}); shrink {took:.2} s; {cases} cases on the child"
+    );
 }
 
 /// A CUDA graph of four all-reduces (x -> y -> x ...) captured on a stream
@@ -1266,6 +1317,19 @@ fn a_killed_peer_is_seen_in_milliseconds_not_at_the_timeout() {
         return;
     }
     run_ranks_allowing(2, "1", &[("OXCCL_TEST_MODE", "peer_killed")], &[1]);
+}
+
+#[test]
+fn survivors_shrink_after_a_peer_is_killed() {
+    if gpus() < 1 {
+        return;
+    }
+    run_ranks_allowing(
+        4,
+        "0,1,4099,70001",
+        &[("OXCCL_TEST_MODE", "shrink_killed")],
+        &[3],
+    );
 }
 
 #[test]
