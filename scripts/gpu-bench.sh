@@ -16,6 +16,10 @@
 #                                            kernels (KERNELS, default
 #                                            .devcarry/kernels from `oxccl
 #                                            kernels --out`) when they exist
+#   scripts/gpu-bench.sh shrink [N]          torch_shrink.py (shrink_group) with
+#                                            N processes (default 4) on oxccl,
+#                                            ranks sharing GPUs; with NCCL too
+#                                            where there are N GPUs
 #
 # Environment: ROUNDS (default 2); VARIANTS: space-separated oxccl variants,
 # each `label` or `label:VAR=value,VAR=value` (default `default`);
@@ -47,7 +51,7 @@ launch() { # label preload(0/1) extra-env(csv) script args...
   [ "$pre" = 1 ] && envs+=("LD_PRELOAD=$LIB")
   envs+=("SWEEP_TAG=$label")
   timeout 300 env "${envs[@]}" "$PY" -m torch.distributed.run --standalone \
-    --nproc-per-node="$NGPU" "$@" 2>&1 | grep -v -e "OMP_NUM_THREADS" -e "^\*\*\*" -e "Warning: \[PG"
+    --nproc-per-node="${NPROC:-$NGPU}" "$@" 2>&1 | grep -v -e "OMP_NUM_THREADS" -e "^\*\*\*" -e "Warning: \[PG"
 }
 
 case "${1:-sweep}" in
@@ -94,5 +98,12 @@ init)
     fi
   done
   ;;
-*) sed -n 2,20p "$0"; exit 2 ;;
+shrink)
+  export NPROC=${2:-4}
+  if [ "$NGPU" -ge "$NPROC" ]; then
+    launch NCCL 0 "" scripts/torch_shrink.py | tee "$OUTDIR/shrink_nccl.log"
+  fi
+  launch oxccl 1 "" scripts/torch_shrink.py | tee "$OUTDIR/shrink_oxccl.log"
+  ;;
+*) sed -n 2,24p "$0"; exit 2 ;;
 esac

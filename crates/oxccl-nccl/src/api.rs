@@ -250,7 +250,7 @@ pub(crate) fn device_route(
         }
         None => {
             return Err(Error::invalid_usage(format!(
-                "{name} on device buffers (GPU {ord}): this communicator has no GPU state; it was created without a current CUDA context (call cudaSetDevice before ncclCommInitRank*), or by ncclCommSplit, which oxccl's GPU path does not cover yet"
+                "{name} on device buffers (GPU {ord}): this communicator has no GPU state; it was created without a current CUDA context (call cudaSetDevice before ncclCommInitRank*), or split or shrunk from such a communicator"
             )))
         }
     };

@@ -760,6 +760,12 @@ impl Communicator {
         let digest = members_digest(&survivors);
         let cfg = self.inner.config.clone();
         let (n, root) = (survivors.len(), survivors[0]);
+        oxccl_env::info!(
+            Subsys::INIT,
+            "ncclCommShrink comm rank {me} nranks {} excluding {} ranks - new rank {new_rank} nranks {n}",
+            self.size(),
+            self.size() - n
+        );
         let closed = || Error::invalid_usage("shrink: the communicator was destroyed or aborted");
         if new_rank == 0 {
             let id = UniqueId::for_child()?;
