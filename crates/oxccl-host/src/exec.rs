@@ -117,7 +117,10 @@ pub fn drive(
                 if s.abort.load(Ordering::Acquire) {
                     return Err(Error::new(
                         ErrorKind::InvalidUsage,
-                        format!("{}: operation aborted (ncclCommAbort)", s.who),
+                        format!(
+                            "{}: operation aborted (ncclCommAbort or ncclCommRevoke)",
+                            s.who
+                        ),
                     ));
                 }
                 let mut waits: Vec<(usize, usize, bool)> = tasks

@@ -76,6 +76,8 @@ pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
 /// `ncclCommShrink` flags: shrink only; first stop the parent's operations.
 pub const NCCL_SHRINK_DEFAULT: c_int = 0;
 pub const NCCL_SHRINK_ABORT: c_int = 1;
+/// `ncclCommRevoke`'s only flag value.
+pub const NCCL_REVOKE_DEFAULT: c_int = 0;
 pub const NCCL_API_MAGIC: u32 = 0xcafe_beef;
 pub const NCCL_SIM_INFO_MAGIC: u32 = 0x7468_5283;
 

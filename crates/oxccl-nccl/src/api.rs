@@ -92,6 +92,7 @@ pub(crate) unsafe fn collective(
 ) -> Result<()> {
     let r = (|| {
         let c = handle::lookup(comm, "comm")?;
+        c.check_not_stopped()?;
         let t = dtype(datatype)?;
         let spec = match op {
             Some(o) => red_op(&c, o, t)?,
@@ -882,7 +883,7 @@ pub(crate) unsafe fn comm_split(
 /// parent order. The list is read, never reordered (NCCL sorts the caller's
 /// array in place). `NCCL_SHRINK_ABORT` first stops the parent's operations
 /// in flight, host and GPU, which then stay refused (see
-/// [`oxccl::Communicator::stop_operations`] for why).
+/// [`oxccl::Communicator::revoke`] for why).
 pub(crate) unsafe fn comm_shrink(
     comm: ncclComm_t,
     exclude: *const c_int,
@@ -1018,7 +1019,29 @@ unsafe fn make_child(
 
 pub(crate) fn comm_finalize(comm: ncclComm_t) -> Result<()> {
     let c = handle::lookup(comm, "comm")?;
+    if c.is_revoked() {
+        return Err(Error::invalid_usage(
+            "comm was revoked: ncclCommFinalize after ncclCommRevoke is invalid (destroy or abort it)",
+        ));
+    }
     c.wait().map(|_| ())
+}
+
+/// `ncclCommRevoke`: stops the rank's operations in flight, host and GPU,
+/// and refuses later ones; split, shrink, destroy and abort still work.
+/// Returns once no host operation of the rank runs (GPU kernels leave
+/// their waits within about a millisecond). NULL is a no-op, as in NCCL.
+pub(crate) fn comm_revoke(comm: ncclComm_t, flags: c_int) -> Result<()> {
+    if comm.is_null() {
+        return Ok(());
+    }
+    let c = handle::lookup(comm, "comm")?;
+    if flags != NCCL_REVOKE_DEFAULT {
+        return Err(Error::invalid_argument(format!(
+            "revokeFlags {flags:#x} must be NCCL_REVOKE_DEFAULT (0)"
+        )));
+    }
+    c.revoke()
 }
 
 pub(crate) fn comm_destroy(comm: ncclComm_t) -> Result<()> {

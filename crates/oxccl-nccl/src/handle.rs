@@ -55,6 +55,12 @@ pub(crate) struct Comm {
     state: Mutex<State>,
     cv: Condvar,
     aborted: AtomicBool,
+    /// `ncclCommRevoke` was called: a second revoke and `ncclCommFinalize`
+    /// are refused.
+    revoked: AtomicBool,
+    /// Revoked, or the parent of a shrink with `NCCL_SHRINK_ABORT`:
+    /// operations are refused; split, shrink, destroy and abort work.
+    stopped: AtomicBool,
     /// The GPU async error was logged (once).
     gpu_error_logged: AtomicBool,
     /// Ops made by `ncclRedOpCreatePreMulSum`: slot i is op `ncclNumOps + i`.
@@ -90,6 +96,8 @@ impl Comm {
             state: Mutex::new(state),
             cv: Condvar::new(),
             aborted: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
             gpu_error_logged: AtomicBool::new(false),
             gpu: Mutex::new(None),
             ops: Mutex::new(Vec::new()),
@@ -170,6 +178,9 @@ impl Comm {
         match &*lock(&self.state) {
             State::Pending => ErrorKind::InProgress.code(),
             State::Failed(e) => e.kind().code(),
+            // Revoked and quiescent (what NCCL reports once its revoke has
+            // ended): the failed operations' errors were its purpose.
+            State::Ready(_) if self.revoked.load(Ordering::Acquire) => 0,
             State::Ready(c) => c
                 .async_error()
                 .or_else(|| self.gpu_async_error())
@@ -228,17 +239,50 @@ impl Comm {
         }
     }
 
-    /// `NCCL_SHRINK_ABORT`'s first half: ends this rank's operations in
-    /// flight, host ones (their waits return) and GPU ones (the kernels leave
-    /// their waits on the abort word within about a millisecond), keeping
-    /// the bootstrap for the shrink. Later operations are refused.
+    /// Ends this rank's operations in flight, host ones (their waits
+    /// return) and GPU ones (the kernels leave their waits on the abort word
+    /// within about a millisecond), keeping the bootstrap for a split or a
+    /// shrink; later operations are refused. `ncclCommRevoke`, and the first
+    /// half of `ncclCommShrink(NCCL_SHRINK_ABORT)`.
     pub fn stop_operations(&self) {
-        if let State::Ready(c) = &*lock(&self.state) {
-            c.stop_operations();
-        }
+        self.stopped.store(true, Ordering::Release);
         if let Some(Ok(d)) = &*lock(&self.gpu) {
             d.abort();
         }
+        let c = match &*lock(&self.state) {
+            State::Ready(c) => Some(c.clone()),
+            _ => None,
+        };
+        // Outside the state lock: revoke waits for an operation in flight.
+        if let Some(c) = c {
+            c.revoke();
+        }
+    }
+
+    /// `ncclCommRevoke`: [`Comm::stop_operations`], once.
+    pub fn revoke(&self) -> Result<()> {
+        if self.revoked.swap(true, Ordering::AcqRel) {
+            return Err(Error::invalid_argument(
+                "comm was already revoked (ncclCommRevoke may be called once)",
+            ));
+        }
+        self.stop_operations();
+        Ok(())
+    }
+
+    /// Whether `ncclCommRevoke` was called.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+
+    /// Refuses an operation on a rank whose operations were stopped.
+    pub fn check_not_stopped(&self) -> Result<()> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(Error::invalid_usage(
+                "comm was revoked (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT): only split, shrink, destroy or abort it",
+            ));
+        }
+        Ok(())
     }
 
     /// Records the outcome of the GPU setup.

@@ -273,6 +273,12 @@ nccl_api! {
     }
 }
 nccl_api! {
+    /// Stops the rank's operations in flight and refuses later ones (split, shrink, destroy, abort still work).
+    ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) {
+        api::comm_revoke(comm, revokeFlags)
+    }
+}
+nccl_api! {
     /// A new communicator of the ranks not in `excludeRanksList`, in parent order (they call it; the excluded do not).
     ncclCommShrink / pncclCommShrink(comm: ncclComm_t, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t, shrinkFlags: c_int) {
         unsafe { api::comm_shrink(comm, excludeRanksList, excludeRanksCount, newcomm, config as *const u8, shrinkFlags) }
@@ -439,7 +445,6 @@ nccl_api! {
 // ---- not supported yet -------------------------------------------------------------
 
 nccl_unsupported! {
-    ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int);
     ncclCommGetUniqueId / pncclCommGetUniqueId(comm: ncclComm_t, uniqueId: *mut ncclUniqueId);
     ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nRanks: c_int, uniqueId: *const ncclUniqueId, rank: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t);
     ncclCommSuspend / pncclCommSuspend(comm: ncclComm_t, flags: c_int);

@@ -173,8 +173,8 @@ struct Inner {
     /// Set by [`Communicator::abort`]: every wait, the bootstrap's too.
     abort: Arc<AtomicBool>,
     /// What the host operations' waits observe: set by `abort` and by
-    /// [`Communicator::stop_operations`], which keeps the bootstrap usable
-    /// for a shrink.
+    /// [`Communicator::revoke`], which keeps the bootstrap usable for a
+    /// split or a shrink.
     stop: Arc<AtomicBool>,
     /// `None` once destroyed or aborted.
     comm: Mutex<Option<HostComm>>,
@@ -358,13 +358,17 @@ impl Communicator {
 
     /// Ends this rank's host operations in flight (their waits return an
     /// error within ~200 us) and refuses later ones, keeping the bootstrap so
-    /// that [`Communicator::shrink`] can still run on it: the first half of
-    /// `ncclCommShrink(NCCL_SHRINK_ABORT)`. Why not usable again (NCCL clears
-    /// its abort flags after the shrink): operations that ended midway leave
-    /// the ranks' sequence numbers and ring positions disagreeing, so a later
-    /// collective on it could pair the wrong messages. Destroy it after.
-    pub fn stop_operations(&self) {
+    /// that [`Communicator::split`] and [`Communicator::shrink`] still run
+    /// on it (`ncclCommRevoke`; the first half of `ncclCommShrink` with
+    /// `NCCL_SHRINK_ABORT`). Returns once no operation of this rank runs.
+    /// Why never usable again: operations that ended midway leave the ranks'
+    /// sequence numbers and ring positions disagreeing, so a later
+    /// collective on it could pair the wrong messages.
+    pub fn revoke(&self) {
         self.inner.stop.store(true, Ordering::Release);
+        // An operation in flight holds the lock until its wait has seen the
+        // flag; taking it here is the "quiescent" NCCL's revoke waits for.
+        drop(self.inner.comm.lock());
     }
 
     /// Releases the rank's resources (`ncclCommDestroy`); dropping the last clone does the same.
@@ -396,7 +400,7 @@ impl Communicator {
         }
         if self.inner.stop.load(Ordering::Acquire) {
             return Err(Error::invalid_usage(format!(
-                "rank {}: the communicator's operations were stopped (a shrink with NCCL_SHRINK_ABORT); only destroy or abort it",
+                "rank {}: the communicator was revoked (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT): only split, shrink, destroy or abort it",
                 self.inner.rank
             )));
         }
@@ -747,8 +751,8 @@ impl Communicator {
     /// (`ncclCommShrink`): every rank not excluded calls it with the same
     /// list (in any order, repeats allowed); the excluded ones do not (they
     /// may be dead). New ranks keep the parent order. It works on a
-    /// communicator in an error state (a peer died) or stopped
-    /// ([`Communicator::stop_operations`]), through the parent's bootstrap
+    /// communicator in an error state (a peer died) or revoked
+    /// ([`Communicator::revoke`]), through the parent's bootstrap
     /// links to the survivors only: the lowest surviving rank makes the new
     /// id and sends it, with a digest of the survivor list, to the others,
     /// which refuse it if their list differs.

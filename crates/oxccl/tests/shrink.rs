@@ -1,6 +1,6 @@
 //! `Communicator::shrink` (`ncclCommShrink`): the ranks left after an
 //! exclude list, in parent order, with every collective on the new
-//! communicator; after `stop_operations` ended a collective waiting for a
+//! communicator; after `revoke` ended a collective waiting for a
 //! rank that never came; after a rank was SIGKILLed (real processes, over
 //! shared memory and over TCP), rank 0 included; and the error when ranks
 //! pass different lists.
@@ -140,11 +140,12 @@ fn shrink_with_different_lists_fails_naming_the_mismatch() {
 }
 
 /// Rank 2 of 3 never calls; ranks 0 and 1 wait for it in an all-reduce
-/// until another thread stops their operations. Then they shrink without
-/// it and work on; the stopped parent refuses further operations.
+/// until another thread revokes their communicators. Then they shrink
+/// without it and work on; the revoked parent refuses operations but still
+/// splits (with rank 2, which was not revoked).
 #[test]
-fn shrink_after_stop_operations() {
-    let _w = Watchdog::new("shrink_after_stop_operations", Duration::from_secs(60));
+fn shrink_after_revoke() {
+    let _w = Watchdog::new("shrink_after_revoke", Duration::from_secs(60));
     let comms = init_threads(3, &test_config(|_| {})).unwrap();
     let live = &comms[..2];
     std::thread::scope(|s| {
@@ -160,11 +161,18 @@ fn shrink_after_stop_operations() {
             .collect();
         std::thread::sleep(Duration::from_millis(300));
         for c in live {
-            c.stop_operations();
+            c.revoke();
         }
         for w in waiters {
             let (r, took) = w.join().unwrap();
-            assert_err(&r, ErrorKind::InvalidUsage, &["aborted"]);
+            // Its own revoke, or the peer's revoke ending the collective
+            // first (Remote, as for ncclCommAbort).
+            let e = r.unwrap_err();
+            assert!(
+                (e.kind() == ErrorKind::InvalidUsage && e.message().contains("ncclCommRevoke"))
+                    || e.kind() == ErrorKind::Remote,
+                "{e}"
+            );
             // The 60 s timeout would be the other way out.
             assert!(took < Duration::from_secs(5), "{took:?}");
         }
@@ -173,11 +181,17 @@ fn shrink_after_stop_operations() {
         assert_err(
             &c.all_reduce_in_place(&mut [1u8], RedOp::Sum),
             ErrorKind::InvalidUsage,
-            &["stopped", "NCCL_SHRINK_ABORT"],
+            &["revoked", "only split, shrink, destroy or abort it"],
         );
     }
     let kids = shrink_and_check(&comms, &[2]);
     assert!(kids[..2].iter().all(|k| k.as_ref().unwrap().size() == 2));
+    on_ranks(&comms, |c| {
+        let s = c.split(Some(0), 0).unwrap().unwrap();
+        let mut x = [c.rank() as u32 + 1];
+        s.all_reduce_in_place(&mut x, RedOp::Sum).unwrap();
+        assert_eq!(x[0], 6);
+    });
 }
 
 // ---------------------------------------------------------------------------

@@ -486,7 +486,9 @@ pub fn net_connect(
             break Ok(());
         }
         if abort.load(Ordering::Acquire) {
-            break Err(ctx(Error::invalid_usage("aborted (ncclCommAbort)")));
+            break Err(ctx(Error::invalid_usage(
+                "aborted (ncclCommAbort or ncclCommRevoke)",
+            )));
         }
         if start.elapsed() >= timeout {
             let (s, r) = (

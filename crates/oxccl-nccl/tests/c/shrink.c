@@ -112,9 +112,9 @@ static void* run(void* arg) {
   for (i = 0; i < 3 * C; i++)
     if (b[i] != (double)(2 * (i / C))) errors[rank]++;
   if (flags == NCCL_SHRINK_ABORT) {
-    /* The stopped parent refuses work. */
+    /* The parent, stopped by NCCL_SHRINK_ABORT, refuses work. */
     r = ncclAllReduce(a, b, C, ncclDouble, ncclSum, comm, NULL);
-    if (r != ncclInvalidUsage || !strstr(ncclGetLastError(comm), "stopped")) {
+    if (r != ncclInvalidUsage || !strstr(ncclGetLastError(comm), "NCCL_SHRINK_ABORT")) {
       fprintf(stderr, "rank %d: stopped parent -> %s (%s)\n", rank, ncclGetErrorString(r),
               ncclGetLastError(comm));
       errors[rank]++;

@@ -153,8 +153,8 @@ static void test_arg_errors(void) {
   EXPECT_ERR(ncclSend(x, 4, ncclFloat, -1, c, 0), ncclInvalidArgument, c, "invalid peer -1");
   EXPECT_ERR(ncclCommCount(c, NULL), ncclInvalidArgument, c, "count is NULL");
   EXPECT_ERR(ncclGroupEnd(), ncclInvalidUsage, NULL, "ncclGroupStart");
-  EXPECT_ERR(ncclCommRevoke(c, 0), ncclInvalidUsage, c,
-             "ncclCommRevoke is not supported by oxccl yet");
+  EXPECT_ERR(ncclCommSuspend(c, 1), ncclInvalidUsage, c,
+             "ncclCommSuspend is not supported by oxccl yet");
   EXPECT_ERR(ncclDevCommCreate(c, NULL, NULL), ncclInvalidUsage, NULL,
              "ncclDevCommCreate is not supported by oxccl yet");
   {
