@@ -646,14 +646,108 @@ pub(crate) unsafe fn get_unique_id(out: *mut ncclUniqueId) -> Result<()> {
     if out.is_null() {
         return Err(null_arg("uniqueId"));
     }
-    let id = UniqueId::new()?;
+    // SAFETY: checked non-NULL; the caller passes a writable ncclUniqueId.
+    unsafe { out.write(to_nccl_id(&UniqueId::new()?)) };
+    Ok(())
+}
+
+fn to_nccl_id(id: &UniqueId) -> ncclUniqueId {
     let mut u = ncclUniqueId::default();
     for (d, s) in u.internal.iter_mut().zip(id.as_bytes()) {
         *d = *s as _;
     }
+    u
+}
+
+/// `ncclCommGetUniqueId`: a fresh id to grow `comm` with, its root in this
+/// process. One at a time per communicator: a second call before a grow
+/// used the first is refused (NCCL's rule).
+pub(crate) unsafe fn comm_get_unique_id(comm: ncclComm_t, out: *mut ncclUniqueId) -> Result<()> {
+    let c = handle::lookup(comm, "comm")?;
+    if out.is_null() {
+        return Err(null_arg("uniqueId"));
+    }
+    let mut pending = lock(&c.grow_id);
+    if pending.is_some() {
+        return Err(Error::invalid_usage(
+            "the unique id of an earlier ncclCommGetUniqueId on this comm was not consumed by ncclCommGrow yet",
+        ));
+    }
+    let id = c.wait()?.grow_id()?;
+    *pending = Some(*id.as_bytes());
     // SAFETY: checked non-NULL; the caller passes a writable ncclUniqueId.
-    unsafe { out.write(u) };
+    unsafe { out.write(to_nccl_id(&id)) };
     Ok(())
+}
+
+/// `ncclCommGrow`. A new rank passes `comm` NULL, the id and its rank (as
+/// `ncclCommInitRankConfig`); an existing rank passes `comm`, rank -1 and
+/// the id if it made it with `ncclCommGetUniqueId` (exactly one does), else
+/// NULL, and keeps its rank in the new communicator.
+pub(crate) unsafe fn comm_grow(
+    comm: ncclComm_t,
+    nranks: c_int,
+    id: *const ncclUniqueId,
+    rank: c_int,
+    out: *mut ncclComm_t,
+    cfg: *const u8,
+) -> Result<()> {
+    if out.is_null() {
+        return Err(null_arg("newcomm"));
+    }
+    if comm.is_null() {
+        if id.is_null() {
+            return Err(Error::invalid_argument(
+                "uniqueId is NULL: a new rank (comm NULL) passes the id from ncclCommGetUniqueId",
+            ));
+        }
+        // SAFETY: checked non-NULL; forwarded.
+        return unsafe { init_rank_config(out, nranks, *id, rank, cfg) };
+    }
+    // SAFETY: checked non-NULL.
+    unsafe { out.write(std::ptr::null_mut()) };
+    let parent = handle::lookup(comm, "comm")?;
+    let (me, n) = parent.dims().map_err(|e| match e.kind() {
+        ErrorKind::InProgress => Error::invalid_usage(
+            "comm is still being created: wait for it to be ready before growing it",
+        ),
+        _ => e,
+    })?;
+    if rank != -1 {
+        return Err(Error::invalid_argument(format!(
+            "rank {rank}: an existing rank passes -1 (it keeps its rank, {me})"
+        )));
+    }
+    if nranks < 0 || nranks as usize <= n {
+        return Err(Error::invalid_argument(format!(
+            "nRanks {nranks} must exceed the communicator's {n} ranks"
+        )));
+    }
+    let uid = if id.is_null() {
+        None
+    } else {
+        // SAFETY: checked non-NULL.
+        let bytes = id_bytes(unsafe { &*id });
+        Some(UniqueId::from_bytes(&bytes).map_err(|e| {
+            Error::invalid_argument(format!(
+                "uniqueId is not an id from ncclCommGetUniqueId: {}",
+                e.message()
+            ))
+        })?)
+    };
+    // SAFETY: forwarded.
+    let (ocfg, blocking) = unsafe { child_config(&parent, cfg) }?;
+    if uid.is_some() {
+        // Consumed (NCCL's rule), whether or not the grow succeeds.
+        *lock(&parent.grow_id) = None;
+    }
+    let total = nranks as usize;
+    // SAFETY: forwarded.
+    unsafe {
+        make_child(&parent, ocfg, blocking, out, move |p| {
+            p.grow(total, uid.as_ref()).map(Some)
+        })
+    }
 }
 
 fn id_bytes(id: &ncclUniqueId) -> [u8; 128] {

@@ -65,6 +65,8 @@ pub(crate) struct Comm {
     gpu_error_logged: AtomicBool,
     /// Ops made by `ncclRedOpCreatePreMulSum`: slot i is op `ncclNumOps + i`.
     pub ops: Mutex<Vec<Option<PreMul>>>,
+    /// The id `ncclCommGetUniqueId` made, until `ncclCommGrow` uses it.
+    pub grow_id: Mutex<Option<[u8; 128]>>,
     /// Dummy registration handles of `ncclCommRegister` (address -> (buff, size)).
     pub regs: Mutex<HashMap<usize, Box<(usize, usize)>>>,
     /// The last error reported on this communicator, for `ncclGetLastError(comm)`.
@@ -101,6 +103,7 @@ impl Comm {
             gpu_error_logged: AtomicBool::new(false),
             gpu: Mutex::new(None),
             ops: Mutex::new(Vec::new()),
+            grow_id: Mutex::new(None),
             regs: Mutex::new(HashMap::new()),
             last_error: Mutex::new(None),
         })

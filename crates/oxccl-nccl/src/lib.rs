@@ -273,6 +273,18 @@ nccl_api! {
     }
 }
 nccl_api! {
+    /// A fresh id to grow `comm` with (one at a time).
+    ncclCommGetUniqueId / pncclCommGetUniqueId(comm: ncclComm_t, uniqueId: *mut ncclUniqueId) {
+        unsafe { api::comm_get_unique_id(comm, uniqueId) }
+    }
+}
+nccl_api! {
+    /// Adds ranks: existing ones pass `comm` and rank -1 (one of them the id), new ones NULL, the id and their rank.
+    ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nRanks: c_int, uniqueId: *const ncclUniqueId, rank: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) {
+        unsafe { api::comm_grow(comm, nRanks, uniqueId, rank, newcomm, config as *const u8) }
+    }
+}
+nccl_api! {
     /// Stops the rank's operations in flight and refuses later ones (split, shrink, destroy, abort still work).
     ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) {
         api::comm_revoke(comm, revokeFlags)
@@ -445,8 +457,6 @@ nccl_api! {
 // ---- not supported yet -------------------------------------------------------------
 
 nccl_unsupported! {
-    ncclCommGetUniqueId / pncclCommGetUniqueId(comm: ncclComm_t, uniqueId: *mut ncclUniqueId);
-    ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nRanks: c_int, uniqueId: *const ncclUniqueId, rank: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t);
     ncclCommSuspend / pncclCommSuspend(comm: ncclComm_t, flags: c_int);
     ncclCommResume / pncclCommResume(comm: ncclComm_t);
     ncclCommMemStats / pncclCommMemStats(comm: ncclComm_t, stat: ncclCommMemStat_t, value: *mut u64);

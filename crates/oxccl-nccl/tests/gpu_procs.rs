@@ -443,6 +443,9 @@ fn child_rank() {
     for (i, b) in id.internal.iter_mut().enumerate() {
         *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap() as _;
     }
+    if std::env::var("OXCCL_TEST_MODE").as_deref() == Ok("grow") {
+        return grow(id, rank, n, &counts);
+    }
     let mut comm: ncclComm_t = null_mut();
     let t0 = Instant::now();
     ok(
@@ -458,6 +461,7 @@ fn child_rank() {
         Ok("realloc") => return realloc(comm, rank, n),
         Ok("premulsum") => return premulsum(comm, rank, n, &counts),
         Ok("shrink_killed") => return shrink_killed(comm, rank, n, &counts),
+        Ok("revoke") => return revoke(comm, rank, n, &counts),
         _ => {}
     }
     let t0 = Instant::now();
@@ -617,6 +621,135 @@ fn shrink_killed(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
     println!(
         "CHILD OK rank {rank}: peer death seen after {secs:.2} s ({msg}); shrink {took:.2} s; {cases} cases on the child"
     );
+}
+
+/// The last rank never makes the call (it stays alive: no watchdog ends
+/// the wait) while the others' all-reduce on device buffers waits for it on
+/// the GPU; `ncclCommRevoke` from the host must end those kernels (the
+/// stream completes in seconds, not at the 10-minute timeout), then the
+/// revoked ranks shrink without it and run the sweep on the child.
+fn revoke(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
+    let absent = n - 1;
+    if rank == absent {
+        std::thread::sleep(Duration::from_secs(20));
+        ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
+        println!("CHILD OK rank {rank}: stayed away");
+        return;
+    }
+    let b = Dev::new(1 << 20);
+    ok(
+        unsafe { ncclAllReduce(b.p, b.p, 1 << 18, 7, 0, comm, null_mut()) },
+        "ncclAllReduce",
+    );
+    // A thread waits for the stream: it must still wait before the revoke
+    // (the kernels wait for the absent rank), and end after it.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d2 = done.clone();
+    let dev = (rank % oxccl_cuda::Gpu::count().unwrap()) as i32;
+    let waiter = std::thread::spawn(move || {
+        capi::use_device(dev).unwrap();
+        capi::synchronize_current().unwrap();
+        d2.store(true, std::sync::atomic::Ordering::Release);
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !done.load(std::sync::atomic::Ordering::Acquire),
+        "the all-reduce ended without rank {absent}: nothing was waiting"
+    );
+    let t0 = Instant::now();
+    ok(unsafe { ncclCommRevoke(comm, 0) }, "ncclCommRevoke");
+    waiter.join().unwrap();
+    let stopped = t0.elapsed().as_secs_f64();
+    assert!(
+        stopped < 5.0,
+        "{stopped} s: the kernels did not leave their waits"
+    );
+    let mut err = ncclInProgress;
+    ok(
+        unsafe { ncclCommGetAsyncError(comm, &mut err) },
+        "ncclCommGetAsyncError",
+    );
+    assert_eq!(err, ncclSuccess);
+    let r = unsafe { ncclAllReduce(b.p, b.p, 16, 7, 0, comm, null_mut()) };
+    assert_eq!(r, ncclInvalidUsage, "{}", last_error(comm));
+    let mut exclude = [absent as i32];
+    let mut child: ncclComm_t = null_mut();
+    ok(
+        unsafe { ncclCommShrink(comm, exclude.as_mut_ptr(), 1, &mut child, null_mut(), 0) },
+        "ncclCommShrink",
+    );
+    let cases = sweep(child, rank, n - 1, counts);
+    ok(unsafe { ncclCommDestroy(child) }, "ncclCommDestroy");
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    println!(
+        "CHILD OK rank {rank}: revoke ended the wait in {stopped:.3} s; {cases} cases on the child"
+    );
+}
+
+/// Ranks 0..n-1 make a communicator of n - 1 and run a first sweep on
+/// device buffers; rank 0 makes a grow id (ncclCommGetUniqueId) and leaves
+/// it in OXCCL_TEST_GROW_DIR; they grow to n with the last process, which
+/// joins with the id (comm NULL), and all run the sweep on the result.
+fn grow(id: ncclUniqueId, rank: usize, n: usize, counts: &[usize]) {
+    let dir = std::path::PathBuf::from(std::env::var("OXCCL_TEST_GROW_DIR").unwrap());
+    let mut g: ncclComm_t = null_mut();
+    let mut old: ncclComm_t = null_mut();
+    let mut before = 0;
+    if rank + 1 < n {
+        ok(
+            unsafe { ncclCommInitRank(&mut old, (n - 1) as i32, id, rank as i32) },
+            "ncclCommInitRank",
+        );
+        before = sweep(old, rank, n - 1, &counts[..1]);
+        let mut gid = ncclUniqueId::default();
+        let idp = if rank == 0 {
+            ok(
+                unsafe { ncclCommGetUniqueId(old, &mut gid) },
+                "ncclCommGetUniqueId",
+            );
+            let hex: String = gid
+                .internal
+                .iter()
+                .map(|b| format!("{:02x}", *b as u8))
+                .collect();
+            std::fs::write(dir.join("id.tmp"), hex).unwrap();
+            std::fs::rename(dir.join("id.tmp"), dir.join("id")).unwrap();
+            &gid as *const ncclUniqueId
+        } else {
+            std::ptr::null()
+        };
+        ok(
+            unsafe { ncclCommGrow(old, n as i32, idp, -1, &mut g, null_mut()) },
+            "ncclCommGrow (existing rank)",
+        );
+    } else {
+        let t0 = Instant::now();
+        let hex = loop {
+            if let Ok(h) = std::fs::read_to_string(dir.join("id")) {
+                break h;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(90), "no grow id came");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut gid = ncclUniqueId::default();
+        for (i, b) in gid.internal.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap() as _;
+        }
+        ok(
+            unsafe { ncclCommGrow(null_mut(), n as i32, &gid, rank as i32, &mut g, null_mut()) },
+            "ncclCommGrow (new rank)",
+        );
+    }
+    let (mut cn, mut cr) = (0, 0);
+    ok(unsafe { ncclCommCount(g, &mut cn) }, "ncclCommCount");
+    ok(unsafe { ncclCommUserRank(g, &mut cr) }, "ncclCommUserRank");
+    assert_eq!((cn as usize, cr as usize), (n, rank));
+    let cases = sweep(g, rank, n, counts);
+    ok(unsafe { ncclCommDestroy(g) }, "ncclCommDestroy");
+    if !old.is_null() {
+        ok(unsafe { ncclCommDestroy(old) }, "ncclCommDestroy");
+    }
+    println!("CHILD OK rank {rank}: {before} cases before the grow, {cases} after");
 }
 
 /// A CUDA graph of four all-reduces (x -> y -> x ...) captured on a stream
@@ -1330,6 +1463,33 @@ fn survivors_shrink_after_a_peer_is_killed() {
         &[("OXCCL_TEST_MODE", "shrink_killed")],
         &[3],
     );
+}
+
+#[test]
+fn two_ranks_grow_to_three_with_a_new_process() {
+    if gpus() < 1 {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("oxccl-gpu-grow-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    run_ranks(
+        3,
+        "1,4099",
+        &[
+            ("OXCCL_TEST_MODE", "grow"),
+            ("OXCCL_TEST_GROW_DIR", dir.to_str().unwrap()),
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn revoke_ends_device_waits_and_the_ranks_shrink() {
+    if gpus() < 1 {
+        return;
+    }
+    run_ranks(3, "1,4099", &[("OXCCL_TEST_MODE", "revoke")]);
 }
 
 #[test]

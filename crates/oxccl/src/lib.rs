@@ -806,6 +806,69 @@ impl Communicator {
     }
 }
 
+impl Communicator {
+    /// A fresh id to grow this communicator with (`ncclCommGetUniqueId`):
+    /// its rendezvous root runs in this process. Pass it to this rank's
+    /// [`Communicator::grow`] and to the new ranks.
+    pub fn grow_id(&self) -> Result<UniqueId> {
+        self.check_not_stopped()?;
+        UniqueId::for_child()
+    }
+
+    /// This rank's side of `ncclCommGrow`: a communicator of `nranks` ranks
+    /// in which every rank of this one keeps its rank and ranks
+    /// `size()..nranks` are new (they join with
+    /// `Communicator::init_rank_config(nranks, &id, rank, ..)`). Every rank
+    /// of this communicator calls it; exactly one passes the id (from
+    /// [`Communicator::grow_id`]), the others `None`: an all-gather over the
+    /// bootstrap hands it to them and refuses none or several.
+    pub fn grow(&self, nranks: usize, id: Option<&UniqueId>) -> Result<Communicator> {
+        let n = self.size();
+        if nranks <= n {
+            return Err(Error::invalid_argument(format!(
+                "grow: nranks {nranks} must exceed the communicator's {n} ranks"
+            )));
+        }
+        self.check_not_stopped()?;
+        let mut mine = vec![u8::from(id.is_some())];
+        if let Some(i) = id {
+            mine.extend_from_slice(i.as_bytes());
+        }
+        let all = {
+            let g = self.lock_raw()?;
+            let c = g.as_ref().ok_or_else(|| {
+                Error::invalid_usage("grow: the communicator was destroyed or aborted")
+            })?;
+            c.bootstrap().allgather(&mine)?
+        };
+        let holders: Vec<usize> = (0..n).filter(|&r| all[r].first() == Some(&1)).collect();
+        let h = match holders[..] {
+            [h] => h,
+            [] => {
+                return Err(Error::invalid_usage(
+                    "grow: no rank passed a unique id: exactly one existing rank passes the id from ncclCommGetUniqueId, the others NULL",
+                ))
+            }
+            _ => {
+                return Err(Error::invalid_usage(format!(
+                    "grow: ranks {holders:?} each passed a unique id: exactly one existing rank passes it, the others NULL"
+                )))
+            }
+        };
+        let bytes: [u8; 128] = all[h]
+            .get(1..129)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| Error::internal(format!("grow: rank {h} sent a short unique id")))?;
+        let gid = UniqueId::from_bytes(&bytes)?;
+        oxccl_env::info!(
+            Subsys::INIT,
+            "ncclCommGrow comm rank {} nranks {n} - new nranks {nranks} (the id from rank {h})",
+            self.rank()
+        );
+        Communicator::init_rank_config(nranks, &gid, self.rank(), self.inner.config.clone())
+    }
+}
+
 /// The ranks of `nranks` left after `exclude`, ascending (the new rank
 /// order of a shrink); refuses ranks out of range and `me` excluded.
 fn shrink_members(nranks: usize, me: usize, exclude: &[usize]) -> Result<Vec<usize>> {

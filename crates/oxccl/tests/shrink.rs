@@ -2,8 +2,9 @@
 //! exclude list, in parent order, with every collective on the new
 //! communicator; after `revoke` ended a collective waiting for a
 //! rank that never came; after a rank was SIGKILLed (real processes, over
-//! shared memory and over TCP), rank 0 included; and the error when ranks
-//! pass different lists.
+//! shared memory and over TCP), rank 0 included, followed by a grow
+//! (`ncclCommGrow`) back to full size with a replacement process; and the
+//! error when ranks pass different lists.
 
 mod common;
 
@@ -194,6 +195,92 @@ fn shrink_after_revoke() {
     });
 }
 
+/// 3 ranks grow to 5: rank 1 holds the id, ranks 3 and 4 are new threads.
+/// Old ranks keep their numbers; every collective runs on the result; the
+/// parent still works.
+#[test]
+fn grow_keeps_the_ranks_and_adds_new_ones() {
+    let _w = Watchdog::new(
+        "grow_keeps_the_ranks_and_adds_new_ones",
+        Duration::from_secs(120),
+    );
+    let cfg = test_config(|_| {});
+    let comms = init_threads(3, &cfg).unwrap();
+    let id = comms[1].grow_id().unwrap();
+    let all: Vec<Communicator> = std::thread::scope(|s| {
+        let old: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                let id = &id;
+                s.spawn(move || c.grow(5, (c.rank() == 1).then_some(id)).unwrap())
+            })
+            .collect();
+        let new: Vec<_> = (3..5)
+            .map(|r| {
+                let (id, cfg) = (&id, cfg.clone());
+                s.spawn(move || Communicator::init_rank_config(5, id, r, cfg).unwrap())
+            })
+            .collect();
+        old.into_iter()
+            .chain(new)
+            .map(|h| h.join().unwrap())
+            .collect()
+    });
+    for (r, g) in all.iter().enumerate() {
+        assert_eq!((g.rank(), g.size()), (r, 5));
+    }
+    on_ranks(&all, |g| {
+        for (i, coll) in Coll::ALL.into_iter().enumerate() {
+            let case = Case {
+                coll,
+                dtype: DataType::Int32,
+                op: RedOp::Max,
+                count: 1031,
+                root: i % 5,
+                in_place: i % 2 == 0,
+                seed: 3 + i as u64,
+            };
+            run_case(g, &case).unwrap_or_else(|e| panic!("rank {}: {case}: {e}", g.rank()));
+        }
+    });
+    on_ranks(&comms, |c| {
+        let mut x = [1u32];
+        c.all_reduce_in_place(&mut x, RedOp::Sum).unwrap();
+        assert_eq!(x[0], 3);
+    });
+}
+
+#[test]
+fn grow_refuses_no_id_two_ids_and_no_new_rank() {
+    let _w = Watchdog::new(
+        "grow_refuses_no_id_two_ids_and_no_new_rank",
+        Duration::from_secs(60),
+    );
+    let comms = init_threads(3, &test_config(|_| {})).unwrap();
+    assert_err(
+        &comms[0].grow(3, None),
+        ErrorKind::InvalidArgument,
+        &["nranks 3 must exceed the communicator's 3 ranks"],
+    );
+    for r in on_ranks(&comms, |c| c.grow(4, None)) {
+        assert_err(&r, ErrorKind::InvalidUsage, &["no rank passed a unique id"]);
+    }
+    let ids: Vec<UniqueId> = (0..2).map(|_| comms[0].grow_id().unwrap()).collect();
+    for r in on_ranks(&comms, |c| c.grow(4, ids.get(c.rank()))) {
+        assert_err(
+            &r,
+            ErrorKind::InvalidUsage,
+            &["ranks [0, 1] each passed a unique id"],
+        );
+    }
+    // Nothing was created: the communicator still works.
+    on_ranks(&comms, |c| {
+        let mut x = [2i8];
+        c.all_reduce_in_place(&mut x, RedOp::Sum).unwrap();
+        assert_eq!(x[0], 6);
+    });
+}
+
 // ---------------------------------------------------------------------------
 // A rank SIGKILLed, the others shrink without it (real processes)
 // ---------------------------------------------------------------------------
@@ -201,13 +288,25 @@ fn shrink_after_revoke() {
 const TCP: &[(&str, &str)] = &[("NCCL_SHM_DISABLE", "1"), ("NCCL_SOCKET_IFNAME", "lo")];
 const NRANKS: usize = 4;
 
-/// Survivors: an all-reduce that fails with Remote naming the victim, then
-/// a shrink without it and the fixed sweep of every collective on the result.
+/// Where the new rank 0 of the shrunk communicator leaves the grow id for
+/// the replacement process (hex, written whole by a rename).
+const GROW_DIR: &str = "OXCCL_TEST_GROW_DIR";
+/// Set in the replacement process.
+const REPLACEMENT: &str = "OXCCL_TEST_REPLACEMENT";
+
+/// Survivors: an all-reduce that fails with Remote naming the victim, a
+/// shrink without it and the fixed sweep on the result; then a grow back to
+/// NRANKS with a replacement process as the last rank, and the fixed sweep
+/// on that.
 fn survivor(ctx: &ChildCtx, victim: usize) {
     let cfg = Config {
         timeout: Some(Duration::from_secs(60)),
         ..test_config(|_| {})
     };
+    let dir = std::path::PathBuf::from(std::env::var(GROW_DIR).unwrap());
+    if std::env::var(REPLACEMENT).is_ok() {
+        return replacement(&dir, cfg);
+    }
     let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, cfg).unwrap();
     c.all_reduce_in_place(&mut [1u8; 8], RedOp::Sum).unwrap();
     event("started");
@@ -232,9 +331,51 @@ fn survivor(ctx: &ChildCtx, victim: usize) {
             panic!("rank {}: {case}: {f}", ctx.rank);
         }
     }
-    s.destroy().unwrap();
-    c.destroy().unwrap();
     event("shrunk");
+    // Grow back: the new rank 0 makes the id and leaves it for the replacement.
+    let id = (me == 0).then(|| {
+        let id = s.grow_id().unwrap();
+        let tmp = dir.join("id.tmp");
+        std::fs::write(&tmp, hex(id.as_bytes())).unwrap();
+        std::fs::rename(&tmp, dir.join("id")).unwrap();
+        id
+    });
+    let g = s
+        .grow(NRANKS, id.as_ref())
+        .unwrap_or_else(|e| panic!("rank {}: grow: {e}", ctx.rank));
+    assert_eq!((g.rank(), g.size()), (me, NRANKS));
+    for case in fixed_sweep(NRANKS) {
+        if let Err(f) = run_case(&g, &case) {
+            panic!("rank {}: after grow: {case}: {f}", ctx.rank);
+        }
+    }
+    for x in [g, s, c] {
+        x.destroy().unwrap();
+    }
+    event("grown");
+}
+
+/// The replacement: waits for the grow id, joins as the last rank, runs
+/// the fixed sweep with the survivors.
+fn replacement(dir: &std::path::Path, cfg: Config) {
+    let t = Instant::now();
+    let hexid = loop {
+        if let Ok(h) = std::fs::read_to_string(dir.join("id")) {
+            break h;
+        }
+        assert!(t.elapsed() < Duration::from_secs(90), "no grow id came");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let b: [u8; 128] = unhex(hexid.trim()).try_into().unwrap();
+    let id = UniqueId::from_bytes(&b).unwrap();
+    let g = Communicator::init_rank_config(NRANKS, &id, NRANKS - 1, cfg).unwrap();
+    for case in fixed_sweep(NRANKS) {
+        if let Err(f) = run_case(&g, &case) {
+            panic!("replacement: {case}: {f}");
+        }
+    }
+    g.destroy().unwrap();
+    event("grown");
 }
 
 fn kill_and_shrink(test: &str, env: &[(&str, &str)], victim: usize) {
@@ -243,8 +384,16 @@ fn kill_and_shrink(test: &str, env: &[(&str, &str)], victim: usize) {
         return;
     }
     let _w = Watchdog::new(test, Duration::from_secs(300));
+    let dir = std::env::temp_dir().join(format!("oxccl-grow-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    let mut env: Vec<(&str, &str)> = env.to_vec();
+    env.push((GROW_DIR, d));
     let id = UniqueId::new().unwrap();
-    let mut p = Procs::spawn(test, NRANKS, &id, env);
+    let mut p = Procs::spawn(test, NRANKS, &id, &env);
+    env.push((REPLACEMENT, "1"));
+    let mut fresh = Procs::spawn(test, 1, &id, &env);
     let all: Vec<usize> = (0..NRANKS).collect();
     let survivors: Vec<usize> = all.iter().copied().filter(|&r| r != victim).collect();
     if !p.wait_event(&all, "started", Duration::from_secs(90)) {
@@ -256,11 +405,19 @@ fn kill_and_shrink(test: &str, env: &[(&str, &str)], victim: usize) {
     let exits = p.wait_exit(&survivors, Duration::from_secs(120));
     for (&r, d) in survivors.iter().zip(&exits) {
         assert!(
-            d.is_some() && p.status(r).is_some_and(|s| s.success()) && p.has(r, "shrunk"),
-            "rank {r} did not shrink and finish:\n{}",
-            p.all_logs()
+            d.is_some() && p.status(r).is_some_and(|s| s.success()) && p.has(r, "grown"),
+            "rank {r} did not shrink, grow and finish:\n{}\nreplacement:\n{}",
+            p.all_logs(),
+            fresh.all_logs()
         );
     }
+    let e = fresh.wait_exit(&[0], Duration::from_secs(30));
+    assert!(
+        e[0].is_some() && fresh.status(0).is_some_and(|s| s.success()) && fresh.has(0, "grown"),
+        "the replacement did not finish:\n{}",
+        fresh.all_logs()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
