@@ -704,15 +704,9 @@ pub(crate) unsafe fn comm_grow(
         // SAFETY: checked non-NULL; forwarded.
         return unsafe { init_rank_config(out, nranks, *id, rank, cfg) };
     }
-    // SAFETY: checked non-NULL.
-    unsafe { out.write(std::ptr::null_mut()) };
-    let parent = handle::lookup(comm, "comm")?;
-    let (me, n) = parent.dims().map_err(|e| match e.kind() {
-        ErrorKind::InProgress => Error::invalid_usage(
-            "comm is still being created: wait for it to be ready before growing it",
-        ),
-        _ => e,
-    })?;
+    // SAFETY: forwarded.
+    let parent = unsafe { child_parent(comm, out) }?;
+    let (me, n) = ready_dims(&parent)?;
     if rank != -1 {
         return Err(Error::invalid_argument(format!(
             "rank {rank}: an existing rank passes -1 (it keeps its rank, {me})"
@@ -944,14 +938,8 @@ pub(crate) unsafe fn comm_split(
     out: *mut ncclComm_t,
     cfg: *const u8,
 ) -> Result<()> {
-    if !out.is_null() {
-        // SAFETY: checked non-NULL. NULL on every failure, the parent's too.
-        unsafe { out.write(std::ptr::null_mut()) };
-    }
-    let parent = handle::lookup(comm, "comm")?;
-    if out.is_null() {
-        return Err(null_arg("newcomm"));
-    }
+    // SAFETY: forwarded.
+    let parent = unsafe { child_parent(comm, out) }?;
     if color < NCCL_SPLIT_NOCOLOR {
         return Err(Error::invalid_argument(format!(
             "invalid color {color} (must be >= 0 or NCCL_SPLIT_NOCOLOR)"
@@ -986,14 +974,8 @@ pub(crate) unsafe fn comm_shrink(
     cfg: *const u8,
     flags: c_int,
 ) -> Result<()> {
-    if !out.is_null() {
-        // SAFETY: checked non-NULL. NULL on every failure, the parent's too.
-        unsafe { out.write(std::ptr::null_mut()) };
-    }
-    let parent = handle::lookup(comm, "comm")?;
-    if out.is_null() {
-        return Err(null_arg("newcomm"));
-    }
+    // SAFETY: forwarded.
+    let parent = unsafe { child_parent(comm, out) }?;
     if exclude.is_null() {
         return Err(null_arg("excludeRanksList"));
     }
@@ -1009,12 +991,7 @@ pub(crate) unsafe fn comm_shrink(
     }
     // SAFETY: the caller passes `count` ints at `exclude` (checked non-NULL).
     let list = unsafe { std::slice::from_raw_parts(exclude, count as usize) };
-    let (rank, nranks) = parent.dims().map_err(|e| match e.kind() {
-        ErrorKind::InProgress => Error::invalid_usage(
-            "comm is still being created (ncclCommGetAsyncError says ncclInProgress): wait for it to be ready before shrinking it",
-        ),
-        _ => e,
-    })?;
+    let (rank, nranks) = ready_dims(&parent)?;
     let mut ranks = Vec::with_capacity(list.len());
     for (i, &r) in list.iter().enumerate() {
         if r < 0 || r as usize >= nranks {
@@ -1040,6 +1017,31 @@ pub(crate) unsafe fn comm_shrink(
             p.shrink(&ranks).map(Some)
         })
     }
+}
+
+/// The parent of a child creation (split, shrink, grow), with `*out` set
+/// to NULL first, so that it is NULL on every failure, the parent's too.
+unsafe fn child_parent(comm: ncclComm_t, out: *mut ncclComm_t) -> Result<Arc<Comm>> {
+    if !out.is_null() {
+        // SAFETY: checked non-NULL; the caller passes a writable ncclComm_t.
+        unsafe { out.write(std::ptr::null_mut()) };
+    }
+    let parent = handle::lookup(comm, "comm")?;
+    if out.is_null() {
+        return Err(null_arg("newcomm"));
+    }
+    Ok(parent)
+}
+
+/// (rank, nranks) of a parent that must be ready (shrink, grow need them
+/// before anything runs).
+fn ready_dims(parent: &Comm) -> Result<(usize, usize)> {
+    parent.dims().map_err(|e| match e.kind() {
+        ErrorKind::InProgress => Error::invalid_usage(
+            "comm is still being created (ncclCommGetAsyncError says ncclInProgress): wait for it to be ready first",
+        ),
+        _ => e,
+    })
 }
 
 /// A child's settings: the parent's when `cfg` is NULL.
