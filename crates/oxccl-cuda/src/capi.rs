@@ -3122,6 +3122,26 @@ pub fn copy_from_device(dst: &mut [u8], src: u64) -> Result<()> {
 }
 
 /// Waits for all work of the calling thread's current context.
+/// The IPC handle of the device allocation starting at `base`, for
+/// another process of this host to map it (`ncclCommWindowRegister`);
+/// `None` when the allocation cannot be exported (VMM, other allocators).
+pub fn export_allocation(base: u64) -> Option<[u8; 64]> {
+    xp_io::ipc_handle(base)
+}
+
+/// Maps (or takes another reference to) another process's allocation of
+/// `handle` into GPU `ordinal`'s context, which must be current; its
+/// address here. Released with [`release_allocation`].
+pub fn import_allocation(ordinal: i32, handle: &[u8; 64]) -> Result<u64> {
+    xp_io::import(ordinal, handle)
+}
+
+/// Drops a reference from [`import_allocation`]; the last one unmaps it.
+/// No queued work may use it (synchronise the context first).
+pub fn release_allocation(ordinal: i32, mapped: u64) {
+    xp_io::release(ordinal, mapped)
+}
+
 pub fn synchronize_current() -> Result<()> {
     loader::driver()?;
     // SAFETY: no arguments.

@@ -28,7 +28,7 @@ pub struct ncclComm {
 /// `ncclComm_t`.
 pub type ncclComm_t = *mut ncclComm;
 
-/// The struct behind `ncclWindow_t` (windows are not supported yet).
+/// The struct behind `ncclWindow_t` (opaque: a window handle is a registry key).
 #[repr(C)]
 pub struct ncclWindow_vidmem {
     _opaque: [u8; 0],

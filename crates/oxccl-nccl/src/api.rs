@@ -25,7 +25,7 @@ fn in_progress() -> Error {
     Error::new(ErrorKind::InProgress, "")
 }
 
-fn null_arg(what: &str) -> Error {
+pub(crate) fn null_arg(what: &str) -> Error {
     Error::invalid_argument(format!("{what} is NULL"))
 }
 
@@ -1142,6 +1142,7 @@ pub(crate) fn comm_revoke(comm: ncclComm_t, flags: c_int) -> Result<()> {
 
 pub(crate) fn comm_destroy(comm: ncclComm_t) -> Result<()> {
     let c = handle::unregister(comm, "comm")?;
+    crate::window::drop_comm(comm);
     c.destroy()
 }
 

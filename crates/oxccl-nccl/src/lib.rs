@@ -24,6 +24,7 @@ mod api;
 mod config;
 mod group;
 mod handle;
+mod window;
 
 use abi::*;
 use oxccl::{CollKind, Error, ErrorKind, Result};
@@ -273,6 +274,30 @@ nccl_api! {
     }
 }
 nccl_api! {
+    /// Registers every rank's buffer together (collective); peers' buffers become reachable where they can be.
+    ncclCommWindowRegister / pncclCommWindowRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, win: *mut ncclWindow_t, winFlags: c_int) {
+        unsafe { window::register(comm, buff, size, win, winFlags) }
+    }
+}
+nccl_api! {
+    /// Forgets a window and unmaps its peers' buffers.
+    ncclCommWindowDeregister / pncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) {
+        window::deregister(comm, win)
+    }
+}
+nccl_api! {
+    /// The buffer this rank registered in `win`.
+    ncclWinGetUserPtr / pncclWinGetUserPtr(comm: ncclComm_t, win: ncclWindow_t, outUserPtr: *mut *mut c_void) {
+        unsafe { window::user_ptr(comm, win, outUserPtr) }
+    }
+}
+nccl_api! {
+    /// Rank `peer`'s window at `offset` as an address here, NULL where it cannot be reached by loads and stores.
+    ncclGetPeerDevicePointer / pncclGetPeerDevicePointer(window: ncclWindow_t, offset: usize, peer: c_int, outPtr: *mut *mut c_void) {
+        unsafe { window::peer_ptr(window, offset, peer, outPtr) }
+    }
+}
+nccl_api! {
     /// A fresh id to grow `comm` with (one at a time).
     ncclCommGetUniqueId / pncclCommGetUniqueId(comm: ncclComm_t, uniqueId: *mut ncclUniqueId) {
         unsafe { api::comm_get_unique_id(comm, uniqueId) }
@@ -460,9 +485,6 @@ nccl_unsupported! {
     ncclCommSuspend / pncclCommSuspend(comm: ncclComm_t, flags: c_int);
     ncclCommResume / pncclCommResume(comm: ncclComm_t);
     ncclCommMemStats / pncclCommMemStats(comm: ncclComm_t, stat: ncclCommMemStat_t, value: *mut u64);
-    ncclCommWindowRegister / pncclCommWindowRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, win: *mut ncclWindow_t, winFlags: c_int);
-    ncclCommWindowDeregister / pncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t);
-    ncclWinGetUserPtr / pncclWinGetUserPtr(comm: ncclComm_t, win: ncclWindow_t, outUserPtr: *mut *mut c_void);
     ncclPutSignal / pncclPutSignal(localbuff: *const c_void, count: usize, datatype: ncclDataType_t, peer: c_int, peerWin: ncclWindow_t, peerWinOffset: usize, sigIdx: c_int, ctx: c_int, flags: u32, comm: ncclComm_t, stream: cudaStream_t);
     ncclSignal / pncclSignal(peer: c_int, sigIdx: c_int, ctx: c_int, flags: u32, comm: ncclComm_t, stream: cudaStream_t);
     ncclWaitSignal / pncclWaitSignal(nDesc: c_int, signalDescs: *mut ncclWaitSignalDesc_t, comm: ncclComm_t, stream: cudaStream_t);
@@ -471,7 +493,6 @@ nccl_unsupported! {
     ncclDevCommDestroy / pncclDevCommDestroy(comm: ncclComm_t, devComm: *const ncclDevComm_t);
     ncclGetLsaMultimemDevicePointer / pncclGetLsaMultimemDevicePointer(window: ncclWindow_t, offset: usize, outPtr: *mut *mut c_void);
     ncclGetLsaDevicePointer / pncclGetLsaDevicePointer(window: ncclWindow_t, offset: usize, lsaRank: c_int, outPtr: *mut *mut c_void);
-    ncclGetPeerDevicePointer / pncclGetPeerDevicePointer(window: ncclWindow_t, offset: usize, peer: c_int, outPtr: *mut *mut c_void);
 }
 
 fn team_unsupported(name: &str, comm: ncclComm_t) -> ncclTeam_t {

@@ -462,6 +462,7 @@ fn child_rank() {
         Ok("premulsum") => return premulsum(comm, rank, n, &counts),
         Ok("shrink_killed") => return shrink_killed(comm, rank, n, &counts),
         Ok("revoke") => return revoke(comm, rank, n, &counts),
+        Ok("window") => return window(comm, rank, n),
         _ => {}
     }
     let t0 = Instant::now();
@@ -750,6 +751,89 @@ fn grow(id: ncclUniqueId, rank: usize, n: usize, counts: &[usize]) {
         ok(unsafe { ncclCommDestroy(old) }, "ncclCommDestroy");
     }
     println!("CHILD OK rank {rank}: {before} cases before the grow, {cases} after");
+}
+
+/// Every rank registers a device buffer holding its own pattern as a
+/// window (ncclMemAlloc, so the driver can export it); each reads every
+/// rank's buffer through ncclGetPeerDevicePointer (other processes' by a
+/// CUDA IPC mapping), writes into the next rank's, and finds the previous
+/// rank's bytes in its own; then an all-reduce on the window buffers.
+fn window(comm: ncclComm_t, rank: usize, n: usize) {
+    let len = 1 << 20;
+    let pattern =
+        |r: usize| -> Vec<u8> { (0..len).map(|i| ((i * 7 + r * 31) % 251) as u8).collect() };
+    let b = Dev::new(len);
+    b.put(&pattern(rank));
+    let flag = Dev::new(4);
+    let barrier = || {
+        ok(
+            unsafe { ncclAllReduce(flag.p, flag.p, 1, 7, 0, comm, null_mut()) },
+            "ncclAllReduce (barrier)",
+        );
+        capi::synchronize_current().unwrap();
+    };
+    let mut win: ncclWindow_t = null_mut();
+    ok(
+        unsafe { ncclCommWindowRegister(comm, b.p, len, &mut win, 1) },
+        "ncclCommWindowRegister",
+    );
+    let mut up: *mut c_void = null_mut();
+    ok(
+        unsafe { ncclWinGetUserPtr(comm, win, &mut up) },
+        "ncclWinGetUserPtr",
+    );
+    assert_eq!(up, b.p);
+    let peer = |p: usize, off: usize| -> u64 {
+        let mut pp: *mut c_void = null_mut();
+        ok(
+            unsafe { ncclGetPeerDevicePointer(win, off, p as i32, &mut pp) },
+            "ncclGetPeerDevicePointer",
+        );
+        assert!(
+            !pp.is_null(),
+            "rank {p}'s window is on this host: it must be reachable"
+        );
+        pp as u64
+    };
+    barrier();
+    for p in 0..n {
+        let mut got = vec![0u8; 4096];
+        capi::copy_from_device(&mut got, peer(p, 4096)).unwrap();
+        assert_eq!(
+            got,
+            pattern(p)[4096..8192],
+            "rank {rank} reading rank {p}'s window"
+        );
+    }
+    barrier();
+    capi::copy_to_device(peer((rank + 1) % n, 0), &[rank as u8 + 100; 256]).unwrap();
+    barrier();
+    let prev = (rank + n - 1) % n;
+    assert_eq!(
+        b.get(256),
+        vec![prev as u8 + 100; 256],
+        "rank {rank}: bytes from rank {prev}"
+    );
+    let count = len / 4;
+    let ones: Vec<u8> = (0..count).flat_map(|_| 1.0f32.to_le_bytes()).collect();
+    b.put(&ones);
+    ok(
+        unsafe { ncclAllReduce(b.p, b.p, count, 7, 0, comm, null_mut()) },
+        "ncclAllReduce (on the window)",
+    );
+    capi::synchronize_current().unwrap();
+    let want: Vec<u8> = (0..count).flat_map(|_| (n as f32).to_le_bytes()).collect();
+    assert!(
+        b.get(len) == want,
+        "rank {rank}: all-reduce on the window buffers"
+    );
+    barrier();
+    ok(
+        unsafe { ncclCommWindowDeregister(comm, win) },
+        "ncclCommWindowDeregister",
+    );
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    println!("CHILD OK rank {rank}: every window read, written and reduced");
 }
 
 /// A CUDA graph of four all-reduces (x -> y -> x ...) captured on a stream
@@ -1482,6 +1566,14 @@ fn two_ranks_grow_to_three_with_a_new_process() {
         ],
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn windows_reach_every_peer_of_the_host() {
+    if gpus() < 1 {
+        return;
+    }
+    run_ranks(3, "1", &[("OXCCL_TEST_MODE", "window")]);
 }
 
 #[test]

@@ -51,7 +51,7 @@ pub(super) fn open_mappings() -> usize {
 
 /// Opens (or takes another reference to) the allocation of `handle` in
 /// the current context (GPU `ordinal`'s).
-fn import(ordinal: i32, handle: &[u8; 64]) -> Result<u64> {
+pub(super) fn import(ordinal: i32, handle: &[u8; 64]) -> Result<u64> {
     let mut m = imports();
     if let Some(e) = m.get_mut(&(ordinal, *handle)) {
         e.1 += 1;
@@ -84,7 +84,7 @@ fn import(ordinal: i32, handle: &[u8; 64]) -> Result<u64> {
 
 /// Drops a reference taken by [`import`]; the last closes the mapping. The
 /// caller made sure no queued work uses it (the context was synchronised).
-fn release(ordinal: i32, mapped: u64) {
+pub(super) fn release(ordinal: i32, mapped: u64) {
     let mut m = imports();
     let key = m
         .iter()
@@ -124,7 +124,7 @@ fn buffer_id(ptr: u64) -> Result<u64> {
 
 /// The IPC handle of the allocation at `base`, or `None` when it cannot be
 /// exported (a VMM allocation, or memory from another allocator).
-fn ipc_handle(base: u64) -> Option<[u8; 64]> {
+pub(super) fn ipc_handle(base: u64) -> Option<[u8; 64]> {
     guarded("cuIpcGetMemHandle", || {
         let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
         // SAFETY: writes one handle; `base` is an allocation's start.
