@@ -390,7 +390,7 @@ impl Communicator {
             .map_err(|_| Error::internal("communicator lock poisoned by a panic"))
     }
 
-    /// Refuses an operation on a rank that was aborted or stopped.
+    /// Refuses an operation on a rank that was aborted or revoked.
     fn check_not_stopped(&self) -> Result<()> {
         if self.inner.abort.load(Ordering::Acquire) {
             return Err(Error::invalid_usage(format!(
@@ -789,7 +789,8 @@ impl Communicator {
             let c = g.as_ref().ok_or_else(closed)?;
             c.bootstrap().recv(root, TAG_SHRINK)?
         };
-        if b.len() != 136 {
+        // The id's 128 bytes and the 8 of the digest.
+        if b.len() != 128 + 8 {
             return Err(Error::internal(format!(
                 "shrink: rank {root} (the new rank 0) sent {} bytes, not 136",
                 b.len()
@@ -804,9 +805,7 @@ impl Communicator {
         let arr: [u8; 128] = b[..128].try_into().expect("128 bytes");
         Communicator::init_rank_config(n, &UniqueId::from_bytes(&arr)?, new_rank, cfg)
     }
-}
 
-impl Communicator {
     /// A fresh id to grow this communicator with (`ncclCommGetUniqueId`):
     /// its rendezvous root runs in this process. Pass it to this rank's
     /// [`Communicator::grow`] and to the new ranks.
