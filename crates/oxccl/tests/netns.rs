@@ -98,6 +98,27 @@ fn all_reduce_sweep(c: &Communicator, counts: &[usize]) {
 }
 
 /// Every collective the issue lists, checked in this rank.
+/// Children whose new rank 0 is on another host than the parent's rank 0
+/// (placement [0, 0, 1, 1]): a split with reversed keys, then a shrink
+/// without host 0's ranks. Each makes its id where its new rank 0 runs,
+/// never at NCCL_COMM_ID (host 0's address), which that host cannot bind.
+fn scenario_children(c: &Communicator) {
+    let (r, n) = (c.rank(), c.size());
+    let s = c
+        .split(Some(0), -(r as i32))
+        .expect("split")
+        .expect("a color");
+    assert_eq!(s.rank(), n - 1 - r);
+    all_reduce_sweep(&s, &[1, 4097]);
+    s.destroy().expect("destroy");
+    if r >= 2 {
+        let k = c.shrink(&[0, 1]).expect("shrink");
+        assert_eq!((k.rank(), k.size()), (r - 2, n - 2));
+        all_reduce_sweep(&k, &[1, 4097]);
+        k.destroy().expect("destroy");
+    }
+}
+
 fn scenario_colls(c: &Communicator) {
     let (r, n) = (c.rank(), c.size());
     // 0, 1, odd, and 4 MB of f32.
@@ -310,6 +331,7 @@ fn netns_worker_entry() {
         "small" => all_reduce_sweep(&c, &[1, 4097, 1 << 20]),
         "loop" => scenario_loop(c, &dir),
         "send_exit" => scenario_send_exit(&c),
+        "children" => scenario_children(&c),
         s => panic!("unknown scenario {s}"),
     }
     c.destroy().expect("destroy");
@@ -675,6 +697,22 @@ fn comm_id_rendezvous_across_hosts() {
         "{}",
         ends[0].log
     );
+}
+
+/// With NCCL_COMM_ID set, a split and a shrink whose new rank 0 is on
+/// host 1 (see `scenario_children`).
+#[test]
+fn comm_id_children_with_rank_0_on_another_host() {
+    let _s = netns_support::serial();
+    let Some(h) = Hosts::new("cch", 2, 1) else {
+        return;
+    };
+    let comm_id = format!("{}:29412", host_addr(0, 0));
+    let env = [
+        ("NCCL_COMM_ID", comm_id.as_str()),
+        ("OXCCL_AUTH_SECRET", "netns-test-secret"),
+    ];
+    run_checked_env(&h, "children", &[0, 0, 1, 1], &env);
 }
 
 #[test]
