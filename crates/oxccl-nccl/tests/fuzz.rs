@@ -81,7 +81,7 @@ struct Call {
 
 fn call() -> impl Strategy<Value = Call> {
     (
-        0u8..26,
+        0u8..33,
         handle(),
         1usize..usize::MAX,
         prop_oneof![0..12, bad_dtype()],
@@ -194,6 +194,42 @@ fn exec(c: &Call) -> ncclResult_t {
                 std::ptr::null_mut(),
                 0,
             ),
+            // Live: its only rank (own) or one out of range.
+            25 => {
+                let mut list = [c.int];
+                ncclCommShrink(
+                    comm,
+                    list.as_mut_ptr(),
+                    1,
+                    &mut out_comm,
+                    std::ptr::null_mut(),
+                    0,
+                )
+            }
+            // Live: no id anywhere, a rank other than -1 or too few ranks.
+            26 => ncclCommGrow(
+                comm,
+                c.int,
+                std::ptr::null(),
+                c.root,
+                &mut out_comm,
+                std::ptr::null_mut(),
+            ),
+            // Live: a flag other than 0 (revoking it would end the fuzzing);
+            // NULL is NCCL's no-op, so a garbage handle instead.
+            27 if live => ncclCommRevoke(comm, c.int | 1),
+            27 => ncclCommRevoke(
+                if comm.is_null() {
+                    40 as ncclComm_t
+                } else {
+                    comm
+                },
+                0,
+            ),
+            28 => ncclCommGetUniqueId(comm, std::ptr::null_mut()),
+            29 => ncclWinGetUserPtr(comm, c.addr as ncclWindow_t, &mut out_ptr),
+            30 => ncclGetPeerDevicePointer(c.addr as ncclWindow_t, c.count, c.root, &mut out_ptr),
+            31 => ncclCommWindowDeregister(comm, c.addr as ncclWindow_t),
             _ => {
                 let e = ncclGetLastError(comm);
                 assert!(!e.is_null());
