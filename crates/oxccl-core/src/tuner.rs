@@ -160,6 +160,50 @@ pub fn estimate(
     }
 }
 
+/// The bus-bandwidth factor of a collective of `n` ranks (nccl-tests'):
+/// the bytes a rank's busiest link carries per byte of the operation's size.
+pub fn bus_factor(kind: CollKind, n: usize) -> f64 {
+    let n_f = n.max(1) as f64;
+    match kind {
+        CollKind::AllReduce => 2.0 * (n_f - 1.0) / n_f,
+        CollKind::AllGather
+        | CollKind::ReduceScatter
+        | CollKind::AllToAll
+        | CollKind::Gather
+        | CollKind::Scatter => (n_f - 1.0) / n_f,
+        CollKind::Broadcast | CollKind::Reduce | CollKind::Send | CollKind::Recv => 1.0,
+    }
+}
+
+/// Latency of one GPU collective before its bytes: a launch and an
+/// all-reduce's first step (2-rank 8 B all-reduces took 7.6-9.6 us eager on
+/// 2xH200, session 6), then ~1 us per further dependent step of the ring.
+const GPU_ALPHA_US: f64 = 6.0;
+const GPU_STEP_US: f64 = 1.0;
+/// Bus bandwidth of a large GPU collective over NVLink, bytes per us: the
+/// ring's 265 GB/s at 512 MB on 2xH200 (session 4; NCCL 326-344 there).
+const GPU_BUSBW_BPUS: f64 = 265e3;
+
+/// The model's time of a GPU collective of `bytes` (nccl-tests' size) over
+/// `n` ranks of one NVLink-connected host, microseconds: latency plus the
+/// bus bytes at the measured bus bandwidth. What `ncclGroupSimulateEnd`
+/// reports for device buffers; other topologies (PCIe, between hosts) are
+/// not modelled apart.
+pub fn gpu_estimate_us(kind: CollKind, bytes: usize, n: usize) -> f64 {
+    if n <= 1 {
+        // A local copy at most: launch cost plus ~2 TB/s of device memory.
+        return GPU_ALPHA_US + bytes as f64 / 2e6;
+    }
+    let steps = match kind {
+        CollKind::AllReduce => 2 * (n - 1),
+        CollKind::Send | CollKind::Recv => 1,
+        _ => n - 1,
+    };
+    GPU_ALPHA_US
+        + GPU_STEP_US * steps.saturating_sub(1) as f64
+        + bytes as f64 * bus_factor(kind, n) / GPU_BUSBW_BPUS
+}
+
 /// Picks the cheapest allowed (algorithm, protocol, channels) for a call.
 pub fn choose(input: &TuneInput<'_>) -> Result<Plan> {
     let kind = input.kind;
@@ -232,6 +276,50 @@ pub fn choose(input: &TuneInput<'_>) -> Result<Plan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_estimate_meets_the_measured_anchors_and_grows() {
+        // 2 ranks, 8 B all-reduce: 7.6-9.6 us measured (2xH200, eager).
+        let small = gpu_estimate_us(CollKind::AllReduce, 8, 2);
+        assert!((7.0..10.0).contains(&small), "{small}");
+        // 512 MB all-reduce, 2 ranks: busbw 265 GB/s, so S / 265 GB/s.
+        let big = gpu_estimate_us(CollKind::AllReduce, 512 << 20, 2);
+        let want = (512u64 << 20) as f64 / 265e3;
+        assert!((big - want).abs() < 10.0, "{big} vs {want}");
+        for kind in [
+            CollKind::AllReduce,
+            CollKind::AllGather,
+            CollKind::ReduceScatter,
+            CollKind::Broadcast,
+            CollKind::AllToAll,
+            CollKind::Send,
+        ] {
+            for n in [1, 2, 3, 8] {
+                let mut last = 0.0;
+                for bytes in [0usize, 1, 4096, 1 << 20, 1 << 30] {
+                    let t = gpu_estimate_us(kind, bytes, n);
+                    assert!(
+                        t.is_finite() && t > 0.0 && t >= last,
+                        "{kind:?} n {n} bytes {bytes}: {t}"
+                    );
+                    last = t;
+                }
+            }
+        }
+        // More ranks: more steps, never less time for the same bytes.
+        assert!(
+            gpu_estimate_us(CollKind::AllReduce, 1 << 20, 8)
+                > gpu_estimate_us(CollKind::AllReduce, 1 << 20, 2)
+        );
+    }
+
+    #[test]
+    fn bus_factors_are_nccl_tests() {
+        assert_eq!(bus_factor(CollKind::AllReduce, 4), 1.5);
+        assert_eq!(bus_factor(CollKind::AllGather, 4), 0.75);
+        assert_eq!(bus_factor(CollKind::Broadcast, 4), 1.0);
+        assert_eq!(bus_factor(CollKind::AllReduce, 1), 0.0);
+    }
 
     fn input<'a>(
         kind: CollKind,

@@ -60,6 +60,9 @@ struct GroupState {
     dev_ops: Vec<(Arc<Comm>, oxccl_cuda::capi::Launch)>,
     inits: Vec<Deferred>,
     error: Option<Error>,
+    /// What `ncclGroupSimulateEnd` estimates: each queued operation's kind,
+    /// size (nccl-tests' bytes) and whether it is on device buffers.
+    sims: Vec<(Arc<Comm>, CollKind, usize, bool)>,
 }
 
 thread_local! {
@@ -76,6 +79,15 @@ pub(crate) fn start() {
 
 pub(crate) fn enqueue(comm: Arc<Comm>, d: Desc) {
     GROUP.with(|g| g.borrow_mut().ops.push((comm, d)));
+}
+
+/// Notes a queued operation for `ncclGroupSimulateEnd`.
+pub(crate) fn note(comm: &Arc<Comm>, kind: CollKind, bytes: usize, device: bool) {
+    GROUP.with(|g| {
+        g.borrow_mut()
+            .sims
+            .push((comm.clone(), kind, bytes, device))
+    });
 }
 
 pub(crate) fn enqueue_device(comm: Arc<Comm>, l: oxccl_cuda::capi::Launch) {
@@ -151,12 +163,37 @@ pub(crate) fn end() -> Result<()> {
 }
 
 /// `ncclGroupSimulateEnd`: leaves the group level without running its
-/// operations (creations still run, their handles were handed out).
-pub(crate) fn end_discard() -> Result<()> {
-    if let Some(st) = pop()? {
-        run_inits(st.inits)?;
+/// operations (creations still run, their handles were handed out) and
+/// returns the model's time for them, microseconds: the sum of each
+/// operation's (device buffers: [`oxccl_core::tuner::gpu_estimate_us`]; host
+/// buffers: the host tuner's). Only the outermost level simulates.
+pub(crate) fn end_simulate() -> Result<f64> {
+    let Some(st) = pop()? else {
+        return Err(Error::invalid_usage(
+            "ncclGroupSimulateEnd closes the outermost group only (this level closed; its operations stay queued for the outer ncclGroupEnd)",
+        ));
+    };
+    run_inits(st.inits)?;
+    if let Some(e) = st.error {
+        return Err(Error::new(
+            e.kind(),
+            format!(
+                "a call inside the group failed ({}); nothing was simulated",
+                e.message()
+            ),
+        ));
     }
-    Ok(())
+    let mut total = 0.0;
+    for (c, kind, bytes, device) in st.sims {
+        touch(&c);
+        let comm = c.wait()?;
+        total += if device {
+            oxccl_core::tuner::gpu_estimate_us(kind, bytes, comm.size())
+        } else {
+            comm.estimate_us(kind, bytes)?
+        };
+    }
+    Ok(total)
 }
 
 /// Runs deferred creations, a thread each. Blocking ones are joined and the

@@ -463,6 +463,7 @@ fn child_rank() {
         Ok("shrink_killed") => return shrink_killed(comm, rank, n, &counts),
         Ok("revoke") => return revoke(comm, rank, n, &counts),
         Ok("window") => return window(comm, rank, n),
+        Ok("simulate") => return simulate(comm, rank, n),
         _ => {}
     }
     let t0 = Instant::now();
@@ -834,6 +835,53 @@ fn window(comm: ncclComm_t, rank: usize, n: usize) {
     );
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     println!("CHILD OK rank {rank}: every window read, written and reduced");
+}
+
+/// ncclGroupSimulateEnd over a device all-reduce and all-gather: the
+/// estimate is the GPU model's (the same function, so equal to within a
+/// float's rounding), and neither operation ran (the buffers keep their
+/// bytes).
+fn simulate(comm: ncclComm_t, rank: usize, n: usize) {
+    let count = 16 << 20;
+    let b = Dev::new(count * 4 * n);
+    let before = vec![0x5au8; count * 4 * n];
+    b.put(&before);
+    let mut info = ncclSimInfo_t {
+        size: std::mem::size_of::<ncclSimInfo_t>(),
+        magic: NCCL_SIM_INFO_MAGIC,
+        version: NCCL_VERSION_CODE as u32,
+        estimatedTime: -1.0,
+    };
+    let recv = (b.p as u64 + (count * 4) as u64) as *mut c_void;
+    ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+    ok(
+        unsafe { ncclAllReduce(b.p, b.p, count, 7, 0, comm, null_mut()) },
+        "ncclAllReduce",
+    );
+    ok(
+        unsafe { ncclAllGather(b.p, recv, count / n, 7, comm, null_mut()) },
+        "ncclAllGather",
+    );
+    ok(
+        unsafe { ncclGroupSimulateEnd(&mut info) },
+        "ncclGroupSimulateEnd",
+    );
+    capi::synchronize_current().unwrap();
+    assert!(
+        b.get(count * 4 * n) == before,
+        "rank {rank}: a simulated operation ran"
+    );
+    use oxccl_core::tuner::gpu_estimate_us;
+    use oxccl_core::CollKind;
+    let want = gpu_estimate_us(CollKind::AllReduce, count * 4, n)
+        + gpu_estimate_us(CollKind::AllGather, count / n * 4 * n, n);
+    let got = info.estimatedTime as f64;
+    assert!(
+        (got - want).abs() <= want * 1e-5,
+        "estimate {got} us, model {want} us"
+    );
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    println!("CHILD OK rank {rank}: simulated group of 64 MiB all-reduce and all-gather: {got:.1} us, nothing ran");
 }
 
 /// A CUDA graph of four all-reduces (x -> y -> x ...) captured on a stream
@@ -1574,6 +1622,14 @@ fn windows_reach_every_peer_of_the_host() {
         return;
     }
     run_ranks(3, "1", &[("OXCCL_TEST_MODE", "window")]);
+}
+
+#[test]
+fn simulate_estimates_device_groups_without_running_them() {
+    if gpus() < 1 {
+        return;
+    }
+    run_ranks(2, "1", &[("OXCCL_TEST_MODE", "simulate")]);
 }
 
 #[test]

@@ -419,6 +419,13 @@ impl Communicator {
         f(c)
     }
 
+    /// The tuner's time for an operation of `bytes` (nccl-tests' size) on
+    /// this communicator's host transports, microseconds: its cost model
+    /// (latency and bandwidth per hop, `oxccl_core::tuner`).
+    pub fn estimate_us(&self, kind: CollKind, bytes: usize) -> Result<f64> {
+        self.with_comm(|c| c.plan(kind, bytes).map(|p| p.est_us))
+    }
+
     /// Every rank's `mine`, in rank order, through the bootstrap (a
     /// collective: every rank must call it, in the same order relative to
     /// the other collectives). For setup exchanges of layers above the host

@@ -126,16 +126,7 @@ impl Coll {
 
     /// nccl-tests' bus-bandwidth factor for `n` ranks.
     pub fn bus_factor(self, n: usize) -> f64 {
-        let n = n as f64;
-        match self {
-            Coll::AllReduce => 2.0 * (n - 1.0) / n,
-            Coll::AllGather
-            | Coll::ReduceScatter
-            | Coll::AllToAll
-            | Coll::Gather
-            | Coll::Scatter => (n - 1.0) / n,
-            Coll::Broadcast | Coll::Reduce | Coll::SendRecv => 1.0,
-        }
+        oxccl_core::tuner::bus_factor(self.kind(), n)
     }
 
     /// Counts for a nominal size of `bytes` (nccl-tests' `getCollByteCount`):
