@@ -7,22 +7,14 @@
 //! result grows back to three with a new rank (`ncclCommGetUniqueId`,
 //! `ncclCommGrow`), and the revoked ones still split with the absent rank.
 
+mod common;
+
+use common::{last, ok};
 use nccl::abi::*;
 use nccl::*;
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
-
-fn ok(r: ncclResult_t, what: &str) {
-    assert_eq!(r, ncclSuccess, "{what}: {}", last(null_mut()));
-}
-
-fn last(c: ncclComm_t) -> String {
-    // SAFETY: ncclGetLastError returns a NUL-terminated string.
-    unsafe { CStr::from_ptr(ncclGetLastError(c)) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 /// Handles as integers, to cross threads.
 fn init(n: usize) -> Vec<usize> {

@@ -4,21 +4,13 @@
 //! refused: NULL, a struct without the magic, an inner group level, a group
 //! with a failed call. (Device buffers take the GPU model: `gpu_procs`.)
 
+mod common;
+
+use common::ok;
 use nccl::abi::*;
 use nccl::*;
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
-
-fn ok(r: ncclResult_t, what: &str) {
-    assert_eq!(r, ncclSuccess, "{what}: {}", last());
-}
-
-fn last() -> String {
-    // SAFETY: ncclGetLastError returns a NUL-terminated string.
-    unsafe { CStr::from_ptr(ncclGetLastError(null_mut())) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 fn sim_info() -> ncclSimInfo_t {
     ncclSimInfo_t {
@@ -79,12 +71,20 @@ fn simulate_estimates_without_running() {
         let mut bad = sim_info();
         bad.magic = 1;
         assert_eq!(ncclGroupSimulateEnd(&mut bad), ncclInvalidArgument);
-        assert!(last().contains("NCCL_SIM_INFO_INITIALIZER"), "{}", last());
+        assert!(
+            common::last(null_mut()).contains("NCCL_SIM_INFO_INITIALIZER"),
+            "{}",
+            common::last(null_mut())
+        );
         let mut info = sim_info();
         ok(ncclGroupStart(), "outer");
         ok(ncclGroupStart(), "inner");
         assert_eq!(ncclGroupSimulateEnd(&mut info), ncclInvalidUsage);
-        assert!(last().contains("outermost group only"), "{}", last());
+        assert!(
+            common::last(null_mut()).contains("outermost group only"),
+            "{}",
+            common::last(null_mut())
+        );
         // The inner level closed: the outer one ends normally.
         ok(ncclGroupEnd(), "outer end");
         ok(ncclGroupStart(), "start");
@@ -96,7 +96,11 @@ fn simulate_estimates_without_running() {
             ncclInvalidArgument
         );
         assert_eq!(ncclGroupSimulateEnd(&mut info), ncclInvalidArgument);
-        assert!(last().contains("nothing was simulated"), "{}", last());
+        assert!(
+            common::last(null_mut()).contains("nothing was simulated"),
+            "{}",
+            common::last(null_mut())
+        );
         // Nothing is left open: a plain group works, and runs.
         let send = [2.0f32; 8];
         let mut recv = [[0f32; 8]; 2];

@@ -5,21 +5,13 @@
 //! deregistering twice is refused. (Device buffers of other processes, by
 //! CUDA IPC: `gpu_procs::windows_reach_every_peer_of_the_host`.)
 
+mod common;
+
+use common::{last, ok};
 use nccl::abi::*;
 use nccl::*;
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::ptr::null_mut;
-
-fn ok(r: ncclResult_t, what: &str) {
-    assert_eq!(r, ncclSuccess, "{what}: {}", last(null_mut()));
-}
-
-fn last(c: ncclComm_t) -> String {
-    // SAFETY: ncclGetLastError returns a NUL-terminated string.
-    unsafe { CStr::from_ptr(ncclGetLastError(c)) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 const N: usize = 3;
 const LEN: usize = 1000;
