@@ -24,6 +24,7 @@ mod api;
 mod config;
 mod group;
 mod handle;
+mod team;
 mod window;
 
 use abi::*;
@@ -286,6 +287,12 @@ nccl_api! {
     }
 }
 nccl_api! {
+    /// LSA rank `lsaRank`'s window at `offset` as an address here (a rank of this rank's host).
+    ncclGetLsaDevicePointer / pncclGetLsaDevicePointer(window: ncclWindow_t, offset: usize, lsaRank: c_int, outPtr: *mut *mut c_void) {
+        unsafe { window::lsa_ptr(window, offset, lsaRank, outPtr) }
+    }
+}
+nccl_api! {
     /// The buffer this rank registered in `win`.
     ncclWinGetUserPtr / pncclWinGetUserPtr(comm: ncclComm_t, win: ncclWindow_t, outUserPtr: *mut *mut c_void) {
         unsafe { window::user_ptr(comm, win, outUserPtr) }
@@ -492,53 +499,101 @@ nccl_unsupported! {
     ncclDevCommCreate / pncclDevCommCreate(comm: ncclComm_t, reqs: *const ncclDevCommRequirements_t, outDevComm: *mut ncclDevComm_t);
     ncclDevCommDestroy / pncclDevCommDestroy(comm: ncclComm_t, devComm: *const ncclDevComm_t);
     ncclGetLsaMultimemDevicePointer / pncclGetLsaMultimemDevicePointer(window: ncclWindow_t, offset: usize, outPtr: *mut *mut c_void);
-    ncclGetLsaDevicePointer / pncclGetLsaDevicePointer(window: ncclWindow_t, offset: usize, lsaRank: c_int, outPtr: *mut *mut c_void);
 }
 
-fn team_unsupported(name: &str, comm: ncclComm_t) -> ncclTeam_t {
+/// This rank and every rank's host, for the teams.
+fn comm_hosts(comm: ncclComm_t) -> Result<(usize, Vec<u64>)> {
+    let c = handle::lookup(comm, "comm")?.wait()?;
+    Ok((c.rank(), c.hosts()?))
+}
+
+/// A team of `comm` made by `f` from (rank, hosts); a zeroed team and a
+/// WARN (and the last-error text) when `comm` is not a ready communicator.
+fn team_of(name: &str, comm: ncclComm_t, f: fn(usize, &[u64]) -> ncclTeam_t) -> ncclTeam_t {
     guard_value(name, ncclTeam_t::default(), || {
         handle::clear_touched();
-        touch_if_comm(&comm);
-        report(name, &api::unsupported(name));
-        ncclTeam_t::default()
+        match comm_hosts(comm) {
+            Ok((rank, hosts)) => f(rank, &hosts),
+            Err(e) => {
+                report(name, &e);
+                ncclTeam_t::default()
+            }
+        }
     })
 }
 
-fn team_rank_unsupported(name: &str, comm: ncclComm_t) -> c_int {
+fn team_world(name: &str, comm: ncclComm_t) -> ncclTeam_t {
+    team_of(name, comm, |r, h| team::world(r, h.len()))
+}
+
+fn team_lsa(name: &str, comm: ncclComm_t) -> ncclTeam_t {
+    team_of(name, comm, team::lsa_team)
+}
+
+fn team_rail(name: &str, comm: ncclComm_t) -> ncclTeam_t {
+    team_of(name, comm, team::rail_team)
+}
+
+/// A team rank as a world rank, or (`lsa`) as an LSA rank; -1 with a WARN
+/// for a bad communicator, team or rank, and -1 without one for a rank
+/// outside this rank's LSA team (an answer, not an error).
+fn team_rank(name: &str, comm: ncclComm_t, t: ncclTeam_t, r: c_int, lsa: bool) -> c_int {
     guard_value(name, -1, || {
         handle::clear_touched();
-        touch_if_comm(&comm);
-        report(name, &api::unsupported(name));
-        -1
+        let w = comm_hosts(comm).and_then(|(rank, hosts)| {
+            let w = team::to_world(rank, hosts.len(), t, r)?;
+            Ok((w, team::lsa(rank, &hosts)))
+        });
+        match w {
+            Ok((w, _)) if !lsa => w as c_int,
+            Ok((w, (base, size))) if (base..base + size).contains(&w) => (w - base) as c_int,
+            Ok(_) => -1,
+            Err(e) => {
+                report(name, &e);
+                -1
+            }
+        }
     })
 }
 
-/// Defines team functions: unsupported, a WARN, and a zeroed team (or -1) by value.
+fn team_to_world(name: &str, comm: ncclComm_t, t: ncclTeam_t, r: c_int) -> c_int {
+    team_rank(name, comm, t, r, false)
+}
+
+fn team_to_lsa(name: &str, comm: ncclComm_t, t: ncclTeam_t, r: c_int) -> c_int {
+    team_rank(name, comm, t, r, true)
+}
+
+/// Defines the team functions (they return by value: errors are a WARN,
+/// the last-error text and a zeroed team or -1).
 macro_rules! nccl_team {
-    ($($name:ident / $pname:ident ( $c:ident : $ct:ty $(, $a:ident : $t:ty)* ) -> $ret:ty = $f:ident;)*) => {
+    ($($(#[$doc:meta])* $name:ident / $pname:ident ( $($a:ident : $t:ty),* ) -> $ret:ty = $f:ident;)*) => {
         $(
-            #[doc = concat!("Not supported by oxccl yet (`", stringify!($name), "`): WARNs and returns a zeroed value (ranks: -1).")]
+            $(#[$doc])*
             #[no_mangle]
-            pub extern "C" fn $name($c: $ct $(, $a: $t)*) -> $ret {
-                $(let _ = $a;)*
-                $f(stringify!($name), $c)
+            pub extern "C" fn $name($($a: $t),*) -> $ret {
+                $f(stringify!($name), $($a),*)
             }
             #[doc = concat!("Profiling twin of [`", stringify!($name), "`].")]
             #[no_mangle]
-            pub extern "C" fn $pname($c: $ct $(, $a: $t)*) -> $ret {
-                $(let _ = $a;)*
-                $f(stringify!($name), $c)
+            pub extern "C" fn $pname($($a: $t),*) -> $ret {
+                $f(stringify!($name), $($a),*)
             }
         )*
     };
 }
 
 nccl_team! {
-    ncclTeamWorld / pncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t = team_unsupported;
-    ncclTeamLsa / pncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t = team_unsupported;
-    ncclTeamRail / pncclTeamRail(comm: ncclComm_t) -> ncclTeam_t = team_unsupported;
-    ncclTeamRankToWorld / pncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int = team_rank_unsupported;
-    ncclTeamRankToLsa / pncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int = team_rank_unsupported;
+    /// Every rank: `{nRanks, rank, 1}`.
+    ncclTeamWorld / pncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t = team_world;
+    /// The consecutive ranks on this rank's host.
+    ncclTeamLsa / pncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t = team_lsa;
+    /// This rank's LSA index on every host (equal blocks of distinct hosts), else this rank alone.
+    ncclTeamRail / pncclTeamRail(comm: ncclComm_t) -> ncclTeam_t = team_rail;
+    /// The world rank of team rank `rank`.
+    ncclTeamRankToWorld / pncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int = team_to_world;
+    /// The LSA rank of team rank `rank`, -1 outside this rank's LSA team.
+    ncclTeamRankToLsa / pncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int = team_to_lsa;
 }
 
 #[cfg(test)]

@@ -266,3 +266,29 @@ pub(crate) unsafe fn peer_ptr(
     }
     Ok(())
 }
+
+/// `ncclGetLsaDevicePointer`: [`peer_ptr`] of the rank `lsaRank` places
+/// after the first of this rank's LSA team (the consecutive ranks of its
+/// host).
+pub(crate) unsafe fn lsa_ptr(
+    win: ncclWindow_t,
+    offset: usize,
+    lsa_rank: c_int,
+    out: *mut *mut c_void,
+) -> Result<()> {
+    if !out.is_null() {
+        // SAFETY: checked non-NULL.
+        unsafe { out.write(std::ptr::null_mut()) };
+    }
+    let w = lookup(win)?;
+    let c = handle::lookup(w.comm as ncclComm_t, "the window's communicator")?.wait()?;
+    let (base, size) = crate::team::lsa(c.rank(), &c.hosts()?);
+    if lsa_rank < 0 || lsa_rank as usize >= size {
+        return Err(Error::invalid_argument(format!(
+            "invalid lsaRank {lsa_rank} (valid: 0..{} for this rank's LSA team of {size})",
+            size - 1
+        )));
+    }
+    // SAFETY: forwarded.
+    unsafe { peer_ptr(win, offset, (base + lsa_rank as usize) as c_int, out) }
+}

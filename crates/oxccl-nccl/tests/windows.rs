@@ -77,6 +77,30 @@ fn windows_of_host_buffers_between_threads() {
                         assert_eq!(pp as usize, pa + 8 * 17, "rank {r}: rank {p}'s buffer");
                         assert_eq!(*(pp as *const u64), (p * 100_000 + 17) as u64);
                     }
+                    // One host, consecutive ranks: the LSA team is everyone,
+                    // and LSA rank p is world rank p.
+                    let lsa = ncclTeamLsa(c);
+                    assert_eq!((lsa.nRanks, lsa.rank, lsa.stride), (N as i32, r as i32, 1));
+                    for p in 0..N {
+                        let (mut a, mut b): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+                        ok(
+                            ncclGetLsaDevicePointer(win, 8, p as i32, &mut a),
+                            "lsa pointer",
+                        );
+                        let w = ncclTeamRankToWorld(c, lsa, p as i32);
+                        ok(ncclGetPeerDevicePointer(win, 8, w, &mut b), "peer pointer");
+                        assert_eq!(a, b);
+                    }
+                    let mut q: *mut c_void = null_mut();
+                    assert_eq!(
+                        ncclGetLsaDevicePointer(win, 0, N as i32, &mut q),
+                        ncclInvalidArgument
+                    );
+                    assert!(
+                        last(null_mut()).contains("invalid lsaRank 3"),
+                        "{}",
+                        last(null_mut())
+                    );
                     let mut pp: *mut c_void = null_mut();
                     assert_eq!(
                         ncclGetPeerDevicePointer(win, 8 * LEN, 0, &mut pp),

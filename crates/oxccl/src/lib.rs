@@ -441,6 +441,17 @@ impl Communicator {
             .unwrap_or(false)
     }
 
+    /// Each rank's host as a number, equal for ranks of one host (the
+    /// bootstrap's host hash, which honours `NCCL_HOSTID`). Works on a
+    /// revoked communicator.
+    pub fn hosts(&self) -> Result<Vec<u64>> {
+        let g = self.lock_raw()?;
+        let c = g
+            .as_ref()
+            .ok_or_else(|| Error::invalid_usage("the communicator was destroyed or aborted"))?;
+        Ok(c.bootstrap().peers().iter().map(|p| p.host_hash).collect())
+    }
+
     /// The network plugin (and device) this communicator uses for peers on
     /// other hosts, if it chose one (`NCCL_NET_PLUGIN`).
     pub fn net_plugin(&self) -> Option<(Arc<dyn oxccl_net::Net>, usize)> {

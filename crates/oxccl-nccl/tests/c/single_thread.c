@@ -158,9 +158,18 @@ static void test_arg_errors(void) {
   EXPECT_ERR(ncclDevCommCreate(c, NULL, NULL), ncclInvalidUsage, NULL,
              "ncclDevCommCreate is not supported by oxccl yet");
   {
-    ncclTeam_t t = ncclTeamWorld(c);
-    CHECK(t.nRanks == 0 && t.rank == 0 && t.stride == 0, "team not zeroed");
-    CHECK(strstr(ncclGetLastError(NULL), "ncclTeamWorld is not supported") != NULL, "team warn");
+    /* Teams: this process's N ranks are one host's consecutive ranks. */
+    ncclTeam_t w = ncclTeamWorld(c), l = ncclTeamLsa(c), r = ncclTeamRail(c), bad;
+    CHECK(w.nRanks == N && w.rank == 0 && w.stride == 1, "world team");
+    CHECK(l.nRanks == N && l.rank == 0 && l.stride == 1, "lsa team");
+    CHECK(r.nRanks == 1 && r.rank == 0 && r.stride == N, "rail team");
+    CHECK(ncclTeamRankToWorld(c, l, N - 1) == N - 1, "lsa rank to world");
+    CHECK(ncclTeamRankToLsa(c, w, 1) == 1, "world rank to lsa");
+    CHECK(ncclTeamRankToWorld(c, w, N) == -1, "rank past the team");
+    CHECK(strstr(ncclGetLastError(NULL), "not in the team") != NULL, "team rank warn");
+    bad = ncclTeamWorld((ncclComm_t)(uintptr_t)0xdeadbeef);
+    CHECK(bad.nRanks == 0 && bad.rank == 0 && bad.stride == 0, "team of a bad handle not zeroed");
+    CHECK(strstr(ncclGetLastError(NULL), "not a live communicator") != NULL, "team warn");
   }
   /* Zero-count operations with NULL buffers are fine (every rank must call). */
 }
