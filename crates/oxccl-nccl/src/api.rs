@@ -147,19 +147,10 @@ pub(crate) unsafe fn collective(
         if count == 0 && !matches!(kind, CollKind::Send | CollKind::Recv) {
             return Ok(());
         }
-        // The operation's size as nccl-tests counts it, for the estimate.
-        let size = count.saturating_mul(t.size()).saturating_mul(match kind {
-            CollKind::AllGather
-            | CollKind::ReduceScatter
-            | CollKind::AllToAll
-            | CollKind::Gather
-            | CollKind::Scatter => nranks,
-            _ => 1,
-        });
         if let Some((dev, ext)) = device_route(&c, kind, send, recv)? {
             let launch = prepare_device(&dev, kind, send, recv, ext, count, t, spec, root, stream)?;
             if group::in_group() {
-                group::note(&c, kind, size, true);
+                group::note(&c, kind, count.saturating_mul(t.size()), true);
                 group::enqueue_device(c, launch);
                 return Ok(());
             }
@@ -175,7 +166,7 @@ pub(crate) unsafe fn collective(
             root,
         };
         if group::in_group() {
-            group::note(&c, kind, size, false);
+            group::note(&c, kind, count.saturating_mul(t.size()), false);
             group::enqueue(c, d);
             Ok(())
         } else {

@@ -61,7 +61,7 @@ struct GroupState {
     inits: Vec<Deferred>,
     error: Option<Error>,
     /// What `ncclGroupSimulateEnd` estimates: each queued operation's kind,
-    /// size (nccl-tests' bytes) and whether it is on device buffers.
+    /// bytes of its `count` and whether it is on device buffers.
     sims: Vec<(Arc<Comm>, CollKind, usize, bool)>,
 }
 
@@ -184,9 +184,19 @@ pub(crate) fn end_simulate() -> Result<f64> {
         ));
     }
     let mut total = 0.0;
-    for (c, kind, bytes, device) in st.sims {
+    for (c, kind, count_bytes, device) in st.sims {
         touch(&c);
         let comm = c.wait()?;
+        // The size as nccl-tests counts it: `count` is per rank for these.
+        let per_rank = matches!(
+            kind,
+            CollKind::AllGather
+                | CollKind::ReduceScatter
+                | CollKind::AllToAll
+                | CollKind::Gather
+                | CollKind::Scatter
+        );
+        let bytes = count_bytes.saturating_mul(if per_rank { comm.size() } else { 1 });
         total += if device {
             oxccl_core::tuner::gpu_estimate_us(kind, bytes, comm.size())
         } else {

@@ -35,6 +35,8 @@ pub(crate) struct Window {
     peers: Vec<Option<u64>>,
     /// IPC mappings to release: (GPU ordinal, mapped base).
     imported: Vec<(i32, u64)>,
+    /// This rank's LSA team at registration: (first world rank, size).
+    lsa: (usize, usize),
 }
 
 fn registry() -> MutexGuard<'static, HashMap<usize, Arc<Window>>> {
@@ -128,6 +130,7 @@ pub(crate) unsafe fn register(
         sizes: Vec::with_capacity(all.len()),
         peers: Vec::with_capacity(all.len()),
         imported: Vec::new(),
+        lsa: crate::team::lsa(me, &comm_h.hosts()?),
     };
     let u64_at =
         |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
@@ -280,9 +283,7 @@ pub(crate) unsafe fn lsa_ptr(
         // SAFETY: checked non-NULL.
         unsafe { out.write(std::ptr::null_mut()) };
     }
-    let w = lookup(win)?;
-    let c = handle::lookup(w.comm as ncclComm_t, "the window's communicator")?.wait()?;
-    let (base, size) = crate::team::lsa(c.rank(), &c.hosts()?);
+    let (base, size) = lookup(win)?.lsa;
     if lsa_rank < 0 || lsa_rank as usize >= size {
         return Err(Error::invalid_argument(format!(
             "invalid lsaRank {lsa_rank} (valid: 0..{} for this rank's LSA team of {size})",
