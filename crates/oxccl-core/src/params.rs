@@ -894,7 +894,9 @@ pub fn markdown_table() -> String {
          (`NCCL_CONF_FILE` if set, else `~/.nccl.conf` then `/etc/nccl.conf`; lines `NAME=VALUE`, \
          `#` comments). The environment wins over files; an earlier file wins over a later one. \
          A malformed value is not fatal: the default is used and a warning says so. \
-         Unknown `NCCL_*`/`OXCCL_*` names are reported with the closest known name.\n\n",
+         Unknown `NCCL_*`/`OXCCL_*` names are reported with the closest known name. \
+         [compatibility.md](compatibility.md) lists every variable NCCL's guide documents \
+         with what oxccl does with it.\n\n",
     );
     for (title, honoured) in [
         ("Honoured", true),

@@ -17,10 +17,6 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub(crate) fn unsupported(name: &str) -> Error {
-    Error::invalid_usage(format!("{name} is not supported by oxccl yet"))
-}
-
 fn in_progress() -> Error {
     Error::new(ErrorKind::InProgress, "")
 }

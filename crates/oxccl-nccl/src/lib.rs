@@ -123,14 +123,40 @@ fn touch_if_comm(arg: &dyn std::any::Any) {
     }
 }
 
-/// Defines a not-yet-supported function pair: `ncclInvalidUsage`, a WARN and a last-error text.
+/// An exported function that refuses every call, whatever its arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal {
+    /// The function (its `pnccl` twin refuses the same way).
+    pub name: &'static str,
+    /// What every call returns.
+    pub result: ncclResult_t,
+    /// The WARN line's and `ncclGetLastError`'s text.
+    pub message: &'static str,
+}
+
+/// The text of a refused call to `$name`.
+macro_rules! refusal_text {
+    ($name:ident) => {
+        concat!(stringify!($name), " is not supported by oxccl yet")
+    };
+}
+
+/// Defines not-yet-supported function pairs (`ncclInvalidUsage`, a WARN and
+/// a last-error text) and [`REFUSED`], the list of them that
+/// `docs/compatibility.md` is generated from.
 macro_rules! nccl_unsupported {
     ($($name:ident / $pname:ident ( $($a:ident : $t:ty),* $(,)? );)*) => {
+        /// Every exported function that refuses all calls (`docs/compatibility.md`).
+        pub const REFUSED: &[Refusal] = &[$(Refusal {
+            name: stringify!($name),
+            result: ncclInvalidUsage,
+            message: refusal_text!($name),
+        }),*];
         $(nccl_api! {
             #[doc = concat!("Not supported by oxccl yet: returns `ncclInvalidUsage` (`", stringify!($name), "`).")]
             $name / $pname ($($a: $t),*) {
                 $(touch_if_comm(&$a);)*
-                Err(api::unsupported(stringify!($name)))
+                Err(Error::invalid_usage(refusal_text!($name)))
             }
         })*
     };
