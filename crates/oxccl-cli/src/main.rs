@@ -34,6 +34,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Benchmark and check a collective: nccl-tests' flags and table
+    // nccl-tests' -V is --device_cta_count: no -V/--version here.
+    #[command(disable_version_flag = true)]
     Perf(perf::PerfArgs),
     /// Plot bus bandwidth and time against size from `oxccl perf -J` or nccl-tests output, as SVG
     Plot(plot::PlotArgs),
