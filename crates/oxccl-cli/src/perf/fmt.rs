@@ -301,8 +301,8 @@ mod tests {
         assert!(l2.ends_with("timestamp"), "{l2}");
         assert_eq!(l2.len(), l3.len());
         assert_eq!(fit(12.345, 7), "  12.35");
-        assert_eq!(fit(123456.7, 7), "123456.7");
-        assert_eq!(fit(12345678.0, 7), "12345678");
+        assert_eq!(fit(1234.567, 7), "1234.57");
+        assert_eq!(fit(123456.7, 7), " 123457");
         assert_eq!(mem_string(2 << 20), "2.00 MB");
         assert_eq!(mem_string(50 << 30), "50.0 GB");
         assert_eq!(mem_string(100), "100 B");
