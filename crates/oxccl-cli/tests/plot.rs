@@ -239,7 +239,7 @@ fn plots_one_series_per_run_and_type() {
     assert!(ox["library_version"].is_string());
     assert!(!ox["host"].as_str().unwrap().is_empty());
     assert!(ox["machine"].is_string());
-    assert_eq!(doc["hosts"], 1);
+    assert_eq!(ox["hosts"], 1);
     // nccl-tests-style text output of a third run.
     let txt = dir.join("reduce-run.txt");
     let out = oxccl(&[
@@ -258,7 +258,12 @@ fn plots_one_series_per_run_and_type() {
         svg.to_str().unwrap(),
     ]);
     ok(&out);
-    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with(&format!("wrote {} (", svg.display())),
+        "{said}"
+    );
+    assert!(out.stderr.is_empty());
     let text = std::fs::read_to_string(&svg).unwrap();
     let elems = parse_xml(&text).unwrap_or_else(|e| panic!("SVG not well-formed: {e}"));
     assert_eq!(elems[0].name, "svg");
