@@ -34,7 +34,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Benchmark and check a collective: nccl-tests' flags and table
-    Perf(perf::PerfArgs),
+    // nccl-tests' -V is --device_cta_count: no -V/--version here.
+    #[command(disable_version_flag = true)]
+    Perf(Box<perf::PerfArgs>),
     /// Plot bus bandwidth and time against size from `oxccl perf -J` or nccl-tests output, as SVG
     Plot(plot::PlotArgs),
     /// Find what is wrong with this machine for collective communication, and how to fix it

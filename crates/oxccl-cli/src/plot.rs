@@ -78,28 +78,55 @@ fn add(out: &mut Vec<(String, Series)>, key: String, make: impl FnOnce() -> Seri
     }
 }
 
-/// The series of an `oxccl perf -J` document.
+/// The first number among `keys` of a result half (nccl-tests' names, then
+/// the older oxccl names).
+fn num(h: &Value, keys: &[&str]) -> Option<f64> {
+    keys.iter().find_map(|k| h.get(*k).and_then(Value::as_f64))
+}
+
+/// The collective an nccl-tests command line ran: `.../all_reduce_perf` -> `all_reduce`.
+fn collective_of_args(doc: &Value) -> Option<String> {
+    let exe = doc.pointer("/args/0").and_then(Value::as_str)?;
+    let name = exe.rsplit('/').next()?;
+    Some(name.strip_suffix("_perf").unwrap_or(name).to_string())
+}
+
+/// The series of a `-J` document: nccl-tests' layout (what `oxccl perf -J`
+/// writes, oxccl's additions under `oxccl`), or the older oxccl layout
+/// (settings at the top level, `time_us` and `busbw_gbps`).
 pub fn from_json(doc: &Value, in_place: bool) -> Result<Vec<Series>, String> {
     let results = doc
         .get("results")
         .and_then(Value::as_array)
-        .ok_or("not an `oxccl perf -J` file (no \"results\" list)")?;
+        .ok_or("not an `oxccl perf -J` or nccl-tests -J file (no \"results\" list)")?;
     if results.is_empty() {
         return Err("no results (the run recorded no rows)".into());
     }
-    let st = |k: &str| doc.get(k).and_then(Value::as_str);
-    let coll = st("collective").unwrap_or("?").to_string();
+    // oxccl's settings: under `oxccl` now, at the top level in older files.
+    let ox = doc.get("oxccl").unwrap_or(doc);
+    let st = |k: &str| ox.get(k).and_then(Value::as_str);
+    let coll = st("collective")
+        .map(str::to_string)
+        .or_else(|| collective_of_args(doc))
+        .unwrap_or_else(|| "?".into());
+    let nccl = doc
+        .get("nccl_version")
+        .and_then(Value::as_i64)
+        .filter(|_| ox.get("library").is_none())
+        .map(|v| format!("NCCL {}.{}.{}", v / 10000, v / 100 % 100, v % 100));
     let lib = match (st("library"), st("library_version").or(st("oxccl_version"))) {
         (Some(l), Some(v)) => format!("{l} {v}"),
         (None, Some(v)) => format!("oxccl {v}"),
         (Some(l), None) => l.to_string(),
-        (None, None) => "oxccl".into(),
+        (None, None) => nccl.unwrap_or_else(|| "oxccl".into()),
     };
-    let nranks = doc
-        .pointer("/config/nranks")
+    let nranks = ox
+        .get("nranks")
         .and_then(Value::as_u64)
+        .or_else(|| doc.pointer("/config/nranks").and_then(Value::as_u64))
         .or_else(|| {
             doc.get("ranks")
+                .or_else(|| doc.pointer("/config/devices"))
                 .and_then(Value::as_array)
                 .map(|a| a.len() as u64)
         });
@@ -107,13 +134,16 @@ pub fn from_json(doc: &Value, in_place: bool) -> Result<Vec<Series>, String> {
         .map(str::to_string)
         .or_else(|| {
             doc.pointer("/ranks/0/host")
+                .or_else(|| doc.pointer("/config/devices/0/hostname"))
                 .and_then(Value::as_str)
                 .map(str::to_string)
         })
         .unwrap_or_default();
-    let hosts = doc.get("hosts").and_then(Value::as_u64).unwrap_or(1);
+    let hosts = ox.get("hosts").and_then(Value::as_u64).unwrap_or(1);
     let machine = st("machine").unwrap_or("");
     let backend = st("backend").unwrap_or("");
+    const TIME: [&str; 3] = ["time", "cpu_time", "time_us"];
+    const BUSBW: [&str; 2] = ["bus_bw", "busbw_gbps"];
     let half_key = if in_place { "in_place" } else { "out_of_place" };
     let mut out: Vec<(String, Series)> = Vec::new();
     for r in results {
@@ -123,11 +153,7 @@ pub fn from_json(doc: &Value, in_place: bool) -> Result<Vec<Series>, String> {
             continue;
         };
         let h = &r[half_key];
-        let Some(p) = finite_point(
-            size,
-            h.get("time_us").and_then(Value::as_f64),
-            h.get("busbw_gbps").and_then(Value::as_f64),
-        ) else {
+        let Some(p) = finite_point(size, num(h, &TIME), num(h, &BUSBW)) else {
             continue;
         };
         let key = format!("{dtype}/{op}");
@@ -160,14 +186,10 @@ pub fn from_json(doc: &Value, in_place: bool) -> Result<Vec<Series>, String> {
         if in_place || c.is_null() {
             continue;
         }
-        let Some(p) = finite_point(
-            size,
-            c.get("time_us").and_then(Value::as_f64),
-            c.get("busbw_gbps").and_then(Value::as_f64),
-        ) else {
+        let Some(p) = finite_point(size, num(c, &TIME), num(c, &BUSBW)) else {
             continue;
         };
-        let clib = doc
+        let clib = ox
             .pointer("/compare/library")
             .and_then(Value::as_str)
             .unwrap_or("compared library");
@@ -641,6 +663,12 @@ pub fn main(a: &PlotArgs) -> i32 {
         );
         return 1;
     }
+    let points: usize = series.iter().map(|s| s.points.len()).sum();
+    println!(
+        "wrote {} ({} series, {points} points)",
+        a.output.display(),
+        series.len()
+    );
     0
 }
 

@@ -317,27 +317,67 @@ fn json_output_has_config_and_records() {
     assert_ok(&out);
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(doc["collective"], "reduce_scatter");
-    assert_eq!(doc["config"]["nranks"], 2);
-    assert_eq!(doc["config"]["minbytes"], 256);
-    assert_eq!(doc["config"]["ops"][0], "max");
-    assert_eq!(doc["ranks"].as_array().unwrap().len(), 2);
+    // nccl-tests' layout (version 3): top level, config, results.
+    assert_eq!(doc["version"], 3);
+    for k in ["start_time", "end_time"] {
+        assert_eq!(doc[k].as_str().unwrap().len(), 19, "{k}: {}", doc[k]);
+    }
+    assert_eq!(doc["args"][1], "perf");
+    assert!(doc["env"].is_array());
+    assert_eq!(doc["nccl_version"], 22705);
+    let cfg = &doc["config"];
+    assert_eq!(cfg["nthreads"], 1);
+    assert_eq!(cfg["ngpus"], 1);
+    assert_eq!(cfg["minimum_bytes"], 256);
+    assert_eq!(cfg["maximum_bytes"], 1024);
+    assert_eq!(cfg["step_factor"], 2);
+    assert_eq!(cfg["warmup_iters"], 0);
+    assert_eq!(cfg["iterations"], 1);
+    assert_eq!(cfg["aggregated_iterations"], 1);
+    assert_eq!(cfg["validation"], 1);
+    assert_eq!(cfg["graph"], 0);
+    assert_eq!(cfg["blocking_collectives"], false);
+    assert_eq!(cfg["per_iter_timing"], false);
+    assert_eq!(cfg["parallel_init"], false);
+    let devs = cfg["devices"].as_array().unwrap();
+    assert_eq!(devs.len(), 2);
+    for k in [
+        "rank",
+        "group",
+        "pid",
+        "hostname",
+        "device",
+        "device_hex",
+        "device_info",
+    ] {
+        assert!(!devs[1][k].is_null(), "devices[1].{k}");
+    }
     let res = doc["results"].as_array().unwrap();
     assert_eq!(res.len(), 2 * 3);
     for r in res {
         for half in ["out_of_place", "in_place"] {
-            assert_eq!(r[half]["wrong"], 0, "{r}");
-            assert!(r[half]["time_us"].as_f64().unwrap() > 0.0);
-            let alg = r[half]["algbw_gbps"].as_f64().unwrap();
-            let bus = r[half]["busbw_gbps"].as_f64().unwrap();
+            assert_eq!(r[half]["nwrong"], 0, "{r}");
+            assert!(r[half]["time"].as_f64().unwrap() > 0.0);
+            let alg = r[half]["alg_bw"].as_f64().unwrap();
+            let bus = r[half]["bus_bw"].as_f64().unwrap();
             assert!((bus - alg * 0.5).abs() < 1e-9);
         }
         assert_eq!(r["redop"], "max");
+        assert_eq!(r["root"], "    -1");
+        assert_eq!(r["actual_iterations"], 1);
+        assert_eq!(r["experiment_name"], "");
     }
     assert_eq!(res[0]["size"], 256);
     assert_eq!(res[0]["count"], 32);
     assert_eq!(res[3]["type"], "bfloat16");
-    assert_eq!(doc["ok"], true);
+    assert_eq!(doc["out_of_bounds"]["count"], 0);
+    assert_eq!(doc["out_of_bounds"]["okay"], true);
+    assert!(doc["average_bus_bandwidth"]["bandwidth"].as_f64().unwrap() > 0.0);
+    assert_eq!(doc["errors"].as_array().unwrap().len(), 0);
+    // oxccl's additions.
+    assert_eq!(doc["oxccl"]["collective"], "reduce_scatter");
+    assert_eq!(doc["oxccl"]["nranks"], 2);
+    assert_eq!(doc["oxccl"]["ops"][0], "max");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -436,6 +476,36 @@ fn bad_input_is_one_line_and_status_2() {
         (&["all_reducer"], "unknown collective"),
         (&["all_reduce", "-n", "0"], "--iters"),
         (&["all_reduce", "-b", "12Q"], "--minbytes"),
+        (
+            &["all_reduce", "-b", "-5"],
+            "-b/--minbytes -5: a size must be a non-negative number of bytes, optionally with K, M or G",
+        ),
+        (&["all_reduce", "-e", "-1G"], "-e/--maxbytes -1G: a size must"),
+        (&["broadcast", "-r", "first"], "-r/--root first: a root must"),
+        (
+            &["all_reduce", "--backend", "cpu", "-R", "1"],
+            "-R 1 (register buffers) needs --backend cuda",
+        ),
+        (
+            &["all_reduce", "--backend", "cpu", "-R", "2"],
+            "-R 2 (symmetric windows) needs --backend cuda",
+        ),
+        (
+            &["all_reduce", "--backend", "cpu", "-x", "1"],
+            "-x 1 (CTA policy) needs --backend cuda",
+        ),
+        (
+            &["all_reduce", "--backend", "cpu", "-y", "1"],
+            "-y 1 (CUDA's default stream) needs --backend cuda",
+        ),
+        (&["all_reduce", "-D", "1"], "-D/--device_implementation 1"),
+        (&["all_reduce", "-V", "0"], "-V/--device_cta_count 0"),
+        (&["all_reduce", "-K", "2"], "-K/--per_iter_skip 2: needs -I 1"),
+        (
+            &["all_reduce", "-I", "1", "-n", "3", "-K", "3"],
+            "-K/--per_iter_skip 3: accepted values are 0 to 2",
+        ),
+        (&["all_reduce", "-p", "2"], "--parallel_init"),
         (&["all_reduce", "-t", "3", "--ranks", "4"], "-t/--nthreads"),
         (&["all_reduce", "-a", "4"], "--average"),
         (&["all_reduce", "--launch", "fibers"], "--launch"),
@@ -715,4 +785,175 @@ fn timeout_aborts_a_stuck_run() {
     // SAFETY: signal 0 only probes whether the pid exists.
     let alive = unsafe { libc::kill(pid, 0) } == 0;
     assert!(!alive, "rank 1 (pid {pid}) was left running");
+}
+
+/// The table's data lines split into fields.
+fn fields(stdout: &str) -> Vec<Vec<String>> {
+    stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// nccl-tests' defaults: -w 1 -n 20 -c 1 -m 1 -b/-e 32M (checked in the header).
+#[test]
+fn defaults_are_nccl_tests() {
+    let out = run_for(
+        perf(&["all_reduce", "--ranks", "1", "--backend", "cpu"]),
+        120,
+    );
+    assert_ok(&out);
+    let o = text(&out.stdout);
+    assert!(
+        o.contains("minBytes 33554432 maxBytes 33554432 step: 1048576(bytes) warmup iters: 1 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0"),
+        "{o}"
+    );
+}
+
+/// -N 2 prints the sweep twice; -r all runs every root; -S adds a time;
+/// -C names the column cputime; -p 1 and -M 1 add their header and footer lines.
+#[test]
+fn cycles_roots_timestamps_cputime_memory() {
+    let c = perf(&[
+        "broadcast",
+        "--ranks",
+        "3",
+        "-b",
+        "8",
+        "-e",
+        "16",
+        "-f",
+        "2",
+        "-n",
+        "2",
+        "-N",
+        "2",
+        "-r",
+        "all",
+        "-S",
+        "1",
+        "-C",
+        "1",
+        "-p",
+        "1",
+        "-M",
+        "1",
+        "-u",
+        "3",
+    ]);
+    let out = run_for(c, 60);
+    assert_ok(&out);
+    let o = text(&out.stdout);
+    let f = fields(&o);
+    // 3 roots x 2 cycles x 2 sizes.
+    assert_eq!(f.len(), 12, "{o}");
+    let roots: Vec<&str> = f.iter().map(|l| l[4].as_str()).collect();
+    assert_eq!(
+        roots,
+        ["0", "0", "0", "0", "1", "1", "1", "1", "2", "2", "2", "2"]
+    );
+    let sizes: Vec<&str> = f.iter().take(4).map(|l| l[0].as_str()).collect();
+    assert_eq!(sizes, ["8", "16", "8", "16"]);
+    for l in &f {
+        // 13 cells, then the date and the time of -S.
+        assert_eq!(l.len(), 15, "{l:?}");
+        assert_eq!(l[13].len(), 10, "{l:?}");
+        assert_eq!(l[14].len(), 8, "{l:?}");
+        assert_eq!(
+            (l[8].as_str(), l[12].as_str()),
+            ("0", "0"),
+            "-u 3 results: {l:?}"
+        );
+    }
+    assert!(o.contains("  cputime   algbw"), "{o}");
+    assert!(o.contains("timestamp"), "{o}");
+    assert!(o.contains("unalign: 3"), "{o}");
+    assert!(o.contains("# Parallel Init Enabled"), "{o}");
+    assert!(
+        o.contains("# Host memory usage    : User-Allocated "),
+        "{o}"
+    );
+}
+
+/// -I 1: four more cells per half, and per-iteration times in the JSON
+/// (nccl-tests' `*_per_iter` objects), -K leaving the first out of the summary.
+#[test]
+fn per_iteration_timing() {
+    let dir = std::env::temp_dir().join(format!("oxccl-perf-iter-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("it.json");
+    let c = perf(&[
+        "all_reduce",
+        "--ranks",
+        "2",
+        "-b",
+        "64",
+        "-e",
+        "64",
+        "-n",
+        "4",
+        "-I",
+        "1",
+        "-K",
+        "1",
+        "-J",
+        path.to_str().unwrap(),
+    ]);
+    let out = run_for(c, 60);
+    assert_ok(&out);
+    let o = text(&out.stdout);
+    assert!(o.contains("i_min    i_max    i_p99    i_cv%"), "{o}");
+    assert!(o.contains("summary skips first 1 iterations"), "{o}");
+    let f = fields(&o);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].len(), 5 + 2 * 8, "{:?}", f[0]);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(doc["config"]["per_iter_timing"], true);
+    assert_eq!(doc["config"]["per_iter_skip"], 1);
+    for k in ["out_of_place_per_iter", "in_place_per_iter"] {
+        let it = &doc["results"][0][k];
+        assert_eq!(it["times_us"].as_array().unwrap().len(), 4, "{it}");
+        assert_eq!(it["skipped_iterations"], 1);
+        let (min, max) = (
+            it["min_us"].as_f64().unwrap(),
+            it["max_us"].as_f64().unwrap(),
+        );
+        assert!(min > 0.0 && min <= max, "{it}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A sweep whose buffers cannot fit is refused before any rank starts: exit
+/// 2, one line with what is needed and what is there, nothing printed.
+#[test]
+fn oversize_is_refused_before_the_ranks_start() {
+    let t0 = Instant::now();
+    let out = run_for(
+        perf(&[
+            "all_reduce",
+            "--backend",
+            "cpu",
+            "--ranks",
+            "4",
+            "-b",
+            "100000G",
+            "-e",
+            "100000G",
+        ]),
+        20,
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with(
+            "oxccl perf: -e 100000G: 4 ranks need 800000.0 GiB of host memory for their buffers; "
+        ),
+        "{err}"
+    );
+    assert!(err.contains("GiB is available"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(t0.elapsed() < Duration::from_secs(10));
 }

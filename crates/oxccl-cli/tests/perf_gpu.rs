@@ -229,17 +229,21 @@ fn json_names_the_gpus() {
     let doc: Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("JSON file")).expect("JSON");
     let _ = std::fs::remove_file(&path);
-    assert_eq!(doc["backend"], "cuda");
+    assert_eq!(doc["oxccl"]["backend"], "cuda");
     assert_eq!(doc["config"]["ngpus"], g as u64);
-    assert!(doc["library_path"].as_str().is_some());
-    let ranks = doc["ranks"].as_array().expect("ranks");
+    assert!(doc["oxccl"]["library_path"].as_str().is_some());
+    assert_eq!(doc["nccl_version"], 22705);
+    let ranks = doc["config"]["devices"].as_array().expect("devices");
     assert_eq!(ranks.len(), g);
     for (i, r) in ranks.iter().enumerate() {
         assert_eq!(r["device"], i as u64);
-        assert!(!r["device_name"].as_str().unwrap_or("").is_empty(), "{r}");
+        assert!(!r["device_info"].as_str().unwrap_or("").is_empty(), "{r}");
     }
     assert!(
-        doc["machine"].as_str().unwrap_or("").contains(" x "),
+        doc["oxccl"]["machine"]
+            .as_str()
+            .unwrap_or("")
+            .contains(" x "),
         "{doc}"
     );
 }

@@ -234,11 +234,12 @@ fn plots_one_series_per_run_and_type() {
     );
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
-    assert_eq!(doc["library"], "oxccl");
-    assert!(doc["library_version"].is_string());
-    assert!(!doc["host"].as_str().unwrap().is_empty());
-    assert!(doc["machine"].is_string());
-    assert_eq!(doc["hosts"], 1);
+    let ox = &doc["oxccl"];
+    assert_eq!(ox["library"], "oxccl");
+    assert!(ox["library_version"].is_string());
+    assert!(!ox["host"].as_str().unwrap().is_empty());
+    assert!(ox["machine"].is_string());
+    assert_eq!(ox["hosts"], 1);
     // nccl-tests-style text output of a third run.
     let txt = dir.join("reduce-run.txt");
     let out = oxccl(&[
@@ -257,7 +258,12 @@ fn plots_one_series_per_run_and_type() {
         svg.to_str().unwrap(),
     ]);
     ok(&out);
-    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with(&format!("wrote {} (", svg.display())),
+        "{said}"
+    );
+    assert!(out.stderr.is_empty());
     let text = std::fs::read_to_string(&svg).unwrap();
     let elems = parse_xml(&text).unwrap_or_else(|e| panic!("SVG not well-formed: {e}"));
     assert_eq!(elems[0].name, "svg");
@@ -466,7 +472,7 @@ fn compare_with_own_libnccl_end_to_end() {
     }
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert!(doc["compare"]["library"]
+    assert!(doc["oxccl"]["compare"]["library"]
         .as_str()
         .unwrap()
         .starts_with("libnccl.so 2."));
@@ -474,7 +480,7 @@ fn compare_with_own_libnccl_end_to_end() {
         let c = &r["compare"];
         assert!(c["time_us"].as_f64().unwrap() > 0.0, "{r}");
         assert!(c["ratio"].as_f64().unwrap().is_finite(), "{r}");
-        assert_eq!(c["wrong"], 0);
+        assert_eq!(c["nwrong"], 0);
     }
     // The plot shows both libraries.
     let svg = dir.join("cmp.svg");
@@ -593,4 +599,54 @@ fn progress_bar_only_on_a_terminal() {
     let last = t.rfind("4/4 cases").unwrap();
     assert!(t[last..].contains("\r\x1b[K"), "bar not cleared: {t}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file in nccl-tests' own `-J` layout (no `oxccl` section: the collective
+/// from the command line, the library from `nccl_version`) and an older oxccl
+/// file from docs/runs both plot, and plot says what it wrote.
+#[test]
+fn reads_nccl_tests_layout_and_older_files_and_reports() {
+    let d = tmpdir("layouts");
+    let nccl = d.join("nccl.json");
+    let doc = serde_json::json!({
+        "version": 3,
+        "start_time": "2026-01-01 00:00:00",
+        "args": ["./build/all_gather_perf", "-b", "8", "-e", "16", "-f", "2"],
+        "env": [],
+        "nccl_version": 22807,
+        "config": {"nthreads": 1, "ngpus": 2, "minimum_bytes": 8, "maximum_bytes": 16,
+                   "devices": [{"rank": 0, "hostname": "node-a"}, {"rank": 1, "hostname": "node-a"}]},
+        "results": [
+            {"size": 8, "count": 1, "type": "float", "redop": "none", "root": "    -1",
+             "out_of_place": {"time": 10.5, "alg_bw": 0.0, "bus_bw": 0.01, "nwrong": 0},
+             "in_place": {"time": 10.0, "alg_bw": 0.0, "bus_bw": 0.01, "nwrong": 0}},
+            {"size": 16, "count": 2, "type": "float", "redop": "none", "root": "    -1",
+             "out_of_place": {"time": 11.5, "alg_bw": 0.0, "bus_bw": 0.02, "nwrong": 0},
+             "in_place": {"time": 11.0, "alg_bw": 0.0, "bus_bw": 0.02, "nwrong": 0}}
+        ]
+    });
+    std::fs::write(&nccl, doc.to_string()).unwrap();
+    let svg = d.join("nccl.svg");
+    let out = oxccl(&["plot", nccl.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    ok(&out);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        format!("wrote {} (1 series, 2 points)", svg.display())
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("NCCL 2.28.7 all_gather float, 2 ranks, node-a"),
+        "{text}"
+    );
+    let old = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/runs/gpu-all_reduce-g2-vs-nccl-2xh200.json");
+    let svg2 = d.join("old.svg");
+    let out = oxccl(&["plot", old.to_str().unwrap(), "-o", svg2.to_str().unwrap()]);
+    ok(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with(&format!("wrote {} (2 series, ", svg2.display())),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
 }

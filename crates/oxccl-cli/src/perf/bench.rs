@@ -107,6 +107,8 @@ struct Runner<'a> {
     rank: usize,
     n: usize,
     report: Option<Report>,
+    /// The root of the lines being run (rooted collectives).
+    root: usize,
     /// Lines (size x half) with wrong elements, over all ranks.
     errors: usize,
     abort_after_timing: bool,
@@ -169,7 +171,8 @@ pub fn rank_main(
         comm,
         rank,
         n: s.nranks,
-        report: (rank == 0).then(Report::default),
+        report: (rank == 0).then(Report::new),
+        root: s.root,
         errors: 0,
         abort_after_timing: hook("OXCCL_PERF_TEST_ABORT_RANK"),
         corrupt: hook("OXCCL_PERF_TEST_CORRUPT_RANK"),
@@ -231,6 +234,7 @@ impl Runner<'_> {
             library_version: oxccl::VERSION.into(),
             library_path: None,
             launch: common::launch_name(self.s),
+            nccl_version: common::OXCCL_NCCL_VERSION_CODE,
         }
     }
 
@@ -275,19 +279,26 @@ impl Runner<'_> {
                 vec![None]
             };
             for op in ops {
-                for &bytes in &s.sizes {
-                    if let Some(p) = self.progress.as_mut() {
-                        p.start_case(bytes);
-                    }
-                    let r = self.case(dt, op, bytes, &mut bufs);
-                    if let Some(p) = self.progress.as_mut() {
-                        if r.is_err() {
-                            p.clear();
-                        } else {
-                            p.finish_case();
+                for &root in &s.roots {
+                    self.root = root;
+                    let mut cycle = 0;
+                    while s.cycles == 0 || cycle < s.cycles {
+                        cycle += 1;
+                        for &bytes in &s.sizes {
+                            if let Some(p) = self.progress.as_mut() {
+                                p.start_case(bytes);
+                            }
+                            let r = self.case(dt, op, bytes, &mut bufs);
+                            if let Some(p) = self.progress.as_mut() {
+                                if r.is_err() {
+                                    p.clear();
+                                } else {
+                                    p.finish_case();
+                                }
+                            }
+                            r?;
                         }
                     }
-                    r?;
                 }
             }
         }
@@ -313,9 +324,11 @@ impl Runner<'_> {
         } else {
             1
         };
+        // -u: every buffer starts `unalign` elements past its allocation.
+        let pad = self.s.unalign * es;
         Bufs {
-            send: vec![0u8; send * es],
-            slots: (0..nslots).map(|_| vec![0u8; slot * es]).collect(),
+            send: vec![0u8; send * es + pad],
+            slots: (0..nslots).map(|_| vec![0u8; slot * es + pad]).collect(),
         }
     }
 
@@ -330,12 +343,26 @@ impl Runner<'_> {
         send: *mut u8,
         buf: *mut u8,
     ) -> Vec<OpDesc> {
-        common::descs(self.s, self.rank, self.n, in_place, dt, op, c, send, buf)
+        // -u: the operations start `unalign` elements into each buffer.
+        let pad = self.s.unalign * dt.size();
+        common::descs(
+            self.s,
+            self.root,
+            self.rank,
+            self.n,
+            in_place,
+            dt,
+            op,
+            c,
+            send.wrapping_add(pad),
+            buf.wrapping_add(pad),
+        )
     }
 
     /// Writes inputs made by `g` (and poison where results go) into the send
     /// buffer and the first `nslots` slots.
     fn fill(&self, in_place: bool, g: &Gen, c: Counts, bufs: &mut Bufs, nslots: usize) {
+        let pad = self.s.unalign * g.dt.size();
         for b in &mut bufs.slots[..nslots] {
             common::fill(
                 self.s.coll,
@@ -344,27 +371,29 @@ impl Runner<'_> {
                 in_place,
                 g,
                 c,
-                &mut bufs.send,
-                b,
+                &mut bufs.send[pad..],
+                &mut b[pad..],
             );
         }
     }
 
     /// Wrong elements of this rank's result in `buf`.
     fn verify(&self, in_place: bool, g: &Gen, c: Counts, buf: &[u8]) -> u64 {
+        let pad = self.s.unalign * g.dt.size();
         common::verify(
             self.s.coll,
-            self.s.root,
+            self.root,
             self.rank,
             self.n,
             in_place,
             g,
             c,
-            buf,
+            &buf[pad..],
         )
     }
 
-    /// Times and checks one half; returns (seconds per operation, wrong elements here).
+    /// Times and checks one half; returns (seconds per operation, wrong
+    /// elements here, `-I`: seconds of each iteration).
     fn half(
         &mut self,
         in_place: bool,
@@ -372,7 +401,7 @@ impl Runner<'_> {
         op: Option<RedOp>,
         c: Counts,
         bufs: &mut Bufs,
-    ) -> Result<(f64, u64), Error> {
+    ) -> Result<(f64, u64, Vec<f64>), Error> {
         let s = self.s;
         let red = op.unwrap_or(RedOp::Sum);
         let agg = s.agg as usize;
@@ -396,10 +425,15 @@ impl Runner<'_> {
             }
         }
         self.barrier()?;
+        let mut per_iter = Vec::with_capacity(if s.per_iter { s.iters as usize } else { 0 });
         let t0 = Instant::now();
         for _ in 0..s.iters {
+            let ti = Instant::now();
             for call in &calls {
                 self.call(call)?;
+            }
+            if s.per_iter {
+                per_iter.push(ti.elapsed().as_secs_f64());
             }
         }
         let secs = t0.elapsed().as_secs_f64() / (s.iters * s.agg) as f64;
@@ -418,11 +452,11 @@ impl Runner<'_> {
             let d = self.descs(in_place, dt, red, c, send, bufs.slots[0].as_mut_ptr());
             self.call(&d)?;
             if self.corrupt && c.param > 0 {
-                bufs.slots[0][0] ^= 1;
+                bufs.slots[0][s.unalign * dt.size()] ^= 1;
             }
             wrong += self.verify(in_place, &g, c, &bufs.slots[0]);
         }
-        Ok((secs, wrong))
+        Ok((secs, wrong, per_iter))
     }
 
     /// `--compare`: times the other library on the out-of-place case (same
@@ -523,25 +557,58 @@ impl Runner<'_> {
         self.ctx = format!("{} of {} B (collecting results)", coll.name(), bytes);
         let mut wrong = [
             oop.1,
-            ip.map_or(0, |x| x.1),
+            ip.as_ref().map_or(0, |x| x.1),
             cmp.and_then(|x| x.1).unwrap_or(0),
         ];
         self.act.begin(self.slot);
         let r = self.comm.all_reduce_in_place(&mut wrong, RedOp::Sum);
         self.act.end(self.slot);
         r?;
-        let mine = [oop.0, ip.map_or(0.0, |x| x.0), cmp.map_or(0.0, |x| x.0)];
+        let mine = [
+            oop.0,
+            ip.as_ref().map_or(0.0, |x| x.0),
+            cmp.map_or(0.0, |x| x.0),
+        ];
         let mut all = vec![0f64; 3 * self.n];
         self.act.begin(self.slot);
         let r = self.comm.all_gather(&mine, &mut all);
         self.act.end(self.slot);
         r?;
         let column = |k: usize| all.iter().skip(k).step_by(3).copied().collect::<Vec<_>>();
+        // -I: per iteration, the slowest rank (out-of-place, in-place).
+        let slowest = if s.per_iter {
+            let it = s.iters as usize;
+            let mut mine = oop.2.clone();
+            mine.extend(ip.as_ref().map_or_else(|| vec![0.0; it], |x| x.2.clone()));
+            let mut every = vec![0f64; 2 * it * self.n];
+            self.act.begin(self.slot);
+            let r = self.comm.all_gather(&mine, &mut every);
+            self.act.end(self.slot);
+            r?;
+            let max_of = |half: usize| -> Vec<f64> {
+                (0..it)
+                    .map(|i| {
+                        every
+                            .chunks_exact(2 * it)
+                            .map(|w| w[half * it + i])
+                            .fold(0.0, f64::max)
+                    })
+                    .collect()
+            };
+            Some([max_of(0), max_of(1)])
+        } else {
+            None
+        };
         self.errors += usize::from(wrong[0] > 0) + usize::from(ip.is_some() && wrong[1] > 0);
+        let root = self.root;
         let Some(rep) = self.report.as_mut() else {
             return Ok(());
         };
         let (t_oop, t_ip, t_cmp) = (column(0), column(1), column(2));
+        let per_iter = match &slowest {
+            Some([o, i]) => [Some(o.as_slice()), ip.as_ref().map(|_| i.as_slice())],
+            None => [None, None],
+        };
         let line = Line {
             dt,
             opname,
@@ -550,6 +617,8 @@ impl Runner<'_> {
             ip: ip.map(|_| t_ip.as_slice()),
             cmp: cmp.map(|_| t_cmp.as_slice()),
             wrong,
+            root,
+            per_iter,
         };
         rep.line(s, self.n, &line, self.progress.as_ref());
         Ok(())

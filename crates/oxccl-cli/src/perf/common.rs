@@ -91,6 +91,7 @@ pub fn cpu_model() -> String {
 #[allow(clippy::too_many_arguments)]
 pub fn descs(
     s: &Settings,
+    root: usize,
     r: usize,
     n: usize,
     in_place: bool,
@@ -102,7 +103,7 @@ pub fn descs(
 ) -> Vec<OpDesc> {
     let (p, es) = (c.param, dt.size());
     let coll = s.coll;
-    let root = if coll.rooted() { s.root } else { 0 };
+    let root = if coll.rooted() { root } else { 0 };
     let op = if coll.reduces() { op } else { RedOp::Sum };
     let one = |send: *const u8, recv: *mut u8| OpDesc {
         kind: coll.kind(),
@@ -231,6 +232,70 @@ pub struct Meta {
     /// The measured library's file (CUDA backend).
     pub library_path: Option<String>,
     pub launch: String,
+    /// `ncclGetVersion`'s code of the measured library (oxccl's C API: 22705).
+    pub nccl_version: i64,
+}
+
+/// `ncclGetVersion`'s code oxccl's `libnccl.so.2` reports (NCCL 2.27.5's ABI).
+pub const OXCCL_NCCL_VERSION_CODE: i64 = 22705;
+
+/// Summary of one half's per-iteration times (seconds), as nccl-tests' `-I`
+/// reports them: percentiles by nearest rank, the deviation over all samples.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IterStats {
+    pub min: f64,
+    pub max: f64,
+    pub avg: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub stdev: f64,
+    /// Deviation over mean, in percent (0 when the mean is 0).
+    pub cv_pct: f64,
+}
+
+/// Statistics of `times` (not empty).
+pub fn iter_stats(times: &[f64]) -> IterStats {
+    let mut v = times.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    // Nearest rank: the ceil(n p / 100)-th smallest sample.
+    let rank = |p: usize| v[((n * p).div_ceil(100)).clamp(1, n) - 1];
+    let avg = v.iter().sum::<f64>() / n as f64;
+    let stdev = (v.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n as f64).sqrt();
+    IterStats {
+        min: v[0],
+        max: v[n - 1],
+        avg,
+        p50: v[n / 2],
+        p95: rank(95),
+        p99: rank(99),
+        stdev,
+        cv_pct: if avg > 0.0 { stdev / avg * 100.0 } else { 0.0 },
+    }
+}
+
+/// The local time as nccl-tests prints it (`%Y-%m-%d %H:%M:%S`).
+pub fn local_time() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, a plain C struct that
+    // zeroed bytes initialise validly.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let ok = !unsafe { libc::localtime_r(&now, &mut tm) }.is_null();
+    if !ok {
+        return "1970-01-01 00:00:00".into();
+    }
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
 }
 
 /// Rank 0's accumulated output.
@@ -239,6 +304,8 @@ pub struct Report {
     pub results: Vec<Value>,
     pub bw_sum: f64,
     pub bw_count: usize,
+    /// `start_time` of the JSON document.
+    pub start_time: String,
 }
 
 /// The numbers of one table line, over all ranks: per-rank seconds per
@@ -253,9 +320,21 @@ pub struct Line<'a> {
     pub ip: Option<&'a [f64]>,
     pub cmp: Option<&'a [f64]>,
     pub wrong: [u64; 3],
+    /// The root of this line (rooted collectives).
+    pub root: usize,
+    /// `-I`: per iteration, the slowest rank's seconds (out-of-place, in-place).
+    pub per_iter: [Option<&'a [f64]>; 2],
 }
 
 impl Report {
+    /// An empty report whose run starts now.
+    pub fn new() -> Report {
+        Report {
+            start_time: local_time(),
+            ..Report::default()
+        }
+    }
+
     /// Prints one table line (erasing the progress bar first) and records it.
     pub fn line(&mut self, s: &Settings, n: usize, l: &Line<'_>, progress: Option<&Progress>) {
         let coll = s.coll;
@@ -276,24 +355,30 @@ impl Report {
         let h_oop = mk(t_oop, l.wrong[0]);
         let h_ip = l.ip.map(|t| mk(combine(s.average, t), l.wrong[1]));
         let size = (l.c.send.max(l.c.recv) * es) as u64;
-        let root: i64 = if coll.rooted() { s.root as i64 } else { -1 };
+        let root: i64 = if coll.rooted() { l.root as i64 } else { -1 };
+        let stats = l
+            .per_iter
+            .map(|t| t.map(|t| iter_stats(&t[s.per_iter_skip.min(t.len() - 1)..])));
         let t_cmp = l.cmp.map(|t| combine(s.average, t));
         let h_cmp = t_cmp.map(|t| mk(t, l.wrong[2]));
         let ratio = match t_cmp {
             Some(t) if h_oop.time_us > 0.0 => t * 1e6 / h_oop.time_us,
             _ => 0.0,
         };
-        let mut text = fmt::data_line(
-            size,
-            l.c.param,
-            l.dt.name(),
-            l.opname,
-            root,
-            &h_oop,
-            h_ip.as_ref(),
-        );
+        let mut text = fmt::line_start(size, l.c.param, l.dt.name(), l.opname, root);
+        text += &fmt::half_cells(Some(&h_oop));
+        if s.per_iter {
+            text += &fmt::iter_cells(stats[0].as_ref());
+        }
+        text += &fmt::half_cells(h_ip.as_ref());
+        if s.per_iter {
+            text += &fmt::iter_cells(stats[1].as_ref());
+        }
         if let Some(h) = &h_cmp {
             text += &fmt::compare_cells(h, ratio);
+        }
+        if s.timestamps {
+            text += &format!("{:>21}", local_time());
         }
         if let Some(p) = progress {
             p.clear();
@@ -309,12 +394,13 @@ impl Report {
             self.bw_sum += h.busbw;
             self.bw_count += 1;
         }
+        let time_key = if s.cputime { "cpu_time" } else { "time" };
         let half_json = |h: &Half| {
             json!({
-                "time_us": h.time_us,
-                "algbw_gbps": h.algbw,
-                "busbw_gbps": h.busbw,
-                "wrong": h.wrong,
+                time_key: h.time_us,
+                "alg_bw": h.algbw,
+                "bus_bw": h.busbw,
+                "nwrong": h.wrong,
             })
         };
         let mut v = json!({
@@ -322,14 +408,38 @@ impl Report {
             "count": l.c.param,
             "type": l.dt.name(),
             "redop": l.opname,
-            "root": root,
+            "root": format!("{root:6}"),
             "out_of_place": half_json(&h_oop),
             "in_place": h_ip.as_ref().map(half_json),
         });
+        let keys = ["out_of_place_per_iter", "in_place_per_iter"];
+        for ((key, times), st) in keys.iter().zip(l.per_iter).zip(stats) {
+            if let (Some(times), Some(st)) = (times, st) {
+                let us = |x: f64| x * 1e6;
+                v[*key] = json!({
+                    "skipped_iterations": s.per_iter_skip,
+                    "min_us": us(st.min),
+                    "max_us": us(st.max),
+                    "avg_us": us(st.avg),
+                    "p50_us": us(st.p50),
+                    "p95_us": us(st.p95),
+                    "p99_us": us(st.p99),
+                    "stdev_us": us(st.stdev),
+                    "cv_pct": st.cv_pct,
+                    "times_us": times.iter().map(|&x| us(x)).collect::<Vec<_>>(),
+                });
+            }
+        }
+        v["actual_iterations"] = json!(s.iters);
+        v["experiment_name"] = json!("");
         if let Some(h) = &h_cmp {
-            let mut c = half_json(h);
-            c["ratio"] = json!(ratio);
-            v["compare"] = c;
+            v["compare"] = json!({
+                "time_us": h.time_us,
+                "alg_bw": h.algbw,
+                "bus_bw": h.busbw,
+                "nwrong": h.wrong,
+                "ratio": ratio,
+            });
         }
         self.results.push(v);
     }
@@ -354,7 +464,11 @@ impl Report {
         let avg = self.avg();
         {
             let mut out = std::io::stdout().lock();
-            let _ = write!(out, "{}", fmt::footer(errors, avg));
+            let mut text = fmt::footer(errors, avg);
+            if s.memory_report {
+                text = text.replacen("#\n", &memory_line(s, meta, n), 1);
+            }
+            let _ = write!(out, "{text}");
             let _ = writeln!(out);
             let _ = out.flush();
         }
@@ -397,9 +511,25 @@ pub fn print_header(s: &Settings, n: usize, meta: &Meta, ranks: &[RankInfo]) {
         format!("{}(bytes)", s.stepbytes)
     };
     o += &format!(
-        "# nThread {} nGpus {} minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} agg iters: {} validation: {} graph: {}\n",
-        s.threads, s.ngpus, s.minbytes, s.maxbytes, step, s.warmup, s.iters, s.agg, s.check, s.graph
+        "# nThread {} nGpus {} minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} agg iters: {} validation: {} graph: {} unalign: {}\n",
+        s.threads, s.ngpus, s.minbytes, s.maxbytes, step, s.warmup, s.iters, s.agg, s.check, s.graph, s.unalign
     );
+    o += match s.blocking {
+        1 => "# Blocking Enabled: wait and barrier after each inner iteration (-m)\n",
+        2 => "# Blocking Enabled: wait after each inner iteration (-m), no barrier\n",
+        3 => "# Blocking Enabled: wait and barrier after each outer iteration (-n)\n",
+        _ => "",
+    };
+    if s.per_iter {
+        o += "# Per-Iteration Report: host clock per iteration; i_* take the slowest rank of each iteration";
+        if s.per_iter_skip > 0 {
+            o += &format!("; summary skips first {} iterations", s.per_iter_skip);
+        }
+        o += "\n";
+    }
+    if s.parallel_init {
+        o += "# Parallel Init Enabled: the ranks create their communicators concurrently\n";
+    }
     o += &format!("# nRanks {n} launch {}\n", meta.launch);
     o += "#\n# Using devices\n";
     for (r, i) in ranks.iter().enumerate() {
@@ -410,7 +540,12 @@ pub fn print_header(s: &Settings, n: usize, meta: &Meta, ranks: &[RankInfo]) {
     }
     o += "#\n";
     let extra = s.compare.as_ref().map(|l| fmt::compare_header(&l.label()));
-    for (i, l) in fmt::column_header().iter().enumerate() {
+    let cols = fmt::Columns {
+        cputime: s.cputime,
+        timestamps: s.timestamps,
+        per_iter: s.per_iter,
+    };
+    for (i, l) in fmt::column_header_with(cols).iter().enumerate() {
         o += l;
         if let Some(x) = &extra {
             o += &x[i];
@@ -422,6 +557,47 @@ pub fn print_header(s: &Settings, n: usize, meta: &Meta, ranks: &[RankInfo]) {
     let _ = out.flush();
 }
 
+/// `-M 1`'s line (nccl-tests' "GPU memory usage"): what one rank's buffers
+/// take, then the closing `#`.
+fn memory_line(s: &Settings, meta: &Meta, n: usize) -> String {
+    let need = super::memory::Need {
+        coll: s.coll,
+        max_bytes: s.sizes.last().copied().unwrap_or(0),
+        types: &s.types,
+        nranks: n,
+        local_ranks: 1,
+        agg: s.agg,
+        unalign: s.unalign as u64,
+    };
+    let b = super::memory::per_rank_bytes(&need);
+    let label = if meta.backend == "cuda" {
+        "GPU memory usage"
+    } else {
+        "Host memory usage"
+    };
+    format!(
+        "# {label:<20} : User-Allocated {} | Total {}\n#\n",
+        fmt::mem_string(b),
+        fmt::mem_string(b)
+    )
+}
+
+/// The environment as the JSON's `env` lists it: NCCL's, oxccl's, CUDA's and
+/// the launchers' variables, without any whose name marks a secret.
+fn env_list() -> Vec<String> {
+    const PREFIXES: [&str; 6] = ["NCCL_", "OXCCL_", "CUDA_", "SLURM_", "OMPI_", "TORCH"];
+    const SECRET: [&str; 4] = ["SECRET", "TOKEN", "PASSWORD", "KEY"];
+    let mut v: Vec<String> = std::env::vars()
+        .filter(|(k, _)| PREFIXES.iter().any(|p| k.starts_with(p)))
+        .filter(|(k, _)| !SECRET.iter().any(|w| k.to_ascii_uppercase().contains(w)))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The `-J` document: nccl-tests' layout and field names (version 3), with
+/// what oxccl adds under `oxccl`.
 fn json_doc(
     s: &Settings,
     n: usize,
@@ -437,52 +613,86 @@ fn json_doc(
         h.dedup();
         h.len()
     };
+    let mut config = json!({
+        "nthreads": s.threads,
+        "ngpus": s.ngpus,
+        "minimum_bytes": s.minbytes,
+        "maximum_bytes": s.maxbytes,
+    });
+    if s.stepfactor > 1 {
+        config["step_factor"] = json!(s.stepfactor);
+    } else {
+        config["step_bytes"] = json!(s.stepbytes);
+    }
+    for (k, v) in [
+        ("warmup_iters", json!(s.warmup)),
+        ("iterations", json!(s.iters)),
+        ("aggregated_iterations", json!(s.agg)),
+        ("validation", json!(s.check)),
+        ("graph", json!(s.graph)),
+        ("blocking_collectives", json!(s.blocking != 0)),
+        ("per_iter_timing", json!(s.per_iter)),
+        ("per_iter_skip", json!(s.per_iter_skip)),
+        ("parallel_init", json!(s.parallel_init)),
+        (
+            "devices",
+            ranks
+                .iter()
+                .enumerate()
+                .map(|(r, i)| {
+                    json!({
+                        "rank": r, "group": 0, "pid": i.pid, "hostname": i.host,
+                        "device": i.dev, "device_hex": i.pci, "device_info": i.name,
+                    })
+                })
+                .collect(),
+        ),
+    ] {
+        config[k] = v;
+    }
     json!({
-        "tool": "oxccl perf",
-        "oxccl_version": oxccl::VERSION,
-        "library": meta.library,
-        "library_version": meta.library_version,
-        "library_path": meta.library_path,
-        "collective": s.coll.name(),
-        "backend": meta.backend,
-        "host": ranks.first().map_or_else(hostname, |r| r.host.clone()),
-        "hosts": hosts,
-        "compare": s.compare.as_ref().map(|l| json!({
-            "path": l.path.display().to_string(),
-            "library": l.label(),
-            "nccl_version": super::compare::version_string(l.version),
-            "version_code": l.version,
-        })),
-        "machine": meta.machine,
-        "config": {
-            "nranks": n,
-            "nthreads": s.threads,
-            "ngpus": s.ngpus,
+        "version": 3,
+        "start_time": rep.start_time,
+        "args": std::env::args().collect::<Vec<_>>(),
+        "env": env_list(),
+        "nccl_version": meta.nccl_version,
+        "config": config,
+        "results": rep.results,
+        "out_of_bounds": { "count": errors, "okay": errors == 0 },
+        "average_bus_bandwidth": { "bandwidth": avg, "okay": "unchecked" },
+        "errors": [],
+        "end_time": local_time(),
+        "oxccl": {
+            "tool": "oxccl perf",
+            "oxccl_version": oxccl::VERSION,
+            "library": meta.library,
+            "library_version": meta.library_version,
+            "library_path": meta.library_path,
+            "collective": s.coll.name(),
+            "backend": meta.backend,
+            "host": ranks.first().map_or_else(hostname, |r| r.host.clone()),
+            "hosts": hosts,
+            "machine": meta.machine,
             "launch": meta.launch,
-            "minbytes": s.minbytes,
-            "maxbytes": s.maxbytes,
-            "stepbytes": s.stepbytes,
-            "stepfactor": s.stepfactor,
-            "iters": s.iters,
-            "warmup_iters": s.warmup,
-            "agg_iters": s.agg,
-            "check": s.check,
-            "average": s.average,
-            "blocking": s.blocking,
-            "cudagraph": s.graph,
-            "root": s.coll.rooted().then_some(s.root),
+            "nranks": n,
             "ops": s.ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
             "datatypes": s.types.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            "roots": s.coll.rooted().then_some(&s.roots),
+            "average": s.average,
+            "blocking": s.blocking,
+            "run_cycles": s.cycles,
+            "report_cputime": s.cputime,
+            "report_timestamps": s.timestamps,
+            "unalign": s.unalign,
+            "memory_report": s.memory_report,
             "timeout_s": s.timeout.map(|t| t.as_secs()),
+            "compare": s.compare.as_ref().map(|l| json!({
+                "path": l.path.display().to_string(),
+                "library": l.label(),
+                "nccl_version": super::compare::version_string(l.version),
+                "version_code": l.version,
+            })),
         },
-        "ranks": ranks.iter().enumerate().map(|(r, i)| json!({
-            "rank": r, "group": 0, "pid": i.pid, "host": i.host, "device": i.dev,
-            "pci": i.pci, "device_name": i.name,
-        })).collect::<Vec<_>>(),
-        "results": rep.results,
-        "out_of_bounds": errors,
-        "avg_busbw_gbps": avg,
-        "ok": errors == 0,
     })
 }
 
@@ -501,6 +711,25 @@ pub fn launch_name(s: &Settings) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iteration_statistics_use_nearest_rank() {
+        let t: Vec<f64> = (1..=10).map(f64::from).collect();
+        let st = iter_stats(&t);
+        assert_eq!((st.min, st.max, st.avg), (1.0, 10.0, 5.5));
+        assert_eq!((st.p50, st.p95, st.p99), (6.0, 10.0, 10.0));
+        assert!((st.stdev - 8.25f64.sqrt()).abs() < 1e-12);
+        let one = iter_stats(&[2.0]);
+        assert_eq!((one.p99, one.stdev, one.cv_pct), (2.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn local_time_has_nccl_tests_layout() {
+        let t = local_time();
+        assert_eq!(t.len(), 19, "{t}");
+        assert_eq!(&t[4..5], "-");
+        assert_eq!(&t[10..11], " ");
+    }
 
     #[test]
     fn rank_info_round_trips_and_truncates() {

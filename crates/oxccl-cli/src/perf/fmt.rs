@@ -53,6 +53,11 @@ pub struct Half {
     pub wrong: Option<u64>,
 }
 
+/// The cells of one half (time, algbw, busbw, #wrong); N/A when absent.
+pub fn half_cells(h: Option<&Half>) -> String {
+    half(h)
+}
+
 fn half(h: Option<&Half>) -> String {
     match h {
         Some(h) => {
@@ -70,6 +75,7 @@ fn half(h: Option<&Half>) -> String {
 }
 
 /// A data line: `%12li  %12li  %8s  %6s  %6s` then the two halves.
+#[cfg(test)]
 pub fn data_line(
     size: u64,
     count: usize,
@@ -86,8 +92,81 @@ pub fn data_line(
     )
 }
 
+/// The cells before the halves: `%12li  %12li  %8s  %6s  %6s`.
+pub fn line_start(size: u64, count: usize, dtype: &str, redop: &str, root: i64) -> String {
+    format!("{size:>12}  {count:>12}  {dtype:>8}  {redop:>6}  {root:>6}")
+}
+
+/// A number in `width` columns: two decimals when they fit, then one, then
+/// none, then exponent form (nccl-tests' cells of fixed width).
+pub fn fit(x: f64, width: usize) -> String {
+    for prec in [2, 1, 0] {
+        let s = format!("{x:>width$.prec$}");
+        if s.len() <= width {
+            return s;
+        }
+    }
+    let prec = usize::from(width >= 7);
+    format!("{x:>width$.prec$e}")
+}
+
+/// `-I`'s four cells after a half: i_min, i_max, i_p99 (us) and i_cv% (N/A without samples).
+pub fn iter_cells(st: Option<&super::common::IterStats>) -> String {
+    match st {
+        Some(st) => format!(
+            "  {}  {}  {}  {}",
+            fit(st.min * 1e6, 7),
+            fit(st.max * 1e6, 7),
+            fit(st.p99 * 1e6, 7),
+            fit(st.cv_pct, 7)
+        ),
+        None => format!("  {:>7}  {:>7}  {:>7}  {:>7}", "N/A", "N/A", "N/A", "N/A"),
+    }
+}
+
+/// A byte amount as nccl-tests' memory report writes it (`2.00 MB`, `12.5 GB`).
+pub fn mem_string(bytes: u128) -> String {
+    let mut x = bytes as f64;
+    let mut unit = "B";
+    for (scale, u) in [(1u64 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")] {
+        if x >= scale as f64 {
+            x /= scale as f64;
+            unit = u;
+            break;
+        }
+    }
+    let prec = if x < 10.0 {
+        2
+    } else if x < 100.0 {
+        1
+    } else {
+        0
+    };
+    format!("{x:.prec$} {unit}")
+}
+
+/// Which optional columns a table has.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Columns {
+    /// `-C 1`: the time column is `cputime`.
+    pub cputime: bool,
+    /// `-S 1`: a `timestamp` column at the end.
+    pub timestamps: bool,
+    /// `-I 1`: i_min, i_max, i_p99, i_cv% after each half.
+    pub per_iter: bool,
+}
+
 /// The three header rows above the data lines.
+#[cfg(test)]
 pub fn column_header() -> [String; 3] {
+    column_header_with(Columns::default())
+}
+
+/// The header rows for a table with `cols`.
+pub fn column_header_with(cols: Columns) -> [String; 3] {
+    if cols.cputime || cols.timestamps || cols.per_iter {
+        return extended_header(cols);
+    }
     let pre = format!("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}", "", "", "", "", "");
     let l1 = format!(
         "{pre}{:>23}{:9}{:>22}{:10}",
@@ -109,6 +188,50 @@ pub fn column_header() -> [String; 3] {
         "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{u}{u}",
         "(B)", "(elements)", "", "", ""
     );
+    [l1, l2, l3]
+}
+
+fn extended_header(cols: Columns) -> [String; 3] {
+    let time = if cols.cputime { "cputime" } else { "time" };
+    let pre = |a: &str, b: &str, c: &str, d: &str, e: &str| {
+        format!("# {a:>10}  {b:>12}  {c:>8}  {d:>6}  {e:>6}")
+    };
+    let mut h = format!(
+        "  {time:>7}  {:>6}  {:>6} {:>6}",
+        "algbw", "busbw", "#wrong"
+    );
+    let mut u = format!(
+        "  {:>7}  {:>6}  {:>6}  {:>5}",
+        "(us)", "(GB/s)", "(GB/s)", ""
+    );
+    if cols.per_iter {
+        h += &format!(
+            "  {:>7}  {:>7}  {:>7}  {:>7}",
+            "i_min", "i_max", "i_p99", "i_cv%"
+        );
+        u += &format!(
+            "  {:>7}  {:>7}  {:>7}  {:>7}",
+            "(us)", "(us)", "(us)", "(%)"
+        );
+    }
+    let half_width = h.len();
+    let title = |name: &str| format!("{name:^half_width$}");
+    let (oop, ip) = if cols.per_iter {
+        (
+            "out-of-place (+ per-iteration)",
+            "in-place (+ per-iteration)",
+        )
+    } else {
+        ("out-of-place", "in-place")
+    };
+    let mut l1 = format!("{}{}{}", pre("", "", "", "", ""), title(oop), title(ip));
+    let mut l2 = format!("{}{h}{h}", pre("size", "count", "type", "redop", "root"));
+    let mut l3 = format!("{}{u}{u}", pre("(B)", "(elements)", "", "", ""));
+    if cols.timestamps {
+        l1 += &" ".repeat(21);
+        l2 += &format!("{:>21}", "timestamp");
+        l3 += &format!("{:>21}", "(%Y-%m-%d %H:%M:%S)");
+    }
     [l1, l2, l3]
 }
 
@@ -164,6 +287,25 @@ mod tests {
         assert_eq!(fmt_g(2.5e-7), "2.5e-07");
         assert_eq!(fmt_g(1.0 / 3.0), "0.333333");
         assert_eq!(fmt_g(99.99999), "100");
+    }
+
+    #[test]
+    fn optional_columns() {
+        let [_, l2, l3] = column_header_with(Columns {
+            cputime: true,
+            timestamps: true,
+            per_iter: true,
+        });
+        assert!(l2.contains("  cputime   algbw"), "{l2}");
+        assert!(l2.contains("i_min    i_max    i_p99    i_cv%"), "{l2}");
+        assert!(l2.ends_with("timestamp"), "{l2}");
+        assert_eq!(l2.len(), l3.len());
+        assert_eq!(fit(12.345, 7), "  12.35");
+        assert_eq!(fit(1234.567, 7), "1234.57");
+        assert_eq!(fit(123456.7, 7), " 123457");
+        assert_eq!(mem_string(2 << 20), "2.00 MB");
+        assert_eq!(mem_string(50 << 30), "50.0 GB");
+        assert_eq!(mem_string(100), "100 B");
     }
 
     #[test]

@@ -79,6 +79,8 @@ struct Worker<'a> {
     n: usize,
     limit: Duration,
     report: Option<Report>,
+    /// The root of the lines being run (rooted collectives).
+    root: usize,
     errors: usize,
     ctx: String,
     progress: Option<super::progress::Progress>,
@@ -312,7 +314,8 @@ impl<'a> Worker<'a> {
             control,
             n: s.nranks,
             limit,
-            report: (worker == 0).then(Report::default),
+            report: (worker == 0).then(Report::new),
+            root: s.root,
             errors: 0,
             ctx: "startup".into(),
             progress: None,
@@ -421,6 +424,7 @@ impl<'a> Worker<'a> {
             },
             library_path: Some(lib.path.display().to_string()),
             launch: common::launch_name(self.s),
+            nccl_version: i64::from(lib.version),
         }
     }
 
@@ -476,19 +480,26 @@ impl<'a> Worker<'a> {
                 self.barrier()?;
             }
             for &op in &ops {
-                for &bytes in &s.sizes {
-                    if let Some(p) = self.progress.as_mut() {
-                        p.start_case(bytes);
-                    }
-                    let r = self.case(dt, op, bytes, &bufs);
-                    if let Some(p) = self.progress.as_mut() {
-                        if r.is_err() {
-                            p.clear();
-                        } else {
-                            p.finish_case();
+                for &root in &s.roots {
+                    self.root = root;
+                    let mut cycle = 0;
+                    while s.cycles == 0 || cycle < s.cycles {
+                        cycle += 1;
+                        for &bytes in &s.sizes {
+                            if let Some(p) = self.progress.as_mut() {
+                                p.start_case(bytes);
+                            }
+                            let r = self.case(dt, op, bytes, &bufs);
+                            if let Some(p) = self.progress.as_mut() {
+                                if r.is_err() {
+                                    p.clear();
+                                } else {
+                                    p.finish_case();
+                                }
+                            }
+                            r?;
                         }
                     }
-                    r?;
                 }
             }
             self.wait_all()?;
@@ -592,6 +603,7 @@ impl<'a> Worker<'a> {
                 .flat_map(|(i, (d, b))| {
                     common::descs(
                         s,
+                        self.root,
                         d.rank,
                         self.n,
                         in_place,
@@ -644,6 +656,7 @@ impl<'a> Worker<'a> {
             for d in &self.devs {
                 d.start.record(&d.stream).map_err(cuda_err)?;
             }
+            let issued = Instant::now();
             for _ in 0..s.iters {
                 for call in &calls {
                     self.issue(which, call)?;
@@ -652,10 +665,16 @@ impl<'a> Worker<'a> {
                     }
                 }
             }
+            let issue_secs = issued.elapsed().as_secs_f64() / ops_per_loop;
             for d in &self.devs {
                 d.stop.record(&d.stream).map_err(cuda_err)?;
             }
-            self.elapsed(ops_per_loop)?
+            let gpu = self.elapsed(ops_per_loop)?;
+            if s.cputime {
+                vec![issue_secs; gpu.len()]
+            } else {
+                gpu
+            }
         } else {
             // Capture the -n iterations on every local stream, then time -G replays.
             let mut begun = 0;
@@ -704,15 +723,20 @@ impl<'a> Worker<'a> {
             for d in &self.devs {
                 d.start.record(&d.stream).map_err(cuda_err)?;
             }
+            let issued = Instant::now();
             for _ in 0..s.graph {
                 for (d, gr) in self.devs.iter().zip(&graphs) {
                     gr.launch(&d.stream).map_err(cuda_err)?;
                 }
             }
+            let issue_secs = issued.elapsed().as_secs_f64() / (ops_per_loop * s.graph as f64);
             for d in &self.devs {
                 d.stop.record(&d.stream).map_err(cuda_err)?;
             }
-            let t = self.elapsed(ops_per_loop * s.graph as f64)?;
+            let mut t = self.elapsed(ops_per_loop * s.graph as f64)?;
+            if s.cputime {
+                t.iter_mut().for_each(|x| *x = issue_secs);
+            }
             drop(graphs);
             t
         };
@@ -792,6 +816,7 @@ impl<'a> Worker<'a> {
             .flat_map(|(i, (d, b))| {
                 common::descs(
                     s,
+                    self.root,
                     d.rank,
                     n,
                     in_place,
@@ -817,7 +842,7 @@ impl<'a> Worker<'a> {
             results.push(out);
         }
         let ranks: Vec<usize> = self.devs.iter().map(|d| d.rank).collect();
-        let root = s.root;
+        let root = self.root;
         let wrong: u64 = std::thread::scope(|sc| {
             let hs: Vec<_> = ranks
                 .iter()
@@ -899,6 +924,8 @@ impl<'a> Worker<'a> {
             ip: ip.as_ref().map(|_| t_ip.as_slice()),
             cmp: cmp.as_ref().map(|_| t_cmp.as_slice()),
             wrong,
+            root: self.root,
+            per_iter: [None, None],
         };
         rep.line(s, self.n, &line, self.progress.as_ref());
         Ok(())

@@ -18,6 +18,7 @@ pub mod data;
 pub mod fmt;
 pub mod gpu;
 pub mod launch;
+pub mod memory;
 pub mod progress;
 
 use crate::UsageError;
@@ -89,9 +90,15 @@ fn at_least_one(s: &str) -> Result<u64, String> {
     }
 }
 
-/// A byte count with an optional K, M or G suffix (KiB, MiB, GiB; `B` or `iB` may follow).
+/// What `-b`, `-e` and `-i` accept, for messages.
+pub const SIZE_ACCEPTED: &str =
+    "a size must be a non-negative number of bytes, optionally with K, M or G (KiB, MiB, GiB; e.g. 8, 64K, 1.5M, 2G)";
+
+/// A byte count as nccl-tests reads it: a non-negative number (a fraction
+/// is allowed and rounded down) with an optional K, M or G suffix (KiB, MiB,
+/// GiB; `B` or `iB` may follow).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let bad = || format!("'{s}' is not a byte count (expected e.g. 8, 64K, 1M or 2G)");
+    let bad = || SIZE_ACCEPTED.to_string();
     let t = s.trim();
     let t = t
         .strip_suffix("iB")
@@ -105,8 +112,42 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some(_) => (t, 1),
         None => return Err(bad()),
     };
-    let v: u64 = num.parse().map_err(|_| bad())?;
-    v.checked_mul(mul).ok_or_else(bad)
+    if !num.chars().all(|c| c.is_ascii_digit() || c == '.') || num.is_empty() {
+        return Err(bad());
+    }
+    if let Ok(v) = num.parse::<u64>() {
+        return v.checked_mul(mul).ok_or_else(bad);
+    }
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    let bytes = v * mul as f64;
+    // 2^64 bytes and above do not fit a u64.
+    if !bytes.is_finite() || bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(bad());
+    }
+    Ok(bytes as u64)
+}
+
+/// `-b`, `-e` or `-i` read, or the message naming the flag.
+fn size_flag(flag: &str, value: &str) -> Result<u64, UsageError> {
+    parse_size(value).map_err(|why| UsageError(format!("{flag} {value}: {why}")))
+}
+
+/// `-r`: one root rank, or every rank in turn (`all`, or nccl-tests' `-1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootSel {
+    One(usize),
+    All,
+}
+
+/// Reads `-r`.
+pub fn parse_root(s: &str) -> Result<RootSel, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("all") || t == "-1" {
+        return Ok(RootSel::All);
+    }
+    t.parse::<usize>()
+        .map(RootSel::One)
+        .map_err(|_| "a root must be a rank number, or all (or -1) for every rank in turn".into())
 }
 
 /// `oxccl perf` flags: nccl-tests' letters and meanings, plus oxccl's launch options.
@@ -130,14 +171,32 @@ pub struct PerfArgs {
     #[arg(value_name = "COLLECTIVE")]
     pub collective: String,
     /// Smallest size in bytes (K, M, G suffixes: KiB, MiB, GiB)
-    #[arg(short = 'b', long = "minbytes", value_name = "BYTES", default_value = "32M", value_parser = parse_size)]
-    pub minbytes: u64,
+    #[arg(
+        short = 'b',
+        long = "minbytes",
+        value_name = "BYTES",
+        default_value = "32M",
+        allow_hyphen_values = true
+    )]
+    pub minbytes: String,
     /// Largest size in bytes
-    #[arg(short = 'e', long = "maxbytes", value_name = "BYTES", default_value = "32M", value_parser = parse_size)]
-    pub maxbytes: u64,
+    #[arg(
+        short = 'e',
+        long = "maxbytes",
+        value_name = "BYTES",
+        default_value = "32M",
+        allow_hyphen_values = true
+    )]
+    pub maxbytes: String,
     /// Size increment when -f is 1
-    #[arg(short = 'i', long = "stepbytes", value_name = "BYTES", default_value = "1M", value_parser = parse_size)]
-    pub stepbytes: u64,
+    #[arg(
+        short = 'i',
+        long = "stepbytes",
+        value_name = "BYTES",
+        default_value = "1M",
+        allow_hyphen_values = true
+    )]
+    pub stepbytes: String,
     /// Size multiplier (1: add -i instead)
     #[arg(
         short = 'f',
@@ -156,7 +215,7 @@ pub struct PerfArgs {
         long = "warmup_iters",
         visible_alias = "warmup-iters",
         value_name = "N",
-        default_value_t = 5
+        default_value_t = 1
     )]
     pub warmup_iters: u64,
     /// Operations per iteration (one group for all_reduce and sendrecv, else sequential)
@@ -172,9 +231,15 @@ pub struct PerfArgs {
     /// Data type: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2, or all
     #[arg(short = 'd', long = "datatype", value_name = "TYPE", default_value = "float", value_parser = parse_types)]
     pub datatype: TypeList,
-    /// Root rank of broadcast, reduce, gather and scatter
-    #[arg(short = 'r', long = "root", value_name = "RANK", default_value_t = 0)]
-    pub root: usize,
+    /// Root rank of broadcast, reduce, gather and scatter; `all` (or -1): every rank in turn
+    #[arg(
+        short = 'r',
+        long = "root",
+        value_name = "RANK|all",
+        default_value = "0",
+        allow_hyphen_values = true
+    )]
+    pub root: String,
     /// Ranks per process, as threads
     #[arg(short = 't', long = "nthreads", value_name = "N", default_value_t = 1,
           value_parser = at_least_one)]
@@ -210,6 +275,82 @@ pub struct PerfArgs {
         value_name = "PATH"
     )]
     pub output_file: Option<PathBuf>,
+    /// Repeat the whole sweep N times, printing each (0: until interrupted)
+    #[arg(
+        short = 'N',
+        long = "run_cycles",
+        value_name = "N",
+        default_value_t = 1
+    )]
+    pub run_cycles: u64,
+    /// 1: the ranks create their communicators concurrently (oxccl's ranks always do; the header says so)
+    #[arg(short = 'p', long = "parallel_init", value_name = "0/1", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub parallel_init: u8,
+    /// 1: report the host time to issue the calls ("cputime") instead of the time to complete them
+    #[arg(short = 'C', long = "report_cputime", value_name = "0/1", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub report_cputime: u8,
+    /// 1: end each table line with the local time (%Y-%m-%d %H:%M:%S)
+    #[arg(short = 'S', long = "report_timestamps", value_name = "0/1", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub report_timestamps: u8,
+    /// Register the send and receive buffers: 0 no, 1 local (ncclCommRegister), 2 symmetric (ncclCommWindowRegister)
+    #[arg(short = 'R', long = "local_register", value_name = "0/1/2", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub local_register: u8,
+    /// CTA policy of the communicators (0 default, 1 efficiency, 2 zero) [default: not set]
+    #[arg(
+        short = 'x',
+        long = "cta_policy",
+        value_name = "0/1/2",
+        allow_hyphen_values = true
+    )]
+    pub cta_policy: Option<i64>,
+    /// Device-API implementation of the collective (0: the host API)
+    #[arg(
+        short = 'D',
+        long = "device_implementation",
+        value_name = "N",
+        default_value_t = 0
+    )]
+    pub device_implementation: u32,
+    /// CTAs of the device-API implementation (1 to 128)
+    #[arg(
+        short = 'V',
+        long = "device_cta_count",
+        value_name = "N",
+        default_value_t = 16
+    )]
+    pub device_cta_count: u32,
+    /// 1: print the memory the buffers take after the footer
+    #[arg(short = 'M', long = "memory", value_name = "0/1", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub memory: u8,
+    /// Start the send and receive buffers this many elements past their allocation (misaligned)
+    #[arg(
+        short = 'u',
+        long = "unalign",
+        value_name = "ELEMENTS",
+        default_value_t = 0
+    )]
+    pub unalign: u64,
+    /// 1: time every iteration and add i_min, i_max, i_p99 and i_cv% columns (max over ranks per iteration)
+    #[arg(short = 'I', long = "per_iter_timing", value_name = "0/1", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub per_iter_timing: u8,
+    /// Leave the first N iterations out of the -I summary columns (the JSON keeps every time)
+    #[arg(
+        short = 'K',
+        long = "per_iter_skip",
+        value_name = "N",
+        default_value_t = 0
+    )]
+    pub per_iter_skip: u64,
+    /// 1: issue the calls on CUDA's default (NULL) stream
+    #[arg(short = 'y', long = "stream_null", value_name = "0/1", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub stream_null: u8,
     /// Local ranks to start [default: cpu: 2 for sendrecv, else 4; cuda: every visible GPU, in multiples of -t x -g]
     #[arg(long, value_name = "N")]
     pub ranks: Option<usize>,
@@ -259,7 +400,26 @@ pub struct Settings {
     pub check: u64,
     pub ops: Vec<RedOp>,
     pub types: Vec<DataType>,
+    /// The first (or only) root of a rooted collective; 0 otherwise.
     pub root: usize,
+    /// Every root the sweep visits, in order (`-r all`: each rank).
+    pub roots: Vec<usize>,
+    /// `-N`: sweeps to run (0: until interrupted).
+    pub cycles: u64,
+    /// `-p 1`.
+    pub parallel_init: bool,
+    /// `-C 1`: report the time to issue the calls.
+    pub cputime: bool,
+    /// `-S 1`: a local time at the end of each line.
+    pub timestamps: bool,
+    /// `-u`: elements the buffers start past their allocation.
+    pub unalign: usize,
+    /// `-I 1`: per-iteration times and their summary columns.
+    pub per_iter: bool,
+    /// `-K`: iterations left out of the `-I` summary.
+    pub per_iter_skip: usize,
+    /// `-M 1`: print the buffers' memory after the footer.
+    pub memory_report: bool,
     pub threads: usize,
     pub average: u8,
     pub blocking: u8,
@@ -366,19 +526,24 @@ impl Settings {
                 Coll::ALL.map(|c| c.name()).join(", ")
             ))
         })?;
+        let minbytes = size_flag("-b/--minbytes", &a.minbytes)?;
+        let maxbytes = size_flag("-e/--maxbytes", &a.maxbytes)?;
+        let stepbytes = size_flag("-i/--stepbytes", &a.stepbytes)?;
+        let root_sel = parse_root(&a.root)
+            .map_err(|why| UsageError(format!("-r/--root {}: {why}", a.root)))?;
         let backend = resolve_backend(a)?;
+        check_feature_flags(a, backend)?;
         if a.stepfactor == 0 {
             return Err(UsageError(
                 "-f/--stepfactor 0: accepted values are 1 (step by -i/--stepbytes) or more (multiply)".into(),
             ));
         }
-        if a.minbytes > a.maxbytes {
+        if minbytes > maxbytes {
             return Err(UsageError(format!(
-                "-b/--minbytes {} is larger than -e/--maxbytes {} (accepted: minbytes <= maxbytes)",
-                a.minbytes, a.maxbytes
+                "-b/--minbytes {minbytes} is larger than -e/--maxbytes {maxbytes} (accepted: minbytes <= maxbytes)"
             )));
         }
-        if a.stepfactor == 1 && a.stepbytes == 0 && a.minbytes < a.maxbytes {
+        if a.stepfactor == 1 && stepbytes == 0 && minbytes < maxbytes {
             return Err(UsageError(
                 "-i/--stepbytes 0 with -f/--stepfactor 1 never reaches -e/--maxbytes (accepted: a step of 1 byte or more, or -f 2 or more)".into(),
             ));
@@ -525,19 +690,42 @@ impl Settings {
                 Some(compare::Lib::load_as(&p, coll, "--lib").map_err(UsageError)?)
             }
         };
-        if coll.rooted() && a.root >= nranks {
-            return Err(UsageError(format!(
-                "-r/--root {}: accepted values are 0 to {} for {nranks} ranks",
-                a.root,
-                nranks - 1
-            )));
+        let roots: Vec<usize> = match (coll.rooted(), root_sel) {
+            (false, _) => vec![0],
+            (true, RootSel::All) => (0..nranks).collect(),
+            (true, RootSel::One(r)) if r < nranks => vec![r],
+            (true, RootSel::One(r)) => {
+                return Err(UsageError(format!(
+                    "-r/--root {r}: accepted values are 0 to {} for {nranks} ranks, or all",
+                    nranks - 1
+                )))
+            }
+        };
+        let sizes = sizes(minbytes, maxbytes, stepbytes, a.stepfactor);
+        if backend == Backend::Cpu {
+            let local = match &launch {
+                Launch::External(_) => threads,
+                _ => nranks,
+            };
+            let need = memory::Need {
+                coll,
+                max_bytes: sizes.last().copied().unwrap_or(0),
+                types: &a.datatype.0,
+                nranks,
+                local_ranks: local,
+                agg: a.agg_iters,
+                unalign: a.unalign,
+            };
+            if let Some(avail) = memory::host_available() {
+                memory::check_host(&need, avail).map_err(UsageError)?;
+            }
         }
         Ok(Settings {
             coll,
-            sizes: sizes(a.minbytes, a.maxbytes, a.stepbytes, a.stepfactor),
-            minbytes: a.minbytes,
-            maxbytes: a.maxbytes,
-            stepbytes: a.stepbytes,
+            sizes,
+            minbytes,
+            maxbytes,
+            stepbytes,
             stepfactor: a.stepfactor,
             iters: a.iters,
             warmup: a.warmup_iters,
@@ -549,7 +737,16 @@ impl Settings {
                 Vec::new()
             },
             types: a.datatype.0.clone(),
-            root: if coll.rooted() { a.root } else { 0 },
+            root: roots[0],
+            roots,
+            cycles: a.run_cycles,
+            parallel_init: a.parallel_init == 1,
+            cputime: a.report_cputime == 1,
+            timestamps: a.report_timestamps == 1,
+            unalign: a.unalign as usize,
+            per_iter: a.per_iter_timing == 1,
+            per_iter_skip: a.per_iter_skip as usize,
+            memory_report: a.memory == 1,
             threads: match external {
                 None if a.launch == Some(LaunchKind::Thread) => nranks / ngpus,
                 _ => threads,
@@ -585,6 +782,82 @@ impl Settings {
             _ => self.timeout,
         }
     }
+}
+
+/// nccl-tests' flags that oxccl perf cannot honour on `backend`: refused
+/// with the reason, so a run never silently means something else.
+fn check_feature_flags(a: &PerfArgs, backend: Backend) -> Result<(), UsageError> {
+    let cuda = backend == Backend::Cuda;
+    let refuse = |s: String| Err(UsageError(s));
+    if a.device_implementation != 0 {
+        return refuse(format!(
+            "-D/--device_implementation {}: oxccl perf runs the collectives through the host API only (accepted: 0)",
+            a.device_implementation
+        ));
+    }
+    if !(1..=128).contains(&a.device_cta_count) {
+        return refuse(format!(
+            "-V/--device_cta_count {}: accepted values are 1 to 128",
+            a.device_cta_count
+        ));
+    }
+    if a.local_register != 0 {
+        let what = if a.local_register == 1 {
+            "register buffers"
+        } else {
+            "symmetric windows"
+        };
+        return refuse(if cuda {
+            format!("-R {} ({what}): not implemented by the CUDA backend of oxccl perf yet (accepted: 0)", a.local_register)
+        } else {
+            format!("-R {} ({what}) needs --backend cuda: host buffers have nothing to register (accepted: 0)", a.local_register)
+        });
+    }
+    if let Some(x) = a.cta_policy {
+        return refuse(if cuda {
+            format!("-x {x} (CTA policy): not implemented by the CUDA backend of oxccl perf yet (leave -x out)")
+        } else {
+            format!("-x {x} (CTA policy) needs --backend cuda: host collectives launch no CTAs (leave -x out)")
+        });
+    }
+    if a.stream_null != 0 {
+        return refuse(if cuda {
+            "-y 1 (CUDA's default stream): not implemented by the CUDA backend of oxccl perf yet (accepted: 0)".into()
+        } else {
+            "-y 1 (CUDA's default stream) needs --backend cuda: host collectives use no stream (accepted: 0)".into()
+        });
+    }
+    if a.unalign != 0 && cuda {
+        return refuse(format!(
+            "-u {} (misaligned buffers): not implemented by the CUDA backend of oxccl perf yet (accepted there: 0)",
+            a.unalign
+        ));
+    }
+    if a.per_iter_timing == 1 {
+        if cuda {
+            return refuse("-I 1 (per-iteration timing): not implemented by the CUDA backend of oxccl perf yet (accepted there: 0)".into());
+        }
+        if a.cudagraph != 0 {
+            return refuse("-I 1 (per-iteration timing) with -G: a graph replays every iteration at once (accepted: -G 0)".into());
+        }
+    }
+    if a.per_iter_skip != 0 {
+        if a.per_iter_timing == 0 {
+            return refuse(format!(
+                "-K/--per_iter_skip {}: needs -I 1 (per-iteration timing)",
+                a.per_iter_skip
+            ));
+        }
+        if a.per_iter_skip >= a.iters {
+            return refuse(format!(
+                "-K/--per_iter_skip {}: accepted values are 0 to {} (below -n/--iters {})",
+                a.per_iter_skip,
+                a.iters - 1,
+                a.iters
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `--backend` as it will run: `cpu` or `cuda`.
@@ -687,6 +960,13 @@ mod tests {
         assert!(parse_size("").is_err());
         assert!(parse_size("x").is_err());
         assert!(parse_size("-1").is_err());
+        assert_eq!(parse_size("1.5K"), Ok(1536));
+        assert_eq!(parse_size("-5"), Err(SIZE_ACCEPTED.to_string()));
+        assert!(parse_size("20000000000G").is_err());
+        assert_eq!(parse_root("all"), Ok(RootSel::All));
+        assert_eq!(parse_root("-1"), Ok(RootSel::All));
+        assert_eq!(parse_root("3"), Ok(RootSel::One(3)));
+        assert!(parse_root("x").is_err());
     }
 
     #[test]
