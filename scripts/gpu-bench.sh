@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # PyTorch-driven comparisons ON the GPU machine, one process per GPU:
 # NVIDIA's NCCL (PyTorch's own libnccl.so.2) beside oxccl (LD_PRELOAD of the
-# carried library), in the same run, alternated.
+# library built by scripts/gpu-test.sh --build), in the same job, alternated.
 #
 #   scripts/gpu-bench.sh sweep [MAX_BYTES]   all_reduce sweep, NCCL then each
 #                                            oxccl variant, ROUNDS times
@@ -14,7 +14,7 @@
 #                                            oxccl's first and cached starts,
 #                                            and a first start with prebuilt
 #                                            kernels (KERNELS, default
-#                                            .devcarry/kernels from `oxccl
+#                                            BUNDLE/kernels from `oxccl
 #                                            kernels --out`) when they exist
 #   scripts/gpu-bench.sh shrink [N]          torch_shrink.py (shrink_group) with
 #                                            N processes (default 4) on oxccl,
@@ -25,16 +25,20 @@
 # each `label` or `label:VAR=value,VAR=value` (default `default`);
 # NCCL_ENV: `VAR=value,...` applied to both libraries (e.g.
 # NCCL_P2P_DISABLE=1); LIB: oxccl's libnccl.so.2 (default
-# .devcarry/oxccl-nccl/lib/libnccl.so.2, from scripts/gpu-test.sh --build).
+# BUNDLE/oxccl-nccl/lib/libnccl.so.2, from scripts/gpu-test.sh --build;
+# BUNDLE is $OXCCL_GPU_BUNDLE, default target/gpu-bundle).
 # NVLink multicast stays off (shared/gpu.md). Logs go to $OUT (or /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The folder the --build steps fill on the development machine and the
+# GPU-side steps read: OXCCL_GPU_BUNDLE, default target/gpu-bundle.
+BUNDLE=$(realpath -m "${OXCCL_GPU_BUNDLE:-target/gpu-bundle}")
 . scripts/gpu-env.sh
 export OXCCL_CACHE_DIR="${OXCCL_CACHE_DIR:-/tmp/oxccl-kcache}"
 mkdir -p "$OXCCL_CACHE_DIR"
-[ -d .devcarry/kcache ] && cp -n .devcarry/kcache/* "$OXCCL_CACHE_DIR"/ 2>/dev/null
+[ -d "$BUNDLE/kcache" ] && cp -n "$BUNDLE"/kcache/* "$OXCCL_CACHE_DIR"/ 2>/dev/null
 PY=${PY:-/opt/torch/.venv/bin/python3}
-LIB=${LIB:-$PWD/.devcarry/oxccl-nccl/lib/libnccl.so.2}
+LIB=${LIB:-$BUNDLE/oxccl-nccl/lib/libnccl.so.2}
 OUTDIR=${OUT:-/tmp/gpu-bench}
 mkdir -p "$OUTDIR"
 ROUNDS=${ROUNDS:-2}
@@ -88,7 +92,7 @@ init)
     d=$(mktemp -d /tmp/oxccl-init-cache.XXXXXX)
     launch oxccl 1 "OXCCL_CACHE_DIR=$d,INIT_TAG=first-start" scripts/torch_init_mem.py | grep '^INIT'
     launch oxccl 1 "OXCCL_CACHE_DIR=$d,INIT_TAG=cached-start" scripts/torch_init_mem.py | grep '^INIT'
-    K=${KERNELS:-$PWD/.devcarry/kernels}
+    K=${KERNELS:-$BUNDLE/kernels}
     if [ -d "$K" ]; then
       # Empty cache, kernels from the packaged folder: what an installed
       # oxccl does on its first start.

@@ -3,18 +3,23 @@
 #
 # Build here first (the GPU machine has no Rust toolchain):
 #   scripts/gpu-test.sh --build      # on the development machine: builds the
-#                                    # release test binaries into .devcarry/
-# then on the GPU machine (e.g. through the device tool, carrying .devcarry):
+#                                    # release test binaries into the bundle
+#                                    # folder ($OXCCL_GPU_BUNDLE, default
+#                                    # target/gpu-bundle)
+# then copy that folder to the same path in the GPU machine's checkout, and:
 #   scripts/gpu-test.sh              # runs them and prints a pass/fail table
 #
 # NVLink multicast stays off in everything this starts (shared/gpu.md rules).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-CARRY=.devcarry/oxccl-cuda
+# The folder the --build steps fill on the development machine and the
+# GPU-side steps read: OXCCL_GPU_BUNDLE, default target/gpu-bundle.
+BUNDLE=$(realpath -m "${OXCCL_GPU_BUNDLE:-target/gpu-bundle}")
+TESTS_DIR=$BUNDLE/oxccl-cuda
 
 if [ "${1:-}" = "--build" ]; then
   set -e
-  rm -rf "$CARRY" && mkdir -p "$CARRY"
+  rm -rf "$TESTS_DIR" && mkdir -p "$TESTS_DIR"
   # The test executables, found through cargo's JSON messages: oxccl-cuda's
   # and the C API's GPU routing test.
   { cargo test --release -p oxccl-cuda --no-run --message-format=json 2>/dev/null
@@ -28,38 +33,38 @@ for line in sys.stdin:
         print(m["target"]["name"], m["executable"])' |
     while read -r name exe; do
       [ "$name" = oxccl_cuda ] && continue # the library's unit tests: none need a GPU
-      # Debug info off: the device tool carries at most 64 MiB.
-      objcopy --strip-debug "$exe" "$CARRY/$name"; echo "carried $name"
+      # Debug info off: a smaller bundle to copy.
+      objcopy --strip-debug "$exe" "$TESTS_DIR/$name"; echo "bundled $name"
     done
   # libnccl.so.2 + nccl.h for C programs and nccl-tests (NCCL_HOME layout).
   cargo build --release -p oxccl-nccl --lib
-  L=.devcarry/oxccl-nccl
+  L=$BUNDLE/oxccl-nccl
   rm -rf "$L" && mkdir -p "$L/lib" "$L/include"
   objcopy --strip-debug "${CARGO_TARGET_DIR:-target}/release/libnccl.so" "$L/lib/libnccl.so"
   ln -sf libnccl.so "$L/lib/libnccl.so.2"
   cp crates/oxccl-nccl/include/nccl.h "$L/include/"
   # The repo's network plugin, for gpu_procs' plugin test (no cargo there).
   cargo build -p oxccl-net-test-plugin
-  cp "${CARGO_TARGET_DIR:-target}/debug/libnccl_net_oxtest.so" "$CARRY/libnccl-net-oxtest.so"
+  cp "${CARGO_TARGET_DIR:-target}/debug/libnccl_net_oxtest.so" "$TESTS_DIR/libnccl-net-oxtest.so"
   # sm_90 CUBINs of every kernel (the H200s), so the GPU machine's processes
   # load them from the disk cache instead of each compiling for ~30 s.
   # OXCCL_SKIP_KCACHE=1 keeps the last ones (no kernel source changed, or
-  # the run carries `oxccl kernels --out` instead).
+  # the GPU side uses `oxccl kernels --out`'s folder instead).
   if [ -z "${OXCCL_SKIP_KCACHE:-}" ]; then
-    rm -rf .devcarry/kcache && mkdir -p .devcarry/kcache
-    OXCCL_WARM_CACHE=$PWD/.devcarry/kcache cargo test --release -p oxccl-cuda --test kernels_compile \
+    rm -rf "$BUNDLE/kcache" && mkdir -p "$BUNDLE/kcache"
+    OXCCL_WARM_CACHE=$BUNDLE/kcache cargo test --release -p oxccl-cuda --test kernels_compile \
       every_kernel_compiles_for_sm90 -- --nocapture 2>&1 | grep -E "bytes of|test result"
   fi
-  ls -la "$CARRY" "$L/lib" .devcarry/kcache
+  ls -la "$TESTS_DIR" "$L/lib" "$BUNDLE/kcache"
   exit 0
 fi
 
 . scripts/gpu-env.sh
 export OXCCL_CACHE_DIR="${OXCCL_CACHE_DIR:-$(mktemp -d /tmp/oxccl-cache.XXXXXX)}"
-# Kernels compiled by --build (same NVRTC 13.0, sm_90), when carried. The
+# Kernels compiled by --build (same NVRTC 13.0, sm_90), when bundled. The
 # first-start row below then checks the cache path rather than NVRTC.
-if [ -n "${OXCCL_USE_KCACHE:-}" ] && [ -d .devcarry/kcache ]; then
-  cp .devcarry/kcache/* "$OXCCL_CACHE_DIR"/ 2>/dev/null || true
+if [ -n "${OXCCL_USE_KCACHE:-}" ] && [ -d "$BUNDLE/kcache" ]; then
+  cp "$BUNDLE"/kcache/* "$OXCCL_CACHE_DIR"/ 2>/dev/null || true
 fi
 OUTDIR="${OUT:-/tmp/oxccl-gpu-test}"
 mkdir -p "$OUTDIR"
@@ -84,7 +89,7 @@ run() { # name, command...  (OXCCL_GPU_ONLY="name ..." runs only those rows)
   rows+=("$(printf '%-34s %-5s %6ss  skipped-lines=%s' "$name" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$secs" "$skipped")")
 }
 
-B=$CARRY
+B=$TESTS_DIR
 run no_driver        "$B/no_driver" --nocapture --test-threads=1
 run kernels_compile  env OXCCL_REQUIRE_NVRTC=1 "$B/kernels_compile" --nocapture
 run gpu_first_start  "$B/gpu" --nocapture --test-threads=1
@@ -116,7 +121,7 @@ OXCCL_TEST_TIMEOUT=300 run gpu_abi_ce_ar env OXCCL_CUDA_CE_AR_MIN=1 "$B/gpu_abi"
 run gpu_abi_pair_timeout env OXCCL_TEST_PAIR_TIMEOUT=1 OXCCL_TIMEOUT_MS=2000 \
   "$B/gpu_abi" --nocapture --test-threads=1 --exact two_gpus_a_missing_partner_times_out
 # One process per GPU (CUDA IPC), 3 and 4 ranks, host memory, a missing peer.
-OXCCL_TEST_TIMEOUT=600 run gpu_procs env OXCCL_TEST_NET_PLUGIN="$PWD/$B/libnccl-net-oxtest.so" \
+OXCCL_TEST_TIMEOUT=600 run gpu_procs env OXCCL_TEST_NET_PLUGIN="$B/libnccl-net-oxtest.so" \
   "$B/gpu_procs" --nocapture --test-threads=1
 run timing           "$B/gpu" --nocapture --ignored --test-threads=1 timing_one_shot_all_reduce
 
@@ -129,7 +134,7 @@ fi
 TR=/opt/torch/.venv/bin/python3
 if [ -z "${OXCCL_SKIP_TORCH:-}" ] && [ -x $TR ]; then
   OXCCL_TEST_TIMEOUT=300 run torch_nccl $TR -m torch.distributed.run --standalone --nproc-per-node=2 scripts/torch_check.py
-  OXCCL_TEST_TIMEOUT=300 run torch_oxccl env LD_PRELOAD="$PWD/.devcarry/oxccl-nccl/lib/libnccl.so.2" \
+  OXCCL_TEST_TIMEOUT=300 run torch_oxccl env LD_PRELOAD="$BUNDLE/oxccl-nccl/lib/libnccl.so.2" \
     $TR -m torch.distributed.run --standalone --nproc-per-node=2 scripts/torch_check.py
   if [ -f "$OUTDIR/torch_nccl.log" ] && [ -f "$OUTDIR/torch_oxccl.log" ]; then
     a=$(grep '^digest' "$OUTDIR/torch_nccl.log"); b=$(grep '^digest' "$OUTDIR/torch_oxccl.log")

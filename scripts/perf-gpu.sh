@@ -3,17 +3,19 @@
 # oxccl's libnccl on 2 GPUs driven by one thread (-g 2), one process per GPU
 # (--ranks 2), CUDA graph replays (-G 10), side by side with NVIDIA's NCCL
 # (--compare), and every collective once with a check. Logs, JSON and SVG
-# plots go to $OUT (the device tool's output folder) or /tmp/oxccl-perf-gpu.
+# plots go to $OUT or /tmp/oxccl-perf-gpu.
 #
 # Build here first (the GPU machine has no Rust toolchain):
 #   scripts/perf-gpu.sh --build      # on the development machine: release
 #                                    # oxccl + libnccl.so + the perf_gpu test
-#                                    # binary, stripped, into .devcarry/perf/
-# then on the GPU machine (through the device tool, carrying .devcarry/perf):
+#                                    # binary, stripped, into BUNDLE/perf/
+#                                    # (BUNDLE: $OXCCL_GPU_BUNDLE, default
+#                                    # target/gpu-bundle)
+# then, with that folder copied to the GPU machine's checkout, there:
 #   scripts/perf-gpu.sh              # everything, then a pass/fail table
 #   scripts/perf-gpu.sh quick        # the -g 2 sweep and the checks only
-#   scripts/perf-gpu.sh rest         # all but those (the device tool allows
-#                                    # 10 minutes a command: quick, then rest)
+#   scripts/perf-gpu.sh rest         # all but those (where a command may run
+#                                    # at most 10 minutes: quick, then rest)
 #   scripts/perf-gpu.sh latency      # all_reduce 8 B-1 MB, 2 processes, one-shot
 #                                    # LL against ring LL, eager and graphs, vs NCCL
 #   scripts/perf-gpu.sh agrs         # all_gather / reduce_scatter to 2 GB vs NCCL
@@ -36,7 +38,7 @@
 #   scripts/perf-gpu.sh sweep2       # every collective, 2 processes, 8 B-64 MB,
 #                                    # eager and graphs, vs NCCL
 #                                    # (OXCCL_SWEEP_COLLS picks collectives)
-#   scripts/perf-gpu.sh multi        # every GPU of a 4- or 8-GPU host (issue 10):
+#   scripts/perf-gpu.sh multi        # every GPU of a 4- or 8-GPU NVSwitch host:
 #                                    # checks of every collective, AR/AG/RS
 #                                    # sweeps to 8 GB, --ranks N and -g N, vs NCCL
 #   scripts/perf-gpu.sh push_variants  # all_reduce / reduce_scatter 128 MB-4 GB,
@@ -83,8 +85,8 @@
 #   scripts/perf-gpu.sh share        # ranks sharing GPU 0 (--share-gpus, no NCCL):
 #                                    # 12 ranks' all_reduce and alltoall and 8
 #                                    # ranks' alltoall 1 MB-128 MB, checked (more
-#                                    # blocks than the SMs hold hung before session
-#                                    # 19); 5-7 ranks' AR/AG/RS 1 MB-256 MB at the
+#                                    # blocks than the SMs hold once hung, so
+#                                    # channels are now SMs / ranks); 5-7 ranks' AR/AG/RS 1 MB-256 MB at the
 #                                    # default channels (SMs / ranks) against
 #                                    # NCCL_MAX_NCHANNELS=16 (before), two rounds
 #   scripts/perf-gpu.sh ce_ar        # all_reduce / reduce_scatter 64 MB-8 GB, -g 2,
@@ -96,18 +98,21 @@
 # Every run has a deadline: -T 120 inside oxccl perf, `timeout` around it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-CARRY=.devcarry/perf
+# The folder the --build steps fill on the development machine and the
+# GPU-side steps read: OXCCL_GPU_BUNDLE, default target/gpu-bundle.
+BUNDLE=$(realpath -m "${OXCCL_GPU_BUNDLE:-target/gpu-bundle}")
+PERF_DIR=$BUNDLE/perf
 
 if [ "${1:-}" = "--build" ]; then
   set -e
   T="${CARGO_TARGET_DIR:-target}"
   cargo build --release -p oxccl-cli -p oxccl-nccl
-  rm -rf "$CARRY" && mkdir -p "$CARRY"
-  # Debug info off: the device tool carries at most 64 MiB.
-  objcopy --strip-debug "$T/release/oxccl" "$CARRY/oxccl"
+  rm -rf "$PERF_DIR" && mkdir -p "$PERF_DIR"
+  # Debug info off: a smaller bundle to copy.
+  objcopy --strip-debug "$T/release/oxccl" "$PERF_DIR/oxccl"
   # `oxccl perf --backend cuda` finds oxccl's libnccl next to its executable.
-  objcopy --strip-debug "$T/release/libnccl.so" "$CARRY/libnccl.so"
-  ln -sf libnccl.so "$CARRY/libnccl.so.2"
+  objcopy --strip-debug "$T/release/libnccl.so" "$PERF_DIR/libnccl.so"
+  ln -sf libnccl.so "$PERF_DIR/libnccl.so.2"
   cargo test --release -p oxccl-cli --test perf_gpu --no-run --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys
@@ -116,9 +121,9 @@ for line in sys.stdin:
     except ValueError: continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])' |
-    while read -r exe; do objcopy --strip-debug "$exe" "$CARRY/perf_gpu"; echo "carried perf_gpu"; done
-  ls -la "$CARRY"
-  du -sh "$CARRY"
+    while read -r exe; do objcopy --strip-debug "$exe" "$PERF_DIR/perf_gpu"; echo "bundled perf_gpu"; done
+  ls -la "$PERF_DIR"
+  du -sh "$PERF_DIR"
   exit 0
 fi
 
@@ -127,9 +132,9 @@ MODE="${1:-all}"
 export OXCCL_CACHE_DIR="${OXCCL_CACHE_DIR:-$(mktemp -d /tmp/oxccl-cache.XXXXXX)}"
 OUTDIR="${OUT:-/tmp/oxccl-perf-gpu}"
 mkdir -p "$OUTDIR"
-X="$CARRY/oxccl"
+X="$PERF_DIR/oxccl"
 NCCL="${OXCCL_PERF_NCCL:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2}"
-[ -x "$X" ] || { echo "no $X: run scripts/perf-gpu.sh --build on the development machine and carry $CARRY"; exit 2; }
+[ -x "$X" ] || { echo "no $X: run scripts/perf-gpu.sh --build on the development machine and copy $PERF_DIR here"; exit 2; }
 
 echo "== machine"
 date -u +%FT%TZ
@@ -182,8 +187,8 @@ if [ "$MODE" = all ] || [ "$MODE" = rest ]; then
   # 6. Two threads, one GPU each; blocking calls.
   run t2_all_reduce 600 "$X" $P all_reduce --backend cuda -t 2 -b 8 -e 64M -f 8 -c 1 -z 1
   # 7. The GPU test file (skips nothing here).
-  if [ -x "$CARRY/perf_gpu" ]; then
-    OXCCL_BIN="$PWD/$X" OXCCL_PERF_NCCL="$NCCL" run perf_gpu_tests 900 "$CARRY/perf_gpu" --test-threads=1
+  if [ -x "$PERF_DIR/perf_gpu" ]; then
+    OXCCL_BIN="$X" OXCCL_PERF_NCCL="$NCCL" run perf_gpu_tests 900 "$PERF_DIR/perf_gpu" --test-threads=1
   fi
 fi
 # Plots of the JSON files that were written.
@@ -287,7 +292,7 @@ if [ "$MODE" = xp ]; then
   # kernels only (both bounds 0), beside NCCL, 32 MB-4 GB; then a checked
   # run of each collective at 512 MB-1 GB on the engines. Scatters, gathers
   # and all-to-alls take the engines for their transfer with the peer while
-  # SMs copy the rank's own part (session 10).
+  # SMs copy the rank's own part.
   for c in ${OXCCL_XP_COLLS:-all_gather sendrecv reduce_scatter all_reduce broadcast scatter gather alltoall}; do
     R="$c --backend cuda --ranks 2 -b 32M -e 4G -f 2 -c 0 -n 8 -w 2 --compare $NCCL"
     run "xp_default_$c" 240 "$X" $P $R -J "$OUTDIR/xp_default_$c.json"
@@ -320,8 +325,7 @@ if [ "$MODE" = push_variants ]; then
   done
 fi
 if [ "$MODE" = small ]; then
-  # Session 13's predictions (docs/performance-gpu.md): the one-shot
-  # all-reduce in its own small kernel, 2 processes, under graphs and
+  # The one-shot all-reduce in its own small kernel (ll1_fast), 2 processes, under graphs and
   # eager, against the ring kernel's one-shot path, two rounds
   # alternated, NCCL beside each.
   R="all_reduce --backend cuda --ranks 2 -b 8 -e 1M -f 2 -n 500 -w 50 -c 1 --compare $NCCL"
@@ -330,8 +334,7 @@ if [ "$MODE" = small ]; then
     OXCCL_CUDA_LL1_FAST=0 run "small_graph_ring_$round" 150 "$X" $P $R -G 10 -J "$OUTDIR/small_graph_ring_$round.json"
     run "small_eager_$round" 150 "$X" $P $R -J "$OUTDIR/small_eager_$round.json"
   done
-  # Session 14's predictions: the four other one-shot collectives in the
-  # same kernel, graphs, against the ring kernel, two rounds, NCCL beside.
+  # The four other one-shot collectives in the same kernel, graphs, against the ring kernel, two rounds, NCCL beside.
   for c in ${OXCCL_SMALL_COLLS:-broadcast reduce all_gather reduce_scatter}; do
     R="$c --backend cuda --ranks 2 -b 8 -e 512K -f 4 -n 500 -w 50 -c 1 -G 10 --compare $NCCL"
     for round in 1 2; do
@@ -342,11 +345,11 @@ if [ "$MODE" = small ]; then
 fi
 
 if [ "$MODE" = joint ]; then
-  # Session 15's one-launch kernel of every rank (joint.rs) on the GPUs of
-  # one process (-g N, every GPU; eager: captured calls never take it), not
-  # yet timed there: OXCCL_CUDA_JOINT_PEERS=1 against the default (a kernel
-  # per GPU), three rounds alternated, NCCL beside each; then every type and
-  # op through it, checked.
+  # The one-launch kernel of every rank (joint.rs) on the GPUs of one
+  # process (-g N, every GPU; eager: captured calls never take it), so far
+  # timed only with ranks sharing one GPU: OXCCL_CUDA_JOINT_PEERS=1 against
+  # the default (a kernel per GPU), three rounds alternated, NCCL beside
+  # each; then every type and op through it, checked.
   for c in ${OXCCL_JOINT_COLLS:-all_reduce all_gather reduce_scatter broadcast reduce}; do
     R="$c --backend cuda -g $NG -b 8 -e 256K -f 4 -n 500 -w 50 -c 0 --compare $NCCL"
     for round in 1 2 3; do
@@ -359,7 +362,7 @@ if [ "$MODE" = joint ]; then
   done
 fi
 if [ "$MODE" = twoshot ]; then
-  # Session 16's two-shot LL all-reduce (3-8 ranks of one host) against the
+  # The two-shot LL all-reduce (3-8 ranks of one host) against the
   # LL ring it replaced, under CUDA graphs (launch-bound eager calls of N
   # ranks from one thread would hide the kernels). On a machine with fewer
   # GPUs than ranks the ranks share them: correctness and the kernels' own
@@ -376,7 +379,7 @@ if [ "$MODE" = twoshot ]; then
   done
 fi
 if [ "$MODE" = direct ]; then
-  # Session 18's direct kernels (3-8 ranks of one host: all-gathers and
+  # The direct kernels (3-8 ranks of one host: all-gathers and
   # reduce-scatters in one crossing of Simple slots, all-reduces in two)
   # against the Simple ring's n - 1 (2 (n - 1)) steps, at every size of the
   # range (the default bound is 1 MiB per rank block), under CUDA graphs,
@@ -396,7 +399,7 @@ if [ "$MODE" = direct ]; then
   done
 fi
 if [ "$MODE" = share ]; then
-  # Session 19: where ranks share a GPU every rank's blocks must be resident
+  # Where ranks share a GPU every rank's blocks must be resident
   # at once (a ring block fills an SM); the channels come down to SMs /
   # ranks, send/receive launches to 2 x SMs / ranks. One GPU is enough.
   S="--backend cuda --share-gpus -c 1 -n 10 -w 2"
@@ -429,7 +432,7 @@ if [ "$MODE" = twoshot_wide ]; then
 fi
 if [ "$MODE" = ar_mid ]; then
   # All-reduce at 1 MiB is the one 2-process size below NCCL (0.94-0.96x
-  # under graphs, sessions 10-11): ours is ring LL on 32 channels, NCCL's
+  # under graphs, 2xH200, 2026-11-30 and 2026-12-01): ours is ring LL on 32 channels, NCCL's
   # ring LL on 24 at 512 KB (its TUNING line). Fewer, fuller channels
   # against the default, two rounds alternated, NCCL beside. The setting
   # caps NCCL's run too: 24 is its own choice there, but with 16 compare
@@ -439,15 +442,15 @@ if [ "$MODE" = ar_mid ]; then
     run "arm_default_$round" 120 "$X" $P $R -J "$OUTDIR/arm_default_$round.json"
     NCCL_MAX_NCHANNELS=24 run "arm_ch24_$round" 120 "$X" $P $R -J "$OUTDIR/arm_ch24_$round.json"
     NCCL_MAX_NCHANNELS=16 run "arm_ch16_$round" 120 "$X" $P $R -J "$OUTDIR/arm_ch16_$round.json"
-    # The Simple ring from 512 KiB instead of 1 MiB (its steps got cheaper
-    # in session 17; NCCL's run beside it unchanged).
+    # The Simple ring from 512 KiB instead of 1 MiB (its steps cost ~10 us
+    # less since one system fence per step; NCCL's run beside it unchanged).
     OXCCL_CUDA_LL_MAX=512K run "arm_ll512k_$round" 120 "$X" $P $R -J "$OUTDIR/arm_ll512k_$round.json"
   done
 fi
 if [ "$MODE" = sweep2 ]; then
   # Every collective, one process per GPU, 8 B-64 MB, eager and under CUDA
-  # graphs, beside NCCL (performance-gpu.md "Session 8": the sizes still
-  # below NCCL come from these); then 2-rank all-reduces 256 KB-4 MB in
+  # graphs, beside NCCL (the sizes where oxccl is still below NCCL in
+  # docs/performance-gpu.md come from these); then 2-rank all-reduces 256 KB-4 MB in
   # steps of 2 (1 MiB is where the LL ring's bound sits).
   for c in ${OXCCL_SWEEP_COLLS:-sendrecv alltoall all_gather reduce_scatter broadcast reduce gather scatter all_reduce}; do
     S="$c --backend cuda --ranks 2 -b 8 -e 64M -f 4 -c 1 -n 50 -w 5 --compare $NCCL"
@@ -457,8 +460,7 @@ if [ "$MODE" = sweep2 ]; then
   run "sweep2_all_reduce_1m" 120 "$X" $P all_reduce --backend cuda --ranks 2 -b 256K -e 4M -f 2 -c 1 -n 60 -w 10 -G 10 --compare "$NCCL"
 fi
 if [ "$MODE" = multi ]; then
-  # Issue 10's machines (4 or 8 GPUs; written before either was lent, not
-  # yet run): every GPU of the host, one process per GPU and one process
+  # 4- or 8-GPU NVSwitch hosts (not yet measured on one): every GPU of the host, one process per GPU and one process
   # driving all, every collective checked at a few sizes, then the
   # all-reduce, all-gather and reduce-scatter sweeps to 8 GB beside NCCL.
   # OXCCL_MULTI_MAX caps the sweeps' largest size (default 8G).

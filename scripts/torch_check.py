@@ -1,9 +1,10 @@
 """torch.distributed with the nccl backend on every GPU, one process per GPU.
 
-Run under torchrun, once with NVIDIA's NCCL and once with oxccl preloaded:
+Run under torchrun, once with NVIDIA's NCCL and once with oxccl preloaded
+(libnccl.so.2 from `cargo xtask build`):
 
     torchrun --nproc_per_node 2 scripts/torch_check.py
-    LD_PRELOAD=$PWD/.devcarry/oxccl-nccl/lib/libnccl.so.2 \
+    LD_PRELOAD=$PWD/target/release/libnccl.so.2 \
         torchrun --nproc_per_node 2 scripts/torch_check.py
 
 Every collective PyTorch offers (all_reduce with each op, all_gather,

@@ -28,7 +28,7 @@ def main():
     torch.cuda.synchronize()
     t1 = time.perf_counter()
     free1, _ = torch.cuda.mem_get_info(dev)
-    lib = "oxccl" if "oxccl" in os.environ.get("LD_PRELOAD", "") or "devcarry" in os.environ.get("LD_PRELOAD", "") else "NCCL"
+    lib = "oxccl" if "oxccl" in os.environ.get("LD_PRELOAD", "") else "NCCL"
     stats = torch.tensor([t1 - t0, (free0 - free1) / 2**20], dtype=torch.float64, device=dev)
     gathered = [torch.zeros_like(stats) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, stats)

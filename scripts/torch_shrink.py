@@ -7,7 +7,7 @@ all_gather and a broadcast on the new group, whose ranks keep the parent
 order. Exit status 0 when every check passed; "SKIPPED" when this torch has
 no shrink_group.
 
-    LD_PRELOAD=$PWD/.devcarry/oxccl-nccl/lib/libnccl.so.2 \
+    LD_PRELOAD=$PWD/target/release/libnccl.so.2 \
         torchrun --nproc_per_node 4 scripts/torch_shrink.py
 
 More processes than GPUs share them (oxccl allows it, NCCL refuses), so on

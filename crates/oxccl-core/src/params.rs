@@ -452,7 +452,7 @@ params! {
     // one GPU (the per-rank kernels spread that over every GPU's links), so
     // it pays where the launches dominate, small calls (joint.rs).
     CUDA_JOINT_MAX: Size = "OXCCL_CUDA_JOINT_MAX", "256K", honoured,
-        "Every rank of a communicator of at most 8 ranks in this process, all on one GPU (or on several with OXCCL_CUDA_JOINT_PEERS=1), every rank's calls in one group of one thread, not under CUDA graph capture: all-reduces, all-gathers, reduce-scatters, broadcasts and reduces whose larger buffer per rank holds at most this many bytes run as one kernel on rank 0's GPU that reads every rank's input and writes every rank's output, the other ranks' streams ordered around it by events: one launch per call instead of one per rank (ranks sharing one H200, eager, 8 B-128 KB, medians of 3-7 rounds: two ranks' all-reduces 7.2 us against 9.0, reduces 5.0 against 9.0, all-gathers 6.6 against 9.2, broadcasts 7.1 against 7.8; four ranks' all-reduces 7.3-8.0 against 17.2-19.3; docs/performance-gpu.md, session 15). 0: never.";
+        "Every rank of a communicator of at most 8 ranks in this process, all on one GPU (or on several with OXCCL_CUDA_JOINT_PEERS=1), every rank's calls in one group of one thread, not under CUDA graph capture: all-reduces, all-gathers, reduce-scatters, broadcasts and reduces whose larger buffer per rank holds at most this many bytes run as one kernel on rank 0's GPU that reads every rank's input and writes every rank's output, the other ranks' streams ordered around it by events: one launch per call instead of one per rank (ranks sharing one H200, eager, 8 B-128 KB, medians of 3-7 rounds: two ranks' all-reduces 7.2 us against 9.0, reduces 5.0 against 9.0, all-gathers 6.6 against 9.2, broadcasts 7.1 against 7.8; four ranks' all-reduces 7.3-8.0 against 17.2-19.3; one H200, 2026-12-01, docs/performance-gpu.md). 0: never.";
     // Why off: across GPUs the events cross devices and rank 0's GPU reads
     // the peers' inputs over NVLink; not yet timed there (joint.rs).
     CUDA_JOINT_PEERS: Bool = "OXCCL_CUDA_JOINT_PEERS", "0", honoured,
@@ -482,25 +482,27 @@ params! {
         "Two ranks in two processes of one host, an all-reduce or reduce-scatter both call in place (as NCCL defines it) that takes the copy engines (OXCCL_CUDA_CE_AR_MIN, OXCCL_CUDA_CE_PUSH): push the pieces instead of pulling them. An all-reduce's first piece goes into the peer's scratch, every later one into the peer's copy of this rank's part once the peer's own push has sent those values; a reduce-scatter's pieces go into the peer's 4-slot scratch ring, each once the peer's kernel has reduced the slot's previous piece (bounded waits on counters in the ring window). Every rank must set the same value (a rank that does not pulls, and so does its peer). 1: push; 0: pull (the default until measured on two GPUs).";
     // Why a setting, 1: on one stream each piece leaves the copy engine idle
     // for ~5 us (its landed flag, the next copy's start; 16 MiB pieces on one
-    // stream moved 347 GB/s against 390 unpieced, session 5's probe), which
+    // stream moved 347 GB/s against 390 unpieced: scripts/ce-probe.sh,
+    // 2xH200, 2026-11-30), which
     // a second stream's copy could fill; not yet timed on two GPUs.
     CUDA_CE_PUSH_STREAMS: U64 = "OXCCL_CUDA_CE_PUSH_STREAMS", "1", honoured,
         "Two ranks in two processes of one host pushing a reduction's pieces (OXCCL_CUDA_CE_PUSH, OXCCL_CUDA_CE_PUSH_IN_PLACE): the copy streams the pieces alternate on, 1 or 2 (larger values count as 2); each stream counts its own landed pieces, so the peer's kernel follows each piece whichever stream finishes first. Every rank must set the same value (else the copy engines stay off between them, with a warning). Unset: 1 (2 not yet timed on two GPUs).";
     // Why a knob of our own: NCCL_PROTO would move NVIDIA's NCCL too when
     // both run side by side (`oxccl perf --compare`), and the 2-rank bound
-    // (1 MiB) was set before the Simple ring's steps got cheaper (session 17).
+    // (1 MiB) was set when a Simple ring step still cost ~10 us of waiting, before
+    // one system fence per step (2xH200, 2026-12-01).
     CUDA_LL_MAX: Opt<Size> = "OXCCL_CUDA_LL_MAX", "", honoured,
         "On the GPU ring path (every case but the two GPUs of one process, see OXCCL_CUDA_RING), all-reduces within one host up to this many bytes take an LL kernel (one-shot, two-shot or LL ring); larger ones the Simple ring (unless OXCCL_CUDA_TWOSHOT_MAX reaches further). It also bounds the small all-gathers, reduce-scatters, broadcasts, reduces and sends that LL takes; 0: no LL at all. Unset: 1M for 2 ranks, 512K for more. NCCL_PROTO without LL wins over it.";
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 256K within a host for 2 ranks, 128K / (ranks - 1) for more; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off. 0 also turns off the one-shot all-gather and reduce-scatter (blocks B with (ranks - 1) x B within LL's 512K, one host).";
     // Why on by default: the LL ring's 2 (n - 1) dependent steps against two
     // crossings for the same bytes (crates/oxccl-cuda/src/ring.rs,
-    // default_twoshot_max; 4 and 8 ranks sharing one H200, session 16).
+    // default_twoshot_max; 4 and 8 ranks sharing one H200, 2026-12-01).
     CUDA_TWOSHOT_MAX: Opt<Size> = "OXCCL_CUDA_TWOSHOT_MAX", "", honoured,
         "All-reduces on device buffers of 3 to 8 ranks of one host, larger than the one-shot bound (OXCCL_CUDA_ONESHOT_MAX), up to this many bytes take a two-shot kernel over LL lines (block p of every rank to rank p, reduced there, then sent to every rank: two crossings) instead of the LL ring (2 x (ranks - 1) dependent steps), and, set above LL's bound, instead of the Simple ring up to it. 0: never. Unset: 512K (LL's default bound). NCCL_ALGO without TwoShot or NCCL_PROTO without LL also turns it off; not for 2 ranks (the one-shot serves them) or across hosts.";
     // Why on by default: one (two) crossings of the ring's bytes against the
     // Simple ring's n - 1 (2 (n - 1)) dependent steps (crates/oxccl-cuda/
-    // src/ring.rs, default_direct_max; ranks sharing one H200, session 18).
+    // src/ring.rs, default_direct_max; ranks sharing one H200, 2026-12-01).
     CUDA_DIRECT_MAX: Opt<Size> = "OXCCL_CUDA_DIRECT_MAX", "", honoured,
         "On the GPU ring path, for 3 to 8 ranks of one host: all-gathers and reduce-scatters past the one-shot LL bound whose per-rank block is at most this many bytes take a one-shot kernel over Simple slots (each rank writes its piece for rank p straight into p's slots: one crossing instead of the ring's ranks - 1 steps), and all-reduces past LL whose 1/ranks part is at most this a two-shot one (that reduce-scatter, then that all-gather of the reduced blocks). 0: never (the Simple ring). Unset: 1M. NCCL_ALGO naming neither OneShot nor TwoShot for all-reduce also turns it off; not for 2 ranks (their ring is already one step each way) or across hosts.";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,

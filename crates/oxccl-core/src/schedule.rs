@@ -641,7 +641,7 @@ fn chain_broadcast(req: &Request, shape: &Shape, p: &mut Program) {
 fn chain_reduce(req: &Request, shape: &Shape, p: &mut Program) {
     let n = req.nranks;
     let e = shape.elem;
-    let pos = chain_pos(req); // root is 0; the chain runs 1 -> 2 -> ... -> n-1 -> 0
+    let pos = chain_pos(req); // root is 0; the chain goes 1 -> 2 -> ... -> n-1 -> 0
     let next = (req.rank + 1) % n;
     let prev = (req.rank + n - 1) % n;
     let nch = channels(shape, req.count);

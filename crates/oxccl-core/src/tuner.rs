@@ -177,11 +177,11 @@ pub fn bus_factor(kind: CollKind, n: usize) -> f64 {
 
 /// Latency of one GPU collective before its bytes: a launch and an
 /// all-reduce's first step (2-rank 8 B all-reduces took 7.6-9.6 us eager on
-/// 2xH200, session 6), then ~1 us per further dependent step of the ring.
+/// 2xH200, 2026-11-30), then ~1 us per further dependent step of the ring.
 const GPU_ALPHA_US: f64 = 6.0;
 const GPU_STEP_US: f64 = 1.0;
 /// Bus bandwidth of a large GPU collective over NVLink, bytes per us: the
-/// ring's 265 GB/s at 512 MB on 2xH200 (session 4; NCCL 326-344 there).
+/// ring's 265 GB/s at 512 MB on 2xH200 (2026-11-30; NCCL 326-344 there).
 const GPU_BUSBW_BPUS: f64 = 265e3;
 
 /// The model's time of a GPU collective of `bytes` (nccl-tests' size) over

@@ -169,7 +169,7 @@ __device__ __forceinline__ void st_relaxed_sys(u64* p, u64 v) {
 // the peer's writes before its release are visible to this block after the
 // barrier that follows; a fence.acq_rel.sys there cost more: it also waits
 // for this thread's own outstanding stores (the Simple ring's steps, 4 and 8
-// ranks sharing one H200, session 17: ~1.5 us a step more). `acquire` false
+// ranks sharing one H200, 2026-12-01: ~1.5 us a step more). `acquire` false
 // skips it: a wait for room in the peer's slots only orders our later
 // stores after the peer's finished reads (a store does not pass the load it
 // depends on; NCCL polls its heads the same way). `seen` gets the value.
@@ -410,8 +410,8 @@ __device__ __noinline__ bool rstep(Chan& k, const RingCommon& c, u32 f, bool sen
         // ordering per step (the tail's release), as NCCL's Simple has.
         // With the acquire of wait_ge and the head wait without one: 4 ranks
         // sharing one H200, 1 MiB all-reduces 34 us against 63-66, 8 ranks
-        // 69-71 against 138-142 (Simple ring, CUDA graphs, session 17, runs
-        // 4-6, two rounds each); 2 ranks 64 KiB 11.1 against 14.5, 64 MiB
+        // 69-71 against 138-142 (Simple ring, CUDA graphs, 2026-12-01,
+        // three jobs of two rounds each); 2 ranks 64 KiB 11.1 against 14.5, 64 MiB
         // 174.5 against 182.5; 4-rank reduce-scatters 1 MiB 19 against 33-34.
         if (f & F_RECV) st_relaxed_sys(k.rhead, ++k.rstep);
     }
@@ -1044,7 +1044,7 @@ __device__ void ring_run_ll2(const RingArgs& a) {
 // 32 KB, 3.1 at 256 KB (against 3.4-3.6, 3.8, 5.3); the waits' bounds out
 // of line took 0.1 us off the small sizes (1.86-2.02 inline) and added
 // 0.05-0.1 at 256 KB (three rounds alternated). The other modes here too
-// (session 14, same setting, two rounds against OXCCL_CUDA_LL1_FAST=0):
+// (one H200, 2026-12-01, same setting, two rounds against OXCCL_CUDA_LL1_FAST=0):
 // broadcasts 8 B-4 KB 1.74-1.90 us against 3.03-3.20, reduces 1.88-2.17
 // against 3.29-3.44, all-gathers 2.19-2.28 against 3.64-3.77,
 // reduce-scatters 2.32-2.52 against 3.76-3.91; 4 ranks sharing the GPU
@@ -1242,8 +1242,8 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
 // of two steps, no slot loop. Out of line, so the one-shot kernel it
 // shares a launch entry with keeps its short path. Same semantics as
 // ring_run_ll2: the same slots, steps, flags and heads. Ranks sharing one
-// H200, CUDA graphs, three rounds against OXCCL_CUDA_LL1_FAST=0 (session
-// 16, run 6): 4 ranks 64-256 KiB 6.0-6.8 us against 8.5-8.9 in the ring
+// H200, CUDA graphs, three rounds against OXCCL_CUDA_LL1_FAST=0
+// (2026-12-01): 4 ranks 64-256 KiB 6.0-6.8 us against 8.5-8.9 in the ring
 // kernel, 8 ranks 32-128 KiB 10.7-11.4 against 14.8-15.8; 512 KiB within 5%.
 template <typename E, int OP>
 __device__ __noinline__ void ll2_fast_run(const RingArgs& a) {
@@ -1431,9 +1431,9 @@ __device__ __forceinline__ void block_copy(char* dst, const char* src, u64 n) {
 // reduced blocks), where the Simple ring makes n - 1 and 2(n - 1)
 // dependent steps, each a tail wait on the previous rank. Every rank sends
 // what the ring sends ((n - 1)/n of the data per crossing), so the bytes do
-// not grow; on NVSwitch machines (issue 10) every pair is one hop. Why: the
+// not grow; on NVSwitch machines (8 H200) every pair is one hop. Why: the
 // Simple ring's steps cost ~5 us each with 4 and 8 ranks sharing one H200
-// (session 17: a 1 MiB all-reduce of 8 ranks 69-71 us, 14 steps), and its
+// (2026-12-01: a 1 MiB all-reduce of 8 ranks 69-71 us, 14 steps), and its
 // n - 1 steps are what NCCL's ring pays too. Semantics as the ring's: the
 // same slots, tails, heads and sizes per (peer, channel), so calls of
 // either kind may follow each other; contributions folded in rank order;
@@ -1518,8 +1518,8 @@ __device__ __forceinline__ void dfold_elems(const char* const* src, char* const*
 // one out-of-line loop copying every peer's piece at once (each thread's
 // loads of all of them before its stores) took twice as long at every size
 // (4 ranks sharing one H200, graphs: all-gathers of 1 MiB 27 us against 13,
-// 64 MiB 355 against 253; all-reduces of 1 MiB 43.5 against 20.6; session
-// 18, run 2).
+// 64 MiB 355 against 253; all-reduces of 1 MiB 43.5 against 20.6;
+// 2026-12-01).
 __device__ __noinline__ void dcopy(void* dst, const void* src, u64 n) {
     block_copy((char*)dst, (const char*)src, n);
 }

@@ -346,7 +346,7 @@ pub struct DevComm {
     /// Whether both ranks are in this process on two GPUs (its clique's
     /// `pair`): a call asks this instead of the process-wide clique table,
     /// whose lock and hash of the 128-byte key cost ~0.1 us of the ~1 us a
-    /// call spent around its launch (one H200, session 14).
+    /// call spent around its launch (one H200, 2026-12-01).
     pair: Arc<std::sync::atomic::AtomicBool>,
     /// Its clique's ranks in this process and their GPUs (`local`).
     local: Arc<Local>,
@@ -368,8 +368,8 @@ pub struct DevComm {
     /// ([`typed_slot`]; 0: not looked up yet). A call then skips the kernel
     /// name's formatting and the process-wide module table (lock, string
     /// hashing), part of the 0.77 us that preparing a launch took of the
-    /// 1.84 us a call spent before its launch (2xH200, session 6's host
-    /// profile; the lookup's own share was not measured apart).
+    /// 1.84 us a call spent before its launch (2xH200, a host profile,
+    /// 2026-11-30; the lookup's own share was not measured apart).
     typed: [std::sync::atomic::AtomicUsize; TYPED_SLOTS],
     /// The copy-engine path's side stream and its fork/join events
     /// (created at its first use; see [`crate::ce`]).
@@ -1469,7 +1469,7 @@ unsafe fn copy_async(x: &ce::Xfer, on: sys::CUstream) -> Result<()> {
 /// cost; beyond, the side stream hides the copy. The ring's launch copies
 /// on blocks of its own beside the transfers at every size instead: with
 /// the side stream from 32 MiB, 2-process scatters of 64 MB took 119-120 µs
-/// out of place against 103 in place (NCCL 0.90-0.93x; 2xH200, session 10).
+/// out of place against 103 in place (NCCL 0.90-0.93x; 2xH200, 2026-11-30).
 const SELF_COPY_SIDE_MIN: u64 = 32 << 20;
 
 /// Blocks of the copy kernel that copies a rank to itself beside the copy
@@ -1849,7 +1849,7 @@ impl Launch {
                     // stream 0), forked before it. Queued after it, they
                     // waited for it (2-process scatters of 256 MB-2 GB out
                     // of place 0.87-0.92x NCCL, in place 1.05-1.08x); on a
-                    // copy engine beside it, 0.94-0.96x (session 10).
+                    // copy engine beside it, 0.94-0.96x (2xH200, 2026-11-30).
                     let side = if selfs.is_empty() {
                         None
                     } else {
@@ -2035,7 +2035,7 @@ impl DevComm {
     /// crossing (every rank writes its lines into the other's slots) against
     /// the pair kernel's three (entry barrier, the peer read, exit barrier).
     /// One thread driving both GPUs (nccl-tests -g 2, eager), 8 B-128 KB:
-    /// 7.6-9.6 us against 8.6-11.7 (2xH200, session 6, same run; NCCL
+    /// 7.6-9.6 us against 8.6-11.7 (2xH200, 2026-11-30, one job; NCCL
     /// 14-19); on a slower host both were bound by the two launches at
     /// 10.5-12.3 (NCCL 19-22), neither ahead. Both
     /// ranks decide from the same byte count and the same ring settings;
@@ -2234,7 +2234,7 @@ impl DevComm {
             // one rank, under graphs, two rounds: all-to-alls of 32 / 64 /
             // 128 MiB took 17.2 / 33.0 / 64.1 µs this way against 18.9 /
             // 35.0 / 66.2 through the side stream (NCCL 17.2 / 33.0 /
-            // 64.1-64.5); gathers alike (session 12).
+            // 64.1-64.5); gathers alike (2026-12-01).
             let (big, small): (Vec<ce::Xfer>, Vec<ce::Xfer>) =
                 selfs.iter().partition(|x| x.bytes >= SELF_COPY_SIDE_MIN);
             for x in &big {
@@ -2597,7 +2597,7 @@ impl DevComm {
         // Two copy streams (odd slots on the second): 2 GiB all-reduce 5,794
         // µs against 5,939 with one (370.7 against 361.6 GB/s busbw), 4 GiB
         // 375.9 against 364.4, 1 GiB 361.1 against 355.4; reduce-scatter
-        // 4 GiB 359.9 against 342.3 (2xH200, -g 2, session 7, same lease):
+        // 4 GiB 359.9 against 342.3 (2xH200, -g 2, 2026-11-30, one machine):
         // a piece's copy starts while the one before lands, instead of
         // after its flag write.
         self.queue_ce_reduce(

@@ -16,10 +16,10 @@
 //! faster than the SM kernel's 337, and at 340–360 with two: see
 //! [`RS_FACTOR`].
 //!
-//! Measured (2×H200, nccl-tests' sizes, busbw, NCCL beside): session 6, one
+//! Measured (2×H200, nccl-tests' sizes, busbw, NCCL beside, 2026-11-30): one
 //! copy stream: all-reduce 1 GiB 356 GB/s (SM kernel 336, NCCL 325), 4 GiB
 //! 365 (338, 342); reduce-scatter 1 GiB 331 (SM 333), 4 GiB 343 (SM 337).
-//! Session 7, two copy streams for `-g 2` (capi's `go_ce_reduce`):
+//! Two copy streams for `-g 2` (capi's `go_ce_reduce`):
 //! all-reduce 1 GiB 361, 2 GiB 371, 4 GiB 376; reduce-scatter 1 GiB 341,
 //! 2 GiB 355, 4 GiB 360 (SM 334–336).
 //!
@@ -62,7 +62,7 @@ use crate::ce::Xfer;
 use oxccl_core::{DataType, RedOp};
 
 /// All-reduces of at least this many bytes take the copy engines by
-/// default. From the device A/B (`scripts/perf-gpu.sh ce_ar`, session 6): a
+/// default. From an A/B on 2×H200 (`scripts/perf-gpu.sh ce_ar`, 2026-11-30): a
 /// fit of the copy-engine times (1 GiB 3,015 µs, 4 GiB 11,785) is ~89 µs +
 /// S / 367 GB/s, against the SM kernel's S / 337 (256 MiB 810 µs, 512 MiB
 /// 1,607): the copy engines lose at 256 MiB (843 against 810) and win from
@@ -72,9 +72,9 @@ pub const DEFAULT_AR_MIN: u64 = 512 << 20;
 /// A reduce-scatter (whose size is its whole input, as nccl-tests counts it)
 /// takes the copy engines from `RS_FACTOR` times the all-reduce bound: it
 /// has no gather phase for the engines to win. With two copy streams
-/// (session 7, 2×H200, `-g 2`, same lease) the engines took 1,576 µs at
+/// (2×H200, `-g 2`, 2026-11-30) the engines took 1,576 µs at
 /// 1 GiB against the SM kernel's 1,607 and 3,028 against 3,193 at 2 GiB,
-/// but 846 against 811 at 512 MiB (session 6, one stream: level only at
+/// but 846 against 811 at 512 MiB (with one stream: level only at
 /// 1 GiB, factor 4).
 pub const RS_FACTOR: u64 = 2;
 
@@ -267,11 +267,11 @@ pub struct Reduce {
 /// copy lands is 4 MiB (~10 µs for the 32-block kernel at ~1.2 TB/s of this
 /// GPU's memory) instead of 64 (~170 µs: the difference between the pushes'
 /// 512 MiB / 390 GB/s = 1,376 µs and the 1,523–1,558 µs a 1 GiB
-/// reduce-scatter took, session 9).
+/// reduce-scatter took; 2×H200, 2026-11-30).
 pub const PUSH_TAPER_LAST: u64 = 4 << 20;
 
 /// Halvings of a pushed plan's last piece of `piece_bytes` (at most a
-/// piece): 4 (measured, session 9), and more until it is at most
+/// piece): 4 (measured on 2×H200, 2026-11-30), and more until it is at most
 /// [`PUSH_TAPER_LAST`] (pieces over 64 MiB, `OXCCL_CUDA_CE_PUSH`).
 pub fn push_taper(piece_bytes: u64) -> u32 {
     let mut t = 4;
@@ -697,7 +697,7 @@ fn pushed_piece(c: &Call, piece_bytes: u64) -> u64 {
 ///
 /// Why: in place there is no free output to push into, so pulls through
 /// the scratch ring ran instead, 5-9% below the out-of-place pushes
-/// (1 GiB: 355-357 GB/s against 373; 2xH200, session 11). Here piece k > 0
+/// (1 GiB: 355-357 GB/s against 373; 2xH200, 2026-12-01). Here piece k > 0
 /// of rank r's part lands in r's copy of the peer's part, where piece k - 1
 /// of the peer's part was: r's own push k - 1 sent those values on, and
 /// the peer's push waits on r's counter for exactly that. A push then waits
@@ -800,7 +800,7 @@ pub fn plan_pushed_in_place(
 /// was (NCCL's `sendbuff` is const), so no part of it can take the peer's
 /// pieces, as an in-place all-reduce's does ([`plan_pushed_in_place`]);
 /// pulls through the scratch ring reached 1.18-1.25x NCCL where the
-/// out-of-place pushes reach 1.27-1.39x (2xH200, session 11). A slot wait
+/// out-of-place pushes reach 1.27-1.39x (2xH200, 2026-12-01). A slot wait
 /// should find its count already there while the peer's kernel keeps up
 /// with the copy engine (it then runs ~3 pieces ahead of need with 4
 /// slots); not yet timed on two GPUs.

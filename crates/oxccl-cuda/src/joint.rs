@@ -21,7 +21,7 @@
 //! all-reduces: one launch faster in all 16, 0.54-0.87x; four ranks
 //! sharing it, 8 B-32 KB, three rounds: all-reduces 7.3-8.0 us against
 //! 17.2-19.3, all-gathers 10.7-11.4 against 17.8-18.7, broadcasts 7.6-11.1
-//! against 17.0-17.4 (docs/performance-gpu.md, session 15). On several GPUs the events cross
+//! against 17.0-17.4 (one H200, 2026-12-01; docs/performance-gpu.md). On several GPUs the events cross
 //! devices and rank 0's GPU reads the others' inputs over NVLink: off there
 //! until timed (`OXCCL_CUDA_JOINT_PEERS`).
 //!
@@ -133,7 +133,7 @@ pub struct Setting {
 /// call): each rank's stream may be captured into a graph of its own
 /// (nccl-tests -G with -g 2), and a capture cannot wait for another's
 /// event (`oxccl perf -g 2 --share-gpus -G 2` failed so with "unhandled
-/// cuda error", one H200, session 15).
+/// cuda error", one H200, 2026-12-01).
 pub fn may_take(s: &Setting, mode: u32, bytes: u64, ce_bound: u64) -> bool {
     runs(mode)
         && fits(s.nranks, bytes, s.max)

@@ -480,7 +480,7 @@ impl PerfMem {
             // lands (CUDA's "API synchronization behavior"), and a kernel on
             // a non-blocking stream is not ordered after it: a 1 MiB in-place
             // all-reduce check read the timed loop's results once in four
-            // (2xH200, session 11).
+            // (2xH200, 2026-12-01).
             unsafe {
                 check(
                     sys::cuMemcpyHtoD_v2(

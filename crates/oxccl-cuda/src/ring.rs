@@ -191,8 +191,8 @@ pub struct RingConfig {
 /// Connections per peer on another host when the user set none: as many as
 /// keep this rank at <= 16 connections (32 proxy threads) in all, at most 8.
 ///
-/// Measured on nvidia-h200-x2 (2 processes as 2 hosts, PyTorch all_reduce
-/// over loopback, session 3): 1 / 4 / 8 connections gave 1.41 / 4.55 / 5.37
+/// Measured on 2xH200 (2 processes as 2 hosts, PyTorch all_reduce
+/// over loopback, 2026-11-30): 1 / 4 / 8 connections gave 1.41 / 4.55 / 5.37
 /// GB/s busbw at 2 MB and 2.36 / 7.39 / 11.34 at 128 MB (NCCL's sockets:
 /// 2.87 and 3.40).
 pub fn auto_net_streams(cross_peers: usize) -> u32 {
@@ -200,7 +200,7 @@ pub fn auto_net_streams(cross_peers: usize) -> u32 {
 }
 
 /// GB/s one ring block (512 threads) moves over a peer link: 24 blocks
-/// gave 268 GB/s busbw on the 2xH200 NVLink pair (11.2 each; session 4,
+/// gave 268 GB/s busbw on the 2xH200 NVLink pair (11.2 each; 2026-11-30,
 /// performance-gpu.md), so 11 is what a block is counted for.
 const BLOCK_GBPS: u32 = 11;
 
@@ -231,7 +231,7 @@ pub fn topo_channels(worst: oxccl_core::topo::Path, default: u32) -> u32 {
 /// for the other ranks' blocks, which must still find SMs: 2 x blocks x
 /// sharing must fit. 4 ranks sharing an H200 (132 SMs), 32-block LL
 /// all-reduces, hung under CUDA graphs until the kernels' timeout; the same
-/// runs with OXCCL_CUDA_PDL=0 completed (session 16, runs 3-4). One rank
+/// calls with OXCCL_CUDA_PDL=0 completed (2026-12-01). One rank
 /// per GPU (the usual case) always may; an unknown SM count (0) never
 /// with several.
 pub fn pdl_fits(blocks: u32, sharing: u32, sms: u32) -> bool {
@@ -239,7 +239,7 @@ pub fn pdl_fits(blocks: u32, sharing: u32, sms: u32) -> bool {
 }
 
 /// Blocks of a ring kernel (`oxccl_ring_*`) one SM holds at once: one. The
-/// CUBINs' register counts (sm_90, session 19): 128 a thread for
+/// CUBINs' register counts (sm_90): 128 a thread for
 /// `oxccl_ring_*` (512 threads: all of an SM's 65,536 registers), 64 for
 /// `oxccl_ring_p2p`, `oxccl_ll1_*` and `oxccl_joint_*` (two blocks).
 pub const RING_BLOCKS_PER_SM: u32 = 1;
@@ -268,7 +268,7 @@ pub struct ShareCap {
 /// there, the least over such GPUs. None where each GPU runs one rank.
 /// Measured (12 ranks sharing an H200 at 16 channels, 192 blocks on 132
 /// SMs): a 64 MiB all-reduce ended in the kernels' timeout; 9 ranks (144
-/// blocks) completed, in two waves (session 19, run 1).
+/// blocks) completed, in two waves (2026-12-01).
 pub fn shared_channel_cap(gpus: &[(u64, [u8; 16], u32)]) -> Option<ShareCap> {
     let mut best: Option<ShareCap> = None;
     for (i, g) in gpus.iter().enumerate() {
@@ -299,7 +299,7 @@ pub fn shared_channel_cap(gpus: &[(u64, [u8; 16], u32)]) -> Option<ShareCap> {
 /// memory or some peers are on other hosts (`host_path`; NCCL_P2P_DISABLE's
 /// windows would take (n - 1) x 32 x 2.1 MiB of pinned memory each, 476 MiB
 /// at 8 ranks, for a path PCIe bounds at ~5 channels' worth; across hosts
-/// the network bounds the rate, and 16 stays as before session 19), and to
+/// the network bounds the rate, and 16 stays), and to
 /// what ranks sharing a GPU run at once (`share`, whatever the user set:
 /// above it the kernels wait on blocks that never start).
 pub fn setup_channels(
@@ -352,8 +352,8 @@ impl RingConfig {
     /// machine 16 channels gave 189 GB/s busbw at 512 MB, 32 gave 265
     /// (NCCL 312). On an NVSwitch machine each ring hop has a GPU's 18
     /// links as the pair does (NCCL's ring: 365-370 GB/s on 2 to 8 H100,
-    /// flat in n), so 8 ranks need the pair's 32, not 16 (~189 GB/s; until
-    /// session 19). The window is (ranks - 1) x channels x 2.1 MiB (4
+    /// flat in n), so 8 ranks need the pair's 32, not 16 (~189 GB/s, the
+    /// earlier setting). The window is (ranks - 1) x channels x 2.1 MiB (4
     /// slots and the LL slots): 68 MiB for 2 ranks, 204 MiB for 4, 476 MiB
     /// for 8 (NCCL on 8xH100: 1.06 GB a rank after its first collectives,
     /// NVIDIA/nccl#1685); beyond 8 ranks 16 channels (15 ranks: 476 MiB).
@@ -400,8 +400,8 @@ impl RingConfig {
 }
 
 /// The all-reduce size up to which LL is taken by default (bytes), for
-/// more than 2 ranks. Measured on nvidia-h200-x2, 2 processes, CUDA graphs
-/// (`oxccl perf --ranks 2 -G 10`, NCCL_PROTO=LL against Simple, session 3):
+/// more than 2 ranks. Measured on 2xH200, 2 processes, CUDA graphs
+/// (`oxccl perf --ranks 2 -G 10`, NCCL_PROTO=LL against Simple, 2026-11-30):
 /// LL 9.4 / 11.6 / 19.7 / 35.8 us at 64 KiB / 512 KiB / 1 MiB / 2 MiB,
 /// Simple 17.3 / 18.3 / 19.7 / 23.3: they crossed at 1 MiB.
 pub const DEFAULT_LL_MAX: u64 = 512 << 10;
@@ -409,8 +409,8 @@ pub const DEFAULT_LL_MAX: u64 = 512 << 10;
 /// [`DEFAULT_LL_MAX`], but 1 MiB for 2 ranks: there the ring LL took
 /// 13.9 us for a 1 MiB all-reduce under CUDA graphs against the Simple
 /// ring's 18.6 (NCCL 12.8-13.0; 14.4 against 20.1 eager; 2 MiB 21.9 either
-/// way, 2 processes, 2xH200, session 8, two rounds). Not measured for more
-/// ranks (no such machine lent), so they keep 512 KiB.
+/// way, 2 processes, 2xH200, 2026-11-30, two rounds). Not measured for more
+/// ranks (no 4- or 8-GPU machine yet), so they keep 512 KiB.
 pub fn default_ll_max(nranks: usize) -> u64 {
     if nranks == 2 {
         1 << 20
@@ -422,7 +422,7 @@ pub fn default_ll_max(nranks: usize) -> u64 {
 /// The most bytes a rank's egress may reach in the one-shot LL copies and
 /// reduce-scatters ([`Thresholds::oneshot_block_max`]), however far
 /// `ll_max` goes (unless LL is forced at every size). At 1 MiB per rank the
-/// Simple ring won (2 processes, graphs, session 8): all-gathers 14.7 us
+/// Simple ring won (2 processes, graphs, 2xH200, 2026-11-30): all-gathers 14.7 us
 /// against one-shot LL's 15.8, reduce-scatters 14.2 against 16.6, reduces
 /// of 1 MiB 8.8 against 11.7 (broadcasts 9.6 against 8.9).
 pub const ONESHOT_LL_MAX: u64 = 512 << 10;
@@ -436,13 +436,13 @@ pub const ONESHOT_LL_MAX: u64 = 512 << 10;
 /// ([`p2p_ll_channels`]), 2-process sends under CUDA graphs took 6.0 / 6.9 /
 /// 9.0 / 11.1 / 15.2 µs at 32 K / 128 K / 256 K / 512 K / 1 M against Simple's
 /// 9.1 / 10.1 / 11.1 / 12.8 / 15.0 (NCCL 7.6 / 7.9 / 9.3 / 12.1 / 14.6;
-/// 2xH200, session 8, same run): LL wins to 512 KiB, even at 1 MiB.
+/// 2xH200, 2026-11-30, one job): LL wins to 512 KiB, even at 1 MiB.
 pub const DEFAULT_P2P_LL_MAX: u64 = 512 << 10;
 
 /// [`DEFAULT_P2P_LL_MAX`] for 2 ranks; with more, 512 KiB / (n - 1) (at
 /// least NCCL's 16 KiB), so a rank whose group sends to every peer (an
 /// all-to-all) keeps its LL egress near what was measured with one peer.
-/// Not measured past 2 ranks (no such machine lent; issue 10).
+/// Not measured past 2 ranks (no 4- or 8-GPU machine yet).
 pub fn default_p2p_ll_max(nranks: usize) -> u64 {
     (DEFAULT_P2P_LL_MAX / nranks.saturating_sub(1).max(1) as u64).max(16 << 10)
 }
@@ -456,14 +456,14 @@ pub const P2P_LL_CAP: u64 = LL_NSLOTS as u64 * LL_SLOT_BYTES / 2;
 /// The all-reduce size up to which the one-shot LL kernel is taken by
 /// default: each rank sends (n - 1) x the message, so the bound shrinks with
 /// the rank count (256 KiB for 2 ranks, 128 KiB / (n - 1) beyond: ~43 KiB
-/// for 4, ~18 KiB for 8; none past 8 ranks). Measured on nvidia-h200-x2, 2
-/// processes, CUDA graphs (session 3, `oxccl perf --ranks 2 -G 10`):
+/// for 4, ~18 KiB for 8; none past 8 ranks). Measured on 2xH200, 2
+/// processes, CUDA graphs (2026-11-30, `oxccl perf --ranks 2 -G 10`):
 /// one-shot / ring LL 4.8 / 7.3 us at 8 B, 5.8 / 7.6 at 32 KiB, 6.1 / 7.8 at
-/// 128 KiB, 10.2 / 9.5 at 512 KiB. Session 11 (same machine, two rounds):
+/// 128 KiB, 10.2 / 9.5 at 512 KiB. Then (same machine, 2026-12-01, two rounds):
 /// 256 KiB 5.50 / 6.85 under graphs, 6.1 / 7.4 eager (NCCL 8.0 / 8.7-11.5);
 /// 512 KiB 8.95 / 8.27 and 1 MiB 15.9 / 13.8 under graphs (one slot of LL
 /// lines per block up to 256 KiB; beyond, a block waits for its peer to free
-/// slots). More ranks: not measured (no such machine lent), the old bound.
+/// slots). More ranks: not measured (no 4- or 8-GPU machine yet), the old bound.
 pub fn default_oneshot_max(nranks: usize) -> u64 {
     if nranks == 2 {
         256 << 10
@@ -480,16 +480,15 @@ pub fn default_oneshot_max(nranks: usize) -> u64 {
 /// two-shot would, in one crossing) or more than 8. Why: the two-shot moves
 /// the ring's bytes (2 (n - 1) / n of the message out of each rank) in two
 /// crossings where the LL ring makes 2 (n - 1) dependent steps, each a
-/// wait on the previous rank's lines; on NVSwitch machines (issue 10: every
+/// wait on the previous rank's lines; on NVSwitch machines (every
 /// pair one NVLink hop) the n - 1 peers are reached at once. Measured with
 /// the ranks sharing one H200, under CUDA graphs, three rounds alternated
-/// (session 16, `scripts/perf-gpu.sh twoshot`, run 5, the two-shot then in
+/// (2026-12-01, `scripts/perf-gpu.sh twoshot`, the two-shot then in
 /// the ring kernel): 4 ranks 64-256 KiB 8.5-8.9 us against the LL ring's
 /// 13.7-16.0, 512 KiB 12.1-12.8 against 16.4-16.9; 8 ranks 32-256 KiB
 /// 15.1-16.5 against 28.2-31.2, 512 KiB 21.0-23.3 against 32.2-32.9. In
-/// the small kernel ([`ll2_fast`], run 6): 4 ranks 64-256 KiB 6.0-6.8, 8
-/// ranks 32-128 KiB 10.7-11.4. Not yet on 4 or 8 GPUs (no such machine
-/// lent).
+/// the small kernel ([`ll2_fast`], same method): 4 ranks 64-256 KiB 6.0-6.8, 8
+/// ranks 32-128 KiB 10.7-11.4. Not yet measured on 4 or 8 GPUs.
 pub fn default_twoshot_max(nranks: usize) -> u64 {
     if (3..=LL1_MAX_RANKS).contains(&nranks) {
         DEFAULT_LL_MAX
@@ -504,7 +503,7 @@ pub fn default_twoshot_max(nranks: usize) -> u64 {
 /// ([`RingConfig::direct_max`]). Why: the Simple ring makes n - 1 (2 (n - 1)
 /// for an all-reduce) dependent steps where these make one (two) crossings
 /// of the same bytes. Measured with the ranks sharing one H200, under CUDA
-/// graphs, two rounds against the Simple ring (session 18, run 2, µs per
+/// graphs, two rounds against the Simple ring (2026-12-01, µs per
 /// call): 4 ranks' all-reduces of 1 / 2 / 4 / 8 / 16 MiB 20.6 / 23.9 / 34.6 /
 /// 57.3 / 104 against 33.1 / 36.9 / 44.1 / 58.4 / 98; 8 ranks' 33.7 / 40.7 /
 /// 65 / 114 / 215 against 69 / 75 / 87.6 / 112.5 / 196; all-gathers and
@@ -512,7 +511,7 @@ pub fn default_twoshot_max(nranks: usize) -> u64 {
 /// 19-37 against 38-51; about even with the ring at 8 MiB (blocks of 2 MiB
 /// for 4 ranks, 1 MiB for 8) and 6-12% behind at 16 MiB (5 ranks won to 32
 /// MiB). So the bound is 1 MiB per block. On one GPU the ranks share its
-/// memory; on NVSwitch (issue 10, not lent yet) the links decide, and
+/// memory; on NVSwitch (not yet measured) the links decide, and
 /// `scripts/perf-gpu.sh direct` runs both beside NCCL to move it.
 pub fn default_direct_max(nranks: usize) -> u64 {
     if (3..=LL1_MAX_RANKS).contains(&nranks) {
@@ -640,7 +639,7 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
     // block: against a block per 8 KiB, 16-256 KB all-gathers under CUDA
     // graphs took 5.36-6.00 us instead of 6.11-6.33, reduce-scatters
     // 5.43-6.11 instead of 6.50-6.74 (2 processes, 2xH200, two rounds each,
-    // session 4).
+    // 2026-11-30).
     let one_shot = |m: u32| -> Option<(u32, u32)> {
         (bytes <= t.oneshot_block_max)
             .then(|| (m, ll_channels(bytes.saturating_mul(2), t.channels)))
@@ -663,7 +662,7 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
         // as an all-gather's rank does its block: the same bound. The ring
         // took 7.4-10.5 us for 32 B-512 KB broadcasts against NCCL's
         // 6.2-8.2, reduces 7.1-9.0 against 5.9-7.9 (2 processes, 2xH200,
-        // eager, session 8), where one-shot all-gathers took 5.0-6.5.
+        // eager, 2026-11-30), where one-shot all-gathers took 5.0-6.5.
         RM_BROADCAST => return one_shot(RM_BROADCAST_LL1).unwrap_or((mode, simple)),
         RM_REDUCE => return one_shot(RM_REDUCE_LL1).unwrap_or((mode, simple)),
         RM_ALLREDUCE => {}
@@ -677,7 +676,7 @@ pub fn plan(mode: u32, bytes: u64, t: &Thresholds) -> (u32, u32) {
         // A block per 4 KiB: 512 LL lines, one per thread. With a block
         // per 8 KiB (two lines per thread) 8-64 KB all-reduces took
         // 4.9-5.0 us under CUDA graphs against 4.1-4.3 (2 processes,
-        // 2xH200, session 6; 128 KB 5.09 against 4.60; a block per
+        // 2xH200, 2026-11-30; 128 KB 5.09 against 4.60; a block per
         // 2 KiB was no better: 3.97-4.65).
         (
             RM_ALLREDUCE_LL1,
@@ -738,8 +737,8 @@ pub fn coll_channels(bytes: u64, channels: u32, chunk: u64) -> u32 {
 }
 
 /// [`coll_channels`]' bytes per channel within a host: 32 KiB. Against 64
-/// KiB, under CUDA graphs, 2 processes, two rounds each (2xH200, session
-/// 11, NCCL beside): reduce-scatters of 2 MB (1 MiB through each link) 13.4
+/// KiB, under CUDA graphs, 2 processes, two rounds each (2xH200,
+/// 2026-12-01, NCCL beside): reduce-scatters of 2 MB (1 MiB through each link) 13.4
 /// µs against 14.2 (NCCL 13.8), all-gathers of 2 MB 13.7 against 14.6 (NCCL
 /// 15.9), broadcasts of 1 MB 9.27 against 9.53, reduces of 1 MB 8.64
 /// against 8.78; 512 KB - 4 MB otherwise even (the two chunks give the same
@@ -769,7 +768,7 @@ pub fn p2p_channels(bytes: u64, channels: u32, wide_min: u64) -> u32 {
 /// channels: 2-process sends of 4 / 8 MB took 28.3 / 43.3 µs on 32 against
 /// 29.8-30.0 / 47.7-47.8 on 16, all-to-alls of 8 MB (4 MB per peer) 29.8
 /// against 30.9-31.2; 2 MB sends lost on 32 (21.1 against 20.9; eager,
-/// 2xH200, session 8, same lease). Within a host only: not measured
+/// 2xH200, 2026-11-30). Within a host only: not measured
 /// through the network proxies. With [`P2P_MAX_OPS`] ops of 32 channels,
 /// [`P2P_MAX_BLOCKS`] blocks hold at most 16 items each, the kernel's
 /// `RING_P2P_MAX_ITEMS`.
@@ -777,7 +776,7 @@ pub const P2P_WIDE_MIN: u64 = 4 << 20;
 
 /// Most channels of one send or receive below [`P2P_WIDE_MIN`], and of any
 /// LL one: 16. With 32 (and LL to 2 MiB), 2 MB sends lost 12% and 1 MB
-/// all-to-alls 16%; Simple 2 MB sends 1% (2 processes, 2xH200, session 8).
+/// all-to-alls 16%; Simple 2 MB sends 1% (2 processes, 2xH200, 2026-11-30).
 pub fn p2p_max_channels(channels: u32) -> u32 {
     channels.clamp(1, 16)
 }
@@ -786,7 +785,7 @@ pub fn p2p_max_channels(channels: u32) -> u32 {
 /// enough that no channel carries more than its slots hold, [`P2P_LL_CAP`]),
 /// at most [`p2p_max_channels`]. One channel (one block) per LL op left a
 /// 64 KiB send at 11.96 µs against 8.28 for 32 KiB; a channel per 8, 16
-/// or 32 KiB timed alike (session 8, 2 processes, eager, noisy).
+/// or 32 KiB timed alike (2xH200, 2026-11-30, 2 processes, eager, noisy).
 pub fn p2p_ll_channels(bytes: u64, channels: u32) -> u32 {
     let max = p2p_max_channels(channels) as u64;
     let by_size = bytes.div_ceil(16 << 10).clamp(1, max);
@@ -822,7 +821,7 @@ pub fn p2p_resident_blocks(sharing: u32, sms: u32) -> u32 {
 /// transfers: done by the items' blocks after their transfers, the copy
 /// cost 2-process all-to-alls of 2 MB (1 MiB to itself) ~2 µs, 17.3 µs
 /// against NCCL's 15.4, and scatters of 32 MB (16 MiB) 6.5 µs, 62.0 out of
-/// place against 55.5 in place (2xH200, session 9, eager).
+/// place against 55.5 in place (2xH200, 2026-11-30, eager).
 pub fn self_copy_blocks(bytes: u64) -> u32 {
     bytes.div_ceil(32 << 10).clamp(1, P2P_MAX_BLOCKS as u64) as u32
 }
@@ -2721,7 +2720,7 @@ mod tests {
             (order, ch)
         };
         // DGX-class 8 GPUs, every pair NV18 through the NVSwitches: rank
-        // order, and 32 channels (NV18 is worth 32; 16 until session 19).
+        // order, and 32 channels (NV18 is worth 32, not 16).
         let dgx = load("dgx8");
         assert_eq!(dgx.len(), 8);
         assert_eq!(
@@ -2840,7 +2839,7 @@ mod tests {
             .contains("rank 1 failed: x"));
     }
 
-    /// The kernel plan for 2, 4 and 8 ranks (issue 10's machines: 8 H200
+    /// The kernel plan for 2, 4 and 8 ranks (as on 8 H200
     /// on NVSwitch, where every pair is one NVLink hop and any ring order
     /// is as good as another), on one host and across hosts, at the default
     /// configuration.
@@ -2992,7 +2991,7 @@ mod tests {
         assert_eq!(plan_at(4, false, (512 << 10) + 16), (RM_ALLREDUCE_2S, 5));
         assert_eq!(plan_at(4, false, 4 << 20), (RM_ALLREDUCE_2S, 32));
         assert_eq!(plan_at(4, false, (4 << 20) + 16), (RM_ALLREDUCE, 32));
-        // 8 ranks: 32 channels (16 until session 19), one-shot to ~18 KiB,
+        // 8 ranks: 32 channels (not 16), one-shot to ~18 KiB,
         // two-shot LL to 512 KiB.
         assert_eq!(plan_at(8, false, 16 << 10), (RM_ALLREDUCE_LL1, 4));
         assert_eq!(plan_at(8, false, 32 << 10), (RM_ALLREDUCE_LL2, 1));

@@ -6,8 +6,8 @@
 //! Why: with one process per GPU every collective ran on the ring kernels,
 //! which move ~255–325 GB/s of bus bandwidth at 1 GB (all-gather 254 against
 //! NCCL's 271, all-reduce 320–325 against 326–344: docs/performance-gpu.md,
-//! sessions 2–4), while one copy engine pulls ~390 GB/s from the peer each
-//! way and takes no SM (session 5's probe). Two GPUs driven by one process
+//! 2×H200, 2026-11-30), while one copy engine pulls ~390 GB/s from the peer each
+//! way and takes no SM (scripts/ce-probe.sh). Two GPUs driven by one process
 //! already use the engines ([`crate::ce`], [`crate::ce_reduce`]) because
 //! that process knows both ranks' pointers; two processes do not. So per
 //! qualifying call (large enough for the engines: the same bounds as `-g 2`)
@@ -23,14 +23,14 @@
 //! on the ring's device counters between the phases
 //! (`oxccl_ring_barrier`, which observes abort and the timeout).
 //!
-//! Measured (2×H200, session 7, `oxccl perf --ranks 2 --compare`, NCCL
-//! 2.28.9 in the same lease): all-gather 1.32–1.47× NCCL from 128 MB to
+//! Measured (2×H200, 2026-11-30, `oxccl perf --ranks 2 --compare`, NCCL
+//! 2.28.9 beside it on the same machine): all-gather 1.32–1.47× NCCL from 128 MB to
 //! 4 GB (379–388 GB/s from 1 GB; the ring kernels 298–301), all-reduce
 //! 1.03–1.08× from 256 MB (the ring 0.90–0.99×), reduce-scatter 1.15–1.27×
 //! from 256 MB (the ring 0.94–1.14×), broadcast 1.02–1.04× from 128 MB (the
-//! ring 0.91–0.92×). docs/performance-gpu.md, "Session 7". Session 8, the
-//! all-reduce's gather pushed: 356 / 362 / 366 GB/s at 1 / 2 / 4 GiB
-//! (1.07–1.09× NCCL). Session 9, out-of-place reductions pushed (the last
+//! ring 0.91–0.92×); see docs/performance-gpu.md. With the all-reduce's
+//! gather pushed: 356 / 362 / 366 GB/s at 1 / 2 / 4 GiB
+//! (1.07–1.09× NCCL). With out-of-place reductions pushed (the last
 //! piece halved): all-reduce 373–380 GB/s from 1 GiB (1.09–1.12×),
 //! reduce-scatter 1.29–1.37× from 256 MiB to 1 GiB, 1.24–1.25× at 2–4 GiB.
 //!
@@ -95,8 +95,8 @@ impl Bounds {
 
 /// Most bytes per pushed piece by default (`OXCCL_CUDA_CE_PUSH`; a part
 /// takes a quarter of itself per piece when that is less, at least
-/// [`PUSH_PIECE_MIN`]: [`push_piece`]). 2 processes, 2×H200, session 9, same
-/// lease, two rounds, GB/s bus bandwidth at 1 / 2 / 4 GiB, out of place:
+/// [`PUSH_PIECE_MIN`]: [`push_piece`]). 2 processes, 2×H200, 2026-11-30,
+/// two rounds, GB/s bus bandwidth at 1 / 2 / 4 GiB, out of place:
 /// all-reduce 364–368 / 374–375 / 379 pushed against 350–356 / 363 / 366
 /// pulled (NCCL 328 / 339 / 345); reduce-scatter 352 / 360–362 / 369–370
 /// against 332 / 340 / 345–346 (NCCL 274 / 285 / 292). 32 MiB pieces lost
@@ -112,7 +112,7 @@ pub const PUSH_PIECE_MIN: u64 = 16 << 20;
 /// [`PUSH_PIECE_MIN`] and `max`. Below 1 GiB the pipeline's fill (the
 /// first piece's copy before any reduction) shows: 256 MiB all-reduces and
 /// reduce-scatters (128 MiB parts) moved 341 / 313 GB/s in 32 MiB pieces
-/// against 331–332 / 301 in 64 MiB ones (same lease as [`PUSH_PIECE`]).
+/// against 331–332 / 301 in 64 MiB ones (same machine and day as [`PUSH_PIECE`]).
 pub fn push_piece(part: u64, max: u64) -> u64 {
     (part / 4).max(PUSH_PIECE_MIN).min(max)
 }
@@ -120,7 +120,7 @@ pub fn push_piece(part: u64, max: u64) -> u64 {
 /// All-reduces of two processes take the engines from 256 MiB by default
 /// (`-g 2`: 512 MiB, [`ce_reduce::DEFAULT_AR_MIN`]): what they would run
 /// instead is the ring kernel, slower than `-g 2`'s pair kernel. 2×H200,
-/// session 7, same lease: 256 MiB 840 µs on the engines against 888-907 on
+/// 2026-11-30: 256 MiB 840 µs on the engines against 888-907 on
 /// the ring (NCCL ~890), 128 MiB 472 against 456-471 (even), 512 MiB 1,583
 /// against 1,752.
 pub const XP_AR_MIN: u64 = 256 << 20;
@@ -129,15 +129,15 @@ pub const XP_AR_MIN: u64 = 256 << 20;
 /// buffer (`-g 2`: 2 × 512 MiB): the ring kernel's reduce-scatter stays at
 /// ~270-285 GB/s from 256 MiB while the engines reach 291 (256 MiB) to 346
 /// (4 GiB); 128 MiB is even (265 against 261 µs), 64 MiB the ring's (143
-/// against 157). 2×H200, session 7, same lease.
+/// against 157). 2×H200, 2026-11-30.
 pub const XP_RS_MIN: u64 = 256 << 20;
 
 /// All-reduces and reduce-scatters (send buffer bytes) of two processes
 /// whose buffers are apart on both ranks, pushed ([`ce_reduce::plan_pushed`]),
-/// take the engines from 128 MiB by default: 2×H200, session 10, same lease,
+/// take the engines from 128 MiB by default: 2×H200, 2026-11-30,
 /// two rounds, 128 MiB all-reduces 426-432 µs pushed against 455-458 on the
 /// ring kernel (NCCL ~471), reduce-scatters 241-245 against 262-267 (NCCL
-/// ~297); at 64 MiB pushes were even with the ring (session 10 run 2).
+/// ~297); at 64 MiB pushes were even with the ring.
 /// Pulled (in place) they lost at 128 MiB (all-reduces 470-477 against
 /// 455-462, reduce-scatters 283-284 against 262-265), so those keep
 /// [`XP_AR_MIN`] / [`XP_RS_MIN`] ([`declined`]).
@@ -358,7 +358,7 @@ pub fn eligible(call: &Call, b: &Bounds) -> bool {
 /// between them each sees alike (one's send is the other's receive),
 /// while only a scatter's or gather's root copies to itself. Judged with
 /// its copy, the root stayed on the ring kernel while its peer waited on
-/// the engines (2 processes, 128 MiB or more to the peer, session 10).
+/// the engines (2 processes, 128 MiB or more to the peer, 2×H200, 2026-11-30).
 pub fn p2p_call(
     sends: &[(usize, u64, usize)],
     recvs: &[(usize, u64, usize)],
@@ -756,8 +756,8 @@ pub fn plan(
         // An all-reduce's gather pushes this rank's reduced part into the
         // peer's output instead of pulling the peer's part (as the
         // all-gather below): 356 / 362 / 366 GB/s at 1 / 2 / 4 GiB against
-        // pulls' 348 / 354 / 358 (2 processes, 2xH200, session 8, two
-        // rounds each, same lease). After the middle barrier that range of
+        // pulls' 348 / 354 / 358 (2 processes, 2xH200, 2026-11-30, two
+        // rounds each). After the middle barrier that range of
         // the peer's output is free: the peer's kernel writes only its own
         // part, and this rank's pulls from the peer's input there (the same
         // memory when in place) are done.
@@ -784,7 +784,7 @@ pub fn plan(
         // the peer's output. Same bytes over the same links, but two
         // processes pulling while their local copies write the same
         // output moved 346-351 GB/s at 1-4 GB out of place (371 in place,
-        // no local copy), pushing 380-388 (2xH200, session 7, same lease;
+        // no local copy), pushing 380-388 (2xH200, 2026-11-30;
         // `-g 2`'s pulls reach 378-387 and keep pulling).
         p.remote = vec![ce::Xfer {
             dst: peer_call.output + rank as u64 * mine.count,

@@ -1335,7 +1335,7 @@ fn four_processes_two_per_gpu() {
     run_ranks(4, "0,1,4099,70001", &[]);
 }
 
-/// 8 ranks, as on issue 10's 8-GPU machine (here rank r on GPU r % gpus):
+/// 8 ranks, as on an 8-GPU NVSwitch machine (here rank r on GPU r % gpus):
 /// 32 channels there, 16 with all 8 on one H200 (as many ring blocks as
 /// its 132 SMs hold at once); all-reduces one-shot to 128 KiB / 7 (count 1, and 4099 of
 /// 1- to 4-byte types), two-shot over LL lines to 512 KiB (4099 of 8-byte
@@ -1352,8 +1352,8 @@ fn eight_processes() {
 }
 
 /// 12 ranks (here rank r on GPU r % gpus): on one H200, 16 channels would
-/// be 192 ring blocks for its 132 SMs, and a 64 MiB all-reduce of session
-/// 18's build ended in the kernels' timeout (session 19, run 1); the
+/// be 192 ring blocks for its 132 SMs, and a 64 MiB all-reduce with them
+/// ended in the kernels' timeout (blocks that never became resident); the
 /// channels come down to 11 and every collective completes, all-to-alls
 /// and gathers included (their send/receive launches within 22 blocks a
 /// rank). 2097155 floats: the Simple ring over many slots.

@@ -760,7 +760,7 @@ fn link_flap_shorter_than_timeout_recovers() {
     let Some(h) = Hosts::new("flap", 2, 1) else {
         return;
     };
-    // The loop runs 4 s; the link is down for 1 s of it; the timeout is 8 s.
+    // The loop lasts 4 s; the link is down for 1 s of it; the timeout is 8 s.
     let env = [
         ("OXCCL_TIMEOUT_MS", "8000"),
         ("OXH_COUNT", "262144"),

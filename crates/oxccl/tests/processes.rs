@@ -165,9 +165,8 @@ fn kill_parent(test: &str, env: &[(&str, &str)], when: When) {
     p.signal(VICTIM, libc::SIGKILL);
     let exits = p.wait_exit(&survivors, Duration::from_secs(20));
     for (&r, d) in survivors.iter().zip(&exits) {
-        let d = d.unwrap_or_else(|| {
-            panic!("rank {r} still runs 20 s after the kill:\n{}", p.all_logs())
-        });
+        let d =
+            d.unwrap_or_else(|| panic!("rank {r} alive 20 s after the kill:\n{}", p.all_logs()));
         assert!(
             p.status(r).is_some_and(|s| s.success()),
             "rank {r} failed:\n{}",

@@ -699,7 +699,7 @@ pub fn gpu_bench(f: &GpuBenchFacts) -> Check {
     let b = match &f.run {
         Err(e) => {
             return Check::new(id, BENCH, Status::Warn, format!("the GPU bench gave no result: {e}; the CPU bench ran instead"))
-                .fix(format!("run `{GPU_BENCH_CMD}` to see the whole error; oxccl's libnccl.so.2 must sit next to the oxccl executable (`cargo build --release -p oxccl-nccl`) or be named with --lib"))
+                .fix(format!("run `{GPU_BENCH_CMD}` to see the whole error; oxccl's libnccl.so.2 must sit next to the oxccl executable or in ../lib beside its folder (`cargo xtask build` or `cargo xtask install --prefix DIR` puts it there) or be named with --lib"))
         }
         Ok(b) => b,
     };

@@ -479,8 +479,10 @@ pub fn default_lib_path() -> Option<PathBuf> {
     default_lib().0
 }
 
-/// oxccl's libnccl next to this executable (`libnccl.so.2`, then `libnccl.so`),
-/// and the executable's path for messages.
+/// oxccl's libnccl next to this executable (`libnccl.so.2`, then `libnccl.so`:
+/// `cargo xtask build` leaves both in target/release), else in `../lib/`
+/// (`cargo xtask install`'s DIR/bin and DIR/lib), and the executable's path
+/// for messages.
 fn default_lib() -> (Option<PathBuf>, String) {
     let exe = std::env::current_exe().ok();
     let shown = exe.as_ref().map_or_else(
@@ -488,7 +490,7 @@ fn default_lib() -> (Option<PathBuf>, String) {
         |p| p.display().to_string(),
     );
     let found = exe.as_ref().and_then(|e| e.parent()).and_then(|d| {
-        ["libnccl.so.2", "libnccl.so"]
+        ["libnccl.so.2", "libnccl.so", "../lib/libnccl.so.2"]
             .iter()
             .map(|n| d.join(n))
             .find(|p| p.exists())
@@ -684,7 +686,7 @@ impl Settings {
                 let (found, exe) = default_lib();
                 let Some(p) = found else {
                     return Err(UsageError(format!(
-                        "--backend cuda: oxccl's libnccl.so.2 is not next to {exe} (build it with `cargo build --release -p oxccl-nccl` and put it there, or pass --lib PATH)"
+                        "--backend cuda: oxccl's libnccl.so.2 is not next to {exe} (nor in ../lib: build both with `cargo xtask build`, install both with `cargo xtask install --prefix DIR`, or pass --lib PATH)"
                     )));
                 };
                 Some(compare::Lib::load_as(&p, coll, "--lib").map_err(UsageError)?)

@@ -534,7 +534,7 @@ impl DevComm {
             // One copy stream: two lost 2-7% here at 512 MiB-2 GiB (all-reduce
             // 1,665 against 1,595 µs at 512 MiB, reduce-scatter 925 against
             // 864) where they win for -g 2 (see go_ce_reduce). 2xH200,
-            // session 7, same lease.
+            // 2026-11-30, both on one machine.
             xp::RankPlan::Reduce(p) => self.queue_ce_reduce(&bar, fr, p, st, false)?,
             xp::RankPlan::Pushed(p) => self.queue_pushed(&bar, fr, p, st, r, xs.peer)?,
         }
