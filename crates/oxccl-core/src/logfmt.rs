@@ -56,6 +56,15 @@ impl Level {
         }
     }
 
+    /// The level name nearest to `s` when `s` is none (`INOF` → `INFO`).
+    pub fn nearest(s: &str) -> Option<Level> {
+        if Level::parse(s).is_some() {
+            return None;
+        }
+        let n = crate::suggest::nearest_value(s.trim(), Level::ALL.iter().map(|l| l.name()))?;
+        Level::parse(n)
+    }
+
     /// Parses a level name, case-insensitively. `NONE` is accepted (it is also what an
     /// unset `NCCL_DEBUG` means).
     pub fn parse(s: &str) -> Option<Level> {
@@ -122,14 +131,30 @@ impl Subsys {
         ("DESTROY", Subsys::DESTROY),
     ];
 
+    /// The names `NCCL_DEBUG_SUBSYS` takes: every named subsystem, then `ALL`.
+    pub fn names() -> Vec<&'static str> {
+        let mut v: Vec<&str> = Subsys::NAMED.iter().map(|(n, _)| *n).collect();
+        v.push("ALL");
+        v
+    }
+
+    /// `s` with every unknown subsystem replaced by the nearest name (`INIT,NETT`
+    /// → `INIT,NET`); `None` when nothing needed replacing or nothing is near.
+    pub fn corrected(s: &str) -> Option<String> {
+        crate::suggest::corrected_list(s, &Subsys::names(), |x| {
+            Subsys::names().iter().any(|n| n.eq_ignore_ascii_case(x))
+        })
+    }
+
     /// Whether the masks share a bit.
     pub fn intersects(self, other: Subsys) -> bool {
         self.0 & other.0 != 0
     }
 
     /// Parses `NCCL_DEBUG_SUBSYS`: a comma list of names (case-insensitive, `ALL`
-    /// included); a leading `^` means every subsystem except those listed. Errors name
-    /// the unknown token.
+    /// included); a leading `^` means every subsystem except those listed. Errors say
+    /// what was expected and name the unknown token ([`Subsys::corrected`] has the
+    /// nearest names).
     pub fn parse_list(s: &str) -> Result<Subsys, String> {
         let s = s.trim();
         let (invert, list) = match s.strip_prefix('^') {
@@ -149,9 +174,9 @@ impl Subsys {
                 Some((_, b)) => mask |= b.0,
                 None => {
                     return Err(format!(
-                        "unknown subsystem '{item}' (valid: {}, ALL; '^' first inverts)",
-                        Subsys::NAMED.map(|(n, _)| n).join(", ")
-                    ))
+                        "subsystem names ({}; '^' first inverts), not '{item}'",
+                        Subsys::names().join(", ")
+                    ));
                 }
             }
         }
@@ -187,6 +212,21 @@ impl LevelSet {
         LevelSet(1 << l as u8)
     }
 
+    /// The names a level list takes: the levels above NONE, then `ALL`.
+    pub fn names() -> Vec<&'static str> {
+        let mut v: Vec<&str> = Level::ALL[1..].iter().map(|l| l.name()).collect();
+        v.push("ALL");
+        v
+    }
+
+    /// `s` with every unknown level replaced by the nearest name; `None` when
+    /// nothing needed replacing or nothing is near.
+    pub fn corrected(s: &str) -> Option<String> {
+        crate::suggest::corrected_list(s, &LevelSet::names(), |x| {
+            x.eq_ignore_ascii_case("ALL") || Level::parse(x).is_some()
+        })
+    }
+
     /// Parses a comma list of level names (`ALL` included; leading `^` inverts).
     pub fn parse_list(s: &str) -> Result<LevelSet, String> {
         let s = s.trim();
@@ -202,7 +242,8 @@ impl LevelSet {
             } else {
                 let l = Level::parse(item).ok_or_else(|| {
                     format!(
-                        "unknown level '{item}' (valid: VERSION, WARN, INFO, ABORT, TRACE, ALL; '^' first inverts)"
+                        "level names ({}; '^' first inverts), not '{item}'",
+                        LevelSet::names().join(", ")
                     )
                 })?;
                 set |= 1 << l as u8;
@@ -564,7 +605,30 @@ mod tests {
             Subsys::ALLOC_HOST
         );
         let e = Subsys::parse_list("INIT,NETT").unwrap_err();
-        assert!(e.starts_with("unknown subsystem 'NETT'"), "{e}");
+        assert!(e.starts_with("subsystem names (INIT, COLL, P2P"), "{e}");
+        assert!(
+            e.ends_with("DESTROY, ALL; '^' first inverts), not 'NETT'"),
+            "{e}"
+        );
+        assert_eq!(Subsys::corrected("INIT,NETT").as_deref(), Some("INIT,NET"));
+        assert_eq!(
+            Subsys::corrected("^bootstrp").as_deref(),
+            Some("^BOOTSTRAP")
+        );
+        assert_eq!(Subsys::corrected("INIT"), None);
+        assert_eq!(Level::nearest("INOF"), Some(Level::Info));
+        assert_eq!(Level::nearest("warning"), Some(Level::Warn));
+        assert_eq!(Level::nearest("info"), None);
+        assert_eq!(Level::nearest("verbose"), None);
+        let e = LevelSet::parse_list("WARN,INFOO").unwrap_err();
+        assert_eq!(
+            e,
+            "level names (VERSION, WARN, INFO, ABORT, TRACE, ALL; '^' first inverts), not 'INFOO'"
+        );
+        assert_eq!(
+            LevelSet::corrected("WARN,INFOO").as_deref(),
+            Some("WARN,INFO")
+        );
 
         let l = LevelSet::parse_list("warn,INFO").unwrap();
         assert!(l.contains(Level::Warn) && l.contains(Level::Info) && !l.contains(Level::Trace));
