@@ -479,6 +479,59 @@ fn push_fraction(out: &mut String, nanos: u32, digits: usize) {
     out.push_str(&full[..digits.min(9)]);
 }
 
+/// When a rank that waits for others says so: an INFO line every
+/// [`WaitTicker::INFO_EVERY`] and, once, a WARN at [`WaitTicker::WARN_AFTER`]
+/// (a wait that long is no start-up jitter: a peer is missing or stuck).
+/// Pure: the caller passes how long it has waited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitTicker {
+    every: std::time::Duration,
+    warn_after: std::time::Duration,
+    next_info: std::time::Duration,
+    warned: bool,
+}
+
+impl WaitTicker {
+    /// Why 5 s: bootstrap and connection setup take well under a second when
+    /// every rank is there, so a 5 s silence already means someone is late.
+    pub const INFO_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+    /// Why 10 s: twice the INFO period, a tenth of the 120 s init timeout.
+    pub const WARN_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// INFO every `every` (at least 1 ms), WARN once at `warn_after`.
+    pub fn new(every: std::time::Duration, warn_after: std::time::Duration) -> WaitTicker {
+        let every = every.max(std::time::Duration::from_millis(1));
+        WaitTicker {
+            every,
+            warn_after,
+            next_info: every,
+            warned: false,
+        }
+    }
+
+    /// The line to print after waiting `waited` so far: `Some(Warn)` once when
+    /// `waited` reaches the WARN threshold, `Some(Info)` when it reaches the
+    /// next INFO time, else `None`. A late call prints one line, not the
+    /// ones it missed.
+    pub fn tick(&mut self, waited: std::time::Duration) -> Option<Level> {
+        let due = waited >= self.next_info;
+        while self.next_info <= waited {
+            self.next_info += self.every;
+        }
+        if !self.warned && waited >= self.warn_after {
+            self.warned = true;
+            return Some(Level::Warn);
+        }
+        due.then_some(Level::Info)
+    }
+}
+
+impl Default for WaitTicker {
+    fn default() -> Self {
+        WaitTicker::new(WaitTicker::INFO_EVERY, WaitTicker::WARN_AFTER)
+    }
+}
+
 /// NCCL's per-call TUNING line (enqueue.cc, printed by rank 0 with
 /// `NCCL_DEBUG_SUBSYS=TUNING`): `{op}: {bytes} Bytes -> Algo {algo} proto
 /// {proto} channel{Lo..Hi}={0..blocks-1}`, so a log of oxccl's choices lines
@@ -506,6 +559,39 @@ mod tests {
             tuning_line("AllGather", 1 << 30, "CopyEngine", "Simple", 0),
             "AllGather: 1073741824 Bytes -> Algo CopyEngine proto Simple channel{Lo..Hi}={0..-1}"
         );
+    }
+
+    #[test]
+    fn waiting_ticks_info_every_period_and_warns_once() {
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        let mut t = WaitTicker::default();
+        let seen: Vec<(u64, Level)> = (0..=25_000)
+            .step_by(50)
+            .filter_map(|m| t.tick(ms(m)).map(|l| (m / 1000, l)))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (5, Level::Info),
+                (10, Level::Warn),
+                (15, Level::Info),
+                (20, Level::Info),
+                (25, Level::Info)
+            ]
+        );
+        // A caller that polls rarely gets one line per call, never a burst.
+        let mut t = WaitTicker::new(ms(100), ms(1000));
+        assert_eq!(t.tick(ms(50)), None);
+        assert_eq!(t.tick(ms(950)), Some(Level::Info));
+        assert_eq!(t.tick(ms(960)), None);
+        assert_eq!(t.tick(ms(5000)), Some(Level::Warn));
+        assert_eq!(t.tick(ms(5001)), None);
+        assert_eq!(t.tick(ms(5100)), Some(Level::Info));
+        // A zero period does not spin.
+        let mut t = WaitTicker::new(Duration::ZERO, ms(2));
+        assert_eq!(t.tick(ms(1)), Some(Level::Info));
+        assert_eq!(t.tick(ms(2)), Some(Level::Warn));
     }
 
     fn ctx() -> LineCtx<'static> {
