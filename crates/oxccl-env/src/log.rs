@@ -254,9 +254,10 @@ impl Waiting {
     }
 
     /// Logs `what()` (built only when a line is due) with the time waited so
-    /// far, naming the caller's file:line.
+    /// far out of `limit` (the wait's timeout), naming the caller's file:line:
+    /// "WHAT (waited 5.0 s of 120 s)".
     #[track_caller]
-    pub fn tick(&mut self, what: impl FnOnce() -> String) {
+    pub fn tick(&mut self, limit: Duration, what: impl FnOnce() -> String) {
         let waited = self.start.elapsed();
         if let Some(level) = self.ticker.tick(waited) {
             let subsys = if level == Level::Warn {
@@ -267,9 +268,23 @@ impl Waiting {
             log_here(
                 level,
                 subsys,
-                format_args!("{} (waiting {:.1} s so far)", what(), waited.as_secs_f64()),
+                format_args!(
+                    "{} (waited {:.1} s of {})",
+                    what(),
+                    waited.as_secs_f64(),
+                    limit_text(limit)
+                ),
             );
         }
+    }
+}
+
+/// "120 s", "1.5 s".
+fn limit_text(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
     }
 }
 

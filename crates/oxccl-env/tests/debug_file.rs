@@ -31,7 +31,9 @@ fn child_logs() {
     let mut w = oxccl_env::log::Waiting::new(oxccl_env::Subsys::INIT);
     let start = std::time::Instant::now();
     while start.elapsed() < std::time::Duration::from_millis(100) {
-        w.tick(|| "test: waiting for rank 1 of 2".to_string());
+        w.tick(std::time::Duration::from_secs(2), || {
+            "test: waiting for rank 1 of 2".to_string()
+        });
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
@@ -145,12 +147,13 @@ fn debug_file_gets_nccl_shaped_lines() {
         "{text}"
     );
     assert!(
-        rests[9].starts_with("[2] NCCL INFO test: waiting for rank 1 of 2 (waiting 0."),
+        rests[9].starts_with("[2] NCCL INFO test: waiting for rank 1 of 2 (waited 0."),
         "{text}"
     );
     assert!(
         rests[10].starts_with("[2] oxccl-env/tests/debug_file.rs:")
-            && rests[10].contains(" NCCL WARN test: waiting for rank 1 of 2 (waiting 0."),
+            && rests[10].contains(" NCCL WARN test: waiting for rank 1 of 2 (waited 0.")
+            && rests[10].ends_with(" s of 2 s)"),
         "{text}"
     );
     assert_eq!(rests.len(), 11, "{text}");
