@@ -716,3 +716,17 @@ fn timeout_aborts_a_stuck_run() {
     let alive = unsafe { libc::kill(pid, 0) } == 0;
     assert!(!alive, "rank 1 (pid {pid}) was left running");
 }
+
+#[test]
+fn own_variables_raise_no_warning_at_info() {
+    // The launcher sets OXCCL_PERF_* for its children; with NCCL_DEBUG=INFO
+    // each child echoes its settings and would warn about unknown names.
+    let mut c = perf(&["-b", "8", "-e", "8", "-n", "1", "-w", "0", "--ranks", "2"]);
+    c.arg("allreduce").env("NCCL_DEBUG", "INFO");
+    let out = run_for(c, 60);
+    assert_ok(&out);
+    let all = text(&out.stdout) + &text(&out.stderr);
+    assert!(all.contains("NCCL INFO"), "NCCL_DEBUG=INFO took no effect:\n{all}");
+    assert!(!all.contains("OXCCL_PERF_"), "{all}");
+    assert!(!all.contains("NCCL WARN"), "{all}");
+}
