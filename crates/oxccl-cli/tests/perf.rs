@@ -726,7 +726,10 @@ fn own_variables_raise_no_warning_at_info() {
     let out = run_for(c, 60);
     assert_ok(&out);
     let all = text(&out.stdout) + &text(&out.stderr);
-    assert!(all.contains("NCCL INFO"), "NCCL_DEBUG=INFO took no effect:\n{all}");
+    assert!(
+        all.contains("NCCL INFO"),
+        "NCCL_DEBUG=INFO took no effect:\n{all}"
+    );
     assert!(!all.contains("OXCCL_PERF_"), "{all}");
     assert!(!all.contains("NCCL WARN"), "{all}");
 }
