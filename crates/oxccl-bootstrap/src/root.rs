@@ -358,20 +358,23 @@ fn admit(
     }
 }
 
+/// WARNs why a connection was dropped, naming the caller's line (the root's
+/// or a rank's listener).
+#[track_caller]
 pub(crate) fn log_drop(peer: SocketAddr, e: &HandshakeError) {
-    match e {
-        HandshakeError::BadProof | HandshakeError::Rejected => {
-            warn!("bootstrap: connection from {peer} failed authentication; dropped")
+    let why = match e {
+        HandshakeError::BadProof | HandshakeError::Rejected => "failed authentication".to_string(),
+        HandshakeError::NotOxccl => "is not an oxccl bootstrap handshake".to_string(),
+        HandshakeError::Io(err) if err.message().starts_with("bootstrap: stopped") => return,
+        HandshakeError::Io(err) => {
+            format!("did not complete its handshake ({})", err.message())
         }
-        HandshakeError::NotOxccl => {
-            warn!("bootstrap: connection from {peer} is not an oxccl bootstrap handshake; dropped")
-        }
-        HandshakeError::Io(err) if err.message().starts_with("bootstrap: stopped") => {}
-        HandshakeError::Io(err) => warn!(
-            "bootstrap: connection from {peer} did not complete its handshake ({}); dropped",
-            err.message()
-        ),
-    }
+    };
+    oxccl_env::log::log_here(
+        oxccl_env::Level::Warn,
+        Subsys::ALL,
+        format_args!("bootstrap: connection from {peer} {why}; dropped"),
+    );
 }
 
 fn send_best_effort(s: &mut TcpStream, payload: &[u8], abort: &AtomicBool) {
