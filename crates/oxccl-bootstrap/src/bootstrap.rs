@@ -22,6 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use oxccl_core::{Error, ErrorKind, Result};
+use oxccl_env::log::Waiting;
 use oxccl_env::{info, warn, Subsys};
 
 use crate::auth::{self, HandshakeError};
@@ -230,6 +231,7 @@ fn connect_retry(
     retry_refused: bool,
 ) -> Result<TcpStream> {
     let mut backoff = Duration::from_millis(10);
+    let mut waiting = Waiting::new(Subsys::BOOTSTRAP);
     loop {
         let left = lim
             .remaining()
@@ -250,6 +252,9 @@ fn connect_retry(
         } else {
             Duration::ZERO
         };
+        waiting.tick(lim.timeout, || {
+            format!("bootstrap: waiting to connect to {who} at {addr} (last error: {last})")
+        });
         let until = Instant::now() + pause;
         loop {
             if let Err(e) = lim.check() {
@@ -478,6 +483,7 @@ impl Bootstrap {
 
     fn recv_ns(&self, peer: usize, ns: u8, tag: u32) -> Result<Vec<u8>> {
         let lim = self.limits();
+        let mut waiting = Waiting::new(Subsys::BOOTSTRAP);
         let mut g = self.shared.lock();
         loop {
             if let Some(q) = g.msgs.get_mut(&(peer, ns, tag)) {
@@ -492,6 +498,9 @@ impl Bootstrap {
                 return Err(Error::remote(why.clone()));
             }
             lim.check()?;
+            waiting.tick(self.cfg.timeout, || {
+                recv_wait_text(self.rank, self.nranks, peer, ns, tag)
+            });
             g = self
                 .shared
                 .cv
@@ -574,6 +583,7 @@ impl Bootstrap {
     pub fn accept_peer(&self, peer: usize, tag: u32) -> Result<TcpStream> {
         self.check_peer(peer, "accept_peer")?;
         let lim = self.limits();
+        let mut waiting = Waiting::new(Subsys::BOOTSTRAP);
         let mut g = self.shared.lock();
         loop {
             if let Some(q) = g.streams.get_mut(&(peer, tag)) {
@@ -590,6 +600,12 @@ impl Bootstrap {
                     "bootstrap: accept_peer from rank {peer} (tag {tag})"
                 ))
             })?;
+            waiting.tick(self.cfg.timeout, || {
+                format!(
+                    "bootstrap: rank {} of {} waiting for rank {peer}'s data connection (tag {tag})",
+                    self.rank, self.nranks
+                )
+            });
             g = self
                 .shared
                 .cv
@@ -597,6 +613,40 @@ impl Bootstrap {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+}
+
+/// What a rank's receive in namespace `ns` waits for: "bootstrap allgather:
+/// rank 0 of 2 waiting for rank 1".
+fn recv_wait_text(me: usize, nranks: usize, peer: usize, ns: u8, tag: u32) -> String {
+    let what = match ns {
+        NS_ALLGATHER => "bootstrap allgather".to_string(),
+        NS_BARRIER => format!("bootstrap barrier (round {tag})"),
+        _ => format!("bootstrap recv (tag {tag})"),
+    };
+    format!("{what}: rank {me} of {nranks} waiting for rank {peer}")
+}
+
+/// Returns once `s` has bytes to read (or has closed), calling `tick` at
+/// every poll; the limits' errors otherwise. The read itself is the caller's.
+fn wait_readable(s: &TcpStream, lim: &Limits, mut tick: impl FnMut()) -> Result<()> {
+    let mut one = [0u8; 1];
+    loop {
+        // The stream's read timeout is wire::POLL (wire::prepare).
+        match s.peek(&mut one) {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            // Let the read report it.
+            Err(_) => return Ok(()),
+        }
+        lim.check()?;
+        tick();
     }
 }
 
@@ -644,7 +694,15 @@ fn join_root(
         deadline: lim.deadline.and_then(|d| d.checked_add(ROOT_GRACE)),
         ..lim
     };
-    let frame = match wire::read_frame(&mut s, MAX_FRAME, &wait, true) {
+    let mut waiting = Waiting::since(start, Subsys::BOOTSTRAP);
+    let ready = wait_readable(&s, &wait, || {
+        waiting.tick(cfg.init_timeout, || {
+            format!(
+                "bootstrap: rank {rank} of {nranks} waiting for the root at {root} to send the rank table, which comes once all {nranks} ranks have connected"
+            )
+        })
+    });
+    let frame = match ready.and_then(|()| wire::read_frame(&mut s, MAX_FRAME, &wait, true)) {
         Ok(Some(f)) => f,
         Ok(None) => {
             return Err(Error::remote(format!(
@@ -818,4 +876,25 @@ fn serve_conn(
     let mut g = shared.lock();
     g.closed.insert(from, why);
     shared.cv.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recv_waits_name_the_collective_and_the_peer() {
+        assert_eq!(
+            recv_wait_text(0, 2, 1, NS_ALLGATHER, 0),
+            "bootstrap allgather: rank 0 of 2 waiting for rank 1"
+        );
+        assert_eq!(
+            recv_wait_text(3, 8, 7, NS_BARRIER, 2),
+            "bootstrap barrier (round 2): rank 3 of 8 waiting for rank 7"
+        );
+        assert_eq!(
+            recv_wait_text(1, 4, 0, NS_USER, 9),
+            "bootstrap recv (tag 9): rank 1 of 4 waiting for rank 0"
+        );
+    }
 }

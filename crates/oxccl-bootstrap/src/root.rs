@@ -20,6 +20,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use oxccl_core::{Error, Result};
+use oxccl_env::log::Waiting;
 use oxccl_env::{info, warn, Subsys};
 
 use crate::auth::{self, HandshakeError};
@@ -201,19 +202,40 @@ impl Rendezvous {
         self.failed.is_some()
     }
 
+    /// "rank 3" / "ranks 3, 5" (at most 16 named, then how many more) and
+    /// nranks: the ranks that have not joined. `None` before the first join
+    /// (nranks is not known yet).
+    fn missing(&self) -> Option<(String, usize)> {
+        const NAMED: usize = 16;
+        let (_, n) = self.first?;
+        let missing: Vec<usize> = (0..n).filter(|r| !self.joined.contains_key(r)).collect();
+        let who = if missing.len() == 1 { "rank" } else { "ranks" };
+        let mut list: Vec<String> = missing.iter().take(NAMED).map(|r| r.to_string()).collect();
+        if missing.len() > NAMED {
+            list.push(format!("and {} more", missing.len() - NAMED));
+        }
+        Some((format!("{who} {}", list.join(", ")), n))
+    }
+
     /// "ranks 3, 5 of 8 never connected to the root at ADDR within 30 s".
     pub fn missing_message(&self, root: SocketAddr, t: Duration) -> Option<String> {
-        let (_, n) = self.first?;
-        let missing: Vec<String> = (0..n)
-            .filter(|r| !self.joined.contains_key(r))
-            .map(|r| r.to_string())
-            .collect();
-        let who = if missing.len() == 1 { "rank" } else { "ranks" };
+        let (who, n) = self.missing()?;
         Some(format!(
-            "bootstrap: {who} {} of {n} never connected to the root at {root} within {}",
-            missing.join(", "),
+            "bootstrap: {who} of {n} never connected to the root at {root} within {}",
             wire::secs(t)
         ))
+    }
+
+    /// What the root is waiting for, for its periodic notice: "bootstrap:
+    /// root at ADDR waiting for rank 1 of 2 to connect, 1 connected".
+    pub fn waiting_message(&self, root: SocketAddr) -> String {
+        match self.missing() {
+            Some((who, n)) => format!(
+                "bootstrap: root at {root} waiting for {who} of {n} to connect, {} connected",
+                self.joined.len(),
+            ),
+            None => format!("bootstrap: root at {root} waiting for the first rank to connect"),
+        }
     }
 }
 
@@ -336,20 +358,23 @@ fn admit(
     }
 }
 
+/// WARNs why a connection was dropped, naming the caller's line (the root's
+/// or a rank's listener).
+#[track_caller]
 pub(crate) fn log_drop(peer: SocketAddr, e: &HandshakeError) {
-    match e {
-        HandshakeError::BadProof | HandshakeError::Rejected => {
-            warn!("bootstrap: connection from {peer} failed authentication; dropped")
+    let why = match e {
+        HandshakeError::BadProof | HandshakeError::Rejected => "failed authentication".to_string(),
+        HandshakeError::NotOxccl => "is not an oxccl bootstrap handshake".to_string(),
+        HandshakeError::Io(err) if err.message().starts_with("bootstrap: stopped") => return,
+        HandshakeError::Io(err) => {
+            format!("did not complete its handshake ({})", err.message())
         }
-        HandshakeError::NotOxccl => {
-            warn!("bootstrap: connection from {peer} is not an oxccl bootstrap handshake; dropped")
-        }
-        HandshakeError::Io(err) if err.message().starts_with("bootstrap: stopped") => {}
-        HandshakeError::Io(err) => warn!(
-            "bootstrap: connection from {peer} did not complete its handshake ({}); dropped",
-            err.message()
-        ),
-    }
+    };
+    oxccl_env::log::log_here(
+        oxccl_env::Level::Warn,
+        Subsys::ALL,
+        format_args!("bootstrap: connection from {peer} {why}; dropped"),
+    );
 }
 
 fn send_best_effort(s: &mut TcpStream, payload: &[u8], abort: &AtomicBool) {
@@ -369,7 +394,11 @@ fn coordinate(
     // The shortest timeout in play, for messages.
     let mut eff = t;
     let mut conns: Vec<TcpStream> = Vec::new();
+    let mut waiting = Waiting::new(Subsys::BOOTSTRAP);
     loop {
+        if !rv.failed() {
+            waiting.tick(eff, || rv.waiting_message(addr));
+        }
         if abort.load(Ordering::Relaxed) {
             let e = wire::encode_error(&wire::aborted());
             for c in &mut conns {
@@ -515,6 +544,21 @@ mod tests {
             r.missing_message("10.0.0.1:4444".parse().unwrap(), Duration::from_secs(30))
                 .unwrap(),
             "bootstrap: ranks 3, 5 of 8 never connected to the root at 10.0.0.1:4444 within 30 s"
+        );
+        assert_eq!(
+            r.waiting_message("10.0.0.1:4444".parse().unwrap()),
+            "bootstrap: root at 10.0.0.1:4444 waiting for ranks 3, 5 of 8 to connect, 6 connected"
+        );
+        let fresh = Rendezvous::new(1);
+        assert_eq!(
+            fresh.waiting_message("10.0.0.1:4444".parse().unwrap()),
+            "bootstrap: root at 10.0.0.1:4444 waiting for the first rank to connect"
+        );
+        let mut big = Rendezvous::new(1);
+        big.on_join(j(0, 100, 1));
+        let m = big.missing_message("10.0.0.1:4444".parse().unwrap(), Duration::from_secs(1));
+        assert!(
+            m.unwrap().starts_with("bootstrap: ranks 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, and 83 more of 100 never"),
         );
     }
 

@@ -302,6 +302,24 @@ fn env_typo_warns_with_nearest_name() {
 }
 
 #[test]
+fn bad_algo_value_fix_names_the_nearest_algorithm() {
+    let root = cpu_machine("badalgo");
+    let o = doctor(
+        &["--sysroot", &root_arg(&root), "--json"],
+        &[("NCCL_ALGO", "rign")],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v = json(&o);
+    let c = one(&v, "env.NCCL_ALGO");
+    assert_eq!(c["status"], "fail");
+    let fix = c["fix"].as_str().unwrap();
+    assert!(fix.starts_with("set NCCL_ALGO=Ring (or unset it"), "{c:#}");
+    let detail = c["detail"].as_str().unwrap();
+    assert!(detail.contains("did you mean NCCL_ALGO=Ring?"), "{c:#}");
+    assert!(detail.contains("Tree, Ring, CollnetDirect"), "{c:#}");
+}
+
+#[test]
 fn malformed_and_risky_values() {
     let root = cpu_machine("malformed");
     let o = doctor(

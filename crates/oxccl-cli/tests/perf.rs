@@ -957,3 +957,20 @@ fn oversize_is_refused_before_the_ranks_start() {
     assert!(out.stdout.is_empty());
     assert!(t0.elapsed() < Duration::from_secs(10));
 }
+
+#[test]
+fn own_variables_raise_no_warning_at_info() {
+    // The launcher sets OXCCL_PERF_* for its children; with NCCL_DEBUG=INFO
+    // each child echoes its settings and would warn about unknown names.
+    let mut c = perf(&["-b", "8", "-e", "8", "-n", "1", "-w", "0", "--ranks", "2"]);
+    c.arg("allreduce").env("NCCL_DEBUG", "INFO");
+    let out = run_for(c, 60);
+    assert_ok(&out);
+    let all = text(&out.stdout) + &text(&out.stderr);
+    assert!(
+        all.contains("NCCL INFO"),
+        "NCCL_DEBUG=INFO took no effect:\n{all}"
+    );
+    assert!(!all.contains("OXCCL_PERF_"), "{all}");
+    assert!(!all.contains("NCCL WARN"), "{all}");
+}

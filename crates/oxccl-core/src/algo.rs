@@ -169,6 +169,32 @@ impl<T: Choice> Selection<T> {
     /// Parses the grammar in this module's docs. Errors name the bad token and list
     /// the valid names.
     pub fn parse(s: &str) -> Result<Self> {
+        Self::parse_names(s).map_err(|bad| {
+            Error::invalid_argument(format!(
+                "{}: unknown {} '{}'{} (valid: {})",
+                T::VAR,
+                bad.what,
+                bad.token,
+                crate::suggest::hint(&bad.token, &bad.valid()),
+                bad.valid().join(", ")
+            ))
+        })
+    }
+
+    /// [`Selection::parse`] for the parameter registry: the error is what was
+    /// expected ("algorithm names (Tree, Ring, ...), not 'rign'").
+    pub fn parse_expected(s: &str) -> std::result::Result<Self, String> {
+        Self::parse_names(s).map_err(|bad| {
+            format!(
+                "{} names ({}), not '{}'",
+                bad.what,
+                bad.valid().join(", "),
+                bad.token
+            )
+        })
+    }
+
+    fn parse_names(s: &str) -> std::result::Result<Self, BadName> {
         let mut sel = Self::all();
         for seg in s.split(';') {
             let seg = seg.trim();
@@ -176,7 +202,15 @@ impl<T: Choice> Selection<T> {
                 continue;
             }
             let (colls, list): (Vec<CollKind>, &str) = match seg.split_once(':') {
-                Some((func, list)) => (vec![parse_func::<T>(func.trim())?], list),
+                Some((func, list)) => {
+                    let func = func.trim();
+                    let c = parse_func(func).ok_or_else(|| BadName {
+                        token: func.to_string(),
+                        what: "collective",
+                        valid: selectable_func_names(),
+                    })?;
+                    (vec![c], list)
+                }
                 None => (CollKind::ALL.to_vec(), seg),
             };
             let list = list.trim();
@@ -190,18 +224,10 @@ impl<T: Choice> Selection<T> {
                 if item.is_empty() {
                     continue;
                 }
-                let x = T::from_name(item).ok_or_else(|| {
-                    Error::invalid_argument(format!(
-                        "{}: unknown {} '{}' (valid: {})",
-                        T::VAR,
-                        T::WHAT,
-                        item,
-                        T::ALL
-                            .iter()
-                            .map(|x| x.name())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
+                let x = T::from_name(item).ok_or_else(|| BadName {
+                    token: item.to_string(),
+                    what: T::WHAT,
+                    valid: Self::names().into_iter().map(String::from).collect(),
                 })?;
                 mask |= 1 << x.index();
             }
@@ -213,6 +239,45 @@ impl<T: Choice> Selection<T> {
             }
         }
         Ok(sel)
+    }
+
+    /// Every value's name, in canonical order.
+    pub fn names() -> Vec<&'static str> {
+        T::ALL.iter().map(|x| x.name()).collect()
+    }
+
+    /// `s` with every unknown name (a value, or a collective before `:`)
+    /// replaced by the nearest valid one (`rign` → `Ring`,
+    /// `allredcue:ring` → `allreduce:ring`); `None` when `s` parses already or
+    /// some unknown name has nothing near.
+    pub fn corrected(s: &str) -> Option<String> {
+        use crate::suggest::corrected_list;
+        if Self::parse(s).is_ok() {
+            return None;
+        }
+        let names = Self::names();
+        let funcs = selectable_func_names();
+        let funcs: Vec<&str> = funcs.iter().map(String::as_str).collect();
+        let mut segs = Vec::new();
+        for seg in s.split(';').map(str::trim).filter(|t| !t.is_empty()) {
+            let (func, list) = match seg.split_once(':') {
+                Some((f, l)) => (Some(f.trim()), l.trim()),
+                None => (None, seg),
+            };
+            let func = match func {
+                Some(f) if parse_func(f).is_some() => format!("{f}:"),
+                Some(f) => format!(
+                    "{}:",
+                    crate::suggest::nearest_value(f, funcs.iter().copied())?
+                ),
+                None => String::new(),
+            };
+            let list = corrected_list(list, &names, |x| T::from_name(x).is_some())
+                .unwrap_or_else(|| list.to_string());
+            segs.push(format!("{func}{list}"));
+        }
+        let fixed = segs.join(";");
+        Self::parse(&fixed).is_ok().then_some(fixed)
     }
 
     /// Whether `coll` may use `x`.
@@ -242,25 +307,33 @@ impl<T: Choice> Default for Selection<T> {
     }
 }
 
-fn parse_func<T: Choice>(func: &str) -> Result<CollKind> {
-    let bad = || {
-        Error::invalid_argument(format!(
-            "{}: unknown collective '{}' before ':' (valid: {})",
-            T::VAR,
-            func,
-            SELECTABLE_COLLS
-                .iter()
-                .map(|c| c.nccl_name().to_ascii_lowercase())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-    };
-    let c = CollKind::parse(func).map_err(|_| bad())?;
-    if SELECTABLE_COLLS.contains(&c) {
-        Ok(c)
-    } else {
-        Err(bad())
+/// The names a `func:` prefix takes, as written in messages ("allreduce").
+fn selectable_func_names() -> Vec<String> {
+    SELECTABLE_COLLS
+        .iter()
+        .map(|c| c.nccl_name().to_ascii_lowercase())
+        .collect()
+}
+
+/// An unknown name in a selection: the token, what it should have named, and
+/// the names it may take.
+struct BadName {
+    token: String,
+    what: &'static str,
+    valid: Vec<String>,
+}
+
+impl BadName {
+    fn valid(&self) -> Vec<&str> {
+        self.valid.iter().map(String::as_str).collect()
     }
+}
+
+/// The collective a `func:` prefix names, if it is one that may be selected.
+fn parse_func(func: &str) -> Option<CollKind> {
+    CollKind::parse(func)
+        .ok()
+        .filter(|c| SELECTABLE_COLLS.contains(c))
 }
 
 /// Canonical text: `Ring,Tree` when every selectable collective agrees, else one
@@ -375,13 +448,18 @@ mod tests {
         assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
         assert_eq!(
             e.message(),
-            "NCCL_ALGO: unknown algorithm 'rnig' (valid: Tree, Ring, CollnetDirect, CollnetChain, \
-             NVLS, NVLSTree, PAT, OneShot, TwoShot)"
+            "NCCL_ALGO: unknown algorithm 'rnig'; did you mean Ring? (valid: Tree, Ring, \
+             CollnetDirect, CollnetChain, NVLS, NVLSTree, PAT, OneShot, TwoShot)"
         );
         let e = Selection::<Proto>::parse("LL64").unwrap_err();
         assert_eq!(
             e.message(),
-            "NCCL_PROTO: unknown protocol 'LL64' (valid: LL, LL128, Simple)"
+            "NCCL_PROTO: unknown protocol 'LL64'; did you mean LL? (valid: LL, LL128, Simple)"
+        );
+        let e = Selection::<Proto>::parse("bulk").unwrap_err();
+        assert_eq!(
+            e.message(),
+            "NCCL_PROTO: unknown protocol 'bulk' (valid: LL, LL128, Simple)"
         );
         let e = Selection::<Algo>::parse("allredcue:ring").unwrap_err();
         assert!(
@@ -391,7 +469,26 @@ mod tests {
         assert!(e
             .message()
             .contains("allreduce, broadcast, reduce, allgather, reducescatter"));
+        assert!(e.message().contains("did you mean allreduce?"), "{e}");
         let e = Selection::<Algo>::parse("send:ring").unwrap_err();
         assert!(e.message().contains("unknown collective 'send'"), "{e}");
+    }
+
+    #[test]
+    fn corrections_name_the_nearest_values() {
+        let fix = Selection::<Algo>::corrected;
+        assert_eq!(fix("rign").as_deref(), Some("Ring"));
+        assert_eq!(fix("ring,tre").as_deref(), Some("ring,Tree"));
+        assert_eq!(fix("^oneshto").as_deref(), Some("^OneShot"));
+        assert_eq!(
+            fix("allredcue:rign;broadcast:ring").as_deref(),
+            Some("allreduce:Ring;broadcast:ring")
+        );
+        assert_eq!(fix("ring"), None, "already valid");
+        assert_eq!(fix("mesh"), None, "nothing near");
+        assert_eq!(
+            Selection::<Proto>::corrected("simpel").as_deref(),
+            Some("Simple")
+        );
     }
 }

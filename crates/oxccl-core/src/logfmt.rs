@@ -56,6 +56,15 @@ impl Level {
         }
     }
 
+    /// The level name nearest to `s` when `s` is none (`INOF` → `INFO`).
+    pub fn nearest(s: &str) -> Option<Level> {
+        if Level::parse(s).is_some() {
+            return None;
+        }
+        let n = crate::suggest::nearest_value(s.trim(), Level::ALL.iter().map(|l| l.name()))?;
+        Level::parse(n)
+    }
+
     /// Parses a level name, case-insensitively. `NONE` is accepted (it is also what an
     /// unset `NCCL_DEBUG` means).
     pub fn parse(s: &str) -> Option<Level> {
@@ -122,14 +131,30 @@ impl Subsys {
         ("DESTROY", Subsys::DESTROY),
     ];
 
+    /// The names `NCCL_DEBUG_SUBSYS` takes: every named subsystem, then `ALL`.
+    pub fn names() -> Vec<&'static str> {
+        let mut v: Vec<&str> = Subsys::NAMED.iter().map(|(n, _)| *n).collect();
+        v.push("ALL");
+        v
+    }
+
+    /// `s` with every unknown subsystem replaced by the nearest name (`INIT,NETT`
+    /// → `INIT,NET`); `None` when nothing needed replacing or nothing is near.
+    pub fn corrected(s: &str) -> Option<String> {
+        crate::suggest::corrected_list(s, &Subsys::names(), |x| {
+            Subsys::names().iter().any(|n| n.eq_ignore_ascii_case(x))
+        })
+    }
+
     /// Whether the masks share a bit.
     pub fn intersects(self, other: Subsys) -> bool {
         self.0 & other.0 != 0
     }
 
     /// Parses `NCCL_DEBUG_SUBSYS`: a comma list of names (case-insensitive, `ALL`
-    /// included); a leading `^` means every subsystem except those listed. Errors name
-    /// the unknown token.
+    /// included); a leading `^` means every subsystem except those listed. Errors say
+    /// what was expected and name the unknown token ([`Subsys::corrected`] has the
+    /// nearest names).
     pub fn parse_list(s: &str) -> Result<Subsys, String> {
         let s = s.trim();
         let (invert, list) = match s.strip_prefix('^') {
@@ -149,9 +174,9 @@ impl Subsys {
                 Some((_, b)) => mask |= b.0,
                 None => {
                     return Err(format!(
-                        "unknown subsystem '{item}' (valid: {}, ALL; '^' first inverts)",
-                        Subsys::NAMED.map(|(n, _)| n).join(", ")
-                    ))
+                        "subsystem names ({}; '^' first inverts), not '{item}'",
+                        Subsys::names().join(", ")
+                    ));
                 }
             }
         }
@@ -187,6 +212,21 @@ impl LevelSet {
         LevelSet(1 << l as u8)
     }
 
+    /// The names a level list takes: the levels above NONE, then `ALL`.
+    pub fn names() -> Vec<&'static str> {
+        let mut v: Vec<&str> = Level::ALL[1..].iter().map(|l| l.name()).collect();
+        v.push("ALL");
+        v
+    }
+
+    /// `s` with every unknown level replaced by the nearest name; `None` when
+    /// nothing needed replacing or nothing is near.
+    pub fn corrected(s: &str) -> Option<String> {
+        crate::suggest::corrected_list(s, &LevelSet::names(), |x| {
+            x.eq_ignore_ascii_case("ALL") || Level::parse(x).is_some()
+        })
+    }
+
     /// Parses a comma list of level names (`ALL` included; leading `^` inverts).
     pub fn parse_list(s: &str) -> Result<LevelSet, String> {
         let s = s.trim();
@@ -202,7 +242,8 @@ impl LevelSet {
             } else {
                 let l = Level::parse(item).ok_or_else(|| {
                     format!(
-                        "unknown level '{item}' (valid: VERSION, WARN, INFO, ABORT, TRACE, ALL; '^' first inverts)"
+                        "level names ({}; '^' first inverts), not '{item}'",
+                        LevelSet::names().join(", ")
                     )
                 })?;
                 set |= 1 << l as u8;
@@ -438,6 +479,59 @@ fn push_fraction(out: &mut String, nanos: u32, digits: usize) {
     out.push_str(&full[..digits.min(9)]);
 }
 
+/// When a rank that waits for others says so: an INFO line every
+/// [`WaitTicker::INFO_EVERY`] and, once, a WARN at [`WaitTicker::WARN_AFTER`]
+/// (a wait that long is no start-up jitter: a peer is missing or stuck).
+/// Pure: the caller passes how long it has waited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitTicker {
+    every: std::time::Duration,
+    warn_after: std::time::Duration,
+    next_info: std::time::Duration,
+    warned: bool,
+}
+
+impl WaitTicker {
+    /// Why 5 s: bootstrap and connection setup take well under a second when
+    /// every rank is there, so a 5 s silence already means someone is late.
+    pub const INFO_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+    /// Why 10 s: twice the INFO period, a tenth of the 120 s init timeout.
+    pub const WARN_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// INFO every `every` (at least 1 ms), WARN once at `warn_after`.
+    pub fn new(every: std::time::Duration, warn_after: std::time::Duration) -> WaitTicker {
+        let every = every.max(std::time::Duration::from_millis(1));
+        WaitTicker {
+            every,
+            warn_after,
+            next_info: every,
+            warned: false,
+        }
+    }
+
+    /// The line to print after waiting `waited` so far: `Some(Warn)` once when
+    /// `waited` reaches the WARN threshold, `Some(Info)` when it reaches the
+    /// next INFO time, else `None`. A late call prints one line, not the
+    /// ones it missed.
+    pub fn tick(&mut self, waited: std::time::Duration) -> Option<Level> {
+        let due = waited >= self.next_info;
+        while self.next_info <= waited {
+            self.next_info += self.every;
+        }
+        if !self.warned && waited >= self.warn_after {
+            self.warned = true;
+            return Some(Level::Warn);
+        }
+        due.then_some(Level::Info)
+    }
+}
+
+impl Default for WaitTicker {
+    fn default() -> Self {
+        WaitTicker::new(WaitTicker::INFO_EVERY, WaitTicker::WARN_AFTER)
+    }
+}
+
 /// NCCL's per-call TUNING line (enqueue.cc, printed by rank 0 with
 /// `NCCL_DEBUG_SUBSYS=TUNING`): `{op}: {bytes} Bytes -> Algo {algo} proto
 /// {proto} channel{Lo..Hi}={0..blocks-1}`, so a log of oxccl's choices lines
@@ -465,6 +559,39 @@ mod tests {
             tuning_line("AllGather", 1 << 30, "CopyEngine", "Simple", 0),
             "AllGather: 1073741824 Bytes -> Algo CopyEngine proto Simple channel{Lo..Hi}={0..-1}"
         );
+    }
+
+    #[test]
+    fn waiting_ticks_info_every_period_and_warns_once() {
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        let mut t = WaitTicker::default();
+        let seen: Vec<(u64, Level)> = (0..=25_000)
+            .step_by(50)
+            .filter_map(|m| t.tick(ms(m)).map(|l| (m / 1000, l)))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (5, Level::Info),
+                (10, Level::Warn),
+                (15, Level::Info),
+                (20, Level::Info),
+                (25, Level::Info)
+            ]
+        );
+        // A caller that polls rarely gets one line per call, never a burst.
+        let mut t = WaitTicker::new(ms(100), ms(1000));
+        assert_eq!(t.tick(ms(50)), None);
+        assert_eq!(t.tick(ms(950)), Some(Level::Info));
+        assert_eq!(t.tick(ms(960)), None);
+        assert_eq!(t.tick(ms(5000)), Some(Level::Warn));
+        assert_eq!(t.tick(ms(5001)), None);
+        assert_eq!(t.tick(ms(5100)), Some(Level::Info));
+        // A zero period does not spin.
+        let mut t = WaitTicker::new(Duration::ZERO, ms(2));
+        assert_eq!(t.tick(ms(1)), Some(Level::Info));
+        assert_eq!(t.tick(ms(2)), Some(Level::Warn));
     }
 
     fn ctx() -> LineCtx<'static> {
@@ -564,7 +691,30 @@ mod tests {
             Subsys::ALLOC_HOST
         );
         let e = Subsys::parse_list("INIT,NETT").unwrap_err();
-        assert!(e.starts_with("unknown subsystem 'NETT'"), "{e}");
+        assert!(e.starts_with("subsystem names (INIT, COLL, P2P"), "{e}");
+        assert!(
+            e.ends_with("DESTROY, ALL; '^' first inverts), not 'NETT'"),
+            "{e}"
+        );
+        assert_eq!(Subsys::corrected("INIT,NETT").as_deref(), Some("INIT,NET"));
+        assert_eq!(
+            Subsys::corrected("^bootstrp").as_deref(),
+            Some("^BOOTSTRAP")
+        );
+        assert_eq!(Subsys::corrected("INIT"), None);
+        assert_eq!(Level::nearest("INOF"), Some(Level::Info));
+        assert_eq!(Level::nearest("warning"), Some(Level::Warn));
+        assert_eq!(Level::nearest("info"), None);
+        assert_eq!(Level::nearest("verbose"), None);
+        let e = LevelSet::parse_list("WARN,INFOO").unwrap_err();
+        assert_eq!(
+            e,
+            "level names (VERSION, WARN, INFO, ABORT, TRACE, ALL; '^' first inverts), not 'INFOO'"
+        );
+        assert_eq!(
+            LevelSet::corrected("WARN,INFOO").as_deref(),
+            Some("WARN,INFO")
+        );
 
         let l = LevelSet::parse_list("warn,INFO").unwrap();
         assert!(l.contains(Level::Warn) && l.contains(Level::Info) && !l.contains(Level::Trace));

@@ -47,6 +47,7 @@ use crate::logfmt::{Level, LevelSet, Subsys};
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
+use std::panic::Location;
 
 /// How a parameter's text is parsed and what value it yields.
 pub trait ParamKind: 'static {
@@ -56,6 +57,12 @@ pub trait ParamKind: 'static {
     const KIND: Kind;
     /// Parses a (trimmed, non-empty) value; the error says what form was expected.
     fn parse(s: &str) -> std::result::Result<Self::Value, String>;
+    /// For a value of an enumerated grammar that does not parse: the value with
+    /// each unknown name replaced by the nearest valid one (`rign` → `Ring`).
+    /// `None` for other kinds, valid values, or when nothing is near.
+    fn suggest(_s: &str) -> Option<String> {
+        None
+    }
 }
 
 /// A parameter's type, as shown in the table and in messages.
@@ -122,6 +129,13 @@ impl ParamKind for Bool {
             "0" | "false" | "no" | "off" => Ok(false),
             _ => Err("0/1, true/false or yes/no".into()),
         }
+    }
+    fn suggest(s: &str) -> Option<String> {
+        const WORDS: [&str; 6] = ["true", "false", "yes", "no", "on", "off"];
+        if Self::parse(s).is_ok() {
+            return None;
+        }
+        crate::suggest::nearest_value(s, WORDS).map(str::to_string)
     }
 }
 
@@ -221,6 +235,9 @@ impl<K: ParamKind> ParamKind for Opt<K> {
             K::parse(s).map(Some)
         }
     }
+    fn suggest(s: &str) -> Option<String> {
+        K::suggest(s)
+    }
 }
 
 impl ParamKind for Level {
@@ -228,6 +245,9 @@ impl ParamKind for Level {
     const KIND: Kind = kind("level");
     fn parse(s: &str) -> std::result::Result<Level, String> {
         Level::parse(s).ok_or_else(|| "one of VERSION, WARN, INFO, ABORT, TRACE".into())
+    }
+    fn suggest(s: &str) -> Option<String> {
+        Level::nearest(s).map(|l| l.name().to_string())
     }
 }
 
@@ -237,6 +257,9 @@ impl ParamKind for Subsys {
     fn parse(s: &str) -> std::result::Result<Subsys, String> {
         Subsys::parse_list(s)
     }
+    fn suggest(s: &str) -> Option<String> {
+        Subsys::corrected(s)
+    }
 }
 
 impl ParamKind for LevelSet {
@@ -245,13 +268,19 @@ impl ParamKind for LevelSet {
     fn parse(s: &str) -> std::result::Result<LevelSet, String> {
         LevelSet::parse_list(s)
     }
+    fn suggest(s: &str) -> Option<String> {
+        LevelSet::corrected(s)
+    }
 }
 
 impl<T: Choice> ParamKind for Selection<T> {
     type Value = Selection<T>;
     const KIND: Kind = kind("selection");
     fn parse(s: &str) -> std::result::Result<Selection<T>, String> {
-        Selection::parse(s).map_err(|e| e.message().to_string())
+        Selection::<T>::parse_expected(s)
+    }
+    fn suggest(s: &str) -> Option<String> {
+        Selection::<T>::corrected(s)
     }
 }
 
@@ -275,6 +304,12 @@ impl ParamKind for SocketFamily {
         } else {
             Err("AF_INET or AF_INET6".into())
         }
+    }
+    fn suggest(s: &str) -> Option<String> {
+        if Self::parse(s).is_ok() {
+            return None;
+        }
+        crate::suggest::nearest_value(s, ["AF_INET", "AF_INET6"]).map(str::to_string)
     }
 }
 
@@ -328,15 +363,28 @@ pub struct ParamInfo {
     /// The default as text ("" = unset, meaning auto).
     pub default: &'static str,
     pub description: &'static str,
-    /// Whether oxccl acts on it (false: recognised NCCL variable, not used yet).
+    /// Whether oxccl acts on it (false: recognised NCCL variable, not used yet,
+    /// or internal).
     pub honoured: bool,
+    /// Set and read by oxccl's own programs, scripts and tests (the `oxccl perf`
+    /// launcher's variables for its children, test hooks): known, so never
+    /// warned about, but not a setting for users, so not in `docs/env.md` nor
+    /// echoed at start-up.
+    pub internal: bool,
     check: fn(&str) -> std::result::Result<(), String>,
+    suggest: fn(&str) -> Option<String>,
 }
 
 impl ParamInfo {
     /// Checks a value against the parameter's form; the error says what was expected.
     pub fn check(&self, value: &str) -> std::result::Result<(), String> {
         (self.check)(value.trim())
+    }
+
+    /// For a malformed value of an enumerated grammar: the value to set instead,
+    /// each unknown name replaced by the nearest valid one (`rign` → `Ring`).
+    pub fn suggest(&self, value: &str) -> Option<String> {
+        (self.suggest)(value.trim())
     }
 
     /// `value`, or `<redacted>` for secrets.
@@ -360,6 +408,18 @@ macro_rules! honoured_flag {
     (recognised) => {
         false
     };
+    (internal) => {
+        false
+    };
+}
+
+macro_rules! internal_flag {
+    (internal) => {
+        true
+    };
+    ($other:ident) => {
+        false
+    };
 }
 
 macro_rules! params {
@@ -380,7 +440,9 @@ macro_rules! params {
                     default: $default,
                     description: $desc,
                     honoured: honoured_flag!($use),
+                    internal: internal_flag!($use),
                     check: check::<$kind>,
+                    suggest: <$kind as ParamKind>::suggest,
                 },
             )*
         ];
@@ -521,6 +583,45 @@ params! {
         "Folder of prebuilt GPU kernels (written by `oxccl kernels --out DIR`), looked at before the kernel cache. Unset: oxccl-kernels/ beside libnccl.so.2 (or the oxccl program), when it exists.";
     CACHE_DIR: Opt<Str> = "OXCCL_CACHE_DIR", "", honoured,
         "Directory for cached compiled kernels and tuning data. Unset: ~/.cache/oxccl.";
+    NVRTC: Opt<Str> = "OXCCL_NVRTC", "", honoured,
+        "libnvrtc.so.13, or the folder holding it, for compiling GPU kernels at run time; searched before LD_LIBRARY_PATH, CUDA toolkits under /usr/local and pip's nvidia-cuda-nvrtc wheel.";
+
+    // ---- internal: set and read by oxccl's own programs, scripts and tests.
+    // Known so that they raise no warning; not settings (not in docs/env.md,
+    // not echoed at start-up).
+    PERF_RANK: Opt<Str> = "OXCCL_PERF_RANK", "", internal, "oxccl perf: set by the launcher for its child, the child's first global rank.";
+    PERF_ID: Opt<Str> = "OXCCL_PERF_ID", "", internal, "oxccl perf: set by the launcher for its child, the unique id in hexadecimal.";
+    PERF_PARENT: Opt<Str> = "OXCCL_PERF_PARENT", "", internal, "oxccl perf: set by the launcher for its child, the launcher's pid.";
+    PERF_COMPARE_ID: Opt<Str> = "OXCCL_PERF_COMPARE_ID", "", internal, "oxccl perf --compare: set by the launcher for its child, the second library's unique id.";
+    PERF_TEST_ABORT_RANK: Opt<Str> = "OXCCL_PERF_TEST_ABORT_RANK", "", internal, "oxccl perf test hook: this rank exits after timing.";
+    PERF_TEST_CORRUPT_RANK: Opt<Str> = "OXCCL_PERF_TEST_CORRUPT_RANK", "", internal, "oxccl perf test hook: this rank corrupts its results.";
+    PERF_LIB: Opt<Str> = "OXCCL_PERF_LIB", "", internal, "GPU perf tests: oxccl's libnccl.so.2 to load.";
+    PERF_NCCL: Opt<Str> = "OXCCL_PERF_NCCL", "", internal, "GPU perf tests: NVIDIA's libnccl.so.2 to compare with.";
+    BIN: Opt<Str> = "OXCCL_BIN", "", internal, "GPU perf tests: the oxccl executable to run.";
+    BLESS: Opt<Str> = "OXCCL_BLESS", "", internal, "Tests: 1 rewrites generated files (docs/env.md) instead of comparing.";
+    REQUIRE_NVRTC: Opt<Str> = "OXCCL_REQUIRE_NVRTC", "", internal, "Kernel tests: 1 fails instead of skipping without NVRTC.";
+    WARM_CACHE: Opt<Str> = "OXCCL_WARM_CACHE", "", internal, "Kernel tests: folder to store the compiled kernels in.";
+    T_ADDR: Opt<Str> = "OXCCL_T_ADDR", "", internal, "Transport tests: the parent's address for the child.";
+    T_SEG: Opt<Str> = "OXCCL_T_SEG", "", internal, "Transport tests: the parent's shared-memory segment for the child.";
+    T_CTL: Opt<Str> = "OXCCL_T_CTL", "", internal, "Transport tests: the parent's control address for the child.";
+    GPU_ONLY: Opt<Str> = "OXCCL_GPU_ONLY", "", internal, "scripts/gpu-test.sh: the rows to run.";
+    SKIP_KCACHE: Opt<Str> = "OXCCL_SKIP_KCACHE", "", internal, "scripts/gpu-test.sh: keep the last compiled kernels.";
+    USE_KCACHE: Opt<Str> = "OXCCL_USE_KCACHE", "", internal, "scripts/gpu-test.sh: use compiled kernels brought along.";
+    SKIP_TORCH: Opt<Str> = "OXCCL_SKIP_TORCH", "", internal, "scripts/gpu-test.sh: skip the PyTorch rows.";
+    XP_COLLS: Opt<Str> = "OXCCL_XP_COLLS", "", internal, "scripts/perf-gpu.sh: the collectives to run.";
+    SWEEP_COLLS: Opt<Str> = "OXCCL_SWEEP_COLLS", "", internal, "scripts/perf-gpu.sh: the collectives to run.";
+    PUSH_COLLS: Opt<Str> = "OXCCL_PUSH_COLLS", "", internal, "scripts/perf-gpu.sh: the collectives to run.";
+    SMALL_COLLS: Opt<Str> = "OXCCL_SMALL_COLLS", "", internal, "scripts/perf-gpu.sh: the collectives to run.";
+    JOINT_COLLS: Opt<Str> = "OXCCL_JOINT_COLLS", "", internal, "scripts/perf-gpu.sh: the collectives to run.";
+    CE_AR_COLLS: Opt<Str> = "OXCCL_CE_AR_COLLS", "", internal, "scripts/perf-gpu.sh: the collectives to run.";
+    DIRECT_COLLS: Opt<Str> = "OXCCL_DIRECT_COLLS", "", internal, "scripts/perf-gpu.sh: the collectives to run.";
+    DIRECT_RANKS: Opt<Str> = "OXCCL_DIRECT_RANKS", "", internal, "scripts/perf-gpu.sh: the rank counts to run.";
+    DIRECT_CHECK_TYPES: Opt<Str> = "OXCCL_DIRECT_CHECK_TYPES", "", internal, "scripts/perf-gpu.sh: the data types to check.";
+    TWOSHOT_RANKS: Opt<Str> = "OXCCL_TWOSHOT_RANKS", "", internal, "scripts/perf-gpu.sh: the rank counts to run.";
+    MULTI_MAX: Opt<Str> = "OXCCL_MULTI_MAX", "", internal, "scripts/perf-gpu.sh: the largest size to run.";
+    // Why a knob: the notices of a waiting rank come after 5 s and 10 s;
+    // tests of them should not wait that long (oxccl-env's log::Waiting).
+    WAIT_NOTICE_MS: Opt<U64> = "OXCCL_WAIT_NOTICE_MS", "", internal, "Tests: a waiting rank's INFO notice every this many milliseconds and its WARN after twice this, instead of 5 s and 10 s.";
 
     // ---- recognised, not used yet (NCCL's defaults in the descriptions)
     SOCKET_RETRY_CNT: Opt<I64> = "NCCL_SOCKET_RETRY_CNT", "", recognised, "Connect retries (NCCL default 34).";
@@ -633,46 +734,16 @@ pub fn is_checked_name(name: &str) -> bool {
         && !FOREIGN_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<u8> = a.bytes().map(|c| c.to_ascii_uppercase()).collect();
-    let b: Vec<u8> = b.bytes().map(|c| c.to_ascii_uppercase()).collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for i in 1..=a.len() {
-        cur[0] = i;
-        for j in 1..=b.len() {
-            let sub = prev[j - 1] + usize::from(a[i - 1] != b[j - 1]);
-            cur[j] = sub.min(prev[j] + 1).min(cur[j - 1] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
-}
-
 /// The known name closest to `name`: the smallest edit distance (case-insensitive) if
 /// it is at most 3, else a known name that `name` is a prefix of or that is a prefix
 /// of `name`, sharing more than the `NCCL_`/`OXCCL_` part plus 3 characters.
 pub fn closest(name: &str) -> Option<&'static str> {
-    let best = ALL
-        .iter()
-        .map(|p| (edit_distance(name, p.name), p.name))
-        .min_by_key(|(d, _)| *d)?;
-    if best.0 <= 3 {
-        return Some(best.1);
-    }
-    let upper = name.to_ascii_uppercase();
-    let head = if upper.starts_with("OXCCL_") { 6 } else { 5 };
-    ALL.iter()
-        .filter(|p| {
-            let (short, long) = if p.name.len() < upper.len() {
-                (p.name, upper.as_str())
-            } else {
-                (upper.as_str(), p.name)
-            };
-            short.len() >= head + 3 && long.starts_with(short)
-        })
-        .min_by_key(|p| edit_distance(&upper, p.name))
-        .map(|p| p.name)
+    let head = if name.to_ascii_uppercase().starts_with("OXCCL_") {
+        6
+    } else {
+        5
+    };
+    crate::suggest::nearest(name, ALL.iter().map(|p| p.name), 3, head + 3)
 }
 
 /// Where a value in effect came from.
@@ -701,12 +772,18 @@ impl fmt::Display for Source {
 #[derive(Debug, Clone, Default)]
 pub struct Params {
     values: HashMap<&'static str, (String, Source)>,
-    warnings: Vec<String>,
+    /// Each warning with the line of this file that found the problem (the
+    /// logger prints it as the WARN line's file:line).
+    warnings: Vec<(String, &'static Location<'static>)>,
 }
 
 /// One configuration file's `NAME=VALUE` pairs with their line numbers; malformed
 /// lines are reported through `warn`.
-fn parse_conf(path: &str, text: &str, warn: &mut Vec<String>) -> Vec<(String, String, usize)> {
+fn parse_conf(
+    path: &str,
+    text: &str,
+    warn: &mut Vec<(String, &'static Location<'static>)>,
+) -> Vec<(String, String, usize)> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
@@ -714,9 +791,9 @@ fn parse_conf(path: &str, text: &str, warn: &mut Vec<String>) -> Vec<(String, St
             continue;
         }
         let Some((name, value)) = line.split_once('=') else {
-            warn.push(format!(
-                "{path}:{}: ignoring line without '=': {line}",
-                i + 1
+            warn.push((
+                format!("{path}:{}: ignoring line without '=': {line}", i + 1),
+                Location::caller(),
             ));
             continue;
         };
@@ -737,9 +814,9 @@ fn parse_conf(path: &str, text: &str, warn: &mut Vec<String>) -> Vec<(String, St
         }
         let name = name.trim();
         if name.is_empty() || name.contains(char::is_whitespace) {
-            warn.push(format!(
-                "{path}:{}: ignoring line with a bad name: {line}",
-                i + 1
+            warn.push((
+                format!("{path}:{}: ignoring line with a bad name: {line}", i + 1),
+                Location::caller(),
             ));
             continue;
         }
@@ -775,8 +852,10 @@ impl Params {
                         Some(c) => format!("; did you mean {c}?"),
                         None => " (ignored)".to_string(),
                     };
-                    p.warnings
-                        .push(format!("{name}{origin} is not a known variable{hint}"));
+                    p.warnings.push((
+                        format!("{name}{origin} is not a known variable{hint}"),
+                        Location::caller(),
+                    ));
                 }
                 return false;
             };
@@ -798,11 +877,20 @@ impl Params {
                     } else {
                         info.default.to_string()
                     };
-                    p.warnings.push(format!(
-                            "Invalid value '{}' for {}{origin}: expected {expected}; using default {shown_default}",
+                    let hint = match info.suggest(value) {
+                        Some(v) => {
+                            format!(" (did you mean {}={}?)", info.name, info.display_value(&v))
+                        }
+                        None => String::new(),
+                    };
+                    p.warnings.push((
+                        format!(
+                            "Invalid value '{}' for {}{origin}: expected {expected}{hint}; using default {shown_default}",
                             info.display_value(value),
                             info.name,
-                        ));
+                        ),
+                        Location::caller(),
+                    ));
                     // Lower-precedence sources must not fill in either.
                     p.values.insert(info.name, (String::new(), Source::Default));
                     true
@@ -878,6 +966,11 @@ impl Params {
     /// Unknown names (with a suggestion where one is close), malformed values (with the
     /// expected form and the default used instead) and bad configuration-file lines.
     pub fn warnings(&self) -> Vec<String> {
+        self.warnings.iter().map(|(w, _)| w.clone()).collect()
+    }
+
+    /// [`Params::warnings`], each with the line of this file that found it.
+    pub fn located_warnings(&self) -> Vec<(String, &'static Location<'static>)> {
         self.warnings.clone()
     }
 }
@@ -910,7 +1003,7 @@ pub fn markdown_table() -> String {
         out.push_str(&format!("## {title}\n\n"));
         out.push_str("| name | type | default | honoured | description |\n");
         out.push_str("| --- | --- | --- | --- | --- |\n");
-        for p in ALL.iter().filter(|p| p.honoured == honoured) {
+        for p in ALL.iter().filter(|p| p.honoured == honoured && !p.internal) {
             let default = if p.default.is_empty() {
                 "unset".to_string()
             } else {
@@ -978,7 +1071,8 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 50);
+        assert_eq!(honoured.len(), 51);
+        assert!(ALL.iter().all(|p| !(p.honoured && p.internal)));
         assert!(ALL.len() > 80);
     }
 
@@ -1107,8 +1201,8 @@ mod tests {
         );
         assert_eq!(
             w[1],
-            "Invalid value 'AF_UNIX' for NCCL_SOCKET_FAMILY: expected AF_INET or AF_INET6; \
-             using default unset (auto)"
+            "Invalid value 'AF_UNIX' for NCCL_SOCKET_FAMILY: expected AF_INET or AF_INET6 \
+             (did you mean NCCL_SOCKET_FAMILY=AF_INET?); using default unset (auto)"
         );
         assert_eq!(
             w[2],
@@ -1119,6 +1213,115 @@ mod tests {
             w[3],
             "/etc/nccl.conf:3: ignoring line without '=': nonsense"
         );
+    }
+
+    #[test]
+    fn internal_variables_raise_no_warning() {
+        // What `oxccl perf`'s launcher sets for its children, and the test knob.
+        let env = [
+            ("OXCCL_PERF_RANK", "1"),
+            ("OXCCL_PERF_ID", "ab12"),
+            ("OXCCL_PERF_PARENT", "4242"),
+            ("OXCCL_PERF_COMPARE_ID", "cd34"),
+            ("OXCCL_PERF_TEST_ABORT_RANK", "1"),
+            ("OXCCL_WAIT_NOTICE_MS", "200"),
+        ];
+        let p = Params::from_pairs(&env);
+        assert!(p.warnings().is_empty(), "{:?}", p.warnings());
+        assert_eq!(p.get(&WAIT_NOTICE_MS), Some(200));
+        for (name, _) in env {
+            let info = lookup(name).unwrap();
+            assert!(info.internal && !info.honoured, "{name}");
+        }
+        // A typo of one is still caught.
+        let p = Params::from_pairs(&[("OXCCL_PERF_RNAK", "1")]);
+        assert_eq!(
+            p.warnings(),
+            ["OXCCL_PERF_RNAK is not a known variable; did you mean OXCCL_PERF_RANK?"]
+        );
+    }
+
+    /// Each enumerated grammar's wrong value names the nearest valid value and
+    /// lists the accepted ones.
+    #[test]
+    fn wrong_enumerated_values_get_the_nearest_valid_one() {
+        let cases: [(&str, &str, &str, &str); 9] = [
+            ("NCCL_ALGO", "rign", "Ring", "Tree, Ring, CollnetDirect"),
+            ("NCCL_ALGO", "allreduce:tre", "allreduce:Tree", "Tree, Ring"),
+            ("NCCL_PROTO", "simpel", "Simple", "LL, LL128, Simple"),
+            (
+                "NCCL_DEBUG",
+                "INOF",
+                "INFO",
+                "VERSION, WARN, INFO, ABORT, TRACE",
+            ),
+            (
+                "NCCL_DEBUG",
+                "warning",
+                "WARN",
+                "VERSION, WARN, INFO, ABORT, TRACE",
+            ),
+            (
+                "NCCL_DEBUG_SUBSYS",
+                "INIT,NETT",
+                "INIT,NET",
+                "INIT, COLL, P2P",
+            ),
+            (
+                "NCCL_DEBUG_TIMESTAMP_LEVELS",
+                "WRAN",
+                "WARN",
+                "VERSION, WARN",
+            ),
+            (
+                "NCCL_SOCKET_FAMILY",
+                "AF_INT6",
+                "AF_INET6",
+                "AF_INET or AF_INET6",
+            ),
+            (
+                "NCCL_SHM_DISABLE",
+                "ture",
+                "true",
+                "0/1, true/false or yes/no",
+            ),
+        ];
+        for (name, bad, good, listed) in cases {
+            let info = lookup(name).unwrap();
+            assert_eq!(info.suggest(bad).as_deref(), Some(good), "{name}={bad}");
+            assert!(info.check(good).is_ok(), "{name}={good}");
+            let w = Params::from_pairs(&[(name, bad)]).warnings();
+            assert_eq!(w.len(), 1, "{w:?}");
+            assert!(
+                w[0].contains(&format!("(did you mean {name}={good}?)")),
+                "{name}: {}",
+                w[0]
+            );
+            assert!(w[0].contains(listed), "{name}: {}", w[0]);
+        }
+        assert_eq!(
+            Params::from_pairs(&[("NCCL_ALGO", "rign")]).warnings(),
+            [
+                "Invalid value 'rign' for NCCL_ALGO: expected algorithm names (Tree, Ring, \
+              CollnetDirect, CollnetChain, NVLS, NVLSTree, PAT, OneShot, TwoShot), not 'rign' \
+              (did you mean NCCL_ALGO=Ring?); using default unset (auto)"
+            ]
+        );
+        // Nothing near: no suggestion, the list alone.
+        assert_eq!(lookup("NCCL_ALGO").unwrap().suggest("mesh"), None);
+        assert_eq!(lookup("NCCL_DEBUG").unwrap().suggest("INFO"), None);
+        assert_eq!(lookup("NCCL_BUFFSIZE").unwrap().suggest("lots"), None);
+    }
+
+    #[test]
+    fn warnings_carry_the_line_that_found_them() {
+        let p = Params::from_pairs(&[("NCCL_DEBG", "INFO"), ("NCCL_DEBUG", "loud")]);
+        let w = p.located_warnings();
+        assert_eq!(w.len(), 2);
+        for (_, at) in &w {
+            assert!(at.file().ends_with("params.rs"), "{at}");
+        }
+        assert_ne!(w[0].1.line(), w[1].1.line());
     }
 
     #[test]
@@ -1195,18 +1398,18 @@ mod tests {
                 ("F", "")
             ]
         );
-        assert_eq!(
-            w,
-            vec!["f:9: ignoring line with a bad name: =3".to_string()]
-        );
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].0, "f:9: ignoring line with a bad name: =3");
     }
 
     #[test]
-    fn markdown_lists_every_parameter() {
+    fn markdown_lists_every_parameter_but_the_internal_ones() {
         let md = markdown_table();
         for p in ALL {
-            assert!(md.contains(&format!("| `{}` |", p.name)), "{}", p.name);
+            let row = format!("| `{}` |", p.name);
+            assert_eq!(md.contains(&row), !p.internal, "{}", p.name);
         }
+        assert!(!md.contains("OXCCL_PERF_"));
         assert!(md.contains("| `NCCL_BUFFSIZE` | size | `4M` | yes |"));
     }
 }

@@ -20,12 +20,14 @@ pub mod log;
 pub use log::{last_error, set_device, Level, Subsys};
 
 use oxccl_core::params::{self, Params};
+use std::panic::Location;
 use std::sync::OnceLock;
 
 struct Loaded {
     params: Params,
-    /// Problems reading files (beyond what `Params` reports).
-    io_warnings: Vec<String>,
+    /// Problems reading files (beyond what `Params` reports), with the line
+    /// that found each.
+    io_warnings: Vec<(String, &'static Location<'static>)>,
 }
 
 static LOADED: OnceLock<Loaded> = OnceLock::new();
@@ -39,9 +41,18 @@ pub fn params() -> &'static Params {
 /// Every warning from loading the parameters: unknown names, malformed values, bad
 /// configuration lines and unreadable files. The C shell and `oxccl doctor` print these.
 pub fn param_warnings() -> Vec<String> {
+    located_param_warnings()
+        .into_iter()
+        .map(|(w, _)| w)
+        .collect()
+}
+
+/// [`param_warnings`], each with the source line that found the problem (the
+/// logger's WARN lines name it).
+pub fn located_param_warnings() -> Vec<(String, &'static Location<'static>)> {
     let l = loaded();
     let mut w = l.io_warnings.clone();
-    w.extend(l.params.warnings());
+    w.extend(l.params.located_warnings());
     w
 }
 
@@ -80,10 +91,16 @@ fn load() -> Loaded {
             Ok(text) => files.push((path, text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if env.iter().any(|(k, _)| k == params::CONF_FILE.name) {
-                    io_warnings.push(format!("NCCL_CONF_FILE {path} does not exist"));
+                    io_warnings.push((
+                        format!("NCCL_CONF_FILE {path} does not exist"),
+                        Location::caller(),
+                    ));
                 }
             }
-            Err(e) => io_warnings.push(format!("cannot read configuration file {path}: {e}")),
+            Err(e) => io_warnings.push((
+                format!("cannot read configuration file {path}: {e}"),
+                Location::caller(),
+            )),
         }
     }
     let params = Params::from_sources(&env, &files).unwrap_or_default();

@@ -1,7 +1,14 @@
 //! `NCCL_DEBUG` logging with lines shaped like NCCL's (see `oxccl_core::logfmt`).
 //!
 //! Use the macros: `oxccl_env::warn!("...")`, `oxccl_env::info!(Subsys::INIT, "...")`,
-//! `oxccl_env::trace!(Subsys::COLL, "...")`.
+//! `oxccl_env::trace!(Subsys::COLL, "...")`. WARN and TRACE lines name their call
+//! site's file:line: the macros pass `file!()`/`line!()`; a helper that logs for
+//! its caller is `#[track_caller]` and calls [`log_here`], so the line names
+//! the helper's caller. The start-up warnings about parameters name the line
+//! that found each problem.
+//!
+//! A rank that waits for others says so with a [`Waiting`]: INFO every 5 s and
+//! a WARN at 10 s (`oxccl_core::logfmt::WaitTicker`), naming what it waits for.
 //!
 //! Sink: stdout, as NCCL's default; or `NCCL_DEBUG_FILE` (`%h` = host, `%p` = pid),
 //! created or truncated once and written one whole line per `write` (so it is
@@ -11,14 +18,15 @@
 //! Every WARN message is kept, whether printed or not, for [`last_error`]
 //! (`ncclGetLastError`).
 
-use oxccl_core::logfmt::{self, LineCtx, LogConfig, Record};
-use oxccl_core::params::Source;
+use oxccl_core::logfmt::{self, LineCtx, LogConfig, Record, WaitTicker};
+use oxccl_core::params::{self, Source};
 use std::cell::Cell;
 use std::fmt;
 use std::fs::File;
 use std::io::Write;
+use std::panic::Location;
 use std::sync::{Mutex, Once, OnceLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use oxccl_core::logfmt::{Level, Subsys};
 
@@ -127,8 +135,9 @@ fn announce(l: &Logger) {
     if let Some(e) = &l.open_error {
         l.emit(Level::Warn, Subsys::ALL, here, line!(), e);
     }
-    for w in crate::param_warnings() {
-        l.emit(Level::Warn, Subsys::ENV, here, line!(), &w);
+    // Each names the line that found the problem, not this one.
+    for (w, at) in crate::located_param_warnings() {
+        l.emit(Level::Warn, Subsys::ENV, at.file(), at.line(), &w);
     }
     for (info, value, source) in crate::params().explicit() {
         if !info.honoured {
@@ -203,6 +212,79 @@ pub fn log(level: Level, subsys: Subsys, file: &str, line: u32, args: fmt::Argum
     match warn_text {
         Some(text) => l.emit(level, subsys, file, line, &text),
         None => l.emit(level, subsys, file, line, &args.to_string()),
+    }
+}
+
+/// [`log`] naming the caller's file:line: for logging helpers, which are
+/// `#[track_caller]` themselves so that the line names where they were called.
+#[track_caller]
+pub fn log_here(level: Level, subsys: Subsys, args: fmt::Arguments<'_>) {
+    let at = Location::caller();
+    log(level, subsys, at.file(), at.line(), args);
+}
+
+/// A wait that reports itself: call [`Waiting::tick`] in the wait's loop (every
+/// poll is fine); it prints an INFO line every 5 s and, once, a WARN at 10 s
+/// (`OXCCL_WAIT_NOTICE_MS`, a test knob, sets the period and twice it), each
+/// naming what is awaited and how long it has been.
+#[derive(Debug)]
+pub struct Waiting {
+    start: Instant,
+    ticker: WaitTicker,
+    subsys: Subsys,
+}
+
+impl Waiting {
+    /// A wait starting now; its INFO lines belong to `subsys`.
+    pub fn new(subsys: Subsys) -> Waiting {
+        Waiting::since(Instant::now(), subsys)
+    }
+
+    /// A wait that started at `start`.
+    pub fn since(start: Instant, subsys: Subsys) -> Waiting {
+        let ticker = match crate::params().get(&params::WAIT_NOTICE_MS) {
+            Some(ms) => WaitTicker::new(Duration::from_millis(ms), Duration::from_millis(ms * 2)),
+            None => WaitTicker::default(),
+        };
+        Waiting {
+            start,
+            ticker,
+            subsys,
+        }
+    }
+
+    /// Logs `what()` (built only when a line is due) with the time waited so
+    /// far out of `limit` (the wait's timeout), naming the caller's file:line:
+    /// "WHAT (waited 5.0 s of 120 s)".
+    #[track_caller]
+    pub fn tick(&mut self, limit: Duration, what: impl FnOnce() -> String) {
+        let waited = self.start.elapsed();
+        if let Some(level) = self.ticker.tick(waited) {
+            let subsys = if level == Level::Warn {
+                Subsys::ALL
+            } else {
+                self.subsys
+            };
+            log_here(
+                level,
+                subsys,
+                format_args!(
+                    "{} (waited {:.1} s of {})",
+                    what(),
+                    waited.as_secs_f64(),
+                    limit_text(limit)
+                ),
+            );
+        }
+    }
+}
+
+/// "120 s", "1.5 s".
+fn limit_text(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
     }
 }
 

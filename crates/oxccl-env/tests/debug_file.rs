@@ -24,6 +24,27 @@ fn child_logs() {
         oxccl_env::params().get(&oxccl_core::params::BUFFSIZE),
         1 << 20
     );
+    // A logging helper names its caller's line, not its own nor log.rs's.
+    let before = line!();
+    warn_for_caller(before + 1);
+    // A wait reports itself (OXCCL_WAIT_NOTICE_MS=40: INFO at 40 ms, WARN at 80).
+    let mut w = oxccl_env::log::Waiting::new(oxccl_env::Subsys::INIT);
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_millis(100) {
+        w.tick(std::time::Duration::from_secs(2), || {
+            "test: waiting for rank 1 of 2".to_string()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[track_caller]
+fn warn_for_caller(expected_line: u32) {
+    oxccl_env::log::log_here(
+        oxccl_env::Level::Warn,
+        oxccl_env::Subsys::ALL,
+        format_args!("helper called at line {expected_line}"),
+    );
 }
 
 #[test]
@@ -52,6 +73,7 @@ fn debug_file_gets_nccl_shaped_lines() {
         .env("NCCL_DEBUG_FILE", &pattern)
         .env("NCCL_CONF_FILE", &conf)
         .env("NCCL_SOCKET_IFNAM", "eth0")
+        .env("OXCCL_WAIT_NOTICE_MS", "40")
         .output()
         .unwrap();
     assert!(
@@ -85,7 +107,8 @@ fn debug_file_gets_nccl_shaped_lines() {
         .collect();
     let rests: Vec<&str> = body.iter().map(|(_, r)| r.as_str()).collect();
     let conf = conf.display();
-    let warn_src = "[2] oxccl-env/src/log.rs:";
+    // The typo's WARN names the registry's line that found it.
+    let warn_src = "[2] oxccl-core/src/params.rs:";
     assert!(
         rests[0].starts_with(warn_src)
             && rests[0].ends_with(
@@ -114,7 +137,26 @@ fn debug_file_gets_nccl_shaped_lines() {
             && rests[7].ends_with(" NCCL WARN something broke: peer 3"),
         "{text}"
     );
-    assert_eq!(rests.len(), 8, "{text}");
+    let helper = rests[8];
+    let (at, msg) = helper
+        .split_once(" NCCL WARN helper called at line ")
+        .unwrap();
+    assert_eq!(
+        at,
+        format!("[2] oxccl-env/tests/debug_file.rs:{msg}"),
+        "{text}"
+    );
+    assert!(
+        rests[9].starts_with("[2] NCCL INFO test: waiting for rank 1 of 2 (waited 0."),
+        "{text}"
+    );
+    assert!(
+        rests[10].starts_with("[2] oxccl-env/tests/debug_file.rs:")
+            && rests[10].contains(" NCCL WARN test: waiting for rank 1 of 2 (waited 0.")
+            && rests[10].ends_with(" s of 2 s)"),
+        "{text}"
+    );
+    assert_eq!(rests.len(), 11, "{text}");
     // WARN lines start with an empty line and a timestamp.
     let warn_line = lines
         .iter()

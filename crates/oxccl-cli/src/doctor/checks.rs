@@ -80,26 +80,11 @@ pub fn environment(f: &EnvFacts) -> Vec<Check> {
                     continue; // empty counts as unset
                 }
                 match info.check(value) {
+                    // oxccl's own variables (the perf launcher's, test hooks)
+                    // are not the user's settings.
+                    Ok(()) if info.internal => {}
                     Ok(()) => good.push(name.as_str()),
-                    Err(expected) => {
-                        let default = if info.default.is_empty() {
-                            "unset (auto)".to_string()
-                        } else {
-                            info.default.to_string()
-                        };
-                        out.push(
-                            Check::new(
-                                id,
-                                ENV,
-                                Status::Fail,
-                                format!(
-                                    "{name}={} is malformed: expected {expected}; the default {default} is used instead",
-                                    info.display_value(value)
-                                ),
-                            )
-                            .fix(format!("set {name} to {expected}, or unset it")),
-                        );
-                    }
+                    Err(expected) => out.push(malformed_value(id, info, value, &expected)),
                 }
             }
         }
@@ -174,6 +159,38 @@ pub fn environment(f: &EnvFacts) -> Vec<Check> {
         out.push(Check::new("env", ENV, Status::Ok, detail));
     }
     out
+}
+
+/// The ✘ for a value `info` cannot parse: what was expected, the default
+/// used instead and, as the fix, the value to set: the nearest valid one
+/// where the grammar is enumerated (`set NCCL_ALGO=Ring (or unset it)`),
+/// else the form expected.
+fn malformed_value(id: String, info: &params::ParamInfo, value: &str, expected: &str) -> Check {
+    let name = info.name;
+    let default = if info.default.is_empty() {
+        "unset (auto)".to_string()
+    } else {
+        info.default.to_string()
+    };
+    let suggestion = info.suggest(value);
+    let hint = match &suggestion {
+        Some(v) => format!(" (did you mean {name}={v}?)"),
+        None => String::new(),
+    };
+    let fix = match &suggestion {
+        Some(v) => format!("set {name}={v} (or unset it for the default, {default})"),
+        None => format!("set {name} to {expected} (or unset it for the default, {default})"),
+    };
+    Check::new(
+        id,
+        ENV,
+        Status::Fail,
+        format!(
+            "{name}={} is malformed: expected {expected}{hint}; the default {default} is used instead",
+            info.display_value(value)
+        ),
+    )
+    .fix(fix)
 }
 
 // ---------------------------------------------------------------- shared memory
@@ -1811,6 +1828,78 @@ pub fn listen(f: &ListenFacts) -> Vec<Check> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn env_checks(vars: &[(&str, &str)]) -> Vec<Check> {
+        environment(&EnvFacts {
+            vars: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_bad_value_s_fix_names_the_value_to_set() {
+        let cases = [
+            (
+                "NCCL_ALGO",
+                "rign",
+                "set NCCL_ALGO=Ring (or unset it for the default, unset (auto))",
+            ),
+            (
+                "NCCL_PROTO",
+                "^ll128,simpel",
+                "set NCCL_PROTO=^ll128,Simple (or unset it",
+            ),
+            (
+                "NCCL_DEBUG",
+                "INOF",
+                "set NCCL_DEBUG=INFO (or unset it for the default, NONE)",
+            ),
+            (
+                "NCCL_DEBUG_SUBSYS",
+                "INIT,NETT",
+                "set NCCL_DEBUG_SUBSYS=INIT,NET (or unset it",
+            ),
+            (
+                "NCCL_SOCKET_FAMILY",
+                "AF_INT",
+                "set NCCL_SOCKET_FAMILY=AF_INET (or unset it",
+            ),
+        ];
+        for (name, bad, fix) in cases {
+            let c = env_checks(&[(name, bad)]);
+            assert_eq!(c.len(), 1, "{c:?}");
+            assert_eq!(c[0].status, Status::Fail);
+            assert!(c[0].fix.as_deref().unwrap().starts_with(fix), "{:?}", c[0]);
+            assert!(c[0].detail.contains("did you mean"), "{:?}", c[0]);
+        }
+        // Nothing near: the fix says the form to write, never the error text.
+        let c = env_checks(&[("NCCL_BUFFSIZE", "lots")]);
+        assert_eq!(
+            c[0].fix.as_deref(),
+            Some(
+                "set NCCL_BUFFSIZE to a byte count such as 4194304, 512K, 4M or 1G \
+                 (or unset it for the default, 4M)"
+            )
+        );
+        let c = env_checks(&[("NCCL_ALGO", "mesh")]);
+        let fix = c[0].fix.as_deref().unwrap();
+        assert!(
+            fix.starts_with("set NCCL_ALGO to algorithm names (Tree, Ring"),
+            "{fix}"
+        );
+        assert!(!fix.contains("unknown"), "{fix}");
+    }
+
+    #[test]
+    fn oxccl_s_own_variables_are_not_findings() {
+        let c = env_checks(&[("OXCCL_PERF_RANK", "1"), ("OXCCL_PERF_ID", "ab")]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].status, Status::Ok);
+        assert_eq!(c[0].detail, "no NCCL_*/OXCCL_* variables set");
+    }
 
     #[test]
     fn shm_need_formula() {
