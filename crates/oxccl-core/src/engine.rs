@@ -449,6 +449,8 @@ impl Engine {
                 self.local_step(bufs, step)?;
                 Ok(total.max(8))
             }
+            // Its header went out or was checked above: nothing else to move.
+            Step::SendHeader { .. } | Step::RecvHeader { .. } => Ok(HEADER_BYTES),
             Step::Send { to, src, pre } => {
                 let s = stream(tx, to, ch)?;
                 let out = s.reserve()?;

@@ -117,6 +117,12 @@ pub enum Step {
         dst: Region,
         last: bool,
     },
+    /// Only the operation's header to `to`, no data: a rooted collective's
+    /// rank that sends nothing to `to` otherwise, so that `to` can check the
+    /// root it names (see [`close_root_check`]).
+    SendHeader { to: usize },
+    /// Only the operation's header from `from`, no data.
+    RecvHeader { from: usize },
 }
 
 impl Step {
@@ -127,7 +133,8 @@ impl Step {
             | Step::RecvReduce { from, .. }
             | Step::RecvReduceSend { from, .. }
             | Step::RecvReduceCopySend { from, .. }
-            | Step::RecvCopySend { from, .. } => Some(from),
+            | Step::RecvCopySend { from, .. }
+            | Step::RecvHeader { from } => Some(from),
             _ => None,
         }
     }
@@ -137,7 +144,8 @@ impl Step {
             Step::Send { to, .. }
             | Step::RecvReduceSend { to, .. }
             | Step::RecvReduceCopySend { to, .. }
-            | Step::RecvCopySend { to, .. } => Some(to),
+            | Step::RecvCopySend { to, .. }
+            | Step::SendHeader { to } => Some(to),
             _ => None,
         }
     }
@@ -151,11 +159,17 @@ impl Step {
             Step::RecvReduceCopySend { dst, .. } => dst.len,
             Step::RecvCopySend { dst, .. } => dst.len,
             Step::Copy { dst, .. } | Step::Start { dst, .. } | Step::Combine { dst, .. } => dst.len,
+            Step::SendHeader { .. } | Step::RecvHeader { .. } => 0,
         }
     }
-    /// True when the step moves no bytes (the executor skips it; both sides agree).
+    /// True when the step moves no bytes and carries no header (it is left
+    /// out of programs; both sides agree).
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len() == 0 && !self.is_header_only()
+    }
+    /// A [`Step::SendHeader`] or [`Step::RecvHeader`].
+    pub fn is_header_only(&self) -> bool {
+        matches!(self, Step::SendHeader { .. } | Step::RecvHeader { .. })
     }
 }
 
@@ -311,7 +325,39 @@ pub fn build(req: &Request, algo: Shaped, shape: &Shape) -> Program {
         CollKind::Send => p2p(req, shape, true, &mut p),
         CollKind::Recv => p2p(req, shape, false, &mut p),
     }
+    if matches!(
+        req.kind,
+        CollKind::Broadcast | CollKind::Reduce | CollKind::Gather | CollKind::Scatter
+    ) {
+        ring_of_headers(req, &mut p);
+    }
     p
+}
+
+/// Makes every rank of a rooted collective send the operation's header to
+/// its ring successor and take one from its predecessor (on channel 0, as a
+/// lane of its own; where data already flows on that stream the header is
+/// the data's and these steps add nothing). Each rank then checks the root
+/// its predecessor names against its own, so ranks that disagree on the
+/// root are refused at the call: without it, ranks that each name
+/// themselves root only send (broadcast, scatter) and all return success
+/// with different buffers, or only receive (gather) and wait for the
+/// timeout. One rank that sees the mismatch is enough: its error reaches
+/// the others as a report on their control links. Costs at most one 24-byte
+/// header each way per rank and call; none for count 0, which moves nothing.
+fn ring_of_headers(req: &Request, p: &mut Program) {
+    let n = req.nranks;
+    if n < 2 || req.count == 0 {
+        return;
+    }
+    let mut lane = Lane::new(0);
+    lane.push(Step::SendHeader {
+        to: (req.rank + 1) % n,
+    });
+    lane.push(Step::RecvHeader {
+        from: (req.rank + n - 1) % n,
+    });
+    p.lanes.push(lane);
 }
 
 /// Iterates the slices of a part: `(offset in part, len)` in bytes, whole elements.

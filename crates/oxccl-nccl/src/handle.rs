@@ -1,18 +1,19 @@
 //! Communicator handles: what an `ncclComm_t` points at, and the registry
 //! that decides whether a pointer is one.
 //!
-//! A handle is the address of an `Arc<Comm>`'s contents, but it is never
-//! dereferenced: every call looks the address up in a process-wide map of
-//! live communicators and works on the `Arc` it finds there. A garbage,
-//! freed or foreign pointer is simply not in the map and gets
-//! `ncclInvalidArgument` (or `ncclInvalidUsage` when it names a communicator
-//! this process destroyed), never a wild read.
+//! A handle is a number from [`next_handle`], never an address and never
+//! reused, so a destroyed communicator's handle stays refused even after
+//! another communicator takes its memory. Every call looks the handle up in
+//! a process-wide map of live communicators and works on the `Arc` it finds
+//! there. A garbage or foreign pointer is not in the map and gets
+//! `ncclInvalidArgument`; the handle of a communicator this process
+//! destroyed gets `ncclInvalidUsage`, never a wild read.
 
 use crate::abi::ncclComm_t;
 use oxccl::{Communicator, Config, DataType, Error, ErrorKind, Result, Scalar};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
 /// Stamped into every communicator; checked after each lookup.
@@ -316,10 +317,31 @@ fn init_failed(e: &Error) -> Error {
     )
 }
 
+/// The first handle value. Bits 48-63 set make it a non-canonical x86-64
+/// (and AArch64) address: a caller that dereferences a handle faults at
+/// once instead of reading someone's memory.
+const HANDLE_BASE: usize = 0x0cc1_0000_0000_0000;
+/// Handles step by 16, so they look like aligned pointers to code that checks.
+const HANDLE_STEP: usize = 16;
+/// Handles made so far, communicators and windows alike (one sequence, so a
+/// window's handle passed as a communicator is "not a live communicator").
+static HANDLES_MADE: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh opaque handle value: `HANDLE_BASE + 16 n` for the n-th handle of
+/// this process; 2^44 handles before the sequence could wrap.
+pub(crate) fn next_handle() -> usize {
+    HANDLE_BASE + HANDLE_STEP * HANDLES_MADE.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Whether `h` is a handle this process made (live or not).
+pub(crate) fn was_made_here(h: usize) -> bool {
+    let made = HANDLES_MADE.load(Ordering::Relaxed);
+    let off = h.wrapping_sub(HANDLE_BASE);
+    h >= HANDLE_BASE && off & (HANDLE_STEP - 1) == 0 && off / HANDLE_STEP < made
+}
+
 struct Registry {
     live: HashMap<usize, Arc<Comm>>,
-    /// Addresses of communicators destroyed or aborted here, for a better message.
-    dead: HashSet<usize>,
 }
 
 fn registry() -> MutexGuard<'static, Registry> {
@@ -327,18 +349,15 @@ fn registry() -> MutexGuard<'static, Registry> {
     lock(R.get_or_init(|| {
         Mutex::new(Registry {
             live: HashMap::new(),
-            dead: HashSet::new(),
         })
     }))
 }
 
 /// Makes a handle for `c`.
 pub(crate) fn register(c: Arc<Comm>) -> ncclComm_t {
-    let addr = Arc::as_ptr(&c) as usize;
-    let mut r = registry();
-    r.dead.remove(&addr);
-    r.live.insert(addr, c);
-    addr as ncclComm_t
+    let h = next_handle();
+    registry().live.insert(h, c);
+    h as ncclComm_t
 }
 
 thread_local! {
@@ -376,7 +395,7 @@ fn check(h: ncclComm_t, what: &str, r: &Registry) -> Result<Arc<Comm>> {
         Some(_) => Err(Error::internal(format!(
             "{what} {h:p}: registry entry without the communicator magic"
         ))),
-        None if r.dead.contains(&addr) => Err(Error::invalid_usage(format!(
+        None if was_made_here(addr) => Err(Error::invalid_usage(format!(
             "{what} {h:p} was already destroyed or aborted"
         ))),
         None => Err(Error::invalid_argument(format!(
@@ -401,12 +420,7 @@ pub(crate) fn peek(h: ncclComm_t) -> Option<Arc<Comm>> {
 pub(crate) fn unregister(h: ncclComm_t, what: &str) -> Result<Arc<Comm>> {
     let mut r = registry();
     let c = check(h, what, &r)?;
-    let addr = h as usize;
-    r.live.remove(&addr);
-    if r.dead.len() >= 1 << 16 {
-        r.dead.clear();
-    }
-    r.dead.insert(addr);
+    r.live.remove(&(h as usize));
     drop(r);
     touch(&c);
     Ok(c)

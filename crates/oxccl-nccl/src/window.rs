@@ -7,8 +7,8 @@
 //!
 //! Collectives on window buffers run as on any buffer (correct results;
 //! `NCCL_WIN_COLL_SYMMETRIC` is a hint oxccl takes no speed from yet).
-//! Like communicators, a window handle is an address looked up in a
-//! registry, never dereferenced.
+//! Like communicators, a window handle is a number from
+//! [`handle::next_handle`] looked up in a registry, never an address.
 
 use crate::abi::*;
 use crate::api::null_arg;
@@ -26,7 +26,7 @@ const WIN_FLAGS: c_int = 0x3;
 const REC: usize = 1 + 4 + 4 + 8 + 8 + 8 + 1 + 64;
 
 pub(crate) struct Window {
-    /// The communicator it belongs to (its handle's address).
+    /// The communicator it belongs to (its handle).
     comm: usize,
     user: u64,
     /// Each rank's window size.
@@ -49,7 +49,12 @@ fn lookup(win: ncclWindow_t) -> Result<Arc<Window>> {
         return Err(null_arg("window"));
     }
     registry().get(&(win as usize)).cloned().ok_or_else(|| {
-        Error::invalid_argument(format!("window {win:p} is not a registered window"))
+        let why = if handle::was_made_here(win as usize) {
+            " (it was deregistered)"
+        } else {
+            ""
+        };
+        Error::invalid_argument(format!("window {win:p} is not a registered window{why}"))
     })
 }
 
@@ -174,9 +179,8 @@ pub(crate) unsafe fn register(
         release(&w);
         return Err(e);
     }
-    let w = Arc::new(w);
-    let h = Arc::as_ptr(&w) as usize;
-    registry().insert(h, w);
+    let h = handle::next_handle();
+    registry().insert(h, Arc::new(w));
     // SAFETY: checked non-NULL above.
     unsafe { out.write(h as ncclWindow_t) };
     Ok(())

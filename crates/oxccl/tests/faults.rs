@@ -331,24 +331,64 @@ fn receive_shorter_than_send() {
     );
 }
 
-/// Two ranks that both only wait (root of a gather, non-root of a scatter):
-/// nothing crosses, so no header can tell; the timeout must end it.
+/// Two ranks whose data parts both only wait (root of a gather, non-root of
+/// a scatter): the ring of headers every rooted collective carries crosses
+/// anyway, so both are refused at once, long before the 60 s timeout.
 #[test]
-fn mismatch_where_nobody_sends_ends_at_the_timeout() {
-    let _w = Watchdog::new("mismatch_nobody_sends", Duration::from_secs(60));
-    let comms = init_threads(2, &with_timeout(Duration::from_millis(700))).unwrap();
-    let t = Instant::now();
-    let res = on_ranks(&comms, |c| {
-        let mut r = vec![0f32; 20];
-        if c.rank() == 0 {
-            c.gather(&[1.0f32; 10], &mut r, 0)
-        } else {
-            c.scatter(&[], &mut r[..10], 0)
-        }
-    });
-    assert!(t.elapsed() < Duration::from_secs(3));
-    for r in &res {
-        assert_err(r, ErrorKind::Timeout, &[]);
+fn mismatch_where_no_data_crosses_is_caught_by_the_headers() {
+    let _w = Watchdog::new("mismatch_no_data_crosses", Duration::from_secs(60));
+    mismatch(
+        2,
+        |c| {
+            let mut r = vec![0f32; 20];
+            if c.rank() == 0 {
+                c.gather(&[1.0f32; 10], &mut r, 0)
+            } else {
+                c.scatter(&[], &mut r[..10], 0)
+            }
+        },
+        &["gather(count=10", "scatter(count=10"],
+    );
+}
+
+/// Every rank names itself root: each only sends (broadcast, scatter) or
+/// only receives (gather), or the chain never closes (reduce). Each rank's
+/// predecessor's header names another root, so every rank is refused at the
+/// call, none returns success with a buffer of its own (as all did when a
+/// root only sent).
+#[test]
+fn ranks_that_each_name_themselves_root_are_all_refused() {
+    let _w = Watchdog::new("self_roots", Duration::from_secs(120));
+    for n in [2, 3, 4] {
+        mismatch(
+            n,
+            |c| c.broadcast_in_place(&mut [7u64; 64], c.rank()),
+            &["root/peer="],
+        );
+        mismatch(
+            n,
+            |c| {
+                let mut r = [0i32; 5];
+                c.reduce(&[1i32; 5], &mut r, RedOp::Sum, c.rank())
+            },
+            &["root/peer="],
+        );
+        mismatch(
+            n,
+            |c| {
+                let mut r = vec![0u8; 3 * c.size()];
+                c.gather(&[1u8; 3], &mut r, c.rank())
+            },
+            &["root/peer="],
+        );
+        mismatch(
+            n,
+            |c| {
+                let s = vec![1u32; 3 * c.size()];
+                c.scatter(&s, &mut [0u32; 3], c.rank())
+            },
+            &["root/peer="],
+        );
     }
 }
 
