@@ -1,7 +1,7 @@
 // What the copy engines and the SMs move between two GPUs, one way and both
 // ways at once: the measurements behind the choice of copy-engine paths for
 // large all-gathers, broadcasts and send/receives (docs/performance-gpu.md,
-// "Copy engines"). Built and run ON the GPU machine by scripts/ce-probe.sh:
+// "Floors"). Built and run ON the GPU machine by scripts/ce-probe.sh:
 //   nvcc -O2 -arch=sm_90 -o ce_probe scripts/probes/ce_probe.cu -lcuda
 // One process, GPUs 0 and 1, peer access on. Each figure: median of 7 timed
 // runs after 2 untimed, host wall clock around both GPUs' work (so "both

@@ -4,6 +4,7 @@
 //! returned) and a message that names the argument, peer or setting at fault.
 
 use std::fmt;
+use std::panic::Location;
 
 /// What went wrong, in NCCL's vocabulary. The discriminants are the
 /// `ncclResult_t` values (ncclSuccess is 0 and has no kind).
@@ -67,44 +68,64 @@ impl ErrorKind {
 }
 
 /// An oxccl error: a kind and a message naming the cause.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Equal when kind and message are: where it was made is for the log only.
+#[derive(Debug, Clone)]
 pub struct Error {
     kind: ErrorKind,
     msg: String,
+    /// The source line that made it, for the WARN that reports it at an API
+    /// boundary (which is otherwise the boundary's own line for every error).
+    origin: &'static Location<'static>,
 }
+
+impl PartialEq for Error {
+    fn eq(&self, other: &Error) -> bool {
+        self.kind == other.kind && self.msg == other.msg
+    }
+}
+
+impl Eq for Error {}
 
 /// Result alias used across oxccl.
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// A new error of `kind` with message `msg`.
+    /// A new error of `kind` with message `msg`, made at the caller's line.
+    #[track_caller]
     pub fn new(kind: ErrorKind, msg: impl Into<String>) -> Error {
         Error {
             kind,
             msg: msg.into(),
+            origin: Location::caller(),
         }
     }
     /// `ncclInvalidArgument` with a message.
+    #[track_caller]
     pub fn invalid_argument(msg: impl Into<String>) -> Error {
         Error::new(ErrorKind::InvalidArgument, msg)
     }
     /// `ncclInvalidUsage` with a message.
+    #[track_caller]
     pub fn invalid_usage(msg: impl Into<String>) -> Error {
         Error::new(ErrorKind::InvalidUsage, msg)
     }
     /// `ncclSystemError` with a message.
+    #[track_caller]
     pub fn system(msg: impl Into<String>) -> Error {
         Error::new(ErrorKind::System, msg)
     }
     /// `ncclInternalError` with a message.
+    #[track_caller]
     pub fn internal(msg: impl Into<String>) -> Error {
         Error::new(ErrorKind::Internal, msg)
     }
     /// `ncclRemoteError` with a message.
+    #[track_caller]
     pub fn remote(msg: impl Into<String>) -> Error {
         Error::new(ErrorKind::Remote, msg)
     }
     /// `ncclTimeout` with a message.
+    #[track_caller]
     pub fn timeout(msg: impl Into<String>) -> Error {
         Error::new(ErrorKind::Timeout, msg)
     }
@@ -116,11 +137,16 @@ impl Error {
     pub fn message(&self) -> &str {
         &self.msg
     }
+    /// The source line that made this error (kept by [`Error::context`]).
+    pub fn origin(&self) -> &'static Location<'static> {
+        self.origin
+    }
     /// The same error with `ctx: ` put before its message.
     pub fn context(self, ctx: impl fmt::Display) -> Error {
         Error {
             kind: self.kind,
             msg: format!("{ctx}: {}", self.msg),
+            origin: self.origin,
         }
     }
 }
@@ -163,6 +189,15 @@ mod tests {
         assert_eq!(ErrorKind::from_code(0), None);
         assert_eq!(ErrorKind::from_code(9), None);
         assert_eq!(result_string(9), "unknown result code");
+    }
+
+    #[test]
+    fn origin_is_the_line_that_made_it() {
+        let line = line!() + 1;
+        let e = Error::invalid_usage("x").context("y");
+        assert_eq!((e.origin().file(), e.origin().line()), (file!(), line));
+        // Equality ignores where an error was made.
+        assert_eq!(e, Error::invalid_usage("y: x"));
     }
 
     #[test]

@@ -25,7 +25,7 @@
 /// Transfers of at least this many bytes (the largest of a call) take the
 /// copy engines by default when both GPUs pull; twice as many when only one
 /// does (a broadcast, a one-way send). Measured on 2×H200, `-g 2`, copy
-/// engine against copy kernel (docs/performance-gpu.md, "Copy engines"):
+/// engine against copy kernel (docs/performance-gpu.md, "Large: copy engines, 2 processes"):
 /// both ways, the kernel's reads share the links and drop to ~290–330 GB/s
 /// each, so a 64 MiB send/receive took 203.5 µs against 210.1 and an
 /// all-gather of 64 MiB per rank 207.6 against 240.0 (32 MiB: even); one

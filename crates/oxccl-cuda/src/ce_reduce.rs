@@ -3,7 +3,7 @@
 //! and flags, decided here without touching a GPU (`capi` only issues it).
 //!
 //! Why: on 2×H200 one copy engine pulls 390 GB/s from the peer each way
-//! while both GPUs copy at once (docs/performance-gpu.md, "Copy engines"),
+//! while both GPUs copy at once (docs/performance-gpu.md, "Large: copy engines, 2 processes"),
 //! against 336–338 GB/s of bus bandwidth for the SM pair kernel's all-reduce
 //! (NCCL: 326–344). An all-reduce of S bytes moves S/2 each way to reduce and
 //! S/2 each way to gather, so at the engine's rate its bus bandwidth tends to

@@ -55,7 +55,16 @@ fn report(name: &str, e: &Error) -> ncclResult_t {
     } else {
         format!("{name}: {}", e.message())
     };
-    oxccl_env::warn!("{text}");
+    // The line that found the error, not this one (every error's WARN
+    // would name this function otherwise).
+    let at = e.origin();
+    oxccl_env::log::log(
+        oxccl_env::log::Level::Warn,
+        oxccl_env::log::Subsys::ALL,
+        at.file(),
+        at.line(),
+        format_args!("{text}"),
+    );
     for c in touched {
         c.set_last_error(&text);
     }
