@@ -872,10 +872,10 @@ impl Params {
                     true
                 }
                 Err(expected) => {
-                    let shown_default = if info.default.trim().is_empty() {
-                        "unset (auto)".to_string()
+                    let instead = if info.default.trim().is_empty() {
+                        "treating it as unset (oxccl chooses)".to_string()
                     } else {
-                        info.default.to_string()
+                        format!("using default {}", info.default)
                     };
                     let hint = match info.suggest(value) {
                         Some(v) => {
@@ -885,7 +885,7 @@ impl Params {
                     };
                     p.warnings.push((
                         format!(
-                            "Invalid value '{}' for {}{origin}: expected {expected}{hint}; using default {shown_default}",
+                            "Invalid value '{}' for {}{origin}: expected {expected}{hint}; {instead}",
                             info.display_value(value),
                             info.name,
                         ),
@@ -1202,7 +1202,7 @@ mod tests {
         assert_eq!(
             w[1],
             "Invalid value 'AF_UNIX' for NCCL_SOCKET_FAMILY: expected AF_INET or AF_INET6 \
-             (did you mean NCCL_SOCKET_FAMILY=AF_INET?); using default unset (auto)"
+             (did you mean NCCL_SOCKET_FAMILY=AF_INET?); treating it as unset (oxccl chooses)"
         );
         assert_eq!(
             w[2],
@@ -1304,7 +1304,7 @@ mod tests {
             [
                 "Invalid value 'rign' for NCCL_ALGO: expected algorithm names (Tree, Ring, \
               CollnetDirect, CollnetChain, NVLS, NVLSTree, PAT, OneShot, TwoShot), not 'rign' \
-              (did you mean NCCL_ALGO=Ring?); using default unset (auto)"
+              (did you mean NCCL_ALGO=Ring?); treating it as unset (oxccl chooses)"
             ]
         );
         // Nothing near: no suggestion, the list alone.

@@ -101,8 +101,8 @@ fn exported_symbols_match_the_allowlist() {
             assert!(want.contains(&format!("p{s}")), "{s} without p{s}");
         }
     }
-    // Everything PyTorch 2.9.1, 2.11 and 2.15 import, and what nccl-tests calls.
-    let reference = Path::new(CRATE).join("../../../shared/reference");
+    // Everything PyTorch 2.9.1, 2.11 and 2.15 import (torch-imports/, the
+    // wheels' undefined nccl* symbols), and what nccl-tests calls.
     let mut needed: Vec<String> = [
         "ncclCommQueryProperties",
         "ncclTeamLsa",
@@ -112,11 +112,21 @@ fn exported_symbols_match_the_allowlist() {
     ]
     .map(str::to_string)
     .to_vec();
-    for v in ["2.9.1", "2.11.0", "2.15"] {
-        let f = reference.join(format!("torch-{v}-nccl-imports.txt"));
-        if let Ok(t) = std::fs::read_to_string(&f) {
-            needed.extend(t.split_whitespace().map(str::to_string));
-        }
+    for v in ["2.9.1", "2.11.0", "2.15.0"] {
+        let f = Path::new(CRATE).join(format!("torch-imports/torch-{v}.txt"));
+        let t = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let names: Vec<&str> = t
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .flat_map(str::split_whitespace)
+            .collect();
+        assert!(
+            names.len() >= 30,
+            "{}: only {} names",
+            f.display(),
+            names.len()
+        );
+        needed.extend(names.into_iter().map(str::to_string));
     }
     for s in &needed {
         assert!(want.contains(s), "{s} is needed but not exported");

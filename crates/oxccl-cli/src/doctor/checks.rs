@@ -167,10 +167,17 @@ pub fn environment(f: &EnvFacts) -> Vec<Check> {
 /// else the form expected.
 fn malformed_value(id: String, info: &params::ParamInfo, value: &str, expected: &str) -> Check {
     let name = info.name;
-    let default = if info.default.is_empty() {
-        "unset (auto)".to_string()
+    // (what is used instead, the fix's way back to it)
+    let (instead, or_unset) = if info.default.is_empty() {
+        (
+            "it is treated as unset (oxccl chooses)".to_string(),
+            "or unset it: oxccl then chooses".to_string(),
+        )
     } else {
-        info.default.to_string()
+        (
+            format!("the default {} is used instead", info.default),
+            format!("or unset it for the default, {}", info.default),
+        )
     };
     let suggestion = info.suggest(value);
     let hint = match &suggestion {
@@ -178,15 +185,15 @@ fn malformed_value(id: String, info: &params::ParamInfo, value: &str, expected: 
         None => String::new(),
     };
     let fix = match &suggestion {
-        Some(v) => format!("set {name}={v} (or unset it for the default, {default})"),
-        None => format!("set {name} to {expected} (or unset it for the default, {default})"),
+        Some(v) => format!("set {name}={v} ({or_unset})"),
+        None => format!("set {name} to {expected} ({or_unset})"),
     };
     Check::new(
         id,
         ENV,
         Status::Fail,
         format!(
-            "{name}={} is malformed: expected {expected}{hint}; the default {default} is used instead",
+            "{name}={} is malformed: expected {expected}{hint}; {instead}",
             info.display_value(value)
         ),
     )
@@ -1845,7 +1852,7 @@ mod tests {
             (
                 "NCCL_ALGO",
                 "rign",
-                "set NCCL_ALGO=Ring (or unset it for the default, unset (auto))",
+                "set NCCL_ALGO=Ring (or unset it: oxccl then chooses)",
             ),
             (
                 "NCCL_PROTO",
