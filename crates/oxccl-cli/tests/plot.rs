@@ -639,7 +639,7 @@ fn reads_nccl_tests_layout_and_older_files_and_reports() {
         "{text}"
     );
     let old = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../docs/runs/gpu-all_reduce-g2-vs-nccl-2xh200.json");
+        .join("../../docs/runs/gpu-all_reduce-ranks2-vs-nccl-2xh200.json");
     let svg2 = d.join("old.svg");
     let out = oxccl(&["plot", old.to_str().unwrap(), "-o", svg2.to_str().unwrap()]);
     ok(&out);
