@@ -633,7 +633,8 @@ impl Bootstrap {
     }
 
     /// Sends `data` to `peer` under `tag`. Returns once the bytes are handed
-    /// to the kernel (it does not wait for the peer's `recv`). At most 64 MiB.
+    /// to the kernel (it does not wait for the peer's `recv`). At most 16 MiB;
+    /// the peer closes the channel past 32 MiB or 4096 messages it has not received.
     pub fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
         self.check_peer(peer, "send")?;
         self.send_ns(peer, NS_USER, tag, data)
