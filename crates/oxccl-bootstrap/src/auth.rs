@@ -39,6 +39,9 @@ pub enum HandshakeError {
     BadProof,
     /// The other side does not speak this protocol.
     NotOxccl,
+    /// The other side closed or reset the connection before answering our
+    /// hello: a busy listener shedding connections (retry), or no listener.
+    Closed,
     /// I/O failure, timeout or abort.
     Io(Error),
 }
@@ -80,7 +83,8 @@ pub fn client(
     let mut reply = [0u8; 40];
     match read_full(s, &mut reply, lim, true) {
         Ok(true) => {}
-        Ok(false) => return Err(HandshakeError::NotOxccl),
+        Ok(false) => return Err(HandshakeError::Closed),
+        Err(e) if e.kind() == oxccl_core::ErrorKind::Remote => return Err(HandshakeError::Closed),
         Err(e) => return Err(HandshakeError::Io(e)),
     }
     if &reply[..8] != MAGIC {
@@ -104,18 +108,12 @@ pub fn client(
         .map_err(|_| HandshakeError::BadProof)
 }
 
-/// The accepting side.
-pub fn server(
-    s: &mut TcpStream,
-    key: &[u8; 32],
-    lim: &Limits,
-) -> std::result::Result<(), HandshakeError> {
-    let mut hello = [0u8; 40];
-    match read_full(s, &mut hello, lim, true) {
-        Ok(true) => {}
-        Ok(false) => return Err(HandshakeError::NotOxccl),
-        Err(e) => return Err(HandshakeError::Io(e)),
-    }
+/// The accepting side, between its two reads (no I/O: the listener's
+/// poll loop does it). `hello` is the client's 40 bytes; returns the state
+/// and the 40-byte reply to send.
+pub fn server_hello(
+    hello: &[u8; 40],
+) -> std::result::Result<(ServerSide, [u8; 40]), HandshakeError> {
     if &hello[..8] != MAGIC {
         return Err(HandshakeError::NotOxccl);
     }
@@ -124,13 +122,28 @@ pub fn server(
     let mut reply = [0u8; 40];
     reply[..8].copy_from_slice(MAGIC);
     reply[8..].copy_from_slice(&ns);
-    write_full(s, &reply, lim)?;
-    let mut theirs = [0u8; 32];
-    read_full(s, &mut theirs, lim, false)?;
-    proof(key, b'C', &ns, &nc)
-        .verify_slice(&theirs)
-        .map_err(|_| HandshakeError::BadProof)?;
-    let mine = proof(key, b'S', &nc, &ns).finalize().into_bytes();
-    write_full(s, &mine, lim)?;
-    Ok(())
+    Ok((ServerSide { nc, ns }, reply))
+}
+
+/// The accepting side's nonces after the hello.
+pub struct ServerSide {
+    nc: [u8; 32],
+    ns: [u8; 32],
+}
+
+impl ServerSide {
+    /// Checks the client's 32-byte proof; returns ours to send.
+    pub fn finish(
+        &self,
+        key: &[u8; 32],
+        theirs: &[u8; 32],
+    ) -> std::result::Result<[u8; 32], HandshakeError> {
+        proof(key, b'C', &self.ns, &self.nc)
+            .verify_slice(theirs)
+            .map_err(|_| HandshakeError::BadProof)?;
+        Ok(proof(key, b'S', &self.nc, &self.ns)
+            .finalize()
+            .into_bytes()
+            .into())
+    }
 }

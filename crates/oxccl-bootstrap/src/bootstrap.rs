@@ -26,9 +26,10 @@ use oxccl_env::log::Waiting;
 use oxccl_env::{info, warn, Subsys};
 
 use crate::auth::{self, HandshakeError};
+use crate::gate;
 use crate::id::{derived_secret, parse_comm_id, UniqueId};
-use crate::root::{self, decode_table, Join, HANDSHAKE_TIMEOUT};
-use crate::wire::{self, Dec, Enc, Limits, CTRL_CAP, DATA_CAP, MAX_FRAME, POLL};
+use crate::root::{self, decode_table, Join};
+use crate::wire::{self, Dec, Enc, Limits, DATA_CAP, MAX_FRAME, POLL};
 use crate::{ifname, sys, BootstrapConfig, PeerInfo};
 
 const NS_USER: u8 = 0;
@@ -38,6 +39,63 @@ const KIND_MSG: u8 = 0;
 const KIND_DATA: u8 = 1;
 /// Extra time a rank waits for the root's own timeout message.
 const ROOT_GRACE: Duration = Duration::from_secs(1);
+/// Unreceived bytes one peer may have queued at this rank: two messages of
+/// the largest size (oxccl's own setup messages are a few KiB each).
+pub(crate) const QUEUE_BYTES: usize = 2 * DATA_CAP;
+/// Unreceived messages one peer may have queued at this rank (a rank's
+/// setup sends a handful per peer; 4096 leaves room for user tags).
+pub(crate) const QUEUE_MSGS: usize = 4096;
+/// Data connections one peer may have parked here before `accept_peer`.
+const PARKED_STREAMS: usize = 1024;
+/// A handshake the other side closed before answering is retried (the
+/// listener was shedding a flood); one it rejected after our proof is
+/// retried this many times before the key is blamed.
+const REJECTIONS_TOLERATED: u32 = 3;
+
+/// The secret of `NCCL_COMM_ID` ids: `OXCCL_AUTH_SECRET`, else the contents
+/// of `OXCCL_AUTH_SECRET_FILE` (less one trailing newline); `None` when
+/// neither is set.
+fn comm_id_secret(cfg: &BootstrapConfig) -> Result<Option<String>> {
+    if let Some(s) = &cfg.auth_secret {
+        return Ok(Some(s.clone()));
+    }
+    let Some(path) = &cfg.auth_secret_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::invalid_argument(format!(
+            "OXCCL_AUTH_SECRET_FILE={}: cannot read it: {e}",
+            path.display()
+        ))
+    })?;
+    let secret = text.strip_suffix('\n').unwrap_or(&text);
+    let secret = secret.strip_suffix('\r').unwrap_or(secret);
+    if secret.is_empty() {
+        return Err(Error::invalid_argument(format!(
+            "OXCCL_AUTH_SECRET_FILE={}: the file is empty",
+            path.display()
+        )));
+    }
+    Ok(Some(secret.to_string()))
+}
+
+/// The error for a job that would run without a secret while
+/// `OXCCL_AUTH_REQUIRED` asks for one.
+fn secret_required(what: &str) -> Error {
+    Error::invalid_usage(format!(
+        "bootstrap: {what} has no secret, and OXCCL_AUTH_REQUIRED=1 refuses to start without one: set OXCCL_AUTH_SECRET (or OXCCL_AUTH_SECRET_FILE) to the same value on every rank"
+    ))
+}
+
+/// WARNs, once per process, that an `NCCL_COMM_ID` job is open to anyone.
+fn warn_open_once(comm_id: &str, addr: SocketAddr) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        warn!(
+            "bootstrap: NCCL_COMM_ID={comm_id} without OXCCL_AUTH_SECRET: anyone who can reach {addr} can join this job and read its rank table; set OXCCL_AUTH_SECRET (or OXCCL_AUTH_SECRET_FILE) to the same value on every rank to close it, and OXCCL_AUTH_REQUIRED=1 to refuse to start without one"
+        );
+    }
+}
 
 /// Selects the interface of the rendezvous per `cfg` (see [`ifname`]):
 /// `bootstrap_ifname`, else `ifname`.
@@ -117,15 +175,16 @@ impl UniqueId {
     pub fn generate(cfg: &BootstrapConfig) -> Result<UniqueId> {
         if let Some(c) = &cfg.comm_id {
             let addr = parse_comm_id(c, cfg.family)?;
-            if cfg.auth_secret.is_none() {
-                info!(
-                    Subsys::BOOTSTRAP,
-                    "bootstrap: NCCL_COMM_ID={c} without OXCCL_AUTH_SECRET: the rendezvous is unauthenticated (anyone who can reach {addr} can join)"
-                );
+            let secret = comm_id_secret(cfg)?;
+            if secret.is_none() {
+                if cfg.auth_required {
+                    return Err(secret_required(&format!("NCCL_COMM_ID={c}")));
+                }
+                warn_open_once(c, addr);
             }
             return Ok(UniqueId::for_comm_id(
                 addr,
-                &derived_secret(cfg.auth_secret.as_deref()),
+                &derived_secret(secret.as_deref()),
             ));
         }
         let (l, _) = bind_selected(cfg, &sys::interfaces()?)?;
@@ -145,6 +204,11 @@ struct Mail {
     streams: HashMap<(usize, u32), VecDeque<TcpStream>>,
     /// Peers whose message channel to us ended, and why.
     closed: HashMap<usize, String>,
+    /// Per peer: unreceived bytes and messages in `msgs` (bounded by
+    /// [`QUEUE_BYTES`] and [`QUEUE_MSGS`]).
+    queued: HashMap<usize, (usize, usize)>,
+    /// Message channel readers running (at most 2 per rank).
+    readers: usize,
 }
 
 struct Shared {
@@ -215,6 +279,9 @@ fn handshake_error(e: HandshakeError, who: &str, addr: SocketAddr, root: bool) -
         HandshakeError::NotOxccl => Error::invalid_usage(format!(
             "bootstrap: {who} at {addr} is not an oxccl bootstrap endpoint (wrong NCCL_COMM_ID, or a stale unique id whose port was reused?)"
         )),
+        HandshakeError::Closed => Error::remote(format!(
+            "bootstrap: {who} at {addr} closed the connection before answering the handshake (it is shedding a flood of connections, or it is not an oxccl bootstrap endpoint)"
+        )),
         HandshakeError::Io(e) => e.context(format!("bootstrap: handshake with {who} at {addr}")),
     }
 }
@@ -277,6 +344,56 @@ fn connect_retry(
     }
 }
 
+/// Connects to `addr` and authenticates with `key` within `lim`, retrying
+/// with backoff (10 ms to 500 ms) while the other side closes or resets the
+/// connection before answering (a listener shedding a flood of idle
+/// connections closes newcomers), and a few times when it rejects our proof.
+fn connect_authenticated(
+    addr: SocketAddr,
+    key: &[u8; 32],
+    lim: &Limits,
+    who: &str,
+    retry_refused: bool,
+    root: bool,
+    connect_context: Option<&str>,
+) -> Result<TcpStream> {
+    let mut backoff = Duration::from_millis(10);
+    let mut rejections = 0;
+    loop {
+        let mut s =
+            connect_retry(addr, lim, who, retry_refused).map_err(|e| match connect_context {
+                Some(c) => e.context(c.to_string()),
+                None => e,
+            })?;
+        wire::prepare(&s)?;
+        let e = match auth::client(&mut s, key, lim) {
+            Ok(()) => return Ok(s),
+            Err(HandshakeError::Closed) => HandshakeError::Closed,
+            Err(HandshakeError::Rejected) if rejections < REJECTIONS_TOLERATED => {
+                rejections += 1;
+                HandshakeError::Rejected
+            }
+            Err(e) => return Err(handshake_error(e, who, addr, root)),
+        };
+        drop(s);
+        let until = Instant::now() + backoff;
+        while Instant::now() < until {
+            if let Err(err) = lim.check() {
+                return Err(if err.kind() == ErrorKind::Timeout {
+                    handshake_error(e, who, addr, root).context(format!(
+                        "bootstrap: no handshake with {who} at {addr} completed within {}",
+                        wire::secs(lim.timeout)
+                    ))
+                } else {
+                    err
+                });
+            }
+            std::thread::sleep(POLL.min(backoff));
+        }
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
 impl Bootstrap {
     /// Joins the rendezvous of `id` as `rank` of `nranks` (see the crate docs).
     pub fn init(
@@ -300,6 +417,9 @@ impl Bootstrap {
                 "bootstrap: rank {rank} is out of range for nranks={nranks} (ranks are 0..={})",
                 nranks - 1
             )));
+        }
+        if cfg.auth_required && *id.secret() == derived_secret(None) {
+            return Err(secret_required("this unique id (made from NCCL_COMM_ID)"));
         }
         let start = Instant::now();
         // One reading of the interfaces serves both choices.
@@ -437,9 +557,7 @@ impl Bootstrap {
             p.listen_addr
         };
         let who = format!("rank {peer}");
-        let mut s = connect_retry(addr, lim, &who, false)?;
-        wire::prepare(&s)?;
-        auth::client(&mut s, &self.key, lim).map_err(|e| handshake_error(e, &who, addr, false))?;
+        let mut s = connect_authenticated(addr, &self.key, lim, &who, false, false, None)?;
         let mut m = Enc::new(wire::T_HELLO);
         m.u32(self.rank as u32).u64(self.run_id).u8(kind).u32(tag);
         wire::write_frame(&mut s, &m.0, lim)?;
@@ -491,6 +609,10 @@ impl Bootstrap {
                     if q.is_empty() {
                         g.msgs.remove(&(peer, ns, tag));
                     }
+                    if let Some(c) = g.queued.get_mut(&peer) {
+                        c.0 = c.0.saturating_sub(m.len());
+                        c.1 = c.1.saturating_sub(1);
+                    }
                     return Ok(m);
                 }
             }
@@ -511,7 +633,8 @@ impl Bootstrap {
     }
 
     /// Sends `data` to `peer` under `tag`. Returns once the bytes are handed
-    /// to the kernel (it does not wait for the peer's `recv`). At most 64 MiB.
+    /// to the kernel (it does not wait for the peer's `recv`). At most 16 MiB;
+    /// the peer closes the channel past 32 MiB or 4096 messages it has not received.
     pub fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
         self.check_peer(peer, "send")?;
         self.send_ns(peer, NS_USER, tag, data)
@@ -674,11 +797,8 @@ fn join_root(
         abort: &cfg.abort,
         stop: None,
     };
-    let mut s = connect_retry(root, &lim, "the root", true)
-        .map_err(|e| e.context(format!("rank {rank} of {nranks}")))?;
-    wire::prepare(&s)?;
-    auth::client(&mut s, id.secret(), &lim)
-        .map_err(|e| handshake_error(e, "the root", root, true))?;
+    let ctx = format!("rank {rank} of {nranks}");
+    let mut s = connect_authenticated(root, id.secret(), &lim, "the root", true, true, Some(&ctx))?;
     let join = Join {
         nranks,
         run_id: id.run_id(),
@@ -702,7 +822,8 @@ fn join_root(
             )
         })
     });
-    let frame = match ready.and_then(|()| wire::read_frame(&mut s, MAX_FRAME, &wait, true)) {
+    let cap = wire::table_cap(nranks);
+    let frame = match ready.and_then(|()| wire::read_frame(&mut s, cap, &wait, true)) {
         Ok(Some(f)) => f,
         Ok(None) => {
             return Err(Error::remote(format!(
@@ -757,106 +878,135 @@ fn spawn_acceptor(
     shared: Arc<Shared>,
     abort: Arc<AtomicBool>,
 ) -> Result<JoinHandle<()>> {
+    let what = match listener.local_addr() {
+        Ok(a) => format!("bootstrap listener at {a}"),
+        Err(_) => "bootstrap listener".to_string(),
+    };
     std::thread::Builder::new()
         .name("oxccl-bs-accept".into())
         .spawn(move || {
-            while !shared.stop.load(Ordering::Relaxed) {
-                match sys::wait_acceptable(&listener, POLL) {
-                    Ok(true) => {}
-                    Ok(false) => continue,
-                    Err(e) => {
-                        warn!(
-                            "bootstrap: poll on the listener failed: {e}; no more peer connections"
-                        );
-                        return;
-                    }
-                }
-                let Ok((s, addr)) = listener.accept() else {
-                    continue;
-                };
-                let (shared, abort) = (shared.clone(), abort.clone());
-                let r = std::thread::Builder::new()
-                    .name("oxccl-bs-conn".into())
-                    .spawn(move || {
-                        serve_conn(s, addr, accepts, key, run_id, nranks, &shared, &abort)
-                    });
-                if r.is_err() {
-                    warn!("bootstrap: cannot spawn a thread; connection from {addr} dropped");
-                }
-            }
+            let ctx = ConnCtx {
+                accepts,
+                run_id,
+                nranks,
+                shared: shared.clone(),
+                abort,
+            };
+            gate::serve(
+                listener,
+                key,
+                what,
+                || !shared.stop.load(Ordering::Relaxed),
+                |a| ctx.admitted(a),
+            );
         })
         .map_err(|e| Error::system(format!("bootstrap: cannot spawn a thread: {e}")))
 }
 
-#[allow(clippy::too_many_arguments)] // one connection's whole context, passed once
-fn serve_conn(
-    mut s: TcpStream,
-    addr: SocketAddr,
+/// What a rank's listener needs to file an admitted connection.
+struct ConnCtx {
     accepts: Accepts,
-    key: [u8; 32],
     run_id: u64,
     nranks: usize,
-    shared: &Shared,
-    abort: &AtomicBool,
-) {
-    let mut lim = Limits::new(HANDSHAKE_TIMEOUT, abort);
-    lim.stop = Some(&shared.stop);
-    if wire::prepare(&s).is_err() {
-        return;
-    }
-    if let Err(e) = auth::server(&mut s, &key, &lim) {
-        root::log_drop(addr, &e);
-        return;
-    }
-    let hello = match wire::read_frame(&mut s, CTRL_CAP, &lim, false) {
-        Ok(Some(f)) => f,
-        _ => return,
-    };
-    let parsed = (|| -> Result<(usize, u64, u8, u32)> {
-        let mut d = Dec::new(&hello, "hello");
-        if d.u8()? != wire::T_HELLO {
-            return Err(Error::remote("expected a hello"));
-        }
-        let r = (d.u32()? as usize, d.u64()?, d.u8()?, d.u32()?);
-        d.end()?;
-        Ok(r)
-    })();
-    let (from, their_run, kind, tag) = match parsed {
-        Ok(x) => x,
-        Err(e) => {
-            warn!(
-                "bootstrap: connection from {addr}: {}; dropped",
-                e.message()
-            );
+    shared: Arc<Shared>,
+    abort: Arc<AtomicBool>,
+}
+
+impl ConnCtx {
+    /// Files an authenticated connection by its hello: a data connection is
+    /// parked for `accept_peer`; a message channel gets a reader thread (at
+    /// most two per rank: one live, one replacing it).
+    fn admitted(&self, a: gate::Admitted) {
+        let gate::Admitted {
+            stream: s,
+            peer: addr,
+            first: hello,
+        } = a;
+        let (run_id, nranks) = (self.run_id, self.nranks);
+        let parsed = (|| -> Result<(usize, u64, u8, u32)> {
+            let mut d = Dec::new(&hello, "hello");
+            if d.u8()? != wire::T_HELLO {
+                return Err(Error::remote("expected a hello"));
+            }
+            let r = (d.u32()? as usize, d.u64()?, d.u8()?, d.u32()?);
+            d.end()?;
+            Ok(r)
+        })();
+        let (from, their_run, kind, tag) = match parsed {
+            Ok(x) => x,
+            Err(e) => {
+                warn!(
+                    "bootstrap: connection from {addr}: {}; dropped",
+                    e.message()
+                );
+                return;
+            }
+        };
+        if their_run != run_id || from >= nranks || kind > KIND_DATA {
+            warn!("bootstrap: connection from {addr} claims rank {from} of run {their_run:#x} (this is run {run_id:#x} with {nranks} ranks); dropped");
             return;
         }
-    };
-    if their_run != run_id || from >= nranks || kind > KIND_DATA {
-        warn!("bootstrap: connection from {addr} claims rank {from} of run {their_run:#x} (this is run {run_id:#x} with {nranks} ranks); dropped");
-        return;
+        if self.accepts == Accepts::DataOnly && kind != KIND_DATA {
+            warn!("bootstrap: rank {from} sent a bootstrap message to the data listener (from {addr}); dropped");
+            return;
+        }
+        if wire::prepare(&s).is_err() {
+            return;
+        }
+        let shared = &self.shared;
+        if kind == KIND_DATA {
+            let mut g = shared.lock();
+            let q = g.streams.entry((from, tag)).or_default();
+            if q.len() >= PARKED_STREAMS {
+                warn!("bootstrap: rank {from} (from {addr}) has {PARKED_STREAMS} data connections waiting for accept_peer (the bound per peer and tag); this one is dropped");
+                return;
+            }
+            q.push_back(s);
+            shared.cv.notify_all();
+            return;
+        }
+        {
+            let mut g = shared.lock();
+            if g.readers >= 2 * nranks {
+                warn!("bootstrap: {} message channels are open to this rank (the bound is 2 per rank); the one from rank {from} at {addr} is dropped", g.readers);
+                return;
+            }
+            g.readers += 1;
+            g.closed.remove(&from);
+        }
+        let (shared, abort) = (shared.clone(), self.abort.clone());
+        let spawned = std::thread::Builder::new()
+            .name("oxccl-bs-conn".into())
+            .spawn(move || {
+                let why = read_messages(s, from, &shared, &abort);
+                let mut g = shared.lock();
+                g.readers -= 1;
+                g.closed.insert(from, why);
+                shared.cv.notify_all();
+            });
+        if spawned.is_err() {
+            self.shared.lock().readers -= 1;
+            warn!("bootstrap: cannot spawn a thread; the message channel from rank {from} at {addr} is dropped");
+        }
     }
-    if accepts == Accepts::DataOnly && kind != KIND_DATA {
-        warn!("bootstrap: rank {from} sent a bootstrap message to the data listener (from {addr}); dropped");
-        return;
-    }
-    if kind == KIND_DATA {
-        let mut g = shared.lock();
-        g.streams.entry((from, tag)).or_default().push_back(s);
-        shared.cv.notify_all();
-        return;
-    }
-    shared.lock().closed.remove(&from);
+}
+
+/// Files the messages of rank `from`'s channel in the mailbox until it ends;
+/// returns why it ended. A peer past its bound ([`QUEUE_BYTES`],
+/// [`QUEUE_MSGS`] unreceived, or a frame larger than [`DATA_CAP`] plus a
+/// header) has its channel closed.
+fn read_messages(mut s: TcpStream, from: usize, shared: &Shared, abort: &AtomicBool) -> String {
     let read = Limits {
         deadline: None,
         timeout: Duration::ZERO,
         abort,
         stop: Some(&shared.stop),
     };
-    let why = loop {
+    loop {
         let f = match wire::read_frame(&mut s, MAX_FRAME, &read, true) {
             Ok(Some(f)) => f,
-            Ok(None) => break format!("bootstrap: rank {from} closed its connection (it exited or destroyed its communicator)"),
-            Err(e) => break format!("bootstrap: connection from rank {from} failed: {}", e.message()),
+            Ok(None) => return format!("bootstrap: rank {from} closed its connection (it exited or destroyed its communicator)"),
+            Err(e) => return format!("bootstrap: connection from rank {from} failed: {}", e.message()),
         };
         let mut d = Dec::new(&f, "message");
         let parsed = (|| -> Result<(u8, u32)> {
@@ -866,16 +1016,28 @@ fn serve_conn(
             Ok((d.u8()?, d.u32()?))
         })();
         let Ok((ns, tag)) = parsed else {
-            break format!("bootstrap: rank {from} sent a malformed message");
+            return format!("bootstrap: rank {from} sent a malformed message");
         };
         let body = d.rest().to_vec();
         let mut g = shared.lock();
+        let c = g.queued.entry(from).or_default();
+        if c.0 + body.len() > QUEUE_BYTES || c.1 + 1 > QUEUE_MSGS {
+            let why = format!(
+                "bootstrap: rank {from} queued more than this rank has received (bound per peer: {} MiB or {QUEUE_MSGS} messages; {} bytes in {} messages waiting, {} more arrived); its connection was closed",
+                QUEUE_BYTES >> 20,
+                c.0,
+                c.1,
+                body.len()
+            );
+            drop(g);
+            warn!("{why}");
+            return why;
+        }
+        c.0 += body.len();
+        c.1 += 1;
         g.msgs.entry((from, ns, tag)).or_default().push_back(body);
         shared.cv.notify_all();
-    };
-    let mut g = shared.lock();
-    g.closed.insert(from, why);
-    shared.cv.notify_all();
+    }
 }
 
 #[cfg(test)]

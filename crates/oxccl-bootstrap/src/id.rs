@@ -21,7 +21,8 @@
 //! An id from `generate` has a random secret and run id. With `NCCL_COMM_ID`
 //! every process must be able to make the same id on its own, so both are
 //! derived: secret = SHA-256(`OXCCL_AUTH_SECRET`), or, when that is unset,
-//! SHA-256(`"oxccl-unauthenticated-v1"`) (anyone can join: logged at INFO);
+//! SHA-256(`"oxccl-unauthenticated-v1"`) (anyone can join: logged once at WARN,
+//! refused with `OXCCL_AUTH_REQUIRED`);
 //! run id = the first 8 bytes (LE) of SHA-256(`"oxccl-run-id"` || secret ||
 //! bytes 10..36 of the id).
 //!

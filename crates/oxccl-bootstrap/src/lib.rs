@@ -25,11 +25,19 @@
 //!
 //! Every connection (to the root and between ranks) is mutually authenticated
 //! with HMAC-SHA256 keyed by the id's secret before anything it sends is
-//! parsed; the secret never crosses the wire. Before authentication only
-//! fixed-size fields are read, a silent connection is dropped after 5 s, and
-//! each is handled on its own thread, so port scanners cannot stall a
-//! rendezvous. Frames are capped (4 KiB for the first frame after the
-//! handshake, 64 MiB otherwise) and checked before allocating.
+//! parsed; the secret never crosses the wire. Ids from
+//! [`UniqueId::generate`] carry a random secret; `NCCL_COMM_ID` ids derive it
+//! from `OXCCL_AUTH_SECRET` (or `OXCCL_AUTH_SECRET_FILE`), and without one
+//! from a public constant: such a job is open to anyone who can reach the
+//! root, which is logged once at WARN, or refused with `auth_required`.
+//!
+//! Bounds: before authentication only fixed-size fields are read; every
+//! listener (the root's, each rank's) admits connections in one poll loop
+//! with at most 64 handshakes in flight, 3 s each, and no thread per
+//! connection; drops are logged once, then summarised every 10 s. Frames are
+//! capped before allocating (4 KiB for the first frame after the handshake,
+//! 16 MiB for a message, the rank table by nranks), and each peer may queue
+//! at most 32 MiB or 4096 unreceived messages at a rank.
 //!
 //! # Errors
 //!
@@ -44,6 +52,7 @@
 
 mod auth;
 mod bootstrap;
+mod gate;
 pub mod id;
 pub mod ifname;
 mod root;
@@ -116,6 +125,12 @@ pub struct BootstrapConfig {
     pub comm_id: Option<String>,
     /// `OXCCL_AUTH_SECRET` (used with `NCCL_COMM_ID`).
     pub auth_secret: Option<String>,
+    /// `OXCCL_AUTH_SECRET_FILE`: a file whose contents (less one trailing
+    /// newline) are the secret, when `auth_secret` is unset.
+    pub auth_secret_file: Option<std::path::PathBuf>,
+    /// `OXCCL_AUTH_REQUIRED`: refuse `NCCL_COMM_ID` without a secret (and any
+    /// unique id whose secret is the public one) instead of warning.
+    pub auth_required: bool,
     /// `NCCL_HOSTID`: names this host instead of hostname + boot id.
     pub host_id: Option<String>,
     /// Limit for the rendezvous (connecting to the root, waiting for all ranks).
@@ -134,6 +149,8 @@ impl Default for BootstrapConfig {
             family: None,
             comm_id: None,
             auth_secret: None,
+            auth_secret_file: None,
+            auth_required: false,
             host_id: None,
             init_timeout: Duration::from_secs(120),
             timeout: Duration::from_secs(600),

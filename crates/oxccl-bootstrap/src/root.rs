@@ -1,9 +1,9 @@
 //! The root: collects one join per rank and hands every rank the table.
 //!
 //! [`Rendezvous`] is the pure decision (checks and completion); [`spawn_root`]
-//! is the driver: an accept thread, one short-lived thread per incoming
-//! connection for the handshake and the join frame (so a silent or slow client
-//! cannot hold up the others, and is dropped after [`HANDSHAKE_TIMEOUT`]), and
+//! is the driver: an accept thread that runs the [`gate`] (handshakes and
+//! join frames of every incoming connection in one poll loop, bounded in
+//! number and time, so silent or slow clients cannot hold up the ranks), and
 //! a coordinator thread that feeds joins to the [`Rendezvous`].
 //!
 //! Lifetime: the root serves one rendezvous. Its clock is `init_timeout` from
@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -23,14 +23,9 @@ use oxccl_core::{Error, Result};
 use oxccl_env::log::Waiting;
 use oxccl_env::{info, warn, Subsys};
 
-use crate::auth::{self, HandshakeError};
-use crate::wire::{self, Dec, Enc, Limits, CTRL_CAP, POLL, T_JOIN, T_TABLE};
+use crate::gate;
+use crate::wire::{self, Dec, Enc, Limits, POLL, T_JOIN, T_TABLE};
 use crate::PeerInfo;
-
-/// How long an unauthenticated connection may take to finish its handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most handshakes in flight at once; more connections are dropped at once.
-const MAX_PENDING: usize = 512;
 
 /// What a rank tells the root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,10 +254,9 @@ pub(crate) fn spawn_root(
     let (tx, rx) = mpsc::channel::<Arrival>();
     {
         let done = done.clone();
-        let abort = abort.clone();
         std::thread::Builder::new()
             .name("oxccl-root-accept".into())
-            .spawn(move || accept_loop(listener, secret, tx, done, abort))
+            .spawn(move || accept_loop(listener, addr, secret, tx, done))
             .map_err(|e| Error::system(format!("bootstrap root: cannot spawn a thread: {e}")))?;
     }
     std::thread::Builder::new()
@@ -275,105 +269,36 @@ pub(crate) fn spawn_root(
     Ok(())
 }
 
+/// Admits connections through the [`gate`] and forwards each valid join to
+/// the coordinator, until the coordinator is done.
 fn accept_loop(
     listener: TcpListener,
+    addr: SocketAddr,
     secret: [u8; 32],
     tx: mpsc::Sender<Arrival>,
     done: Arc<AtomicBool>,
-    abort: Arc<AtomicBool>,
 ) {
-    let pending = Arc::new(AtomicUsize::new(0));
-    while !done.load(Ordering::Relaxed) {
-        match crate::sys::wait_acceptable(&listener, POLL) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                warn!("bootstrap root: poll failed: {e}; root stops accepting");
-                return;
-            }
-        }
-        let (stream, peer) = match listener.accept() {
-            Ok(x) => x,
-            Err(_) => continue,
-        };
-        if pending.load(Ordering::Relaxed) >= MAX_PENDING {
-            warn!("bootstrap root: {MAX_PENDING} handshakes in flight; connection from {peer} dropped");
-            continue;
-        }
-        pending.fetch_add(1, Ordering::Relaxed);
-        let (tx, done, abort, pending) = (tx.clone(), done.clone(), abort.clone(), pending.clone());
-        let spawned = std::thread::Builder::new()
-            .name("oxccl-root-hs".into())
-            .spawn(move || {
-                if let Some(join) = admit(stream, peer, &secret, &done, &abort) {
-                    let _ = tx.send(join);
+    let what = format!("bootstrap root at {addr}");
+    gate::serve(
+        listener,
+        secret,
+        what,
+        || !done.load(Ordering::Relaxed),
+        |a| match Join::decode(&a.first) {
+            Ok(join) => {
+                if wire::prepare(&a.stream).is_ok() {
+                    let _ = tx.send(Arrival {
+                        stream: a.stream,
+                        join,
+                    });
                 }
-                pending.fetch_sub(1, Ordering::Relaxed);
-            });
-        if spawned.is_err() {
-            warn!(
-                "bootstrap root: cannot spawn a handshake thread; connection from {peer} dropped"
-            );
-        }
-    }
-}
-
-/// Authenticates a connection and reads its join; None (with a WARN) on failure.
-fn admit(
-    mut s: TcpStream,
-    peer: SocketAddr,
-    secret: &[u8; 32],
-    done: &AtomicBool,
-    abort: &AtomicBool,
-) -> Option<Arrival> {
-    let mut lim = Limits::new(HANDSHAKE_TIMEOUT, abort);
-    lim.stop = Some(done);
-    if wire::prepare(&s).is_err() {
-        return None;
-    }
-    if let Err(e) = auth::server(&mut s, secret, &lim) {
-        log_drop(peer, &e);
-        return None;
-    }
-    let frame = match wire::read_frame(&mut s, CTRL_CAP, &lim, false) {
-        Ok(Some(f)) => f,
-        Ok(None) => return None,
-        Err(e) => {
-            warn!(
-                "bootstrap: connection from {peer} sent no valid join ({}); dropped",
+            }
+            Err(e) => warn!(
+                "bootstrap: connection from {}: {}; dropped",
+                a.peer,
                 e.message()
-            );
-            return None;
-        }
-    };
-    match Join::decode(&frame) {
-        Ok(join) => Some(Arrival { stream: s, join }),
-        Err(e) => {
-            warn!(
-                "bootstrap: connection from {peer}: {}; dropped",
-                e.message()
-            );
-            None
-        }
-    }
-}
-
-/// WARNs why a connection was dropped, naming the caller's line (the root's
-/// or a rank's listener).
-#[track_caller]
-pub(crate) fn log_drop(peer: SocketAddr, e: &HandshakeError) {
-    let why = match e {
-        HandshakeError::BadProof | HandshakeError::Rejected => "failed authentication".to_string(),
-        HandshakeError::NotOxccl => "is not an oxccl bootstrap handshake".to_string(),
-        HandshakeError::Io(err) if err.message().starts_with("bootstrap: stopped") => return,
-        HandshakeError::Io(err) => {
-            format!("did not complete its handshake ({})", err.message())
-        }
-    };
-    oxccl_env::log::log_here(
-        oxccl_env::Level::Warn,
-        Subsys::ALL,
-        format_args!("bootstrap: connection from {peer} {why}; dropped"),
+            ),
+        },
     );
 }
 

@@ -3,8 +3,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener};
-use std::os::fd::AsRawFd;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -115,22 +114,26 @@ pub fn process_token() -> u64 {
     })
 }
 
-/// Waits up to `timeout` for a connection to accept. Ok(true) when one is pending.
-pub fn wait_acceptable(l: &TcpListener, timeout: Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd: l.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+/// Waits up to `timeout` until any of `fds` is readable (or closed, or in
+/// error); returns which, in order. EINTR counts as "none yet".
+pub fn poll_readable(fds: &[std::os::fd::RawFd], timeout: Duration) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd for the duration of the call.
-    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    // SAFETY: `pfds` is a valid array of pfds.len() pollfds for the call.
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
     if rc < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
+            return Ok(vec![false; fds.len()]);
         }
         return Err(e);
     }
-    Ok(rc > 0)
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
 }

@@ -24,8 +24,22 @@ use oxccl_core::{Error, ErrorKind, Result};
 pub const POLL: Duration = Duration::from_millis(50);
 /// Cap on the first frame after authentication (join, peer hello).
 pub const CTRL_CAP: usize = 4 << 10;
-/// Cap on any other frame (allgather payloads, tables, messages).
-pub const DATA_CAP: usize = 64 << 20;
+/// Cap on a message (`send`, allgather payloads). oxccl's own setup messages
+/// are at most a few KiB (a rank's settings, transport handles); 16 MiB
+/// leaves room for users' own exchanges while bounding what one frame from
+/// an authenticated peer can make a rank allocate.
+pub const DATA_CAP: usize = 16 << 20;
+/// Largest encoding of one rank-table entry: rank 4, host name 2 + 255,
+/// host hash 8, pid 4, token 8, two addresses 23 each.
+const TABLE_ENTRY_MAX: usize = 4 + 2 + 255 + 8 + 4 + 8 + 23 + 23;
+
+/// Cap on the root's reply to a rank of `nranks`: the table at its largest.
+pub fn table_cap(nranks: usize) -> usize {
+    nranks
+        .saturating_mul(TABLE_ENTRY_MAX)
+        .saturating_add(64)
+        .min(u32::MAX as usize)
+}
 /// Cap on a whole frame: a payload of [`DATA_CAP`] plus a message header.
 pub const MAX_FRAME: usize = DATA_CAP + 64;
 

@@ -575,6 +575,10 @@ params! {
         "Network interface of the bootstrap alone (rendezvous, root, out-of-band messages; NCCL_SOCKET_IFNAME's grammar), when it should differ from the data connections' (NCCL_SOCKET_IFNAME): e.g. a management network beside the fast one. Unset: NCCL_SOCKET_IFNAME's choice for both.";
     AUTH_SECRET: Opt<Secret> = "OXCCL_AUTH_SECRET", "", honoured,
         "Shared secret that authenticates ranks meeting through NCCL_COMM_ID instead of a unique id. Never logged.";
+    AUTH_SECRET_FILE: Opt<Str> = "OXCCL_AUTH_SECRET_FILE", "", honoured,
+        "A file holding the shared secret for NCCL_COMM_ID (its contents less one trailing newline), when OXCCL_AUTH_SECRET is unset: keeps the secret out of the environment and process listings. Unreadable or empty: init fails naming the file.";
+    AUTH_REQUIRED: Bool = "OXCCL_AUTH_REQUIRED", "0", honoured,
+        "1: refuse to start a job that meets through NCCL_COMM_ID without OXCCL_AUTH_SECRET or OXCCL_AUTH_SECRET_FILE (init fails with InvalidUsage) instead of running open to anyone who can reach the root with one WARN. Ids from ncclGetUniqueId carry a random secret and are not affected.";
     HOST_NCHANNELS: Opt<U32> = "OXCCL_HOST_NCHANNELS", "", honoured,
         "Channels (parallel streams per peer) for host collectives. Unset: auto.";
     SPIN_US: U64 = "OXCCL_SPIN_US", "50", honoured,

@@ -131,6 +131,8 @@ fn bootstrap_config(p: &Params, abort: Arc<AtomicBool>) -> BootstrapConfig {
         }),
         comm_id: p.get(&params::COMM_ID),
         auth_secret: p.get(&params::AUTH_SECRET),
+        auth_secret_file: p.get(&params::AUTH_SECRET_FILE).map(Into::into),
+        auth_required: p.get(&params::AUTH_REQUIRED),
         host_id: p.get(&params::HOSTID),
         init_timeout: Duration::from_millis(p.get(&params::INIT_TIMEOUT_MS)),
         timeout: Duration::from_millis(p.get(&params::TIMEOUT_MS)),
