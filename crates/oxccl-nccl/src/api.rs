@@ -387,7 +387,7 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
         p.get(&params::MIN_NCHANNELS),
         p.get(&params::MAX_NCHANNELS),
         nranks,
-        timeout.unwrap_or_else(|| std::time::Duration::from_millis(p.get(&params::TIMEOUT_MS))),
+        timeout.unwrap_or_else(|| p.get(&params::TIMEOUT_MS)),
     );
     if let Some(o) = p.get(&params::RING_ORDER) {
         cfg.ring_order = oxccl_cuda::topo::parse_ring_order(&o);
