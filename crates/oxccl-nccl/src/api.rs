@@ -906,6 +906,10 @@ pub(crate) unsafe fn init_all(
         }
         devs = d.to_vec();
     }
+    // Every rank is a set of threads, sockets and rings in this process:
+    // 10000 ranks once ran for minutes toward 12,000 threads before failing.
+    let ring_bytes = oxccl::host_config(oxccl_env::params()).capacity as u64;
+    crate::limits::check_init_all(n as u64, ring_bytes, crate::limits::room())?;
     let blocking = config::blocking(None);
     let comms = Communicator::init_all(n)?;
     let gpu = cuda::available();

@@ -867,11 +867,16 @@ fn link_flap_longer_than_the_link_timeout_ends_both_ranks() {
     ];
     let mut job = Job::start(&h, "loop", &[0, 1], &env);
     wait_started(&mut job, 2);
-    h.set_link(0, "eth0", false);
     let cut = Instant::now();
-    std::thread::sleep(Duration::from_secs(12));
-    h.set_link(0, "eth0", true);
-    let ends = job.wait(JOB_LIMIT);
+    h.set_link(0, "eth0", false);
+    // The link comes back after 12 s while the ranks' ends are watched.
+    let ends = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_secs(12));
+            h.set_link(0, "eth0", true);
+        });
+        job.wait(JOB_LIMIT)
+    });
     for e in &ends {
         let took = e.at.duration_since(cut);
         let msg = e.err_field("msg").unwrap_or_default();
@@ -895,10 +900,10 @@ fn link_flap_longer_than_the_link_timeout_ends_both_ranks() {
             e.rank
         );
         // Not before the link timeout (a flap shorter than it recovers); by
-        // the link timeout plus a probe interval (1 s) and slack, long
-        // before the 60 s operation timeout.
+        // the link timeout plus a probe interval (1 s) and slack: before the
+        // link came back (12 s), long before the 60 s operation timeout.
         assert!(
-            took >= Duration::from_secs(7) && took < Duration::from_secs(14),
+            took >= Duration::from_secs(7) && took < Duration::from_secs(12),
             "rank {}: ended after {took:?}\n{}",
             e.rank,
             format_logs(&ends)
@@ -1051,13 +1056,15 @@ fn slow_link_stall_longer_than_keepalive_completes() {
         },
     );
     // The stall (6 s) is longer than the control connections' keepalive idle
-    // time plus one probe interval (5 s + 1 s, oxccl-host `control.rs`), so
+    // time plus one probe interval (5 s + 1 s for a 10 s link timeout,
+    // oxccl-host `sys.rs`, link_plan), so
     // probes go out while nothing moves, and shorter than the 15 s operation
     // timeout: nothing may fail. The loop stops (together) at its first
     // check after 2 s, i.e. right after the stall.
     let stall = Duration::from_secs(6);
     let env = [
         ("OXCCL_TIMEOUT_MS", "15000"),
+        ("OXCCL_LINK_TIMEOUT_MS", "10000"),
         ("OXH_COUNT", "65536"),
         ("OXH_LOOP_SECS", "2"),
     ];
