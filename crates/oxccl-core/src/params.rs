@@ -105,6 +105,13 @@ pub struct I64;
 /// A byte count: a plain number or one with a `K`, `M`, `G` or `T` suffix (binary
 /// multiples; `KB`, `KiB` and lower case accepted).
 pub struct Size;
+/// A [`Size`] that sizes a buffer every rank allocates per peer and channel
+/// (`NCCL_BUFFSIZE`), within [`BUFFER_BYTES`]: outside it the value is refused
+/// with a warning and the default used.
+pub struct BufSize;
+/// A timeout in milliseconds, as a [`Duration`](std::time::Duration); 0 means
+/// no timeout ([`NO_TIMEOUT`]).
+pub struct TimeoutMs;
 /// Any text.
 pub struct Str;
 /// Any text that must not be printed (shared secrets).
@@ -136,6 +143,55 @@ impl ParamKind for Bool {
             return None;
         }
         crate::suggest::nearest_value(s, WORDS).map(str::to_string)
+    }
+}
+
+/// The sizes `NCCL_BUFFSIZE` accepts. Below 4 KiB a ring step carries too
+/// little to pipeline (and the GPU rings' slots start at 16 KiB); above 1 GiB
+/// one value costs gigabytes per rank (a 64G setting made 5.7 GiB per rank for
+/// a 64 MiB all-reduce), and no transport gains from buffers beyond the 1 MiB
+/// slices it already pipelines in. NCCL itself takes any positive size.
+pub const BUFFER_BYTES: std::ops::RangeInclusive<u64> = 4 << 10..=1 << 30;
+
+impl ParamKind for BufSize {
+    type Value = u64;
+    const KIND: Kind = kind("size");
+    fn parse(s: &str) -> std::result::Result<u64, String> {
+        let range = || {
+            "a byte count from 4K to 1G (a buffer per peer and channel on every rank: \
+             smaller does not pipeline, larger costs gigabytes per rank)"
+                .to_string()
+        };
+        let v = Size::parse(s)?;
+        if BUFFER_BYTES.contains(&v) {
+            Ok(v)
+        } else {
+            Err(range())
+        }
+    }
+}
+
+/// What a timeout of 0 stands for: no timeout. Waits take it as a deadline a
+/// year away (far past any job, and still safe to add to an `Instant`).
+pub const NO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
+/// A timeout setting's value in milliseconds as a duration: 0 is
+/// [`NO_TIMEOUT`], larger values are capped at it.
+pub fn timeout_from_ms(ms: u64) -> std::time::Duration {
+    if ms == 0 {
+        NO_TIMEOUT
+    } else {
+        std::time::Duration::from_millis(ms).min(NO_TIMEOUT)
+    }
+}
+
+impl ParamKind for TimeoutMs {
+    type Value = std::time::Duration;
+    const KIND: Kind = kind("ms");
+    fn parse(s: &str) -> std::result::Result<std::time::Duration, String> {
+        parse_uint(s)
+            .map(timeout_from_ms)
+            .ok_or_else(|| "a number of milliseconds (0: no timeout)".into())
     }
 }
 
@@ -493,8 +549,8 @@ params! {
         "Algorithms allowed: e.g. ring,tree or ^tree or allreduce:tree;broadcast:ring. Names: Tree Ring CollnetDirect CollnetChain NVLS NVLSTree PAT OneShot TwoShot. Unset: all.";
     PROTO: Opt<Selection<Proto>> = "NCCL_PROTO", "", honoured,
         "Protocols allowed, same grammar as NCCL_ALGO. Names: LL LL128 Simple. Unset: all.";
-    BUFFSIZE: Size = "NCCL_BUFFSIZE", "4M", honoured,
-        "Buffer size per peer and channel for the bulk (Simple) protocol.";
+    BUFFSIZE: BufSize = "NCCL_BUFFSIZE", "4M", honoured,
+        "Buffer size per peer and channel for the bulk (Simple) protocol, 4K to 1G (a value outside is refused with a warning and the default used).";
     MIN_NCHANNELS: Opt<U32> = "NCCL_MIN_NCHANNELS", "", honoured,
         "Lower bound on the number of channels. Unset: auto (GPU rings: 32 up to 8 ranks, 16 beyond, fewer over slow links; ranks sharing a GPU get at most its SMs / their number, whatever is set).";
     MAX_NCHANNELS: Opt<U32> = "NCCL_MAX_NCHANNELS", "", honoured,
@@ -502,8 +558,10 @@ params! {
     COMM_BLOCKING: Opt<Bool> = "NCCL_COMM_BLOCKING", "", honoured,
         "Overrides the communicator config's blocking flag (0: non-blocking calls). Unset: use the config.";
     // ---- honoured: oxccl's own
-    TIMEOUT_MS: U64 = "OXCCL_TIMEOUT_MS", "600000", honoured,
-        "Timeout of any blocking wait inside an operation, in milliseconds; past it the operation fails with ncclTimeout instead of hanging.";
+    TIMEOUT_MS: TimeoutMs = "OXCCL_TIMEOUT_MS", "600000", honoured,
+        "Timeout of any blocking wait inside an operation, in milliseconds; past it the operation fails with ncclTimeout instead of hanging. 0: no timeout (waits end only on an error, a peer's death or an abort).";
+    LINK_TIMEOUT_MS: Opt<TimeoutMs> = "OXCCL_LINK_TIMEOUT_MS", "", honoured,
+        "How long a TCP connection to a peer on another host may go without an answer before it counts as broken, in milliseconds: the control connections' keepalive probes and every connection's retransmissions (TCP_USER_TIMEOUT) give up after it. A link outage shorter than it recovers; a host that vanished is noticed after it (a killed process at once, by its reset). 0: no limit. Unset: the operation timeout (OXCCL_TIMEOUT_MS).";
     CUDA_RING: Bool = "OXCCL_CUDA_RING", "0", honoured,
         "1: device buffers always take the GPU ring path, also where two GPUs of one process could use the one-shot kernels (for tests and comparisons).";
     CUDA_PDL: Bool = "OXCCL_CUDA_PDL", "1", honoured,
@@ -569,8 +627,8 @@ params! {
         "On the GPU ring path, for 3 to 8 ranks of one host: all-gathers and reduce-scatters past the one-shot LL bound whose per-rank block is at most this many bytes take a one-shot kernel over Simple slots (each rank writes its piece for rank p straight into p's slots: one crossing instead of the ring's ranks - 1 steps), and all-reduces past LL whose 1/ranks part is at most this a two-shot one (that reduce-scatter, then that all-gather of the reduced blocks). 0: never (the Simple ring). Unset: 1M. NCCL_ALGO naming neither OneShot nor TwoShot for all-reduce also turns it off; not for 2 ranks (their ring is already one step each way) or across hosts.";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,
         "The GPU ring path's rank order, e.g. 0,2,1,3 (every rank once; rank 0's setting is used by all). Unset: chosen from the topology (NVLink, PCIe switches, NUMA nodes; each host's ranks together).";
-    INIT_TIMEOUT_MS: U64 = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,
-        "Timeout of rendezvous and connection setup, in milliseconds.";
+    INIT_TIMEOUT_MS: TimeoutMs = "OXCCL_INIT_TIMEOUT_MS", "120000", honoured,
+        "Timeout of rendezvous and connection setup, in milliseconds. 0: no timeout.";
     BOOTSTRAP_IFNAME: Opt<Str> = "OXCCL_BOOTSTRAP_IFNAME", "", honoured,
         "Network interface of the bootstrap alone (rendezvous, root, out-of-band messages; NCCL_SOCKET_IFNAME's grammar), when it should differ from the data connections' (NCCL_SOCKET_IFNAME): e.g. a management network beside the fast one. Unset: NCCL_SOCKET_IFNAME's choice for both.";
     AUTH_SECRET: Opt<Secret> = "OXCCL_AUTH_SECRET", "", honoured,
@@ -1031,6 +1089,7 @@ pub fn markdown_table() -> String {
 mod tests {
     use super::*;
     use crate::types::CollKind;
+    use std::time::Duration;
 
     #[test]
     fn every_default_parses_as_its_own_kind() {
@@ -1060,8 +1119,9 @@ mod tests {
         assert_eq!(d.get(&MAX_NCHANNELS), None);
         assert_eq!(d.get(&COMM_BLOCKING), None);
         assert_eq!(d.get(&ALGO), None);
-        assert_eq!(d.get(&TIMEOUT_MS), 600_000);
-        assert_eq!(d.get(&INIT_TIMEOUT_MS), 120_000);
+        assert_eq!(d.get(&TIMEOUT_MS), Duration::from_secs(600));
+        assert_eq!(d.get(&INIT_TIMEOUT_MS), Duration::from_secs(120));
+        assert_eq!(d.get(&LINK_TIMEOUT_MS), None);
         assert_eq!(d.get(&SPIN_US), 50);
         assert_eq!(d.get(&AUTH_SECRET), None);
         assert_eq!(d.source(&BUFFSIZE), Source::Default);
@@ -1075,7 +1135,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 51);
+        assert_eq!(honoured.len(), 52);
         assert!(ALL.iter().all(|p| !(p.honoured && p.internal)));
         assert!(ALL.len() > 80);
     }
@@ -1118,7 +1178,7 @@ mod tests {
             proto.allowed(CollKind::AllReduce),
             vec![Proto::LL, Proto::Simple]
         );
-        assert_eq!(p.get(&TIMEOUT_MS), 1500);
+        assert_eq!(p.get(&TIMEOUT_MS), Duration::from_millis(1500));
         assert_eq!(p.get(&IB_TIMEOUT), Some(-1));
         assert_eq!(p.raw("NCCL_BUFFSIZE"), Some("512K"));
         assert_eq!(p.explicit().len(), 13);
@@ -1180,6 +1240,53 @@ mod tests {
         );
         assert_eq!(p.get(&SPIN_US), 7);
         assert_eq!(p.source(&TIMEOUT_MS), Source::Default);
+    }
+
+    #[test]
+    fn buffsize_outside_its_range_is_refused_with_a_warning() {
+        for (v, want) in [("4K", 4096), ("1G", 1 << 30), ("512K", 512 << 10)] {
+            let p = Params::from_sources(&[("NCCL_BUFFSIZE", v)], &[] as &[(&str, &str)]).unwrap();
+            assert_eq!(p.get(&BUFFSIZE), want, "{v}");
+            assert!(p.warnings().is_empty(), "{v}: {:?}", p.warnings());
+        }
+        for v in ["64G", "1025M", "4095", "0"] {
+            let p = Params::from_sources(&[("NCCL_BUFFSIZE", v)], &[] as &[(&str, &str)]).unwrap();
+            assert_eq!(p.get(&BUFFSIZE), 4 << 20, "{v}");
+            assert_eq!(p.source(&BUFFSIZE), Source::Default);
+            let w = p.warnings();
+            assert_eq!(w.len(), 1, "{v}: {w:?}");
+            assert!(
+                w[0].starts_with(&format!(
+                    "Invalid value '{v}' for NCCL_BUFFSIZE: expected a byte count from 4K to 1G"
+                )) && w[0].ends_with("using default 4M"),
+                "{w:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn timeout_of_zero_means_no_timeout() {
+        let env = [
+            ("OXCCL_TIMEOUT_MS", "0"),
+            ("OXCCL_INIT_TIMEOUT_MS", "0"),
+            ("OXCCL_LINK_TIMEOUT_MS", "0"),
+        ];
+        let p = Params::from_sources(&env, &[] as &[(&str, &str)]).unwrap();
+        assert!(p.warnings().is_empty(), "{:?}", p.warnings());
+        assert_eq!(p.get(&TIMEOUT_MS), NO_TIMEOUT);
+        assert_eq!(p.get(&INIT_TIMEOUT_MS), NO_TIMEOUT);
+        assert_eq!(p.get(&LINK_TIMEOUT_MS), Some(NO_TIMEOUT));
+        // A deadline that far ahead is still an Instant (no overflow panic).
+        assert!(std::time::Instant::now().checked_add(NO_TIMEOUT).is_some());
+        assert_eq!(timeout_from_ms(1), Duration::from_millis(1));
+        assert_eq!(timeout_from_ms(u64::MAX), NO_TIMEOUT);
+        let p = Params::from_sources(&[("OXCCL_LINK_TIMEOUT_MS", "8000")], &[] as &[(&str, &str)])
+            .unwrap();
+        assert_eq!(p.get(&LINK_TIMEOUT_MS), Some(Duration::from_secs(8)));
+        let p =
+            Params::from_sources(&[("OXCCL_TIMEOUT_MS", "-1")], &[] as &[(&str, &str)]).unwrap();
+        assert_eq!(p.get(&TIMEOUT_MS), Duration::from_secs(600));
+        assert_eq!(p.warnings().len(), 1);
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub struct HostConfig {
     /// Channels for collectives (OXCCL_HOST_NCHANNELS); default by transport.
     pub nchannels: Option<usize>,
     pub timeout: Duration,
+    /// How long a TCP connection may go unanswered before it counts as
+    /// broken (`OXCCL_LINK_TIMEOUT_MS`); `None`: `timeout`.
+    pub link_timeout: Option<Duration>,
     pub spin: Duration,
     /// How peers reached over the network are reached: `NCCL_NET_PLUGIN`,
     /// `NCCL_NET`, `NCCL_IB_DISABLE`, `NCCL_IB_HCA`.
@@ -57,6 +60,7 @@ impl Default for HostConfig {
             max_channels: None,
             nchannels: None,
             timeout: Duration::from_secs(600),
+            link_timeout: None,
             spin: Duration::from_micros(50),
             net: oxccl_net::NetSettings::default(),
         }
@@ -293,6 +297,9 @@ impl HostComm {
         bootstrap.barrier()?;
 
         let mut links: Vec<Option<PeerLink>> = (0..n).map(|_| None).collect();
+        // Keepalive and retransmissions give up after the link timeout, by
+        // default the operation's: an outage shorter than it is ridden out.
+        let link_timeout = cfg.link_timeout.unwrap_or(cfg.timeout);
         // Sockets: pairs in lexicographic order, the lower rank connecting, so no
         // two ranks wait on each other in a cycle.
         for a in 0..n {
@@ -313,7 +320,8 @@ impl HostComm {
                     }
                 };
                 let who = format!("rank {q} (pid {} on {})", peers[q].pid, peers[q].hostname);
-                let control = PeerControl::socket(q, connect(TAG_CONTROL)?, who)?;
+                let mut control = PeerControl::socket(q, connect(TAG_CONTROL)?, who)?;
+                control.set_link_timeout(link_timeout);
                 let link = match kind {
                     LinkKind::Shm => {
                         let theirs_name = String::from_utf8_lossy(&names[q]).to_string();
@@ -343,7 +351,9 @@ impl HostComm {
                     _ => {
                         let mut data = Vec::with_capacity(nch);
                         for c in 0..nch {
-                            data.push(connect(TAG_DATA + c as u32)?);
+                            let stream = connect(TAG_DATA + c as u32)?;
+                            crate::transport::tcp::set_link_timeout(&stream, link_timeout);
+                            data.push(stream);
                         }
                         tcp_link(q, data, control, cap.max(1 << 20))?
                     }

@@ -387,7 +387,7 @@ fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring
         p.get(&params::MIN_NCHANNELS),
         p.get(&params::MAX_NCHANNELS),
         nranks,
-        timeout.unwrap_or_else(|| std::time::Duration::from_millis(p.get(&params::TIMEOUT_MS))),
+        timeout.unwrap_or_else(|| p.get(&params::TIMEOUT_MS)),
     );
     if let Some(o) = p.get(&params::RING_ORDER) {
         cfg.ring_order = oxccl_cuda::topo::parse_ring_order(&o);
@@ -906,6 +906,10 @@ pub(crate) unsafe fn init_all(
         }
         devs = d.to_vec();
     }
+    // Every rank is a set of threads, sockets and rings in this process:
+    // 10000 ranks once ran for minutes toward 12,000 threads before failing.
+    let ring_bytes = oxccl::host_config(oxccl_env::params()).capacity as u64;
+    crate::limits::check_init_all(n as u64, ring_bytes, crate::limits::room())?;
     let blocking = config::blocking(None);
     let comms = Communicator::init_all(n)?;
     let gpu = cuda::available();

@@ -24,6 +24,7 @@ mod api;
 mod config;
 mod group;
 mod handle;
+mod limits;
 mod team;
 mod window;
 

@@ -134,8 +134,8 @@ fn bootstrap_config(p: &Params, abort: Arc<AtomicBool>) -> BootstrapConfig {
         auth_secret_file: p.get(&params::AUTH_SECRET_FILE).map(Into::into),
         auth_required: p.get(&params::AUTH_REQUIRED),
         host_id: p.get(&params::HOSTID),
-        init_timeout: Duration::from_millis(p.get(&params::INIT_TIMEOUT_MS)),
-        timeout: Duration::from_millis(p.get(&params::TIMEOUT_MS)),
+        init_timeout: p.get(&params::INIT_TIMEOUT_MS),
+        timeout: p.get(&params::TIMEOUT_MS),
         abort,
     }
 }
@@ -158,7 +158,8 @@ pub fn host_config(p: &Params) -> HostConfig {
         min_channels: p.get(&params::MIN_NCHANNELS).map(|v| v as usize),
         max_channels: p.get(&params::MAX_NCHANNELS).map(|v| v as usize),
         nchannels: p.get(&params::HOST_NCHANNELS).map(|v| v as usize),
-        timeout: Duration::from_millis(p.get(&params::TIMEOUT_MS)),
+        timeout: p.get(&params::TIMEOUT_MS),
+        link_timeout: p.get(&params::LINK_TIMEOUT_MS),
         spin: Duration::from_micros(p.get(&params::SPIN_US)),
         net: oxccl_net::NetSettings {
             plugin: p.get(&params::NET_PLUGIN),

@@ -784,6 +784,133 @@ fn link_flap_shorter_than_timeout_recovers() {
     }
 }
 
+/// The longest all_reduce of rank `e`'s loop (its `max_op_ms=` field).
+fn max_op_ms(e: &netns_support::RankEnd) -> u64 {
+    e.log
+        .lines()
+        .find_map(|l| l.split_once("max_op_ms=").map(|(_, v)| v.trim().parse()))
+        .and_then(|r| r.ok())
+        .unwrap_or(0)
+}
+
+/// Two hosts, one rank each, all-reducing (results checked every
+/// iteration) under a 60 s operation timeout; host 0's link goes down for
+/// `down`, then up. Every rank must finish its loop without an error, and
+/// the flap must have held a collective for about its length.
+fn link_flap_recovers(tag: &str, down: Duration) {
+    let _s = netns_support::serial();
+    let Some(h) = Hosts::new(tag, 2, 1) else {
+        return;
+    };
+    // The loop stops (together) at its first check after 2 s: right after
+    // the flap. The link timeout is left to follow the operation timeout.
+    let env = [
+        ("OXCCL_TIMEOUT_MS", "60000"),
+        ("OXH_COUNT", "262144"),
+        ("OXH_LOOP_SECS", "2"),
+    ];
+    let mut job = Job::start(&h, "loop", &[0, 1], &env);
+    wait_started(&mut job, 2);
+    h.set_link(0, "eth0", false);
+    let cut = Instant::now();
+    std::thread::sleep(down);
+    h.set_link(0, "eth0", true);
+    let ends = job.wait(JOB_LIMIT);
+    for e in &ends {
+        let max_op = max_op_ms(e);
+        eprintln!(
+            "flap of {down:?}: rank {} ended {:.2} s after the cut, longest all_reduce {max_op} ms",
+            e.rank,
+            e.at.duration_since(cut).as_secs_f64()
+        );
+        assert!(
+            e.status.code() == Some(3) && e.log.contains("OXH_NOERR"),
+            "rank {}: {} (want 3: no error)\n{}",
+            e.rank,
+            e.status,
+            format_logs(&ends)
+        );
+        assert!(
+            max_op >= down.as_millis() as u64 - 1000,
+            "rank {}: longest all_reduce {max_op} ms: the flap did not hold a collective\n{}",
+            e.rank,
+            format_logs(&ends)
+        );
+    }
+}
+
+/// Longer than the control connections' old fixed keepalive (5 s idle, 5
+/// probes 1 s apart), which ended such jobs at about 10 s.
+#[test]
+fn link_flap_of_10_s_recovers_under_a_60_s_timeout() {
+    link_flap_recovers("flap10", Duration::from_secs(10));
+}
+
+#[test]
+fn link_flap_of_20_s_recovers_under_a_60_s_timeout() {
+    link_flap_recovers("flap20", Duration::from_secs(20));
+}
+
+/// A flap longer than OXCCL_LINK_TIMEOUT_MS (8 s; link down 12 s) under a
+/// 60 s operation timeout: both ranks end with an error naming the other
+/// rank, after the link timeout and well before the operation timeout.
+#[test]
+fn link_flap_longer_than_the_link_timeout_ends_both_ranks() {
+    let _s = netns_support::serial();
+    let Some(h) = Hosts::new("flaplt", 2, 1) else {
+        return;
+    };
+    let env = [
+        ("OXCCL_TIMEOUT_MS", "60000"),
+        ("OXCCL_LINK_TIMEOUT_MS", "8000"),
+        ("OXH_COUNT", "262144"),
+    ];
+    let mut job = Job::start(&h, "loop", &[0, 1], &env);
+    wait_started(&mut job, 2);
+    let cut = Instant::now();
+    h.set_link(0, "eth0", false);
+    // The link comes back after 12 s while the ranks' ends are watched.
+    let ends = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_secs(12));
+            h.set_link(0, "eth0", true);
+        });
+        job.wait(JOB_LIMIT)
+    });
+    for e in &ends {
+        let took = e.at.duration_since(cut);
+        let msg = e.err_field("msg").unwrap_or_default();
+        let kind = e.err_field("kind");
+        eprintln!(
+            "flap past the link timeout: rank {} ended after {:.2} s: {kind:?} {msg}",
+            e.rank,
+            took.as_secs_f64()
+        );
+        assert!(
+            e.status.success() && e.log.contains("OXH_DESTROYED"),
+            "rank {}: {} (3 = no error; destroy must return)\n{}",
+            e.rank,
+            e.status,
+            format_logs(&ends)
+        );
+        let other = 1 - e.rank;
+        assert!(
+            msg.contains(&format!("rank {other}")),
+            "rank {}: the error should name rank {other}: {msg}",
+            e.rank
+        );
+        // Not before the link timeout (a flap shorter than it recovers); by
+        // the link timeout plus a probe interval (1 s) and slack: before the
+        // link came back (12 s), long before the 60 s operation timeout.
+        assert!(
+            took >= Duration::from_secs(7) && took < Duration::from_secs(12),
+            "rank {}: ended after {took:?}\n{}",
+            e.rank,
+            format_logs(&ends)
+        );
+    }
+}
+
 /// The port in rank `e`'s "Bootstrap: Using eth0:ADDR<PORT>" line.
 fn bootstrap_port(e: &netns_support::RankEnd) -> u16 {
     e.log
@@ -929,13 +1056,15 @@ fn slow_link_stall_longer_than_keepalive_completes() {
         },
     );
     // The stall (6 s) is longer than the control connections' keepalive idle
-    // time plus one probe interval (5 s + 1 s, oxccl-host `control.rs`), so
+    // time plus one probe interval (5 s + 1 s for a 10 s link timeout,
+    // oxccl-host `sys.rs`, link_plan), so
     // probes go out while nothing moves, and shorter than the 15 s operation
     // timeout: nothing may fail. The loop stops (together) at its first
     // check after 2 s, i.e. right after the stall.
     let stall = Duration::from_secs(6);
     let env = [
         ("OXCCL_TIMEOUT_MS", "15000"),
+        ("OXCCL_LINK_TIMEOUT_MS", "10000"),
         ("OXH_COUNT", "65536"),
         ("OXH_LOOP_SECS", "2"),
     ];

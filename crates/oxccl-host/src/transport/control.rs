@@ -32,6 +32,10 @@ const GOODBYE: u32 = 0;
 const FRAME_HEADER: usize = 12;
 /// Longest poison text carried (longer texts are cut at a char boundary).
 pub const MAX_POISON_TEXT: usize = 4096;
+/// The link timeout of a socket control until
+/// [`PeerControl::set_link_timeout`] says otherwise (communicators set theirs
+/// from `OXCCL_LINK_TIMEOUT_MS`): 5 s idle, then 5 probes 1 s apart.
+pub const DEFAULT_LINK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `poison` may spend pushing its frame into the socket.
 const POISON_WRITE_BUDGET: Duration = Duration::from_millis(5);
 
@@ -192,7 +196,7 @@ impl PeerControl {
         } else {
             format!("rank {peer} ({who})")
         };
-        super::sys::enable_keepalive(&stream, 5, 1, 5);
+        super::sys::enable_keepalive(&stream, super::sys::link_plan(DEFAULT_LINK_TIMEOUT));
         stream.set_nonblocking(true).map_err(|e| {
             Error::system(format!(
                 "control connection to {who}: cannot make it non-blocking: {e}"
@@ -212,6 +216,16 @@ impl PeerControl {
             data_reports_close: false,
             closed: false,
         })
+    }
+
+    /// How long the control connection may go unanswered (no reply to
+    /// keepalive probes, or a frame unacknowledged) before it counts as
+    /// broken: an outage shorter than `timeout` is ridden out, a peer whose
+    /// host vanished is reported after it. No effect in process.
+    pub fn set_link_timeout(&mut self, timeout: Duration) {
+        if let Inner::Socket(s) = &self.inner {
+            super::sys::enable_keepalive(&s.stream, super::sys::link_plan(timeout));
+        }
     }
 
     /// The peer's rank.

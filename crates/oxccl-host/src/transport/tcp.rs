@@ -214,6 +214,15 @@ impl RecvHalf for TcpRecv {
     }
 }
 
+/// Bounds how long data sent on `stream` may stay unacknowledged before the
+/// connection fails (TCP_USER_TIMEOUT, per `sys::link_plan`): an outage
+/// shorter than `timeout` is ridden out by retransmissions, a longer one
+/// ends the connection with ETIMEDOUT instead of after Linux's ~15 minutes.
+/// Best effort.
+pub fn set_link_timeout(stream: &TcpStream, timeout: std::time::Duration) {
+    super::sys::limit_retransmissions(stream, super::sys::link_plan(timeout));
+}
+
 /// A link to `peer` over TCP: one connected, authenticated stream per channel
 /// (`data`), each used in both directions, with a user-space buffer of
 /// `buf_capacity` bytes (a multiple of 8, at least 64) per direction. Sets
