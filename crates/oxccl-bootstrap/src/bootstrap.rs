@@ -35,6 +35,8 @@ use crate::{ifname, sys, BootstrapConfig, PeerInfo};
 const NS_USER: u8 = 0;
 const NS_ALLGATHER: u8 = 1;
 const NS_BARRIER: u8 = 2;
+/// A rank that gave up init tells the others why (one notice per rank).
+const NS_FAILED: u8 = 3;
 const KIND_MSG: u8 = 0;
 const KIND_DATA: u8 = 1;
 /// Extra time a rank waits for the root's own timeout message.
@@ -96,6 +98,19 @@ fn warn_open_once(comm_id: &str, addr: SocketAddr) {
         );
     }
 }
+/// How often a wait looks at whether its peer is still there (a /proc read
+/// and a poll of one socket: a few microseconds).
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+/// How long a peer must look gone (exited pid, closed or refused
+/// connection) before a wait gives up on it: messages it sent just before
+/// exiting may still be on their way through this rank's reader threads.
+const GONE_GRACE: Duration = Duration::from_millis(300);
+/// Limit of a liveness probe's connect and handshake.
+const PROBE_LIMIT: Duration = Duration::from_secs(2);
+/// Time budget for telling every peer that this rank gave up init.
+const NOTICE_BUDGET: Duration = Duration::from_secs(2);
+/// Longest reason carried in a notice.
+const NOTICE_MAX: usize = 2048;
 
 /// Selects the interface of the rendezvous per `cfg` (see [`ifname`]):
 /// `bootstrap_ifname`, else `ifname`.
@@ -230,9 +245,14 @@ impl Shared {
 /// internal lock, and like any collective must be called in the same order on
 /// every rank. Intended use is one thread at a time per `Bootstrap`.
 ///
-/// Every wait observes `cfg.timeout` (after init) and `cfg.abort`, polled every
-/// 50 ms. Dropping a `Bootstrap` closes its listener and connections; peers
-/// blocked in `recv` from it then fail with a `Remote` error.
+/// Every wait observes `cfg.init_timeout` until [`Bootstrap::init_done`],
+/// `cfg.timeout` after, and `cfg.abort`, polled every 50 ms. A wait for a peer
+/// also ends, with a `Remote` error naming it, within about 0.5 s of the peer
+/// going away (its connection closed or refused, or its process on this host
+/// exited), or of a notice from any rank that gave up init
+/// ([`Bootstrap::announce_failure`]). Dropping a `Bootstrap` closes its
+/// listener and connections; peers blocked in `recv` from it then fail with a
+/// `Remote` error.
 pub struct Bootstrap {
     rank: usize,
     nranks: usize,
@@ -246,6 +266,11 @@ pub struct Bootstrap {
     /// The rendezvous listener's accept thread, and the data listener's
     /// when there is one.
     acceptors: Vec<JoinHandle<()>>,
+    /// Until [`Bootstrap::init_done`]: waits use `cfg.init_timeout`.
+    initializing: AtomicBool,
+    /// A peer's notice ended a wait: this rank's failure is second-hand and
+    /// is not announced again.
+    heard_notice: AtomicBool,
 }
 
 impl std::fmt::Debug for Bootstrap {
@@ -273,7 +298,14 @@ fn handshake_error(e: HandshakeError, who: &str, addr: SocketAddr, root: bool) -
         HandshakeError::Rejected | HandshakeError::BadProof if root => Error::invalid_usage(
             format!("bootstrap: the root at {addr} did not accept this unique id (it belongs to another run?)"),
         ),
-        HandshakeError::Rejected | HandshakeError::BadProof => Error::invalid_usage(format!(
+        // A peer of the rank table passed the root's authentication: one that
+        // closes or resets the connection mid-handshake has exited, given up
+        // or been killed (measured: ranks killed during init were reported
+        // as failing authentication).
+        HandshakeError::Rejected => Error::remote(format!(
+            "bootstrap: {who} at {addr} closed the connection during the handshake (it exited, gave up or was killed)"
+        )),
+        HandshakeError::BadProof => Error::invalid_usage(format!(
             "bootstrap: {who} at {addr} failed mutual authentication (it holds another unique id's secret)"
         )),
         HandshakeError::NotOxccl => Error::invalid_usage(format!(
@@ -476,6 +508,8 @@ impl Bootstrap {
             out: Mutex::new(HashMap::new()),
             coll: Mutex::new(()),
             acceptors,
+            initializing: AtomicBool::new(true),
+            heard_notice: AtomicBool::new(false),
         };
         if id.rank0_starts_root() && rank == 0 {
             let addr = id.root_addr();
@@ -545,7 +579,136 @@ impl Bootstrap {
     }
 
     fn limits(&self) -> Limits<'_> {
-        Limits::new(self.cfg.timeout, &self.cfg.abort)
+        Limits::new(self.wait_timeout(), &self.cfg.abort)
+    }
+
+    /// The limit of each wait now: `init_timeout` until [`Bootstrap::init_done`],
+    /// then `timeout`.
+    pub fn wait_timeout(&self) -> Duration {
+        if self.initializing.load(Ordering::Relaxed) {
+            self.cfg.init_timeout
+        } else {
+            self.cfg.timeout
+        }
+    }
+
+    /// Ends the init phase: later waits use the operation timeout. Called
+    /// once the communicator built on this bootstrap is connected.
+    pub fn init_done(&self) {
+        self.initializing.store(false, Ordering::Relaxed);
+    }
+
+    /// Why `peer` looks gone, or None while it looks alive: its message
+    /// channel to this rank ended, it runs on this host and its process has
+    /// exited, or this rank's message channel to it was closed or refused.
+    /// Without a channel to it, `probe` allows one connection attempt (which
+    /// then stays as the channel). Never called with the mailbox locked.
+    fn peer_gone(&self, peer: usize, probe: bool) -> Option<String> {
+        if let Some(why) = self.shared.lock().closed.get(&peer) {
+            return Some(why.clone());
+        }
+        let p = &self.peers[peer];
+        if self.is_same_host(peer) && sys::process_gone(p.pid) {
+            return Some(format!(
+                "bootstrap: rank {peer} (pid {} on {}) exited",
+                p.pid, p.hostname
+            ));
+        }
+        let Ok(mut out) = self.out.try_lock() else {
+            // A send to it is under way: it will report a closed peer itself.
+            return None;
+        };
+        match out.get(&peer) {
+            Some(s) if sys::stream_closed(s) => {
+                out.remove(&peer);
+                Some(format!(
+                    "bootstrap: rank {peer} closed its connection (it exited or was killed)"
+                ))
+            }
+            Some(_) => None,
+            None if probe => {
+                let lim = Limits::new(PROBE_LIMIT.min(self.wait_timeout()), &self.cfg.abort);
+                match self.dial(peer, KIND_MSG, 0, &lim) {
+                    Ok(s) => {
+                        out.insert(peer, s);
+                        None
+                    }
+                    Err(e) if e.kind() == ErrorKind::Remote => Some(e.message().to_string()),
+                    Err(_) => None,
+                }
+            }
+            None => None,
+        }
+    }
+
+    /// `e`, or when it says that a peer went away, the notice of a rank
+    /// that gave up first (waiting up to [`GONE_GRACE`] for it to arrive):
+    /// a neighbour that gave up because another rank died must not be
+    /// blamed for that death.
+    fn prefer_notice(&self, e: Error) -> Error {
+        if e.kind() != ErrorKind::Remote {
+            return e;
+        }
+        let until = Instant::now() + GONE_GRACE;
+        let mut g = self.shared.lock();
+        loop {
+            if let Some(n) = self.notice(&g) {
+                return n;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return e;
+            }
+            g = self
+                .shared
+                .cv
+                .wait_timeout(g, (until - now).min(POLL))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// A notice from a peer that gave up init, as the error of a wait.
+    fn notice(&self, g: &Mail) -> Option<Error> {
+        let (&(from, _, _), q) = g
+            .msgs
+            .iter()
+            .find(|((_, ns, _), q)| *ns == NS_FAILED && !q.is_empty())?;
+        let why = String::from_utf8_lossy(q.front()?);
+        self.heard_notice.store(true, Ordering::Relaxed);
+        Some(Error::remote(format!(
+            "bootstrap: rank {from} gave up: {why}"
+        )))
+    }
+
+    /// Tells every peer that this rank gave up init and why (best effort,
+    /// about 2 s at most in all), so that ranks waiting on others than this
+    /// one learn which rank failed first instead of blaming their neighbour
+    /// or waiting for their timeout. A failure that came from another rank's
+    /// notice is not announced again.
+    pub fn announce_failure(&self, e: &Error) {
+        if self.heard_notice.load(Ordering::Relaxed) || self.nranks < 2 {
+            return;
+        }
+        let mut why = e.message().to_string();
+        if why.len() > NOTICE_MAX {
+            let mut end = NOTICE_MAX;
+            while !why.is_char_boundary(end) {
+                end -= 1;
+            }
+            why.truncate(end);
+        }
+        let lim = Limits::new(NOTICE_BUDGET, &self.cfg.abort);
+        for q in (0..self.nranks).filter(|&q| q != self.rank) {
+            if lim.check().is_err() {
+                break;
+            }
+            let gone = self.shared.lock().closed.contains_key(&q)
+                || (self.is_same_host(q) && sys::process_gone(self.peers[q].pid));
+            if !gone {
+                let _ = self.send_within(q, NS_FAILED, 0, why.as_bytes(), &lim);
+            }
+        }
     }
 
     /// Opens an authenticated connection to `peer` and sends the hello.
@@ -557,7 +720,17 @@ impl Bootstrap {
             p.listen_addr
         };
         let who = format!("rank {peer}");
-        let mut s = connect_authenticated(addr, &self.key, lim, &who, false, false, None)?;
+        let s = connect_authenticated(addr, &self.key, lim, &who, false, false, None);
+        let mut s = s.map_err(|e| {
+            // Its pid tells a dead peer from a stranger holding the port.
+            if self.is_same_host(peer) && sys::process_gone(p.pid) {
+                return Error::remote(format!(
+                    "bootstrap: rank {peer} (pid {} on {}) exited during the handshake",
+                    p.pid, p.hostname
+                ));
+            }
+            e
+        })?;
         let mut m = Enc::new(wire::T_HELLO);
         m.u32(self.rank as u32).u64(self.run_id).u8(kind).u32(tag);
         wire::write_frame(&mut s, &m.0, lim)?;
@@ -565,6 +738,11 @@ impl Bootstrap {
     }
 
     fn send_ns(&self, peer: usize, ns: u8, tag: u32, data: &[u8]) -> Result<()> {
+        self.send_ns_raw(peer, ns, tag, data)
+            .map_err(|e| self.prefer_notice(e))
+    }
+
+    fn send_ns_raw(&self, peer: usize, ns: u8, tag: u32, data: &[u8]) -> Result<()> {
         if data.len() > DATA_CAP {
             return Err(Error::invalid_argument(format!(
                 "bootstrap: message of {} bytes exceeds the {} MiB limit",
@@ -581,18 +759,22 @@ impl Bootstrap {
             self.shared.cv.notify_all();
             return Ok(());
         }
-        let lim = self.limits();
+        self.send_within(peer, ns, tag, data, &self.limits())
+    }
+
+    /// Sends over the message channel to `peer` (opened on first use) within `lim`.
+    fn send_within(&self, peer: usize, ns: u8, tag: u32, data: &[u8], lim: &Limits) -> Result<()> {
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         let s = match out.entry(peer) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(self.dial(peer, KIND_MSG, 0, &lim)?)
+                e.insert(self.dial(peer, KIND_MSG, 0, lim)?)
             }
         };
         let mut m = Enc::new(wire::T_MSG);
         m.u8(ns).u32(tag);
         m.0.extend_from_slice(data);
-        if let Err(e) = wire::write_frame(s, &m.0, &lim) {
+        if let Err(e) = wire::write_frame(s, &m.0, lim) {
             out.remove(&peer);
             return Err(e);
         }
@@ -602,6 +784,7 @@ impl Bootstrap {
     fn recv_ns(&self, peer: usize, ns: u8, tag: u32) -> Result<Vec<u8>> {
         let lim = self.limits();
         let mut waiting = Waiting::new(Subsys::BOOTSTRAP);
+        let mut watch = Watch::new(peer);
         let mut g = self.shared.lock();
         loop {
             if let Some(q) = g.msgs.get_mut(&(peer, ns, tag)) {
@@ -616,11 +799,16 @@ impl Bootstrap {
                     return Ok(m);
                 }
             }
-            if let Some(why) = g.closed.get(&peer) {
-                return Err(Error::remote(why.clone()));
+            // A notice first: the peer that sent it closes right after.
+            if let Some(e) = self.notice(&g) {
+                return Err(e);
+            }
+            if let Some(why) = g.closed.get(&peer).cloned() {
+                drop(g);
+                return Err(self.prefer_notice(Error::remote(why)));
             }
             lim.check()?;
-            waiting.tick(self.cfg.timeout, || {
+            waiting.tick(self.wait_timeout(), || {
                 recv_wait_text(self.rank, self.nranks, peer, ns, tag)
             });
             g = self
@@ -629,6 +817,19 @@ impl Bootstrap {
                 .wait_timeout(g, POLL)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            if watch.due() {
+                drop(g);
+                let gone = watch.look(self);
+                g = self.shared.lock();
+                if let Some(why) = gone {
+                    // Its last messages have had GONE_GRACE to arrive.
+                    if let Some(m) = g.msgs.get_mut(&(peer, ns, tag)).and_then(|q| q.pop_front()) {
+                        return Ok(m);
+                    }
+                    drop(g);
+                    return Err(self.prefer_notice(Error::remote(why)));
+                }
+            }
         }
     }
 
@@ -693,7 +894,7 @@ impl Bootstrap {
         self.check_peer(peer, "connect_peer")?;
         let lim = self.limits();
         let s = self.dial(peer, KIND_DATA, tag, &lim).map_err(|e| {
-            e.context(format!(
+            self.prefer_notice(e).context(format!(
                 "bootstrap: connect_peer to rank {peer} (tag {tag})"
             ))
         })?;
@@ -707,6 +908,7 @@ impl Bootstrap {
         self.check_peer(peer, "accept_peer")?;
         let lim = self.limits();
         let mut waiting = Waiting::new(Subsys::BOOTSTRAP);
+        let mut watch = Watch::new(peer);
         let mut g = self.shared.lock();
         loop {
             if let Some(q) = g.streams.get_mut(&(peer, tag)) {
@@ -718,12 +920,12 @@ impl Bootstrap {
                     return blocking(s);
                 }
             }
-            lim.check().map_err(|e| {
-                e.context(format!(
-                    "bootstrap: accept_peer from rank {peer} (tag {tag})"
-                ))
-            })?;
-            waiting.tick(self.cfg.timeout, || {
+            let what = || format!("bootstrap: accept_peer from rank {peer} (tag {tag})");
+            if let Some(e) = self.notice(&g) {
+                return Err(e.context(what()));
+            }
+            lim.check().map_err(|e| e.context(what()))?;
+            waiting.tick(self.wait_timeout(), || {
                 format!(
                     "bootstrap: rank {} of {} waiting for rank {peer}'s data connection (tag {tag})",
                     self.rank, self.nranks
@@ -735,6 +937,61 @@ impl Bootstrap {
                 .wait_timeout(g, POLL)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            if watch.due() {
+                drop(g);
+                let gone = watch.look(self);
+                g = self.shared.lock();
+                if let Some(why) = gone {
+                    if g.streams.get(&(peer, tag)).is_some_and(|q| !q.is_empty()) {
+                        continue;
+                    }
+                    drop(g);
+                    return Err(self.prefer_notice(Error::remote(why)).context(what()));
+                }
+            }
+        }
+    }
+}
+
+/// A wait's view of whether its peer is still there: looked at every
+/// [`LIVENESS_EVERY`]; a peer that stays gone for [`GONE_GRACE`] ends the wait.
+struct Watch {
+    peer: usize,
+    next: Instant,
+    gone_since: Option<Instant>,
+    probed: bool,
+}
+
+impl Watch {
+    fn new(peer: usize) -> Watch {
+        Watch {
+            peer,
+            next: Instant::now() + LIVENESS_EVERY,
+            gone_since: None,
+            probed: false,
+        }
+    }
+
+    fn due(&self) -> bool {
+        Instant::now() >= self.next
+    }
+
+    /// Why the peer is gone, once it has looked gone for [`GONE_GRACE`].
+    fn look(&mut self, b: &Bootstrap) -> Option<String> {
+        // A refused probe is retried while the grace runs, so it can last.
+        let probe = !std::mem::replace(&mut self.probed, true) || self.gone_since.is_some();
+        let why = b.peer_gone(self.peer, probe);
+        let now = Instant::now();
+        self.next = now + LIVENESS_EVERY;
+        match why {
+            None => {
+                self.gone_since = None;
+                None
+            }
+            Some(why) => {
+                let since = *self.gone_since.get_or_insert(now);
+                (now.duration_since(since) >= GONE_GRACE).then_some(why)
+            }
         }
     }
 }

@@ -41,7 +41,10 @@
 //!
 //! # Errors
 //!
-//! Timeouts are `Timeout`; an abort (the `abort` flag of [`BootstrapConfig`],
+//! Every wait during init (the rendezvous and the communicator's own setup,
+//! until [`Bootstrap::init_done`]) is limited by `init_timeout`, later ones by
+//! `timeout`. A peer that dies is noticed within about half a second (see
+//! [`Bootstrap`]) and named in the error. Timeouts are `Timeout`; an abort (the `abort` flag of [`BootstrapConfig`],
 //! polled every 50 ms) is `Remote` with a message starting
 //! "bootstrap: aborted"; a peer that closed or reset is `Remote`; mismatched
 //! ranks/nranks or an id of another run are `InvalidUsage`; bad arguments are
@@ -71,6 +74,9 @@ pub use bootstrap::{select_interface, Bootstrap};
 pub use id::{UniqueId, UNIQUE_ID_BYTES};
 /// Every IPv4/IPv6 address of every interface (getifaddrs), for tools such as `oxccl doctor`.
 pub use sys::interfaces;
+/// Whether a process of this host has exited (zombies included), for
+/// cleaning up after a peer that died.
+pub use sys::process_gone;
 
 /// The source of the fixed secret used with `NCCL_COMM_ID` when no
 /// `OXCCL_AUTH_SECRET` is set (the id's secret is SHA-256 of these bytes).

@@ -1,9 +1,11 @@
-//! Thin OS wrappers: interface list, host name, host hash, readiness poll.
+//! Thin OS wrappers: interface list, host name, host hash, readiness poll,
+//! whether a process or a connection is gone.
 //! The only `unsafe` of the crate lives here.
 
 use std::ffi::CStr;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -136,4 +138,64 @@ pub fn poll_readable(fds: &[std::os::fd::RawFd], timeout: Duration) -> io::Resul
         return Err(e);
     }
     Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
+/// Whether process `pid` of this host has exited: no `/proc/<pid>`, or a
+/// zombie waiting to be reaped (its sockets are already closed and it will
+/// never run again). Falls back to `kill(pid, 0)` without /proc.
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "pid (comm) S ...": the state follows the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| matches!(state, 'Z' | 'X' | 'x')),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if std::path::Path::new("/proc/self/stat").exists() {
+                return true;
+            }
+            let Ok(p) = libc::pid_t::try_from(pid) else {
+                return false;
+            };
+            // SAFETY: signal 0 only checks that the process exists.
+            let rc = unsafe { libc::kill(p, 0) };
+            rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Whether the other end of `s` has closed or reset it, without waiting and
+/// without consuming data: for connections on which the peer never writes
+/// (an outgoing message channel), readable means closed.
+pub fn stream_closed(s: &TcpStream) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call; timeout 0.
+    let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if rc <= 0 {
+        return false;
+    }
+    if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP) != 0 {
+        return true;
+    }
+    let mut one = [0u8; 1];
+    // SAFETY: `one` is valid for 1 byte; MSG_PEEK leaves the data queued.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            one.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0
+        || (n < 0
+            && !matches!(
+                io::Error::last_os_error().kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ))
 }

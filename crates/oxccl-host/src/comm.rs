@@ -123,6 +123,24 @@ pub struct HostComm {
     net_plugin: Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)>,
 }
 
+/// After a failed init: unlinks what every rank of this host (this one
+/// included) left in /dev/shm for this communicator (`hint` is in the names).
+/// Safe for live peers too: a failure before the final barrier keeps every
+/// rank from passing it, and after it every segment is mapped.
+fn remove_local_segments(bootstrap: &Bootstrap, hint: &str) {
+    for (q, p) in bootstrap.peers().iter().enumerate() {
+        if q == bootstrap.rank() || bootstrap.is_same_host(q) {
+            for name in crate::transport::shm::unlink_segments_of(p.pid, hint) {
+                oxccl_env::info!(
+                    Subsys::INIT | Subsys::SHM,
+                    "removed shared-memory segment {name} of rank {q} (pid {}) after the failed init",
+                    p.pid
+                );
+            }
+        }
+    }
+}
+
 /// In-process link ends waiting for their owner: (comm key, from, to) → link.
 type InprocRegistry = Mutex<HashMap<(u64, usize, usize), PeerLink>>;
 
@@ -136,11 +154,37 @@ const TAG_DATA: u32 = 0x200;
 
 impl HostComm {
     /// Connects this rank to every peer of `bootstrap` and returns the communicator.
-    pub fn init(
-        bootstrap: Bootstrap,
+    ///
+    /// Every wait uses the bootstrap's init timeout and ends within about a
+    /// second when a peer dies; the error names the step and the rank. On
+    /// failure this rank tells the others why
+    /// ([`Bootstrap::announce_failure`]) and unlinks the shared-memory
+    /// segments of this communicator that any rank of this host left behind.
+    pub fn init(bootstrap: Bootstrap, cfg: HostConfig, abort: Arc<AtomicBool>) -> Result<HostComm> {
+        let mut hint = None;
+        match Self::connect(&bootstrap, cfg, abort, &mut hint) {
+            Ok(finish) => {
+                bootstrap.init_done();
+                Ok(finish(bootstrap))
+            }
+            Err(e) => {
+                bootstrap.announce_failure(&e);
+                if let Some(hint) = hint {
+                    remove_local_segments(&bootstrap, &hint);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The work of [`HostComm::init`]; `hint` receives the name hint of this
+    /// communicator's segments once it is known.
+    fn connect(
+        bootstrap: &Bootstrap,
         mut cfg: HostConfig,
         abort: Arc<AtomicBool>,
-    ) -> Result<HostComm> {
+        hint: &mut Option<String>,
+    ) -> Result<Box<dyn FnOnce(Bootstrap) -> HostComm>> {
         let rank = bootstrap.rank();
         let n = bootstrap.nranks();
         let peers = bootstrap.peers().to_vec();
@@ -232,16 +276,26 @@ impl HostComm {
             network.name(),
             net_slot.map(|s| format!(" ({s}-byte slots)")).unwrap_or_default()
         );
+        let step = |what: &str| {
+            let what = format!("rank {rank} of {n}: init ({what})");
+            move |e: Error| e.context(&what)
+        };
         let mut mine = vec![0u8; 8];
         getrandom::getrandom(&mut mine).map_err(|e| Error::system(format!("getrandom: {e}")))?;
         mine.extend_from_slice(settings.as_bytes());
-        let all = bootstrap.allgather(&mine)?;
+        let all = bootstrap
+            .allgather(&mine)
+            .map_err(step("exchanging settings"))?;
         let key = u64::from_le_bytes(
             all[0]
                 .get(..8)
                 .and_then(|b| b.try_into().ok())
                 .ok_or_else(|| Error::internal("bootstrap allgather returned a short key"))?,
         );
+        // Segment names carry the key, so that survivors of a rank killed
+        // before it unlinked its segment find it (unlink_segments_of).
+        let seg_hint = format!("rx{key:016x}");
+        *hint = Some(seg_hint.clone());
         if let Some((q, theirs)) = all
             .iter()
             .enumerate()
@@ -268,7 +322,7 @@ impl HostComm {
         let segment = if my_shm.is_empty() {
             None
         } else {
-            Some(ShmSegment::create_rings(layout).map_err(|e| {
+            Some(ShmSegment::create_rings_named(layout, &seg_hint).map_err(|e| {
                 e.context(format!(
                     "rank {rank}: shared-memory rings for {} local peers ({} channels of {} bytes each)",
                     my_shm.len(),
@@ -281,7 +335,9 @@ impl HostComm {
             .as_ref()
             .map(|s| s.name().to_string())
             .unwrap_or_default();
-        let names = bootstrap.allgather(name.as_bytes())?;
+        let names = bootstrap
+            .allgather(name.as_bytes())
+            .map_err(step("exchanging shared-memory segment names"))?;
 
         // In-process pairs: the lower rank makes both ends and leaves the other.
         for q in rank + 1..n {
@@ -294,7 +350,9 @@ impl HostComm {
                 reg.insert((key, q, rank), b);
             }
         }
-        bootstrap.barrier()?;
+        bootstrap
+            .barrier()
+            .map_err(step("barrier before connecting"))?;
 
         let mut links: Vec<Option<PeerLink>> = (0..n).map(|_| None).collect();
         // Keepalive and retransmissions give up after the link timeout, by
@@ -320,44 +378,57 @@ impl HostComm {
                     }
                 };
                 let who = format!("rank {q} (pid {} on {})", peers[q].pid, peers[q].hostname);
-                let mut control = PeerControl::socket(q, connect(TAG_CONTROL)?, who)?;
+                let linking = step(&format!("connecting to rank {q}"));
+                let mut control =
+                    PeerControl::socket(q, connect(TAG_CONTROL).map_err(&linking)?, who)
+                        .map_err(&linking)?;
                 control.set_link_timeout(link_timeout);
-                let link = match kind {
-                    LinkKind::Shm => {
-                        let theirs_name = String::from_utf8_lossy(&names[q]).to_string();
-                        let their_layout = ShmRingLayout {
-                            npeers: shm_peers(q).len(),
-                            nchannels: nch,
-                            capacity: cap,
-                        };
-                        let theirs = ShmSegment::open_rings(&theirs_name, their_layout)?;
-                        let mine_seg = segment
-                            .as_ref()
-                            .ok_or_else(|| Error::internal("shm peer without a segment"))?;
-                        let peer_slot = my_shm.iter().position(|&p| p == q).unwrap_or(0);
-                        let my_slot = shm_peers(q).iter().position(|&p| p == rank).unwrap_or(0);
-                        shm_link(q, mine_seg, peer_slot, &theirs, my_slot, control)?
-                    }
-                    LinkKind::Net => {
-                        let (net, dev, _) = plugin
-                            .as_ref()
-                            .ok_or_else(|| Error::internal("net peer without a plugin"))?;
-                        let slot = net_slot
-                            .ok_or_else(|| Error::internal("net peer without a slot size"))?;
-                        let conns =
-                            net_connect(net, *dev, &bootstrap, q, nch, cfg.timeout, &abort)?;
-                        net_link(q, net, conns, control, slot)?
-                    }
-                    _ => {
-                        let mut data = Vec::with_capacity(nch);
-                        for c in 0..nch {
-                            let stream = connect(TAG_DATA + c as u32)?;
-                            crate::transport::tcp::set_link_timeout(&stream, link_timeout);
-                            data.push(stream);
+                let link = (|| -> Result<PeerLink> {
+                    Ok(match kind {
+                        LinkKind::Shm => {
+                            let theirs_name = String::from_utf8_lossy(&names[q]).to_string();
+                            let their_layout = ShmRingLayout {
+                                npeers: shm_peers(q).len(),
+                                nchannels: nch,
+                                capacity: cap,
+                            };
+                            let theirs = ShmSegment::open_rings(&theirs_name, their_layout)?;
+                            let mine_seg = segment
+                                .as_ref()
+                                .ok_or_else(|| Error::internal("shm peer without a segment"))?;
+                            let peer_slot = my_shm.iter().position(|&p| p == q).unwrap_or(0);
+                            let my_slot = shm_peers(q).iter().position(|&p| p == rank).unwrap_or(0);
+                            shm_link(q, mine_seg, peer_slot, &theirs, my_slot, control)?
                         }
-                        tcp_link(q, data, control, cap.max(1 << 20))?
-                    }
-                };
+                        LinkKind::Net => {
+                            let (net, dev, _) = plugin
+                                .as_ref()
+                                .ok_or_else(|| Error::internal("net peer without a plugin"))?;
+                            let slot = net_slot
+                                .ok_or_else(|| Error::internal("net peer without a slot size"))?;
+                            let conns = net_connect(
+                                net,
+                                *dev,
+                                bootstrap,
+                                q,
+                                nch,
+                                bootstrap.wait_timeout(),
+                                &abort,
+                            )?;
+                            net_link(q, net, conns, control, slot)?
+                        }
+                        _ => {
+                            let mut data = Vec::with_capacity(nch);
+                            for c in 0..nch {
+                                let stream = connect(TAG_DATA + c as u32)?;
+                                crate::transport::tcp::set_link_timeout(&stream, link_timeout);
+                                data.push(stream);
+                            }
+                            tcp_link(q, data, control, cap.max(1 << 20))?
+                        }
+                    })
+                })()
+                .map_err(&linking)?;
                 links[q] = Some(link);
             }
         }
@@ -376,9 +447,17 @@ impl HostComm {
             }
         }
         // Everyone has opened every segment: names can go (mappings stay).
-        bootstrap.barrier()?;
+        // Each rank unlinks its peers' too: one killed right after this
+        // barrier leaves nothing behind.
+        bootstrap.barrier().map_err(step("final barrier"))?;
         if let Some(s) = &segment {
             s.unlink()?;
+        }
+        for &q in &my_shm {
+            let theirs = String::from_utf8_lossy(&names[q]).to_string();
+            if !theirs.is_empty() {
+                crate::transport::shm::unlink_name(&theirs)?;
+            }
         }
 
         let mut tx: Vec<Vec<Box<dyn SendHalf>>> = Vec::with_capacity(n);
@@ -420,7 +499,7 @@ impl HostComm {
                 );
             }
         }
-        Ok(HostComm {
+        Ok(Box::new(move |bootstrap| HostComm {
             rank,
             nranks: n,
             bootstrap,
@@ -440,7 +519,7 @@ impl HostComm {
                 oxccl_net::Network::Plugin { net, dev, .. } => Some((net.clone(), *dev)),
                 oxccl_net::Network::Socket { .. } => None,
             },
-        })
+        }))
     }
 
     /// This rank.

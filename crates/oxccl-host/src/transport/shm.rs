@@ -14,12 +14,15 @@
 //! 1. `let mine = ShmSegment::create_rings(layout)?` (headers zeroed, layout written);
 //! 2. exchange `mine.name()` through the bootstrap;
 //! 3. `let theirs = ShmSegment::open_rings(&peer_name, peer_layout)?` for every shm peer;
-//! 4. a bootstrap barrier, then `mine.unlink()` (the mappings stay valid, and
-//!    nothing is left in /dev/shm if a process is killed later);
+//! 4. a bootstrap barrier, then `mine.unlink()` and [`unlink_name`] of every
+//!    peer's (the mappings stay valid, and nothing is left in /dev/shm if a
+//!    process is killed later, even one killed before its own unlink);
 //! 5. `shm_link(peer, &mine, slot_of_peer_in_mine, &theirs, my_slot_in_theirs, control)`.
 //!
 //! Segment names are `/oxccl-<pid>-<hint>-<16 hex digits>`. A segment this
-//! process created is unlinked at the latest when it is dropped.
+//! process created is unlinked at the latest when it is dropped; one whose
+//! creator was killed first is unlinked by the peers that survive it
+//! ([`unlink_segments_of`]).
 
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -50,6 +53,45 @@ fn linked() -> std::sync::MutexGuard<'static, Vec<String>> {
 /// that are still linked in /dev/shm.
 pub fn linked_segments() -> Vec<String> {
     linked().clone()
+}
+
+/// Unlinks `name` (with the leading '/'), a segment made by any process; a
+/// name already gone is not an error. Mappings of it stay valid.
+pub fn unlink_name(name: &str) -> Result<()> {
+    let c = cname(name)?;
+    // SAFETY: `c` is a valid C string.
+    if unsafe { libc::shm_unlink(c.as_ptr()) } != 0 {
+        let e = errno();
+        if e.raw_os_error() != Some(libc::ENOENT) {
+            return Err(Error::system(format!(
+                "cannot unlink shared-memory segment {name}: {e}"
+            )));
+        }
+    }
+    linked().retain(|n| n != name);
+    Ok(())
+}
+
+/// Unlinks every segment that process `pid` created with `hint`
+/// (`/dev/shm/oxccl-<pid>-<hint>-*`) and returns their names: what a rank
+/// killed between creating its segment and unlinking it leaves behind.
+pub fn unlink_segments_of(pid: u32, hint: &str) -> Vec<String> {
+    let prefix = format!("oxccl-{pid}-{}-", sanitize_hint(hint));
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return Vec::new();
+    };
+    let mut gone = Vec::new();
+    for entry in dir.flatten() {
+        let file = entry.file_name();
+        let Some(file) = file.to_str() else { continue };
+        if file.starts_with(&prefix) {
+            let name = format!("/{file}");
+            if unlink_name(&name).is_ok() {
+                gone.push(name);
+            }
+        }
+    }
+    gone
 }
 
 /// The rings inside one rank's segment.
@@ -390,8 +432,16 @@ impl ShmSegment {
     /// `layout.segment_size()`, every ring header zeroed and the layout written
     /// into the segment header, all before the name can be published.
     pub fn create_rings(layout: ShmRingLayout) -> Result<Arc<ShmSegment>> {
+        ShmSegment::create_rings_named(layout, "rx")
+    }
+
+    /// [`ShmSegment::create_rings`] with `hint` in the name (ASCII letters
+    /// and digits, at most 24): a communicator puts its key there, so its
+    /// ranks can find and remove each other's segments
+    /// ([`unlink_segments_of`]) when a rank dies before unlinking its own.
+    pub fn create_rings_named(layout: ShmRingLayout, hint: &str) -> Result<Arc<ShmSegment>> {
         layout.validate()?;
-        let mut seg = ShmSegment::create("rx", layout.segment_size())?;
+        let mut seg = ShmSegment::create(hint, layout.segment_size())?;
         for slot in 0..layout.npeers {
             for ch in 0..layout.nchannels {
                 let off = layout.ring_offset(slot, ch);
