@@ -494,6 +494,37 @@ fn bad_flags_and_unreadable_files() {
 
 /// A real library planted in the fixture: one whose load hangs is killed after
 /// the timeout and reported; one that answers is asked its version. Needs `cc`.
+/// Folders holding both `libnccl.so` and `libnccl.so.2` (one a symlink to
+/// the other) are reported under `libnccl.so.2`, the name the loader looks
+/// for: `cargo xtask install`'s layout (and NCCL's packages') and `cargo
+/// xtask build`'s.
+#[test]
+fn link_time_name_beside_the_soname_is_the_soname() {
+    let root = cpu_machine("soname");
+    let install = "/opt/oxccl/lib";
+    write(&root, &format!("{install}/libnccl.so.2"), "fake");
+    symlink(&root, &format!("{install}/libnccl.so"), "libnccl.so.2");
+    let build = "/src/oxccl/target/release";
+    write(&root, &format!("{build}/libnccl.so"), "fake");
+    symlink(&root, &format!("{build}/libnccl.so.2"), "libnccl.so");
+    for dir in [install, build] {
+        let o = doctor(
+            &["--sysroot", &root_arg(&root), "--json"],
+            &[("LD_LIBRARY_PATH", dir)],
+        );
+        let v = json(&o);
+        let d = one(&v, "nccl.versions")["detail"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            d.contains(&format!("would load {dir}/libnccl.so.2 (")),
+            "{dir}: {d}"
+        );
+        assert!(d.starts_with("1 NCCL library file(s)"), "{dir}: {d}");
+    }
+}
+
 #[test]
 fn library_probe_in_child_process() {
     let cc = Command::new("cc").arg("--version").output();

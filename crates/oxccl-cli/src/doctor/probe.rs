@@ -629,9 +629,14 @@ pub(super) fn find_libs(
         let files: Vec<String> = if rooted.is_file() {
             vec![place.clone()]
         } else {
-            sys.list(place)
+            let mut names: Vec<String> = sys
+                .list(place)
                 .into_iter()
                 .filter(|n| n == stem || n.starts_with(&dot))
+                .collect();
+            names.sort_by_key(|n| (soname_first(n, stem), n.clone()));
+            names
+                .into_iter()
                 .map(|n| format!("{}/{n}", place.trim_end_matches('/')))
                 .collect()
         };
@@ -639,8 +644,9 @@ pub(super) fn find_libs(
             let rp = sys.path(&f);
             let canon = std::fs::canonicalize(&rp).unwrap_or_else(|_| rp.clone());
             // One entry per file: a symlink and its target (libnccl.so.2 ->
-            // libnccl.so.2.21.5) are the same library; the first name found
-            // (sorted, so the SONAME link before the versioned file) stays.
+            // libnccl.so.2.21.5, libnccl.so -> libnccl.so.2) are the same
+            // library; the first name found stays, and `soname_first` puts
+            // the name programs load first.
             if seen.contains(&canon) {
                 continue;
             }
@@ -655,6 +661,20 @@ pub(super) fn find_libs(
         }
     }
     (found, searched, notes)
+}
+
+/// Where a library file name sorts among the names of one folder: the
+/// SONAME form (`libnccl.so.2`, `libcudart.so.13`: the stem and one number,
+/// the name programs load) first, then fuller versions (`libnccl.so.2.21.5`),
+/// then the bare link-time name (`libnccl.so`), so that a folder laid out as
+/// NCCL's packages and `cargo xtask install` lay it out (`libnccl.so ->
+/// libnccl.so.2`) is reported under the name the loader looks for.
+fn soname_first(name: &str, stem: &str) -> u8 {
+    match name.strip_prefix(stem).and_then(|v| v.strip_prefix('.')) {
+        Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => 0,
+        Some(_) => 1,
+        None => 2,
+    }
 }
 
 fn gather_nccl(sys: &System) -> NcclFacts {

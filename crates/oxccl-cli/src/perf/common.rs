@@ -582,14 +582,29 @@ fn memory_line(s: &Settings, meta: &Meta, n: usize) -> String {
     )
 }
 
-/// The environment as the JSON's `env` lists it: NCCL's, oxccl's, CUDA's and
-/// the launchers' variables, without any whose name marks a secret.
+/// The environment as the JSON's `env` lists it.
 fn env_list() -> Vec<String> {
+    json_env(std::env::vars())
+}
+
+/// NCCL's, oxccl's, CUDA's and the launchers' variables as `NAME=value`,
+/// sorted, without any whose name marks a secret and without those the
+/// launching `oxccl perf` sets for its rank processes: `OXCCL_PERF_ID` and
+/// `OXCCL_PERF_COMPARE_ID` carry the unique ids, whose bytes include the
+/// rendezvous secret.
+fn json_env(vars: impl Iterator<Item = (String, String)>) -> Vec<String> {
     const PREFIXES: [&str; 6] = ["NCCL_", "OXCCL_", "CUDA_", "SLURM_", "OMPI_", "TORCH"];
     const SECRET: [&str; 4] = ["SECRET", "TOKEN", "PASSWORD", "KEY"];
-    let mut v: Vec<String> = std::env::vars()
+    const LAUNCHER_SET: [&str; 4] = [
+        "OXCCL_PERF_ID",
+        "OXCCL_PERF_COMPARE_ID",
+        "OXCCL_PERF_RANK",
+        "OXCCL_PERF_PARENT",
+    ];
+    let mut v: Vec<String> = vars
         .filter(|(k, _)| PREFIXES.iter().any(|p| k.starts_with(p)))
         .filter(|(k, _)| !SECRET.iter().any(|w| k.to_ascii_uppercase().contains(w)))
+        .filter(|(k, _)| !LAUNCHER_SET.contains(&k.as_str()))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     v.sort();
@@ -711,6 +726,31 @@ pub fn launch_name(s: &Settings) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_env_leaves_out_secrets_and_the_launchers_ids() {
+        let vars = [
+            ("NCCL_DEBUG", "WARN"),
+            ("OXCCL_AUTH_SECRET", "s3"),
+            ("OXCCL_PERF_ID", "4f58"),
+            ("OXCCL_PERF_COMPARE_ID", "4f59"),
+            ("OXCCL_PERF_RANK", "0"),
+            ("OXCCL_PERF_PARENT", "42"),
+            ("OXCCL_TIMEOUT_MS", "1000"),
+            ("HF_TOKEN", "t"),
+            ("CUDA_VISIBLE_DEVICES", "0,1"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        assert_eq!(
+            json_env(vars.into_iter()),
+            [
+                "CUDA_VISIBLE_DEVICES=0,1",
+                "NCCL_DEBUG=WARN",
+                "OXCCL_TIMEOUT_MS=1000"
+            ]
+        );
+    }
 
     #[test]
     fn iteration_statistics_use_nearest_rank() {

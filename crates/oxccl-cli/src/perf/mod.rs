@@ -363,7 +363,7 @@ pub struct PerfArgs {
     /// Also run every size through this NCCL-API library (e.g. NVIDIA's libnccl.so.2), interleaved, on the same buffers; adds its time, busbw and a ratio column (out-of-place)
     #[arg(long, value_name = "PATH")]
     pub compare: Option<PathBuf>,
-    /// CUDA backend: the NCCL-API library measured [default: oxccl's libnccl.so.2 or libnccl.so next to the oxccl executable]
+    /// CUDA backend: the NCCL-API library measured [default: oxccl's libnccl.so.2 or libnccl.so next to the oxccl executable, else ../lib/libnccl.so.2 (an install)]
     #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
     /// Spread the rank processes over N pretend hosts (NCCL_HOSTID per process, in contiguous blocks), so ranks of different "hosts" go through the network path: oxccl's TCP transport and GPU proxies, NCCL's socket transport under --compare/--lib
