@@ -109,7 +109,7 @@ const GONE_GRACE: Duration = Duration::from_millis(300);
 const PROBE_LIMIT: Duration = Duration::from_secs(2);
 /// Time budget for telling every peer that this rank gave up init.
 const NOTICE_BUDGET: Duration = Duration::from_secs(2);
-/// Longest reason carried in a notice.
+/// Longest notice: the error's kind (one byte) and its reason.
 const NOTICE_MAX: usize = 2048;
 
 /// Selects the interface of the rendezvous per `cfg` (see [`ifname`]):
@@ -674,11 +674,17 @@ impl Bootstrap {
             .msgs
             .iter()
             .find(|((_, ns, _), q)| *ns == NS_FAILED && !q.is_empty())?;
-        let why = String::from_utf8_lossy(q.front()?);
+        // The first byte is the kind of the sender's error: ranks that
+        // learn of a misuse (settings that differ) from a notice report it
+        // as the misuse it is, not as a remote failure.
+        let (&code, why) = q.front()?.split_first()?;
+        let kind = ErrorKind::from_code(i32::from(code)).unwrap_or(ErrorKind::Remote);
+        let why = String::from_utf8_lossy(why);
         self.heard_notice.store(true, Ordering::Relaxed);
-        Some(Error::remote(format!(
-            "bootstrap: rank {from} gave up: {why}"
-        )))
+        Some(Error::new(
+            kind,
+            format!("bootstrap: rank {from} gave up: {why}"),
+        ))
     }
 
     /// Tells every peer that this rank gave up init and why (best effort,
@@ -691,8 +697,8 @@ impl Bootstrap {
             return;
         }
         let mut why = e.message().to_string();
-        if why.len() > NOTICE_MAX {
-            let mut end = NOTICE_MAX;
+        if why.len() > NOTICE_MAX - 1 {
+            let mut end = NOTICE_MAX - 1;
             while !why.is_char_boundary(end) {
                 end -= 1;
             }
@@ -706,7 +712,10 @@ impl Bootstrap {
             let gone = self.shared.lock().closed.contains_key(&q)
                 || (self.is_same_host(q) && sys::process_gone(self.peers[q].pid));
             if !gone {
-                let _ = self.send_within(q, NS_FAILED, 0, why.as_bytes(), &lim);
+                let mut notice = Vec::with_capacity(1 + why.len());
+                notice.push(e.kind().code() as u8);
+                notice.extend_from_slice(why.as_bytes());
+                let _ = self.send_within(q, NS_FAILED, 0, &notice, &lim);
             }
         }
     }
