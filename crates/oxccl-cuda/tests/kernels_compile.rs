@@ -30,10 +30,10 @@ fn nvrtc_or_skip(test: &str) -> bool {
 }
 
 /// Architectures the prebuilt-folder test builds: `OXCCL_PREBUILD_ARCHS`
-/// (e.g. `80,90,100`), else sm_90 alone. Every program for one architecture
-/// is about 4 minutes of one core of the CI machine, and a third of that
-/// on its two cores, so CI builds sm_90 only; the three together are for a
-/// release (`oxccl kernels` builds them for the wheel).
+/// (e.g. `80,90,100`), else sm_90 alone. One architecture is about 12
+/// CPU-minutes of NVRTC (some 6 minutes on CI's two cores; the earlier
+/// compile of ring.cu whole took as long on one), so CI builds sm_90 only;
+/// the three together are for a release (`oxccl kernels` builds them).
 fn prebuild_archs() -> Vec<u32> {
     std::env::var("OXCCL_PREBUILD_ARCHS")
         .ok()
