@@ -447,10 +447,31 @@ pub fn compile_cached(src: &KernelSource, arch: u32, cache_dir: Option<&Path>) -
 /// that runs there ([`find_prebuilt`]), else through
 /// the default cache folder (compiled by NVRTC when missing there too).
 pub fn compile(src: &KernelSource, arch: u32) -> Result<Compiled> {
-    if let Some(c) = prebuilt_dir().and_then(|d| find_prebuilt(src, arch, &d)) {
-        return Ok(c);
+    let c = match prebuilt_dir().and_then(|d| find_prebuilt(src, arch, &d)) {
+        Some(c) => c,
+        None => compile_cached(src, arch, default_cache_dir().as_deref())?,
+    };
+    // One INFO line per program and process: with NCCL_DEBUG=INFO it shows
+    // whether a packaged folder left anything to compile.
+    let from = match c.origin {
+        Origin::Memory => None,
+        Origin::Prebuilt => Some("a prebuilt CUBIN".to_string()),
+        Origin::PrebuiltPtx => Some("prebuilt PTX (the driver compiles it)".to_string()),
+        Origin::DiskCache => Some("the kernel cache".to_string()),
+        Origin::Compiled(ms) => Some(format!("NVRTC, {ms:.0} ms")),
+    };
+    if let Some(from) = from {
+        oxccl_env::info!(
+            oxccl_env::log::Subsys::INIT,
+            "GPU kernels {} for sm_{arch} from {from}{}",
+            src.name,
+            c.cache_file
+                .as_ref()
+                .map(|f| format!(" ({})", f.display()))
+                .unwrap_or_default()
+        );
     }
-    compile_cached(src, arch, default_cache_dir().as_deref())
+    Ok(c)
 }
 
 fn store(dir: &Path, path: &Path, img: &[u8]) -> std::io::Result<()> {
