@@ -15,10 +15,15 @@
 //! Before any of that, [`compile`] looks in a read-only folder of *prebuilt*
 //! kernels (`OXCCL_KERNEL_DIR`, else `oxccl-kernels/` beside the library or
 //! program that holds this code), written by `oxccl kernels --out DIR` when
-//! oxccl is packaged: `<program>-sm_<arch>-<hash>.cubin`, the same hash
-//! without the NVRTC version (a CUBIN is machine code: which NVRTC made it
-//! does not matter to load it). A process that finds its kernels there
-//! starts as fast as a cached one and needs no NVRTC at all.
+//! oxccl is packaged: `<program>-sm_<arch>-<hash>.cubin` and
+//! `<program>-compute_<arch>-<hash>.ptx`, the hash without the NVRTC
+//! version (which NVRTC made a CUBIN does not matter to load it). The order
+//! ([`find_prebuilt`]): the CUBIN for the GPU's own architecture; a CUBIN
+//! of the same major version and a lower minor one (machine code for 8.0
+//! runs on 8.6 and 8.9, 10.0 on 10.3); PTX for the newest architecture not
+//! above the GPU's (the driver compiles it at load and keeps the result in
+//! its own cache); only then the disk cache and NVRTC. A process that finds
+//! its kernels there starts as fast as a cached one and needs no NVRTC.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
@@ -51,8 +56,10 @@ pub enum Origin {
     Compiled(f64),
     /// Read from the disk cache.
     DiskCache,
-    /// Read from the prebuilt folder ([`prebuilt_dir`]).
+    /// A CUBIN read from the prebuilt folder ([`prebuilt_dir`]).
     Prebuilt,
+    /// PTX read from the prebuilt folder, for the driver to compile at load.
+    PrebuiltPtx,
     /// Already compiled or read by this process.
     Memory,
 }
@@ -70,10 +77,42 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .map(|h| PathBuf::from(h).join(".cache/oxccl/kernels"))
 }
 
-/// NVRTC options for `arch` (e.g. 90 for sm_90).
+/// What NVRTC makes of a program: machine code for one architecture, or
+/// PTX that the driver compiles for any GPU at least that new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// A CUBIN for `sm_<arch>` (e.g. 90).
+    Cubin(u32),
+    /// PTX for `compute_<arch>`.
+    Ptx(u32),
+}
+
+impl Target {
+    /// `sm_90` or `compute_90`.
+    pub fn tag(self) -> String {
+        match self {
+            Target::Cubin(a) => format!("sm_{a}"),
+            Target::Ptx(a) => format!("compute_{a}"),
+        }
+    }
+
+    fn extension(self) -> &'static str {
+        match self {
+            Target::Cubin(_) => "cubin",
+            Target::Ptx(_) => "ptx",
+        }
+    }
+}
+
+/// NVRTC options for a CUBIN of `arch` (e.g. 90 for sm_90).
 pub fn options(arch: u32) -> Vec<String> {
+    target_options(Target::Cubin(arch))
+}
+
+/// NVRTC options for `target`.
+pub fn target_options(target: Target) -> Vec<String> {
     vec![
-        format!("--gpu-architecture=sm_{arch}"),
+        format!("--gpu-architecture={}", target.tag()),
         "--std=c++17".into(),
     ]
 }
@@ -85,19 +124,30 @@ pub fn cache_file_name(src: &KernelSource, arch: u32, version: (i32, i32)) -> St
         "{stem}-sm_{arch}-nvrtc{}.{}-{}.cubin",
         version.0,
         version.1,
-        source_hash(src, arch)
+        source_hash(src, Target::Cubin(arch))
     )
 }
 
-/// The prebuilt file name for `src` compiled for `arch` (see the module docs).
+/// The prebuilt CUBIN's file name for `src` compiled for `arch` (see the
+/// module docs).
 pub fn prebuilt_file_name(src: &KernelSource, arch: u32) -> String {
+    prebuilt_name(src, Target::Cubin(arch))
+}
+
+/// The prebuilt file name for `src` compiled to `target`.
+pub fn prebuilt_name(src: &KernelSource, target: Target) -> String {
     let stem = src.name.trim_end_matches(".cu");
-    format!("{stem}-sm_{arch}-{}.cubin", source_hash(src, arch))
+    format!(
+        "{stem}-{}-{}.{}",
+        target.tag(),
+        source_hash(src, target),
+        target.extension()
+    )
 }
 
 /// 16 hex digits of SHA-256 over the program's name and text, the headers'
-/// names and texts, and the options for `arch`.
-fn source_hash(src: &KernelSource, arch: u32) -> String {
+/// names and texts, and the options for `target`.
+fn source_hash(src: &KernelSource, target: Target) -> String {
     let mut h = Sha256::new();
     h.update(src.name.as_bytes());
     h.update([0]);
@@ -108,7 +158,7 @@ fn source_hash(src: &KernelSource, arch: u32) -> String {
         h.update([0]);
         h.update(text.as_bytes());
     }
-    for o in options(arch) {
+    for o in target_options(target) {
         h.update([0]);
         h.update(o.as_bytes());
     }
@@ -150,15 +200,88 @@ fn this_object() -> Option<PathBuf> {
 /// `src` for `arch` from the prebuilt folder `dir`, if it is there (an ELF
 /// file under the prebuilt name); kept in memory like the rest.
 pub fn from_prebuilt(src: &KernelSource, arch: u32, dir: &Path) -> Option<Compiled> {
-    let name = prebuilt_file_name(src, arch);
+    read_prebuilt(src, Target::Cubin(arch), dir)
+}
+
+fn read_prebuilt(src: &KernelSource, target: Target, dir: &Path) -> Option<Compiled> {
+    let name = prebuilt_name(src, target);
     let path = dir.join(&name);
+    let (arch, accept, origin): (u32, Accept, Origin) = match target {
+        Target::Cubin(a) => (a, is_cubin, Origin::Prebuilt),
+        Target::Ptx(a) => (a, is_ptx, Origin::PrebuiltPtx),
+    };
     let key = (name, arch, Some(dir.to_path_buf()));
-    remembered_or_read(
-        &key,
-        Some(path),
-        |b| b.starts_with(b"\x7fELF"),
-        Origin::Prebuilt,
-    )
+    remembered_or_read(&key, Some(path), accept, origin)
+}
+
+/// Whether a file's bytes are what its name says.
+type Accept = fn(&[u8]) -> bool;
+
+fn is_cubin(b: &[u8]) -> bool {
+    b.starts_with(b"\x7fELF")
+}
+
+/// PTX as NVRTC writes it: text with a `.version` line, NUL-terminated
+/// (cuModuleLoadData reads it as a C string).
+fn is_ptx(b: &[u8]) -> bool {
+    b.last() == Some(&0) && b.windows(9).take(4096).any(|w| w == b".version ")
+}
+
+/// The targets in `names` (a folder's file names) that hold `src` and can
+/// run on a GPU of `arch`, best first (see the module docs): its own
+/// CUBIN, CUBINs of the same major version with a lower minor one
+/// (highest first), then PTX not newer than `arch` (newest first).
+pub fn prebuilt_candidates<'a>(
+    src: &KernelSource,
+    arch: u32,
+    names: impl IntoIterator<Item = &'a str>,
+) -> Vec<Target> {
+    let stem = src.name.trim_end_matches(".cu");
+    let mut found: Vec<Target> = names
+        .into_iter()
+        .filter_map(|n| {
+            let rest = n.strip_prefix(stem)?.strip_prefix('-')?;
+            let (tag, _) = rest.split_once('-')?;
+            let t = if let Some(a) = tag.strip_prefix("sm_") {
+                Target::Cubin(a.parse().ok()?)
+            } else {
+                Target::Ptx(tag.strip_prefix("compute_")?.parse().ok()?)
+            };
+            // The hash decides: another program with this stem as a prefix,
+            // or a stale file of an older source, does not match.
+            (prebuilt_name(src, t) == n).then_some(t)
+        })
+        .filter(|t| match *t {
+            // Not an sm_80 build on an sm_89 GPU: it lacks the fp8 kernels.
+            Target::Cubin(a) => {
+                a / 10 == arch / 10
+                    && a <= arch
+                    && (a >= crate::kernels::FP8_MIN_ARCH || arch < crate::kernels::FP8_MIN_ARCH)
+            }
+            Target::Ptx(a) => a <= arch,
+        })
+        .collect();
+    found.sort_by_key(|t| match *t {
+        Target::Cubin(a) => (0, u32::MAX - a),
+        Target::Ptx(a) => (1, u32::MAX - a),
+    });
+    found.dedup();
+    found
+}
+
+/// `src` for a GPU of `arch` from the prebuilt folder `dir`: the first of
+/// [`prebuilt_candidates`] that reads back as what its name says.
+pub fn find_prebuilt(src: &KernelSource, arch: u32, dir: &Path) -> Option<Compiled> {
+    if let Some(c) = from_prebuilt(src, arch, dir) {
+        return Some(c);
+    }
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    prebuilt_candidates(src, arch, names.iter().map(String::as_str))
+        .into_iter()
+        .find_map(|t| read_prebuilt(src, t, dir))
 }
 
 /// `key`'s image from this process's memory, else read from `path` when
@@ -167,7 +290,7 @@ pub fn from_prebuilt(src: &KernelSource, arch: u32, dir: &Path) -> Option<Compil
 fn remembered_or_read(
     key: &MemKey,
     path: Option<PathBuf>,
-    accept: fn(&[u8]) -> bool,
+    accept: Accept,
     origin: Origin,
 ) -> Option<Compiled> {
     let mem = MEMORY.get_or_init(Default::default);
@@ -199,13 +322,88 @@ pub fn write_prebuilt(
     sources: &[KernelSource],
     cache_dir: Option<&Path>,
 ) -> Result<Vec<(PathBuf, usize)>> {
-    let mut out = Vec::new();
-    for src in sources {
-        let c = compile_cached(src, arch, cache_dir)?;
-        let path = dir.join(prebuilt_file_name(src, arch));
-        store(dir, &path, &c.image)
+    let jobs: Vec<_> = sources.iter().map(|s| (*s, Target::Cubin(arch))).collect();
+    Ok(prebuild(dir, &jobs, 1, cache_dir)?
+        .into_iter()
+        .map(|b| (b.path, b.bytes))
+        .collect())
+}
+
+/// One file [`prebuild`] wrote.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The program.
+    pub name: &'static str,
+    /// What it was compiled to.
+    pub target: Target,
+    /// The file.
+    pub path: PathBuf,
+    /// Its size.
+    pub bytes: usize,
+    /// Seconds NVRTC took (0 when it came from the disk cache).
+    pub seconds: f64,
+}
+
+/// Compiles each (program, target) of `jobs` on `threads` threads (NVRTC
+/// compiles distinct programs concurrently) and writes it into `dir` under
+/// its prebuilt name; CUBINs go through the disk cache `cache_dir`. The
+/// files in the order of `jobs`; the first error stops the rest.
+pub fn prebuild(
+    dir: &Path,
+    jobs: &[(KernelSource, Target)],
+    threads: usize,
+    cache_dir: Option<&Path>,
+) -> Result<Vec<Built>> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::system(format!("cannot create {}: {e}", dir.display())))?;
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let done: Mutex<Vec<Option<Result<Built>>>> = Mutex::new(vec![None; jobs.len()]);
+    let one = |(src, target): &(KernelSource, Target)| -> Result<Built> {
+        let t = Instant::now();
+        let (image, fresh) = match *target {
+            Target::Cubin(arch) => {
+                let c = compile_cached(src, arch, cache_dir)?;
+                let fresh = matches!(c.origin, Origin::Compiled(_));
+                (c.image, fresh)
+            }
+            Target::Ptx(arch) => (Arc::new(compile_ptx_now(src, arch)?), true),
+        };
+        let path = dir.join(prebuilt_name(src, *target));
+        store(dir, &path, &image)
             .map_err(|e| Error::system(format!("cannot write {}: {e}", path.display())))?;
-        out.push((path, c.image.len()));
+        Ok(Built {
+            name: src.name,
+            target: *target,
+            path,
+            bytes: image.len(),
+            seconds: if fresh {
+                t.elapsed().as_secs_f64()
+            } else {
+                0.0
+            },
+        })
+    };
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, jobs.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= jobs.len() || failed.load(Ordering::Relaxed) {
+                    break;
+                }
+                let r = one(&jobs[i]);
+                if r.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+            });
+        }
+    });
+    let done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut out = Vec::with_capacity(jobs.len());
+    for r in done.into_iter().flatten() {
+        out.push(r?);
     }
     Ok(out)
 }
@@ -245,13 +443,35 @@ pub fn compile_cached(src: &KernelSource, arch: u32, cache_dir: Option<&Path>) -
     })
 }
 
-/// `src` for `arch`: from the prebuilt folder when it has it, else through
+/// `src` for a GPU of `arch`: from the prebuilt folder when it has something
+/// that runs there ([`find_prebuilt`]), else through
 /// the default cache folder (compiled by NVRTC when missing there too).
 pub fn compile(src: &KernelSource, arch: u32) -> Result<Compiled> {
-    if let Some(c) = prebuilt_dir().and_then(|d| from_prebuilt(src, arch, &d)) {
-        return Ok(c);
+    let c = match prebuilt_dir().and_then(|d| find_prebuilt(src, arch, &d)) {
+        Some(c) => c,
+        None => compile_cached(src, arch, default_cache_dir().as_deref())?,
+    };
+    // One INFO line per program and process: with NCCL_DEBUG=INFO it shows
+    // whether a packaged folder left anything to compile.
+    let from = match c.origin {
+        Origin::Memory => None,
+        Origin::Prebuilt => Some("a prebuilt CUBIN".to_string()),
+        Origin::PrebuiltPtx => Some("prebuilt PTX (the driver compiles it)".to_string()),
+        Origin::DiskCache => Some("the kernel cache".to_string()),
+        Origin::Compiled(ms) => Some(format!("NVRTC, {ms:.0} ms")),
+    };
+    if let Some(from) = from {
+        oxccl_env::info!(
+            oxccl_env::log::Subsys::INIT,
+            "GPU kernels {} for sm_{arch} from {from}{}",
+            src.name,
+            c.cache_file
+                .as_ref()
+                .map(|f| format!(" ({})", f.display()))
+                .unwrap_or_default()
+        );
     }
-    compile_cached(src, arch, default_cache_dir().as_deref())
+    Ok(c)
 }
 
 fn store(dir: &Path, path: &Path, img: &[u8]) -> std::io::Result<()> {
@@ -274,14 +494,20 @@ fn nvrtc_err(what: &str, r: sys::nvrtcResult) -> Error {
 /// Compiles without any cache. Errors carry NVRTC's log.
 pub fn compile_now(src: &KernelSource, arch: u32) -> Result<Vec<u8>> {
     loader::nvrtc()?;
-    loader::guarded("NVRTC", || compile_inner(src, arch))
+    loader::guarded("NVRTC", || compile_inner(src, Target::Cubin(arch)))
+}
+
+/// PTX of `src` for `compute_<arch>`, NUL-terminated, without any cache.
+pub fn compile_ptx_now(src: &KernelSource, arch: u32) -> Result<Vec<u8>> {
+    loader::nvrtc()?;
+    loader::guarded("NVRTC", || compile_inner(src, Target::Ptx(arch)))
 }
 
 fn cstring(s: &str) -> Result<CString> {
     CString::new(s).map_err(|_| Error::internal("NUL byte in a kernel source or option"))
 }
 
-fn compile_inner(src: &KernelSource, arch: u32) -> Result<Vec<u8>> {
+fn compile_inner(src: &KernelSource, target: Target) -> Result<Vec<u8>> {
     let text = cstring(src.source)?;
     let name = cstring(src.name)?;
     let hdr_texts: Vec<CString> = HEADERS
@@ -294,7 +520,7 @@ fn compile_inner(src: &KernelSource, arch: u32) -> Result<Vec<u8>> {
         .collect::<Result<_>>()?;
     let hdr_text_ptrs: Vec<*const c_char> = hdr_texts.iter().map(|c| c.as_ptr()).collect();
     let hdr_name_ptrs: Vec<*const c_char> = hdr_names.iter().map(|c| c.as_ptr()).collect();
-    let opts: Vec<CString> = options(arch)
+    let opts: Vec<CString> = target_options(target)
         .iter()
         .map(|o| cstring(o))
         .collect::<Result<_>>()?;
@@ -333,31 +559,39 @@ fn compile_inner(src: &KernelSource, arch: u32) -> Result<Vec<u8>> {
         return Err(Error::new(
             ErrorKind::UnhandledCuda,
             format!(
-                "NVRTC could not compile {} for sm_{arch} ({r:?}):\n{log}",
-                src.name
+                "NVRTC could not compile {} for {} ({r:?}):\n{log}",
+                src.name,
+                target.tag()
             ),
         ));
     }
+    let (size_of, get): (SizeFn, GetFn) = match target {
+        Target::Cubin(_) => (sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN),
+        Target::Ptx(_) => (sys::nvrtcGetPTXSize, sys::nvrtcGetPTX),
+    };
     let mut size = 0usize;
     // SAFETY: `prog` compiled; writes one usize.
-    let r = unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) };
+    let r = unsafe { size_of(prog.0, &mut size) };
     if r != sys::nvrtcResult::NVRTC_SUCCESS {
-        return Err(nvrtc_err("nvrtcGetCUBINSize", r));
+        return Err(nvrtc_err("nvrtcGet(CUBIN|PTX)Size", r));
     }
     let mut buf = vec![0u8; size];
-    // SAFETY: `buf` has the `size` bytes nvrtc asked for.
-    let r = unsafe { sys::nvrtcGetCUBIN(prog.0, buf.as_mut_ptr() as *mut c_char) };
+    // SAFETY: `buf` has the `size` bytes nvrtc asked for (PTX: with its NUL).
+    let r = unsafe { get(prog.0, buf.as_mut_ptr() as *mut c_char) };
     if r != sys::nvrtcResult::NVRTC_SUCCESS {
-        return Err(nvrtc_err("nvrtcGetCUBIN", r));
+        return Err(nvrtc_err("nvrtcGet(CUBIN|PTX)", r));
     }
-    if buf.is_empty() {
+    if buf.iter().all(|&b| b == 0) {
         return Err(Error::new(
             ErrorKind::UnhandledCuda,
-            format!("NVRTC produced an empty CUBIN for {}", src.name),
+            format!("NVRTC produced an empty {} for {}", target.tag(), src.name),
         ));
     }
     Ok(buf)
 }
+
+type SizeFn = unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult;
+type GetFn = unsafe fn(sys::nvrtcProgram, *mut c_char) -> sys::nvrtcResult;
 
 fn program_log(prog: sys::nvrtcProgram) -> String {
     let mut size = 0usize;

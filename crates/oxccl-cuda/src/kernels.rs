@@ -1,4 +1,5 @@
-//! The CUDA C++ sources in `kernels/`, compiled by NVRTC on first use.
+//! The CUDA C++ sources in `kernels/`: compiled ahead of time by `oxccl
+//! kernels` (the programs of [`prebuilt_sources`]), else by NVRTC on first use.
 
 /// Headers the sources `#include`, handed to NVRTC by name.
 pub const HEADERS: &[(&str, &str)] = &[
@@ -112,9 +113,6 @@ fn variant_of(
     })
 }
 
-/// Every program, for the compile-everything test.
-pub const ALL: &[KernelSource] = &[ALLREDUCE, COPY, RING];
-
 /// The ops of [`ce_reduce_variant`].
 pub const CE_OPS: [crate::ce_reduce::Op; 4] = [
     crate::ce_reduce::Op::Sum,
@@ -123,22 +121,71 @@ pub const CE_OPS: [crate::ce_reduce::Op; 4] = [
     crate::ce_reduce::Op::Min,
 ];
 
-/// Every program a run may load (what `oxccl kernels` prebuilds): the
-/// two-GPU kernels, the copy kernel, the ring's point-to-point program,
-/// each (type, op) ring program and each copy-engine reduction. Not [`RING`], which holds all 72 at once
-/// for the compile test only.
+/// Every program a run may load on any GPU (what `oxccl kernels` prebuilds
+/// for sm_89 and newer): the two-GPU kernels, the copy kernel, the ring's
+/// point-to-point program, each (type, op) ring program and each
+/// copy-engine reduction. Not [`RING`], which holds all 72 ring kernels at
+/// once and is never loaded.
 pub fn runtime_sources() -> Vec<KernelSource> {
+    prebuilt_sources(u32::MAX)
+}
+
+/// The oldest architecture with the fp8 conversions (common.cuh); before
+/// it the fp8 programs do not compile, and [`ALLREDUCE`] leaves its fp8
+/// kernels out.
+pub const FP8_MIN_ARCH: u32 = 89;
+
+/// Whether a GPU of `arch` (compute capability x 10) runs kernels of type `t`.
+pub fn type_runs_on(t: oxccl_core::DataType, arch: u32) -> bool {
+    use oxccl_core::DataType::{Float8e4m3, Float8e5m2};
+    !matches!(t, Float8e4m3 | Float8e5m2) || arch >= FP8_MIN_ARCH
+}
+
+/// The programs a run on a GPU of `arch` may load ([`runtime_sources`]
+/// less the fp8 ones where the GPU has no fp8): what `oxccl kernels`
+/// compiles for `arch`, longest first (the ring programs, then the rest).
+pub fn prebuilt_sources(arch: u32) -> Vec<KernelSource> {
     let premul = oxccl_core::RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0));
-    let mut v = vec![ALLREDUCE, COPY, ring_p2p()];
-    for t in oxccl_core::DataType::ALL {
+    let types = || {
+        oxccl_core::DataType::ALL
+            .into_iter()
+            .filter(move |&t| type_runs_on(t, arch))
+    };
+    let mut v = vec![ALLREDUCE];
+    for t in types() {
         for op in oxccl_core::RedOp::BUILTIN.into_iter().chain([premul]) {
             v.push(ring_variant(t, op));
         }
     }
-    for t in oxccl_core::DataType::ALL {
+    v.push(ring_p2p());
+    for t in types() {
         for op in CE_OPS {
             v.push(ce_reduce_variant(t, op));
         }
+    }
+    v.push(COPY);
+    v
+}
+
+/// What `oxccl kernels` compiles: every program of [`prebuilt_sources`]
+/// as a CUBIN for each of `archs` and, when `ptx`, as PTX for the newest
+/// of them (for GPUs newer than any of `archs`).
+pub fn prebuild_jobs(archs: &[u32], ptx: bool) -> Vec<(KernelSource, crate::compile::Target)> {
+    use crate::compile::Target;
+    let mut v = Vec::new();
+    for &a in archs {
+        v.extend(
+            prebuilt_sources(a)
+                .into_iter()
+                .map(|s| (s, Target::Cubin(a))),
+        );
+    }
+    if let (true, Some(&newest)) = (ptx, archs.iter().max()) {
+        v.extend(
+            prebuilt_sources(newest)
+                .into_iter()
+                .map(|s| (s, Target::Ptx(newest))),
+        );
     }
     v
 }
