@@ -1512,3 +1512,46 @@ fn torch_check_sees_a_preloaded_oxccl_by_binding() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A virtual environment used without activating it (its python3 first on
+/// PATH, no VIRTUAL_ENV): pip's NVIDIA NCCL and the oxccl wheel's library
+/// inside it are both listed, with where they came from.
+#[test]
+fn unactivated_venv_libraries_are_found() {
+    let root = cpu_machine("venv");
+    write(&root, "/opt/venv/bin/python3", "#!/bin/sh\n");
+    write(&root, "/opt/venv/pyvenv.cfg", "home = /usr/bin\n");
+    let sp = "/opt/venv/lib/python3.12/site-packages";
+    write(
+        &root,
+        &format!("{sp}/nvidia/nccl/lib/libnccl.so.2.28.9"),
+        "fake",
+    );
+    write(&root, &format!("{sp}/oxccl/lib/libnccl.so.2"), "fake");
+    let without = doctor(
+        &["--sysroot", &root_arg(&root), "--json"],
+        &[("PATH", "/usr/bin")],
+    );
+    let v0 = json(&without);
+    let d0 = one(&v0, "nccl.libs");
+    assert_eq!(d0["status"], "skip", "{d0:#}");
+    let o = doctor(
+        &["--sysroot", &root_arg(&root), "--json"],
+        &[("PATH", "/opt/venv/bin:/usr/bin")],
+    );
+    let v = json(&o);
+    let d = one(&v, "nccl.versions")["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        d.contains(&format!(
+            "{sp}/nvidia/nccl/lib/libnccl.so.2.28.9: 2.28.9 (file name) [pip (nvidia-nccl)]"
+        )),
+        "{d}"
+    );
+    assert!(
+        d.contains(&format!("{sp}/oxccl/lib/libnccl.so.2: ")) && d.contains("[pip (oxccl wheel)]"),
+        "{d}"
+    );
+}
