@@ -239,14 +239,13 @@ pub fn main(a: &RunArgs) -> i32 {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
-    let status = if a.check {
+    if a.check {
         let (status, seen) = watch(pid);
         report(&seen, &lib);
         status
     } else {
         wait_for(pid)
-    };
-    status
+    }
 }
 
 /// The exit status to return for a wait status.
