@@ -5,12 +5,15 @@
 //! (or nccl-tests' text output) as an SVG (see [`plot`]); `oxccl doctor`
 //! checks the machine and says how to fix what is wrong (see [`doctor`]);
 //! `oxccl topo` prints the machine's topology and the plan on it (see [`topo`]);
-//! `oxccl kernels` prebuilds the GPU kernels for packaging (see [`kernels`]).
+//! `oxccl kernels` prebuilds the GPU kernels for packaging (see [`kernels`]);
+//! `oxccl run -- CMD` starts a job with oxccl's library preloaded (see [`run`]).
 
 mod doctor;
 mod kernels;
+mod libpath;
 mod perf;
 mod plot;
+mod run;
 mod topo;
 
 use clap::{Parser, Subcommand};
@@ -45,6 +48,8 @@ enum Cmd {
     Topo(topo::TopoArgs),
     /// Compile every GPU kernel into a folder to ship beside libnccl.so.2 (first starts then compile nothing)
     Kernels(kernels::KernelsArgs),
+    /// Run a command (torchrun, srun, python...) with oxccl's libnccl.so.2 preloaded for it and its children
+    Run(run::RunArgs),
 }
 
 /// Clap's error on one line: its message lines up to the usage, joined.
@@ -82,6 +87,7 @@ fn main() {
                         Some("doctor") => "oxccl doctor --help",
                         Some("topo") => "oxccl topo --help",
                         Some("kernels") => "oxccl kernels --help",
+                        Some("run") => "oxccl run --help",
                         _ => "oxccl --help",
                     };
                     eprintln!("oxccl: {} (see '{sub}')", one_line(&e));
@@ -96,6 +102,7 @@ fn main() {
         Cmd::Doctor(a) => doctor::main(&a),
         Cmd::Topo(a) => topo::main(&a),
         Cmd::Kernels(a) => kernels::main(&a),
+        Cmd::Run(a) => run::main(&a),
     };
     std::process::exit(code);
 }

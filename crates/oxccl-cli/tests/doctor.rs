@@ -1431,3 +1431,158 @@ fn listen_timeout_and_bind_failure() {
     let o = doctor(&["--listen", "nowhere:x"], &[]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+/// oxccl's libnccl.so, built for these tests as a dev-dependency (cargo
+/// puts the cdylib in target/<profile>/deps beside the test executable).
+fn oxccl_lib() -> PathBuf {
+    let p = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libnccl.so");
+    assert!(
+        p.is_file(),
+        "{} missing (oxccl-nccl is a dev-dependency)",
+        p.display()
+    );
+    p
+}
+
+/// Runs `cc ARGS`, failing the test when it fails.
+fn cc_ok(args: &[&str]) {
+    let o = Command::new("cc").args(args).output().expect("cc");
+    assert!(
+        o.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The PyTorch check on the real machine, with a stand-in `torch` package
+/// (PYTHONPATH) whose `libtorch_cuda.so` needs a fake NVIDIA libnccl.so.2
+/// (its RUNPATH) and is loaded RTLD_LOCAL as Python loads extensions. With
+/// a copy of oxccl's library preloaded (a plain path: known by content),
+/// the calls bind to oxccl although NVIDIA's copy is mapped too; without
+/// it, to NVIDIA's copy through libtorch_cuda.so's dependencies.
+#[test]
+fn torch_check_sees_a_preloaded_oxccl_by_binding() {
+    let dir = std::env::temp_dir().join(format!("doctor-torch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let nv = dir.join("nvidia/nccl/lib");
+    let tlib = dir.join("py/torch/lib");
+    let plain = dir.join("plain");
+    for d in [&nv, &tlib, &dir.join("py/torch/distributed"), &plain] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(
+        dir.join("nv.c"),
+        "int ncclGetVersion(int *v) { *v = 22809; return 0; }\n",
+    )
+    .unwrap();
+    let nv_so = nv.join("libnccl.so.2");
+    cc_ok(&[
+        "-shared",
+        "-fPIC",
+        "-Wl,-soname,libnccl.so.2",
+        "-o",
+        nv_so.to_str().unwrap(),
+        dir.join("nv.c").to_str().unwrap(),
+    ]);
+    std::fs::write(
+        dir.join("t.c"),
+        "int ncclGetVersion(int *v);\nint torch_nccl(void) { int v = 0; ncclGetVersion(&v); return v; }\n",
+    )
+    .unwrap();
+    let rpath = format!("-Wl,-rpath,{}", nv.display());
+    let l_dir = format!("-L{}", nv.display());
+    cc_ok(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        tlib.join("libtorch_cuda.so").to_str().unwrap(),
+        dir.join("t.c").to_str().unwrap(),
+        &l_dir,
+        "-l:libnccl.so.2",
+        &rpath,
+    ]);
+    std::fs::write(
+        dir.join("py/torch/__init__.py"),
+        "import ctypes, os\n\
+         __version__ = '0.0.0+stand-in'\n\
+         class version: cuda = '13.0'\n\
+         class cuda:\n    class nccl:\n        @staticmethod\n        def version(): return (2, 28, 9)\n\
+         _C = ctypes.CDLL(os.path.join(os.path.dirname(__file__), 'lib', 'libtorch_cuda.so'))\n\
+         _C.torch_nccl()\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("py/torch/distributed/__init__.py"),
+        "def is_nccl_available(): return True\n",
+    )
+    .unwrap();
+    let copy = plain.join("libnccl.so.2");
+    std::fs::copy(oxccl_lib(), &copy).unwrap();
+    let py = dir.join("py").display().to_string();
+    let torch_detail = |env: &[(&str, &str)]| {
+        let o = doctor(&["--json"], env);
+        let v = json(&o);
+        one(&v, "torch")["detail"].as_str().unwrap().to_string()
+    };
+    let copy_s = copy.display().to_string();
+    let d = torch_detail(&[("PYTHONPATH", &py), ("LD_PRELOAD", &copy_s)]);
+    assert!(
+        d.contains(&format!("ncclGetVersion binds to {copy_s} (through the global scope: LD_PRELOAD or the program): oxccl's")),
+        "{d}"
+    );
+    let d = torch_detail(&[("PYTHONPATH", &py)]);
+    let nv_s = nv_so.display().to_string();
+    assert!(
+        d.contains(&format!("ncclGetVersion binds to {nv_s} (through "))
+            && d.contains("libtorch_cuda.so's own dependencies): not oxccl's"),
+        "{d}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A virtual environment used without activating it (its python3 first on
+/// PATH, no VIRTUAL_ENV): pip's NVIDIA NCCL and the oxccl wheel's library
+/// inside it are both listed, with where they came from.
+#[test]
+fn unactivated_venv_libraries_are_found() {
+    let root = cpu_machine("venv");
+    write(&root, "/opt/venv/bin/python3", "#!/bin/sh\n");
+    write(&root, "/opt/venv/pyvenv.cfg", "home = /usr/bin\n");
+    let sp = "/opt/venv/lib/python3.12/site-packages";
+    write(
+        &root,
+        &format!("{sp}/nvidia/nccl/lib/libnccl.so.2.28.9"),
+        "fake",
+    );
+    write(&root, &format!("{sp}/oxccl/lib/libnccl.so.2"), "fake");
+    let without = doctor(
+        &["--sysroot", &root_arg(&root), "--json"],
+        &[("PATH", "/usr/bin")],
+    );
+    let v0 = json(&without);
+    let d0 = one(&v0, "nccl.libs");
+    assert_eq!(d0["status"], "skip", "{d0:#}");
+    let o = doctor(
+        &["--sysroot", &root_arg(&root), "--json"],
+        &[("PATH", "/opt/venv/bin:/usr/bin")],
+    );
+    let v = json(&o);
+    let d = one(&v, "nccl.versions")["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        d.contains(&format!(
+            "{sp}/nvidia/nccl/lib/libnccl.so.2.28.9: 2.28.9 (file name) [pip (nvidia-nccl)]"
+        )),
+        "{d}"
+    );
+    assert!(
+        d.contains(&format!("{sp}/oxccl/lib/libnccl.so.2: ")) && d.contains("[pip (oxccl wheel)]"),
+        "{d}"
+    );
+}

@@ -255,8 +255,54 @@ pub fn expected_nvlink_busbw(links: u32) -> f64 {
 /// How long importing torch may take in the child (cold imports take 5–15 s).
 pub const TORCH_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The child's script: prints one JSON line.
-pub const TORCH_SCRIPT: &str = r#"
+/// Python that says which file a process's NCCL calls bind to, by the
+/// dynamic loader's own answer: `ncclGetVersion` resolved through the global
+/// scope (the program, LD_PRELOAD, RTLD_GLOBAL libraries: what every
+/// library's calls bind to first), else through an already loaded library's
+/// own dependencies (`nccl_binding(path)`), then `dladdr` names the file
+/// that provides it. oxccl is known by content ([`crate::run::OXCCL_MARKER`]
+/// in the file), not by its path.
+pub const BINDING_PY: &str = r#"
+import ctypes, mmap, os
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+def is_oxccl_file(path):
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return m.find(b"oxccl version ") >= 0
+    except (OSError, ValueError):
+        return False
+def nccl_binding(local=None):
+    g = ctypes.CDLL(None)
+    addr, how = None, None
+    try:
+        addr, how = ctypes.cast(g.ncclGetVersion, ctypes.c_void_p).value, "global scope"
+    except AttributeError:
+        pass
+    if addr is None and local:
+        try:
+            h = ctypes.CDLL(local, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            addr, how = ctypes.cast(h.ncclGetVersion, ctypes.c_void_p).value, local
+        except (OSError, AttributeError):
+            pass
+    if addr is None:
+        return {"binding": None}
+    dladdr = g.dladdr
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    info = _DlInfo()
+    if not dladdr(addr, ctypes.byref(info)) or not info.fname:
+        return {"binding": None, "binding_error": "dladdr found no file"}
+    f = os.path.realpath(info.fname.decode())
+    return {"binding": f, "binding_via": how, "binding_oxccl": is_oxccl_file(f)}
+"#;
+
+/// The child's script: [`BINDING_PY`], then PyTorch's facts; one JSON line.
+pub fn torch_script() -> String {
+    format!("{BINDING_PY}\n{TORCH_PY}")
+}
+
+const TORCH_PY: &str = r#"
 import json, sys
 r = {}
 try:
@@ -282,6 +328,11 @@ for l in open("/proc/self/maps"):
     if ("libnccl" in p or "libtorch_cuda" in p) and p not in libs:
         libs.append(p)
 r["loaded"] = libs
+cuda_lib = next((p for p in libs if "libtorch_cuda" in p), None)
+try:
+    r.update(nccl_binding(cuda_lib))
+except Exception as e:
+    r["binding_error"] = repr(e)
 print(json.dumps(r))
 "#;
 
@@ -344,27 +395,40 @@ pub fn pytorch(f: &TorchFacts, gpus: usize) -> Check {
                 "False".into()
             })
     );
-    match (cuda_lib, nccl_lib) {
-        (Some(c), Some(n)) => {
-            let _ = write!(detail, "\n{c} resolves libnccl.so.2 to {n}");
-            let oxccl = n.contains("oxccl") || n.contains("target-");
+    let binding = v.get("binding").and_then(|x| x.as_str());
+    let binding_oxccl = v.get("binding_oxccl").and_then(|x| x.as_bool()) == Some(true);
+    match (binding, cuda_lib, nccl_lib) {
+        (Some(b), _, _) => {
+            let via = match v.get("binding_via").and_then(|x| x.as_str()) {
+                Some("global scope") | None => {
+                    "through the global scope: LD_PRELOAD or the program".to_string()
+                }
+                Some(lib) => format!("through {lib}'s own dependencies"),
+            };
             let _ = write!(
                 detail,
-                " ({})",
-                if oxccl {
+                "\nncclGetVersion binds to {b} ({via}): {}",
+                if binding_oxccl {
                     "oxccl's"
                 } else {
-                    "not oxccl's: LD_PRELOAD oxccl's libnccl.so.2 to use it"
+                    "not oxccl's; to use oxccl start the job with `oxccl run -- CMD` (or LD_PRELOAD oxccl's libnccl.so.2)"
                 }
             );
         }
-        (None, Some(n)) => {
+        (None, Some(c), Some(n)) => {
+            let _ = write!(
+                detail,
+                "\n{c} loaded {n}, whose ncclGetVersion the loader did not show ({})",
+                s("binding_error")
+            );
+        }
+        (None, None, Some(n)) => {
             let _ = write!(detail, "\nlibnccl loaded from {n}");
         }
-        (Some(c), None) => {
+        (None, Some(c), None) => {
             let _ = write!(detail, "\n{c} loaded, no libnccl mapped after import (NCCL is linked statically or loaded lazily)");
         }
-        (None, None) => detail.push_str("\nno libtorch_cuda.so loaded (a CPU-only build)"),
+        (None, None, None) => detail.push_str("\nno libtorch_cuda.so loaded (a CPU-only build)"),
     }
     let cpu_only = s("cuda") == "?" || v.get("cuda").is_some_and(|c| c.is_null());
     if gpus > 0 && cpu_only {
@@ -385,12 +449,13 @@ pub fn pytorch(f: &TorchFacts, gpus: usize) -> Check {
     Check::new("torch", TORCH, Status::Ok, detail)
 }
 
-/// Runs `python3 -c TORCH_SCRIPT` under [`TORCH_TIMEOUT`].
+/// Runs `python3 -c` [`torch_script`] under [`TORCH_TIMEOUT`].
 pub fn torch_facts() -> TorchFacts {
     use std::io::Read;
     use std::process::{Command, Stdio};
     let mut child = match Command::new("python3")
-        .args(["-c", TORCH_SCRIPT])
+        .arg("-c")
+        .arg(torch_script())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -955,6 +1020,41 @@ mod tests {
         });
         assert_eq!(err[0].status, Status::Fail);
         assert!(err[0].fix.is_some());
+    }
+
+    /// The verdict follows the loader's binding and the file's content, not
+    /// the first libnccl mapped or a path that looks like oxccl's.
+    #[test]
+    fn torch_binding_decides_by_symbol_and_content() {
+        let nv = "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2";
+        let ox = "/opt/x/libnccl.so.2";
+        let report = |binding: &str, via: &str, oxccl: bool| {
+            serde_json::json!({"version": "2.9.0", "cuda": "13.0", "nccl": "2.28.9",
+                "nccl_available": true,
+                "loaded": ["/venv/torch/lib/libtorch_cuda.so", nv, ox],
+                "binding": binding, "binding_via": via, "binding_oxccl": oxccl})
+        };
+        // Preloaded oxccl, mapped after NVIDIA's copy: oxccl's.
+        let c = pytorch(&TorchFacts::Report(report(ox, "global scope", true)), 2);
+        assert_eq!(c.status, Status::Ok, "{c:?}");
+        assert!(c.detail.contains(&format!("ncclGetVersion binds to {ox} (through the global scope: LD_PRELOAD or the program): oxccl's")), "{c:?}");
+        // NVIDIA's through libtorch_cuda's dependencies: not oxccl's, with the way to change it.
+        let c = pytorch(
+            &TorchFacts::Report(report(nv, "/venv/torch/lib/libtorch_cuda.so", false)),
+            2,
+        );
+        assert!(c.detail.contains(&format!("binds to {nv} (through /venv/torch/lib/libtorch_cuda.so's own dependencies): not oxccl's")), "{c:?}");
+        assert!(c.detail.contains("oxccl run -- CMD"), "{c:?}");
+        // A path naming oxccl proves nothing.
+        let c = pytorch(
+            &TorchFacts::Report(report(
+                "/home/u/oxccl/target-x/libnccl.so.2",
+                "global scope",
+                false,
+            )),
+            2,
+        );
+        assert!(c.detail.contains("not oxccl's"), "{c:?}");
     }
 
     #[test]

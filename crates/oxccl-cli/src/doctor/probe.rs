@@ -511,12 +511,28 @@ fn conda_prefixes(sys: &System) -> Vec<String> {
 }
 
 /// Prefixes whose `lib/python3*/{site,dist}-packages` pip installs into:
-/// /usr, /usr/local, conda's, $VIRTUAL_ENV, ~/.local.
+/// /usr, /usr/local, conda's, $VIRTUAL_ENV, the virtual environment of the
+/// first `python3` on PATH (a `pyvenv.cfg` above its `bin/`: used without
+/// activating it, as containers and job scripts do), ~/.local.
 pub(super) fn python_prefixes(sys: &System) -> Vec<String> {
     let mut py = vec!["/usr".to_string(), "/usr/local".to_string()];
     py.extend(conda_prefixes(sys));
     if let Some(v) = sys.var("VIRTUAL_ENV") {
-        py.push(v.to_string());
+        py.push(v.trim_end_matches('/').to_string());
+    }
+    let first_python = sys
+        .var("PATH")
+        .unwrap_or("")
+        .split(':')
+        .map(|d| d.trim_end_matches('/'))
+        .find(|d| d.starts_with('/') && sys.exists(&format!("{d}/python3")));
+    if let Some(venv) = first_python
+        .and_then(|d| d.strip_suffix("/bin"))
+        .filter(|v| sys.exists(&format!("{v}/pyvenv.cfg")))
+    {
+        if !py.iter().any(|p| p == venv) {
+            py.push(venv.to_string());
+        }
     }
     if let Some(h) = sys.var("HOME") {
         py.push(format!("{h}/.local"));
@@ -540,7 +556,7 @@ pub(super) struct Found {
 /// could load, in the loader's order: LD_PRELOAD, LD_LIBRARY_PATH, the
 /// loader cache (or `ldconfig -p`), ld.so.conf's folders, the default
 /// folders; then, off the loader's path, /usr/local, the CUDA toolkits,
-/// conda and pip's `nvidia/PIP/lib` folders. One entry per file (a symlink
+/// conda and pip's `PACKAGE/lib` folders (`nvidia/nccl`, the oxccl wheel's `oxccl`). One entry per file (a symlink
 /// and its target are one). Also: how many places were searched, and notes.
 pub(super) fn find_libs(
     sys: &System,
@@ -614,7 +630,7 @@ pub(super) fn find_libs(
     for prefix in &python_prefixes(sys) {
         for sp in ["site-packages", "dist-packages"] {
             for (sub, origin) in pip {
-                for d in sys.glob(&format!("{prefix}/lib/python3*/{sp}/nvidia/{sub}/lib")) {
+                for d in sys.glob(&format!("{prefix}/lib/python3*/{sp}/{sub}/lib")) {
                     places.push((d, format!("pip ({origin})"), false));
                 }
             }
@@ -678,7 +694,11 @@ fn soname_first(name: &str, stem: &str) -> u8 {
 }
 
 fn gather_nccl(sys: &System) -> NcclFacts {
-    let (found, searched, notes) = find_libs(sys, "libnccl.so", &[("nccl", "nvidia-nccl")]);
+    let (found, searched, notes) = find_libs(
+        sys,
+        "libnccl.so",
+        &[("nvidia/nccl", "nvidia-nccl"), ("oxccl", "oxccl wheel")],
+    );
     let libs = found
         .into_iter()
         .map(|f| NcclLib {
@@ -751,8 +771,8 @@ fn gather_cudart(sys: &System, driver: &DriverFacts) -> CudartFacts {
         sys,
         "libcudart.so",
         &[
-            ("cuda_runtime", "nvidia-cuda-runtime"),
-            ("cu13", "nvidia-cuda-runtime, CUDA 13"),
+            ("nvidia/cuda_runtime", "nvidia-cuda-runtime"),
+            ("nvidia/cu13", "nvidia-cuda-runtime, CUDA 13"),
         ],
     );
     CudartFacts {

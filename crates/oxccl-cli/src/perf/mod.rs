@@ -479,23 +479,15 @@ pub fn default_lib_path() -> Option<PathBuf> {
     default_lib().0
 }
 
-/// oxccl's libnccl next to this executable (`libnccl.so.2`, then `libnccl.so`:
-/// `cargo xtask build` leaves both in target/release), else in `../lib/`
-/// (`cargo xtask install`'s DIR/bin and DIR/lib), and the executable's path
+/// oxccl's libnccl for this executable ([`crate::libpath::find`]: beside
+/// it, in `../lib/`, or in the wheel's package), and the executable's path
 /// for messages.
 fn default_lib() -> (Option<PathBuf>, String) {
-    let exe = std::env::current_exe().ok();
-    let shown = exe.as_ref().map_or_else(
-        || "the oxccl executable".into(),
+    let shown = std::env::current_exe().map_or_else(
+        |_| "the oxccl executable".into(),
         |p| p.display().to_string(),
     );
-    let found = exe.as_ref().and_then(|e| e.parent()).and_then(|d| {
-        ["libnccl.so.2", "libnccl.so", "../lib/libnccl.so.2"]
-            .iter()
-            .map(|n| d.join(n))
-            .find(|p| p.exists())
-    });
-    (found, shown)
+    (crate::libpath::find().ok(), shown)
 }
 
 /// The sizes nccl-tests visits: from `min` to `max`, times `factor` when it
