@@ -16,6 +16,15 @@
 #                                            kernels (KERNELS, default
 #                                            BUNDLE/kernels from `oxccl
 #                                            kernels --out`) when they exist
+#   scripts/gpu-bench.sh first [N]           process start to the first finished
+#                                            all-reduce of five dtype/op pairs
+#                                            (torch_first_calls.py), empty home
+#                                            and kernel cache: NCCL (one rank
+#                                            per GPU), then oxccl with N ranks
+#                                            (default 2, sharing GPUs where
+#                                            fewer) compiling its kernels, then
+#                                            with prebuilt ones (KERNELS),
+#                                            ROUNDS times
 #   scripts/gpu-bench.sh shrink [N]          torch_shrink.py (shrink_group) with
 #                                            N processes (default 4) on oxccl,
 #                                            ranks sharing GPUs; with NCCL too
@@ -99,6 +108,23 @@ init)
       d=$(mktemp -d /tmp/oxccl-init-cache.XXXXXX)
       launch oxccl 1 "OXCCL_CACHE_DIR=$d,OXCCL_KERNEL_DIR=$K,INIT_TAG=prebuilt-start" scripts/torch_init_mem.py | grep '^INIT'
       echo "prebuilt-start: $(find "$d" -type f | wc -l) kernels compiled into the empty cache (0: all came from $K)"
+    fi
+  done
+  ;;
+first)
+  N=${2:-2}
+  K=${KERNELS:-$BUNDLE/kernels}
+  for r in $(seq 1 "$ROUNDS"); do
+    echo "== round $r"
+    # A fresh home and kernel cache for every start: a new container's first job.
+    fresh() { local h; h=$(mktemp -d /tmp/oxccl-home.XXXXXX); echo "HOME=$h,XDG_CACHE_HOME=$h/.cache,OXCCL_CACHE_DIR=$h/kcache"; }
+    NPROC=$((N < NGPU ? N : NGPU)) launch NCCL 0 "$(fresh),FIRST_TAG=ranks$((N < NGPU ? N : NGPU))" scripts/torch_first_calls.py | grep '^FIRST'
+    NPROC=$N launch oxccl 1 "$(fresh),OXCCL_KERNEL_DIR=/nonexistent,FIRST_TAG=compiling-ranks$N" scripts/torch_first_calls.py | grep '^FIRST'
+    if [ -d "$K" ]; then
+      e=$(fresh)
+      NPROC=$N launch oxccl 1 "$e,OXCCL_KERNEL_DIR=$K,FIRST_TAG=prebuilt-ranks$N" scripts/torch_first_calls.py | grep '^FIRST'
+      d=${e##*OXCCL_CACHE_DIR=}
+      echo "prebuilt: $(find "$d" -type f 2>/dev/null | wc -l) kernels compiled into the empty cache (0: all came from $K)"
     fi
   done
   ;;
