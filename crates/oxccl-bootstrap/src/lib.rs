@@ -44,6 +44,8 @@
 
 mod auth;
 mod bootstrap;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod id;
 pub mod ifname;
 mod root;
