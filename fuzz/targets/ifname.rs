@@ -1,9 +1,10 @@
 //! The `NCCL_SOCKET_IFNAME` grammar (`IfSpec::parse`) and the interface choice
 //! it drives (`ifname::select`) over a fixed set of interfaces, for each
 //! `NCCL_SOCKET_FAMILY`. Never panics; a chosen interface exists, is up and is
-//! allowed by the setting.
+//! allowed by the setting. Also `NCCL_SOCKET_FAMILY` (`Family::from_str`).
 
 use std::net::IpAddr;
+use std::str::FromStr;
 
 use honggfuzz::fuzz;
 use oxccl_bootstrap::ifname::{self, IfSpec, Interface};
@@ -32,6 +33,7 @@ fn main() {
     loop {
         fuzz!(|b: &[u8]| {
             let Some(s) = text(b) else { return };
+            let _ = Family::from_str(s);
             let spec = IfSpec::parse(s);
             assert!(spec.names.iter().all(|n| !n.is_empty() && n.trim() == n));
             for fam in [None, Some(Family::V4), Some(Family::V6)] {
