@@ -47,6 +47,11 @@ for t in $targets; do
     -- "$build/x86_64-unknown-linux-gnu/release/$t" >/dev/null 2>&1 || true
   summary=$(grep -o 'Summary iterations.*' "$ws/log" | tail -1 || true)
   echo "fuzz $t: ${summary:-no summary (see $ws/log)}"
+  timeouts=$(echo "$summary" | sed -n 's/.*timeout_count:\([0-9]*\).*/\1/p')
+  if [ "${timeouts:-0}" -gt 0 ]; then
+    # Not a failure (a loaded machine gives them too), but a hint of a slow decoder.
+    echo "  $timeouts inputs ran over 2 s: look for a slow decoder with a longer run of $t"
+  fi
   crashes=$(find "$ws" -maxdepth 1 -name '*.fuzz' | sort)
   if [ -n "$crashes" ] || [ -z "$summary" ]; then
     failed+=("$t")
