@@ -16,7 +16,7 @@
 # Time on the 2-core Debian 12 CI machine, 2026-12-02, `scripts/fuzz.sh 10` in
 # a fresh clone (nothing under target/, the apt packages and cargo's registry
 # cache already there): 4 min 9 s, of which `cargo install honggfuzz` (16 s)
-# and the build of the 15 targets take about 1 min 25 s and the runs 15 x 11 s.
+# and the build of the 15 targets take about 1 min 25 s and fuzzing 15 x 11 s.
 # The apt packages add about 10 s on a new machine. With target/ kept, the
 # install and the build are no-ops.
 set -euo pipefail
