@@ -740,9 +740,8 @@ impl Bootstrap {
             }
             e
         })?;
-        let mut m = Enc::new(wire::T_HELLO);
-        m.u32(self.rank as u32).u64(self.run_id).u8(kind).u32(tag);
-        wire::write_frame(&mut s, &m.0, lim)?;
+        let hello = encode_hello(self.rank, self.run_id, kind, tag);
+        wire::write_frame(&mut s, &hello, lim)?;
         Ok(s)
     }
 
@@ -780,10 +779,7 @@ impl Bootstrap {
                 e.insert(self.dial(peer, KIND_MSG, 0, lim)?)
             }
         };
-        let mut m = Enc::new(wire::T_MSG);
-        m.u8(ns).u32(tag);
-        m.0.extend_from_slice(data);
-        if let Err(e) = wire::write_frame(s, &m.0, lim) {
+        if let Err(e) = wire::write_frame(s, &encode_message(ns, tag, data), lim) {
             out.remove(&peer);
             return Err(e);
         }
@@ -1104,17 +1100,7 @@ fn join_root(
         }
         Err(e) => return Err(e.context(format!("bootstrap: waiting for the root at {root}"))),
     };
-    let mut d = Dec::new(&frame, "root reply");
-    match d.u8()? {
-        wire::T_TABLE => {}
-        wire::T_ERROR => return Err(wire::decode_error(&mut d)?),
-        t => {
-            return Err(Error::remote(format!(
-                "bootstrap: unexpected message type {t} from the root at {root}"
-            )))
-        }
-    }
-    let table = decode_table(&mut d)?;
+    let table = decode_root_reply(&frame, root)?;
     let ok = table.len() == nranks
         && table.iter().enumerate().all(|(i, p)| p.rank == i)
         && table[rank] == me;
@@ -1189,16 +1175,7 @@ impl ConnCtx {
             first: hello,
         } = a;
         let (run_id, nranks) = (self.run_id, self.nranks);
-        let parsed = (|| -> Result<(usize, u64, u8, u32)> {
-            let mut d = Dec::new(&hello, "hello");
-            if d.u8()? != wire::T_HELLO {
-                return Err(Error::remote("expected a hello"));
-            }
-            let r = (d.u32()? as usize, d.u64()?, d.u8()?, d.u32()?);
-            d.end()?;
-            Ok(r)
-        })();
-        let (from, their_run, kind, tag) = match parsed {
+        let (from, their_run, kind, tag) = match decode_hello(&hello) {
             Ok(x) => x,
             Err(e) => {
                 warn!(
@@ -1274,17 +1251,10 @@ fn read_messages(mut s: TcpStream, from: usize, shared: &Shared, abort: &AtomicB
             Ok(None) => return format!("bootstrap: rank {from} closed its connection (it exited or destroyed its communicator)"),
             Err(e) => return format!("bootstrap: connection from rank {from} failed: {}", e.message()),
         };
-        let mut d = Dec::new(&f, "message");
-        let parsed = (|| -> Result<(u8, u32)> {
-            if d.u8()? != wire::T_MSG {
-                return Err(Error::remote("expected a message"));
-            }
-            Ok((d.u8()?, d.u32()?))
-        })();
-        let Ok((ns, tag)) = parsed else {
+        let Ok((ns, tag, body)) = decode_message(&f) else {
             return format!("bootstrap: rank {from} sent a malformed message");
         };
-        let body = d.rest().to_vec();
+        let body = body.to_vec();
         let mut g = shared.lock();
         let c = g.queued.entry(from).or_default();
         if c.0 + body.len() > QUEUE_BYTES || c.1 + 1 > QUEUE_MSGS {
@@ -1306,9 +1276,75 @@ fn read_messages(mut s: TcpStream, from: usize, shared: &Shared, abort: &AtomicB
     }
 }
 
+/// Decodes the root's reply to a join: the rank table, or the error the root
+/// sent (as that error), or a `Remote` error for a malformed reply.
+pub(crate) fn decode_root_reply(frame: &[u8], root: SocketAddr) -> Result<Vec<PeerInfo>> {
+    let mut d = Dec::new(frame, "root reply");
+    match d.u8()? {
+        wire::T_TABLE => decode_table(&mut d),
+        wire::T_ERROR => Err(wire::decode_error(&mut d)?),
+        t => Err(Error::remote(format!(
+            "bootstrap: unexpected message type {t} from the root at {root}"
+        ))),
+    }
+}
+
+/// The first frame on a connection between ranks: who dials, for which run,
+/// what the connection carries (`KIND_MSG` or `KIND_DATA`) and its tag.
+pub(crate) fn encode_hello(rank: usize, run_id: u64, kind: u8, tag: u32) -> Vec<u8> {
+    let mut m = Enc::new(wire::T_HELLO);
+    m.u32(rank as u32).u64(run_id).u8(kind).u32(tag);
+    m.0
+}
+
+/// Decodes [`encode_hello`]'s frame: `(rank, run_id, kind, tag)`, unchecked.
+pub(crate) fn decode_hello(b: &[u8]) -> Result<(usize, u64, u8, u32)> {
+    let mut d = Dec::new(b, "hello");
+    if d.u8()? != wire::T_HELLO {
+        return Err(Error::remote("expected a hello"));
+    }
+    let r = (d.u32()? as usize, d.u64()?, d.u8()?, d.u32()?);
+    d.end()?;
+    Ok(r)
+}
+
+/// A tagged message between ranks: namespace, tag, then the payload.
+pub(crate) fn encode_message(ns: u8, tag: u32, data: &[u8]) -> Vec<u8> {
+    let mut m = Enc::new(wire::T_MSG);
+    m.u8(ns).u32(tag);
+    m.0.extend_from_slice(data);
+    m.0
+}
+
+/// Decodes [`encode_message`]'s frame: `(ns, tag, payload)`.
+pub(crate) fn decode_message(b: &[u8]) -> Result<(u8, u32, &[u8])> {
+    let mut d = Dec::new(b, "message");
+    if d.u8()? != wire::T_MSG {
+        return Err(Error::remote("expected a message"));
+    }
+    Ok((d.u8()?, d.u32()?, d.rest()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_between_ranks_decode_what_was_encoded() {
+        let h = encode_hello(7, 0xfeed, KIND_DATA, 3);
+        assert_eq!(decode_hello(&h).unwrap(), (7, 0xfeed, KIND_DATA, 3));
+        assert!(decode_hello(&h[..h.len() - 1]).is_err());
+        assert!(decode_hello(&[h.as_slice(), &[0]].concat()).is_err());
+        let m = encode_message(NS_BARRIER, 9, b"abc");
+        assert_eq!(decode_message(&m).unwrap(), (NS_BARRIER, 9, &b"abc"[..]));
+        assert!(decode_message(&h).is_err(), "a hello is not a message");
+        let root: SocketAddr = ([127, 0, 0, 1], 9).into();
+        let e = decode_root_reply(&wire::encode_error(&Error::invalid_usage("nranks")), root)
+            .unwrap_err();
+        assert_eq!((e.kind(), e.message()), (ErrorKind::InvalidUsage, "nranks"));
+        let e = decode_root_reply(&[9], root).unwrap_err();
+        assert!(e.message().contains("unexpected message type 9"), "{e}");
+    }
 
     #[test]
     fn recv_waits_name_the_collective_and_the_peer() {

@@ -55,6 +55,8 @@
 
 mod auth;
 mod bootstrap;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gate;
 pub mod id;
 pub mod ifname;

@@ -47,12 +47,12 @@ const IFNAME_SEEDS: &[&str] = &[
 ];
 /// Frames as the bootstrap writes them (payload only, without the length).
 const FRAME_SEEDS: &[&[u8]] = &[
-    include_bytes!("../../../fuzz/corpus/bootstrap_join/join_rank0_v4.bin"),
-    include_bytes!("../../../fuzz/corpus/bootstrap_join/join_rank1_v6.bin"),
-    include_bytes!("../../../fuzz/corpus/bootstrap_join/table_2.bin"),
-    include_bytes!("../../../fuzz/corpus/bootstrap_join/error.bin"),
-    include_bytes!("../../../fuzz/corpus/bootstrap_join/hello.bin"),
-    include_bytes!("../../../fuzz/corpus/bootstrap_join/msg.bin"),
+    include_bytes!("../../../fuzz/corpus/bootstrap_frames/join_rank0_v4.bin"),
+    include_bytes!("../../../fuzz/corpus/bootstrap_frames/join_rank1_v6.bin"),
+    include_bytes!("../../../fuzz/corpus/bootstrap_frames/table_2.bin"),
+    include_bytes!("../../../fuzz/corpus/bootstrap_frames/error.bin"),
+    include_bytes!("../../../fuzz/corpus/bootstrap_frames/hello.bin"),
+    include_bytes!("../../../fuzz/corpus/bootstrap_frames/msg.bin"),
 ];
 
 const CASE_LIMIT: Duration = Duration::from_secs(2);

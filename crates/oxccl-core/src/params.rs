@@ -900,7 +900,7 @@ impl Params {
         T: AsRef<str>,
     {
         let mut p = Params::default();
-        let mut seen_unknown: Vec<String> = Vec::new();
+        let mut seen_unknown: std::collections::HashSet<String> = Default::default();
         let mut take = |p: &mut Params,
                         name: &str,
                         value: &str,
@@ -908,8 +908,7 @@ impl Params {
                         origin: &str|
          -> bool {
             let Some(info) = lookup(name) else {
-                if is_checked_name(name) && !seen_unknown.iter().any(|n| n == name) {
-                    seen_unknown.push(name.to_string());
+                if is_checked_name(name) && seen_unknown.insert(name.to_string()) {
                     let hint = match closest(name) {
                         Some(c) => format!("; did you mean {c}?"),
                         None => " (ignored)".to_string(),

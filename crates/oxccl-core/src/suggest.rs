@@ -5,14 +5,13 @@
 /// Levenshtein distance, ASCII case-insensitive (`rign` → `Ring` is 2: a swap
 /// counts as two edits).
 pub fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<u8> = a.bytes().map(|c| c.to_ascii_uppercase()).collect();
-    let b: Vec<u8> = b.bytes().map(|c| c.to_ascii_uppercase()).collect();
+    let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
     for i in 1..=a.len() {
         cur[0] = i;
         for j in 1..=b.len() {
-            let sub = prev[j - 1] + usize::from(a[i - 1] != b[j - 1]);
+            let sub = prev[j - 1] + usize::from(!a[i - 1].eq_ignore_ascii_case(&b[j - 1]));
             cur[j] = sub.min(prev[j] + 1).min(cur[j - 1] + 1);
         }
         std::mem::swap(&mut prev, &mut cur);
@@ -35,25 +34,31 @@ where
     I::IntoIter: Clone,
 {
     let candidates = candidates.into_iter();
+    // The distance is at least the difference in length: candidates farther
+    // than that are skipped, so a 1 MiB word costs one pass, not 1 MiB x
+    // candidate length per candidate (a 50 KB unknown name in a configuration
+    // file took 2.3 s before).
     let best = candidates
         .clone()
+        .filter(|c| c.len().abs_diff(word.len()) <= max_distance)
         .map(|c| (edit_distance(word, c), c))
-        .min_by_key(|(d, _)| *d)?;
-    if best.0 <= max_distance {
-        return Some(best.1);
+        .min_by_key(|(d, _)| *d);
+    if let Some((d, c)) = best {
+        if d <= max_distance {
+            return Some(c);
+        }
     }
-    let upper = word.to_ascii_uppercase();
     candidates
         .filter(|c| {
-            let c_up = c.to_ascii_uppercase();
-            let (short, long) = if c_up.len() < upper.len() {
-                (c_up.as_str(), upper.as_str())
+            let (short, long) = if c.len() < word.len() {
+                (c.as_bytes(), word.as_bytes())
             } else {
-                (upper.as_str(), c_up.as_str())
+                (word.as_bytes(), c.as_bytes())
             };
-            short.len() >= min_prefix && long.starts_with(short)
+            short.len() >= min_prefix && long[..short.len()].eq_ignore_ascii_case(short)
         })
-        .min_by_key(|c| edit_distance(word, c))
+        // One is a prefix of the other: the edit distance is the difference in length.
+        .min_by_key(|c| c.len().abs_diff(word.len()))
 }
 
 /// [`nearest`] with the bounds for a value of an enumerated grammar: at most

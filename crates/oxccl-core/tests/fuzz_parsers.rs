@@ -376,3 +376,49 @@ fn strftime_extremes() {
         );
     }
 }
+
+/// Regression (found by the coverage-guided `conf` target, seed
+/// `fuzz/corpus/conf/slow_long_unknown_name.conf`): the "did you mean" search
+/// computed the edit distance from every registry name to the whole of a long
+/// unknown name or value (a 50 KB name took 2.3 s, 1 MiB would take about a
+/// minute, in a release build), and repeated unknown names were looked up in
+/// a list (quadratic). Each of these now loads in milliseconds in a release
+/// build; 2 s leaves room for a loaded debug build. A name warned about once.
+#[test]
+fn long_unknown_names_and_values_load_quickly() {
+    let slow_seed = include_str!("../../../fuzz/corpus/conf/slow_long_unknown_name.conf");
+    let cases = [
+        ("seed", slow_seed.to_string(), 1),
+        ("long name", format!("NCCL_X{}=1\n", "A".repeat(200_000)), 1),
+        (
+            "long value",
+            format!("NCCL_ALGO={}\n", "x".repeat(200_000)),
+            1,
+        ),
+        (
+            "bad items",
+            format!("NCCL_ALGO={}\n", "rign,".repeat(4_000)),
+            1,
+        ),
+        (
+            "many names",
+            (0..500)
+                .map(|i| format!("NCCL_Q{i}=1\nNCCL_Q{i}=2\n"))
+                .collect(),
+            500,
+        ),
+    ];
+    for (what, text, min_warnings) in cases {
+        let t = Instant::now();
+        let p = Params::from_sources(&[("NCCL_DEBUG", "WARN")], &[("/etc/nccl.conf", &text)])
+            .expect("loads");
+        let took = t.elapsed();
+        assert!(took < Duration::from_secs(2), "{what}: {took:?}");
+        assert!(
+            p.warnings().len() >= min_warnings,
+            "{what}: {:?}",
+            p.warnings().len()
+        );
+        assert_eq!(p.raw("NCCL_DEBUG"), Some("WARN"), "{what}");
+    }
+}

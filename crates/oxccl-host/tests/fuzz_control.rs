@@ -1,6 +1,6 @@
 //! Fuzz-style tests for the control connection's poison frames
 //! (`transport/control.rs`): a peer in another process can write anything on
-//! it. Arbitrary bytes, mutated frames from `fuzz/corpus/poison/` and
+//! it. Arbitrary bytes, mutated frames from `fuzz/corpus/control/` and
 //! oversized length fields, with and without the writer closing, must make
 //! `PeerControl::check` return `Ok` (nothing complete yet) or a typed error,
 //! never panic, never wait for more than the bytes that are there, and never
@@ -16,8 +16,8 @@ use oxccl_host::transport::PeerControl;
 use proptest::prelude::*;
 
 const SEEDS: &[&[u8]] = &[
-    include_bytes!("../../../fuzz/corpus/poison/unhandled_cuda.bin"),
-    include_bytes!("../../../fuzz/corpus/poison/remote_empty.bin"),
+    include_bytes!("../../../fuzz/corpus/control/unhandled_cuda.bin"),
+    include_bytes!("../../../fuzz/corpus/control/remote_empty.bin"),
 ];
 
 fn config(cases: u32) -> ProptestConfig {

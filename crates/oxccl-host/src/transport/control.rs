@@ -370,6 +370,28 @@ fn decode_frame(buf: &[u8]) -> std::result::Result<Option<(ErrorKind, String)>, 
     Ok(Some((kind, text)))
 }
 
+/// For the fuzz target in `fuzz/` (hidden from the docs; not an API): the
+/// control connection's frame decoder on `buf`. A report that decodes is
+/// encoded again and must decode to the same kind and text (cut to
+/// [`MAX_POISON_TEXT`] bytes, as the sender cuts it); a difference panics.
+#[doc(hidden)]
+pub fn fuzz_decode_frame(buf: &[u8]) -> std::result::Result<Option<(ErrorKind, String)>, String> {
+    let got = decode_frame(buf)?;
+    if let Some((kind, text)) = &got {
+        let again = decode_frame(&encode_frame(&Error::new(*kind, text.clone())))
+            .expect("an encoded report decodes")
+            .expect("an encoded report is complete");
+        assert_eq!(again.0, *kind, "report kind round trip");
+        if text.len() <= MAX_POISON_TEXT {
+            assert_eq!(again.1, *text, "report text round trip");
+        } else {
+            // Invalid UTF-8 decodes to U+FFFD (3 bytes for 1): cut at a char boundary.
+            assert!(text.starts_with(&again.1) && again.1.len() > MAX_POISON_TEXT - 4);
+        }
+    }
+    Ok(got)
+}
+
 impl SocketControl {
     fn gone(&self, how: &str) -> Error {
         Error::remote(format!("{} {how}: process exited or was killed", self.who))
