@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 /// 1. beside it (`cargo xtask build` leaves `oxccl`, `libnccl.so.2` and
 ///    `libnccl.so` together in target/release);
 /// 2. `../lib/libnccl.so.2` (`cargo xtask install --prefix DIR`: DIR/bin, DIR/lib);
-/// 3. `../lib/pythonX.Y/site-packages/oxccl/lib/libnccl.so.2` for each
+/// 3. `../oxccl/lib/libnccl.so.2` (the wheel installed with `pip install
+///    --target DIR`: DIR/bin/oxccl beside the package DIR/oxccl);
+/// 4. `../lib/pythonX.Y/site-packages/oxccl/lib/libnccl.so.2` for each
 ///    `python*` folder in `python_dirs` (the wheel: pip puts the executable
 ///    in the environment's `bin/` and the package under `lib/`; the same for
 ///    `pip install --user` in `~/.local`).
@@ -18,6 +20,7 @@ pub fn candidates(bin_dir: &Path, python_dirs: &[String]) -> Vec<PathBuf> {
         bin_dir.join("libnccl.so.2"),
         bin_dir.join("libnccl.so"),
         bin_dir.join("../lib/libnccl.so.2"),
+        bin_dir.join("../oxccl/lib/libnccl.so.2"),
     ];
     let mut py: Vec<&String> = python_dirs
         .iter()
@@ -71,6 +74,7 @@ mod tests {
                 "/v/bin/libnccl.so.2",
                 "/v/bin/libnccl.so",
                 "/v/bin/../lib/libnccl.so.2",
+                "/v/bin/../oxccl/lib/libnccl.so.2",
                 "/v/bin/../lib/python3.11/site-packages/oxccl/lib/libnccl.so.2",
                 "/v/bin/../lib/python3.11/dist-packages/oxccl/lib/libnccl.so.2",
                 "/v/bin/../lib/python3.12/site-packages/oxccl/lib/libnccl.so.2",
