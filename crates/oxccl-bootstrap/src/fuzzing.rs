@@ -118,8 +118,9 @@ fn server(s: &mut TcpStream, key: &[u8; 32], lim: &Limits) -> bool {
 }
 
 /// A loopback connection `(near, far)` whose far end sent `peer` and closed
-/// its write side.
-fn fed(peer: &[u8]) -> Option<(TcpStream, TcpStream)> {
+/// its write side; `near` resets on close (see [`close`]). The socket-level
+/// targets of this crate and of oxccl-host's control connection share it.
+pub fn loopback(peer: &[u8]) -> Option<(TcpStream, TcpStream)> {
     thread_local! {
         static LISTENER: Option<TcpListener> = TcpListener::bind("127.0.0.1:0").ok();
     }
@@ -127,7 +128,6 @@ fn fed(peer: &[u8]) -> Option<(TcpStream, TcpStream)> {
         let l = l.as_ref()?;
         let mut far = TcpStream::connect(l.local_addr().ok()?).ok()?;
         let (near, _) = l.accept().ok()?;
-        wire::prepare(&near).ok()?;
         reset_on_close(&near);
         // Loopback buffers hold far more than the fuzzer's inputs (kept small).
         std::io::Write::write_all(&mut far, peer).ok()?;
@@ -136,9 +136,16 @@ fn fed(peer: &[u8]) -> Option<(TcpStream, TcpStream)> {
     })
 }
 
-/// Closes the near end first, with a reset (SO_LINGER 0 set by [`fed`]), so
-/// millions of connections leave no TIME_WAIT entries to run out of ports.
-fn close(near: TcpStream, far: TcpStream) {
+/// [`loopback`] with the bootstrap's socket settings on the near end.
+fn fed(peer: &[u8]) -> Option<(TcpStream, TcpStream)> {
+    let (near, far) = loopback(peer)?;
+    wire::prepare(&near).ok()?;
+    Some((near, far))
+}
+
+/// Closes the near end first, with a reset (SO_LINGER 0 set by [`loopback`]),
+/// so millions of connections leave no TIME_WAIT entries to run out of ports.
+pub fn close<T>(near: T, far: TcpStream) {
     drop(near);
     drop(far);
 }
