@@ -89,6 +89,8 @@ pub struct DeviceInfo {
     pub name: String,
     /// PCI domain, bus and device as `0000:18:00`.
     pub pci: String,
+    /// Device memory in bytes (`cuDeviceTotalMem`).
+    pub memory: u64,
 }
 
 /// Name and PCI address of GPU `ordinal`.
@@ -134,7 +136,20 @@ pub fn device_info(ordinal: usize) -> Result<DeviceInfo> {
             attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
             attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
         );
-        Ok(DeviceInfo { ordinal, name, pci })
+        let mut memory = 0usize;
+        // SAFETY: writes one size for a valid device.
+        unsafe {
+            check(
+                sys::cuDeviceTotalMem_v2(&mut memory, dev),
+                "cuDeviceTotalMem",
+            )?
+        };
+        Ok(DeviceInfo {
+            ordinal,
+            name,
+            pci,
+            memory: memory as u64,
+        })
     })
 }
 

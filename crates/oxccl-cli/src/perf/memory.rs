@@ -79,6 +79,33 @@ pub fn check_host(n: &Need<'_>, available: u64) -> Result<(), String> {
     ))
 }
 
+/// Refuses a sweep whose buffers need more than a GPU has: `per_gpu` ranks
+/// share the GPU `gpu` (its name and ordinal) of `memory` bytes, the
+/// smallest of the machine's.
+pub fn check_device(
+    n: &Need<'_>,
+    per_gpu: usize,
+    memory: u64,
+    gpu: (&str, usize),
+) -> Result<(), String> {
+    let need = per_rank_bytes(n) * per_gpu as u128;
+    if need <= memory as u128 {
+        return Ok(());
+    }
+    let ranks = match per_gpu {
+        1 => "a rank needs".to_string(),
+        k => format!("{k} ranks per GPU need"),
+    };
+    Err(format!(
+        "-e {}: {ranks} {} of device memory for their buffers; GPU {} ({}) has {} (accepted: a smaller -e, fewer ranks per GPU or one data type)",
+        short_size(n.max_bytes),
+        gib(need),
+        gpu.1,
+        gpu.0,
+        gib(memory as u128)
+    ))
+}
+
 /// `MemAvailable` of a `/proc/meminfo` text, in bytes.
 pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
@@ -133,6 +160,24 @@ mod tests {
         // -e is the result size: each of 4 ranks sends a quarter.
         let n = need(Coll::AllGather, 4 << 20, &f, 1);
         assert_eq!(per_rank_bytes(&n), (1 << 20) + (4 << 20));
+    }
+
+    #[test]
+    fn device_refusal_names_the_gpu_and_the_ranks_on_it() {
+        let n = need(Coll::AllReduce, 64 << 30, &[DataType::Float32], 2);
+        // A send and a result buffer of 64 GiB per rank.
+        assert_eq!(per_rank_bytes(&n), 128 << 30);
+        assert!(check_device(&n, 1, 140 << 30, ("NVIDIA H200", 0)).is_ok());
+        let e = check_device(&n, 2, 140 << 30, ("NVIDIA H200", 0)).unwrap_err();
+        assert_eq!(
+            e,
+            "-e 64G: 2 ranks per GPU need 256.0 GiB of device memory for their buffers; GPU 0 (NVIDIA H200) has 140.0 GiB (accepted: a smaller -e, fewer ranks per GPU or one data type)"
+        );
+        let e = check_device(&n, 1, 80 << 30, ("A100", 3)).unwrap_err();
+        assert!(
+            e.contains("a rank needs 128.0 GiB") && e.contains("GPU 3 (A100) has 80.0 GiB"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -696,22 +696,38 @@ impl Settings {
             }
         };
         let sizes = sizes(minbytes, maxbytes, stepbytes, a.stepfactor);
+        // Ranks whose buffers this host holds.
+        let local = match &launch {
+            Launch::External(_) => threads * ngpus,
+            _ => nranks,
+        };
+        let need = memory::Need {
+            coll,
+            max_bytes: sizes.last().copied().unwrap_or(0),
+            types: &a.datatype.0,
+            nranks,
+            local_ranks: local,
+            agg: a.agg_iters,
+            unalign: a.unalign,
+        };
         if backend == Backend::Cpu {
-            let local = match &launch {
-                Launch::External(_) => threads,
-                _ => nranks,
-            };
-            let need = memory::Need {
-                coll,
-                max_bytes: sizes.last().copied().unwrap_or(0),
-                types: &a.datatype.0,
-                nranks,
-                local_ranks: local,
-                agg: a.agg_iters,
-                unalign: a.unalign,
-            };
             if let Some(avail) = memory::host_available() {
                 memory::check_host(&need, avail).map_err(UsageError)?;
+            }
+        } else if devices > 0 {
+            // Each rank's buffers on its GPU: one rank a GPU, or with
+            // --share-gpus the local ranks spread over them.
+            let per_gpu = if a.share_gpus {
+                local.div_ceil(devices)
+            } else {
+                1
+            };
+            let smallest = (0..devices)
+                .filter_map(|o| oxccl_cuda::perfio::device_info(o).ok())
+                .min_by_key(|d| d.memory);
+            if let Some(d) = smallest {
+                memory::check_device(&need, per_gpu, d.memory, (&d.name, d.ordinal))
+                    .map_err(UsageError)?;
             }
         }
         Ok(Settings {
