@@ -96,8 +96,9 @@ pub fn check_device(
         1 => "a rank needs".to_string(),
         k => format!("{k} ranks per GPU need"),
     };
+    let whose = if per_gpu == 1 { "its" } else { "their" };
     Err(format!(
-        "-e {}: {ranks} {} of device memory for their buffers; GPU {} ({}) has {} (accepted: a smaller -e, fewer ranks per GPU or one data type)",
+        "-e {}: {ranks} {} of device memory for {whose} buffers; GPU {} ({}) has {} (accepted: a smaller -e, fewer ranks per GPU or one data type)",
         short_size(n.max_bytes),
         gib(need),
         gpu.1,
