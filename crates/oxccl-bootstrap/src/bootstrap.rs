@@ -649,6 +649,11 @@ impl Bootstrap {
         if e.kind() != ErrorKind::Remote {
             return e;
         }
+        // This rank's own abort ended the wait (its reader threads close
+        // their channels when they see the flag): no notice to wait for.
+        if self.cfg.abort.load(Ordering::Relaxed) {
+            return wire::aborted();
+        }
         let until = Instant::now() + GONE_GRACE;
         let mut g = self.shared.lock();
         loop {
