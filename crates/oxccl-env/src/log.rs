@@ -50,6 +50,9 @@ static ANNOUNCED: Once = Once::new();
 static LAST_ERROR: Mutex<Option<String>> = Mutex::new(None);
 
 thread_local! {
+    /// This thread's last WARN: threads of one process each running a rank must not
+    /// read one another's errors (NCCL keeps its last-error text per thread too).
+    static THREAD_LAST_ERROR: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
     static DEVICE: Cell<i32> = const { Cell::new(0) };
     static TID: Cell<u64> = const { Cell::new(0) };
 }
@@ -60,9 +63,13 @@ pub fn set_device(dev: i32) {
     DEVICE.with(|d| d.set(dev));
 }
 
-/// The message of the last WARN in this process (printed or not), for `ncclGetLastError`.
+/// The message of the last WARN (printed or not) for `ncclGetLastError`: this
+/// thread's, or the process's when this thread has logged none (a WARN from a
+/// proxy or reader thread still reaches the thread that asks).
 pub fn last_error() -> Option<String> {
-    LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    THREAD_LAST_ERROR
+        .with(|t| t.borrow().clone())
+        .or_else(|| LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()).clone())
 }
 
 /// Builds the logger and reports the start-up notes now (otherwise both happen on the
@@ -203,6 +210,7 @@ pub fn log(level: Level, subsys: Subsys, file: &str, line: u32, args: fmt::Argum
     if level == Level::Warn {
         let text = args.to_string();
         *LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some(text.clone());
+        THREAD_LAST_ERROR.with(|t| *t.borrow_mut() = Some(text.clone()));
         warn_text = Some(text);
     }
     let l = logger();

@@ -229,8 +229,9 @@ fn last_error(comm: ncclComm_t) -> *const c_char {
     })
 }
 
-/// `ncclGetLastError`: the last error reported on `comm` (NULL: in this
-/// process). The string stays valid until the calling thread calls it again.
+/// `ncclGetLastError`: the last error reported on `comm` (NULL: on the
+/// calling thread, or in this process when that thread has seen none). The
+/// string stays valid until the calling thread calls it again.
 ///
 /// # Safety
 /// `comm` is NULL or any pointer (unknown handles fall back to the process's text).
