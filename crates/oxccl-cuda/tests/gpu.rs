@@ -13,8 +13,8 @@ use oxccl_cuda::{compile, kernels, loader, Gpu};
 fn require_gpus(test: &str, need: usize) {
     match loader::probe_driver() {
         Ok(info) if info.devices >= need => {}
-        Ok(info) => panic!("{test}: needs {need} GPUs, {} visible", info.devices),
-        Err(u) => panic!("{test}: needs {need} GPUs: {}", u.to_error()),
+        Ok(info) => panic!("{test}: needs {need} GPU(s), {} visible", info.devices),
+        Err(u) => panic!("{test}: needs {need} GPU(s): {}", u.to_error()),
     }
 }
 

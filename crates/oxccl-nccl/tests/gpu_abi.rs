@@ -134,8 +134,8 @@ fn stack_and_heap_pointers_are_host_memory() {
 fn require_gpus(need: usize) {
     match oxccl_cuda::Gpu::count() {
         Ok(n) if n >= need => {}
-        Ok(n) => panic!("needs {need} GPUs, {n} visible"),
-        Err(e) => panic!("needs {need} GPUs: {}", e.message()),
+        Ok(n) => panic!("needs {need} GPU(s), {n} visible"),
+        Err(e) => panic!("needs {need} GPU(s): {}", e.message()),
     }
 }
 
