@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Runs oxccl-cuda's GPU tests ON the GPU test machine, from the repo root.
+# Runs the GPU tests ON the GPU test machine, from the repo root: every test
+# binary that has some, with `--include-ignored` (the GPU tests are
+# `#[ignore = "needs a GPU: ..."]`, so a plain `cargo test` elsewhere lists
+# them as ignored; here they run beside the rest, and fail without a GPU).
 #
 # Build here first (the GPU machine has no Rust toolchain):
 #   scripts/gpu-test.sh --build      # on the development machine: builds the
@@ -20,10 +23,11 @@ TESTS_DIR=$BUNDLE/oxccl-cuda
 if [ "${1:-}" = "--build" ]; then
   set -e
   rm -rf "$TESTS_DIR" && mkdir -p "$TESTS_DIR"
-  # The test executables, found through cargo's JSON messages: oxccl-cuda's
-  # and the C API's GPU routing test.
+  # The test executables, found through cargo's JSON messages: oxccl-cuda's,
+  # the C API's GPU tests and `oxccl perf`'s GPU tests.
   { cargo test --release -p oxccl-cuda --no-run --message-format=json 2>/dev/null
-    cargo test --release -p oxccl-nccl --test gpu_abi --test gpu_procs --no-run --message-format=json 2>/dev/null; } |
+    cargo test --release -p oxccl-nccl --test gpu_abi --test gpu_procs --no-run --message-format=json 2>/dev/null
+    cargo test --release -p oxccl-cli --test perf_gpu --no-run --message-format=json 2>/dev/null; } |
     python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -43,6 +47,10 @@ for line in sys.stdin:
   objcopy --strip-debug "${CARGO_TARGET_DIR:-target}/release/libnccl.so" "$L/lib/libnccl.so"
   ln -sf libnccl.so "$L/lib/libnccl.so.2"
   cp crates/oxccl-nccl/include/nccl.h "$L/include/"
+  # The `oxccl` executable, for perf_gpu (OXCCL_BIN there).
+  cargo build --release -p oxccl-cli
+  mkdir -p "$BUNDLE/oxccl-cli"
+  objcopy --strip-debug "${CARGO_TARGET_DIR:-target}/release/oxccl" "$BUNDLE/oxccl-cli/oxccl"
   # The repo's network plugin, for gpu_procs' plugin test (no cargo there).
   cargo build -p oxccl-net-test-plugin
   cp "${CARGO_TARGET_DIR:-target}/debug/libnccl_net_oxtest.so" "$TESTS_DIR/libnccl-net-oxtest.so"
@@ -53,7 +61,7 @@ for line in sys.stdin:
   if [ -z "${OXCCL_SKIP_KCACHE:-}" ]; then
     rm -rf "$BUNDLE/kcache" && mkdir -p "$BUNDLE/kcache"
     OXCCL_WARM_CACHE=$BUNDLE/kcache cargo test --release -p oxccl-cuda --test kernels_compile \
-      every_program_is_prebuilt_for_each_architecture -- --nocapture 2>&1 | grep -E "bytes of|prebuilt [0-9]|test result"
+      every_program_is_prebuilt_for_each_architecture -- --ignored --nocapture 2>&1 | grep -E "bytes of|prebuilt [0-9]|test result"
   fi
   ls -la "$TESTS_DIR" "$L/lib" "$BUNDLE/kcache"
   exit 0
@@ -85,45 +93,55 @@ run() { # name, command...  (OXCCL_GPU_ONLY="name ..." runs only those rows)
   local rc=${PIPESTATUS[0]}
   local t1=$(date +%s.%N)
   local secs=$(python3 -c "print(f'{$t1-$t0:.1f}')")
-  local skipped=$(grep -c SKIPPED "$OUTDIR/$name.log")
-  rows+=("$(printf '%-34s %-5s %6ss  skipped-lines=%s' "$name" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$secs" "$skipped")")
+  # Tests that did not run: libtest's "N ignored" (0 with --include-ignored).
+  local ignored=$(grep -oE '[0-9]+ ignored' "$OUTDIR/$name.log" | awk '{s += $1} END {print s + 0}')
+  rows+=("$(printf '%-34s %-5s %6ss  ignored=%s' "$name" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$secs" "$ignored")")
 }
 
 B=$TESTS_DIR
-run no_driver        "$B/no_driver" --nocapture --test-threads=1
-run kernels_compile  env OXCCL_REQUIRE_NVRTC=1 "$B/kernels_compile" --nocapture
-run gpu_first_start  "$B/gpu" --nocapture --test-threads=1
+# Every row runs ignored tests too (`--include-ignored`); tests with a row of
+# their own are `--skip`ped in the others.
+ALL=--include-ignored
+PAIR=two_gpus_a_missing_partner_times_out
+run no_driver        "$B/no_driver" --nocapture --test-threads=1 $ALL
+run kernels_compile  "$B/kernels_compile" --nocapture $ALL
+run gpu_first_start  "$B/gpu" --nocapture --test-threads=1 $ALL --skip timing_one_shot_all_reduce
 # A second process start: every kernel must come from the disk cache.
-run gpu_second_start "$B/gpu" --nocapture --test-threads=1 device_memory_round_trip_and_copy_kernel
+run gpu_second_start "$B/gpu" --nocapture --test-threads=1 $ALL --exact device_memory_round_trip_and_copy_kernel
 if [ -f "$OUTDIR/gpu_second_start.log" ]; then
   grep -q "copy.cu: DiskCache" "$OUTDIR/gpu_second_start.log" && echo "second start: kernels from the disk cache" \
     || rows+=("second start did not read the disk cache   FAIL")
 fi
 ls -la "$OXCCL_CACHE_DIR"
-run gpu_abi          "$B/gpu_abi" --nocapture --test-threads=1
+run gpu_abi          "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 # The same in-process tests through the ring path: forced over peer memory,
 # and through pinned host memory (NCCL_P2P_DISABLE=1).
-run gpu_abi_ring     env OXCCL_CUDA_RING=1 "$B/gpu_abi" --nocapture --test-threads=1
-run gpu_abi_host     env NCCL_P2P_DISABLE=1 "$B/gpu_abi" --nocapture --test-threads=1
+run gpu_abi_ring     env OXCCL_CUDA_RING=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
+run gpu_abi_host     env NCCL_P2P_DISABLE=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 # Small calls of both ranks of one process: as two kernels on one GPU
 # (before the one-launch kernel, joint.rs, took them there by default), and
 # as one launch on two GPUs (off by default until timed there).
-run gpu_abi_nojoint  env OXCCL_CUDA_JOINT_MAX=0 "$B/gpu_abi" --nocapture --test-threads=1
-run gpu_abi_joint_peers env OXCCL_CUDA_JOINT_PEERS=1 "$B/gpu_abi" --nocapture --test-threads=1
+run gpu_abi_nojoint  env OXCCL_CUDA_JOINT_MAX=0 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
+run gpu_abi_joint_peers env OXCCL_CUDA_JOINT_PEERS=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 # Every copying call of the two-GPU test through the copy engines (the test
 # asserts that each one went there).
-run gpu_abi_ce       env OXCCL_CUDA_CE_MIN=1 "$B/gpu_abi" --nocapture --test-threads=1
+run gpu_abi_ce       env OXCCL_CUDA_CE_MIN=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 # Every all-reduce and reduce-scatter (sum, prod, max, min) of the two-GPU
 # tests through the copy-engine reduction (two_gpus_copy_engine_reductions
 # asserts that each one went there; the others check their results).
-OXCCL_TEST_TIMEOUT=300 run gpu_abi_ce_ar env OXCCL_CUDA_CE_AR_MIN=1 "$B/gpu_abi" --nocapture --test-threads=1
-# A pair kernel whose partner never launches ends at the timeout (2 s here).
-run gpu_abi_pair_timeout env OXCCL_TEST_PAIR_TIMEOUT=1 OXCCL_TIMEOUT_MS=2000 \
-  "$B/gpu_abi" --nocapture --test-threads=1 --exact two_gpus_a_missing_partner_times_out
+OXCCL_TEST_TIMEOUT=300 run gpu_abi_ce_ar env OXCCL_CUDA_CE_AR_MIN=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
+# A pair kernel whose partner never launches ends at the timeout (the test
+# runs it in a child process with OXCCL_TIMEOUT_MS=2000).
+run gpu_abi_pair_timeout "$B/gpu_abi" --nocapture --test-threads=1 --ignored --exact $PAIR
 # One process per GPU (CUDA IPC), 3 and 4 ranks, host memory, a missing peer.
+# (child_rank is each rank's half: the tests start it themselves.)
 OXCCL_TEST_TIMEOUT=600 run gpu_procs env OXCCL_TEST_NET_PLUGIN="$B/libnccl-net-oxtest.so" \
-  "$B/gpu_procs" --nocapture --test-threads=1
-run timing           "$B/gpu" --nocapture --ignored --test-threads=1 timing_one_shot_all_reduce
+  "$B/gpu_procs" --nocapture --test-threads=1 $ALL --skip child_rank
+# `oxccl perf --backend cuda` end to end: the bundled executable and library;
+# NVIDIA's NCCL from the PyTorch wheel for the comparisons.
+OXCCL_TEST_TIMEOUT=600 run perf_gpu env OXCCL_BIN="$BUNDLE/oxccl-cli/oxccl" \
+  OXCCL_PERF_LIB="$BUNDLE/oxccl-nccl/lib/libnccl.so.2" "$B/perf_gpu" --nocapture --test-threads=1 $ALL
+run timing           "$B/gpu" --nocapture --ignored --test-threads=1 --exact timing_one_shot_all_reduce
 
 if [ -z "${OXCCL_SKIP_TORCH:-}" ] && [ -x /opt/torch/.venv/bin/python3 ] && [ -f scripts/nccl_allreduce_timing.py ]; then
   OXCCL_TEST_TIMEOUT=120 run nccl_reference /opt/torch/.venv/bin/python3 -m torch.distributed.run --standalone --nproc-per-node=2 scripts/nccl_allreduce_timing.py

@@ -527,11 +527,7 @@ fn link_time_name_beside_the_soname_is_the_soname() {
 
 #[test]
 fn library_probe_in_child_process() {
-    let cc = Command::new("cc").arg("--version").output();
-    if !cc.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipping: no C compiler");
-        return;
-    }
+    require_cc();
     let root = cpu_machine("probe");
     let src = root.join("nccl.c");
     let lib = "/usr/lib/libnccl.so.2";
@@ -662,14 +658,8 @@ fn real_machine_runs() {
 }
 
 /// Compiles C `src` with `cc ARGS` into `out` (under the root); false without a compiler.
-fn cc(root: &Path, out: &str, src: &str, args: &[&str]) -> bool {
-    if !Command::new("cc")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return false;
-    }
+fn cc(root: &Path, out: &str, src: &str, args: &[&str]) {
+    require_cc();
     let o = root.join(out.trim_start_matches('/'));
     std::fs::create_dir_all(o.parent().unwrap()).unwrap();
     let c = root.join(format!("src-{}.c", out.replace('/', "_")));
@@ -683,21 +673,29 @@ fn cc(root: &Path, out: &str, src: &str, args: &[&str]) -> bool {
         .output()
         .unwrap();
     assert!(st.status.success(), "cc {args:?}: {}", text(&st));
-    true
+}
+
+/// Panics without a C compiler (`cc`): CI installs one (.ci/run).
+fn require_cc() {
+    let cc = Command::new("cc").arg("--version").output();
+    assert!(
+        cc.is_ok_and(|o| o.status.success()),
+        "needs a C compiler (`cc`) to build the test's libraries"
+    );
 }
 
 /// A libnccl.so.2 (SONAME libnccl.so.2) answering `code` from ncclGetVersion.
-fn nccl_lib(root: &Path, out: &str, code: u32) -> bool {
+fn nccl_lib(root: &Path, out: &str, code: u32) {
     cc(
         root,
         out,
         &format!("int ncclGetVersion(int *v) {{ *v = {code}; return 0; }}\n"),
         &["-shared", "-fPIC", "-Wl,-soname,libnccl.so.2"],
-    )
+    );
 }
 
 /// A program that needs libnccl.so.2, linked against `lib` (under the root), with `flags`.
-fn nccl_program(root: &Path, out: &str, lib: &str, flags: &[&str]) -> bool {
+fn nccl_program(root: &Path, out: &str, lib: &str, flags: &[&str]) {
     let libdir = root.join(lib.trim_start_matches('/'));
     let l = format!("-L{}", libdir.parent().unwrap().display());
     let mut args = vec![l.as_str(), "-l:libnccl.so.2"];
@@ -707,7 +705,7 @@ fn nccl_program(root: &Path, out: &str, lib: &str, flags: &[&str]) -> bool {
         out,
         "int ncclGetVersion(int *v);\nint main(void) { int v = 0; return ncclGetVersion(&v); }\n",
         &args,
-    )
+    );
 }
 
 /// A loader cache in the `glibc-ld.so.cache1.1` layout: (name, path) entries for x86-64.
@@ -744,17 +742,14 @@ fn ld_cache(entries: &[(&str, &str)]) -> Vec<u8> {
 #[test]
 fn program_loader_rules() {
     let root = cpu_machine("program");
-    if !nccl_lib(&root, "/opt/app/lib/libnccl.so.2", 22809) {
-        eprintln!("skipping: no C compiler");
-        return;
-    }
-    assert!(nccl_lib(&root, "/opt/pip/libnccl.so.2", 22105));
+    nccl_lib(&root, "/opt/app/lib/libnccl.so.2", 22809);
+    nccl_lib(&root, "/opt/pip/libnccl.so.2", 22105);
     let lib = "/opt/app/lib/libnccl.so.2";
     let old = ["-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../lib"];
     let new = ["-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN/../lib"];
-    assert!(nccl_program(&root, "/opt/app/bin/train_rpath", lib, &old));
-    assert!(nccl_program(&root, "/opt/app/bin/train_runpath", lib, &new));
-    assert!(nccl_program(&root, "/opt/app/bin/train_plain", lib, &[]));
+    nccl_program(&root, "/opt/app/bin/train_rpath", lib, &old);
+    nccl_program(&root, "/opt/app/bin/train_runpath", lib, &new);
+    nccl_program(&root, "/opt/app/bin/train_plain", lib, &[]);
     let r = root_arg(&root);
     let run = |prog: &str, env: &[(&str, &str)]| -> (Output, serde_json::Value) {
         let o = doctor(&["--sysroot", &r, "--json", "--program", prog], env);
@@ -870,12 +865,9 @@ fn torch_library_is_the_default_program() {
     let root = cpu_machine("torchprog");
     let sp = "/usr/local/lib/python3.12/site-packages";
     let nccl = format!("{sp}/nvidia/nccl/lib/libnccl.so.2");
-    if !nccl_lib(&root, &nccl, 22809) {
-        eprintln!("skipping: no C compiler");
-        return;
-    }
+    nccl_lib(&root, &nccl, 22809);
     let l = format!("-L{}", root.join(&nccl[1..]).parent().unwrap().display());
-    assert!(cc(
+    cc(
         &root,
         &format!("{sp}/torch/lib/libtorch_cuda.so"),
         "int ncclGetVersion(int *v);\nint torch_nccl(void) { int v = 0; return ncclGetVersion(&v); }\n",
@@ -887,7 +879,7 @@ fn torch_library_is_the_default_program() {
             "-Wl,--disable-new-dtags",
             "-Wl,-rpath,$ORIGIN/../../nvidia/nccl/lib:$ORIGIN",
         ],
-    ));
+    );
     let o = doctor(&["--sysroot", &root_arg(&root), "--json"], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v = json(&o);
@@ -1006,16 +998,14 @@ fn cuda_runtime_newer_than_driver() {
     )
     .unwrap();
     std::fs::create_dir_all(root.join("opt/cu/lib")).unwrap();
+    require_cc();
     let built = Command::new("cc")
         .args(["-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o"])
         .arg(root.join("opt/cu/lib/libcudart.so.13"))
         .arg(&src)
         .status()
         .is_ok_and(|s| s.success());
-    if !built {
-        eprintln!("skipping the real-library part: no C compiler");
-        return;
-    }
+    assert!(built, "cc could not build the test's libcudart.so.13");
     let llp = [("LD_LIBRARY_PATH", "/opt/cu/lib")];
     let v = json(&doctor(&["--sysroot", &root_arg(&root), "--json"], &llp));
     let c = one(&v, "cudart");

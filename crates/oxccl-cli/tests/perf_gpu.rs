@@ -1,5 +1,6 @@
-//! `oxccl perf --backend cuda` end to end, on real GPUs. Without a usable GPU
-//! every test prints "skipped: no GPU" and passes.
+//! `oxccl perf --backend cuda` end to end, on real GPUs. Every test is
+//! `#[ignore = "needs a GPU: ..."]` and fails without the GPUs (or NVIDIA's
+//! NCCL) it needs; scripts/gpu-test.sh runs them on the GPU machine.
 //!
 //! The measured library is oxccl's `libnccl.so` next to the `oxccl` binary
 //! (`cargo build -p oxccl-nccl` puts it there), or `OXCCL_PERF_LIB`. On the
@@ -18,28 +19,13 @@ use perf_common::run_for;
 const TORCH_NCCL: &str =
     "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2";
 
-/// Prints past the test harness's capture (it only captures `print!`), so
-/// a skip shows in every run.
-fn notice(msg: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{msg}");
-}
-
-/// Visible GPUs, or None (and "skipped: no GPU" printed).
-fn gpus(test: &str) -> Option<usize> {
+/// Visible GPUs; panics with fewer than `need` (the tests are
+/// `#[ignore = "needs a GPU: ..."]` and run where GPUs are).
+fn require_gpus(test: &str, need: usize) -> usize {
     match oxccl_cuda::perfio::device_count() {
-        Ok(n) if n > 0 => Some(n),
-        Ok(_) => {
-            notice(&format!("{test}: skipped: no GPU (0 devices)"));
-            None
-        }
-        Err(e) => {
-            let e = e.to_string();
-            let short: String = e.chars().take(90).collect();
-            let more = if short.len() < e.len() { "..." } else { "" };
-            notice(&format!("{test}: skipped: no GPU ({short}{more})"));
-            None
-        }
+        Ok(n) if n >= need => n,
+        Ok(n) => panic!("{test}: needs {need} GPU(s), {n} visible"),
+        Err(e) => panic!("{test}: needs {need} GPU(s): {e}"),
     }
 }
 
@@ -49,11 +35,18 @@ fn bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_oxccl")))
 }
 
-fn nccl() -> Option<PathBuf> {
-    std::env::var_os("OXCCL_PERF_NCCL")
+/// NVIDIA's NCCL: `OXCCL_PERF_NCCL`, else the PyTorch wheel's copy; panics
+/// when neither exists.
+fn require_nvidia_nccl(test: &str) -> PathBuf {
+    let p = std::env::var_os("OXCCL_PERF_NCCL")
         .map(PathBuf::from)
-        .or_else(|| Some(PathBuf::from(TORCH_NCCL)))
-        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from(TORCH_NCCL));
+    assert!(
+        p.exists(),
+        "{test}: needs NVIDIA's NCCL: {} does not exist (set OXCCL_PERF_NCCL)",
+        p.display()
+    );
+    p
 }
 
 fn perf(args: &[&str]) -> Command {
@@ -109,10 +102,9 @@ fn assert_clean(out: &Output, rows_at_least: usize) {
 }
 
 #[test]
+#[ignore = "needs a GPU: every collective on the GPUs of one thread"]
 fn every_collective_on_the_gpus_of_one_thread() {
-    let Some(n) = gpus("every_collective_on_the_gpus_of_one_thread") else {
-        return;
-    };
+    let n = require_gpus("every_collective_on_the_gpus_of_one_thread", 1);
     let g = n.min(2).to_string();
     for coll in [
         "all_reduce",
@@ -142,10 +134,9 @@ fn every_collective_on_the_gpus_of_one_thread() {
 }
 
 #[test]
+#[ignore = "needs a GPU: types ops aggregation and blocking"]
 fn types_ops_aggregation_and_blocking() {
-    let Some(n) = gpus("types_ops_aggregation_and_blocking") else {
-        return;
-    };
+    let n = require_gpus("types_ops_aggregation_and_blocking", 1);
     let g = n.min(2).to_string();
     let out = run_for(
         perf(&[
@@ -177,10 +168,9 @@ fn types_ops_aggregation_and_blocking() {
 }
 
 #[test]
+#[ignore = "needs a GPU: graph replays"]
 fn graph_replays() {
-    let Some(n) = gpus("graph_replays") else {
-        return;
-    };
+    let n = require_gpus("graph_replays", 1);
     let g = n.min(2).to_string();
     let out = run_for(
         perf(&[
@@ -205,10 +195,9 @@ fn graph_replays() {
 }
 
 #[test]
+#[ignore = "needs a GPU: json names the GPUs"]
 fn json_names_the_gpus() {
-    let Some(n) = gpus("json_names_the_gpus") else {
-        return;
-    };
+    let n = require_gpus("json_names_the_gpus", 1);
     let g = n.min(2);
     let path = std::env::temp_dir().join(format!("oxccl-perf-gpu-{}.json", std::process::id()));
     let out = run_for(
@@ -249,10 +238,9 @@ fn json_names_the_gpus() {
 }
 
 #[test]
+#[ignore = "needs a GPU: wrong results fail with status 7"]
 fn wrong_results_fail_with_status_7() {
-    if gpus("wrong_results_fail_with_status_7").is_none() {
-        return;
-    }
+    require_gpus("wrong_results_fail_with_status_7", 1);
     let mut c = perf(&["all_reduce", "-b", "64", "-e", "64", "--ranks", "1"]);
     c.env("OXCCL_PERF_TEST_CORRUPT_RANK", "0");
     let out = run_for(c, 120);
@@ -261,14 +249,10 @@ fn wrong_results_fail_with_status_7() {
 }
 
 #[test]
+#[ignore = "needs a GPU and NVIDIA's NCCL: compare with nvidia NCCL"]
 fn compare_with_nvidia_nccl() {
-    let Some(n) = gpus("compare_with_nvidia_nccl") else {
-        return;
-    };
-    let Some(nccl) = nccl() else {
-        notice("compare_with_nvidia_nccl: skipped: no NVIDIA NCCL (set OXCCL_PERF_NCCL)");
-        return;
-    };
+    let n = require_gpus("compare_with_nvidia_nccl", 1);
+    let nccl = require_nvidia_nccl("compare_with_nvidia_nccl");
     let g = n.min(2).to_string();
     let mut c = perf(&[
         "all_reduce",
@@ -299,20 +283,10 @@ fn compare_with_nvidia_nccl() {
 }
 
 #[test]
+#[ignore = "needs 2 GPUs and NVIDIA's NCCL: one process per GPU with nvidia NCCL"]
 fn one_process_per_gpu_with_nvidia_nccl() {
-    let Some(n) = gpus("one_process_per_gpu_with_nvidia_nccl") else {
-        return;
-    };
-    if n < 2 {
-        notice("one_process_per_gpu_with_nvidia_nccl: skipped: one GPU");
-        return;
-    }
-    let Some(nccl) = nccl() else {
-        notice(
-            "one_process_per_gpu_with_nvidia_nccl: skipped: no NVIDIA NCCL (set OXCCL_PERF_NCCL)",
-        );
-        return;
-    };
+    require_gpus("one_process_per_gpu_with_nvidia_nccl", 2);
+    let nccl = require_nvidia_nccl("one_process_per_gpu_with_nvidia_nccl");
     let mut c = Command::new(bin());
     c.arg("perf")
         .args([
@@ -348,14 +322,9 @@ fn one_process_per_gpu_with_nvidia_nccl() {
 /// through oxccl's network proxies (NCCL_DEBUG names the edge NET/Socket):
 /// every collective stays right.
 #[test]
+#[ignore = "needs 2 GPUs: two pretend hosts take the network path"]
 fn two_pretend_hosts_take_the_network_path() {
-    let Some(n) = gpus("two_pretend_hosts_take_the_network_path") else {
-        return;
-    };
-    if n < 2 {
-        notice("two_pretend_hosts_take_the_network_path: skipped: one GPU");
-        return;
-    }
+    require_gpus("two_pretend_hosts_take_the_network_path", 2);
     for coll in ["all_reduce", "all_gather", "reduce_scatter", "sendrecv"] {
         let mut c = perf(&[
             coll, "--ranks", "2", "--hosts", "2", "-b", "8", "-e", "4M", "-f", "64", "-n", "3",

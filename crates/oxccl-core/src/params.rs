@@ -661,7 +661,6 @@ params! {
     PERF_NCCL: Opt<Str> = "OXCCL_PERF_NCCL", "", internal, "GPU perf tests: NVIDIA's libnccl.so.2 to compare with.";
     BIN: Opt<Str> = "OXCCL_BIN", "", internal, "GPU perf tests: the oxccl executable to run.";
     BLESS: Opt<Str> = "OXCCL_BLESS", "", internal, "Tests: 1 rewrites generated files (docs/env.md) instead of comparing.";
-    REQUIRE_NVRTC: Opt<Str> = "OXCCL_REQUIRE_NVRTC", "", internal, "Kernel tests: 1 fails instead of skipping without NVRTC.";
     WARM_CACHE: Opt<Str> = "OXCCL_WARM_CACHE", "", internal, "Kernel tests: folder to store the compiled kernels in.";
     T_ADDR: Opt<Str> = "OXCCL_T_ADDR", "", internal, "Transport tests: the parent's address for the child.";
     T_SEG: Opt<Str> = "OXCCL_T_SEG", "", internal, "Transport tests: the parent's shared-memory segment for the child.";

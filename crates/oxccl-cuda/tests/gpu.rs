@@ -1,30 +1,20 @@
 //! GPU tests: device memory, the copy kernel, peer access and the one-shot
 //! all-reduce on two GPUs of one process, checked against oxccl-core's host
-//! reduction. Each prints `SKIPPED: no GPU (...)` where there is none (or
-//! fewer than two for the two-GPU tests).
-//!
-//! `timing_one_shot_all_reduce` is `#[ignore]`d: scripts/gpu-test.sh runs it
-//! with `--ignored` on the GPU machine.
+//! reduction. Every test is `#[ignore = "needs a GPU: ..."]` and fails where
+//! the GPUs it needs are missing: scripts/gpu-test.sh runs them with
+//! `--include-ignored` on the GPU machine (the timing in its own row).
 
 use oxccl_core::{DataType, RedOp, Reduction};
 use oxccl_cuda::allreduce::{self, At, OneShot2};
 use oxccl_cuda::{compile, kernels, loader, Gpu};
 
-fn gpus_or_skip(test: &str, need: usize) -> bool {
+/// Panics unless the driver sees at least `need` GPUs: these tests are
+/// `#[ignore]`d and run where GPUs are (scripts/gpu-test.sh).
+fn require_gpus(test: &str, need: usize) {
     match loader::probe_driver() {
-        Ok(info) if info.devices >= need => true,
-        Ok(info) => {
-            skip_notice(&format!(
-                "SKIPPED: {test}: needs {need} GPUs, {} visible",
-                info.devices
-            ));
-            false
-        }
-        Err(u) if u.is_no_gpu() => {
-            skip_notice(&format!("SKIPPED: no GPU ({test}: {})", u.to_error()));
-            false
-        }
-        Err(u) => panic!("{test}: {}", u.to_error()),
+        Ok(info) if info.devices >= need => {}
+        Ok(info) => panic!("{test}: needs {need} GPU(s), {} visible", info.devices),
+        Err(u) => panic!("{test}: needs {need} GPU(s): {}", u.to_error()),
     }
 }
 
@@ -97,10 +87,9 @@ fn compare(t: DataType, got: &[u8], want: &[u8]) -> (usize, usize) {
 }
 
 #[test]
+#[ignore = "needs a GPU: device memory round trip and copy kernel"]
 fn device_memory_round_trip_and_copy_kernel() {
-    if !gpus_or_skip("device_memory_round_trip_and_copy_kernel", 1) {
-        return;
-    }
+    require_gpus("device_memory_round_trip_and_copy_kernel", 1);
     let g = Gpu::new(0).unwrap();
     eprintln!(
         "GPU 0: {} sm_{} {} SMs",
@@ -141,10 +130,9 @@ fn device_memory_round_trip_and_copy_kernel() {
 }
 
 #[test]
+#[ignore = "needs 2 GPUs: peer access between two GPUs"]
 fn peer_access_between_two_gpus() {
-    if !gpus_or_skip("peer_access_between_two_gpus", 2) {
-        return;
-    }
+    require_gpus("peer_access_between_two_gpus", 2);
     let (a, b) = (Gpu::new(0).unwrap(), Gpu::new(1).unwrap());
     let ab = a.can_access_peer(&b).unwrap();
     let ba = b.can_access_peer(&a).unwrap();
@@ -172,10 +160,9 @@ fn peer_access_between_two_gpus() {
 }
 
 #[test]
+#[ignore = "needs 2 GPUs: one shot all reduce matches host reference"]
 fn one_shot_all_reduce_matches_host_reference() {
-    if !gpus_or_skip("one_shot_all_reduce_matches_host_reference", 2) {
-        return;
-    }
+    require_gpus("one_shot_all_reduce_matches_host_reference", 2);
     let (g0, g1) = (Gpu::new(0).unwrap(), Gpu::new(1).unwrap());
     let mut ar = OneShot2::new([&g0, &g1]).unwrap();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -246,10 +233,9 @@ fn one_shot_all_reduce_matches_host_reference() {
 }
 
 #[test]
+#[ignore = "needs 2 GPUs: one shot all reduce back to back"]
 fn one_shot_all_reduce_back_to_back() {
-    if !gpus_or_skip("one_shot_all_reduce_back_to_back", 2) {
-        return;
-    }
+    require_gpus("one_shot_all_reduce_back_to_back", 2);
     // Many calls queued without host waits: the flag sequence must keep the
     // two GPUs paired, and each call must see the previous one's output.
     let (g0, g1) = (Gpu::new(0).unwrap(), Gpu::new(1).unwrap());
@@ -280,11 +266,9 @@ fn one_shot_all_reduce_back_to_back() {
 }
 
 #[test]
-#[ignore = "timing; run by scripts/gpu-test.sh on the GPU machine"]
+#[ignore = "needs 2 GPUs: timing of the one-shot all-reduce (its own row in scripts/gpu-test.sh)"]
 fn timing_one_shot_all_reduce() {
-    if !gpus_or_skip("timing_one_shot_all_reduce", 2) {
-        return;
-    }
+    require_gpus("timing_one_shot_all_reduce", 2);
     let (g0, g1) = (Gpu::new(0).unwrap(), Gpu::new(1).unwrap());
     let t0 = std::time::Instant::now();
     let mut ar = OneShot2::new([&g0, &g1]).unwrap();
@@ -337,11 +321,4 @@ fn timing_one_shot_all_reduce() {
         assert_eq!(got, reference(DataType::Float32, RedOp::Sum, &data, &data));
         bytes *= 2;
     }
-}
-
-/// Prints a skip notice on the real stderr: libtest captures the print macros
-/// of passing tests, so `eprintln!` would hide the skip in CI logs.
-fn skip_notice(msg: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{msg}");
 }

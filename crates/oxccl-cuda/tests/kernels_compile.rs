@@ -2,30 +2,23 @@
 //! writes, the library finds it there, and the disk cache works.
 //!
 //! Needs NVRTC (CUDA 13.0: the toolkit, or pip's `nvidia-cuda-nvrtc==13.0.88`;
-//! see `oxccl_cuda::loader::nvrtc_search_dirs`). Without it the tests print
-//! `SKIPPED: NVRTC not found (...)`, unless `OXCCL_REQUIRE_NVRTC=1` (CI), where
-//! they fail. No GPU is needed.
+//! see `oxccl_cuda::loader::nvrtc_search_dirs`). The tests that compile are
+//! `#[ignore = "needs NVRTC: ..."]` and fail without it; CI (`.ci/run`) and
+//! scripts/gpu-test.sh run them with `--ignored`. No GPU is needed.
 
 use oxccl_core::{DataType, RedOp};
 use oxccl_cuda::compile::{self, Origin};
 use oxccl_cuda::{allreduce, kernels, loader, ring};
 
-fn nvrtc_or_skip(test: &str) -> bool {
+/// Panics unless NVRTC loads: these tests are `#[ignore]`d and run where it
+/// is installed (CI's `.ci/run`, scripts/gpu-test.sh).
+fn require_nvrtc(test: &str) {
     match loader::nvrtc() {
-        Ok(info) => {
-            eprintln!(
-                "{test}: NVRTC {}.{} at {}",
-                info.version.0, info.version.1, info.path
-            );
-            true
-        }
-        Err(e) => {
-            if std::env::var("OXCCL_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
-                panic!("OXCCL_REQUIRE_NVRTC=1 but {e}");
-            }
-            skip_notice(&format!("SKIPPED: {test}: NVRTC not found ({e})"));
-            false
-        }
+        Ok(info) => eprintln!(
+            "{test}: NVRTC {}.{} at {}",
+            info.version.0, info.version.1, info.path
+        ),
+        Err(e) => panic!("{test}: needs NVRTC: {e}"),
     }
 }
 
@@ -91,10 +84,9 @@ fn prebuilt_folder() -> &'static std::path::Path {
 /// kernels the launch code looks up, so on those GPUs nothing compiles at
 /// run time. fp8 programs exist from sm_89 on, and not before.
 #[test]
+#[ignore = "needs NVRTC: every program is prebuilt for each architecture"]
 fn every_program_is_prebuilt_for_each_architecture() {
-    if !nvrtc_or_skip("every_program_is_prebuilt_for_each_architecture") {
-        return;
-    }
+    require_nvrtc("every_program_is_prebuilt_for_each_architecture");
     let dir = prebuilt_folder();
     let premul = RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0));
     for arch in prebuild_archs() {
@@ -168,10 +160,9 @@ fn every_program_is_prebuilt_for_each_architecture() {
 /// and the barrier kernel (`oxccl_pcopy`), none of the pair kernels; every
 /// type compiles (sum), and every op (float, bfloat16, fp8, int8).
 #[test]
+#[ignore = "needs NVRTC: copy engine reductions compile one at a time"]
 fn copy_engine_reductions_compile_one_at_a_time() {
-    if !nvrtc_or_skip("copy_engine_reductions_compile_one_at_a_time") {
-        return;
-    }
+    require_nvrtc("copy_engine_reductions_compile_one_at_a_time");
     let check = |t: DataType, op| {
         let src = kernels::ce_reduce_variant(t, op);
         let img = compile_timed(&src);
@@ -202,10 +193,9 @@ fn copy_engine_reductions_compile_one_at_a_time() {
 /// A ring kernel compiles alone (what a first collective waits for), holds
 /// its kernel and the p2p one, and none of the other 71.
 #[test]
+#[ignore = "needs NVRTC: ring kernels compile one at a time"]
 fn ring_kernels_compile_one_at_a_time() {
-    if !nvrtc_or_skip("ring_kernels_compile_one_at_a_time") {
-        return;
-    }
+    require_nvrtc("ring_kernels_compile_one_at_a_time");
     let one = |t, op| compile_timed(&kernels::ring_variant(t, op));
     let img = one(DataType::Float32, RedOp::Sum);
     assert!(has(&img, "oxccl_ring_f32_sum") && has(&img, "oxccl_ring_p2p"));
@@ -349,10 +339,9 @@ fn tempdir(tag: &str) -> std::path::PathBuf {
 }
 
 #[test]
+#[ignore = "needs NVRTC: second compile comes from the disk cache"]
 fn second_compile_comes_from_the_disk_cache() {
-    if !nvrtc_or_skip("second_compile_comes_from_the_disk_cache") {
-        return;
-    }
+    require_nvrtc("second_compile_comes_from_the_disk_cache");
     let dir = tempdir("cache");
     let first = compile::compile_cached(&kernels::COPY, 90, Some(&dir)).unwrap();
     // Another "process": the in-memory table is keyed by folder, so a fresh
@@ -376,10 +365,9 @@ fn second_compile_comes_from_the_disk_cache() {
 /// version, the same bytes as a compile; another architecture, or a file
 /// that is not an ELF CUBIN, is not taken.
 #[test]
+#[ignore = "needs NVRTC: prebuilt kernels are found before the cache"]
 fn prebuilt_kernels_are_found_before_the_cache() {
-    if !nvrtc_or_skip("prebuilt_kernels_are_found_before_the_cache") {
-        return;
-    }
+    require_nvrtc("prebuilt_kernels_are_found_before_the_cache");
     let cache = tempdir("pb-cache");
     let dir = tempdir("prebuilt");
     let files = compile::write_prebuilt(&dir, 90, &[kernels::COPY], Some(&cache)).unwrap();
@@ -417,10 +405,9 @@ fn prebuilt_kernels_are_found_before_the_cache() {
 /// which lacks the fp8 kernels), else PTX not newer than itself (newest
 /// first); PTX is a NUL-terminated text, as cuModuleLoadData reads it.
 #[test]
+#[ignore = "needs NVRTC: compatible cubins then ptx are found"]
 fn compatible_cubins_then_ptx_are_found() {
-    if !nvrtc_or_skip("compatible_cubins_then_ptx_are_found") {
-        return;
-    }
+    require_nvrtc("compatible_cubins_then_ptx_are_found");
     use compile::Target;
     let dir = tempdir("prebuilt-compat");
     let src = kernels::COPY;
@@ -478,11 +465,4 @@ fn cache_key_changes_with_arch_and_version() {
         a,
         compile::cache_file_name(&kernels::ALLREDUCE, 90, (13, 0))
     );
-}
-
-/// Prints a skip notice on the real stderr: libtest captures the print macros
-/// of passing tests, so `eprintln!` would hide the skip in CI logs.
-fn skip_notice(msg: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{msg}");
 }

@@ -15,6 +15,8 @@
 //! warnings (WARN) and echoes every honoured parameter that was set (INFO, subsystem
 //! ENV: `NAME set by environment to VALUE.`), writing those lines itself.
 
+#![forbid(unsafe_code)]
+
 pub mod log;
 
 pub use log::{last_error, set_device, Level, Subsys};

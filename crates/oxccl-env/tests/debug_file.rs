@@ -5,12 +5,15 @@ use std::process::Command;
 
 const CHILD: &str = "OXENV_DEBUG_FILE_CHILD";
 
-/// Runs only in the child (the parent sets CHILD); a no-op in the normal test run.
+/// The child's half: `debug_file_gets_nccl_shaped_lines` runs it (with CHILD
+/// set) in a process of its own.
 #[test]
+#[ignore = "child process of debug_file_gets_nccl_shaped_lines"]
 fn child_logs() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
-    }
+    assert!(
+        std::env::var_os(CHILD).is_some(),
+        "child_logs is the child of debug_file_gets_nccl_shaped_lines: it runs when that test starts it"
+    );
     oxccl_env::set_device(2);
     oxccl_env::info!(oxccl_env::Subsys::INIT, "hello {} from init", 7);
     oxccl_env::info!(oxccl_env::Subsys::COLL, "filtered out by NCCL_DEBUG_SUBSYS");
@@ -49,9 +52,6 @@ fn warn_for_caller(expected_line: u32) {
 
 #[test]
 fn debug_file_gets_nccl_shaped_lines() {
-    if std::env::var_os(CHILD).is_some() {
-        return;
-    }
     let dir = std::env::temp_dir().join(format!("oxccl-env-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let conf = dir.join("nccl.conf");
@@ -59,7 +59,13 @@ fn debug_file_gets_nccl_shaped_lines() {
     let pattern = dir.join("x.%p");
 
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_logs", "--nocapture", "--test-threads=1"]);
+    cmd.args([
+        "--ignored",
+        "--exact",
+        "child_logs",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
         if k.starts_with("NCCL_") || k.starts_with("OXCCL_") {

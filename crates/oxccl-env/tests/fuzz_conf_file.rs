@@ -12,10 +12,12 @@ const SEED: &str = include_str!("../../../fuzz/corpus/conf/nccl.conf");
 
 /// In the child: load the parameters and print a few of them.
 #[test]
+#[ignore = "child process of the conf-file fuzz test (started by run_child)"]
 fn child_entry() {
-    if std::env::var_os("FUZZ_CONF_CHILD").is_none() {
-        return;
-    }
+    assert!(
+        std::env::var_os("FUZZ_CONF_CHILD").is_some(),
+        "child_entry is the child of the conf-file fuzz test: it runs when run_child starts it"
+    );
     let p = oxccl_env::params();
     println!("NCCL_DEBUG={:?}", p.raw("NCCL_DEBUG"));
     for w in oxccl_env::param_warnings() {
@@ -44,7 +46,7 @@ fn run_child(env: &[(&str, &str)], home: Option<&str>) -> (bool, String) {
     let exe = std::env::current_exe().expect("test binary");
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
-        .arg("ulimit -v 1048576 2>/dev/null; exec \"$0\" --exact child_entry --nocapture --test-threads=1")
+        .arg("ulimit -v 1048576 2>/dev/null; exec \"$0\" --ignored --exact child_entry --nocapture --test-threads=1")
         .arg(exe)
         .env("FUZZ_CONF_CHILD", "1")
         .env_remove("NCCL_CONF_FILE")

@@ -753,6 +753,8 @@ unsafe fn prepare<'b>(
             &[]
         };
         let r = if use_r {
+            // SAFETY: valid for rbytes of writes by the caller's contract, and
+            // disjoint from the send bytes (overlap was refused above).
             unsafe { mut_slice(op.recv, rbytes) }
         } else {
             &mut []

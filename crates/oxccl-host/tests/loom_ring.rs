@@ -40,9 +40,11 @@ struct Ring {
     cells: Vec<UnsafeCell<[u32; 2]>>,
 }
 
-// SAFETY (test model): access to `cells` is what the model checks; loom
+// SAFETY: (test model) access to `cells` is what the model checks; loom
 // reports any unsynchronised access instead of letting it race.
 unsafe impl Sync for Ring {}
+// SAFETY: `Ring` owns its cells (plain integers, no thread-bound state), so
+// moving it to another thread is sound.
 unsafe impl Send for Ring {}
 
 /// Sends `total` records through a ring of `slots` records; the producer
@@ -67,7 +69,7 @@ fn model(slots: usize, total: u32, pbatch: usize, cbatch: usize) {
             }
             for i in 0..n {
                 let seq = next + i as u32;
-                // SAFETY (model): the protocol says this cell is the producer's.
+                // SAFETY: (model) the protocol says this cell is the producer's.
                 r.cells[off / 8 + i].with_mut(|p| unsafe { *p = [seq, !seq] });
             }
             idx.commit(n * 8, &r.tail);
@@ -84,7 +86,7 @@ fn model(slots: usize, total: u32, pbatch: usize, cbatch: usize) {
             continue;
         }
         for i in 0..n {
-            // SAFETY (model): the protocol says this cell is the consumer's.
+            // SAFETY: (model) the protocol says this cell is the consumer's.
             let [seq, check] = ring.cells[off / 8 + i].with(|p| unsafe { *p });
             assert_eq!(check, !seq, "torn record");
             assert_eq!(seq, expect, "record lost, repeated or out of order");

@@ -177,6 +177,7 @@ macro_rules! nccl_unsupported {
 nccl_api! {
     /// The library version, `NCCL_VERSION_CODE` of `include/nccl.h` (22705).
     ncclGetVersion / pncclGetVersion(version: *mut c_int) {
+        // SAFETY: `version` is NULL (refused) or a writable int, as nccl.h requires.
         unsafe { api::get_version(version) }
     }
 }
@@ -260,30 +261,39 @@ pub extern "C" fn pncclResetDebugInit() {}
 nccl_api! {
     /// A new unique id; this process runs the rendezvous root for it.
     ncclGetUniqueId / pncclGetUniqueId(uniqueId: *mut ncclUniqueId) {
+        // SAFETY: `uniqueId` is NULL (refused) or a writable ncclUniqueId, as nccl.h requires.
         unsafe { api::get_unique_id(uniqueId) }
     }
 }
 nccl_api! {
     /// Joins rank `rank` of `nranks` (blocking).
     ncclCommInitRank / pncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) {
+        // SAFETY: `comm` is NULL (refused) or a writable handle slot; a NULL config means the
+        // defaults.
         unsafe { api::init_rank_config(comm, nranks, commId, rank, std::ptr::null()) }
     }
 }
 nccl_api! {
     /// Joins with a config (`blocking = 0`: returns `ncclInProgress`, poll `ncclCommGetAsyncError`).
     ncclCommInitRankConfig / pncclCommInitRankConfig(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int, config: *mut ncclConfig_t) {
+        // SAFETY: `comm` is NULL (refused) or a writable handle slot; `config` is NULL or an
+        // ncclConfig_t whose `size` field bounds what is read.
         unsafe { api::init_rank_config(comm, nranks, commId, rank, config as *const u8) }
     }
 }
 nccl_api! {
     /// Joins with several root ids: all ranks meet at the first one's root.
     ncclCommInitRankScalable / pncclCommInitRankScalable(newcomm: *mut ncclComm_t, nranks: c_int, myrank: c_int, nId: c_int, commIds: *mut ncclUniqueId, config: *mut ncclConfig_t) {
+        // SAFETY: `newcomm` is NULL (refused) or writable; `commIds` points at `nId` readable ids;
+        // `config` is NULL or a sized ncclConfig_t.
         unsafe { api::init_rank_scalable(newcomm, nranks, myrank, nId, commIds, config as *const u8) }
     }
 }
 nccl_api! {
     /// `ndev` ranks of one communicator in this process.
     ncclCommInitAll / pncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) {
+        // SAFETY: `comm` has room for `ndev` handles; `devlist` is NULL or `ndev` readable ints
+        // (nccl.h's contract).
         unsafe { api::init_all(comm, ndev, devlist) }
     }
 }
@@ -308,12 +318,16 @@ nccl_api! {
 nccl_api! {
     /// A new communicator of the ranks with the same `color` (`NCCL_SPLIT_NOCOLOR`: `*newcomm = NULL`).
     ncclCommSplit / pncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) {
+        // SAFETY: `newcomm` is NULL (refused) or writable; `config` is NULL or a sized
+        // ncclConfig_t; `comm` is looked up, never dereferenced.
         unsafe { api::comm_split(comm, color, key, newcomm, config as *const u8) }
     }
 }
 nccl_api! {
     /// Registers every rank's buffer together (collective); peers' buffers become reachable where they can be.
     ncclCommWindowRegister / pncclCommWindowRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, win: *mut ncclWindow_t, winFlags: c_int) {
+        // SAFETY: `win` is NULL (refused) or writable; `buff` is only compared and exported,
+        // `size` bytes as the caller registered them.
         unsafe { window::register(comm, buff, size, win, winFlags) }
     }
 }
@@ -326,30 +340,40 @@ nccl_api! {
 nccl_api! {
     /// LSA rank `lsaRank`'s window at `offset` as an address here (a rank of this rank's host).
     ncclGetLsaDevicePointer / pncclGetLsaDevicePointer(window: ncclWindow_t, offset: usize, lsaRank: c_int, outPtr: *mut *mut c_void) {
+        // SAFETY: `outPtr` is NULL (refused) or writable; `window` is looked up in the registry,
+        // never dereferenced.
         unsafe { window::lsa_ptr(window, offset, lsaRank, outPtr) }
     }
 }
 nccl_api! {
     /// The buffer this rank registered in `win`.
     ncclWinGetUserPtr / pncclWinGetUserPtr(comm: ncclComm_t, win: ncclWindow_t, outUserPtr: *mut *mut c_void) {
+        // SAFETY: `outUserPtr` is NULL (refused) or writable; `comm` and `win` are looked up,
+        // never dereferenced.
         unsafe { window::user_ptr(comm, win, outUserPtr) }
     }
 }
 nccl_api! {
     /// Rank `peer`'s window at `offset` as an address here, NULL where it cannot be reached by loads and stores.
     ncclGetPeerDevicePointer / pncclGetPeerDevicePointer(window: ncclWindow_t, offset: usize, peer: c_int, outPtr: *mut *mut c_void) {
+        // SAFETY: `outPtr` is NULL (refused) or writable; `window` is looked up in the registry,
+        // never dereferenced.
         unsafe { window::peer_ptr(window, offset, peer, outPtr) }
     }
 }
 nccl_api! {
     /// A fresh id to grow `comm` with (one at a time).
     ncclCommGetUniqueId / pncclCommGetUniqueId(comm: ncclComm_t, uniqueId: *mut ncclUniqueId) {
+        // SAFETY: `uniqueId` is NULL (refused) or a writable ncclUniqueId; `comm` is looked up,
+        // never dereferenced.
         unsafe { api::comm_get_unique_id(comm, uniqueId) }
     }
 }
 nccl_api! {
     /// Adds ranks: existing ones pass `comm` and rank -1 (one of them the id), new ones NULL, the id and their rank.
     ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nRanks: c_int, uniqueId: *const ncclUniqueId, rank: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) {
+        // SAFETY: `newcomm` is NULL (refused) or writable; `uniqueId` is NULL or a readable id;
+        // `config` is NULL or a sized ncclConfig_t.
         unsafe { api::comm_grow(comm, nRanks, uniqueId, rank, newcomm, config as *const u8) }
     }
 }
@@ -362,30 +386,36 @@ nccl_api! {
 nccl_api! {
     /// A new communicator of the ranks not in `excludeRanksList`, in parent order (they call it; the excluded do not).
     ncclCommShrink / pncclCommShrink(comm: ncclComm_t, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t, shrinkFlags: c_int) {
+        // SAFETY: `excludeRanksList` holds `excludeRanksCount` readable ints (only read);
+        // `newcomm` is NULL (refused) or writable; `config` is NULL or sized.
         unsafe { api::comm_shrink(comm, excludeRanksList, excludeRanksCount, newcomm, config as *const u8, shrinkFlags) }
     }
 }
 nccl_api! {
     /// `ncclSuccess`, `ncclInProgress` while initialising, or the error the communicator is in.
     ncclCommGetAsyncError / pncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) {
+        // SAFETY: `asyncError` is NULL (refused) or a writable ncclResult_t.
         unsafe { api::comm_get_async_error(comm, asyncError) }
     }
 }
 nccl_api! {
     /// Number of ranks.
     ncclCommCount / pncclCommCount(comm: ncclComm_t, count: *mut c_int) {
+        // SAFETY: `count` is NULL (refused) or a writable int.
         unsafe { api::comm_count(comm, count) }
     }
 }
 nccl_api! {
     /// The CUDA device current at creation; without one, the rank's index among this process's ranks.
     ncclCommCuDevice / pncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) {
+        // SAFETY: `device` is NULL (refused) or a writable int.
         unsafe { api::comm_cu_device(comm, device) }
     }
 }
 nccl_api! {
     /// This rank.
     ncclCommUserRank / pncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) {
+        // SAFETY: `rank` is NULL (refused) or a writable int.
         unsafe { api::comm_user_rank(comm, rank) }
     }
 }
@@ -395,6 +425,7 @@ nccl_api! {
 nccl_api! {
     /// Device memory of the current CUDA context (`cuMemAlloc`); without one, zeroed host memory aligned to 4096 bytes.
     ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) {
+        // SAFETY: `ptr` is NULL (refused) or a writable pointer slot.
         unsafe { api::mem_alloc(ptr, size) }
     }
 }
@@ -407,6 +438,8 @@ nccl_api! {
 nccl_api! {
     /// Host memory needs no registration: returns a handle for `ncclCommDeregister`.
     ncclCommRegister / pncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) {
+        // SAFETY: `handle` is NULL (refused) or a writable pointer slot; `buff` is recorded, not
+        // dereferenced.
         unsafe { api::comm_register(comm, buff, size, handle) }
     }
 }
@@ -423,6 +456,8 @@ nccl_api! {
     /// A pre-multiplied sum: `ncclScalarHostImmediate` reads `*scalar` now,
     /// `ncclScalarDevice` at every operation (host memory here).
     ncclRedOpCreatePreMulSum / pncclRedOpCreatePreMulSum(op: *mut ncclRedOp_t, scalar: *mut c_void, datatype: ncclDataType_t, residence: ncclScalarResidence_t, comm: ncclComm_t) {
+        // SAFETY: `op` is NULL (refused) or writable; `scalar` points at one element of `datatype`
+        // (host memory, or device memory for ncclScalarDevice).
         unsafe { api::red_op_create_pre_mul_sum(op, scalar, datatype, residence, comm) }
     }
 }
@@ -438,66 +473,88 @@ nccl_api! {
 nccl_api! {
     /// `recvbuff` on `root` = op over ranks of `sendbuff` (in place: `sendbuff == recvbuff`).
     ncclReduce / pncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: the buffers hold `count` elements of `datatype` (the receive buffer on `root`),
+        // valid until the stream reaches the operation (NCCL's contract).
         unsafe { api::collective(CollKind::Reduce, sendbuff, recvbuff, count, datatype, Some(op), Some(root), comm, stream) }
     }
 }
 nccl_api! {
     /// In-place broadcast of `buff` from `root`.
     ncclBcast / pncclBcast(buff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: `buff` holds `count` elements of `datatype`, valid until the stream reaches the
+        // operation (NCCL's contract).
         unsafe { api::collective(CollKind::Broadcast, buff, buff, count, datatype, None, Some(root), comm, stream) }
     }
 }
 nccl_api! {
     /// `root`'s `sendbuff` into every `recvbuff`.
     ncclBroadcast / pncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: `sendbuff` (on `root`) and `recvbuff` hold `count` elements of `datatype`, valid
+        // until the stream reaches the operation.
         unsafe { api::collective(CollKind::Broadcast, sendbuff, recvbuff, count, datatype, None, Some(root), comm, stream) }
     }
 }
 nccl_api! {
     /// `recvbuff` = op over ranks of `sendbuff` (device buffers: on the GPUs, on `stream`).
     ncclAllReduce / pncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: both buffers hold `count` elements of `datatype`, valid until the stream reaches
+        // the operation (NCCL's contract).
         unsafe { api::collective(CollKind::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), None, comm, stream) }
     }
 }
 nccl_api! {
     /// Block `rank` of the reduction into `recvbuff` (in place: `recvbuff == sendbuff + rank*recvcount`).
     ncclReduceScatter / pncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: `sendbuff` holds ranks x `recvcount` elements and `recvbuff` `recvcount`, valid
+        // until the stream reaches the operation.
         unsafe { api::collective(CollKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, Some(op), None, comm, stream) }
     }
 }
 nccl_api! {
     /// Every rank's `sendbuff` into block `rank` of `recvbuff` (in place: `sendbuff == recvbuff + rank*sendcount`).
     ncclAllGather / pncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: `sendbuff` holds `sendcount` elements and `recvbuff` ranks x `sendcount`, valid
+        // until the stream reaches the operation.
         unsafe { api::collective(CollKind::AllGather, sendbuff, recvbuff, sendcount, datatype, None, None, comm, stream) }
     }
 }
 nccl_api! {
     /// Block q of `sendbuff` to rank q; `count` elements per peer.
     ncclAlltoAll / pncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: both buffers hold ranks x `count` elements of `datatype`, valid until the stream
+        // reaches the operation.
         unsafe { api::collective(CollKind::AllToAll, sendbuff, recvbuff, count, datatype, None, None, comm, stream) }
     }
 }
 nccl_api! {
     /// Every rank's `sendbuff` into block `rank` of `root`'s `recvbuff`.
     ncclGather / pncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: `sendbuff` holds `count` elements, `recvbuff` on `root` ranks x `count`, valid
+        // until the stream reaches the operation.
         unsafe { api::collective(CollKind::Gather, sendbuff, recvbuff, count, datatype, None, Some(root), comm, stream) }
     }
 }
 nccl_api! {
     /// Block `rank` of `root`'s `sendbuff` into every `recvbuff`.
     ncclScatter / pncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: `sendbuff` on `root` holds ranks x `count` elements, `recvbuff` `count`, valid
+        // until the stream reaches the operation.
         unsafe { api::collective(CollKind::Scatter, sendbuff, recvbuff, count, datatype, None, Some(root), comm, stream) }
     }
 }
 nccl_api! {
     /// Sends `count` elements to `peer`.
     ncclSend / pncclSend(sendbuff: *const c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: `sendbuff` holds `count` elements of `datatype`, readable until the stream
+        // reaches the send; no receive buffer.
         unsafe { api::collective(CollKind::Send, sendbuff, std::ptr::null_mut(), count, datatype, None, Some(peer), comm, stream) }
     }
 }
 nccl_api! {
     /// Receives `count` elements from `peer`.
     ncclRecv / pncclRecv(recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) {
+        // SAFETY: `recvbuff` holds `count` elements of `datatype`, writable until the stream
+        // reaches the receive; no send buffer.
         unsafe { api::collective(CollKind::Recv, std::ptr::null(), recvbuff, count, datatype, None, Some(peer), comm, stream) }
     }
 }
@@ -519,6 +576,8 @@ nccl_api! {
 nccl_api! {
     /// Closes a group level without running its operations; the estimate is not supported yet.
     ncclGroupSimulateEnd / pncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) {
+        // SAFETY: `simInfo` is NULL (refused) or an initialised ncclSimInfo_t (its magic
+        // is checked before anything is written).
         unsafe { api::group_simulate_end(simInfo) }
     }
 }

@@ -37,6 +37,7 @@ fn two_ranks_all_reduce() {
     );
     let n = 100_003;
     let mut bufs: Vec<Vec<f32>> = (0..2).map(|r| vec![r as f32 + 1.0; n]).collect();
+    // SAFETY: ncclGroupStart takes no arguments; it only opens a group level on this thread.
     ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
     for (r, b) in bufs.iter_mut().enumerate() {
         let p = b.as_mut_ptr().cast();
@@ -46,6 +47,8 @@ fn two_ranks_all_reduce() {
             "ncclAllReduce",
         );
     }
+    // SAFETY: the group holds the two all-reduces queued above, whose buffers (`bufs`) and
+    // communicators stay alive until it ends here.
     ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
     for b in &bufs {
         assert!(b.iter().all(|&v| v == 3.0));

@@ -142,8 +142,8 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
         while state == ncclInProgress {
             prop_assert!(t.elapsed() < Duration::from_secs(10), "init never finished");
             std::thread::sleep(Duration::from_millis(1));
-            // SAFETY: a live communicator.
             prop_assert_eq!(
+                // SAFETY: a live communicator.
                 unsafe { ncclCommGetAsyncError(comm, &mut state) },
                 ncclSuccess
             );

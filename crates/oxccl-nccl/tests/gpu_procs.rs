@@ -3,7 +3,7 @@
 //! `NCCL_P2P_DISABLE=1`).
 //!
 //! The test starts its own ranks as child processes (this test binary again,
-//! `--exact child_rank`, with the rank and the unique id in the
+//! `--ignored --exact child_rank`, with the rank and the unique id in the
 //! environment). Each child takes GPU `rank % gpus`, so 4 ranks on the
 //! 2-GPU machine put two ranks on each GPU and exercise a 4-rank ring.
 //! Every case runs the collective on device buffers and the same collective
@@ -14,7 +14,8 @@
 //! over a rank count that is no power of two its bits depend on the order
 //! of the sums: there the values are compared within a bound ([`agree`]).
 //!
-//! Without two GPUs it prints `SKIPPED: ...` and passes (CI).
+//! The tests are `#[ignore = "needs a GPU: ..."]` and fail without one;
+//! scripts/gpu-test.sh runs them on the GPU machine.
 
 #![allow(clippy::needless_range_loop)]
 
@@ -44,34 +45,28 @@ const TYPES: &[(i32, &str, usize)] = &[
 const OPS: &[(i32, &str)] = &[(0, "sum"), (1, "prod"), (2, "max"), (3, "min"), (4, "avg")];
 
 fn ok(r: ncclResult_t, what: &str) {
+    // SAFETY: ncclGetLastError(NULL) returns a NUL-terminated string that stays valid until this
+    // thread calls it again; it is copied at once.
     assert_eq!(r, ncclSuccess, "{what}: {:?}", unsafe {
         std::ffi::CStr::from_ptr(ncclGetLastError(null_mut()))
     });
 }
 
-fn skip_notice(msg: &str) {
+fn notice(msg: &str) {
     eprintln!("{msg}");
     println!("{msg}");
 }
 
-/// GPUs here. Rank r runs on GPU r % count, so with one GPU every rank
-/// shares it (device windows through CUDA IPC on one device): the tests run
-/// on the one-GPU machine too, with a notice saying so.
-fn gpus() -> usize {
+/// Panics without a GPU (the tests are `#[ignore = "needs a GPU: ..."]`).
+/// Rank r runs on GPU r % count, so with one GPU every rank shares it
+/// (device windows through CUDA IPC on one device): the tests run on the
+/// one-GPU machine too, with a notice saying so.
+fn require_gpu() {
     match oxccl_cuda::Gpu::count() {
-        Ok(0) => {
-            skip_notice("SKIPPED: the CUDA driver sees no GPU");
-            0
-        }
-        Ok(1) => {
-            skip_notice("NOTE: one GPU: every rank runs on GPU 0 (no NVLink between ranks)");
-            1
-        }
-        Ok(n) => n,
-        Err(e) => {
-            skip_notice(&format!("SKIPPED: no GPU ({})", e.message()));
-            0
-        }
+        Ok(0) => panic!("needs a GPU: the CUDA driver sees none"),
+        Ok(1) => notice("NOTE: one GPU: every rank runs on GPU 0 (no NVLink between ranks)"),
+        Ok(_) => {}
+        Err(e) => panic!("needs a GPU: {}", e.message()),
     }
 }
 
@@ -190,6 +185,9 @@ fn host_reduce(comm: ncclComm_t, red: Red, inp: &[u8], count: usize, t: i32, op:
         inp.as_ptr() as *const c_void,
         want.as_mut_ptr() as *mut c_void,
     );
+    // SAFETY: host memory: `inp` holds the input (count elements, ranks x count for the reduce-
+    // scatter) and `want` count elements of type `t`; both outlive the call, which completes
+    // before it returns.
     let r = unsafe {
         match red {
             Red::All => ncclAllReduce(src, dst, count, t, op, comm, null_mut()),
@@ -210,6 +208,7 @@ impl Dev {
     fn new(len: usize) -> Dev {
         let mut p: *mut c_void = null_mut();
         ok(
+            // SAFETY: `p` is a writable pointer slot.
             unsafe { ncclMemAlloc(&mut p, len.max(1) + 16) },
             "ncclMemAlloc",
         );
@@ -228,6 +227,8 @@ impl Dev {
 
 impl Drop for Dev {
     fn drop(&mut self) {
+        // SAFETY: `self.p` came from ncclMemAlloc in `Dev::new` and is freed once, here
+        // (cuMemFree waits for work in flight on it).
         unsafe { ncclMemFree(self.p) };
     }
 }
@@ -255,6 +256,9 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                 let in_place = t % 2 == 0;
                 let dst = if in_place { sb.p } else { rb.p };
                 ok(
+                    // SAFETY: `sb` and `rb` are device allocations of `total` = ranks x count
+                    // elements of type `t`; `dst` is one of them; `comm` is this rank's live
+                    // communicator.
                     unsafe { ncclAllReduce(sb.p, dst, count, t, op, comm, null_mut()) },
                     "ncclAllReduce",
                 );
@@ -280,6 +284,8 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                     rb.p
                 };
                 ok(
+                    // SAFETY: `sb` holds ranks x count elements; `rdst` is `rb` or rank r's part
+                    // of `sb` (offset rank * bytes, inside it); `comm` is live.
                     unsafe { ncclReduceScatter(sb.p, rdst, count, t, op, comm, null_mut()) },
                     "ncclReduceScatter",
                 );
@@ -307,6 +313,8 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                 let inp = input(t, count, rank, op as usize + 2);
                 sb.put(&inp);
                 ok(
+                    // SAFETY: `sb` and `rb` hold ranks x count elements of type `t` each, more
+                    // than the count the reduce reads and writes.
                     unsafe { ncclReduce(sb.p, rb.p, count, t, op, root as i32, comm, null_mut()) },
                     "ncclReduce",
                 );
@@ -324,6 +332,8 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
             let inp = input(t, count, rank, 5);
             sb.put(&inp);
             ok(
+                // SAFETY: `sb` holds count elements to send and `rb` ranks x count to gather
+                // into; `comm` is live.
                 unsafe { ncclAllGather(sb.p, rb.p, count, t, comm, null_mut()) },
                 "ncclAllGather",
             );
@@ -336,6 +346,8 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
             // Broadcast from rank 1, the next type from rank 2 (or 0), ...
             let root = (1 + ti) % n;
             ok(
+                // SAFETY: `sb` and `rb` hold ranks x count elements each, more than the count
+                // broadcast.
                 unsafe { ncclBroadcast(sb.p, rb.p, count, t, root as i32, comm, null_mut()) },
                 "ncclBroadcast",
             );
@@ -348,6 +360,7 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
             let all = input(t, count * n, rank, 6);
             sb.put(&all);
             ok(
+                // SAFETY: `sb` and `rb` hold ranks x count elements each, the all-to-all's size.
                 unsafe { ncclAlltoAll(sb.p, rb.p, count, t, comm, null_mut()) },
                 "ncclAlltoAll",
             );
@@ -363,6 +376,8 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
             // path: at 2 processes the engines, when the bound is lowered).
             let sroot = (ti + 1) % n;
             ok(
+                // SAFETY: `sb` holds ranks x count elements (the root's scatter input) and `rb`
+                // at least count; `comm` is live.
                 unsafe { ncclScatter(sb.p, rb.p, count, t, sroot as i32, comm, null_mut()) },
                 "ncclScatter",
             );
@@ -375,6 +390,8 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
             );
             sb.put(&inp);
             ok(
+                // SAFETY: `sb` holds count elements to send and `rb` ranks x count (the root's
+                // gather output); `comm` is live.
                 unsafe { ncclGather(sb.p, rb.p, count, t, sroot as i32, comm, null_mut()) },
                 "ncclGather",
             );
@@ -386,12 +403,17 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                 }
                 assert!(rb.get(total) == want, "{}", ctx("gather"));
             }
+            // SAFETY: ncclGroupStart takes no arguments; it opens a group level on this thread.
             ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
             ok(
+                // SAFETY: `sb` holds at least count elements of type `t`, read when the group
+                // ends; the peer is a rank of `comm`.
                 unsafe { ncclSend(sb.p, count, t, ((rank + 1) % n) as i32, comm, null_mut()) },
                 "ncclSend",
             );
             ok(
+                // SAFETY: `rb` holds at least count elements of type `t`, written when the group
+                // ends; the peer is a rank of `comm`.
                 unsafe {
                     ncclRecv(
                         rb.p,
@@ -404,6 +426,8 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
                 },
                 "ncclRecv",
             );
+            // SAFETY: the calls queued since ncclGroupStart name live communicators and device
+            // buffers that are freed only after the GPUs are synchronised.
             ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
             host_sync();
             assert!(
@@ -417,11 +441,13 @@ fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
     cases
 }
 
-/// The child's body: runs only when started by a parent test.
+/// The child's body: runs only when started by a parent test
+/// ([`run_ranks_allowing`]), which passes its rank in the environment.
 #[test]
+#[ignore = "child process of the gpu_procs tests (started by run_ranks_allowing)"]
 fn child_rank() {
     let Ok(rank) = std::env::var("OXCCL_TEST_RANK") else {
-        return;
+        panic!("child_rank is one rank of a gpu_procs test: it runs when a test starts it");
     };
     let rank: usize = rank.parse().unwrap();
     let n: usize = std::env::var("OXCCL_TEST_NRANKS").unwrap().parse().unwrap();
@@ -449,6 +475,7 @@ fn child_rank() {
     let mut comm: ncclComm_t = null_mut();
     let t0 = Instant::now();
     ok(
+        // SAFETY: `comm` is a writable handle slot; `id` came from the parent's ncclGetUniqueId.
         unsafe { ncclCommInitRank(&mut comm, n as i32, id, rank as i32) },
         "ncclCommInitRank",
     );
@@ -470,10 +497,12 @@ fn child_rank() {
     let cases = sweep(comm, rank, n, &counts);
     let mut err = 0;
     ok(
+        // SAFETY: `comm` is this rank's live communicator; `err` is a writable ncclResult_t.
         unsafe { ncclCommGetAsyncError(comm, &mut err) },
         "ncclCommGetAsyncError",
     );
     assert_eq!(err, ncclSuccess);
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     let ce = capi::ce_calls();
     if std::env::var("OXCCL_TEST_EXPECT_CE").is_ok() {
@@ -514,12 +543,15 @@ fn all_reduce_until_remote_error(
 ) -> (f64, String) {
     let t0 = Instant::now();
     ok(
+        // SAFETY: `b` is a device allocation of at least `count` floats (in place; the callers size
+        // it so); `comm` is live.
         unsafe { ncclAllReduce(b.p, b.p, count, 7, 0, comm, null_mut()) },
         "ncclAllReduce",
     );
     let mut err = ncclSuccess;
     while err == ncclSuccess && t0.elapsed() < Duration::from_secs(limit) {
         ok(
+            // SAFETY: `comm` is this rank's live communicator; `err` is a writable ncclResult_t.
             unsafe { ncclCommGetAsyncError(comm, &mut err) },
             "ncclCommGetAsyncError",
         );
@@ -533,6 +565,8 @@ fn all_reduce_until_remote_error(
 }
 
 fn last_error(comm: ncclComm_t) -> String {
+    // SAFETY: ncclGetLastError returns a NUL-terminated string that stays valid until this thread
+    // calls it again; it is copied at once.
     unsafe { std::ffi::CStr::from_ptr(ncclGetLastError(comm)) }
         .to_string_lossy()
         .into_owned()
@@ -544,6 +578,7 @@ fn last_error(comm: ncclComm_t) -> String {
 fn missing_peer(comm: ncclComm_t, rank: usize) {
     if rank != 0 {
         std::thread::sleep(Duration::from_secs(15));
+        // SAFETY: `comm` is this rank's live communicator, aborted once and not used afterwards.
         ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
         println!("CHILD OK rank {rank}: stayed away");
         return;
@@ -552,6 +587,7 @@ fn missing_peer(comm: ncclComm_t, rank: usize) {
     let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1024, 12, 1);
     // The kernel has ended: the stream completes.
     capi::synchronize_current().unwrap();
+    // SAFETY: `comm` is this rank's live communicator, aborted once and not used afterwards.
     ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
     println!("CHILD OK rank 0: remote error after {secs:.1} s: {msg}");
 }
@@ -562,6 +598,8 @@ fn missing_peer(comm: ncclComm_t, rank: usize) {
 fn peer_killed(comm: ncclComm_t, rank: usize) {
     if rank != 0 {
         std::thread::sleep(Duration::from_millis(800));
+        // SAFETY: kill takes plain integers; the test means this process to die here, as a crashed
+        // rank would.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         unreachable!();
     }
@@ -570,8 +608,11 @@ fn peer_killed(comm: ncclComm_t, rank: usize) {
     assert!(secs < 10.0, "{secs} s: the timeout, not the watchdog");
     capi::synchronize_current().unwrap();
     // Later calls are refused with the same cause, not launched.
+    // SAFETY: `b` is a device allocation of 1 MiB, more than 16 floats; the call is refused
+    // before any access.
     let r = unsafe { ncclAllReduce(b.p, b.p, 16, 7, 0, comm, null_mut()) };
     assert_ne!(r, ncclSuccess);
+    // SAFETY: `comm` is this rank's live communicator, aborted once and not used afterwards.
     ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
     println!("CHILD OK rank 0: peer death seen after {secs:.2} s: {msg}");
 }
@@ -585,6 +626,8 @@ fn shrink_killed(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
     let victim = n - 1;
     if rank == victim {
         std::thread::sleep(Duration::from_millis(800));
+        // SAFETY: kill takes plain integers; the test means this process to die here, as a crashed
+        // rank would.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         unreachable!();
     }
@@ -600,13 +643,17 @@ fn shrink_killed(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
     let mut child: ncclComm_t = null_mut();
     let t0 = Instant::now();
     ok(
+        // SAFETY: `exclude` holds one rank, `child` is a writable handle slot, `comm` is live; a
+        // NULL config means the parent's settings.
         unsafe { ncclCommShrink(comm, exclude.as_mut_ptr(), 1, &mut child, null_mut(), flags) },
         "ncclCommShrink",
     );
     let took = t0.elapsed().as_secs_f64();
     let (mut cn, mut cr) = (0, 0);
+    // SAFETY: `child` is the live communicator shrink made; `cn` is a writable int.
     ok(unsafe { ncclCommCount(child, &mut cn) }, "ncclCommCount");
     ok(
+        // SAFETY: `child` is the live communicator shrink made; `cr` is a writable int.
         unsafe { ncclCommUserRank(child, &mut cr) },
         "ncclCommUserRank",
     );
@@ -614,11 +661,14 @@ fn shrink_killed(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
     let cases = sweep(child, rank, n - 1, counts);
     let mut err = 0;
     ok(
+        // SAFETY: `child` is the live communicator shrink made; `err` is a writable ncclResult_t.
         unsafe { ncclCommGetAsyncError(child, &mut err) },
         "ncclCommGetAsyncError",
     );
     assert_eq!(err, ncclSuccess);
+    // SAFETY: `child` is the live communicator shrink made, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(child) }, "ncclCommDestroy");
+    // SAFETY: `comm` is this rank's live communicator, aborted once and not used afterwards.
     ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
     println!(
         "CHILD OK rank {rank}: peer death seen after {secs:.2} s ({msg}); shrink {took:.2} s; {cases} cases on the child"
@@ -634,12 +684,14 @@ fn revoke(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
     let absent = n - 1;
     if rank == absent {
         std::thread::sleep(Duration::from_secs(20));
+        // SAFETY: `comm` is this rank's live communicator, aborted once and not used afterwards.
         ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
         println!("CHILD OK rank {rank}: stayed away");
         return;
     }
     let b = Dev::new(1 << 20);
     ok(
+        // SAFETY: `b` is a device allocation of 1 MiB, 1 << 18 floats in place; `comm` is live.
         unsafe { ncclAllReduce(b.p, b.p, 1 << 18, 7, 0, comm, null_mut()) },
         "ncclAllReduce",
     );
@@ -659,6 +711,7 @@ fn revoke(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
         "the all-reduce ended without rank {absent}: nothing was waiting"
     );
     let t0 = Instant::now();
+    // SAFETY: `comm` is this rank's live communicator; revoking takes no pointers.
     ok(unsafe { ncclCommRevoke(comm, 0) }, "ncclCommRevoke");
     waiter.join().unwrap();
     let stopped = t0.elapsed().as_secs_f64();
@@ -668,20 +721,27 @@ fn revoke(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
     );
     let mut err = ncclInProgress;
     ok(
+        // SAFETY: `comm` is this rank's live communicator; `err` is a writable ncclResult_t.
         unsafe { ncclCommGetAsyncError(comm, &mut err) },
         "ncclCommGetAsyncError",
     );
     assert_eq!(err, ncclSuccess);
+    // SAFETY: `b` is a device allocation of 1 MiB, more than 16 floats; the call is refused before
+    // any access.
     let r = unsafe { ncclAllReduce(b.p, b.p, 16, 7, 0, comm, null_mut()) };
     assert_eq!(r, ncclInvalidUsage, "{}", last_error(comm));
     let mut exclude = [absent as i32];
     let mut child: ncclComm_t = null_mut();
     ok(
+        // SAFETY: `exclude` holds one rank, `child` is a writable handle slot, `comm` is live; a
+        // NULL config means the parent's settings.
         unsafe { ncclCommShrink(comm, exclude.as_mut_ptr(), 1, &mut child, null_mut(), 0) },
         "ncclCommShrink",
     );
     let cases = sweep(child, rank, n - 1, counts);
+    // SAFETY: `child` is the live communicator shrink made, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(child) }, "ncclCommDestroy");
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     println!(
         "CHILD OK rank {rank}: revoke ended the wait in {stopped:.3} s; {cases} cases on the child"
@@ -699,6 +759,7 @@ fn grow(id: ncclUniqueId, rank: usize, n: usize, counts: &[usize]) {
     let mut before = 0;
     if rank + 1 < n {
         ok(
+            // SAFETY: `old` is a writable handle slot; `id` came from the parent's ncclGetUniqueId.
             unsafe { ncclCommInitRank(&mut old, (n - 1) as i32, id, rank as i32) },
             "ncclCommInitRank",
         );
@@ -706,6 +767,7 @@ fn grow(id: ncclUniqueId, rank: usize, n: usize, counts: &[usize]) {
         let mut gid = ncclUniqueId::default();
         let idp = if rank == 0 {
             ok(
+                // SAFETY: `old` is this rank's live communicator; `gid` is a writable ncclUniqueId.
                 unsafe { ncclCommGetUniqueId(old, &mut gid) },
                 "ncclCommGetUniqueId",
             );
@@ -721,6 +783,8 @@ fn grow(id: ncclUniqueId, rank: usize, n: usize, counts: &[usize]) {
             std::ptr::null()
         };
         ok(
+            // SAFETY: `old` is live; `idp` is NULL or points at `gid`, which outlives the call; `g`
+            // is a writable handle slot; NULL config: the parent's.
             unsafe { ncclCommGrow(old, n as i32, idp, -1, &mut g, null_mut()) },
             "ncclCommGrow (existing rank)",
         );
@@ -738,17 +802,24 @@ fn grow(id: ncclUniqueId, rank: usize, n: usize, counts: &[usize]) {
             *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap() as _;
         }
         ok(
+            // SAFETY: `gid` is a readable id and `g` a writable handle slot; a NULL parent and
+            // config mean a new rank with the defaults.
             unsafe { ncclCommGrow(null_mut(), n as i32, &gid, rank as i32, &mut g, null_mut()) },
             "ncclCommGrow (new rank)",
         );
     }
     let (mut cn, mut cr) = (0, 0);
+    // SAFETY: `g` is the live communicator the grow made; `cn` is a writable int.
     ok(unsafe { ncclCommCount(g, &mut cn) }, "ncclCommCount");
+    // SAFETY: `g` is the live communicator the grow made; `cr` is a writable int.
     ok(unsafe { ncclCommUserRank(g, &mut cr) }, "ncclCommUserRank");
     assert_eq!((cn as usize, cr as usize), (n, rank));
     let cases = sweep(g, rank, n, counts);
+    // SAFETY: `g` is the live communicator the grow made, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(g) }, "ncclCommDestroy");
     if !old.is_null() {
+        // SAFETY: `old` is this rank's communicator before the grow (checked non-NULL), destroyed
+        // once.
         ok(unsafe { ncclCommDestroy(old) }, "ncclCommDestroy");
     }
     println!("CHILD OK rank {rank}: {before} cases before the grow, {cases} after");
@@ -768,6 +839,7 @@ fn window(comm: ncclComm_t, rank: usize, n: usize) {
     let flag = Dev::new(4);
     let barrier = || {
         ok(
+            // SAFETY: `flag` is a 4-byte device allocation, one float in place; `comm` is live.
             unsafe { ncclAllReduce(flag.p, flag.p, 1, 7, 0, comm, null_mut()) },
             "ncclAllReduce (barrier)",
         );
@@ -775,11 +847,14 @@ fn window(comm: ncclComm_t, rank: usize, n: usize) {
     };
     let mut win: ncclWindow_t = null_mut();
     ok(
+        // SAFETY: `b` is a device allocation of `len` bytes that outlives the window; `win` is a
+        // writable handle slot.
         unsafe { ncclCommWindowRegister(comm, b.p, len, &mut win, 1) },
         "ncclCommWindowRegister",
     );
     let mut up: *mut c_void = null_mut();
     ok(
+        // SAFETY: `comm` and `win` are live; `up` is a writable pointer slot.
         unsafe { ncclWinGetUserPtr(comm, win, &mut up) },
         "ncclWinGetUserPtr",
     );
@@ -787,6 +862,8 @@ fn window(comm: ncclComm_t, rank: usize, n: usize) {
     let peer = |p: usize, off: usize| -> u64 {
         let mut pp: *mut c_void = null_mut();
         ok(
+            // SAFETY: `win` is a live window; `pp` is a writable pointer slot; offsets and ranks
+            // are checked by the call.
             unsafe { ncclGetPeerDevicePointer(win, off, p as i32, &mut pp) },
             "ncclGetPeerDevicePointer",
         );
@@ -819,6 +896,8 @@ fn window(comm: ncclComm_t, rank: usize, n: usize) {
     let ones: Vec<u8> = (0..count).flat_map(|_| 1.0f32.to_le_bytes()).collect();
     b.put(&ones);
     ok(
+        // SAFETY: `b` is the window's device buffer of `len` bytes, exactly `count` floats (in
+        // place), registered until the deregistration below; `comm` is live.
         unsafe { ncclAllReduce(b.p, b.p, count, 7, 0, comm, null_mut()) },
         "ncclAllReduce (on the window)",
     );
@@ -830,9 +909,12 @@ fn window(comm: ncclComm_t, rank: usize, n: usize) {
     );
     barrier();
     ok(
+        // SAFETY: `win` was registered on `comm` above and is deregistered once, after every rank's
+        // last use (barrier).
         unsafe { ncclCommWindowDeregister(comm, win) },
         "ncclCommWindowDeregister",
     );
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     println!("CHILD OK rank {rank}: every window read, written and reduced");
 }
@@ -853,16 +935,23 @@ fn simulate(comm: ncclComm_t, rank: usize, n: usize) {
         estimatedTime: -1.0,
     };
     let recv = (b.p as u64 + (count * 4) as u64) as *mut c_void;
+    // SAFETY: ncclGroupStart takes no arguments; it opens a group level on this thread.
     ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
     ok(
+        // SAFETY: `b` holds ranks x count floats, more than the `count` reduced in place; the
+        // group is only simulated, so nothing touches it.
         unsafe { ncclAllReduce(b.p, b.p, count, 7, 0, comm, null_mut()) },
         "ncclAllReduce",
     );
     ok(
+        // SAFETY: `b` holds ranks x count floats: `count / n` to send at its start, and `recv` (b +
+        // count floats) has room for ranks x (count / n); the group is only simulated.
         unsafe { ncclAllGather(b.p, recv, count / n, 7, comm, null_mut()) },
         "ncclAllGather",
     );
     ok(
+        // SAFETY: `info` is an initialised ncclSimInfo_t (size and magic set) that outlives the
+        // call.
         unsafe { ncclGroupSimulateEnd(&mut info) },
         "ncclGroupSimulateEnd",
     );
@@ -880,6 +969,7 @@ fn simulate(comm: ncclComm_t, rank: usize, n: usize) {
         (got - want).abs() <= want * 1e-5,
         "estimate {got} us, model {want} us"
     );
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     println!("CHILD OK rank {rank}: simulated group of 64 MiB all-reduce and all-gather: {got:.1} us, nothing ran");
 }
@@ -904,6 +994,8 @@ fn graph(comm: ncclComm_t, rank: usize, n: usize) {
     for k in 0..4 {
         let (a, b) = if k % 2 == 0 { (x.p, y.p) } else { (y.p, x.p) };
         ok(
+            // SAFETY: `x` and `y` are device allocations of `count` int32 that outlive the graph;
+            // `stream` is a live stream of this rank's GPU, capturing.
             unsafe { ncclAllReduce(a, b, count, 2, 0, comm, stream.raw()) },
             "captured ncclAllReduce",
         );
@@ -925,6 +1017,7 @@ fn graph(comm: ncclComm_t, rank: usize, n: usize) {
         assert_eq!(g, want, "rank {rank} element {i}");
     }
     drop(graph);
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     println!("CHILD OK rank {rank}: graph of 4 all-reduces replayed 3 times");
 }
@@ -943,6 +1036,8 @@ fn realloc(comm: ncclComm_t, rank: usize, n: usize) {
         let rb = Dev::new(count * n);
         sb.put(&input(1, count, rank, k));
         ok(
+            // SAFETY: `sb` holds `count` bytes (uint8) and `rb` ranks x count; both are freed after
+            // the synchronisation below.
             unsafe { ncclAllGather(sb.p, rb.p, count, 1, comm, null_mut()) },
             "ncclAllGather",
         );
@@ -959,6 +1054,7 @@ fn realloc(comm: ncclComm_t, rank: usize, n: usize) {
     // The current call's two allocations, plus the previous call's until its
     // notice arrives with this call's message.
     assert!(most <= 4, "rank {rank}: {most} peer mappings held at most");
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     println!("CHILD OK rank {rank}: 40 all-gathers on fresh buffers, at most {most} peer mappings");
 }
@@ -967,6 +1063,8 @@ fn realloc(comm: ncclComm_t, rank: usize, n: usize) {
 /// nothing launched, and the communicator still works.
 fn overrun(comm: ncclComm_t, rank: usize) {
     let b = Dev::new(4096);
+    // SAFETY: `b` holds 4096 bytes, fewer than 1 << 20 floats: the call must refuse the count
+    // before any access.
     let r = unsafe { ncclAllReduce(b.p, b.p, 1 << 20, 7, 0, comm, null_mut()) };
     assert_eq!(r, ncclInvalidArgument);
     let msg = last_error(comm);
@@ -978,11 +1076,13 @@ fn overrun(comm: ncclComm_t, rank: usize) {
     // (needs a second GPU).
     let g = oxccl_cuda::Gpu::count().unwrap();
     if g < 2 {
-        skip_notice("NOTE: one GPU: the foreign-stream check needs two, skipped");
+        notice("NOTE: one GPU: the foreign-stream check needs two, skipped");
     } else {
         let other = oxccl_cuda::perfio::PerfGpu::open((rank + 1) % g).unwrap();
         let foreign = other.stream().unwrap();
         capi::use_device((rank % g) as i32).unwrap();
+        // SAFETY: `b` holds 1024 floats; `foreign` is a live stream of another GPU, which the call
+        // refuses before any launch.
         let r = unsafe { ncclAllReduce(b.p, b.p, 1024, 7, 0, comm, foreign.raw()) };
         assert_eq!(r, ncclInvalidArgument);
         let msg2 = last_error(comm);
@@ -993,10 +1093,12 @@ fn overrun(comm: ncclComm_t, rank: usize) {
     }
     b.put(&input(7, 1024, rank, 0));
     ok(
+        // SAFETY: `b` is a device allocation of 4096 bytes, 1024 floats in place; `comm` is live.
         unsafe { ncclAllReduce(b.p, b.p, 1024, 7, 0, comm, null_mut()) },
         "ncclAllReduce",
     );
     capi::synchronize_current().unwrap();
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     println!("CHILD OK rank {rank}: overrun refused: {msg}");
 }
@@ -1036,10 +1138,14 @@ fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
                     (scalar.as_ptr() as *mut c_void, ncclScalarHostImmediate)
                 };
                 ok(
+                    // SAFETY: `dev_op` is writable; `ptr` is the scalar of type `t`: `ds` (device,
+                    // outlives the op) or `scalar` (host, read at once); `comm` is live.
                     unsafe { ncclRedOpCreatePreMulSum(&mut dev_op, ptr, t, residence, comm) },
                     "ncclRedOpCreatePreMulSum",
                 );
                 ok(
+                    // SAFETY: `host_op` is writable; `scalar` holds one element of type `t`, read
+                    // at once (ncclScalarHostImmediate); `comm` is live.
                     unsafe {
                         ncclRedOpCreatePreMulSum(
                             &mut host_op,
@@ -1057,6 +1163,8 @@ fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
                     sb.put(&inp);
                     let dst = if in_place { sb.p } else { rb.p };
                     ok(
+                        // SAFETY: `sb` and `rb` hold ranks x count elements of type `t`; `dst` is
+                        // one of them; `dev_op` is a live PreMulSum of `comm`.
                         unsafe { ncclAllReduce(sb.p, dst, count, t, dev_op, comm, null_mut()) },
                         "ncclAllReduce premulsum",
                     );
@@ -1073,6 +1181,8 @@ fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
                 let inp = input(t, count * n, rank, 8);
                 sb.put(&inp);
                 ok(
+                    // SAFETY: `sb` holds ranks x count elements of type `t` and `rb` as many;
+                    // `dev_op` is a live PreMulSum of `comm`.
                     unsafe { ncclReduceScatter(sb.p, rb.p, count, t, dev_op, comm, null_mut()) },
                     "ncclReduceScatter premulsum",
                 );
@@ -1083,6 +1193,8 @@ fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
                 sb.put(&inp);
                 let root = n - 1;
                 ok(
+                    // SAFETY: `sb` and `rb` hold ranks x count elements of type `t`, more than the
+                    // count reduced; `dev_op` is a live PreMulSum of `comm`.
                     unsafe {
                         ncclReduce(sb.p, rb.p, count, t, dev_op, root as i32, comm, null_mut())
                     },
@@ -1094,10 +1206,14 @@ fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
                     assert!(rb.get(bytes) == want, "{ctx}: reduce");
                 }
                 ok(
+                    // SAFETY: `dev_op` was created on `comm` above and is destroyed once, after its
+                    // last call.
                     unsafe { ncclRedOpDestroy(dev_op, comm) },
                     "ncclRedOpDestroy",
                 );
                 ok(
+                    // SAFETY: `host_op` was created on `comm` above and is destroyed once, after
+                    // its last call.
                     unsafe { ncclRedOpDestroy(host_op, comm) },
                     "ncclRedOpDestroy",
                 );
@@ -1105,6 +1221,7 @@ fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
             }
         }
     }
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     println!("CHILD OK rank {rank}: {cases} PreMulSum cases");
 }
@@ -1116,6 +1233,7 @@ fn run_ranks(n: usize, counts: &str, env: &[(&str, &str)]) {
 /// As `run_ranks`; the ranks in `may_die` may end by a signal.
 fn run_ranks_allowing(n: usize, counts: &str, env: &[(&str, &str)], may_die: &[usize]) {
     let mut id = ncclUniqueId::default();
+    // SAFETY: `id` is a writable ncclUniqueId.
     ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
     let hex: String = id
         .internal
@@ -1126,11 +1244,17 @@ fn run_ranks_allowing(n: usize, counts: &str, env: &[(&str, &str)], may_die: &[u
     let mut kids = Vec::new();
     for r in 0..n {
         let mut c = Command::new(&exe);
-        c.args(["--exact", "child_rank", "--nocapture", "--test-threads=1"])
-            .env("OXCCL_TEST_RANK", r.to_string())
-            .env("OXCCL_TEST_NRANKS", n.to_string())
-            .env("OXCCL_TEST_ID", &hex)
-            .env("OXCCL_TEST_COUNTS", counts);
+        c.args([
+            "--ignored",
+            "--exact",
+            "child_rank",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("OXCCL_TEST_RANK", r.to_string())
+        .env("OXCCL_TEST_NRANKS", n.to_string())
+        .env("OXCCL_TEST_ID", &hex)
+        .env("OXCCL_TEST_COUNTS", counts);
         for (k, v) in env {
             c.env(k, v);
         }
@@ -1160,18 +1284,16 @@ fn run_ranks_allowing(n: usize, counts: &str, env: &[(&str, &str)], may_die: &[u
 const COUNTS: &str = "0,1,5,4099,70001";
 
 #[test]
+#[ignore = "needs a GPU: two processes two GPUs every collective type and op"]
 fn two_processes_two_gpus_every_collective_type_and_op() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(2, COUNTS, &[]);
 }
 
 #[test]
+#[ignore = "needs a GPU: two processes large messages"]
 fn two_processes_large_messages() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // 48 Mi elements: many rounds of every channel's slots.
     run_ranks(
         2,
@@ -1198,18 +1320,16 @@ fn at_the_default_bounds(more: &[(&str, &str)]) {
 }
 
 #[test]
+#[ignore = "needs a GPU: two processes at the default bounds"]
 fn two_processes_at_the_default_bounds() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     at_the_default_bounds(&[]);
 }
 
 #[test]
+#[ignore = "needs a GPU: two processes push in place in full pieces"]
 fn two_processes_push_in_place_in_full_pieces() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // The same calls with in-place pushes: int32's 128 MiB all-reduce in
     // 16 MiB pieces into the peer's buffer, float32's reduce-scatter (128
     // MiB parts) in 32 MiB pieces through the peer's 4-slot scratch ring.
@@ -1244,19 +1364,17 @@ fn on_the_copy_engines(push: &str, more: &[(&str, &str)]) {
 }
 
 #[test]
+#[ignore = "needs a GPU: two processes on the copy engines"]
 fn two_processes_on_the_copy_engines() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // Reductions pull through the scratch ring in both placements.
     on_the_copy_engines("0", &[]);
 }
 
 #[test]
+#[ignore = "needs a GPU: two processes push reductions in many pieces"]
 fn two_processes_push_reductions_in_many_pieces() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // Out-of-place all-reduces and reduce-scatters push the peer's part
     // into its output in pieces of 99,984 bytes (100,000 rounded down to
     // 16): up to 21 pieces of a part, the last one halved, for every type;
@@ -1265,10 +1383,9 @@ fn two_processes_push_reductions_in_many_pieces() {
 }
 
 #[test]
+#[ignore = "needs a GPU: two processes push in place all reduces"]
 fn two_processes_push_in_place_all_reduces() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // In-place reductions push too (OXCCL_CUDA_CE_PUSH_IN_PLACE): an
     // all-reduce's first piece into the peer's scratch, the later ones (up
     // to 21 of 99,984 bytes, the last halved) into the peer's copy of this
@@ -1286,10 +1403,9 @@ fn two_processes_push_in_place_all_reduces() {
 }
 
 #[test]
+#[ignore = "needs a GPU: two processes push on two copy streams"]
 fn two_processes_push_on_two_copy_streams() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // Pieces alternate on two copy streams (OXCCL_CUDA_CE_PUSH_STREAMS=2),
     // out of place and in place: each stream counts its own half of the
     // counter, so the kernels and the in-place waits follow every piece
@@ -1305,10 +1421,9 @@ fn two_processes_push_on_two_copy_streams() {
 }
 
 #[test]
+#[ignore = "needs a GPU: two processes free what they shared"]
 fn two_processes_free_what_they_shared() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(
         2,
         "0",
@@ -1320,18 +1435,16 @@ fn two_processes_free_what_they_shared() {
 }
 
 #[test]
+#[ignore = "needs a GPU: two processes through host memory"]
 fn two_processes_through_host_memory() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(2, "0,1,4099,300007", &[("NCCL_P2P_DISABLE", "1")]);
 }
 
 #[test]
+#[ignore = "needs a GPU: four processes two per GPU"]
 fn four_processes_two_per_gpu() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(4, "0,1,4099,70001", &[]);
 }
 
@@ -1344,10 +1457,9 @@ fn four_processes_two_per_gpu() {
 /// while a rank's block is at most 512 KiB / 7, over Simple slots above;
 /// all-to-alls over LL to 512 KiB / 7 per peer; 7 peers each.
 #[test]
+#[ignore = "needs a GPU: eight processes"]
 fn eight_processes() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(8, "0,1,4099,70001,300007", &[]);
 }
 
@@ -1358,10 +1470,9 @@ fn eight_processes() {
 /// and gathers included (their send/receive launches within 22 blocks a
 /// rank). 2097155 floats: the Simple ring over many slots.
 #[test]
+#[ignore = "needs a GPU: twelve ranks on few GPUs"]
 fn twelve_ranks_on_few_gpus() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(
         12,
         "4099,2097155",
@@ -1377,10 +1488,9 @@ fn twelve_ranks_on_few_gpus() {
 /// the LL ring (one-shot and two-shot off) and every send and receive on
 /// LL lines up to their cap.
 #[test]
+#[ignore = "needs a GPU: five and eight processes LL"]
 fn five_and_eight_processes_ll() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(5, "3,4099,70001,300007", &[]);
     run_ranks(
         8,
@@ -1400,10 +1510,9 @@ fn five_and_eight_processes_ll() {
 /// stay off (they cannot cross the proxies), one-shot Simple all-reduces
 /// to 256 KiB / 7.
 #[test]
+#[ignore = "needs a GPU: eight processes on two hosts"]
 fn eight_processes_on_two_hosts() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(
         8,
         "1,4099,70001",
@@ -1419,10 +1528,9 @@ fn eight_processes_on_two_hosts() {
 /// 2 and 3 ranks (each rank its own scalar), scalars in host and device
 /// memory, every type, counts 0, 1, odd and past one block.
 #[test]
+#[ignore = "needs a GPU: premulsum on one two and three ranks"]
 fn premulsum_on_one_two_and_three_ranks() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     for n in [1, 2] {
         run_ranks(n, "0,1,4099,70001", &[("OXCCL_TEST_MODE", "premulsum")]);
     }
@@ -1442,10 +1550,9 @@ fn premulsum_on_one_two_and_three_ranks() {
 }
 
 #[test]
+#[ignore = "needs a GPU: three processes ring"]
 fn three_processes_ring() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(3, "7,65537", &[]);
 }
 
@@ -1509,10 +1616,9 @@ fn logged_lines(
 static NEXT_LOG_DIR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 #[test]
+#[ignore = "needs a GPU: rings in a forced order"]
 fn rings_in_a_forced_order() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // Rank r runs on GPU r % 2. 0,2,1,3 puts the two ranks of each GPU side
     // by side; 3,1,0,2 starts the ring at another rank. The counts reach the
     // one-shot, LL-ring and Simple-ring all-reduces; reduce's and broadcast's
@@ -1546,10 +1652,9 @@ fn rings_in_a_forced_order() {
 /// two-GPU machine (rank r on GPU r % 2, NVLink between the GPUs) the rank
 /// order already puts NVLink on every hop, and it stays.
 #[test]
+#[ignore = "needs a GPU: topology ring keeps NVLink on every hop"]
 fn topology_ring_keeps_nvlink_on_every_hop() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     let lines = ring_order_lines(4, "7", &[]);
     assert_eq!(lines.len(), 4, "{lines:?}");
     for l in &lines {
@@ -1562,10 +1667,9 @@ fn topology_ring_keeps_nvlink_on_every_hop() {
 }
 
 #[test]
+#[ignore = "needs a GPU: a missing peer is a remote error not a hang"]
 fn a_missing_peer_is_a_remote_error_not_a_hang() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(
         2,
         "1",
@@ -1577,18 +1681,16 @@ fn a_missing_peer_is_a_remote_error_not_a_hang() {
 }
 
 #[test]
+#[ignore = "needs a GPU: a killed peer is seen in milliseconds not at the timeout"]
 fn a_killed_peer_is_seen_in_milliseconds_not_at_the_timeout() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks_allowing(2, "1", &[("OXCCL_TEST_MODE", "peer_killed")], &[1]);
 }
 
 #[test]
+#[ignore = "needs a GPU: survivors shrink after a peer is killed"]
 fn survivors_shrink_after_a_peer_is_killed() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks_allowing(
         4,
         "0,1,4099,70001",
@@ -1598,10 +1700,9 @@ fn survivors_shrink_after_a_peer_is_killed() {
 }
 
 #[test]
+#[ignore = "needs a GPU: two ranks grow to three with a new process"]
 fn two_ranks_grow_to_three_with_a_new_process() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     let dir = std::env::temp_dir().join(format!("oxccl-gpu-grow-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -1617,34 +1718,30 @@ fn two_ranks_grow_to_three_with_a_new_process() {
 }
 
 #[test]
+#[ignore = "needs a GPU: windows reach every peer of the host"]
 fn windows_reach_every_peer_of_the_host() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(3, "1", &[("OXCCL_TEST_MODE", "window")]);
 }
 
 #[test]
+#[ignore = "needs a GPU: simulate estimates device groups without running them"]
 fn simulate_estimates_device_groups_without_running_them() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(2, "1", &[("OXCCL_TEST_MODE", "simulate")]);
 }
 
 #[test]
+#[ignore = "needs a GPU: revoke ends device waits and the ranks shrink"]
 fn revoke_ends_device_waits_and_the_ranks_shrink() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(3, "1,4099", &[("OXCCL_TEST_MODE", "revoke")]);
 }
 
 #[test]
+#[ignore = "needs a GPU: a killed peer on another host is seen and the proxies stop"]
 fn a_killed_peer_on_another_host_is_seen_and_the_proxies_stop() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // The same across "hosts": device buffers through the proxies (one-shot
     // Simple kernel); the dead peer's closed connections and the watchdog
     // end rank 0's waits, ncclCommAbort then stops its proxies.
@@ -1660,27 +1757,24 @@ fn a_killed_peer_on_another_host_is_seen_and_the_proxies_stop() {
 }
 
 #[test]
+#[ignore = "needs a GPU: CUDA graph of all reduces replays"]
 fn cuda_graph_of_all_reduces_replays() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(2, "1", &[("OXCCL_TEST_MODE", "graph")]);
     run_ranks(3, "1", &[("OXCCL_TEST_MODE", "graph")]);
 }
 
 #[test]
+#[ignore = "needs a GPU: a count past the allocation is refused"]
 fn a_count_past_the_allocation_is_refused() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     run_ranks(2, "1", &[("OXCCL_TEST_MODE", "overrun")]);
 }
 
 #[test]
+#[ignore = "needs a GPU: LL protocol at every size"]
 fn ll_protocol_at_every_size() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // NCCL_PROTO=LL: every all-reduce over LL lines, many rounds of slots.
     run_ranks(
         2,
@@ -1707,10 +1801,9 @@ fn ll_protocol_at_every_size() {
 }
 
 #[test]
+#[ignore = "needs a GPU: across hosts through the network path"]
 fn across_hosts_through_the_network_path() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // Two "hosts" (NCCL_HOSTID), one rank each: device buffers go through
     // the proxies and TCP (netproxy.rs), every collective, type and op.
     // (2 ranks: all-reduces take the one-shot Simple kernel at every size.)
@@ -1748,10 +1841,9 @@ fn across_hosts_through_the_network_path() {
 }
 
 #[test]
+#[ignore = "needs a GPU: across hosts with several connections per peer"]
 fn across_hosts_with_several_connections_per_peer() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = 4 connections per peer,
     // each carrying a quarter of the channels.
     run_ranks(
@@ -1767,10 +1859,9 @@ fn across_hosts_with_several_connections_per_peer() {
 }
 
 #[test]
+#[ignore = "needs a GPU: across hosts through a network plugin"]
 fn across_hosts_through_a_network_plugin() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // The repo's test plugin: OXCCL_TEST_NET_PLUGIN (scripts/gpu-test.sh
     // carries it to the GPU machine, which has no cargo), else built here.
     let so = match std::env::var("OXCCL_TEST_NET_PLUGIN") {
@@ -1825,10 +1916,9 @@ fn all_reduces_take(n: usize, counts: &str, env: &[(&str, &str)], want: &str) {
 /// the kernel; its bound alone set past LL's takes it there too; with it
 /// off the same sizes take the LL ring.
 #[test]
+#[ignore = "needs a GPU: two shot all reduce at every size"]
 fn two_shot_all_reduce_at_every_size() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     let types = ("OXCCL_TEST_TYPES", "float32,bfloat16,int8,float64");
     let on = [
         ("NCCL_PROTO", "LL"),
@@ -1869,10 +1959,9 @@ fn two_shot_all_reduce_at_every_size() {
 /// the Simple ring (4 ranks, and 8 on 16 channels on one GPU: the 8-rank
 /// sweep's all-reduces no longer reach it).
 #[test]
+#[ignore = "needs a GPU: direct kernels at every size"]
 fn direct_kernels_at_every_size() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     let on = [
         ("NCCL_PROTO", "Simple"),
         ("OXCCL_CUDA_DIRECT_MAX", "1G"),
@@ -1903,10 +1992,9 @@ fn direct_kernels_at_every_size() {
 /// KiB, what follows LL (the two-shot over Simple slots for 3 ranks' 86 KiB
 /// blocks), both checked against the reference.
 #[test]
+#[ignore = "needs a GPU: LL bound moves with its knob"]
 fn ll_bound_moves_with_its_knob() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     for (bound, want) in [
         (None, "Algo Ring proto LL"),
         (Some("64K"), "Algo TwoShot proto Simple"),
@@ -1923,10 +2011,9 @@ fn ll_bound_moves_with_its_knob() {
 }
 
 #[test]
+#[ignore = "needs a GPU: one shot all reduce at every size"]
 fn one_shot_all_reduce_at_every_size() {
-    if gpus() < 1 {
-        return;
-    }
+    require_gpu();
     // The one-shot LL kernel (every rank writes to every rank) forced for
     // every all-reduce, all-gather and reduce-scatter LL takes: many slots
     // per channel, slots reused, with the other collectives' ring steps in

@@ -14,8 +14,8 @@ fn a_refused_call_warns_from_the_line_that_refused_it() {
     std::env::set_var("NCCL_DEBUG", "WARN");
     std::env::set_var("NCCL_DEBUG_FILE", &file);
     let mut n = 0;
-    // SAFETY: a NULL communicator is checked, not dereferenced.
     assert_eq!(
+        // SAFETY: a NULL communicator is checked, not dereferenced.
         unsafe { ncclCommCount(std::ptr::null_mut(), &mut n) },
         ncclInvalidArgument
     );

@@ -489,12 +489,20 @@ impl Plugin {
 macro_rules! call {
     ($self:expr, $f:ident ( $($a:expr),* )) => {
         match $self.table {
-            // SAFETY (all arms): entries were checked present at load, and the
-            // caller passes arguments valid for the ABI.
+            // SAFETY: the entry was checked present at load, and the caller
+            // passes arguments valid for the ABI.
             Table::V6(t) => unsafe { (t.$f.unwrap_unchecked())($($a),*) },
+            // SAFETY: the entry was checked present at load, and the caller
+            // passes arguments valid for the ABI.
             Table::V7(t) => unsafe { (t.$f.unwrap_unchecked())($($a),*) },
+            // SAFETY: the entry was checked present at load, and the caller
+            // passes arguments valid for the ABI.
             Table::V8(t) => unsafe { (t.$f.unwrap_unchecked())($($a),*) },
+            // SAFETY: the entry was checked present at load, and the caller
+            // passes arguments valid for the ABI.
             Table::V9(t) => unsafe { (t.$f.unwrap_unchecked())($($a),*) },
+            // SAFETY: the entry was checked present at load, and the caller
+            // passes arguments valid for the ABI.
             Table::V10(t) => unsafe { (t.$f.unwrap_unchecked())($($a),*) },
         }
     };
@@ -606,8 +614,9 @@ impl Net for Plugin {
         let mut config = ffi::CommConfigV10 {
             traffic_class: ffi::NCCL_NET_TRAFFIC_CLASS_UNDEF,
         };
-        // SAFETY (each arm): entry present; the handle is 128 writable bytes
-        // that stay in place between retries; out-pointers are writable.
+        // SAFETY: in each arm the entry was checked present at load; the
+        // handle is 128 writable bytes that stay in place between retries;
+        // out-pointers are writable.
         let rc = unsafe {
             match self.table {
                 Table::V6(t) => (t.connect.unwrap_unchecked())(d, h, &mut s),
@@ -627,7 +636,8 @@ impl Net for Plugin {
         let l = listen.as_ptr();
         let mut r: *mut c_void = ptr::null_mut();
         let mut dev_comm: *mut ffi::DeviceHandle = ptr::null_mut();
-        // SAFETY (each arm): entry present; `l` is a live listen object.
+        // SAFETY: in each arm the entry was checked present at load; `l` is a
+        // live listen object.
         let rc = unsafe {
             match self.table {
                 Table::V6(t) => (t.accept.unwrap_unchecked())(l, &mut r),
@@ -646,8 +656,8 @@ impl Net for Plugin {
         let p = data.cast::<c_void>();
         let mut mh: *mut c_void = ptr::null_mut();
         let host = ffi::NCCL_PTR_HOST;
-        // SAFETY (each arm): entry present; memory validity is the caller's
-        // contract.
+        // SAFETY: in each arm the entry was checked present at load; memory
+        // validity is the caller's contract.
         let rc = unsafe {
             match self.table {
                 Table::V6(t) => {
@@ -686,8 +696,8 @@ impl Net for Plugin {
         let p = data as *mut c_void;
         let m = mr_ptr(mr);
         let mut req: *mut c_void = ptr::null_mut();
-        // SAFETY (each arm): entry present; buffer validity is the caller's
-        // contract; `req` is writable.
+        // SAFETY: in each arm the entry was checked present at load; buffer
+        // validity is the caller's contract; `req` is writable.
         let rc = unsafe {
             match self.table {
                 Table::V6(t) => {
@@ -726,8 +736,9 @@ impl Net for Plugin {
         let mut isize_: c_int = to_int(len.min(c_int::MAX as usize), "receive")?;
         let mut usize_: usize = len;
         let mut ph: *mut c_void = ptr::null_mut();
-        // SAFETY (each arm): entry present; every array argument points at
-        // one valid element; buffer validity is the caller's contract.
+        // SAFETY: in each arm the entry was checked present at load; every
+        // array argument points at one valid element; buffer validity is the
+        // caller's contract.
         let rc = unsafe {
             match self.table {
                 Table::V6(t) => (t.irecv.unwrap_unchecked())(

@@ -1,5 +1,8 @@
 //! Quick all_reduce timing between local processes (developer tool; the
 //! user-facing benchmark is `oxccl perf`). Usage: ar_bench [nranks] [max_bytes]
+
+#![forbid(unsafe_code)]
+
 use oxccl::{Communicator, RedOp, UniqueId};
 use std::time::Instant;
 

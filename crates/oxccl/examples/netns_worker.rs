@@ -7,6 +7,9 @@
 //!   netns_worker all-reduce <rank> <nranks> <min_bytes> <max_bytes>
 //!       f32 sum sweep (sizes x4); ranks meet through NCCL_COMM_ID; rank 0 prints
 //!       "bytes us algbw_GBps busbw_GBps" per size.
+
+#![forbid(unsafe_code)]
+
 use oxccl::{Communicator, RedOp, UniqueId};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -10,6 +10,9 @@
 //! a sample every 10000 ops, RSS slack 16 MiB, fd slack 0). The transport is
 //! whatever the environment selects (`NCCL_SHM_DISABLE=1` for TCP).
 //! `bench/soak.sh` runs it over shared memory and over TCP.
+
+#![forbid(unsafe_code)]
+
 use oxccl::{Communicator, Element, Group, RedOp, UniqueId};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};

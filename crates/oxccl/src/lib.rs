@@ -594,7 +594,7 @@ impl Communicator {
         }
         let count = buf.len() / n;
         let p = buf.as_mut_ptr();
-        // SAFETY(pointer arithmetic only): the block lies inside `buf`.
+        // SAFETY: pointer arithmetic only; the block lies inside `buf`.
         let s = p.wrapping_add(self.rank() * count);
         self.run_one(desc::<T>(CollKind::AllGather, s, p, count, RedOp::Sum, 0))
     }

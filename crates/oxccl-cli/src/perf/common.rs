@@ -280,9 +280,10 @@ pub fn local_time() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs()) as libc::time_t;
-    // SAFETY: localtime_r writes only into `tm`, a plain C struct that
-    // zeroed bytes initialise validly.
+    // SAFETY: `tm` is a plain C struct that zeroed bytes initialise validly.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live locals; localtime_r (the reentrant
+    // form) writes only into `tm`.
     let ok = !unsafe { libc::localtime_r(&now, &mut tm) }.is_null();
     if !ok {
         return "1970-01-01 00:00:00".into();

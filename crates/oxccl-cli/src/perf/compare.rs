@@ -190,7 +190,7 @@ impl Lib {
             ));
         }
         let get = |n: &str| sym(n).expect("checked above");
-        // SAFETY (every `fnptr` below): the symbol exists and, in an
+        // SAFETY: for every `fnptr` below, the symbol exists and, in an
         // NCCL-API library, has the C signature of nccl.h that the type spells.
         unsafe {
             let get_version: GetVersionFn = fnptr(get("ncclGetVersion"));

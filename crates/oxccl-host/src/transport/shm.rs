@@ -494,10 +494,10 @@ impl ShmSegment {
     }
 
     fn header_words(&self) -> &[AtomicU64; 5] {
-        // SAFETY: the mapping is at least SEG_HEADER_BYTES long (every ring
-        // segment is), page-aligned, lives as long as self, and the header is
-        // only accessed through atomics in every process.
         assert!(self.size >= SEG_HEADER_BYTES);
+        // SAFETY: the mapping is at least SEG_HEADER_BYTES long (asserted;
+        // every ring segment is), page-aligned, lives as long as self, and the
+        // header is only accessed through atomics in every process.
         unsafe { &*self.base.as_ptr().cast::<[AtomicU64; 5]>() }
     }
 
