@@ -20,10 +20,11 @@ TESTS_DIR=$BUNDLE/oxccl-cuda
 if [ "${1:-}" = "--build" ]; then
   set -e
   rm -rf "$TESTS_DIR" && mkdir -p "$TESTS_DIR"
-  # The test executables, found through cargo's JSON messages: oxccl-cuda's
-  # and the C API's GPU routing test.
+  # The test executables, found through cargo's JSON messages: oxccl-cuda's,
+  # the C API's GPU tests and the Rust device API's example test.
   { cargo test --release -p oxccl-cuda --no-run --message-format=json 2>/dev/null
-    cargo test --release -p oxccl-nccl --test gpu_abi --test gpu_procs --no-run --message-format=json 2>/dev/null; } |
+    cargo test --release -p oxccl-nccl --test gpu_abi --test gpu_procs --no-run --message-format=json 2>/dev/null
+    cargo test --release -p oxccl --test gpu_example --no-run --message-format=json 2>/dev/null; } |
     python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -101,6 +102,8 @@ if [ -f "$OUTDIR/gpu_second_start.log" ]; then
 fi
 ls -la "$OXCCL_CACHE_DIR"
 run gpu_abi          "$B/gpu_abi" --nocapture --test-threads=1
+# The Rust device API's example: two processes all-reduce GPU buffers.
+run gpu_example      "$B/gpu_example" --ignored --nocapture --test-threads=1
 # The same in-process tests through the ring path: forced over peer memory,
 # and through pinned host memory (NCCL_P2P_DISABLE=1).
 run gpu_abi_ring     env OXCCL_CUDA_RING=1 "$B/gpu_abi" --nocapture --test-threads=1
