@@ -3,8 +3,9 @@
 //! and the typed API over cudarc's buffers and streams.
 //!
 //! Every rank of a communicator made with [`GpuChoice::Device`] or
-//! [`GpuChoice::NoDevice`] takes part in the GPU setup (bootstrap rounds,
-//! see [`setup`]); the C ABI makes every communicator that way. An
+//! [`GpuChoice::NoDevice`] takes part in the GPU setup (one bootstrap
+//! all-gather; a second and the ring's setup when every rank has a GPU);
+//! the C ABI makes every communicator that way. An
 //! operation on device buffers is checked here (buffers on this rank's GPU,
 //! counts inside their allocations), prepared by `oxccl-cuda` into a launch
 //! and queued on the caller's stream; all-to-all, gather and scatter become
