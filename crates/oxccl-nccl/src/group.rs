@@ -165,7 +165,7 @@ pub(crate) fn end() -> Result<()> {
 /// `ncclGroupSimulateEnd`: leaves the group level without running its
 /// operations (creations still run, their handles were handed out) and
 /// returns the model's time for them, microseconds: the sum of each
-/// operation's (device buffers: [`oxccl_core::tuner::gpu_estimate_us`]; host
+/// operation's (device buffers: [`Communicator::estimate_device_us`]; host
 /// buffers: the host tuner's). Only the outermost level simulates.
 pub(crate) fn end_simulate() -> Result<f64> {
     let Some(st) = pop()? else {
@@ -198,7 +198,7 @@ pub(crate) fn end_simulate() -> Result<f64> {
         );
         let bytes = count_bytes.saturating_mul(if per_rank { comm.size() } else { 1 });
         total += if device {
-            oxccl_core::tuner::gpu_estimate_us(kind, bytes, comm.size())
+            comm.estimate_device_us(kind, bytes)
         } else {
             comm.estimate_us(kind, bytes)?
         };

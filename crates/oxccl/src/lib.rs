@@ -492,6 +492,14 @@ impl Communicator {
         self.with_comm(|c| c.plan(kind, bytes).map(|p| p.est_us))
     }
 
+    /// The GPU time model's time for an operation of `bytes` (nccl-tests'
+    /// size) on device buffers of this communicator, microseconds
+    /// (`oxccl_core::tuner::gpu_estimate_us`: latency plus bus bytes at the
+    /// bus bandwidth measured on one NVLink-connected host).
+    pub fn estimate_device_us(&self, kind: CollKind, bytes: usize) -> f64 {
+        oxccl_core::tuner::gpu_estimate_us(kind, bytes, self.size())
+    }
+
     /// Every rank's `mine`, in rank order, through the bootstrap (a
     /// collective: every rank must call it, in the same order relative to
     /// the other collectives). For setup exchanges of layers above the host
