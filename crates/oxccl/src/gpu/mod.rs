@@ -502,6 +502,12 @@ impl Communicator {
                     ),
                 ))
             }
+            None if self.lock_raw()?.is_none() => {
+                return Err(Error::invalid_usage(format!(
+                    "rank {}: the communicator was destroyed or aborted",
+                    self.rank()
+                )))
+            }
             None => {
                 return Err(Error::invalid_usage(format!(
                     "{name} on device buffers (GPU {ordinal}): this communicator has no GPU state; it was created without a GPU (Config::gpu; through the C ABI: without a current CUDA context, call cudaSetDevice before ncclCommInitRank*), or split or shrunk from such a communicator"
