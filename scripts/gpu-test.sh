@@ -24,9 +24,10 @@ if [ "${1:-}" = "--build" ]; then
   set -e
   rm -rf "$TESTS_DIR" && mkdir -p "$TESTS_DIR"
   # The test executables, found through cargo's JSON messages: oxccl-cuda's,
-  # the C API's GPU tests and `oxccl perf`'s GPU tests.
+  # the C API's GPU tests, the Rust device API's tests and `oxccl perf`'s GPU tests.
   { cargo test --release -p oxccl-cuda --no-run --message-format=json 2>/dev/null
     cargo test --release -p oxccl-nccl --test gpu_abi --test gpu_procs --no-run --message-format=json 2>/dev/null
+    cargo test --release -p oxccl --test gpu_example --test gpu_device_api --no-run --message-format=json 2>/dev/null
     cargo test --release -p oxccl-cli --test perf_gpu --no-run --message-format=json 2>/dev/null; } |
     python3 -c '
 import json, sys
@@ -114,6 +115,10 @@ if [ -f "$OUTDIR/gpu_second_start.log" ]; then
 fi
 ls -la "$OXCCL_CACHE_DIR"
 run gpu_abi          "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
+# The Rust device API: its example (two processes all-reduce GPU buffers)
+# and every collective with two ranks as threads.
+run gpu_example      "$B/gpu_example" --nocapture --test-threads=1 $ALL
+run gpu_device_api   "$B/gpu_device_api" --nocapture --test-threads=1 $ALL
 # The same in-process tests through the ring path: forced over peer memory,
 # and through pinned host memory (NCCL_P2P_DISABLE=1).
 run gpu_abi_ring     env OXCCL_CUDA_RING=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR

@@ -9,10 +9,8 @@ use crate::abi::*;
 use crate::config;
 use crate::group::{self, Desc, OpSpec};
 use crate::handle::{self, lock, Comm, PreMul, State};
+use oxccl::gpu::{self, DeviceOp, DeviceRedOp, GpuChoice};
 use oxccl::{CollKind, Communicator, Config, DataType, Error, ErrorKind, RedOp, Result, UniqueId};
-use oxccl_core::params;
-use oxccl_cuda::capi::{self as cuda, DevComm, Memory};
-use oxccl_cuda::ring as cuda_ring;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -143,14 +141,40 @@ pub(crate) unsafe fn collective(
         if count == 0 && !matches!(kind, CollKind::Send | CollKind::Recv) {
             return Ok(());
         }
-        if let Some((dev, ext)) = device_route(&c, kind, send, recv)? {
-            let launch = prepare_device(&dev, kind, send, recv, ext, count, t, spec, root, stream)?;
+        if let Some(bufs) = gpu::locate_buffers(send, recv)? {
+            let comm = match c.ready_now() {
+                Some(x) => x,
+                None if group::in_group() => {
+                    return Err(Error::invalid_usage(
+                        "the communicator is still being created; call ncclGroupEnd (and wait for ncclCommGetAsyncError to return ncclSuccess) before using it",
+                    ))
+                }
+                None => c.wait()?,
+            };
+            let op = DeviceOp {
+                kind,
+                send: send as u64,
+                recv: recv as u64,
+                count,
+                dtype: t,
+                op: match spec {
+                    OpSpec::Builtin(o) => DeviceRedOp::Op(o),
+                    OpSpec::DeviceScalar(a, st) => DeviceRedOp::PreMulSumAt(a, st),
+                },
+                root,
+                stream: stream as usize,
+            };
+            // SAFETY: the C caller keeps the buffers valid until the
+            // operation has run on its stream (NCCL's contract), a
+            // ncclScalarDevice scalar while the op is used, and passes a
+            // stream of the buffers' device.
+            let launch = unsafe { comm.prepare_device(&op, &bufs) }?;
             if group::in_group() {
                 group::note(&c, kind, count.saturating_mul(t.size()), true);
                 group::enqueue_device(c, launch);
                 return Ok(());
             }
-            return launch.go();
+            return launch.launch();
         }
         let d = Desc {
             kind,
@@ -173,462 +197,6 @@ pub(crate) unsafe fn collective(
         group::record_error(e);
     }
     r
-}
-
-/// The NCCL function behind a kind, for messages.
-pub(crate) fn coll_name(kind: CollKind) -> &'static str {
-    match kind {
-        CollKind::AllReduce => "ncclAllReduce",
-        CollKind::Broadcast => "ncclBroadcast",
-        CollKind::Reduce => "ncclReduce",
-        CollKind::AllGather => "ncclAllGather",
-        CollKind::ReduceScatter => "ncclReduceScatter",
-        CollKind::AllToAll => "ncclAlltoAll",
-        CollKind::Gather => "ncclGather",
-        CollKind::Scatter => "ncclScatter",
-        CollKind::Send => "ncclSend",
-        CollKind::Recv => "ncclRecv",
-    }
-}
-
-/// Where an operation runs: `None` for the host backend (no CUDA driver, or
-/// both buffers are host memory: NULL, pageable, pinned), `Some(gpu state)`
-/// for the CUDA path (device buffers of this communicator's GPU). Device
-/// buffers that the CUDA path cannot take are an error, never a host run
-/// (the host would dereference device pointers). With the communicator
-/// come the buffers' allocation extents (send, recv) for the count checks.
-pub(crate) fn device_route(
-    c: &Comm,
-    kind: CollKind,
-    send: *const c_void,
-    recv: *mut c_void,
-) -> Result<Option<(Arc<DevComm>, [cuda::Extent; 2])>> {
-    if !cuda::available() {
-        return Ok(None);
-    }
-    let (ms, es) = cuda::locate(send)?;
-    // In place (PyTorch's all-reduces are): one driver call, not two
-    // (~0.1 us of the ~1 us a call spends around its launch).
-    let (mr, er) = if std::ptr::eq(recv, send) {
-        (ms, es)
-    } else {
-        cuda::locate(recv as *const c_void)?
-    };
-    let ord = match (ms, mr) {
-        (Memory::Host, Memory::Host) => return Ok(None),
-        (Memory::Device(a), Memory::Device(b)) if a != b => {
-            return Err(Error::invalid_argument(format!(
-                "sendbuff is on GPU {a} but recvbuff is on GPU {b}"
-            )))
-        }
-        (Memory::Device(a), Memory::Device(_)) => a,
-        (Memory::Device(a), Memory::Host) if recv.is_null() => a,
-        (Memory::Host, Memory::Device(b)) if send.is_null() => b,
-        (Memory::Device(a), Memory::Host) => {
-            return Err(Error::invalid_argument(format!(
-                "sendbuff is device memory of GPU {a} but recvbuff is host memory: both must be host memory or both device memory"
-            )))
-        }
-        (Memory::Host, Memory::Device(b)) => {
-            return Err(Error::invalid_argument(format!(
-                "recvbuff is device memory of GPU {b} but sendbuff is host memory: both must be host memory or both device memory"
-            )))
-        }
-    };
-    let name = coll_name(kind);
-    let dev = match c.gpu() {
-        Some(Ok(d)) => d,
-        Some(Err(e)) => {
-            return Err(Error::new(
-                e.kind(),
-                format!(
-                    "{name} on device buffers: this communicator's GPU setup failed when it was created: {}",
-                    e.message()
-                ),
-            ))
-        }
-        None => {
-            return Err(Error::invalid_usage(format!(
-                "{name} on device buffers (GPU {ord}): this communicator has no GPU state; it was created without a current CUDA context (call cudaSetDevice before ncclCommInitRank*), or split or shrunk from such a communicator"
-            )))
-        }
-    };
-    if dev.ordinal() != ord {
-        return Err(Error::invalid_argument(format!(
-            "the buffers are on GPU {ord} but the communicator's device is GPU {}",
-            dev.ordinal()
-        )));
-    }
-    Ok(Some((dev, [es, er])))
-}
-
-/// Checks a device-buffer operation and prepares its launch.
-#[allow(clippy::too_many_arguments)]
-fn prepare_device(
-    dev: &Arc<DevComm>,
-    kind: CollKind,
-    send: *const c_void,
-    recv: *mut c_void,
-    ext: [cuda::Extent; 2],
-    count: usize,
-    t: DataType,
-    spec: OpSpec,
-    root: usize,
-    stream: *mut c_void,
-) -> Result<cuda::Launch> {
-    // A PreMulSum scalar in device memory is read by the kernel; one in host
-    // memory (ncclScalarDevice with a host pointer) is read now.
-    let (op, scalar_ptr) = match spec {
-        OpSpec::Builtin(o) => (o, None),
-        OpSpec::DeviceScalar(a, st) => match cuda::memory_of(a as *const c_void)? {
-            Memory::Device(_) => (RedOp::PreMulSum(oxccl::Scalar::F64(0.0)), Some(a as u64)),
-            // SAFETY: the caller of ncclRedOpCreatePreMulSum keeps the scalar valid.
-            Memory::Host => (RedOp::PreMulSum(unsafe { group::read_scalar(a, st) }), None),
-        },
-    };
-    let bytes = count
-        .checked_mul(t.size())
-        .ok_or_else(|| Error::invalid_argument(format!("count {count} is too large")))?;
-    let (s, r, st) = (send as u64, recv as u64, stream as usize);
-    let (rank, nranks) = (dev.rank(), dev.nranks());
-    // The bytes each buffer must hold on this rank (NCCL's extents).
-    let all = bytes.saturating_mul(nranks);
-    let me_root = rank == root;
-    let (sx, rx) = match kind {
-        CollKind::AllReduce => (bytes, bytes),
-        CollKind::ReduceScatter => (all, bytes),
-        CollKind::AllGather => (bytes, all),
-        CollKind::Broadcast => (if me_root { bytes } else { 0 }, bytes),
-        CollKind::Reduce => (bytes, if me_root { bytes } else { 0 }),
-        CollKind::AllToAll => (all, all),
-        CollKind::Gather => (bytes, if me_root { all } else { 0 }),
-        CollKind::Scatter => (if me_root { all } else { 0 }, bytes),
-        CollKind::Send => (bytes, 0),
-        CollKind::Recv => (0, bytes),
-    };
-    cuda::check_extent_in(s, sx, ext[0], "sendbuff")?;
-    cuda::check_extent_in(r, rx, ext[1], "recvbuff")?;
-    let others = || (0..nranks).filter(move |&p| p != rank);
-    match kind {
-        CollKind::AllReduce => dev.prepare_reduce(
-            cuda::Reduction::AllReduce,
-            s,
-            r,
-            count,
-            t,
-            op,
-            scalar_ptr,
-            st,
-        ),
-        CollKind::ReduceScatter => dev.prepare_reduce(
-            cuda::Reduction::ReduceScatter,
-            s,
-            r,
-            count,
-            t,
-            op,
-            scalar_ptr,
-            st,
-        ),
-        CollKind::Reduce => dev.prepare_reduce(
-            cuda::Reduction::Reduce { root },
-            s,
-            r,
-            count,
-            t,
-            op,
-            scalar_ptr,
-            st,
-        ),
-        CollKind::AllGather => dev.prepare_copy(cuda::CopyKind::AllGather, s, r, bytes, st),
-        CollKind::Broadcast => {
-            dev.prepare_copy(cuda::CopyKind::Broadcast { root }, s, r, bytes, st)
-        }
-        CollKind::Send => dev.prepare_p2p(vec![(root, s, bytes)], vec![], st),
-        CollKind::Recv => dev.prepare_p2p(vec![], vec![(root, r, bytes)], st),
-        CollKind::AllToAll => {
-            let at = |b: u64, p: usize| b + (p * bytes) as u64;
-            let mut sends = vec![(rank, at(s, rank), bytes)];
-            let mut recvs = vec![(rank, at(r, rank), bytes)];
-            for p in others() {
-                sends.push((p, at(s, p), bytes));
-                recvs.push((p, at(r, p), bytes));
-            }
-            dev.prepare_p2p(sends, recvs, st)
-        }
-        CollKind::Gather => {
-            if rank == root {
-                let mut recvs = vec![(rank, r + (rank * bytes) as u64, bytes)];
-                recvs.extend(others().map(|p| (p, r + (p * bytes) as u64, bytes)));
-                dev.prepare_p2p(vec![(rank, s, bytes)], recvs, st)
-            } else {
-                dev.prepare_p2p(vec![(root, s, bytes)], vec![], st)
-            }
-        }
-        CollKind::Scatter => {
-            if rank == root {
-                let mut sends = vec![(rank, s + (rank * bytes) as u64, bytes)];
-                sends.extend(others().map(|p| (p, s + (p * bytes) as u64, bytes)));
-                dev.prepare_p2p(sends, vec![(rank, r, bytes)], st)
-            } else {
-                dev.prepare_p2p(vec![], vec![(root, r, bytes)], st)
-            }
-        }
-    }
-}
-
-/// The GPU ring path's settings from the parameters and the communicator's timeout.
-fn ring_config(nranks: usize, timeout: Option<std::time::Duration>) -> cuda_ring::RingConfig {
-    use oxccl_core::algo::{Algo, Proto};
-    let p = oxccl_env::params();
-    let mut cfg = cuda_ring::RingConfig::new(
-        p.get(&params::P2P_DISABLE),
-        p.get(&params::BUFFSIZE),
-        p.get(&params::MIN_NCHANNELS),
-        p.get(&params::MAX_NCHANNELS),
-        nranks,
-        timeout.unwrap_or_else(|| p.get(&params::TIMEOUT_MS)),
-    );
-    if let Some(o) = p.get(&params::RING_ORDER) {
-        cfg.ring_order = oxccl_cuda::topo::parse_ring_order(&o);
-    }
-    // NCCL_PROTO: without LL/LL128 all-reduces stay on Simple; without
-    // Simple they take LL at every size.
-    if let Some(sel) = p.get(&params::PROTO) {
-        let ar = CollKind::AllReduce;
-        let ll = sel.allows(ar, Proto::LL) || sel.allows(ar, Proto::LL128);
-        cfg.ll_max = match (ll, sel.allows(ar, Proto::Simple)) {
-            (false, _) => 0,
-            (true, false) => u64::MAX,
-            (true, true) => cuda_ring::default_ll_max(nranks),
-        };
-    }
-    // OXCCL_CUDA_LL_MAX moves LL's bound where NCCL_PROTO allows LL.
-    if let Some(b) = p.get(&params::CUDA_LL_MAX) {
-        if cfg.ll_max != 0 {
-            cfg.ll_max = b;
-        }
-    }
-    // NCCL_ALGO without OneShot/TwoShot for all-reduce (e.g. "Ring"): the
-    // ring for everything, also where two GPUs of one process could use the
-    // one-shot kernels.
-    if let Some(sel) = p.get(&params::ALGO) {
-        let ar = CollKind::AllReduce;
-        cfg.force = !(sel.allows(ar, Algo::OneShot) || sel.allows(ar, Algo::TwoShot));
-        if !sel.allows(ar, Algo::OneShot) {
-            cfg.oneshot_max = 0;
-            cfg.oneshot_net_max = 0;
-        }
-        if !sel.allows(ar, Algo::TwoShot) {
-            cfg.twoshot_max = 0;
-        }
-        if cfg.force {
-            cfg.direct_max = 0;
-        }
-    }
-    if let Some(b) = p.get(&params::CUDA_ONESHOT_MAX) {
-        cfg.oneshot_max = b;
-        cfg.oneshot_net_max = b;
-    }
-    if let Some(b) = p.get(&params::CUDA_TWOSHOT_MAX) {
-        cfg.twoshot_max = b;
-    }
-    if let Some(b) = p.get(&params::CUDA_DIRECT_MAX) {
-        cfg.direct_max = b;
-    }
-    if let Some(t) = p.get(&params::P2P_LL_THRESHOLD) {
-        cfg.p2p_ll_max = t.max(0) as u64;
-    }
-    cfg.force |= p.get(&params::CUDA_RING);
-    // The GPU network path's connections per peer, NCCL's way: threads x
-    // sockets per thread (each connection here has its own two threads).
-    // Neither set: 0, the ring picks by the number of peers on other hosts
-    // (cuda_ring::auto_net_streams).
-    let (nthreads, nsocks) = (
-        p.get(&params::SOCKET_NTHREADS),
-        p.get(&params::NSOCKS_PERTHREAD),
-    );
-    cfg.net_streams = if nthreads.is_none() && nsocks.is_none() {
-        0
-    } else {
-        let (t, s) = (nthreads.unwrap_or(1).max(1), nsocks.unwrap_or(1).max(1));
-        t.saturating_mul(s).clamp(1, 16)
-    };
-    cfg
-}
-
-/// Sets up a rank's GPU state. Collective: every rank of a new communicator
-/// calls it, with its CUDA device or `None`, so the bootstrap exchanges stay
-/// in step. Round 1 agrees on a clique key (rank 0's process nonce and
-/// counter: the same on every rank, new for every communicator) and whether
-/// every rank has a GPU; then the rank's [`DevComm`]; then, when every rank
-/// has one, the ring path ([`DevComm::setup_ring`]). A failure WARNs: the
-/// communicator still works on host buffers, and device buffers get the error.
-fn setup_gpu(
-    c: &Comm,
-    comm: &Communicator,
-    ordinal: Option<i32>,
-    rank: usize,
-    nranks: usize,
-    timeout: Option<std::time::Duration>,
-) {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let mut mine = vec![ordinal.is_some() as u8];
-    mine.extend_from_slice(&std::process::id().to_le_bytes());
-    mine.extend_from_slice(
-        &NEXT
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            .to_le_bytes(),
-    );
-    let all = if nranks > 1 {
-        match comm.exchange(&mine) {
-            Ok(a) => a,
-            Err(e) => {
-                oxccl_env::warn!(
-                    "rank {rank}/{nranks}: GPU setup exchange failed, device buffers will be refused on this communicator: {}",
-                    e.message()
-                );
-                if ordinal.is_some() {
-                    c.set_gpu(Err(e));
-                }
-                return;
-            }
-        }
-    } else {
-        vec![mine]
-    };
-    let Some(ordinal) = ordinal else {
-        return;
-    };
-    let mut key = b"oxccl-gpu:".to_vec();
-    key.extend_from_slice(all[0].get(1..).unwrap_or_default());
-    let every_gpu = all.iter().all(|b| b.first() == Some(&1));
-    let r = DevComm::new(ordinal, &key, rank, nranks);
-    if nranks > 1 && every_gpu {
-        // Round 2 (inside setup_ring's agreement): the ring, when every rank
-        // made its DevComm; a rank whose DevComm failed still takes part.
-        let ok = r.is_ok() as u8;
-        match comm.exchange(&[ok]) {
-            Ok(v) if v.iter().all(|b| b.first() == Some(&1)) => {
-                if let Ok(dev) = &r {
-                    let cfg = ring_config(nranks, timeout);
-                    let boot = cuda_ring::RingBoot {
-                        exchange: &|b| comm.exchange(b),
-                        same_host: (0..nranks).map(|r| comm.is_same_host(r)).collect(),
-                        stream: &|p, s| comm.peer_stream(p, TAG_GPU_NET + s),
-                        net: comm.net_plugin(),
-                    };
-                    match dev.setup_ring(&cfg, &boot) {
-                        Ok(()) => {
-                            log_ring(dev, rank, nranks);
-                            watch_peers(comm.clone(), Arc::downgrade(dev), rank, nranks);
-                        }
-                        Err(e) => oxccl_env::warn!(
-                            "rank {rank}/{nranks}: GPU {ordinal}: the ring path could not be set up ({}); device buffers need it for this communicator",
-                            e.message()
-                        ),
-                    }
-                }
-            }
-            Ok(_) => {}
-            Err(e) => oxccl_env::warn!(
-                "rank {rank}/{nranks}: GPU setup exchange failed: {}",
-                e.message()
-            ),
-        }
-    }
-    match &r {
-        Ok(_) => oxccl_env::info!(
-            oxccl_env::log::Subsys::INIT,
-            "rank {rank}/{nranks}: GPU {ordinal} ready (collectives on device buffers run on the GPU)"
-        ),
-        Err(e) => oxccl_env::warn!(
-            "rank {rank}/{nranks}: GPU {ordinal} setup failed, device buffers will be refused on this communicator: {}",
-            e.message()
-        ),
-    }
-    c.set_gpu(r);
-}
-
-/// The bootstrap tag of the GPU network path's connections ("GPN"), plus
-/// the connection's index (0..16) so both ends pair them alike.
-const TAG_GPU_NET: u32 = 0x4750_4e00;
-
-/// How often the GPU watchdog looks at the peers' control connections.
-const WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// Watches the peers of a rank with a GPU ring: GPU kernels waiting for a
-/// peer see nothing of its death (the data never comes), so a thread looks
-/// at the host transports' control connections every 50 ms and, when a
-/// peer is gone, stops this rank's kernels with that peer's error (they
-/// report it through ncclCommGetAsyncError within about 50 ms instead of at
-/// the timeout). Ends when the rank is destroyed or aborted.
-fn watch_peers(comm: Communicator, dev: std::sync::Weak<DevComm>, rank: usize, nranks: usize) {
-    let r = std::thread::Builder::new()
-        .name("oxccl-gpu-watch".into())
-        .spawn(move || loop {
-            std::thread::sleep(WATCH_PERIOD);
-            let Some(d) = dev.upgrade() else {
-                return;
-            };
-            match comm.check_peers() {
-                Err(_) => return,
-                Ok(None) => {}
-                Ok(Some(e)) => {
-                    oxccl_env::warn!(
-                        "rank {rank}/{nranks}: {}; stopping this rank's GPU operations",
-                        e.message()
-                    );
-                    d.fail_peer(Error::new(
-                        ErrorKind::Remote,
-                        format!("GPU operations stopped: {}", e.message()),
-                    ));
-                    return;
-                }
-            }
-        });
-    if let Err(e) = r {
-        oxccl_env::warn!("rank {rank}/{nranks}: no GPU watchdog thread ({e}): a dead peer is seen only at the timeout");
-    }
-}
-
-/// NCCL-style INFO lines for the ring: the channels and each link's transport.
-fn log_ring(dev: &DevComm, rank: usize, nranks: usize) {
-    let Some((kind, nch, bytes, ring)) = dev.ring_info() else {
-        return;
-    };
-    let order: String = ring.iter().map(|r| format!(" {r:>3}")).collect();
-    let pos = ring.iter().position(|&r| r == rank).unwrap_or(rank);
-    let next = ring.get((pos + 1) % nranks.max(1)).copied().unwrap_or(rank);
-    // A peer on another host is the network path's (NCCL names its socket
-    // transport this way), whatever the window kind.
-    let via = if dev.same_host(next) {
-        kind.transport(dev.same_process(next))
-    } else {
-        "NET/Socket/0"
-    };
-    for ch in 0..nch {
-        oxccl_env::info!(
-            oxccl_env::log::Subsys::INIT,
-            "Channel {ch:02}/{nch:02} :{order}"
-        );
-    }
-    for ch in 0..nch {
-        oxccl_env::info!(
-            oxccl_env::log::Subsys::INIT,
-            "Channel {ch:02}/0 : {rank}[{}] -> {next}[{next}] via {via}",
-            dev.ordinal()
-        );
-    }
-    oxccl_env::info!(
-        oxccl_env::log::Subsys::INIT,
-        "rank {rank}/{nranks}: GPU ring: {nch} channels, {:.1} MiB of connection buffers ({})",
-        bytes as f64 / (1 << 20) as f64,
-        match kind {
-            cuda_ring::WindowKind::Device => "device memory",
-            cuda_ring::WindowKind::Host => "pinned host memory",
-        }
-    );
 }
 
 pub(crate) unsafe fn get_version(version: *mut c_int) -> Result<()> {
@@ -792,10 +360,15 @@ pub(crate) unsafe fn init_rank_config(
     let blocking = config::blocking(parsed.blocking);
     // The calling thread's current CUDA device (cudaSetDevice), read here:
     // creation inside a group runs on other threads.
-    let cuda_dev = cuda::current_device();
+    let cuda_dev = gpu::current_device();
     let index = local_index(&bytes);
     let device = cuda_dev.unwrap_or(index);
-    let ocfg = parsed.config;
+    // Every communicator of the C ABI takes part in the GPU setup, with
+    // this thread's device or without one.
+    let ocfg = Config {
+        gpu: cuda_dev.map_or(GpuChoice::NoDevice, GpuChoice::Device),
+        ..parsed.config
+    };
     if group::in_group() || !blocking {
         let c = Comm::new(
             Some((rank, nranks)),
@@ -807,11 +380,8 @@ pub(crate) unsafe fn init_rank_config(
         let h = handle::register(c.clone());
         // SAFETY: as above.
         unsafe { out.write(h) };
-        let target = c.clone();
         let job: group::Job = Box::new(move || {
-            let timeout = ocfg.timeout;
             let comm = Communicator::init_rank_config(nranks, &uid, rank, ocfg)?;
-            setup_gpu(&target, &comm, cuda_dev, rank, nranks, timeout);
             Ok(Some(comm))
         });
         if group::in_group() {
@@ -822,9 +392,7 @@ pub(crate) unsafe fn init_rank_config(
         return Err(in_progress());
     }
     let comm = Communicator::init_rank_config(nranks, &uid, rank, ocfg.clone())?;
-    let timeout = ocfg.timeout;
-    let c = Comm::ready(comm.clone(), device, blocking, ocfg);
-    setup_gpu(&c, &comm, cuda_dev, rank, nranks, timeout);
+    let c = Comm::ready(comm, device, blocking, ocfg);
     let h = handle::register(c);
     // SAFETY: as above.
     unsafe { out.write(h) };
@@ -908,23 +476,23 @@ pub(crate) unsafe fn init_all(
     }
     // Every rank is a set of threads, sockets and rings in this process:
     // 10000 ranks once ran for minutes toward 12,000 threads before failing.
-    let ring_bytes = oxccl::host_config(oxccl_env::params()).capacity as u64;
+    let ring_bytes = Config::default().host_settings().capacity as u64;
     crate::limits::check_init_all(n as u64, ring_bytes, crate::limits::room())?;
     let blocking = config::blocking(None);
-    let comms = Communicator::init_all(n)?;
-    let gpu = cuda::available();
+    let has_gpu = gpu::available();
+    let comms = Communicator::init_all_config(n, |i| Config {
+        gpu: if has_gpu {
+            GpuChoice::Device(devs[i])
+        } else {
+            GpuChoice::NoDevice
+        },
+        ..Config::default()
+    })?;
     let ready: Vec<Arc<Comm>> = comms
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(i, c)| Comm::ready(c.clone(), devs[i], blocking, oxccl::Config::default()))
+        .map(|(i, c)| Comm::ready(c, devs[i], blocking, oxccl::Config::default()))
         .collect();
-    // The GPU setup is collective: one thread per rank.
-    std::thread::scope(|s| {
-        for (i, (c, comm)) in ready.iter().zip(comms.iter()).enumerate() {
-            let d = gpu.then_some(devs[i]);
-            s.spawn(move || setup_gpu(c, comm, d, i, n, None));
-        }
-    });
     for (i, comm) in ready.into_iter().enumerate() {
         let h = handle::register(comm);
         // SAFETY: a non-NULL comms has ndev writable entries (NCCL's contract).
@@ -952,7 +520,7 @@ pub(crate) unsafe fn comm_split(
     let (ocfg, blocking) = unsafe { child_config(&parent, cfg) }?;
     if col.is_none() {
         // Takes part in the split (it is collective) but makes no communicator.
-        let job = child_job(&parent, None, &ocfg, move |p| p.split(None, key));
+        let job = child_job(&parent, move |p| p.split(None, key));
         if group::in_group() {
             group::defer(None, job);
             return Ok(());
@@ -1057,28 +625,15 @@ unsafe fn child_config(parent: &Comm, cfg: *const u8) -> Result<(Config, bool)> 
     Ok((p.config, b))
 }
 
-/// The work that makes a child of `parent` (split, shrink) once the parent
-/// is ready, then its GPU state on the parent's GPU, into `target`.
+/// The work that makes a child of `parent` (split, shrink, grow) once the
+/// parent is ready. The child gets the parent's GPU (the same device, a
+/// ring of its own): `oxccl::Communicator` passes it on.
 fn child_job(
     parent: &Arc<Comm>,
-    target: Option<Arc<Comm>>,
-    cfg: &Config,
     make: impl FnOnce(Communicator) -> Result<Option<Communicator>> + Send + 'static,
 ) -> group::Job {
     let p = parent.clone();
-    // The child gets the parent's GPU (the same device, a ring of its own).
-    let ordinal = match parent.gpu() {
-        Some(Ok(d)) => Some(d.ordinal()),
-        _ => None,
-    };
-    let timeout = cfg.timeout;
-    Box::new(move || {
-        let nc = make(p.wait()?)?;
-        if let (Some(nc), Some(t)) = (&nc, &target) {
-            setup_gpu(t, nc, ordinal, nc.rank(), nc.size(), timeout);
-        }
-        Ok(nc)
-    })
+    Box::new(move || make(p.wait()?))
 }
 
 /// Makes a child communicator and its handle: at once when blocking;
@@ -1092,7 +647,7 @@ unsafe fn make_child(
     make: impl FnOnce(Communicator) -> Result<Option<Communicator>> + Send + 'static,
 ) -> Result<()> {
     let c = Comm::new(None, parent.device, blocking, cfg, State::Pending);
-    let job = child_job(parent, Some(c.clone()), &c.config, make);
+    let job = child_job(parent, make);
     if group::in_group() || !blocking {
         let h = handle::register(c.clone());
         // SAFETY: the callers checked `out` non-NULL.
@@ -1218,7 +773,7 @@ pub(crate) unsafe fn red_op_create_pre_mul_sum(
     let p = match residence {
         ncclScalarHostImmediate => {
             // SAFETY: the caller passes a readable value of type `datatype`.
-            PreMul::Immediate(unsafe { group::read_scalar(scalar as usize, t) }, t)
+            PreMul::Immediate(unsafe { gpu::read_scalar(scalar as usize, t) }, t)
         }
         ncclScalarDevice => PreMul::Device(scalar as usize, t),
         _ => {
@@ -1289,7 +844,7 @@ pub(crate) unsafe fn mem_alloc(ptr: *mut *mut c_void, size: usize) -> Result<()>
         return Err(null_arg("ptr"));
     }
     // Device memory of the current CUDA device when a context is current.
-    if let Some(p) = cuda::mem_alloc_current(size)? {
+    if let Some(p) = gpu::alloc_on_current_device(size)? {
         // SAFETY: checked non-NULL.
         unsafe { ptr.write(p as *mut c_void) };
         return Ok(());
@@ -1316,7 +871,7 @@ pub(crate) fn mem_free(ptr: *mut c_void) -> Result<()> {
     }
     let host = allocations().remove(&(ptr as usize));
     let Some(layout) = host else {
-        if cuda::mem_free(ptr as u64)? {
+        if gpu::free_device_allocation(ptr as u64)? {
             return Ok(());
         }
         return Err(Error::invalid_argument(format!(

@@ -93,7 +93,7 @@ pub(crate) unsafe fn parse(config: *const u8) -> Result<Parsed> {
         out.config.name = Some(name.to_string_lossy().into_owned());
     }
     if c.minCTAs != U || c.maxCTAs != U {
-        let mut h = oxccl::host_config(oxccl_env::params());
+        let mut h = Config::default().host_settings();
         if c.minCTAs != U {
             h.min_channels = Some(c.minCTAs as usize);
         }

@@ -57,7 +57,7 @@ struct GroupState {
     ops: Vec<(Arc<Comm>, Desc)>,
     /// Operations on device buffers, checked, launched at the outermost end
     /// in issue order (before the host operations, which block).
-    dev_ops: Vec<(Arc<Comm>, oxccl_cuda::capi::Launch)>,
+    dev_ops: Vec<(Arc<Comm>, oxccl::gpu::DeviceLaunch)>,
     inits: Vec<Deferred>,
     error: Option<Error>,
     /// What `ncclGroupSimulateEnd` estimates: each queued operation's kind,
@@ -90,7 +90,7 @@ pub(crate) fn note(comm: &Arc<Comm>, kind: CollKind, bytes: usize, device: bool)
     });
 }
 
-pub(crate) fn enqueue_device(comm: Arc<Comm>, l: oxccl_cuda::capi::Launch) {
+pub(crate) fn enqueue_device(comm: Arc<Comm>, l: oxccl::gpu::DeviceLaunch) {
     GROUP.with(|g| g.borrow_mut().dev_ops.push((comm, l)));
 }
 
@@ -155,7 +155,7 @@ pub(crate) fn end() -> Result<()> {
         touch(&c);
         launches.push(l);
     }
-    oxccl_cuda::capi::launch_all(launches)?;
+    oxccl::gpu::launch_all(launches)?;
     if st.ops.is_empty() {
         return Ok(());
     }
@@ -165,7 +165,7 @@ pub(crate) fn end() -> Result<()> {
 /// `ncclGroupSimulateEnd`: leaves the group level without running its
 /// operations (creations still run, their handles were handed out) and
 /// returns the model's time for them, microseconds: the sum of each
-/// operation's (device buffers: [`oxccl_core::tuner::gpu_estimate_us`]; host
+/// operation's (device buffers: [`Communicator::estimate_device_us`]; host
 /// buffers: the host tuner's). Only the outermost level simulates.
 pub(crate) fn end_simulate() -> Result<f64> {
     let Some(st) = pop()? else {
@@ -198,7 +198,7 @@ pub(crate) fn end_simulate() -> Result<f64> {
         );
         let bytes = count_bytes.saturating_mul(if per_rank { comm.size() } else { 1 });
         total += if device {
-            oxccl_core::tuner::gpu_estimate_us(kind, bytes, comm.size())
+            comm.estimate_device_us(kind, bytes)
         } else {
             comm.estimate_us(kind, bytes)?
         };
@@ -260,34 +260,6 @@ fn run_inits(inits: Vec<Deferred>) -> Result<()> {
     }
 }
 
-/// Reads the scalar of a pre-multiplied sum (`ncclScalarDevice`: host memory here).
-///
-/// # Safety
-/// `addr` points at a readable value of type `t`.
-pub(crate) unsafe fn read_scalar(addr: usize, t: DataType) -> oxccl::Scalar {
-    use oxccl::Scalar::{F64, I64, U64};
-    use oxccl_core::float as fl;
-    let p = addr as *const u8;
-    // SAFETY: the caller guarantees a readable value of type `t` at `p`;
-    // read_unaligned makes no alignment assumption.
-    unsafe {
-        match t {
-            DataType::Int8 => I64(p.cast::<i8>().read_unaligned() as i64),
-            DataType::Uint8 => U64(p.read_unaligned() as u64),
-            DataType::Int32 => I64(p.cast::<i32>().read_unaligned() as i64),
-            DataType::Uint32 => U64(p.cast::<u32>().read_unaligned() as u64),
-            DataType::Int64 => I64(p.cast::<i64>().read_unaligned()),
-            DataType::Uint64 => U64(p.cast::<u64>().read_unaligned()),
-            DataType::Float16 => F64(fl::f16_to_f32(p.cast::<u16>().read_unaligned()) as f64),
-            DataType::Float32 => F64(p.cast::<f32>().read_unaligned() as f64),
-            DataType::Float64 => F64(p.cast::<f64>().read_unaligned()),
-            DataType::Bfloat16 => F64(fl::bf16_to_f32(p.cast::<u16>().read_unaligned()) as f64),
-            DataType::Float8e4m3 => F64(fl::e4m3_to_f32(p.read_unaligned()) as f64),
-            DataType::Float8e5m2 => F64(fl::e5m2_to_f32(p.read_unaligned()) as f64),
-        }
-    }
-}
-
 /// Runs operations now, all communicators together; waits for communicators
 /// still initialising. Operations complete before this returns.
 pub(crate) fn execute(ops: Vec<(Arc<Comm>, Desc)>) -> Result<()> {
@@ -299,7 +271,9 @@ pub(crate) fn execute(ops: Vec<(Arc<Comm>, Desc)>) -> Result<()> {
             OpSpec::Builtin(o) => o,
             // SAFETY: the caller of ncclRedOpCreatePreMulSum(ncclScalarDevice)
             // keeps the scalar valid while the op is used.
-            OpSpec::DeviceScalar(a, t) => RedOp::PreMulSum(unsafe { read_scalar(a, t) }),
+            OpSpec::DeviceScalar(a, t) => {
+                RedOp::PreMulSum(unsafe { oxccl::gpu::read_scalar(a, t) })
+            }
         };
         owned.push((
             comm,

@@ -45,11 +45,6 @@ pub(crate) struct Comm {
     /// What `ncclCommCuDevice` reports: the current CUDA device when the
     /// communicator was created, else the rank's index among this process's ranks.
     pub device: i32,
-    /// The rank's GPU state (flags, clique, sequence), when it has a GPU:
-    /// `None` without a driver or a current CUDA context at creation (and for
-    /// splits); `Some(Err)` when setting it up failed (reported at the first
-    /// collective on device buffers).
-    gpu: Mutex<Option<Result<Arc<oxccl_cuda::capi::DevComm>>>>,
     /// Blocking (default) or not (`config.blocking = 0`, or `NCCL_COMM_BLOCKING=0`).
     pub blocking: bool,
     pub config: Config,
@@ -102,7 +97,6 @@ impl Comm {
             revoked: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             gpu_error_logged: AtomicBool::new(false),
-            gpu: Mutex::new(None),
             ops: Mutex::new(Vec::new()),
             grow_id: Mutex::new(None),
             regs: Mutex::new(HashMap::new()),
@@ -187,7 +181,7 @@ impl Comm {
             State::Ready(_) if self.revoked.load(Ordering::Acquire) => 0,
             State::Ready(c) => c
                 .async_error()
-                .or_else(|| self.gpu_async_error())
+                .or_else(|| self.gpu_async_error(c))
                 .map(|e| e.kind().code())
                 .unwrap_or(0),
             State::Closed => ErrorKind::InvalidUsage.code(),
@@ -196,12 +190,8 @@ impl Comm {
 
     /// An error a GPU operation ended with (a peer that never came, a
     /// timeout), logged once as a WARN naming it.
-    pub fn gpu_async_error(&self) -> Option<Error> {
-        let g = lock(&self.gpu).clone();
-        let e = match g {
-            Some(Ok(d)) => d.async_error(),
-            _ => None,
-        }?;
+    fn gpu_async_error(&self, c: &Communicator) -> Option<Error> {
+        let e = c.gpu_error()?;
         if !self.gpu_error_logged.swap(true, Ordering::AcqRel) {
             oxccl_env::warn!("{}", e.message());
             self.set_last_error(e.message());
@@ -214,7 +204,6 @@ impl Comm {
         let _ = self.wait();
         let old = std::mem::replace(&mut *lock(&self.state), State::Closed);
         self.cv.notify_all();
-        self.drop_gpu();
         match old {
             State::Ready(c) => c.destroy(),
             _ => Ok(()),
@@ -232,15 +221,6 @@ impl Comm {
         }
         drop(st);
         self.cv.notify_all();
-        // The ring kernels leave their waits on the abort word; the state is
-        // still not freed: a one-shot kernel of this rank may wait on the GPU
-        // for a peer that will never come, and freeing synchronises the context.
-        if let Some(g) = lock(&self.gpu).take() {
-            if let Ok(d) = &g {
-                d.abort();
-            }
-            std::mem::forget(g);
-        }
     }
 
     /// Ends this rank's operations in flight, host ones (their waits
@@ -250,9 +230,6 @@ impl Comm {
     /// half of `ncclCommShrink(NCCL_SHRINK_ABORT)`.
     pub fn stop_operations(&self) {
         self.stopped.store(true, Ordering::Release);
-        if let Some(Ok(d)) = &*lock(&self.gpu) {
-            d.abort();
-        }
         let c = match &*lock(&self.state) {
             State::Ready(c) => Some(c.clone()),
             _ => None,
@@ -289,20 +266,12 @@ impl Comm {
         Ok(())
     }
 
-    /// Records the outcome of the GPU setup.
-    pub fn set_gpu(&self, g: Result<Arc<oxccl_cuda::capi::DevComm>>) {
-        *lock(&self.gpu) = Some(g);
-    }
-
-    /// The GPU state (see the field).
-    pub fn gpu(&self) -> Option<Result<Arc<oxccl_cuda::capi::DevComm>>> {
-        lock(&self.gpu).clone()
-    }
-
-    /// Frees the GPU state (flags, clique membership, context reference).
-    fn drop_gpu(&self) {
-        let g = lock(&self.gpu).take();
-        drop(g);
+    /// The communicator if its initialisation has finished, without waiting.
+    pub fn ready_now(&self) -> Option<Communicator> {
+        match &*lock(&self.state) {
+            State::Ready(c) => Some(c.clone()),
+            _ => None,
+        }
     }
 
     pub fn set_last_error(&self, text: &str) {

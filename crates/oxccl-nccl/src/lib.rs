@@ -11,11 +11,10 @@
 //!
 //! Host buffers (and every buffer when there is no CUDA driver) go to the
 //! host backend: the `cudaStream_t` argument is ignored and the operation has
-//! completed when its call returns. Every collective and send/receive on
-//! device buffers of a 1- or 2-rank communicator in this process runs
-//! oxccl's GPU kernels on the caller's stream (`oxccl_cuda::capi`); other
-//! device-buffer layouts (across processes, more ranks) are refused with
-//! `ncclInvalidUsage` (see `docs/c-abi.md`).
+//! completed when its call returns. Collectives and send/receive on device
+//! buffers go to the communicator's GPU path (`oxccl::gpu`: routing, checks,
+//! launches on the caller's stream); this crate never calls CUDA itself
+//! (see `docs/c-abi.md`).
 
 #![allow(non_snake_case)]
 

@@ -15,7 +15,7 @@
 //! that is `n (log2 n + 1)` threads, `n (2 log2 n + 1)` descriptors and about
 //! 3 ring sizes per ordered pair of ranks (`3 r n (n - 1)` bytes).
 
-use oxccl_core::{Error, Result};
+use oxccl::{Error, Result};
 
 /// What the process may still take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +129,7 @@ mod tests {
         };
         assert!(check_init_all(8, 1 << 20, big).is_ok());
         let e = check_init_all(10_000, 1 << 20, Room { fds: 1024, ..big }).unwrap_err();
-        assert_eq!(e.kind(), oxccl_core::ErrorKind::InvalidArgument);
+        assert_eq!(e.kind(), oxccl::ErrorKind::InvalidArgument);
         assert!(e.message().contains("ndev 10000"), "{}", e.message());
         assert!(e.message().contains("RLIMIT_NOFILE"), "{}", e.message());
         let e = check_init_all(

@@ -1,9 +1,7 @@
-//! Windows (`ncclCommWindowRegister`): every rank's buffer, registered
-//! together, and each peer's buffer as an address this process can load
-//! from and store to where one exists ("load-store accessible"): the same
-//! address for ranks of this process, a CUDA IPC mapping for device
-//! buffers of other processes of this host, none for other hosts or for
-//! host memory of another process.
+//! Windows (`ncclCommWindowRegister`): handles over
+//! [`oxccl::Window`], which registers every rank's buffer together and
+//! maps each peer's buffer where this process can load from and store to
+//! it ("load-store accessible").
 //!
 //! Collectives on window buffers run as on any buffer (correct results;
 //! `NCCL_WIN_COLL_SYMMETRIC` is a hint oxccl takes no speed from yet).
@@ -14,27 +12,18 @@ use crate::abi::*;
 use crate::api::null_arg;
 use crate::handle::{self, lock, Comm};
 use oxccl::{Error, Result};
-use oxccl_cuda::capi::{self as cuda, Memory};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// `NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING`.
 const WIN_FLAGS: c_int = 0x3;
-/// One rank's record in the registration exchange: kind, ordinal, pid,
-/// buffer, size, allocation base, whether a handle follows, the handle.
-const REC: usize = 1 + 4 + 4 + 8 + 8 + 8 + 1 + 64;
-
 pub(crate) struct Window {
     /// The communicator it belongs to (its handle).
     comm: usize,
-    user: u64,
-    /// Each rank's window size.
-    sizes: Vec<u64>,
-    /// Each rank's buffer as an address here, where one exists.
-    peers: Vec<Option<u64>>,
-    /// IPC mappings to release: (GPU ordinal, mapped base).
-    imported: Vec<(i32, u64)>,
+    /// The registration: each rank's size and address here; dropping it
+    /// unmaps the peers' buffers.
+    win: oxccl::Window,
     /// This rank's LSA team at registration: (first world rank, size).
     lsa: (usize, usize),
 }
@@ -99,86 +88,15 @@ pub(crate) unsafe fn register(
             "size is 0: a window holds at least one byte",
         ));
     }
-    let user = buff as u64;
-    let (mem, ext) = cuda::locate(buff)?;
-    let (kind, ord, base) = match (mem, ext) {
-        (Memory::Device(o), Some((b, len))) => {
-            if user.saturating_add(size as u64) > b.saturating_add(len) {
-                return Err(Error::invalid_argument(format!(
-                    "buff {buff:p} + size {size} runs past its allocation ({len} bytes from {b:#x})"
-                )));
-            }
-            (1u8, o, b)
-        }
-        _ => (0u8, -1, user),
-    };
-    let handle = if kind == 1 {
-        cuda::export_allocation(base)
-    } else {
-        None
-    };
-    let mut mine = Vec::with_capacity(REC);
-    mine.push(kind);
-    mine.extend_from_slice(&ord.to_le_bytes());
-    mine.extend_from_slice(&std::process::id().to_le_bytes());
-    for v in [user, size as u64, base] {
-        mine.extend_from_slice(&v.to_le_bytes());
-    }
-    mine.push(u8::from(handle.is_some()));
-    mine.extend_from_slice(&handle.unwrap_or([0; 64]));
     let comm_h = c.wait()?;
-    let all = comm_h.exchange(&mine)?;
-    let me = comm_h.rank();
-    let mut w = Window {
+    // SAFETY: the caller registers memory of this process that stays
+    // allocated until it deregisters the window (NCCL's contract).
+    let win = unsafe { comm_h.register_window(buff, size) }?;
+    let w = Window {
         comm: comm as usize,
-        user,
-        sizes: Vec::with_capacity(all.len()),
-        peers: Vec::with_capacity(all.len()),
-        imported: Vec::new(),
-        lsa: crate::team::lsa(me, &comm_h.hosts()?),
+        win,
+        lsa: crate::team::lsa(comm_h.rank(), &comm_h.hosts()?),
     };
-    let u64_at =
-        |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-    let mut failure = None;
-    for (p, rec) in all.iter().enumerate() {
-        if rec.len() != REC {
-            failure = Some(Error::internal(format!(
-                "window registration: rank {p} sent {} bytes, not {REC}",
-                rec.len()
-            )));
-            break;
-        }
-        let (pkind, pid) = (rec[0], u32::from_le_bytes(rec[5..9].try_into().expect("4")));
-        let (pbuf, psize, pbase) = (u64_at(rec, 9), u64_at(rec, 17), u64_at(rec, 25));
-        w.sizes.push(psize);
-        let addr = if p == me {
-            Some(user)
-        } else if !comm_h.is_same_host(p) {
-            None
-        } else if pid == std::process::id() {
-            Some(pbuf)
-        } else if pkind == 1 && kind == 1 && rec[33] == 1 {
-            let h: [u8; 64] = rec[34..98].try_into().expect("64 bytes");
-            match cuda::use_device(ord).and_then(|_| cuda::import_allocation(ord, &h)) {
-                Ok(m) => {
-                    w.imported.push((ord, m));
-                    Some(m + (pbuf - pbase))
-                }
-                Err(e) => {
-                    failure =
-                        Some(e.context(format!("window registration: mapping rank {p}'s buffer")));
-                    break;
-                }
-            }
-        } else {
-            None
-        };
-        w.peers.push(addr);
-    }
-    if let Some(e) = failure {
-        release(&w);
-        return Err(e);
-    }
     let h = handle::next_handle();
     registry().insert(h, Arc::new(w));
     // SAFETY: checked non-NULL above.
@@ -186,21 +104,13 @@ pub(crate) unsafe fn register(
     Ok(())
 }
 
-/// Unmaps a window's IPC mappings, after the GPU finished what used them.
-fn release(w: &Window) {
-    if let Some(&(ord, _)) = w.imported.first() {
-        let _ = cuda::use_device(ord).and_then(|_| cuda::synchronize_current());
-    }
-    for &(ord, m) in &w.imported {
-        cuda::release_allocation(ord, m);
-    }
-}
-
 /// `ncclCommWindowDeregister`.
 pub(crate) fn deregister(comm: ncclComm_t, win: ncclWindow_t) -> Result<()> {
-    let (_, w) = of_comm(comm, win)?;
-    registry().remove(&(win as usize));
-    release(&w);
+    of_comm(comm, win)?;
+    let w = registry().remove(&(win as usize));
+    // Dropping the last reference (outside the registry's lock) unmaps the
+    // peers' buffers.
+    drop(w);
     Ok(())
 }
 
@@ -215,9 +125,7 @@ pub(crate) fn drop_comm(comm: ncclComm_t) {
             .collect();
         keys.into_iter().filter_map(|k| r.remove(&k)).collect()
     };
-    for w in gone {
-        release(&w);
-    }
+    drop(gone);
 }
 
 /// `ncclWinGetUserPtr`: the buffer this rank registered.
@@ -231,7 +139,7 @@ pub(crate) unsafe fn user_ptr(
         return Err(null_arg("outUserPtr"));
     }
     // SAFETY: checked non-NULL.
-    unsafe { out.write(w.user as *mut c_void) };
+    unsafe { out.write(w.win.user_ptr() as *mut c_void) };
     Ok(())
 }
 
@@ -253,7 +161,7 @@ pub(crate) unsafe fn peer_ptr(
     if out.is_null() {
         return Err(null_arg("outPtr"));
     }
-    let n = w.peers.len();
+    let n = w.win.nranks();
     if peer < 0 || peer as usize >= n {
         return Err(Error::invalid_argument(format!(
             "invalid peer {peer} (valid: 0..{} for a window of {n} ranks)",
@@ -261,13 +169,13 @@ pub(crate) unsafe fn peer_ptr(
         )));
     }
     let p = peer as usize;
-    if offset as u64 >= w.sizes[p] {
+    let size = w.win.size_of(p).unwrap_or(0);
+    if offset as u64 >= size {
         return Err(Error::invalid_argument(format!(
-            "offset {offset} is past rank {p}'s window of {} bytes",
-            w.sizes[p]
+            "offset {offset} is past rank {p}'s window of {size} bytes"
         )));
     }
-    if let Some(a) = w.peers[p] {
+    if let Some(a) = w.win.peer_ptr(p) {
         // SAFETY: checked non-NULL.
         unsafe { out.write((a + offset as u64) as *mut c_void) };
     }

@@ -3,8 +3,9 @@
 //! A [`Communicator`] is one rank of a group of ranks (threads of one process,
 //! processes of one host, or hosts) that run collectives together: all-reduce,
 //! broadcast, reduce, all-gather, reduce-scatter, all-to-all, gather, scatter,
-//! send and receive, on host memory. Ranks meet through a [`UniqueId`] made by
-//! one of them and passed to the others (or through `NCCL_COMM_ID`).
+//! send and receive, on host memory and (module [`gpu`]) on device memory
+//! given as cudarc's buffers and streams. Ranks meet through a [`UniqueId`]
+//! made by one of them and passed to the others (or through `NCCL_COMM_ID`).
 //!
 //! ```
 //! let comms = oxccl::Communicator::init_all(2).unwrap();
@@ -19,7 +20,8 @@
 //! });
 //! ```
 //!
-//! Every call blocks until its data has moved; every wait observes
+//! Every call on host buffers blocks until its data has moved (calls on
+//! device buffers are queued on their stream); every wait observes
 //! [`Communicator::abort`] and the timeout (`OXCCL_TIMEOUT_MS`), and a peer
 //! that dies turns into [`ErrorKind::Remote`] on the ranks waiting for it.
 
@@ -28,6 +30,11 @@ pub use oxccl_core::{CollKind, DataType, Error, ErrorKind, RedOp, Result, Scalar
 // `Config::host` is public: its type must be nameable without depending on
 // oxccl-host directly.
 pub use oxccl_host::{HostConfig, OpDesc};
+
+pub mod gpu;
+mod window;
+pub use gpu::{GpuChoice, GpuGroup, StreamComm};
+pub use window::Window;
 
 use oxccl_bootstrap::{Bootstrap, BootstrapConfig, Family};
 use oxccl_core::params::{self, Params, SocketFamily};
@@ -71,6 +78,17 @@ pub struct F8E4M3(pub u8);
 #[repr(transparent)]
 pub struct F8E5M2(pub u8);
 element!(F16 => Float16, Bf16 => Bfloat16, F8E4M3 => Float8e4m3, F8E5M2 => Float8e5m2);
+
+macro_rules! device_repr {
+    ($($t:ty),*) => {
+        // SAFETY: each is `repr(transparent)` over an integer, which cudarc
+        // copies to and from the device as plain bytes, and all-zero bits
+        // are a valid value (+0.0).
+        $(unsafe impl cudarc::driver::DeviceRepr for $t {}
+        unsafe impl cudarc::driver::ValidAsZeroBits for $t {})*
+    };
+}
+device_repr!(F16, Bf16, F8E4M3, F8E5M2);
 
 /// A unique id: the root's address and a random secret; made once, given to every rank.
 #[derive(Clone)]
@@ -119,6 +137,20 @@ pub struct Config {
     pub host: Option<HostConfig>,
     /// A name for logs.
     pub name: Option<String>,
+    /// Whether this rank takes part in the GPU setup, and with which GPU
+    /// (collectives on device buffers need it; see [`GpuChoice`] for the
+    /// rule that every rank chooses alike).
+    pub gpu: GpuChoice,
+}
+
+impl Config {
+    /// The host transport settings this config gives: [`Config::host`], or
+    /// those the environment asks for.
+    pub fn host_settings(&self) -> HostConfig {
+        self.host
+            .clone()
+            .unwrap_or_else(|| host_config(oxccl_env::params()))
+    }
 }
 
 fn bootstrap_config(p: &Params, abort: Arc<AtomicBool>) -> BootstrapConfig {
@@ -181,6 +213,8 @@ struct Inner {
     stop: Arc<AtomicBool>,
     /// `None` once destroyed or aborted.
     comm: Mutex<Option<HostComm>>,
+    /// The GPU state (`gpu` module), set once at creation.
+    gpu: gpu::GpuSlot,
     config: Config,
 }
 
@@ -237,7 +271,7 @@ impl Communicator {
         if let Some(t) = config.timeout {
             bcfg.timeout = t;
         }
-        let mut hcfg = config.host.clone().unwrap_or_else(|| host_config(p));
+        let mut hcfg = config.host_settings();
         if let Some(t) = config.timeout {
             hcfg.timeout = t;
         }
@@ -258,21 +292,34 @@ impl Communicator {
             "Init timings - ncclCommInitRank: rank {rank} nranks {nranks} total {:.2}",
             t0.elapsed().as_secs_f64()
         );
-        Ok(Communicator {
+        let (choice, timeout) = (config.gpu, config.timeout);
+        let c = Communicator {
             inner: Arc::new(Inner {
                 rank,
                 nranks,
                 abort,
                 stop,
                 comm: Mutex::new(Some(comm)),
+                gpu: Mutex::new(None),
                 config,
             }),
-        })
+        };
+        gpu::setup(&c, choice, timeout);
+        Ok(c)
     }
 
     /// Makes `n` ranks in this process, one communicator each (`ncclCommInitAll`).
     /// Drive them from different threads, or from one thread with a [`Group`].
     pub fn init_all(n: usize) -> Result<Vec<Communicator>> {
+        Self::init_all_config(n, |_| Config::default())
+    }
+
+    /// [`Communicator::init_all`] with each rank's settings, `config(rank)`
+    /// (a GPU per rank: [`Config::gpu`]).
+    pub fn init_all_config(
+        n: usize,
+        config: impl Fn(usize) -> Config + Sync,
+    ) -> Result<Vec<Communicator>> {
         if n == 0 {
             return Err(Error::invalid_argument("init_all: n must be at least 1"));
         }
@@ -280,8 +327,8 @@ impl Communicator {
         let results: Vec<Result<Communicator>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
                 .map(|r| {
-                    let id = &id;
-                    s.spawn(move || Communicator::init_rank(n, id, r))
+                    let (id, config) = (&id, &config);
+                    s.spawn(move || Communicator::init_rank_config(n, id, r, config(r)))
                 })
                 .collect();
             handles
@@ -343,14 +390,18 @@ impl Communicator {
     }
 
     /// Stops every operation of this rank, now, from any thread
-    /// (`ncclCommAbort`): waits return, the transports close (peers see a
-    /// remote error), and later calls fail with `InvalidUsage`.
+    /// (`ncclCommAbort`): waits return, GPU kernels leave theirs, the
+    /// transports close (peers see a remote error), and later calls fail
+    /// with `InvalidUsage`. The GPU state is left allocated (a kernel may
+    /// still wait on the GPU for a peer that never comes; freeing it would
+    /// wait for that kernel).
     pub fn abort(&self) {
         self.inner.abort.store(true, Ordering::Release);
         self.inner.stop.store(true, Ordering::Release);
         if let Ok(mut g) = self.inner.comm.lock() {
             g.take();
         }
+        self.abandon_gpu();
         oxccl_env::info!(
             Subsys::INIT,
             "comm rank {} nranks {} - Abort COMPLETE",
@@ -359,8 +410,9 @@ impl Communicator {
         );
     }
 
-    /// Ends this rank's host operations in flight (their waits return an
-    /// error within ~200 us) and refuses later ones, keeping the bootstrap so
+    /// Ends this rank's operations in flight (host waits return an error
+    /// within ~200 us; GPU kernels leave their waits within about a
+    /// millisecond) and refuses later ones, keeping the bootstrap so
     /// that [`Communicator::split`] and [`Communicator::shrink`] still run
     /// on it (`ncclCommRevoke`; the first half of `ncclCommShrink` with
     /// `NCCL_SHRINK_ABORT`). Returns once no operation of this rank runs.
@@ -368,6 +420,7 @@ impl Communicator {
     /// sequence numbers and ring positions disagreeing, so a later
     /// collective on it could pair the wrong messages.
     pub fn revoke(&self) {
+        self.stop_gpu();
         self.inner.stop.store(true, Ordering::Release);
         // An operation in flight holds the lock until its wait has seen the
         // flag; taking it here is the "quiescent" NCCL's revoke waits for.
@@ -376,6 +429,7 @@ impl Communicator {
 
     /// Releases the rank's resources (`ncclCommDestroy`); dropping the last clone does the same.
     pub fn destroy(self) -> Result<()> {
+        self.free_gpu();
         let mut g = self.lock_raw()?;
         if let Some(c) = g.as_mut() {
             // Peers still working with each other must not take this
@@ -384,6 +438,15 @@ impl Communicator {
         }
         g.take();
         Ok(())
+    }
+
+    /// A child's settings (split, shrink, grow): this one's, with the GPU
+    /// it has ([`Communicator::device`]).
+    fn child_config(&self) -> Config {
+        Config {
+            gpu: self.child_gpu(),
+            ..self.inner.config.clone()
+        }
     }
 
     fn lock_raw(&self) -> Result<MutexGuard<'_, Option<HostComm>>> {
@@ -429,17 +492,25 @@ impl Communicator {
         self.with_comm(|c| c.plan(kind, bytes).map(|p| p.est_us))
     }
 
+    /// The GPU time model's time for an operation of `bytes` (nccl-tests'
+    /// size) on device buffers of this communicator, microseconds
+    /// (`oxccl_core::tuner::gpu_estimate_us`: latency plus bus bytes at the
+    /// bus bandwidth measured on one NVLink-connected host).
+    pub fn estimate_device_us(&self, kind: CollKind, bytes: usize) -> f64 {
+        oxccl_core::tuner::gpu_estimate_us(kind, bytes, self.size())
+    }
+
     /// Every rank's `mine`, in rank order, through the bootstrap (a
     /// collective: every rank must call it, in the same order relative to
     /// the other collectives). For setup exchanges of layers above the host
     /// collectives, such as the GPU path's IPC handles.
-    pub fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    pub(crate) fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.with_comm(|c| c.bootstrap().allgather(mine))
     }
 
     /// Whether rank `r` runs on this host (the bootstrap's verdict, which
     /// honours `NCCL_HOSTID`).
-    pub fn is_same_host(&self, r: usize) -> bool {
+    pub(crate) fn is_same_host(&self, r: usize) -> bool {
         self.with_comm(|c| Ok(c.bootstrap().is_same_host(r)))
             .unwrap_or(false)
     }
@@ -457,14 +528,14 @@ impl Communicator {
 
     /// The network plugin (and device) this communicator uses for peers on
     /// other hosts, if it chose one (`NCCL_NET_PLUGIN`).
-    pub fn net_plugin(&self) -> Option<(Arc<dyn oxccl_net::Net>, usize)> {
+    pub(crate) fn net_plugin(&self) -> Option<(Arc<dyn oxccl_net::Net>, usize)> {
         self.with_comm(|c| Ok(c.net_plugin())).ok().flatten()
     }
 
     /// A TCP connection to `peer` through the bootstrap, for a layer above
     /// the host collectives (the GPU network path): both ranks call it for
     /// each other with the same `tag`; the lower rank connects.
-    pub fn peer_stream(&self, peer: usize, tag: u32) -> Result<std::net::TcpStream> {
+    pub(crate) fn peer_stream(&self, peer: usize, tag: u32) -> Result<std::net::TcpStream> {
         self.with_comm(|c| {
             let b = c.bootstrap();
             if b.rank() < peer {
@@ -749,13 +820,8 @@ impl Communicator {
                     c.bootstrap().send(r, TAG_SPLIT, id.as_bytes())?;
                 }
                 drop(g);
-                return Communicator::init_rank_config(
-                    members.len(),
-                    &id,
-                    0,
-                    self.inner.config.clone(),
-                )
-                .map(Some);
+                return Communicator::init_rank_config(members.len(), &id, 0, self.child_config())
+                    .map(Some);
             }
             let b = c.bootstrap().recv(members[0].1, TAG_SPLIT)?;
             let arr: [u8; 128] = b
@@ -765,7 +831,7 @@ impl Communicator {
             (members.len(), (new_rank, UniqueId::from_bytes(&arr)?))
         };
         let (nr, id) = new_rank;
-        Communicator::init_rank_config(members, &id, nr, self.inner.config.clone()).map(Some)
+        Communicator::init_rank_config(members, &id, nr, self.child_config()).map(Some)
     }
 
     /// A new communicator of this one's ranks without `exclude`
@@ -783,7 +849,7 @@ impl Communicator {
         let survivors = shrink_members(self.size(), me, exclude)?;
         let new_rank = survivors.iter().position(|&r| r == me).unwrap_or(0);
         let digest = members_digest(&survivors);
-        let cfg = self.inner.config.clone();
+        let cfg = self.child_config();
         let (n, root) = (survivors.len(), survivors[0]);
         oxccl_env::info!(
             Subsys::INIT,
@@ -885,7 +951,7 @@ impl Communicator {
             "ncclCommGrow comm rank {} nranks {n} - new nranks {nranks} (the id from rank {h})",
             self.rank()
         );
-        Communicator::init_rank_config(nranks, &gid, self.rank(), self.inner.config.clone())
+        Communicator::init_rank_config(nranks, &gid, self.rank(), self.child_config())
     }
 }
 

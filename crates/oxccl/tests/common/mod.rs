@@ -96,7 +96,7 @@ pub fn test_config(f: impl FnOnce(&mut HostConfig)) -> Config {
         timeout: Some(Duration::from_secs(60)),
         init_timeout: Some(Duration::from_secs(60)),
         host: Some(h),
-        name: None,
+        ..Config::default()
     }
 }
 

@@ -1,0 +1,197 @@
+//! Every collective of the device API (`StreamComm`, `GpuGroup`) with two
+//! ranks as threads of this process, each on a stream of its own (rank r
+//! on GPU `r % device count`, so both may share one GPU), against float64
+//! references, at count 0, 1, an odd count and one past the small-message
+//! paths.
+
+use oxccl::gpu::{CudaContext, CudaStream, CudaView, CudaViewMut, GpuChoice, GpuGroup};
+use oxccl::{Communicator, Config, RedOp, Result, StreamComm};
+use std::sync::Arc;
+
+const NRANKS: usize = 2;
+const COUNTS: [usize; 4] = [0, 1, 1001, (1 << 20) + 3];
+
+/// Rank `r`'s element `i`: small integers, whose sums f32 holds exactly.
+fn v(r: usize, i: usize) -> f32 {
+    ((r + 1) * (i % 7 + 1)) as f32
+}
+
+fn sum(i: usize) -> f64 {
+    (0..NRANKS).map(|r| v(r, i) as f64).sum()
+}
+
+/// The ranks, each with its stream; panics without a GPU (the tests are
+/// ignored there).
+fn ranks() -> Vec<(Communicator, Arc<CudaStream>)> {
+    assert!(oxccl::gpu::available(), "no CUDA driver with a GPU");
+    let ndev = CudaContext::device_count().unwrap() as usize;
+    let comms = Communicator::init_all_config(NRANKS, |r| Config {
+        gpu: GpuChoice::Device((r % ndev) as i32),
+        ..Config::default()
+    })
+    .unwrap();
+    comms
+        .into_iter()
+        .enumerate()
+        .map(|(r, c)| {
+            assert_eq!(c.device(), Some((r % ndev) as i32), "rank {r}'s GPU setup");
+            let s = CudaContext::new(r % ndev).unwrap().new_stream().unwrap();
+            (c, s)
+        })
+        .collect()
+}
+
+type Run = dyn Fn(&StreamComm, &CudaView<f32>, &mut CudaViewMut<f32>, usize) -> Result<()> + Sync;
+
+/// Runs `run` on every rank at each count: rank r sends `send_len(count)`
+/// elements `v(r, i)` and receives `recv_len(count)`; element i of rank
+/// r's result must be `want(r, i, count)` (`None`: not written there).
+fn check(
+    what: &str,
+    send_len: impl Fn(usize) -> usize + Sync,
+    recv_len: impl Fn(usize) -> usize + Sync,
+    run: &Run,
+    want: impl Fn(usize, usize, usize) -> Option<f64> + Sync,
+) {
+    let ranks = ranks();
+    for count in COUNTS {
+        std::thread::scope(|s| {
+            for (r, (comm, stream)) in ranks.iter().enumerate() {
+                let (send_len, recv_len, want) = (&send_len, &recv_len, &want);
+                s.spawn(move || {
+                    let (ns, nr) = (send_len(count), recv_len(count));
+                    let host: Vec<f32> = (0..ns.max(1)).map(|i| v(r, i)).collect();
+                    let send = stream.clone_htod(&host).unwrap();
+                    let mut recv = stream.alloc_zeros::<f32>(nr.max(1)).unwrap();
+                    {
+                        let sv = send.slice(0..ns);
+                        let mut rv = recv.slice_mut(0..nr);
+                        run(&comm.on_stream(stream), &sv, &mut rv, count)
+                            .unwrap_or_else(|e| panic!("{what}, count {count}, rank {r}: {e}"));
+                    }
+                    let got: Vec<f32> = stream.clone_dtoh(&recv).unwrap();
+                    assert!(comm.gpu_error().is_none(), "{what}: {:?}", comm.gpu_error());
+                    for (i, &g) in got.iter().take(nr).enumerate() {
+                        if let Some(w) = want(r, i, count) {
+                            assert_eq!(g as f64, w, "{what}, count {count}: rank {r} element {i}");
+                        }
+                    }
+                });
+            }
+        });
+    }
+    for (c, _) in ranks {
+        c.destroy().unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: device-buffer collectives"]
+fn all_reduce_reduce_and_broadcast() {
+    let same = |c: usize| c;
+    check(
+        "all_reduce",
+        same,
+        same,
+        &|on, s, r, _| on.all_reduce(s, r, RedOp::Sum),
+        |_, i, _| Some(sum(i)),
+    );
+    check(
+        "reduce to rank 1",
+        same,
+        same,
+        &|on, s, r, _| on.reduce(s, r, RedOp::Max, 1),
+        |rank, i, _| (rank == 1).then(|| v(NRANKS - 1, i) as f64),
+    );
+    check(
+        "broadcast from rank 1",
+        same,
+        same,
+        &|on, s, r, _| on.broadcast(s, r, 1),
+        |_, i, _| Some(v(1, i) as f64),
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU: device-buffer collectives"]
+fn all_gather_reduce_scatter_and_all_to_all() {
+    let n = NRANKS;
+    check(
+        "all_gather",
+        |c| c,
+        move |c| c * n,
+        &|on, s, r, _| on.all_gather(s, r),
+        |_, i, c| Some(v(i / c.max(1), i % c.max(1)) as f64),
+    );
+    check(
+        "reduce_scatter",
+        move |c| c * n,
+        |c| c,
+        &|on, s, r, _| on.reduce_scatter(s, r, RedOp::Sum),
+        |rank, i, c| Some(sum(rank * c + i)),
+    );
+    check(
+        "all_to_all",
+        move |c| c * n,
+        move |c| c * n,
+        &|on, s, r, _| on.all_to_all(s, r),
+        // Block q of rank r's result is block r of rank q's send.
+        |rank, i, c| Some(v(i / c.max(1), rank * c + i % c.max(1)) as f64),
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU: device-buffer collectives"]
+fn gather_scatter_and_a_ring_of_sends() {
+    let n = NRANKS;
+    check(
+        "gather to rank 0",
+        |c| c,
+        move |c| c * n,
+        &|on, s, r, _| on.gather(s, r, 0),
+        |rank, i, c| (rank == 0).then(|| v(i / c.max(1), i % c.max(1)) as f64),
+    );
+    check(
+        "scatter from rank 1",
+        move |c| c * n,
+        |c| c,
+        &|on, s, r, _| on.scatter(s, r, 1),
+        |rank, i, c| Some(v(1, rank * c + i) as f64),
+    );
+    // Each rank sends to the next and receives from the previous, the
+    // receive added first: one group, one launch, no deadlock.
+    check(
+        "send/recv ring in a group",
+        |c| c,
+        |c| c,
+        &|on, s, r, _| {
+            let (me, n) = (on.comm().rank(), on.comm().size());
+            let mut g = GpuGroup::new();
+            g.recv(on, r, (me + n - 1) % n)?;
+            g.send(on, s, (me + 1) % n)?;
+            g.run()
+        },
+        move |rank, i, _| Some(v((rank + n - 1) % n, i) as f64),
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU: device-buffer argument checks"]
+fn short_buffers_and_bad_roots_are_refused_before_any_launch() {
+    let ranks = ranks();
+    let (comm, stream) = &ranks[0];
+    let on = comm.on_stream(stream);
+    let send = stream.alloc_zeros::<f32>(8).unwrap();
+    let mut recv = stream.alloc_zeros::<f32>(8).unwrap();
+    // all_gather needs 2 x 8 elements of recv.
+    let e = on.all_gather(&send, &mut recv).unwrap_err();
+    assert_eq!(e.kind(), oxccl::ErrorKind::InvalidArgument);
+    assert!(
+        e.message()
+            .contains("recv has 8 elements; this call needs 16"),
+        "{e}"
+    );
+    let e = on.broadcast(&send, &mut recv, NRANKS).unwrap_err();
+    assert_eq!(e.kind(), oxccl::ErrorKind::InvalidArgument);
+    assert!(e.message().contains("invalid root 2"), "{e}");
+}
