@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 
 use cudarc::driver::sys;
+use oxccl_core::gpu::config::{DeviceConfig, PAIR_MAX_BLOCKS};
+use oxccl_core::gpu::PairKernel;
 use oxccl_core::{DataType, Error, RedOp, Result};
 
 use crate::compile;
@@ -18,11 +20,8 @@ use crate::kernels;
 pub const THREADS: u32 = 512;
 /// Units (16-byte packs or elements) per thread per round (`OXCCL_UNROLL`).
 pub const UNROLL: u64 = 4;
-/// Most blocks per launch (`OXCCL_MAX_BLOCKS`): one flag word and a
-/// [`MBOX_WORDS`]-word mailbox slot per block on each GPU. 128 <= 132 SMs of an H100/H200, so
-/// every block of a launch can be resident at once (a block waits for its
-/// partner on the peer GPU, never for another block of its own grid).
-pub const MAX_BLOCKS: u32 = 128;
+/// Most blocks per launch (`OXCCL_MAX_BLOCKS`; [`PAIR_MAX_BLOCKS`] says why).
+pub const MAX_BLOCKS: u32 = PAIR_MAX_BLOCKS;
 /// Words of a block's mailbox slot (`OXCCL_MBOX`: input, output, bits, spare).
 pub const MBOX_WORDS: usize = 4;
 /// The first of the two words after the flags and the mailboxes that the
@@ -35,21 +34,8 @@ pub const FLAG_WORDS: usize = CTL_WORD + 2;
 /// Barrier values one call of any kernel here takes (entry and exit; one spare).
 pub const BUDGET: u64 = 3;
 
-/// `ArArgs.mode`: all-reduce.
-pub const MODE_ALLREDUCE: u32 = 0;
-/// `ArArgs.mode`: reduce-scatter (`count` per rank).
-pub const MODE_REDUCE_SCATTER: u32 = 1;
-/// `ArArgs.mode`: reduce to `root`.
-pub const MODE_REDUCE: u32 = 2;
 /// `ArArgs.bits`: take the two-shot all-reduce even out of place.
 pub const BIT_TWO_SHOT: u64 = 4;
-
-/// `CpArgs.mode`: all-gather.
-pub const CP_ALLGATHER: u32 = 0;
-/// `CpArgs.mode`: broadcast.
-pub const CP_BROADCAST: u32 = 1;
-/// `CpArgs.mode`: send/receive (each side pulls the peer's send buffer).
-pub const CP_P2P: u32 = 2;
 
 /// `struct CpArgs` of `allreduce.cu` (the `oxccl_pcopy` kernel), field for field.
 #[repr(C)]
@@ -67,7 +53,7 @@ pub struct CpArgs {
     pub bytes: u64,
     /// First barrier value of this call.
     pub seq: u64,
-    /// `CP_*`.
+    /// The copy kernel's mode ([`PairKernel::mode`]).
     pub mode: u32,
     /// 0 or 1.
     pub rank: u32,
@@ -220,7 +206,7 @@ pub struct ArArgs {
     pub iscale: u64,
     /// PreMulSum with a device-resident scalar: its address, else 0.
     pub scalar_ptr: u64,
-    /// `MODE_*`.
+    /// The reducing kernel's mode ([`PairKernel::mode`]).
     pub mode: u32,
     /// Reduce's root.
     pub root: u32,
@@ -251,22 +237,11 @@ impl ArArgs {
             rank,
             iscale: 0,
             scalar_ptr: 0,
-            mode: MODE_ALLREDUCE,
+            mode: PairKernel::AllReduce.mode(),
             root: 0,
             bits: 0,
         }
     }
-}
-
-/// Most blocks a launch uses: `OXCCL_CUDA_AR_BLOCKS` (1..=128), else 128.
-pub fn block_limit() -> u32 {
-    static L: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *L.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_AR_BLOCKS)
-            .map(|v| v.clamp(1, MAX_BLOCKS))
-            .unwrap_or(MAX_BLOCKS)
-    })
 }
 
 /// The kernel name's type part.
@@ -413,6 +388,8 @@ pub struct OneShot2<'g> {
     modules: [Module<'g>; 2],
     functions: HashMap<String, [sys::CUfunction; 2]>,
     seq: u64,
+    /// Most blocks a launch uses (`OXCCL_CUDA_AR_BLOCKS`, read at creation).
+    max_blocks: u32,
 }
 
 impl<'g> OneShot2<'g> {
@@ -443,6 +420,7 @@ impl<'g> OneShot2<'g> {
             modules: [m0, m1],
             functions: HashMap::new(),
             seq: 1,
+            max_blocks: DeviceConfig::from_params(oxccl_env::params()).pair_blocks,
         })
     }
 
@@ -492,7 +470,7 @@ impl<'g> OneShot2<'g> {
                 )));
             }
         }
-        let (blocks, budget) = plan(count, t, block_limit());
+        let (blocks, budget) = plan(count, t, self.max_blocks);
         let seq = self.seq;
         self.seq += budget; // past every barrier value this call can use
         let functions = match self.functions.get(&name) {

@@ -31,7 +31,10 @@ use crate::device::check;
 use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
 use crate::ring::{self, Ring, RingBoot, RingConfig};
-use crate::{ce, ce_reduce, compile, joint, kernels};
+use crate::{ce, ce_reduce, compile, kernels};
+use oxccl_core::algo::{Algo, Proto};
+use oxccl_core::gpu::config::DeviceConfig;
+use oxccl_core::gpu::{joint, Collective, PairKernel, RingKernel};
 
 mod xp_io;
 
@@ -251,7 +254,7 @@ struct Clique {
     pair: Arc<std::sync::atomic::AtomicBool>,
     /// How many ranks are members, and whether they are on more than one
     /// GPU (with peer access between every two: what the one-launch kernel
-    /// needs, [`crate::joint`]), kept as `pair` is.
+    /// needs, [`oxccl_core::gpu::joint`]), kept as `pair` is.
     local: Arc<Local>,
 }
 
@@ -350,12 +353,10 @@ pub struct DevComm {
     pair: Arc<std::sync::atomic::AtomicBool>,
     /// Its clique's ranks in this process and their GPUs (`local`).
     local: Arc<Local>,
-    /// One-shot and two-shot LL collectives that fit take `oxccl_ll1_*`
-    /// (`OXCCL_CUDA_LL1_FAST`, [`ring::small_kernel_fits`]).
-    ll1_fast: bool,
-    /// `OXCCL_CUDA_JOINT_MAX` and `OXCCL_CUDA_JOINT_PEERS` ([`crate::joint`]).
-    joint_max: u64,
-    joint_peers: bool,
+    /// The settings read from the parameters when it was created (the
+    /// small kernel, the one-launch kernel, the pair kernels' blocks, the
+    /// copy engines' bounds).
+    config: DeviceConfig,
     /// The event that orders the ranks' streams around a one-launch kernel
     /// ([`go_joint`]; 0: not created yet).
     joint_event: Mutex<usize>,
@@ -410,8 +411,8 @@ pub struct Launch {
     /// times the type's size; per rank for all-gather and reduce-scatter).
     what: Option<(&'static str, u64)>,
     /// This rank's side of the call as the one-launch kernel would take it
-    /// with the other ranks' ([`launch_all`], [`crate::joint`]).
-    joint: Option<joint::Part>,
+    /// with the other ranks' ([`launch_all`], [`joint`]).
+    joint: Option<joint::RankCall>,
 }
 
 #[derive(Debug)]
@@ -442,6 +443,8 @@ enum LaunchKind {
     /// A ring collective.
     Ring {
         f: usize,
+        /// The kernel [`ring::plan`] chose (`args.mode` is its integer).
+        kernel: RingKernel,
         blocks: u32,
         args: ring::RingArgs,
         /// The call as the copy engines with a peer process would take it
@@ -506,9 +509,7 @@ impl DevComm {
             ring_only: std::sync::atomic::AtomicBool::new(false),
             pair: Arc::default(),
             local: Arc::default(),
-            ll1_fast: oxccl_env::params().get(&oxccl_core::params::CUDA_LL1_FAST),
-            joint_max: oxccl_env::params().get(&oxccl_core::params::CUDA_JOINT_MAX),
-            joint_peers: oxccl_env::params().get(&oxccl_core::params::CUDA_JOINT_PEERS),
+            config: DeviceConfig::from_params(oxccl_env::params()),
             joint_event: Mutex::new(0),
             typed: std::array::from_fn(|_| std::sync::atomic::AtomicUsize::new(0)),
             checked_stream: std::sync::atomic::AtomicUsize::new(0),
@@ -761,18 +762,14 @@ impl DevComm {
             Reduction::Reduce { .. } => "Reduce",
         };
         let mut l = self.prepare_reduction(what, send, recv, count, t, op, scalar_ptr, stream)?;
-        let (mode, root) = match what {
-            Reduction::AllReduce => (ring::RM_ALLREDUCE, 0),
-            Reduction::ReduceScatter => (ring::RM_REDUCE_SCATTER, 0),
-            Reduction::Reduce { root } => (ring::RM_REDUCE, root),
-        };
-        let output = if mode == ring::RM_REDUCE && root != self.rank {
+        let root = what.root();
+        let output = if what.collective() == Collective::Reduce && root != self.rank {
             0
         } else {
             recv
         };
         l.joint = self.joint_part(
-            mode,
+            what.collective(),
             t,
             op,
             count as u64,
@@ -786,11 +783,11 @@ impl DevComm {
     }
 
     /// This rank's side of a call for the one-launch kernel of every rank
-    /// ([`crate::joint`]), when this communicator and the call allow it.
+    /// ([`oxccl_core::gpu::joint`]), when this communicator and the call allow it.
     #[allow(clippy::too_many_arguments)]
     fn joint_part(
         &self,
-        mode: u32,
+        collective: Collective,
         t: DataType,
         op: RedOp,
         count: u64,
@@ -799,20 +796,20 @@ impl DevComm {
         output: u64,
         scalar_ptr: Option<u64>,
         stream: usize,
-    ) -> Option<joint::Part> {
+    ) -> Option<joint::RankCall> {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
-        let bytes = joint::largest_buffer(mode, count, t.size() as u64, self.nranks);
-        let setting = joint::Setting {
+        let bytes = joint::largest_buffer(collective, count, t.size() as u64, self.nranks);
+        let eligibility = joint::Eligibility {
             nranks: self.nranks,
             local_ranks: self.local.ranks.load(Acquire),
             spread: self.local.spread.load(Acquire),
-            peers: self.joint_peers,
+            peers: self.config.joint_peers,
             ring_only: self.ring_only.load(Relaxed),
-            max: self.joint_max,
+            max: self.config.joint_max,
         };
-        let ce = joint::ce_bound(mode, ce_min(), ce_ar_min());
+        let ce = joint::ce_bound(collective, self.config.ce_min, self.config.ce_ar_min());
         // Captured calls never (joint::may_take says why); asked last.
-        if !joint::may_take(&setting, mode, bytes, ce) || capturing(stream) {
+        if !joint::may_take(&eligibility, bytes, ce) || capturing(stream) {
             return None;
         }
         // As the ring's arguments (Ring::args): float avg pre-multiplies by
@@ -821,8 +818,8 @@ impl DevComm {
             RedOp::PreMulSum(s) => (s.as_f64(), s.as_u64_bits()),
             _ => (1.0 / self.nranks as f64, 0),
         };
-        Some(joint::Part {
-            mode,
+        Some(joint::RankCall {
+            collective,
             count,
             root: root as u32,
             dtype: t,
@@ -853,14 +850,10 @@ impl DevComm {
         if count == 0 {
             return self.launch(LaunchKind::Nothing, stream);
         }
-        let (mode, root, in_bytes) = match what {
-            Reduction::AllReduce => (allreduce::MODE_ALLREDUCE, 0, bytes),
-            Reduction::ReduceScatter => (
-                allreduce::MODE_REDUCE_SCATTER,
-                0,
-                bytes.saturating_mul(self.nranks),
-            ),
-            Reduction::Reduce { root } => (allreduce::MODE_REDUCE, root, bytes),
+        let root = what.root();
+        let in_bytes = match what {
+            Reduction::ReduceScatter => bytes.saturating_mul(self.nranks),
+            Reduction::AllReduce | Reduction::Reduce { .. } => bytes,
         };
         let rs_inplace = what == Reduction::ReduceScatter
             && recv == send.wrapping_add((self.rank * bytes) as u64);
@@ -917,14 +910,9 @@ impl DevComm {
             _ if self.ring_for(stream)
                 || (what == Reduction::AllReduce && self.one_shot_on_ring(bytes as u64)) =>
             {
-                let m = match what {
-                    Reduction::AllReduce => ring::RM_ALLREDUCE,
-                    Reduction::ReduceScatter => ring::RM_REDUCE_SCATTER,
-                    Reduction::Reduce { .. } => ring::RM_REDUCE,
-                };
                 let out = if nonroot_reduce { 0 } else { recv };
                 let mut l = self.ring_launch(
-                    m,
+                    what.collective(),
                     t,
                     op,
                     send,
@@ -960,9 +948,10 @@ impl DevComm {
                     })?;
                     self.function(&name)
                 })?;
-                let (blocks, budget) = allreduce::plan(count, t, allreduce::block_limit());
+                let (blocks, budget) = allreduce::plan(count, t, self.config.pair_blocks);
+                let kernel = PairKernel::of(what.collective());
                 let mut args =
-                    self.reduce_args(send, recv, count, peer.flags, op, scalar_ptr, mode);
+                    self.reduce_args(send, recv, count, peer.flags, op, scalar_ptr, kernel);
                 args.root = root as u32;
                 if nonroot_reduce {
                     args.output = 0;
@@ -1007,7 +996,7 @@ impl DevComm {
         peer_flags: u64,
         op: RedOp,
         scalar_ptr: Option<u64>,
-        mode: u32,
+        kernel: PairKernel,
     ) -> ArArgs {
         let mut args = ArArgs::all_reduce(
             send,
@@ -1019,8 +1008,8 @@ impl DevComm {
         );
         allreduce::set_scalar(&mut args, op);
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
-        args.mode = mode;
-        if mode == allreduce::MODE_ALLREDUCE && two_shot_forced(count) {
+        args.mode = kernel.mode();
+        if kernel == PairKernel::AllReduce && self.config.pair_two_shot(count as u64) {
             args.bits |= allreduce::BIT_TWO_SHOT;
         }
         args
@@ -1041,12 +1030,9 @@ impl DevComm {
             CopyKind::Broadcast { .. } => "Broadcast",
         };
         let mut l = self.prepare_copying(what, send, recv, bytes, stream)?;
-        let (mode, root) = match what {
-            CopyKind::AllGather => (ring::RM_ALLGATHER, 0),
-            CopyKind::Broadcast { root } => (ring::RM_BROADCAST, root),
-        };
+        let root = what.root();
         l.joint = self.joint_part(
-            mode,
+            what.collective(),
             DataType::Uint8,
             RedOp::Sum,
             bytes as u64,
@@ -1070,10 +1056,7 @@ impl DevComm {
         if bytes == 0 {
             return self.launch(LaunchKind::Nothing, stream);
         }
-        let (mode, root) = match what {
-            CopyKind::AllGather => (allreduce::CP_ALLGATHER, 0),
-            CopyKind::Broadcast { root } => (allreduce::CP_BROADCAST, root),
-        };
+        let (kernel, root) = (PairKernel::of(what.collective()), what.root());
         match self.nranks {
             1 if send == recv => self.launch(LaunchKind::Nothing, stream),
             1 => self.launch(
@@ -1085,13 +1068,9 @@ impl DevComm {
                 stream,
             ),
             _ if self.ring_for(stream) => {
-                let (m, root) = match what {
-                    CopyKind::AllGather => (ring::RM_ALLGATHER, 0),
-                    CopyKind::Broadcast { root } => (ring::RM_BROADCAST, root),
-                };
                 let (t, count) = copy_elements(bytes, send, recv);
                 let mut l = self.ring_launch(
-                    m,
+                    what.collective(),
                     t,
                     RedOp::Sum,
                     send,
@@ -1121,7 +1100,7 @@ impl DevComm {
             2 => {
                 let peer = self.peer()?;
                 let f = self.function("oxccl_pcopy")?;
-                let blocks = allreduce::copy_blocks(bytes as u64, allreduce::block_limit());
+                let blocks = allreduce::copy_blocks(bytes as u64, self.config.pair_blocks);
                 self.launch(
                     LaunchKind::Pcopy {
                         f,
@@ -1133,7 +1112,7 @@ impl DevComm {
                             peer_flags: peer.flags,
                             bytes: bytes as u64,
                             seq: 0,
-                            mode,
+                            mode: kernel.mode(),
                             rank: self.rank as u32,
                             root: root as u32,
                             pad: 0,
@@ -1221,19 +1200,6 @@ fn too_many(n: usize) -> Error {
     ))
 }
 
-/// `OXCCL_CUDA_AR_TWO_SHOT`: the all-reduce size (bytes... elements here are
-/// counted as given) from which out-of-place calls also take the two-shot
-/// algorithm: unset or `0` = never (in place always takes it), `1` = always.
-fn two_shot_forced(count: usize) -> bool {
-    static T: OnceLock<u64> = OnceLock::new();
-    let min = *T.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_AR_TWO_SHOT)
-            .unwrap_or(0)
-    });
-    min != 0 && count as u64 >= min
-}
-
 /// Which reducing collective ([`DevComm::prepare_reduce`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reduction {
@@ -1248,6 +1214,25 @@ pub enum Reduction {
     },
 }
 
+impl Reduction {
+    /// The collective.
+    pub fn collective(self) -> Collective {
+        match self {
+            Reduction::AllReduce => Collective::AllReduce,
+            Reduction::ReduceScatter => Collective::ReduceScatter,
+            Reduction::Reduce { .. } => Collective::Reduce,
+        }
+    }
+
+    /// The root rank (0 where the collective has none).
+    pub fn root(self) -> usize {
+        match self {
+            Reduction::Reduce { root } => root,
+            _ => 0,
+        }
+    }
+}
+
 /// Which copying collective ([`DevComm::prepare_copy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyKind {
@@ -1258,6 +1243,24 @@ pub enum CopyKind {
         /// The rank whose send buffer is copied.
         root: usize,
     },
+}
+
+impl CopyKind {
+    /// The collective.
+    pub fn collective(self) -> Collective {
+        match self {
+            CopyKind::AllGather => Collective::AllGather,
+            CopyKind::Broadcast { .. } => Collective::Broadcast,
+        }
+    }
+
+    /// The root rank (0 where the collective has none).
+    pub fn root(self) -> usize {
+        match self {
+            CopyKind::Broadcast { root } => root,
+            CopyKind::AllGather => 0,
+        }
+    }
 }
 
 /// Launches operations in order, except that the point-to-point launches of
@@ -1314,7 +1317,11 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
         }
     }
     ops.extend(p2p);
-    pair_for_copy_engines(&mut ops, ce_min(), ce_ar_min());
+    // Every rank sets the same bounds (the parameters say so): the first
+    // launch's communicator speaks for the group.
+    if let Some(cfg) = ops.first().map(|l| l.comm.config.clone()) {
+        pair_for_copy_engines(&mut ops, cfg.ce_min, cfg.ce_ar_min());
+    }
     for l in ops {
         l.go()?;
     }
@@ -1361,7 +1368,7 @@ fn go_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
         })?;
         let n = call.len();
         let elem = p0.dtype.size() as u64;
-        let blocks = joint::blocks(joint::largest_buffer(p0.mode, p0.count, elem, n));
+        let blocks = joint::blocks(joint::largest_buffer(p0.collective, p0.count, elem, n));
         let s0 = l0.stream as sys::CUstream;
         let mut ready = Vec::with_capacity(n - 1);
         for &i in &call[1..] {
@@ -1489,7 +1496,7 @@ pub fn peer_mappings() -> usize {
 }
 
 /// How many calls of this process ran as one-launch kernels of every rank
-/// so far (every rank's call counts once together; [`crate::joint`]).
+/// so far (every rank's call counts once together; [`oxccl_core::gpu::joint`]).
 pub fn joint_calls() -> u64 {
     JOINT_CALLS.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -1520,55 +1527,6 @@ pub fn ce_ring_pushes() -> u64 {
     CE_RING_PUSHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// `OXCCL_CUDA_CE_MIN` ([`ce::DEFAULT_MIN`] when unset; 0: never).
-fn ce_min() -> u64 {
-    static M: OnceLock<u64> = OnceLock::new();
-    *M.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_CE_MIN)
-            .unwrap_or(ce::DEFAULT_MIN)
-    })
-}
-
-/// `OXCCL_CUDA_CE_AR_MIN` ([`ce_reduce::DEFAULT_AR_MIN`] when unset; 0: never).
-fn ce_ar_min() -> u64 {
-    ce_ar_set().unwrap_or(ce_reduce::DEFAULT_AR_MIN)
-}
-
-/// `OXCCL_CUDA_CE_AR_MIN` when set.
-fn ce_ar_set() -> Option<u64> {
-    static M: OnceLock<Option<u64>> = OnceLock::new();
-    *M.get_or_init(|| oxccl_env::params().get(&oxccl_core::params::CUDA_CE_AR_MIN))
-}
-
-/// `OXCCL_CUDA_CE_PUSH` ([`crate::xp::PUSH_PIECE`] when unset; 0: reductions pull).
-fn ce_push() -> u64 {
-    static M: OnceLock<u64> = OnceLock::new();
-    *M.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_CE_PUSH)
-            .unwrap_or(crate::xp::PUSH_PIECE)
-    })
-}
-
-/// `OXCCL_CUDA_CE_PUSH_STREAMS`: copy streams of pushed pieces (1 or 2).
-fn ce_push_streams() -> u64 {
-    static M: OnceLock<u64> = OnceLock::new();
-    *M.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_CE_PUSH_STREAMS)
-            .clamp(1, 2)
-    })
-}
-
-/// `OXCCL_CUDA_CE_PUSH_IN_PLACE`: in-place all-reduces and reduce-scatters
-/// between two processes push their pieces
-/// ([`crate::ce_reduce::plan_pushed_in_place`], [`crate::ce_reduce::plan_pushed_ring`]).
-fn ce_push_in_place() -> bool {
-    static M: OnceLock<bool> = OnceLock::new();
-    *M.get_or_init(|| oxccl_env::params().get(&oxccl_core::params::CUDA_CE_PUSH_IN_PLACE))
-}
-
 /// Whether a launch may take part in the copy-engine pairing (copies when
 /// `min` > 0, reductions when `ar_min` > 0): not a ring launch, not a
 /// reduction the copy-engine path does not do, not nothing to do.
@@ -1578,7 +1536,7 @@ fn ce_candidate(l: &Launch, min: u64, ar_min: u64) -> bool {
         return false;
     }
     match &l.kind {
-        LaunchKind::Pcopy { args, .. } => min > 0 && args.mode != allreduce::CP_P2P,
+        LaunchKind::Pcopy { args, .. } => min > 0 && args.mode != PairKernel::SendRecv.mode(),
         LaunchKind::P2p { f, .. } => min > 0 && *f != 0 && !c.ring_for(l.stream),
         LaunchKind::Half { ce, .. } => ar_min > 0 && ce.is_some(),
         _ => false,
@@ -1707,7 +1665,7 @@ fn reduce_pair(
 
 /// A copy kernel launch's collective, for [`ce::pair_collective`].
 fn copying(a: &CpArgs) -> ce::Copying {
-    if a.mode == allreduce::CP_BROADCAST {
+    if a.mode == PairKernel::Broadcast.mode() {
         ce::Copying::Broadcast {
             input: a.input,
             output: a.output,
@@ -1736,12 +1694,12 @@ impl Launch {
                 tune("Pair", "Simple", *blocks)
             }
             LaunchKind::Ring {
+                kernel,
                 blocks,
-                args,
                 xp: None,
                 ..
             } => {
-                let (algo, proto) = ring::mode_algo(args.mode);
+                let (algo, proto) = kernel.tuning_names();
                 tune(algo, proto, *blocks)
             }
             LaunchKind::Ce { .. } => tune("CopyEngine", "Simple", 0),
@@ -1814,6 +1772,7 @@ impl Launch {
             }
             LaunchKind::Ring {
                 f,
+                kernel,
                 blocks,
                 args,
                 xp,
@@ -1828,7 +1787,7 @@ impl Launch {
                         tune("CopyEngine", "Simple", sms);
                         return Ok(());
                     }
-                    let (algo, proto) = ring::mode_algo(args.mode);
+                    let (algo, proto) = kernel.tuning_names();
                     tune(algo, proto, blocks);
                 }
                 let pdl = c.ring()?.may_pdl(blocks);
@@ -2043,7 +2002,8 @@ impl DevComm {
     fn one_shot_on_ring(&self, bytes: u64) -> bool {
         match self.ring.get() {
             Some(Ok(r)) => {
-                ring::plan(ring::RM_ALLREDUCE, bytes, &r.thresholds()).0 == ring::RM_ALLREDUCE_LL1
+                let (kernel, _) = ring::plan(Collective::AllReduce, bytes, &r.thresholds());
+                (kernel.algorithm(), kernel.protocol()) == (Algo::OneShot, Proto::LL)
             }
             _ => false,
         }
@@ -2072,7 +2032,7 @@ impl DevComm {
     #[allow(clippy::too_many_arguments)]
     fn ring_launch(
         self: &Arc<Self>,
-        mode: u32,
+        collective: Collective,
         t: DataType,
         op: RedOp,
         send: u64,
@@ -2087,17 +2047,21 @@ impl DevComm {
         let f = self.typed_function(Family::Ring, t, op, || {
             self.function_in(&kernels::ring_variant(t, op), &ring::kernel_name(t, op))
         })?;
-        let mut args = r.args(mode, send, recv, count as u64, root as u32);
+        let (kernel, blocks) = ring::plan(collective, link_bytes, &r.thresholds());
+        let mut args = r.args(kernel, send, recv, count as u64, root as u32);
         if let RedOp::PreMulSum(s) = op {
             args.scale = s.as_f64();
             args.iscale = s.as_u64_bits();
         }
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
-        let (m, blocks) = ring::plan(mode, link_bytes, &r.thresholds());
-        args.mode = m;
-        let f = if self.ll1_fast
-            && ring::small_kernel_fits(m, count as u64, t.size() as u64, self.nranks as u32, blocks)
-        {
+        let f = if self.config.ll1_fast
+            && ring::small_kernel_fits(
+                kernel,
+                count as u64,
+                t.size() as u64,
+                self.nranks as u32,
+                blocks,
+            ) {
             self.typed_function(Family::Ll1, t, op, || {
                 self.function_in(&kernels::ring_variant(t, op), &ring::ll1_kernel_name(t, op))
             })?
@@ -2107,6 +2071,7 @@ impl DevComm {
         self.launch(
             LaunchKind::Ring {
                 f,
+                kernel,
                 blocks,
                 args,
                 xp: None,
@@ -2364,7 +2329,7 @@ impl DevComm {
         for k in 0..n {
             let (input, sb) = ps.get(k).copied().unwrap_or((0, 0));
             let (output, rb) = pr.get(k).copied().unwrap_or((0, 0));
-            let blocks = allreduce::copy_blocks(sb.max(rb) as u64, allreduce::block_limit());
+            let blocks = allreduce::copy_blocks(sb.max(rb) as u64, self.config.pair_blocks);
             let own = self_copy.filter(|_| k == 0).unwrap_or(ce::Xfer {
                 dst: 0,
                 src: 0,
@@ -2378,7 +2343,7 @@ impl DevComm {
                 peer_flags: peer.flags,
                 bytes: rb as u64,
                 seq: *seq,
-                mode: allreduce::CP_P2P,
+                mode: PairKernel::SendRecv.mode(),
                 rank: self.rank as u32,
                 root: 0,
                 pad: 0,
@@ -2409,7 +2374,7 @@ impl DevComm {
             peer_flags,
             bytes: 0,
             seq: *seq,
-            mode: allreduce::CP_P2P,
+            mode: PairKernel::SendRecv.mode(),
             rank: self.rank as u32,
             root: 0,
             pad: 0,

@@ -61,13 +61,8 @@
 use crate::ce::Xfer;
 use oxccl_core::{DataType, RedOp};
 
-/// All-reduces of at least this many bytes take the copy engines by
-/// default. From an A/B on 2×H200 (`scripts/perf-gpu.sh ce_ar`, 2026-11-30): a
-/// fit of the copy-engine times (1 GiB 3,015 µs, 4 GiB 11,785) is ~89 µs +
-/// S / 367 GB/s, against the SM kernel's S / 337 (256 MiB 810 µs, 512 MiB
-/// 1,607): the copy engines lose at 256 MiB (843 against 810) and win from
-/// ~512 MiB (~1,552 against 1,607).
-pub const DEFAULT_AR_MIN: u64 = 512 << 20;
+/// The default bound ([`oxccl_core::gpu::config::DEFAULT_CE_AR_MIN`] says why).
+pub use oxccl_core::gpu::config::DEFAULT_CE_AR_MIN as DEFAULT_AR_MIN;
 
 /// A reduce-scatter (whose size is its whole input, as nccl-tests counts it)
 /// takes the copy engines from `RS_FACTOR` times the all-reduce bound: it

@@ -18,7 +18,6 @@ pub mod ce;
 pub mod ce_reduce;
 pub mod compile;
 pub mod device;
-pub mod joint;
 pub mod kernels;
 pub mod loader;
 pub mod netplugin;

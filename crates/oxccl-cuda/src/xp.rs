@@ -93,16 +93,8 @@ impl Bounds {
     };
 }
 
-/// Most bytes per pushed piece by default (`OXCCL_CUDA_CE_PUSH`; a part
-/// takes a quarter of itself per piece when that is less, at least
-/// [`PUSH_PIECE_MIN`]: [`push_piece`]). 2 processes, 2×H200, 2026-11-30,
-/// two rounds, GB/s bus bandwidth at 1 / 2 / 4 GiB, out of place:
-/// all-reduce 364–368 / 374–375 / 379 pushed against 350–356 / 363 / 366
-/// pulled (NCCL 328 / 339 / 345); reduce-scatter 352 / 360–362 / 369–370
-/// against 332 / 340 / 345–346 (NCCL 274 / 285 / 292). 32 MiB pieces lost
-/// 1–2% from 1 GiB (a piece costs ~20 µs of copy-stream work besides its
-/// copy), 16 MiB 3–5%.
-pub const PUSH_PIECE: u64 = 64 << 20;
+/// The default bound ([`oxccl_core::gpu::config::DEFAULT_CE_PUSH_PIECE`] says why).
+pub use oxccl_core::gpu::config::DEFAULT_CE_PUSH_PIECE as PUSH_PIECE;
 
 /// Least bytes per pushed piece unless the setting is lower.
 pub const PUSH_PIECE_MIN: u64 = 16 << 20;

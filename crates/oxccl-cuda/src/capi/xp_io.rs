@@ -241,8 +241,8 @@ impl DevComm {
             xp::Bounds::OFF
         } else {
             xp::Bounds {
-                push_streams: ce_push_streams(),
-                ..xp::Bounds::from_settings(ce_min(), ce_ar_set(), ce_push())
+                push_streams: self.config.ce_push_streams,
+                ..xp::Bounds::from_settings(self.config.ce_min, self.config.ce_ar_min_set, self.config.ce_push)
             }
         };
         let b = chan.exchange(
@@ -290,7 +290,7 @@ impl DevComm {
             bounds.pull_rs,
             bounds.push,
             bounds.push_streams,
-            if ce_push_in_place() && bounds.push > 0 {
+            if self.config.ce_push_in_place && bounds.push > 0 {
                 "pushed"
             } else {
                 "pulled"
@@ -415,7 +415,7 @@ impl DevComm {
         // An in-place reduction shares this rank's scratch, where the peer
         // may push (xp::in_place_pushable).
         let stage =
-            if ce_push_in_place() && xs.bounds.push > 0 && xp::in_place(call, &bufs, self.rank) {
+            if self.config.ce_push_in_place && xs.bounds.push > 0 && xp::in_place(call, &bufs, self.rank) {
                 match self.ce_scratch() {
                     Ok(p) => self.export(xs, p),
                     Err(_) => xp::Buf::NONE,
