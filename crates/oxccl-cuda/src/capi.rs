@@ -2480,11 +2480,13 @@ impl DevComm {
         stream: sys::CUstream,
     ) -> Result<()> {
         barrier()?;
-        // SAFETY (of each copy): the plan's ranges were checked by both
-        // ranks' prepare calls to be device memory of their GPUs, which have
-        // peer access to each other (unified addressing routes the copy); the
-        // barrier before keeps both buffers live.
-        let copy = |x: &ce::Xfer, on: sys::CUstream| unsafe { copy_async(x, on) };
+        let copy = |x: &ce::Xfer, on: sys::CUstream| {
+            // SAFETY: the plan's ranges were checked by both ranks' prepare
+            // calls to be device memory of their GPUs, which have peer
+            // access to each other (unified addressing routes the copy); the
+            // barrier before keeps both buffers live.
+            unsafe { copy_async(x, on) }
+        };
         // A copy between two devices issued into the legacy default stream
         // waits for everything issued before it to either device and holds
         // back everything issued after it to either: the peer's first

@@ -11,6 +11,7 @@
 //!
 //! `unsafe` lives in [`loader`] (dlopen/dlsym), [`compile`] (NVRTC) and
 //! [`device`]/[`allreduce`] (driver calls); each block has a `// SAFETY:` line.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod allreduce;
 pub mod capi;

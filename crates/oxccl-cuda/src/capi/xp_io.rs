@@ -242,7 +242,11 @@ impl DevComm {
         } else {
             xp::Bounds {
                 push_streams: self.config.ce_push_streams,
-                ..xp::Bounds::from_settings(self.config.ce_min, self.config.ce_ar_min_set, self.config.ce_push)
+                ..xp::Bounds::from_settings(
+                    self.config.ce_min,
+                    self.config.ce_ar_min_set,
+                    self.config.ce_push,
+                )
             }
         };
         let b = chan.exchange(
@@ -414,15 +418,17 @@ impl DevComm {
         let bufs = [self.export(xs, call.input), self.export(xs, call.output)];
         // An in-place reduction shares this rank's scratch, where the peer
         // may push (xp::in_place_pushable).
-        let stage =
-            if self.config.ce_push_in_place && xs.bounds.push > 0 && xp::in_place(call, &bufs, self.rank) {
-                match self.ce_scratch() {
-                    Ok(p) => self.export(xs, p),
-                    Err(_) => xp::Buf::NONE,
-                }
-            } else {
-                xp::Buf::NONE
-            };
+        let stage = if self.config.ce_push_in_place
+            && xs.bounds.push > 0
+            && xp::in_place(call, &bufs, self.rank)
+        {
+            match self.ce_scratch() {
+                Ok(p) => self.export(xs, p),
+                Err(_) => xp::Buf::NONE,
+            }
+        } else {
+            xp::Buf::NONE
+        };
         let dead = {
             // One driver call per allocation shared so far (a training loop
             // shares a few): which of them were freed since.
