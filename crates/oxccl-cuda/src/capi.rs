@@ -34,9 +34,9 @@ use crate::ring::{self, Ring, RingBoot, RingConfig};
 use crate::{ce, ce_reduce, compile, kernels};
 use oxccl_core::algo::{Algo, Proto};
 use oxccl_core::gpu::config::DeviceConfig;
-use oxccl_core::gpu::{joint, Collective, PairKernel, RingKernel};
+use oxccl_core::gpu::{joint, two_process, Collective, PairKernel, RingKernel};
 
-mod xp_io;
+mod two_process_io;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -380,8 +380,8 @@ pub struct DevComm {
     /// allocated at the first such call, freed with the communicator).
     ce_scratch: Mutex<Option<u64>>,
     /// The copy-engine channel with a peer in another process of this host
-    /// (2 ranks; set up with the ring: [`crate::xp`]).
-    xp: OnceLock<xp_io::XpState>,
+    /// (2 ranks; set up with the ring: [`two_process`]).
+    xp: OnceLock<two_process_io::XpState>,
 }
 
 /// A non-blocking stream of this rank's context for the local copies of a
@@ -449,7 +449,7 @@ enum LaunchKind {
         args: ring::RingArgs,
         /// The call as the copy engines with a peer process would take it
         /// ([`DevComm::go_xp`]; the kernel runs it when they do not).
-        xp: Option<crate::xp::Call>,
+        xp: Option<two_process::Call>,
     },
     /// A copy-engine call (paired with the peer's by [`launch_all`]): a
     /// barrier (`f` is `oxccl_pcopy`, copying nothing), the plan's copies,
@@ -924,12 +924,12 @@ impl DevComm {
                     stream,
                 )?;
                 let coll = match what {
-                    Reduction::AllReduce => Some(crate::xp::Coll::AllReduce),
-                    Reduction::ReduceScatter => Some(crate::xp::Coll::ReduceScatter),
+                    Reduction::AllReduce => Some(two_process::Coll::AllReduce),
+                    Reduction::ReduceScatter => Some(two_process::Coll::ReduceScatter),
                     Reduction::Reduce { .. } => None,
                 };
                 if let (Some(coll), Some(op), None) = (coll, ce_reduce::Op::of(op), scalar_ptr) {
-                    l.set_xp(crate::xp::Call {
+                    l.set_xp(two_process::Call {
                         coll,
                         count: count as u64,
                         dtype: t,
@@ -1082,12 +1082,12 @@ impl DevComm {
                     stream,
                 )?;
                 let coll = match what {
-                    CopyKind::AllGather => crate::xp::Coll::AllGather,
+                    CopyKind::AllGather => two_process::Coll::AllGather,
                     CopyKind::Broadcast { root } => {
-                        crate::xp::Coll::Broadcast { root: root as u32 }
+                        two_process::Coll::Broadcast { root: root as u32 }
                     }
                 };
-                l.set_xp(crate::xp::Call {
+                l.set_xp(two_process::Call {
                     coll,
                     count: bytes as u64,
                     dtype: DataType::Uint8,
@@ -1492,7 +1492,7 @@ static CE_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 /// Peer allocations this process holds open for the copy engines between
 /// processes (`xp`): what tests read to see that freed ones are let go.
 pub fn peer_mappings() -> usize {
-    xp_io::open_mappings()
+    two_process_io::open_mappings()
 }
 
 /// How many calls of this process ran as one-launch kernels of every rank
@@ -1781,7 +1781,7 @@ impl Launch {
                     if c.go_xp(&x, self.stream)? {
                         let reduction = matches!(
                             x.coll,
-                            crate::xp::Coll::AllReduce | crate::xp::Coll::ReduceScatter
+                            two_process::Coll::AllReduce | two_process::Coll::ReduceScatter
                         );
                         let sms = if reduction { allreduce::CER_BLOCKS } else { 0 };
                         tune("CopyEngine", "Simple", sms);
@@ -1799,7 +1799,7 @@ impl Launch {
             }
             LaunchKind::P2p { f, sends, recvs } => {
                 // Both ranks judge the transfers between them only
-                // (xp::p2p_call); a copy to itself runs beside.
+                // (two_process::p2p_call); a copy to itself runs beside.
                 if let Some(x) = c.xp_p2p(&sends, &recvs, self.stream) {
                     let selfs = c.self_xfers(&sends, &recvs)?;
                     let _scope = CtxScope::enter(c.ctx)?;
@@ -1849,7 +1849,7 @@ impl Launch {
 
     /// Offers a ring launch to the copy engines with a peer process
     /// ([`DevComm::xp_call`] decides whether the call may take them).
-    fn set_xp(&mut self, call: crate::xp::Call) {
+    fn set_xp(&mut self, call: two_process::Call) {
         let x = self.comm.xp_call(call, self.stream);
         if let LaunchKind::Ring { xp, .. } = &mut self.kind {
             *xp = x;
@@ -2667,7 +2667,7 @@ impl DevComm {
         barrier()?;
         // SAFETY: the peer's output part, written by its kernel before the
         // barrier above, into this GPU's output (`-g 2`), or this rank's
-        // part into the peer's mapped output (two processes, xp::plan; the
+        // part into the peer's mapped output (two processes, two_process::plan; the
         // peer no longer reads that range); both checked by prepare, the
         // barrier after keeps them live.
         unsafe { self.queue_gather(&plan.gather, stream, sd)? };
@@ -3093,20 +3093,20 @@ pub fn copy_from_device(dst: &mut [u8], src: u64) -> Result<()> {
 /// another process of this host to map it (`ncclCommWindowRegister`);
 /// `None` when the allocation cannot be exported (VMM, other allocators).
 pub fn export_allocation(base: u64) -> Option<[u8; 64]> {
-    xp_io::ipc_handle(base)
+    two_process_io::ipc_handle(base)
 }
 
 /// Maps (or takes another reference to) another process's allocation of
 /// `handle` into GPU `ordinal`'s context, which must be current; its
 /// address here. Released with [`release_allocation`].
 pub fn import_allocation(ordinal: i32, handle: &[u8; 64]) -> Result<u64> {
-    xp_io::import(ordinal, handle)
+    two_process_io::import(ordinal, handle)
 }
 
 /// Drops a reference from [`import_allocation`]; the last one unmaps it.
 /// No queued work may use it (synchronise the context first).
 pub fn release_allocation(ordinal: i32, mapped: u64) {
-    xp_io::release(ordinal, mapped)
+    two_process_io::release(ordinal, mapped)
 }
 
 pub fn synchronize_current() -> Result<()> {

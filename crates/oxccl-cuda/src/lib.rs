@@ -15,8 +15,6 @@
 
 pub mod allreduce;
 pub mod capi;
-pub mod ce;
-pub mod ce_reduce;
 pub mod compile;
 pub mod device;
 pub mod kernels;
@@ -27,11 +25,14 @@ pub mod nvml;
 pub mod perfio;
 pub mod ring;
 pub mod topo;
-pub mod xp;
 
 pub use allreduce::OneShot2;
+// The copy-engine schedules are pure decisions of the core; these names
+// keep the paths callers know.
 pub use device::{DeviceBuffer, Event, Gpu};
 pub use loader::{driver, nvrtc, probe_driver, DriverInfo, NvrtcInfo, Unavailable};
+pub use oxccl_core::gpu::copy_engine as ce;
+pub use oxccl_core::gpu::copy_engine_reduce as ce_reduce;
 
 /// Helpers of the unit tests.
 #[cfg(test)]

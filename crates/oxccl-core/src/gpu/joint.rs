@@ -186,7 +186,10 @@ pub fn blocks(bytes: u64) -> u32 {
 /// number of calls, and every k-th call has a part on every rank with
 /// equal keys; else None, and the group launches as it would without this
 /// path. All or nothing, so no rank's calls change order on its stream.
-pub fn group_up(parts: &[(usize, usize, Option<RankCall>)], nranks: usize) -> Option<Vec<Vec<usize>>> {
+pub fn group_up(
+    parts: &[(usize, usize, Option<RankCall>)],
+    nranks: usize,
+) -> Option<Vec<Vec<usize>>> {
     let first = parts.first()?;
     if !(2..=MAX_RANKS).contains(&nranks)
         || parts

@@ -16,20 +16,20 @@ use crate::algo::{Algo, Proto};
 pub const HDR_BYTES: u64 = 384;
 /// Byte offset, in a channel-0 region's header, of the pushed reduction's
 /// landed counter (`RING_CE_LANDED`, a u32 the peer's copy stream writes;
-/// xp.rs) and, 4 bytes on, the reducing kernel's block counter.
+/// two_process.rs) and, 4 bytes on, the reducing kernel's block counter.
 pub const CE_LANDED: u64 = 296;
 /// Byte offset, in a channel-0 region's header, of the in-place pushed
 /// reduction's counter (`RING_CE_PUSHED`: a u64 whose low word the other
 /// rank's copy stream writes after each push; this rank's kernel and copy
 /// stream wait on it, and this rank's stream puts it back to 0 after the
-/// call's last barrier: ce_reduce.rs, `plan_pushed_in_place`).
+/// call's last barrier: copy_engine_reduce.rs, `plan_pushed_in_place`).
 pub const CE_PUSHED: u64 = 312;
 /// Byte offset, in a channel-0 region's header, of how many pieces the
 /// other rank's kernel has reduced of an in-place reduce-scatter that this
 /// rank pushes into the other rank's scratch ring (`RING_CE_CONSUMED`, a
 /// u32 that kernel writes; this rank's copy stream waits on it before it
 /// refills a slot, and this rank's stream puts it back to 0 after the
-/// call's first barrier: ce_reduce.rs, `plan_pushed_ring`).
+/// call's first barrier: copy_engine_reduce.rs, `plan_pushed_ring`).
 pub const CE_CONSUMED: u64 = 308;
 
 /// Where channel `ch` of (`owner`, `other`) lives, as `rank` reaches it:

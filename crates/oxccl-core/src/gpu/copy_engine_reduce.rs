@@ -58,11 +58,11 @@
 //! by the copy stream once it saw it; the copy stream ends by waiting for the
 //! last piece of every slot it used, so it is done only when the kernel is.
 
-use crate::ce::Xfer;
-use oxccl_core::{DataType, RedOp};
+use super::copy_engine::Xfer;
+use crate::{DataType, RedOp};
 
-/// The default bound ([`oxccl_core::gpu::config::DEFAULT_CE_AR_MIN`] says why).
-pub use oxccl_core::gpu::config::DEFAULT_CE_AR_MIN as DEFAULT_AR_MIN;
+/// The default bound ([`super::config::DEFAULT_CE_AR_MIN`] says why).
+pub use super::config::DEFAULT_CE_AR_MIN as DEFAULT_AR_MIN;
 
 /// A reduce-scatter (whose size is its whole input, as nccl-tests counts it)
 /// takes the copy engines from `RS_FACTOR` times the all-reduce bound: it
@@ -495,7 +495,7 @@ fn plan_rank(calls: &[Call; 2], scratch: u64, ring: Ring, r: usize) -> RankPlan 
 }
 
 /// One rank's half of a reduction whose pieces the peer pushes (two
-/// processes, both calls out of place: xp.rs). Rank r's copy stream writes
+/// processes, both calls out of place: two_process.rs). Rank r's copy stream writes
 /// the peer's part of r's input straight into the peer's output at that
 /// part, piece by piece, each followed by the piece's number + 1 in the
 /// peer's landed counter; the peer's kernel reduces its output in place
@@ -900,7 +900,7 @@ mod tests {
         assert!(!qualifies(&[rs, rs], 256 << 20));
         // Avg and PreMulSum stay on the SM kernels.
         assert_eq!(Op::of(RedOp::Avg), None);
-        assert_eq!(Op::of(RedOp::PreMulSum(oxccl_core::Scalar::F64(2.0))), None);
+        assert_eq!(Op::of(RedOp::PreMulSum(crate::Scalar::F64(2.0))), None);
         assert_eq!(Op::of(RedOp::Min), Some(Op::Min));
     }
 

@@ -22,8 +22,8 @@
 //! stream, local copies on a side stream in parallel), a second barrier (the
 //! peer finished reading this rank's input before the caller may change it).
 
-/// The default bound ([`oxccl_core::gpu::config::DEFAULT_CE_MIN`] says why).
-pub use oxccl_core::gpu::config::DEFAULT_CE_MIN as DEFAULT_MIN;
+/// The default bound ([`super::config::DEFAULT_CE_MIN`] says why).
+pub use super::config::DEFAULT_CE_MIN as DEFAULT_MIN;
 
 /// One copy: `bytes` from `src` to `dst` (device addresses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub struct Plan {
     /// Both ends on this rank's GPU.
     pub local: Vec<Xfer>,
     /// One end on the peer's GPU: pulls by this rank's stream (a
-    /// two-process all-gather pushes instead: [`crate::xp::plan`]).
+    /// two-process all-gather pushes instead: [`super::two_process::plan`]).
     pub remote: Vec<Xfer>,
 }
 
