@@ -315,6 +315,22 @@ fn enable_peer(from: &Member, to: &Member) -> Result<()> {
     })
 }
 
+/// A kernel loaded in this process (a `CUfunction`; modules stay loaded
+/// for the life of the process, so it never dangles), or [`KernelFn::NONE`]
+/// where a launch needs none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KernelFn(usize);
+
+impl KernelFn {
+    /// No kernel (a send/receive launch whose every peer is this rank).
+    const NONE: KernelFn = KernelFn(0);
+
+    /// The driver's handle.
+    fn raw(self) -> sys::CUfunction {
+        self.0 as sys::CUfunction
+    }
+}
+
 /// Loaded all-reduce modules, one per device, for the life of the process.
 struct Loaded {
     module: usize,
@@ -358,7 +374,7 @@ pub struct DevComm {
     /// copy engines' bounds).
     config: DeviceConfig,
     /// The event that orders the ranks' streams around a one-launch kernel
-    /// ([`go_joint`]; 0: not created yet).
+    /// ([`enqueue_joint`]; 0: not created yet).
     joint_event: Mutex<usize>,
     /// The last stream found to belong to this communicator's context
     /// (calls on one stream, the usual case, ask the driver once; a
@@ -424,7 +440,7 @@ enum LaunchKind {
     /// One rank, PreMulSum: `oxccl_scale_*` (the output is the input times
     /// the scalar).
     Scale {
-        f: usize,
+        f: KernelFn,
         blocks: u32,
         args: ring::RingArgs,
     },
@@ -432,40 +448,44 @@ enum LaunchKind {
     /// copy-engine reduction would take it (an all-reduce or reduce-scatter
     /// with an op it does), for the pairing in [`launch_all`].
     Half {
-        f: usize,
+        f: KernelFn,
         blocks: u32,
         budget: u64,
         args: ArArgs,
         ce: Option<ce_reduce::Call>,
     },
     /// This rank's half of the copy kernel.
-    Pcopy { f: usize, blocks: u32, args: CpArgs },
+    Pcopy {
+        f: KernelFn,
+        blocks: u32,
+        args: CpArgs,
+    },
     /// A ring collective.
     Ring {
-        f: usize,
+        f: KernelFn,
         /// The kernel [`ring::plan`] chose (`args.mode` is its integer).
         kernel: RingKernel,
         blocks: u32,
         args: ring::RingArgs,
         /// The call as the copy engines with a peer process would take it
-        /// ([`DevComm::go_xp`]; the kernel runs it when they do not).
+        /// ([`DevComm::enqueue_two_process`]; the kernel runs it when they do not).
         xp: Option<two_process::Call>,
     },
     /// A copy-engine call (paired with the peer's by [`launch_all`]): a
     /// barrier (`f` is `oxccl_pcopy`, copying nothing), the plan's copies,
     /// a second barrier.
-    Ce { f: usize, plan: ce::Plan },
+    Ce { f: KernelFn, plan: ce::Plan },
     /// A copy-engine reduction (paired with the peer's by [`launch_all`]):
     /// `f` is `oxccl_pcopy` (the barriers), `fr` the reduce kernel.
     CeReduce {
-        f: usize,
-        fr: usize,
+        f: KernelFn,
+        fr: KernelFn,
         plan: ce_reduce::RankPlan,
     },
     /// Sends and receives `(peer, pointer, bytes)`; `f` is `oxccl_pcopy`
     /// (0 when every peer is this rank).
     P2p {
-        f: usize,
+        f: KernelFn,
         sends: Vec<(usize, u64, usize)>,
         recvs: Vec<(usize, u64, usize)>,
     },
@@ -627,26 +647,26 @@ impl DevComm {
         family: Family,
         t: DataType,
         op: RedOp,
-        load: impl FnOnce() -> Result<usize>,
-    ) -> Result<usize> {
+        load: impl FnOnce() -> Result<KernelFn>,
+    ) -> Result<KernelFn> {
         use std::sync::atomic::Ordering::Relaxed;
         let slot = &self.typed[typed_slot(family, t, op)];
         match slot.load(Relaxed) {
             0 => {
                 let f = load()?;
-                slot.store(f, Relaxed);
+                slot.store(f.0, Relaxed);
                 Ok(f)
             }
-            f => Ok(f),
+            f => Ok(KernelFn(f)),
         }
     }
 
-    fn function(&self, name: &str) -> Result<usize> {
+    fn function(&self, name: &str) -> Result<KernelFn> {
         self.function_in(&kernels::ALLREDUCE, name)
     }
 
     /// Loads (once per device) the module of `src` and returns kernel `name`.
-    fn function_in(&self, src: &KernelSource, name: &str) -> Result<usize> {
+    fn function_in(&self, src: &KernelSource, name: &str) -> Result<KernelFn> {
         let mut mods = modules();
         let key = (self.ordinal, src.name);
         if let std::collections::hash_map::Entry::Vacant(slot) = mods.entry(key) {
@@ -695,7 +715,7 @@ impl DevComm {
             .get_mut(&key)
             .ok_or_else(|| Error::internal("module table"))?;
         if let Some(f) = l.functions.get(name) {
-            return Ok(*f);
+            return Ok(KernelFn(*f));
         }
         let c = std::ffi::CString::new(name)
             .map_err(|_| Error::invalid_argument("NUL in a kernel name"))?;
@@ -711,7 +731,7 @@ impl DevComm {
             Ok(f as usize)
         })?;
         l.functions.insert(name.to_string(), f);
-        Ok(f)
+        Ok(KernelFn(f))
     }
 
     fn launch(self: &Arc<Self>, kind: LaunchKind, stream: usize) -> Result<Launch> {
@@ -1154,7 +1174,7 @@ impl DevComm {
                 self.function("oxccl_pcopy")?
             }
         } else {
-            0
+            KernelFn::NONE
         };
         self.launch(LaunchKind::P2p { f, sends, recvs }, stream)
     }
@@ -1285,7 +1305,7 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
         )));
     }
     if let Some(calls) = joint_groups(&launches) {
-        return go_joint(&launches, &calls);
+        return enqueue_joint(&launches, &calls);
     }
     let mut ops: Vec<Launch> = Vec::with_capacity(launches.len());
     let mut p2p: Vec<Launch> = Vec::new();
@@ -1303,7 +1323,7 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
                         },
                     ) = (&mut m.kind, l.kind)
                     {
-                        if *f == 0 {
+                        if *f == KernelFn::NONE {
                             *f = f2;
                         }
                         sends.extend(s2);
@@ -1347,7 +1367,7 @@ fn joint_groups(ls: &[Launch]) -> Option<Vec<Vec<usize>>> {
 /// which rank 0's stream waits for (every input is ready); the kernel
 /// runs; every other rank's stream waits for an event recorded after it
 /// (every output is written). Returns without waiting for the GPUs.
-fn go_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
+fn enqueue_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
     for call in calls {
         let l0 = &ls[call[0]];
         let c0 = &l0.comm;
@@ -1388,7 +1408,7 @@ fn go_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
             // buffers are on rank 0's GPU or on a peer that it can access,
             // enabled when the communicator was created); `f` is of rank
             // 0's context, current here.
-            unsafe { ring::launch_joint(f as sys::CUfunction, blocks, s0, joint::args(&parts))? };
+            unsafe { ring::launch_joint(f.raw(), blocks, s0, joint::args(&parts))? };
             JOINT_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let e = c0.joint_event()?;
             record_event(e, s0)?;
@@ -1537,7 +1557,7 @@ fn ce_candidate(l: &Launch, min: u64, ar_min: u64) -> bool {
     }
     match &l.kind {
         LaunchKind::Pcopy { args, .. } => min > 0 && args.mode != PairKernel::SendRecv.mode(),
-        LaunchKind::P2p { f, .. } => min > 0 && *f != 0 && !c.ring_for(l.stream),
+        LaunchKind::P2p { f, .. } => min > 0 && *f != KernelFn::NONE && !c.ring_for(l.stream),
         LaunchKind::Half { ce, .. } => ar_min > 0 && ce.is_some(),
         _ => false,
     }
@@ -1727,15 +1747,7 @@ impl Launch {
                 // SAFETY: the buffers were checked to be this GPU's device
                 // memory of `count` elements; the kernel reads only the
                 // buffers and the scalar fields of `args`.
-                unsafe {
-                    ring::launch_ring(
-                        f as sys::CUfunction,
-                        blocks,
-                        stream,
-                        args,
-                        c.may_pdl(blocks),
-                    )
-                }
+                unsafe { ring::launch_ring(f.raw(), blocks, stream, args, c.may_pdl(blocks)) }
             }
             LaunchKind::Half {
                 f,
@@ -1751,7 +1763,7 @@ impl Launch {
                 // memory, the flags are both ranks' FLAG_BYTES buffers with
                 // peer access enabled at init, and the peer's n-th call
                 // computes the same grid and sequence from the same count/type.
-                unsafe { allreduce::launch_half(f as sys::CUfunction, blocks, stream, args)? };
+                unsafe { allreduce::launch_half(f.raw(), blocks, stream, args)? };
                 *seq += budget;
                 Ok(())
             }
@@ -1766,7 +1778,7 @@ impl Launch {
                 // SAFETY: as for Half: this GPU's buffers (checked by the
                 // caller), both flag buffers with peer access; the peer's
                 // n-th call computes the same grid from the same bytes.
-                unsafe { allreduce::launch_copy(f as sys::CUfunction, blocks, stream, args)? };
+                unsafe { allreduce::launch_copy(f.raw(), blocks, stream, args)? };
                 *seq += allreduce::BUDGET;
                 Ok(())
             }
@@ -1778,7 +1790,7 @@ impl Launch {
                 xp,
             } => {
                 if let Some(x) = xp {
-                    if c.go_xp(&x, self.stream)? {
+                    if c.enqueue_two_process(&x, self.stream)? {
                         let reduction = matches!(
                             x.coll,
                             two_process::Coll::AllReduce | two_process::Coll::ReduceScatter
@@ -1795,7 +1807,7 @@ impl Launch {
                 // SAFETY: the buffers were checked to be this GPU's device
                 // memory of the sizes the mode uses; the ring is live (held
                 // by `c`), and every rank makes the matching call.
-                unsafe { ring::launch_ring(f as sys::CUfunction, blocks, stream, args, pdl) }
+                unsafe { ring::launch_ring(f.raw(), blocks, stream, args, pdl) }
             }
             LaunchKind::P2p { f, sends, recvs } => {
                 // Both ranks judge the transfers between them only
@@ -1818,7 +1830,7 @@ impl Launch {
                         c.fork_side(sd, stream)?;
                         c.copy_kernels(&selfs, sd.stream as sys::CUstream, SELF_COPY_XP_BLOCKS)?;
                     }
-                    let went = c.go_xp(&x, self.stream);
+                    let went = c.enqueue_two_process(&x, self.stream);
                     if let Some(sd) = side {
                         c.join_side(sd, stream)?;
                     }
@@ -1830,12 +1842,14 @@ impl Launch {
                     let peer_only = |v: Vec<(usize, u64, usize)>| -> Vec<(usize, u64, usize)> {
                         v.into_iter().filter(|x| x.0 != c.rank).collect()
                     };
-                    return c.go_p2p(f, peer_only(sends), peer_only(recvs), stream);
+                    return c.enqueue_p2p(f, peer_only(sends), peer_only(recvs), stream);
                 }
-                c.go_p2p(f, sends, recvs, stream)
+                c.enqueue_p2p(f, sends, recvs, stream)
             }
-            LaunchKind::Ce { f, plan } => c.go_ce(f, &plan, stream),
-            LaunchKind::CeReduce { f, fr, plan } => c.go_ce_reduce(f, fr, &plan, stream),
+            LaunchKind::Ce { f, plan } => c.enqueue_copy_engine(f, &plan, stream),
+            LaunchKind::CeReduce { f, fr, plan } => {
+                c.enqueue_copy_engine_reduce(f, fr, &plan, stream)
+            }
         }
     }
 }
@@ -2054,7 +2068,7 @@ impl DevComm {
             args.iscale = s.as_u64_bits();
         }
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
-        let f = if self.config.ll1_fast
+        let f = if self.config.small_kernel
             && ring::small_kernel_fits(
                 kernel,
                 count as u64,
@@ -2062,8 +2076,11 @@ impl DevComm {
                 self.nranks as u32,
                 blocks,
             ) {
-            self.typed_function(Family::Ll1, t, op, || {
-                self.function_in(&kernels::ring_variant(t, op), &ring::ll1_kernel_name(t, op))
+            self.typed_function(Family::Small, t, op, || {
+                self.function_in(
+                    &kernels::ring_variant(t, op),
+                    &ring::small_kernel_name(t, op),
+                )
             })?
         } else {
             f
@@ -2153,9 +2170,9 @@ impl DevComm {
     /// from self); with the peer, the k-th copy kernel carries this rank's
     /// k-th send and k-th receive (both sides launch max(sends, receives)
     /// kernels, the same number).
-    fn go_p2p(
+    fn enqueue_p2p(
         &self,
-        f: usize,
+        f: KernelFn,
         sends: Vec<(usize, u64, usize)>,
         recvs: Vec<(usize, u64, usize)>,
         stream: sys::CUstream,
@@ -2189,7 +2206,7 @@ impl DevComm {
                     && largest_peer.is_some_and(|p| b <= 2 * p.max(64 << 10)))
         };
         let in_kernel = match selfs.as_slice() {
-            [x] if f != 0 && largest_peer.is_some() && fits(x.bytes) => Some(*x),
+            [x] if f != KernelFn::NONE && largest_peer.is_some() && fits(x.bytes) => Some(*x),
             _ => None,
         };
         if os.is_empty() && or.is_empty() {
@@ -2210,14 +2227,14 @@ impl DevComm {
             return self.copy_kernels(&small, stream, u32::MAX);
         }
         let side = self.self_copies(if in_kernel.is_some() { &[] } else { &selfs }, stream)?;
-        let r = self.go_p2p_peers(f, &os, &or, in_kernel, stream);
+        let r = self.enqueue_p2p_peers(f, &os, &or, in_kernel, stream);
         match side {
             Some(sd) => r.and(self.join_side(sd, stream)),
             None => r,
         }
     }
 
-    /// The self copies of a send/receive group (see [`Self::go_p2p`]):
+    /// The self copies of a send/receive group (see [`Self::enqueue_p2p`]):
     /// forked onto the side stream when one is at least
     /// [`SELF_COPY_SIDE_MIN`] (the returned side must be joined), else
     /// copy kernels on `stream`.
@@ -2261,7 +2278,7 @@ impl DevComm {
             // device memory (checked by the caller's prepare).
             unsafe {
                 crate::device::launch_raw(
-                    f as sys::CUfunction,
+                    f.raw(),
                     blocks,
                     allreduce::THREADS,
                     stream,
@@ -2288,11 +2305,11 @@ impl DevComm {
         wait_event(stream, sd.join as sys::CUevent)
     }
 
-    /// The transfers with other ranks of [`Self::go_p2p`] (none of 0
+    /// The transfers with other ranks of [`Self::enqueue_p2p`] (none of 0
     /// bytes), and `self_copy` done by the same launch.
-    fn go_p2p_peers(
+    fn enqueue_p2p_peers(
         &self,
-        f: usize,
+        f: KernelFn,
         sends: &[(usize, u64, usize)],
         recvs: &[(usize, u64, usize)],
         self_copy: Option<ce::Xfer>,
@@ -2307,19 +2324,11 @@ impl DevComm {
                 // SAFETY: this GPU's buffers of the given sizes (checked by
                 // the caller); the ring is live; the peers' launch of the
                 // same index carries the matching operations.
-                unsafe {
-                    ring::launch_p2p(
-                        f as sys::CUfunction,
-                        blocks,
-                        stream,
-                        &args,
-                        r.may_pdl(blocks),
-                    )?
-                };
+                unsafe { ring::launch_p2p(f.raw(), blocks, stream, &args, r.may_pdl(blocks))? };
             }
             return Ok(());
         }
-        // `sends`/`recvs` hold only the peer's transfers (see go_p2p).
+        // `sends`/`recvs` hold only the peer's transfers (see enqueue_p2p).
         let ptrs = |v: &[(usize, u64, usize)]| -> Vec<(u64, usize)> {
             v.iter().map(|x| (x.1, x.2)).collect()
         };
@@ -2354,7 +2363,7 @@ impl DevComm {
             // SAFETY: this GPU's buffers (the self copy's too); the peer's
             // k-th kernel of its batch carries the matching receive/send,
             // with the same grid (from the transfers' sizes alone).
-            unsafe { allreduce::launch_copy(f as sys::CUfunction, blocks, stream, args)? };
+            unsafe { allreduce::launch_copy(f.raw(), blocks, stream, args)? };
             *seq += allreduce::BUDGET;
         }
         Ok(())
@@ -2365,7 +2374,7 @@ impl DevComm {
     /// A barrier with the peer on `stream`: the copy kernel with nothing to
     /// copy, one block (the peer launches the same), barrier values from the
     /// shared counter like every pair kernel.
-    fn ce_barrier(&self, f: usize, peer_flags: u64, stream: sys::CUstream) -> Result<()> {
+    fn ce_barrier(&self, f: KernelFn, peer_flags: u64, stream: sys::CUstream) -> Result<()> {
         let mut seq = lock(&self.seq);
         let args = CpArgs {
             input: 0,
@@ -2383,7 +2392,7 @@ impl DevComm {
         // SAFETY: no buffers (nothing is copied); both flag buffers are live
         // FLAG_BYTES buffers with peer access; the peer's matching launch of
         // the same pair (made by the same launch_all) has one block too.
-        unsafe { allreduce::launch_copy(f as sys::CUfunction, 1, stream, args)? };
+        unsafe { allreduce::launch_copy(f.raw(), 1, stream, args)? };
         *seq += allreduce::BUDGET;
         Ok(())
     }
@@ -2393,7 +2402,7 @@ impl DevComm {
         self.ce_side_at(0)
     }
 
-    /// The event of [`go_joint`], created on first use (this rank's context
+    /// The event of [`enqueue_joint`], created on first use (this rank's context
     /// current).
     fn joint_event(&self) -> Result<sys::CUevent> {
         let mut e = lock(&self.joint_event);
@@ -2464,7 +2473,12 @@ impl DevComm {
     /// Runs this rank's half of a copy-engine call on `stream`: barrier,
     /// the local copies on the side stream beside the pulls from the peer on
     /// `stream`, join, barrier. Returns without waiting.
-    fn go_ce(&self, f: usize, plan: &ce::Plan, stream: sys::CUstream) -> Result<()> {
+    fn enqueue_copy_engine(
+        &self,
+        f: KernelFn,
+        plan: &ce::Plan,
+        stream: sys::CUstream,
+    ) -> Result<()> {
         let peer = self.peer()?;
         let _scope = CtxScope::enter(self.ctx)?;
         self.queue_ce(&|| self.ce_barrier(f, peer.flags, stream), plan, stream)
@@ -2552,10 +2566,10 @@ impl DevComm {
     /// copy stream (the side stream) that feeds it; join; barrier; for an
     /// all-reduce the pull of the peer's part and a last barrier. Returns
     /// without waiting.
-    fn go_ce_reduce(
+    fn enqueue_copy_engine_reduce(
         &self,
-        f: usize,
-        fr: usize,
+        f: KernelFn,
+        fr: KernelFn,
         plan: &ce_reduce::RankPlan,
         stream: sys::CUstream,
     ) -> Result<()> {
@@ -2582,7 +2596,7 @@ impl DevComm {
     fn queue_ce_reduce(
         &self,
         barrier: &dyn Fn() -> Result<()>,
-        fr: usize,
+        fr: KernelFn,
         plan: &ce_reduce::RankPlan,
         stream: sys::CUstream,
         two_streams: bool,
@@ -2628,7 +2642,7 @@ impl DevComm {
             // by prepare); the scratch is this communicator's live ring of
             // SCRATCH_BYTES; the steps queued next fill it as the kernel
             // expects (ce_reduce's schedule for this very Reduce).
-            unsafe { allreduce::launch_cer(fr as sys::CUfunction, stream, args)? };
+            unsafe { allreduce::launch_cer(fr.raw(), stream, args)? };
             for st in &plan.steps {
                 match *st {
                     ce_reduce::Step::WaitConsumed { slot, value } => {
@@ -2680,7 +2694,7 @@ impl DevComm {
 
     /// Queues an all-reduce's gather copies in `stream`'s order (on the
     /// side stream `sd` when `stream` is a default stream: a copy between
-    /// devices must not be on one, as in go_ce).
+    /// devices must not be on one, as in enqueue_copy_engine).
     ///
     /// # Safety
     /// Every copy's ranges are live device memory that nothing else touches
@@ -2727,7 +2741,7 @@ impl DevComm {
     fn queue_pushed(
         &self,
         barrier: &dyn Fn() -> Result<()>,
-        fr: usize,
+        fr: KernelFn,
         plan: &ce_reduce::PushedPlan,
         stream: sys::CUstream,
         ring: &ring::Ring,
@@ -2760,7 +2774,7 @@ impl DevComm {
                 &kernels::ce_reduce_variant(plan.dtype, plan.op),
                 "oxccl_cer_wait",
             )?,
-            None => 0,
+            None => KernelFn::NONE,
         };
         // Pushes alternate on `streams` side streams (ce_reduce::counter_slot).
         let sides = (0..plan.streams.clamp(1, 2) as usize)
@@ -2812,7 +2826,7 @@ impl DevComm {
             // ring's; the peer queues the matching pushes (same plan from the
             // same messages), and a peer that does not is met by the
             // kernel's bounded wait.
-            unsafe { allreduce::launch_cer(fr as sys::CUfunction, stream, args)? };
+            unsafe { allreduce::launch_cer(fr.raw(), stream, args)? };
         }
         if pushing {
             // Queued after the kernel, as in queue_ce_reduce.
@@ -2840,7 +2854,7 @@ impl DevComm {
                     };
                     // SAFETY: the live ring's counter and control words;
                     // `fw` is oxccl_cer_wait of this context.
-                    unsafe { allreduce::launch_cer_wait(fw as sys::CUfunction, side, args)? };
+                    unsafe { allreduce::launch_cer_wait(fw.raw(), side, args)? };
                 }
                 // SAFETY: this rank's input (checked by prepare) into the
                 // peer's mapped output part (checked by the peer's prepare,
@@ -2974,7 +2988,7 @@ enum Family {
     /// `oxccl_ring_*`.
     Ring = 1,
     /// `oxccl_ll1_*` (the small one-shot all-reduce, in the ring's program).
-    Ll1 = 2,
+    Small = 2,
     /// `oxccl_scale_*` (a one-rank PreMulSum, in the ring's program).
     Scale = 3,
     /// `oxccl_joint_*` (every rank of a group of one process in one
@@ -3162,7 +3176,7 @@ mod tests {
         for f in [
             Family::Pair,
             Family::Ring,
-            Family::Ll1,
+            Family::Small,
             Family::Scale,
             Family::Joint,
         ] {

@@ -76,7 +76,7 @@ pub fn scale_args(
 
 /// The small one-shot all-reduce kernel of (`t`, `op`), `oxccl_ll1_*`, in
 /// the same program as [`kernel_name`]'s (ring.cu, `ll1_fast_run`).
-pub fn ll1_kernel_name(t: DataType, op: RedOp) -> String {
+pub fn small_kernel_name(t: DataType, op: RedOp) -> String {
     kernel_name(t, op).replacen("oxccl_ring_", "oxccl_ll1_", 1)
 }
 
@@ -330,7 +330,7 @@ fn process_nonce() -> u64 {
 }
 
 /// Round-1 record: who and where.
-struct Who {
+struct SetupRecord {
     ok: bool,
     nonce: u64,
     ordinal: i32,
@@ -340,7 +340,7 @@ struct Who {
     sms: u32,
 }
 
-impl Who {
+impl SetupRecord {
     const LEN: usize = 1 + 8 + 4 + 16 + 1 + 4;
     fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::LEN);
@@ -352,7 +352,7 @@ impl Who {
         v.extend_from_slice(&self.sms.to_le_bytes());
         v
     }
-    fn decode(b: &[u8], rank: usize) -> Result<Who> {
+    fn decode(b: &[u8], rank: usize) -> Result<SetupRecord> {
         if b.len() != Self::LEN {
             return Err(Error::internal(format!(
                 "GPU ring setup: rank {rank} sent a {}-byte record (expected {})",
@@ -362,7 +362,7 @@ impl Who {
         }
         let mut bus = [0u8; 16];
         bus.copy_from_slice(&b[13..29]);
-        Ok(Who {
+        Ok(SetupRecord {
             ok: b[0] == 1,
             nonce: u64::from_le_bytes(b[1..9].try_into().unwrap_or_default()),
             ordinal: i32::from_le_bytes(b[9..13].try_into().unwrap_or_default()),
@@ -622,7 +622,7 @@ impl Ring {
         let sms = crate::device::sm_count(dev).unwrap_or(0);
         // Round 1: who.
         let who = {
-            let r = bus_id(dev).map(|bus| Who {
+            let r = bus_id(dev).map(|bus| SetupRecord {
                 ok: true,
                 nonce: process_nonce(),
                 ordinal: dev,
@@ -633,7 +633,7 @@ impl Ring {
             let mine = match &r {
                 Ok(w) => w.encode(),
                 Err(_) => {
-                    let mut v = vec![0u8; Who::LEN];
+                    let mut v = vec![0u8; SetupRecord::LEN];
                     v[0] = 0;
                     v
                 }
@@ -642,7 +642,7 @@ impl Ring {
             r?;
             let mut v = Vec::with_capacity(nranks);
             for (i, b) in all.iter().enumerate() {
-                let w = Who::decode(b, i)?;
+                let w = SetupRecord::decode(b, i)?;
                 if !w.ok {
                     return Err(Error::remote(format!(
                         "GPU ring setup: rank {i} could not read its GPU's PCI bus id"
@@ -957,7 +957,12 @@ impl Ring {
     /// Maps every peer's window and writes the device table of window
     /// addresses (`region_of` in ring.cu: each rank's window as reached from
     /// here, then where this rank's regions for each rank are).
-    fn map_peers(&mut self, who: &[Who], all: &[Vec<u8>], same_host: &[bool]) -> Result<()> {
+    fn map_peers(
+        &mut self,
+        who: &[SetupRecord],
+        all: &[Vec<u8>],
+        same_host: &[bool],
+    ) -> Result<()> {
         let n = who.len();
         let rank = self.common.rank as usize;
         let mut table = vec![0u64; 2 * n];
@@ -1758,7 +1763,7 @@ mod tests {
         );
         assert!(std::mem::size_of::<P2pArgs>() <= 4096);
         assert_eq!(
-            ll1_kernel_name(DataType::Float32, RedOp::Sum),
+            small_kernel_name(DataType::Float32, RedOp::Sum),
             "oxccl_ll1_f32_sum"
         );
         assert_eq!(
@@ -1778,7 +1783,7 @@ mod tests {
             x ^= x << 17;
             x
         };
-        let good = Who {
+        let good = SetupRecord {
             ok: true,
             nonce: 7,
             ordinal: 1,
@@ -1787,7 +1792,7 @@ mod tests {
             sms: 132,
         }
         .encode();
-        assert!(Who::decode(&good, 0).is_ok());
+        assert!(SetupRecord::decode(&good, 0).is_ok());
         for i in 0..5000 {
             let len = (next() % 140) as usize;
             let mut b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
@@ -1796,7 +1801,7 @@ mod tests {
                 let k = (next() as usize) % b.len();
                 b[k] = next() as u8;
             }
-            let _ = Who::decode(&b, i);
+            let _ = SetupRecord::decode(&b, i);
             let _ = all_ok("test", &[b]);
         }
         assert!(all_ok("test", &[vec![1], vec![0, b'x']])

@@ -55,7 +55,7 @@ pub const PAIR_MAX_BLOCKS: u32 = 128;
 pub struct DeviceConfig {
     /// One-shot and two-shot LL collectives that fit take the small kernel
     /// (`OXCCL_CUDA_LL1_FAST`, [`super::ring::small_kernel_fits`]).
-    pub ll1_fast: bool,
+    pub small_kernel: bool,
     /// Calls of every local rank up to this many bytes per rank run as one
     /// launch (`OXCCL_CUDA_JOINT_MAX`; 0: never).
     pub joint_max: u64,
@@ -87,7 +87,7 @@ impl DeviceConfig {
     /// The settings `p` holds.
     pub fn from_params(p: &Params) -> DeviceConfig {
         DeviceConfig {
-            ll1_fast: p.get(&params::CUDA_LL1_FAST),
+            small_kernel: p.get(&params::CUDA_LL1_FAST),
             joint_max: p.get(&params::CUDA_JOINT_MAX),
             joint_peers: p.get(&params::CUDA_JOINT_PEERS),
             pair_blocks: p
@@ -237,7 +237,7 @@ mod tests {
         assert_eq!(
             d,
             DeviceConfig {
-                ll1_fast: true,
+                small_kernel: true,
                 joint_max: 256 << 10,
                 joint_peers: false,
                 pair_blocks: 128,
@@ -263,7 +263,7 @@ mod tests {
             ("OXCCL_CUDA_CE_PUSH_STREAMS", "7"),
             ("OXCCL_CUDA_CE_PUSH_IN_PLACE", "1"),
         ]));
-        assert!(!d.ll1_fast && d.joint_peers && d.ce_push_in_place);
+        assert!(!d.small_kernel && d.joint_peers && d.ce_push_in_place);
         assert_eq!((d.joint_max, d.ce_min), (0, 0));
         assert_eq!(d.pair_blocks, PAIR_MAX_BLOCKS);
         assert_eq!((d.ce_ar_min_set, d.ce_ar_min()), (Some(1 << 20), 1 << 20));

@@ -19,7 +19,7 @@
 //! Measured (2×H200, nccl-tests' sizes, busbw, NCCL beside, 2026-11-30): one
 //! copy stream: all-reduce 1 GiB 356 GB/s (SM kernel 336, NCCL 325), 4 GiB
 //! 365 (338, 342); reduce-scatter 1 GiB 331 (SM 333), 4 GiB 343 (SM 337).
-//! Two copy streams for `-g 2` (capi's `go_ce_reduce`):
+//! Two copy streams for `-g 2` (capi's `enqueue_copy_engine_reduce`):
 //! all-reduce 1 GiB 361, 2 GiB 371, 4 GiB 376; reduce-scatter 1 GiB 341,
 //! 2 GiB 355, 4 GiB 360 (SM 334–336).
 //!
@@ -1048,7 +1048,7 @@ mod tests {
         }
     }
 
-    /// Who moves when both a rank's copy stream and its kernel can.
+    /// SetupRecord moves when both a rank's copy stream and its kernel can.
     #[derive(Clone, Copy, Debug)]
     enum Policy {
         CopiesFirst,

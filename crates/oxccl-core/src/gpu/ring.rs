@@ -77,7 +77,7 @@ pub const P2P_MAX_BLOCKS: u32 = 128;
 pub const MAX_CHANNELS: u32 = 32;
 
 /// Most ranks of the one-shot all-reduces (`RING_LL1_MAX_RANKS`).
-pub const LL1_MAX_RANKS: usize = 8;
+pub const ONE_SHOT_MAX_RANKS: usize = 8;
 
 /// Settings of the ring path (from the communicator's parameters).
 #[derive(Debug, Clone)]
@@ -95,21 +95,21 @@ pub struct RingConfig {
     /// All-reduces of at most this many bytes take the LL protocol (0: never).
     pub ll_max: u64,
     /// All-reduces of at most this many bytes (and within `ll_max`) take the
-    /// one-shot LL kernel where the ranks are at most [`LL1_MAX_RANKS`] (0: never).
+    /// one-shot LL kernel where the ranks are at most [`ONE_SHOT_MAX_RANKS`] (0: never).
     pub oneshot_max: u64,
     /// All-reduces above `oneshot_max`, of at most this many bytes (and
     /// within `ll_max`), take the two-shot LL kernel instead of the LL ring
-    /// where the ranks are 3 to [`LL1_MAX_RANKS`] on one host (0: never).
+    /// where the ranks are 3 to [`ONE_SHOT_MAX_RANKS`] on one host (0: never).
     pub twoshot_max: u64,
     /// All-gathers and reduce-scatters whose per-rank block, and all-reduces
     /// whose n-th part, is at most this many bytes take the direct kernels
     /// over Simple slots (all-gather and reduce-scatter one-shot and all-reduce two-shot over
     /// Simple) instead of the Simple ring, where the ranks are 3
-    /// to [`LL1_MAX_RANKS`] on one host (0: never).
+    /// to [`ONE_SHOT_MAX_RANKS`] on one host (0: never).
     pub direct_max: u64,
     /// All-reduces of at most this many bytes take the one-shot kernel over
     /// Simple slots when some peer is on another host (LL cannot cross the
-    /// network proxies), at most [`LL1_MAX_RANKS`] ranks (0: never).
+    /// network proxies), at most [`ONE_SHOT_MAX_RANKS`] ranks (0: never).
     pub oneshot_net_max: u64,
     /// Sends and receives of at most this many bytes take LL lines
     /// (NCCL_P2P_LL_THRESHOLD; 0: never; at most [`P2P_LL_CAP`] per channel).
@@ -287,7 +287,7 @@ impl RingConfig {
     /// The ring settings for `NCCL_BUFFSIZE` (bytes per connection), the
     /// channel bounds, the rank count and the timeout: 4 slots of
     /// buffsize/8 (512 KiB by default; 16 KiB..1 MiB, a 16-byte multiple);
-    /// `max_channels` channels, else 32 up to [`LL1_MAX_RANKS`] (8) ranks
+    /// `max_channels` channels, else 32 up to [`ONE_SHOT_MAX_RANKS`] (8) ranks
     /// and 16 beyond, at least `min_channels`, within 1..=32
     /// ([`setup_channels`] may lower it when the ring is set up).
     ///
@@ -309,7 +309,7 @@ impl RingConfig {
         timeout: Duration,
     ) -> RingConfig {
         let slot = (buffsize / 8).clamp(16 << 10, 1 << 20) / 16 * 16;
-        let mut ch = max_channels.unwrap_or(if nranks <= LL1_MAX_RANKS { 32 } else { 16 });
+        let mut ch = max_channels.unwrap_or(if nranks <= ONE_SHOT_MAX_RANKS { 32 } else { 16 });
         if let Some(m) = min_channels {
             ch = ch.max(m);
         }
@@ -412,7 +412,7 @@ pub const P2P_LL_CAP: u64 = LL_NSLOTS as u64 * LL_SLOT_BYTES / 2;
 pub fn default_oneshot_max(nranks: usize) -> u64 {
     if nranks == 2 {
         256 << 10
-    } else if (3..=LL1_MAX_RANKS).contains(&nranks) {
+    } else if (3..=ONE_SHOT_MAX_RANKS).contains(&nranks) {
         (128 << 10) / (nranks as u64 - 1)
     } else {
         0
@@ -421,7 +421,7 @@ pub fn default_oneshot_max(nranks: usize) -> u64 {
 
 /// The all-reduce size up to which the two-shot LL kernel replaces the LL
 /// ring by default: LL's own bound ([`DEFAULT_LL_MAX`]) for 3 to
-/// [`LL1_MAX_RANKS`] ranks, none for 2 (there the one-shot sends what the
+/// [`ONE_SHOT_MAX_RANKS`] ranks, none for 2 (there the one-shot sends what the
 /// two-shot would, in one crossing) or more than 8. Why: the two-shot moves
 /// the ring's bytes (2 (n - 1) / n of the message out of each rank) in two
 /// crossings where the LL ring makes 2 (n - 1) dependent steps, each a
@@ -432,10 +432,10 @@ pub fn default_oneshot_max(nranks: usize) -> u64 {
 /// the ring kernel): 4 ranks 64-256 KiB 8.5-8.9 us against the LL ring's
 /// 13.7-16.0, 512 KiB 12.1-12.8 against 16.4-16.9; 8 ranks 32-256 KiB
 /// 15.1-16.5 against 28.2-31.2, 512 KiB 21.0-23.3 against 32.2-32.9. In
-/// the small kernel ([`ll2_fast`], same method): 4 ranks 64-256 KiB 6.0-6.8, 8
+/// the small kernel ([`fits_small_two_shot`], same method): 4 ranks 64-256 KiB 6.0-6.8, 8
 /// ranks 32-128 KiB 10.7-11.4. Not yet measured on 4 or 8 GPUs.
 pub fn default_twoshot_max(nranks: usize) -> u64 {
-    if (3..=LL1_MAX_RANKS).contains(&nranks) {
+    if (3..=ONE_SHOT_MAX_RANKS).contains(&nranks) {
         DEFAULT_LL_MAX
     } else {
         0
@@ -444,7 +444,7 @@ pub fn default_twoshot_max(nranks: usize) -> u64 {
 
 /// The per-rank block up to which all-gathers, reduce-scatters and
 /// all-reduces (a rank's n-th of the message) take the direct kernels over
-/// Simple slots by default, for 3 to [`LL1_MAX_RANKS`] ranks of one host
+/// Simple slots by default, for 3 to [`ONE_SHOT_MAX_RANKS`] ranks of one host
 /// ([`RingConfig::direct_max`]). Why: the Simple ring makes n - 1 (2 (n - 1)
 /// for an all-reduce) dependent steps where these make one (two) crossings
 /// of the same bytes. Measured with the ranks sharing one H200, under CUDA
@@ -459,7 +459,7 @@ pub fn default_twoshot_max(nranks: usize) -> u64 {
 /// memory; on NVSwitch (not yet measured) the links decide, and
 /// `scripts/perf-gpu.sh direct` runs both beside NCCL to move it.
 pub fn default_direct_max(nranks: usize) -> u64 {
-    if (3..=LL1_MAX_RANKS).contains(&nranks) {
+    if (3..=ONE_SHOT_MAX_RANKS).contains(&nranks) {
         DEFAULT_DIRECT_MAX
     } else {
         0
@@ -477,7 +477,7 @@ pub const DEFAULT_DIRECT_MAX: u64 = 1 << 20;
 pub fn default_oneshot_net_max(nranks: usize) -> u64 {
     match nranks {
         2 => u64::MAX,
-        3..=LL1_MAX_RANKS => (256 << 10) / (nranks as u64 - 1),
+        3..=ONE_SHOT_MAX_RANKS => (256 << 10) / (nranks as u64 - 1),
         _ => 0,
     }
 }
@@ -494,14 +494,14 @@ pub struct Thresholds {
     pub oneshot_max: u64,
     /// ... and above that, the two-shot LL kernel up to this many, which
     /// may pass `ll_max` (0 across hosts, without LL, and for 2 or more
-    /// than [`LL1_MAX_RANKS`] ranks).
+    /// than [`ONE_SHOT_MAX_RANKS`] ranks).
     pub twoshot_max: u64,
     /// Ranks of the communicator (the two-shot's blocks are 1/n of it).
     pub nranks: u32,
     /// All-gathers and reduce-scatters with blocks, and all-reduces past
     /// LL with n-th parts, of at most this many bytes take the direct
     /// Simple kernels (0 across hosts and for 2 or more than
-    /// [`LL1_MAX_RANKS`] ranks).
+    /// [`ONE_SHOT_MAX_RANKS`] ranks).
     pub direct_max: u64,
     /// All-reduces up to this many bytes take the one-shot Simple kernel
     /// (0 unless a peer is on another host).
@@ -527,9 +527,9 @@ pub struct Thresholds {
 impl Thresholds {
     /// A communicator of `nranks` ranks with `cfg`, on one host or not:
     /// what the ring's setup (oxccl-cuda) keeps (LL cannot cross the network proxies; the
-    /// one-shot kernels serve at most [`LL1_MAX_RANKS`]).
+    /// one-shot kernels serve at most [`ONE_SHOT_MAX_RANKS`]).
     pub fn of(cfg: &RingConfig, nranks: usize, cross: bool) -> Thresholds {
-        let small = nranks <= LL1_MAX_RANKS;
+        let small = nranks <= ONE_SHOT_MAX_RANKS;
         Thresholds {
             channels: cfg.channels,
             ll_max: if cross { 0 } else { cfg.ll_max },
@@ -792,7 +792,7 @@ pub fn scale_blocks(count: u64) -> u32 {
 /// one-shot copy, reduce-scatter and reduce to 256 KiB per rank (2 ranks
 /// take the one-shot LL kernel to 512 KiB: the ring kernel's loop has
 /// those); fewer channels (NCCL_MAX_NCHANNELS) leave more to the loop.
-pub fn ll1_fast(count: u64, elem: u64, blocks: u32, ll_bytes: u64) -> bool {
+pub fn fits_small_one_shot(count: u64, elem: u64, blocks: u32, ll_bytes: u64) -> bool {
     if elem == 0 || elem > 8 || blocks == 0 {
         return false;
     }
@@ -804,22 +804,22 @@ pub fn ll1_fast(count: u64, elem: u64, blocks: u32, ll_bytes: u64) -> bool {
 
 /// Whether a two-shot LL all-reduce (two-shot over LL) of `count`
 /// elements of `elem` bytes among `nranks` ranks over `blocks` blocks fits
-/// the small kernel (ring.cu `ll2_fast_run`): as [`ll1_fast`] for one
+/// the small kernel (ring.cu `ll2_fast_run`): as [`fits_small_one_shot`] for one
 /// rank's block, `count / nranks` rounded up to whole 8-byte lines as the
 /// kernel cuts it. With the default channels that is every two-shot size
 /// (512 KiB for 4 ranks: 32 blocks of 4 KiB of each rank block).
-pub fn ll2_fast(count: u64, elem: u64, nranks: u32, blocks: u32, ll_bytes: u64) -> bool {
+pub fn fits_small_two_shot(count: u64, elem: u64, nranks: u32, blocks: u32, ll_bytes: u64) -> bool {
     if elem == 0 || elem > 8 || nranks == 0 {
         return false;
     }
     let pack = 8 / elem;
     let block = count.div_ceil(nranks as u64).div_ceil(pack) * pack;
-    ll1_fast(block, elem, blocks, ll_bytes)
+    fits_small_one_shot(block, elem, blocks, ll_bytes)
 }
 
 /// Whether a launch of `kernel` (as [`plan`] chose it) runs in the small
-/// kernel (`oxccl_ll1_*`): a one-shot over LL that fits [`ll1_fast`], or a
-/// two-shot over LL that fits [`ll2_fast`].
+/// kernel (`oxccl_ll1_*`): a one-shot over LL that fits [`fits_small_one_shot`], or a
+/// two-shot over LL that fits [`fits_small_two_shot`].
 pub fn small_kernel_fits(
     kernel: RingKernel,
     count: u64,
@@ -828,9 +828,9 @@ pub fn small_kernel_fits(
     blocks: u32,
 ) -> bool {
     if kernel.is_one_shot_ll() {
-        ll1_fast(count, elem, blocks, LL_SLOT_BYTES)
+        fits_small_one_shot(count, elem, blocks, LL_SLOT_BYTES)
     } else if (kernel.algorithm(), kernel.protocol()) == (Algo::TwoShot, Proto::LL) {
-        ll2_fast(count, elem, nranks, blocks, LL_SLOT_BYTES)
+        fits_small_two_shot(count, elem, nranks, blocks, LL_SLOT_BYTES)
     } else {
         false
     }
@@ -1036,7 +1036,7 @@ mod tests {
                     let (m, blocks) = plan(AllReduce, bytes, &t);
                     if m == kern(AllReduce, OneShot, LL) {
                         assert!(
-                            ll1_fast(count, elem, blocks, LL_SLOT_BYTES),
+                            fits_small_one_shot(count, elem, blocks, LL_SLOT_BYTES),
                             "{n} {elem} {bytes}"
                         );
                     }
@@ -1055,7 +1055,7 @@ mod tests {
                         );
                         if m.is_one_shot_ll() {
                             assert!(
-                                ll1_fast(bytes / elem, elem, blocks, LL_SLOT_BYTES),
+                                fits_small_one_shot(bytes / elem, elem, blocks, LL_SLOT_BYTES),
                                 "{n} {mode} {elem} {bytes}"
                             );
                         }
@@ -1064,7 +1064,7 @@ mod tests {
                 let (m, blocks) = plan(mode, 512 << 10, &t);
                 if n == 2 {
                     assert!(m.is_one_shot_ll());
-                    assert!(!ll1_fast(512 << 10, 1, blocks, LL_SLOT_BYTES));
+                    assert!(!fits_small_one_shot(512 << 10, 1, blocks, LL_SLOT_BYTES));
                 }
             }
         }
@@ -1074,18 +1074,18 @@ mod tests {
         assert!(!RingKernel::ring(AllGather).is_one_shot_ll());
         // A block's part of exactly one slot (8 KiB of data) fits, a line
         // more does not; 4 channels leave 256 KiB to the ring kernel.
-        assert!(ll1_fast(2048, 4, 1, LL_SLOT_BYTES));
-        assert!(!ll1_fast(2050, 4, 1, LL_SLOT_BYTES));
-        assert!(ll1_fast(65536, 4, 32, LL_SLOT_BYTES));
-        assert!(!ll1_fast(65536, 4, 4, LL_SLOT_BYTES));
+        assert!(fits_small_one_shot(2048, 4, 1, LL_SLOT_BYTES));
+        assert!(!fits_small_one_shot(2050, 4, 1, LL_SLOT_BYTES));
+        assert!(fits_small_one_shot(65536, 4, 32, LL_SLOT_BYTES));
+        assert!(!fits_small_one_shot(65536, 4, 4, LL_SLOT_BYTES));
         // Odd counts round each part up to whole lines, as the kernel does.
-        assert!(ll1_fast(4095, 1, 1, LL_SLOT_BYTES));
-        assert!(ll1_fast(8191, 1, 1, LL_SLOT_BYTES));
-        assert!(!ll1_fast(8193, 1, 1, LL_SLOT_BYTES));
-        assert!(!ll1_fast(1, 0, 1, LL_SLOT_BYTES));
-        assert!(!ll1_fast(1, 16, 1, LL_SLOT_BYTES));
-        assert!(!ll1_fast(1, 4, 0, LL_SLOT_BYTES));
-        assert!(ll1_fast(0, 4, 1, LL_SLOT_BYTES));
+        assert!(fits_small_one_shot(4095, 1, 1, LL_SLOT_BYTES));
+        assert!(fits_small_one_shot(8191, 1, 1, LL_SLOT_BYTES));
+        assert!(!fits_small_one_shot(8193, 1, 1, LL_SLOT_BYTES));
+        assert!(!fits_small_one_shot(1, 0, 1, LL_SLOT_BYTES));
+        assert!(!fits_small_one_shot(1, 16, 1, LL_SLOT_BYTES));
+        assert!(!fits_small_one_shot(1, 4, 0, LL_SLOT_BYTES));
+        assert!(fits_small_one_shot(0, 4, 1, LL_SLOT_BYTES));
         // Every two-shot size of 3, 4 and 8 ranks at the default channels,
         // every type size, takes the small kernel.
         for n in [3usize, 4, 8] {
@@ -1106,9 +1106,15 @@ mod tests {
         }
         // One rank block per block of one slot (8 KiB of data): 8 ranks of
         // 2,048 floats each fit one block, a line more does not.
-        assert!(ll2_fast(8 * 2048, 4, 8, 1, LL_SLOT_BYTES));
-        assert!(!ll2_fast(8 * 2048 + 8 * 2, 4, 8, 1, LL_SLOT_BYTES));
-        assert!(!ll2_fast(1, 4, 0, 1, LL_SLOT_BYTES));
+        assert!(fits_small_two_shot(8 * 2048, 4, 8, 1, LL_SLOT_BYTES));
+        assert!(!fits_small_two_shot(
+            8 * 2048 + 8 * 2,
+            4,
+            8,
+            1,
+            LL_SLOT_BYTES
+        ));
+        assert!(!fits_small_two_shot(1, 4, 0, 1, LL_SLOT_BYTES));
         assert!(!small_kernel_fits(kern(AllReduce, Ring, LL), 8, 4, 4, 1));
         assert!(small_kernel_fits(kern(AllReduce, OneShot, LL), 8, 4, 4, 1));
     }

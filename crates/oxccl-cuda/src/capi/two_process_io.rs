@@ -413,7 +413,11 @@ impl DevComm {
     /// ranks can (true), or tells the caller to launch the ring kernel
     /// (false: both ranks decide alike). Errors: the peer's call differs,
     /// the channel broke, abort or timeout while waiting for the peer.
-    pub(super) fn go_xp(&self, call: &two_process::Call, stream: usize) -> Result<bool> {
+    pub(super) fn enqueue_two_process(
+        &self,
+        call: &two_process::Call,
+        stream: usize,
+    ) -> Result<bool> {
         let Some(xs) = self.xp.get() else {
             return Ok(false);
         };
@@ -471,7 +475,7 @@ impl DevComm {
         if two_process::declined(&mine, &theirs, &xs.bounds, self.rank) {
             return Ok(false);
         }
-        let ready = (|| -> Result<(two_process::RankPlan, usize, usize)> {
+        let ready = (|| -> Result<(two_process::RankPlan, KernelFn, KernelFn)> {
             let mapped = self.open_peer(xs, &theirs.bufs)?;
             let pc = two_process::translate(&theirs, mapped);
             let reduction = matches!(
@@ -506,7 +510,7 @@ impl DevComm {
                     &kernels::ce_reduce_variant(p.dtype, p.op),
                     &kernels::ce_reduce_kernel(p.dtype, p.op),
                 )?,
-                two_process::RankPlan::Copy(_) => 0,
+                two_process::RankPlan::Copy(_) => KernelFn::NONE,
             };
             Ok((plan, fb, fr))
         })();
@@ -544,12 +548,12 @@ impl DevComm {
         let args = r.barrier_args(xs.peer);
         // SAFETY: the barrier of this live ring with its peer, which queues
         // the same barriers (it decided alike from the same messages).
-        let bar = || unsafe { ring::launch_barrier(fb as sys::CUfunction, st, args, r.may_pdl(1)) };
+        let bar = || unsafe { ring::launch_barrier(fb.raw(), st, args, r.may_pdl(1)) };
         match &plan {
             two_process::RankPlan::Copy(p) => self.queue_ce(&bar, p, st)?,
             // One copy stream: two lost 2-7% here at 512 MiB-2 GiB (all-reduce
             // 1,665 against 1,595 µs at 512 MiB, reduce-scatter 925 against
-            // 864) where they win for -g 2 (see go_ce_reduce). 2xH200,
+            // 864) where they win for -g 2 (see enqueue_copy_engine_reduce). 2xH200,
             // 2026-11-30, both on one machine.
             two_process::RankPlan::Reduce(p) => self.queue_ce_reduce(&bar, fr, p, st, false)?,
             two_process::RankPlan::Pushed(p) => self.queue_pushed(&bar, fr, p, st, r, xs.peer)?,
