@@ -7,7 +7,7 @@
 //! driver's current context (the device's primary context after
 //! `cudaSetDevice` and a first runtime call). oxccl works in the same primary
 //! contexts, and every function here that needs a context makes it current
-//! through a scope guard (`CtxScope`), which puts the caller's context back when it ends,
+//! through a scope guard (`device::CtxScope`), which puts the caller's context back when it ends,
 //! so the runtime's current device never changes under the caller.
 //!
 //! Two GPUs in one process (nccl-tests `-g 2`, `ncclCommInitAll`): each rank's
@@ -27,7 +27,7 @@ use cudarc::driver::sys::{self, CUresult};
 use oxccl_core::{DataType, Error, ErrorKind, RedOp, Result};
 
 use crate::allreduce::{self, ArArgs, CpArgs, FLAG_BYTES};
-use crate::device::check;
+use crate::device::{check, CtxScope};
 use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
 use crate::ring::{self, Ring, RingBoot, RingConfig};
@@ -45,46 +45,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// True when a CUDA driver with at least one GPU is usable (probed once).
 pub fn available() -> bool {
     loader::probe_driver().is_ok()
-}
-
-/// Makes a context current for its lifetime; puts the previous one back.
-pub(crate) struct CtxScope {
-    saved: sys::CUcontext,
-    /// Whether `enter` changed the current context (else drop has nothing
-    /// to put back: one driver call less per launch, ~25 ns).
-    changed: bool,
-}
-
-impl CtxScope {
-    /// Makes `ctx` current (the driver must have been probed).
-    pub(crate) fn enter(ctx: sys::CUcontext) -> Result<CtxScope> {
-        guarded("cuCtxSetCurrent", || {
-            let mut saved: sys::CUcontext = std::ptr::null_mut();
-            // SAFETY: writes one handle; then sets a retained context current.
-            unsafe {
-                check(sys::cuCtxGetCurrent(&mut saved), "cuCtxGetCurrent")?;
-                if saved != ctx {
-                    check(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
-                }
-            }
-            Ok(CtxScope {
-                saved,
-                changed: saved != ctx,
-            })
-        })
-    }
-}
-
-impl Drop for CtxScope {
-    fn drop(&mut self) {
-        if !self.changed {
-            return;
-        }
-        // SAFETY: `saved` was current before (or NULL, which unbinds); errors ignored in drop.
-        unsafe {
-            sys::cuCtxSetCurrent(self.saved);
-        }
-    }
 }
 
 /// The device (ordinal) of the calling thread's current context; `None`

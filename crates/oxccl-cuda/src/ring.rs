@@ -616,7 +616,7 @@ impl Ring {
         boot: &RingBoot,
     ) -> Result<Ring> {
         let exchange = boot.exchange;
-        let _scope = crate::capi::CtxScope::enter(ctx)?;
+        let _scope = crate::device::CtxScope::enter(ctx)?;
         // This GPU's SMs (0: unknown): in the rank records (the channel
         // bound where ranks share a GPU) and this rank's launch bounds.
         let sms = crate::device::sm_count(dev).unwrap_or(0);
