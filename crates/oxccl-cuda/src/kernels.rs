@@ -189,3 +189,79 @@ pub fn prebuild_jobs(archs: &[u32], ptx: bool) -> Vec<(KernelSource, crate::comp
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxccl_core::algo::{Algo, Proto};
+    use oxccl_core::gpu::{Collective, PairKernel, RingKernel};
+
+    /// `NAME = N` items of the C enum in `src` that starts with `first`.
+    fn c_enum(src: &str, first: &str) -> Vec<(String, u32)> {
+        let at = src.find(first).expect("the enum's first item");
+        let body = &src[at..at + src[at..].find('}').expect("the enum's end")];
+        body.split(',')
+            .filter_map(|item| {
+                let (name, value) = item.split_once('=')?;
+                Some((name.trim().to_string(), value.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn collective(name: &str) -> Collective {
+        match name {
+            "ALLREDUCE" => Collective::AllReduce,
+            "REDUCE_SCATTER" => Collective::ReduceScatter,
+            "ALLGATHER" => Collective::AllGather,
+            "BROADCAST" => Collective::Broadcast,
+            "REDUCE" => Collective::Reduce,
+            other => panic!("ring.cu names an unknown collective {other}"),
+        }
+    }
+
+    /// ring.cu's `RM_*` integers are the ones `RingKernel` gives: each
+    /// name's collective, algorithm and protocol (no suffix: the Simple
+    /// ring; `_LL`: the LL ring; `_LL1`/`_1S`: one-shot over LL/Simple;
+    /// `_LL2`/`_2S`: two-shot over LL/Simple) at its value, and no more.
+    #[test]
+    fn ring_modes_match_the_kernel_source() {
+        let modes = c_enum(RING.source, "RM_ALLREDUCE = 0");
+        assert_eq!(modes.len(), RingKernel::ALL.len());
+        for (name, value) in modes {
+            let rest = name.strip_prefix("RM_").expect("an RM_ name");
+            let (coll, algo, proto) = [
+                ("_LL1", Algo::OneShot, Proto::LL),
+                ("_1S", Algo::OneShot, Proto::Simple),
+                ("_LL2", Algo::TwoShot, Proto::LL),
+                ("_2S", Algo::TwoShot, Proto::Simple),
+                ("_LL", Algo::Ring, Proto::LL),
+            ]
+            .into_iter()
+            .find_map(|(suffix, a, p)| Some((rest.strip_suffix(suffix)?, a, p)))
+            .unwrap_or((rest, Algo::Ring, Proto::Simple));
+            let k = RingKernel::new(collective(coll), algo, proto)
+                .unwrap_or_else(|| panic!("{name} has no RingKernel"));
+            assert_eq!(k.mode(), value, "{name}");
+        }
+    }
+
+    /// allreduce.cu's `MODE_*` and `CP_*` integers are `PairKernel`'s.
+    #[test]
+    fn pair_modes_match_the_kernel_source() {
+        let reduce = c_enum(ALLREDUCE.source, "MODE_ALLREDUCE = 0");
+        let copy = c_enum(ALLREDUCE.source, "CP_ALLGATHER = 0");
+        let want = |name: &str| match name {
+            "MODE_ALLREDUCE" => PairKernel::AllReduce,
+            "MODE_REDUCE_SCATTER" => PairKernel::ReduceScatter,
+            "MODE_REDUCE" => PairKernel::Reduce,
+            "CP_ALLGATHER" => PairKernel::AllGather,
+            "CP_BROADCAST" => PairKernel::Broadcast,
+            "CP_P2P" => PairKernel::SendRecv,
+            other => panic!("allreduce.cu names an unknown mode {other}"),
+        };
+        assert_eq!((reduce.len(), copy.len()), (3, 3));
+        for (name, value) in reduce.iter().chain(&copy) {
+            assert_eq!(want(name).mode(), *value, "{name}");
+        }
+    }
+}
