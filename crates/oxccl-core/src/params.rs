@@ -570,11 +570,11 @@ params! {
         "1: one-shot LL all-reduces, all-gathers, reduce-scatters, broadcasts and reduces whose every block fits one LL slot (to 256 KiB, per rank for the copies and reduce-scatters, at the default channels) run in a small kernel of their own that does its fixed loads before waiting for the kernel ahead of it (2 ranks sharing one H200, CUDA graphs: 8-512 B all-reduces 1.6-1.9 us against 3.4-3.5, 256 KiB 3.1 against 5.3; 8 B-4 KiB broadcasts 1.7-1.9 against 3.0-3.2, reduces 1.9-2.2 against 3.3-3.4, all-gathers 2.2-2.3 against 3.6-3.8, reduce-scatters 2.3-2.5 against 3.8-3.9); two-shot LL all-reduces (3-8 ranks) too, when every block's part of a rank's block fits one slot. 0: the ring kernel's one-shot and two-shot paths.";
     // Why a bound: the one-launch kernel reads the other ranks' inputs from
     // one GPU (the per-rank kernels spread that over every GPU's links), so
-    // it pays where the launches dominate, small calls (gpu/joint.rs).
+    // it pays where the launches dominate, small calls (gpu/one_launch.rs).
     CUDA_JOINT_MAX: Size = "OXCCL_CUDA_JOINT_MAX", "256K", honoured,
         "Every rank of a communicator of at most 8 ranks in this process, all on one GPU (or on several with OXCCL_CUDA_JOINT_PEERS=1), every rank's calls in one group of one thread, not under CUDA graph capture: all-reduces, all-gathers, reduce-scatters, broadcasts and reduces whose larger buffer per rank holds at most this many bytes run as one kernel on rank 0's GPU that reads every rank's input and writes every rank's output, the other ranks' streams ordered around it by events: one launch per call instead of one per rank (ranks sharing one H200, eager, 8 B-128 KB, medians of 3-7 rounds: two ranks' all-reduces 7.2 us against 9.0, reduces 5.0 against 9.0, all-gathers 6.6 against 9.2, broadcasts 7.1 against 7.8; four ranks' all-reduces 7.3-8.0 against 17.2-19.3; one H200, 2026-12-01, docs/performance-gpu.md). 0: never.";
     // Why off: across GPUs the events cross devices and rank 0's GPU reads
-    // the peers' inputs over NVLink; not yet timed there (gpu/joint.rs).
+    // the peers' inputs over NVLink; not yet timed there (gpu/one_launch.rs).
     CUDA_JOINT_PEERS: Bool = "OXCCL_CUDA_JOINT_PEERS", "0", honoured,
         "1: the one-launch kernel of OXCCL_CUDA_JOINT_MAX also for ranks on several GPUs of this process (nccl-tests -g N): rank 0's GPU reads the other ranks' inputs and writes their outputs over the peer mappings. 0: only ranks that all share one GPU (the default until timed on several GPUs).";
     CUDA_AR_BLOCKS: Opt<U32> = "OXCCL_CUDA_AR_BLOCKS", "", honoured,

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use oxccl_core::algo::{Algo, Proto};
-use oxccl_core::gpu::joint;
+use oxccl_core::gpu::one_launch;
 use oxccl_core::gpu::ring::{
     coll_channels, ll_channels, p2p_blocks, p2p_channels, p2p_ll_channels, plan, small_kernel_fits,
     RingConfig, Thresholds, MAX_CHANNELS, P2P_MAX_BLOCKS, P2P_MAX_ITEMS,
@@ -149,7 +149,7 @@ proptest! {
         // Every rank makes `calls` calls (call k: an all-reduce of k + 1
         // elements), queued in an order mixed by `shuffle`; `spoil` drops
         // one call's part.
-        let call = |k: usize| joint::RankCall {
+        let call = |k: usize| one_launch::RankCall {
             collective: Collective::AllReduce,
             count: k as u64 + 1,
             root: 0,
@@ -171,9 +171,9 @@ proptest! {
             let i = i % parts.len();
             parts[i].2 = None;
         }
-        match joint::group_up(&parts, nranks) {
+        match one_launch::group_up(&parts, nranks) {
             Some(groups) => {
-                prop_assert!(spoil.is_none() && (2..=joint::MAX_RANKS).contains(&nranks));
+                prop_assert!(spoil.is_none() && (2..=one_launch::MAX_RANKS).contains(&nranks));
                 prop_assert_eq!(groups.len(), calls);
                 for (k, g) in groups.iter().enumerate() {
                     // Rank order, one launch per rank, the k-th call of each.
@@ -184,7 +184,7 @@ proptest! {
                     }
                 }
             }
-            None => prop_assert!(spoil.is_some() || !(2..=joint::MAX_RANKS).contains(&nranks)),
+            None => prop_assert!(spoil.is_some() || !(2..=one_launch::MAX_RANKS).contains(&nranks)),
         }
     }
 }

@@ -34,7 +34,7 @@ use crate::ring::{self, Ring, RingBoot, RingConfig};
 use crate::{ce, ce_reduce, compile, kernels};
 use oxccl_core::algo::{Algo, Proto};
 use oxccl_core::gpu::config::DeviceConfig;
-use oxccl_core::gpu::{joint, two_process, Collective, PairKernel, RingKernel};
+use oxccl_core::gpu::{one_launch, two_process, Collective, PairKernel, RingKernel};
 
 mod two_process_io;
 
@@ -214,7 +214,7 @@ struct Clique {
     pair: Arc<std::sync::atomic::AtomicBool>,
     /// How many ranks are members, and whether they are on more than one
     /// GPU (with peer access between every two: what the one-launch kernel
-    /// needs, [`oxccl_core::gpu::joint`]), kept as `pair` is.
+    /// needs, [`oxccl_core::gpu::one_launch`]), kept as `pair` is.
     local: Arc<Local>,
 }
 
@@ -387,8 +387,8 @@ pub struct Launch {
     /// times the type's size; per rank for all-gather and reduce-scatter).
     what: Option<(&'static str, u64)>,
     /// This rank's side of the call as the one-launch kernel would take it
-    /// with the other ranks' ([`launch_all`], [`joint`]).
-    joint: Option<joint::RankCall>,
+    /// with the other ranks' ([`launch_all`], [`one_launch`]).
+    joint: Option<one_launch::RankCall>,
 }
 
 #[derive(Debug)]
@@ -763,7 +763,7 @@ impl DevComm {
     }
 
     /// This rank's side of a call for the one-launch kernel of every rank
-    /// ([`oxccl_core::gpu::joint`]), when this communicator and the call allow it.
+    /// ([`oxccl_core::gpu::one_launch`]), when this communicator and the call allow it.
     #[allow(clippy::too_many_arguments)]
     fn joint_part(
         &self,
@@ -776,10 +776,10 @@ impl DevComm {
         output: u64,
         scalar_ptr: Option<u64>,
         stream: usize,
-    ) -> Option<joint::RankCall> {
+    ) -> Option<one_launch::RankCall> {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
-        let bytes = joint::largest_buffer(collective, count, t.size() as u64, self.nranks);
-        let eligibility = joint::Eligibility {
+        let bytes = one_launch::largest_buffer(collective, count, t.size() as u64, self.nranks);
+        let eligibility = one_launch::Eligibility {
             nranks: self.nranks,
             local_ranks: self.local.ranks.load(Acquire),
             spread: self.local.spread.load(Acquire),
@@ -787,9 +787,9 @@ impl DevComm {
             ring_only: self.ring_only.load(Relaxed),
             max: self.config.joint_max,
         };
-        let ce = joint::ce_bound(collective, self.config.ce_min, self.config.ce_ar_min());
-        // Captured calls never (joint::may_take says why); asked last.
-        if !joint::may_take(&eligibility, bytes, ce) || capturing(stream) {
+        let ce = one_launch::ce_bound(collective, self.config.ce_min, self.config.ce_ar_min());
+        // Captured calls never (one_launch::may_take says why); asked last.
+        if !one_launch::may_take(&eligibility, bytes, ce) || capturing(stream) {
             return None;
         }
         // As the ring's arguments (Ring::args): float avg pre-multiplies by
@@ -798,7 +798,7 @@ impl DevComm {
             RedOp::PreMulSum(s) => (s.as_f64(), s.as_u64_bits()),
             _ => (1.0 / self.nranks as f64, 0),
         };
-        Some(joint::RankCall {
+        Some(one_launch::RankCall {
             collective,
             count,
             root: root as u32,
@@ -1309,7 +1309,7 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
 }
 
 /// Whether a group runs as one-launch kernels of every rank
-/// ([`joint::group_up`]), and its calls' launches, rank 0's first.
+/// ([`one_launch::group_up`]), and its calls' launches, rank 0's first.
 fn joint_groups(ls: &[Launch]) -> Option<Vec<Vec<usize>>> {
     // Most groups have a launch that cannot: no list built for them.
     if ls.len() < 2 || ls.iter().any(|l| l.joint.is_none()) {
@@ -1319,7 +1319,7 @@ fn joint_groups(ls: &[Launch]) -> Option<Vec<Vec<usize>>> {
         .iter()
         .map(|l| (Arc::as_ptr(&l.comm.pair) as usize, l.comm.rank, l.joint))
         .collect();
-    joint::group_up(&parts, ls[0].comm.nranks)
+    one_launch::group_up(&parts, ls[0].comm.nranks)
 }
 
 /// Runs each call (its launches, rank 0's first) as one `oxccl_joint_*`
@@ -1348,7 +1348,8 @@ fn enqueue_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
         })?;
         let n = call.len();
         let elem = p0.dtype.size() as u64;
-        let blocks = joint::blocks(joint::largest_buffer(p0.collective, p0.count, elem, n));
+        let blocks =
+            one_launch::blocks(one_launch::largest_buffer(p0.collective, p0.count, elem, n));
         let s0 = l0.stream as sys::CUstream;
         let mut ready = Vec::with_capacity(n - 1);
         for &i in &call[1..] {
@@ -1368,7 +1369,7 @@ fn enqueue_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
             // buffers are on rank 0's GPU or on a peer that it can access,
             // enabled when the communicator was created); `f` is of rank
             // 0's context, current here.
-            unsafe { ring::launch_joint(f.raw(), blocks, s0, joint::args(&parts))? };
+            unsafe { ring::launch_joint(f.raw(), blocks, s0, one_launch::args(&parts))? };
             JOINT_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let e = c0.joint_event()?;
             record_event(e, s0)?;
@@ -1476,7 +1477,7 @@ pub fn peer_mappings() -> usize {
 }
 
 /// How many calls of this process ran as one-launch kernels of every rank
-/// so far (every rank's call counts once together; [`oxccl_core::gpu::joint`]).
+/// so far (every rank's call counts once together; [`oxccl_core::gpu::one_launch`]).
 pub fn joint_calls() -> u64 {
     JOINT_CALLS.load(std::sync::atomic::Ordering::Relaxed)
 }

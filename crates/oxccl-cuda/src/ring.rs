@@ -81,7 +81,7 @@ pub fn small_kernel_name(t: DataType, op: RedOp) -> String {
 }
 
 /// Every rank of a group of one process in one launch, `oxccl_joint_*`
-/// (ring.cu, `joint_run`; [`oxccl_core::gpu::joint`]), in the same program as
+/// (ring.cu, `joint_run`; [`oxccl_core::gpu::one_launch`]), in the same program as
 /// [`kernel_name`]'s.
 pub fn joint_kernel_name(t: DataType, op: RedOp) -> String {
     kernel_name(t, op).replacen("oxccl_ring_", "oxccl_joint_", 1)
@@ -1591,7 +1591,7 @@ pub unsafe fn launch_ring(
 /// Launches `oxccl_joint_*` on rank 0's stream.
 ///
 /// # Safety
-/// `args` from [`oxccl_core::gpu::joint::args`] of every rank's checked call: each
+/// `args` from [`oxccl_core::gpu::one_launch::args`] of every rank's checked call: each
 /// buffer device memory of its rank's GPU, of the sizes the mode uses, and
 /// reachable from rank 0's context (the same GPU, or peer access enabled
 /// when the communicator was created); `f` from rank 0's context.
@@ -1599,7 +1599,7 @@ pub unsafe fn launch_joint(
     f: sys::CUfunction,
     blocks: u32,
     stream: sys::CUstream,
-    args: oxccl_core::gpu::joint::JointArgs,
+    args: oxccl_core::gpu::one_launch::JointArgs,
 ) -> Result<()> {
     // SAFETY: one JointArgs (repr(C), the kernel's layout, 344 bytes); the
     // caller vouches for its pointers.

@@ -6,7 +6,7 @@
 //!   integer the kernels take;
 //! - [`ring`]: the ring program's settings, thresholds, kernel plan, channel
 //!   counts, what ranks sharing a GPU may launch, and the window layout;
-//! - [`joint`]: one launch for every rank of a process (which calls, which
+//! - [`one_launch`]: one launch for every rank of a process (which calls, which
 //!   group, the arguments and grid);
 //! - [`copy_engine`], [`copy_engine_reduce`]: the copy-engine schedules of
 //!   two GPUs (copies; reductions pulled through a scratch ring or pushed);
@@ -21,8 +21,8 @@
 pub mod config;
 pub mod copy_engine;
 pub mod copy_engine_reduce;
-pub mod joint;
 pub mod kernel;
+pub mod one_launch;
 pub mod ring;
 pub mod two_process;
 
