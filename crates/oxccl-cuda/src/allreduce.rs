@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 
 use cudarc::driver::sys;
-use oxccl_core::gpu::config::{DeviceConfig, PAIR_MAX_BLOCKS};
+use oxccl_core::gpu::config::DeviceConfig;
 use oxccl_core::gpu::PairKernel;
 use oxccl_core::{DataType, Error, RedOp, Result};
 
@@ -16,12 +16,11 @@ use crate::compile;
 use crate::device::{DeviceBuffer, Gpu, Module};
 use crate::kernels;
 
-/// Threads per block (the kernels' `__launch_bounds__`).
-pub const THREADS: u32 = 512;
-/// Units (16-byte packs or elements) per thread per round (`OXCCL_UNROLL`).
-pub const UNROLL: u64 = 4;
-/// Most blocks per launch (`OXCCL_MAX_BLOCKS`; [`PAIR_MAX_BLOCKS`] says why).
-pub const MAX_BLOCKS: u32 = PAIR_MAX_BLOCKS;
+// The kernels' block size, unroll, most blocks and barrier budget, and
+// their grids: pure decisions of the core.
+pub use oxccl_core::gpu::pair::{
+    copy_blocks, copy_kernel_blocks, reduce_grid, BUDGET, MAX_BLOCKS, THREADS, UNROLL,
+};
 /// Words of a block's mailbox slot (`OXCCL_MBOX`: input, output, bits, spare).
 pub const MBOX_WORDS: usize = 4;
 /// The first of the two words after the flags and the mailboxes that the
@@ -31,8 +30,6 @@ pub const MBOX_WORDS: usize = 4;
 pub const CTL_WORD: usize = (1 + MBOX_WORDS) * MAX_BLOCKS as usize;
 /// Words of the flags buffer: flags, the mailbox, the two control words.
 pub const FLAG_WORDS: usize = CTL_WORD + 2;
-/// Barrier values one call of any kernel here takes (entry and exit; one spare).
-pub const BUDGET: u64 = 3;
 
 /// `ArArgs.bits`: take the two-shot all-reduce even out of place.
 pub const BIT_TWO_SHOT: u64 = 4;
@@ -279,21 +276,6 @@ pub fn kernel_name(t: DataType, op: RedOp) -> Option<String> {
     Some(format!("oxccl_ar1_{}_{}", type_tag(t), op_tag(op)?))
 }
 
-/// The grid and the barrier budget of a call: (blocks, sequence values
-/// the call may use). Both GPUs compute it from `count` and `t` alone (each
-/// launch knows only its own pointers), so their grids match: blocks cover
-/// the buffer in 16-byte packs, and the budget is an upper bound that also
-/// holds when the kernel falls back to single elements (misaligned buffers).
-pub fn plan(count: usize, t: DataType, max_blocks: u32) -> (u32, u64) {
-    let packs = (count as u64 * t.size() as u64) / 16;
-    let per_block = THREADS as u64 * UNROLL;
-    let blocks = packs
-        .div_ceil(per_block)
-        .clamp(1, max_blocks.clamp(1, MAX_BLOCKS) as u64);
-    // entry + exit (+ a spare): no kernel meets the peer in between
-    (blocks as u32, BUDGET)
-}
-
 /// Puts the scalar of `op` (avg, PreMulSum with an immediate scalar) into `args`.
 pub fn set_scalar(args: &mut ArArgs, op: RedOp) {
     if let RedOp::PreMulSum(s) = op {
@@ -317,13 +299,6 @@ pub unsafe fn launch_copy(
     unsafe {
         crate::device::launch_struct(f, blocks, THREADS, stream, &args, true, "cuLaunchKernel")
     }
-}
-
-/// The copy kernel's grid for `bytes` (both sides compute it from the same bytes).
-pub fn copy_blocks(bytes: u64, max_blocks: u32) -> u32 {
-    (bytes / 16)
-        .div_ceil(THREADS as u64 * UNROLL)
-        .clamp(1, max_blocks.clamp(1, MAX_BLOCKS) as u64) as u32
 }
 
 /// Launches this GPU's half of a one-shot all-reduce on `stream` (the
@@ -470,7 +445,7 @@ impl<'g> OneShot2<'g> {
                 )));
             }
         }
-        let (blocks, budget) = plan(count, t, self.max_blocks);
+        let (blocks, budget) = reduce_grid(count as u64, t, self.max_blocks);
         let seq = self.seq;
         self.seq += budget; // past every barrier value this call can use
         let functions = match self.functions.get(&name) {
@@ -515,13 +490,6 @@ impl<'g> OneShot2<'g> {
     pub fn gpus(&self) -> [&'g Gpu; 2] {
         self.gpus
     }
-}
-
-/// The grid of `oxccl_copy` (copy.cu) for `bytes`: a thread per 16-byte
-/// pack, at most 264 blocks (two per SM of an H100/H200; the kernel is
-/// grid-stride, so any grid is correct).
-pub fn copy_kernel_blocks(bytes: u64) -> u32 {
-    (bytes / 16).div_ceil(THREADS as u64).clamp(1, 264) as u32
 }
 
 /// Copies `bytes` from `src` to `dst` with the copy kernel on `gpu`'s stream

@@ -928,7 +928,8 @@ impl DevComm {
                     })?;
                     self.function(&name)
                 })?;
-                let (blocks, budget) = allreduce::plan(count, t, self.config.pair_blocks);
+                let (blocks, budget) =
+                    allreduce::reduce_grid(count as u64, t, self.config.pair_blocks);
                 let kernel = PairKernel::of(what.collective());
                 let mut args =
                     self.reduce_args(send, recv, count, peer.flags, op, scalar_ptr, kernel);

@@ -42,12 +42,8 @@ pub const DEFAULT_CE_AR_MIN: u64 = 512 << 20;
 /// work besides its copy), 16 MiB 3–5%.
 pub const DEFAULT_CE_PUSH_PIECE: u64 = 64 << 20;
 
-/// Most blocks of a two-GPU pair kernel launch (`OXCCL_MAX_BLOCKS` of
-/// allreduce.cu): one flag word and a mailbox slot per block on each GPU.
-/// 128 <= 132 SMs of an H100/H200, so every block of a launch can be
-/// resident at once (a block waits for its partner on the peer GPU, never
-/// for another block of its own grid).
-pub const PAIR_MAX_BLOCKS: u32 = 128;
+/// Most blocks of a two-GPU pair kernel launch ([`super::pair::MAX_BLOCKS`]).
+pub use super::pair::MAX_BLOCKS as PAIR_MAX_BLOCKS;
 
 /// The executor's settings of a device communicator, read once from the
 /// parameters when it is created.

@@ -12,6 +12,7 @@
 //!   two GPUs (copies; reductions pulled through a scratch ring or pushed);
 //! - [`two_process`]: the copy-engine protocol between two processes (the
 //!   messages both ranks trade per call and the plans they agree on);
+//! - [`pair`]: the grids of the two-GPU kernels of one process;
 //! - [`config`]: the settings a device communicator reads once when it is
 //!   created.
 //!
@@ -23,6 +24,7 @@ pub mod copy_engine;
 pub mod copy_engine_reduce;
 pub mod kernel;
 pub mod one_launch;
+pub mod pair;
 pub mod ring;
 pub mod two_process;
 
