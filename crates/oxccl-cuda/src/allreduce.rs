@@ -241,39 +241,13 @@ impl ArArgs {
     }
 }
 
-/// The kernel name's type part.
-pub fn type_tag(t: DataType) -> &'static str {
-    match t {
-        DataType::Int8 => "i8",
-        DataType::Uint8 => "u8",
-        DataType::Int32 => "i32",
-        DataType::Uint32 => "u32",
-        DataType::Int64 => "i64",
-        DataType::Uint64 => "u64",
-        DataType::Float16 => "f16",
-        DataType::Float32 => "f32",
-        DataType::Float64 => "f64",
-        DataType::Bfloat16 => "bf16",
-        DataType::Float8e4m3 => "e4m3",
-        DataType::Float8e5m2 => "e5m2",
-    }
-}
-
-/// The kernel name's op part (always `Some`: every op has kernels).
-pub fn op_tag(op: RedOp) -> Option<&'static str> {
-    match op {
-        RedOp::Sum => Some("sum"),
-        RedOp::Prod => Some("prod"),
-        RedOp::Max => Some("max"),
-        RedOp::Min => Some("min"),
-        RedOp::Avg => Some("avg"),
-        RedOp::PreMulSum(_) => Some("premulsum"),
-    }
-}
-
 /// `oxccl_ar1_<type>_<op>`.
 pub fn kernel_name(t: DataType, op: RedOp) -> Option<String> {
-    Some(format!("oxccl_ar1_{}_{}", type_tag(t), op_tag(op)?))
+    Some(format!(
+        "oxccl_ar1_{}_{}",
+        kernels::type_tag(t),
+        kernels::op_tag(op)?
+    ))
 }
 
 /// Puts the scalar of `op` (avg, PreMulSum with an immediate scalar) into `args`.

@@ -91,8 +91,8 @@ pub fn joint_kernel_name(t: DataType, op: RedOp) -> String {
 pub fn kernel_name(t: DataType, op: RedOp) -> String {
     format!(
         "oxccl_ring_{}_{}",
-        crate::allreduce::type_tag(t),
-        crate::allreduce::op_tag(op).unwrap_or("sum")
+        crate::kernels::type_tag(t),
+        crate::kernels::op_tag(op).unwrap_or("sum")
     )
 }
 
