@@ -137,6 +137,21 @@ impl RingConfig {
     /// `timeout` (else `OXCCL_TIMEOUT_MS`), and the algorithms and protocols
     /// that `NCCL_ALGO` / `NCCL_PROTO` allow as `p` parsed them.
     pub fn from_params(p: &Params, nranks: usize, timeout: Option<Duration>) -> RingConfig {
+        let algos = p.get(&params::ALGO).unwrap_or_default();
+        let protos = p.get(&params::PROTO).unwrap_or_default();
+        RingConfig::from_selections(p, &algos, &protos, nranks, timeout)
+    }
+
+    /// [`RingConfig::from_params`] with `NCCL_ALGO` / `NCCL_PROTO` already
+    /// parsed (the host path's configuration holds them): the GPU and host
+    /// paths then decide from the same values.
+    pub fn from_selections(
+        p: &Params,
+        algos: &Selection<Algo>,
+        protos: &Selection<Proto>,
+        nranks: usize,
+        timeout: Option<Duration>,
+    ) -> RingConfig {
         let mut cfg = RingConfig::new(
             p.get(&params::P2P_DISABLE),
             p.get(&params::BUFFSIZE),
@@ -148,11 +163,7 @@ impl RingConfig {
         if let Some(o) = p.get(&params::RING_ORDER) {
             cfg.ring_order = parse_ring_order(&o);
         }
-        cfg.select(
-            &p.get(&params::ALGO).unwrap_or_default(),
-            &p.get(&params::PROTO).unwrap_or_default(),
-            nranks,
-        );
+        cfg.select(algos, protos, nranks);
         // OXCCL_CUDA_LL_MAX moves LL's bound where NCCL_PROTO allows LL.
         if let Some(b) = p.get(&params::CUDA_LL_MAX) {
             if cfg.ll_max != 0 {
@@ -347,6 +358,11 @@ mod tests {
         assert_eq!(c.net_streams, 16);
         let c = RingConfig::from_params(&params(&[("NCCL_NSOCKS_PERTHREAD", "0")]), 2, t);
         assert_eq!(c.net_streams, 1);
+        // Selections parsed elsewhere win over the text in `p`.
+        let p = params(&[("NCCL_PROTO", "LL")]);
+        let simple = Selection::<Proto>::parse("Simple").unwrap();
+        let c = RingConfig::from_selections(&p, &Selection::default(), &simple, 2, t);
+        assert_eq!(c.ll_max, 0);
     }
 
     #[test]
