@@ -39,9 +39,8 @@ use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
 use crate::ring::{self, Ring, RingBoot, RingConfig};
 use crate::{ce, ce_reduce, compile, kernels};
-use oxccl_core::algo::{Algo, Proto};
 use oxccl_core::gpu::config::DeviceConfig;
-use oxccl_core::gpu::{one_launch, two_process, Collective, PairKernel, RingKernel};
+use oxccl_core::gpu::{one_launch, route, two_process, Collective, PairKernel, RingKernel};
 
 mod copy_engine_io;
 mod group;
@@ -1403,33 +1402,21 @@ impl DevComm {
         }
     }
 
-    /// Whether an operation on `stream` takes the ring path: [`Self::use_ring`],
-    /// or the stream is being captured into a CUDA graph (the one-shot
-    /// kernels take barrier values from a host counter, which a replay
-    /// would repeat; the ring's counters live on the GPU). Every rank must
-    /// capture the same operations, as every rank must make the same calls.
+    /// Whether an operation on `stream` takes the ring path
+    /// ([`route::Placement::ring_for`]).
     fn ring_for(&self, stream: usize) -> bool {
-        self.use_ring() || capturing(stream)
+        self.placement().ring_for(|| capturing(stream))
     }
 
     /// Whether an all-reduce of `bytes` that could take the two-GPU pair
-    /// kernel takes the ring's one-shot LL kernel instead: one NVLink
-    /// crossing (every rank writes its lines into the other's slots) against
-    /// the pair kernel's three (entry barrier, the peer read, exit barrier).
-    /// One thread driving both GPUs (nccl-tests -g 2, eager), 8 B-128 KB:
-    /// 7.6-9.6 us against 8.6-11.7 (2xH200, 2026-11-30, one job; NCCL
-    /// 14-19); on a slower host both were bound by the two launches at
-    /// 10.5-12.3 (NCCL 19-22), neither ahead. Both
-    /// ranks decide from the same byte count and the same ring settings;
-    /// without a ring (not set up) the pair kernel stays.
+    /// kernel takes the ring's one-shot LL kernel instead
+    /// ([`route::one_shot_on_ring`]).
     fn one_shot_on_ring(&self, bytes: u64) -> bool {
-        match self.ring.get() {
-            Some(Ok(r)) => {
-                let (kernel, _) = ring::plan(Collective::AllReduce, bytes, &r.thresholds());
-                (kernel.algorithm(), kernel.protocol()) == (Algo::OneShot, Proto::LL)
-            }
-            _ => false,
-        }
+        let t = match self.ring.get() {
+            Some(Ok(r)) => Some(r.thresholds()),
+            _ => None,
+        };
+        route::one_shot_on_ring(bytes, t.as_ref())
     }
 
     /// Whether a launch of `blocks` blocks on this rank's streams may be
@@ -1457,13 +1444,14 @@ impl DevComm {
         Ok(())
     }
 
-    /// Whether operations with peers take the ring path: more than two
-    /// ranks, the peer in another process or on this rank's own GPU (the
-    /// pair kernels and copy engines need two GPUs; the ring's windows work
-    /// within one), or the ring forced.
-    fn use_ring(&self) -> bool {
+    /// Where this communicator's ranks are, for [`route`]'s choices.
+    fn placement(&self) -> route::Placement {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
-        self.nranks > 2 || self.ring_only.load(Relaxed) || !self.pair.load(Acquire)
+        route::Placement {
+            nranks: self.nranks,
+            ring_only: self.ring_only.load(Relaxed),
+            pair: self.pair.load(Acquire),
+        }
     }
 
     /// A ring collective's launch.

@@ -6,6 +6,7 @@
 //!   integer the kernels take;
 //! - [`ring`]: the ring program's settings, thresholds, kernel plan, channel
 //!   counts, what ranks sharing a GPU may launch, and the window layout;
+//! - [`route`]: whether an operation takes the pair kernels or the ring;
 //! - [`one_launch`]: one launch for every rank of a process (which calls, which
 //!   group, the arguments and grid);
 //! - [`copy_engine`], [`copy_engine_reduce`]: the copy-engine schedules of
@@ -26,6 +27,7 @@ pub mod kernel;
 pub mod one_launch;
 pub mod pair;
 pub mod ring;
+pub mod route;
 pub mod two_process;
 
 pub use kernel::{Collective, PairKernel, RingKernel};
