@@ -11,6 +11,7 @@ pub mod elf;
 pub mod engine;
 pub mod error;
 pub mod float;
+pub mod gpu;
 pub mod logfmt;
 pub mod params;
 pub mod reduce;

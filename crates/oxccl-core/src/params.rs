@@ -570,11 +570,11 @@ params! {
         "1: one-shot LL all-reduces, all-gathers, reduce-scatters, broadcasts and reduces whose every block fits one LL slot (to 256 KiB, per rank for the copies and reduce-scatters, at the default channels) run in a small kernel of their own that does its fixed loads before waiting for the kernel ahead of it (2 ranks sharing one H200, CUDA graphs: 8-512 B all-reduces 1.6-1.9 us against 3.4-3.5, 256 KiB 3.1 against 5.3; 8 B-4 KiB broadcasts 1.7-1.9 against 3.0-3.2, reduces 1.9-2.2 against 3.3-3.4, all-gathers 2.2-2.3 against 3.6-3.8, reduce-scatters 2.3-2.5 against 3.8-3.9); two-shot LL all-reduces (3-8 ranks) too, when every block's part of a rank's block fits one slot. 0: the ring kernel's one-shot and two-shot paths.";
     // Why a bound: the one-launch kernel reads the other ranks' inputs from
     // one GPU (the per-rank kernels spread that over every GPU's links), so
-    // it pays where the launches dominate, small calls (joint.rs).
+    // it pays where the launches dominate, small calls (gpu/one_launch.rs).
     CUDA_JOINT_MAX: Size = "OXCCL_CUDA_JOINT_MAX", "256K", honoured,
         "Every rank of a communicator of at most 8 ranks in this process, all on one GPU (or on several with OXCCL_CUDA_JOINT_PEERS=1), every rank's calls in one group of one thread, not under CUDA graph capture: all-reduces, all-gathers, reduce-scatters, broadcasts and reduces whose larger buffer per rank holds at most this many bytes run as one kernel on rank 0's GPU that reads every rank's input and writes every rank's output, the other ranks' streams ordered around it by events: one launch per call instead of one per rank (ranks sharing one H200, eager, 8 B-128 KB, medians of 3-7 rounds: two ranks' all-reduces 7.2 us against 9.0, reduces 5.0 against 9.0, all-gathers 6.6 against 9.2, broadcasts 7.1 against 7.8; four ranks' all-reduces 7.3-8.0 against 17.2-19.3; one H200, 2026-12-01, docs/performance-gpu.md). 0: never.";
     // Why off: across GPUs the events cross devices and rank 0's GPU reads
-    // the peers' inputs over NVLink; not yet timed there (joint.rs).
+    // the peers' inputs over NVLink; not yet timed there (gpu/one_launch.rs).
     CUDA_JOINT_PEERS: Bool = "OXCCL_CUDA_JOINT_PEERS", "0", honoured,
         "1: the one-launch kernel of OXCCL_CUDA_JOINT_MAX also for ranks on several GPUs of this process (nccl-tests -g N): rank 0's GPU reads the other ranks' inputs and writes their outputs over the peer mappings. 0: only ranks that all share one GPU (the default until timed on several GPUs).";
     CUDA_AR_BLOCKS: Opt<U32> = "OXCCL_CUDA_AR_BLOCKS", "", honoured,
@@ -586,16 +586,16 @@ params! {
     // Why a bound of its own, apart from CUDA_CE_MIN: the reduction's fixed
     // cost (three barriers, a pipeline's fill and drain through a 64 MiB
     // scratch ring) is paid against the SM pair kernel at 337 GB/s, not the
-    // copy kernel, so it pays off far later (ce_reduce.rs, DEFAULT_AR_MIN).
+    // copy kernel, so it pays off far later (gpu/config.rs, DEFAULT_CE_AR_MIN).
     CUDA_CE_AR_MIN: Opt<Size> = "OXCCL_CUDA_CE_AR_MIN", "", honoured,
         "Two GPUs in one process, both ranks' calls in one group of one thread (nccl-tests -g 2), or two ranks in two processes of one host (buffers traded through CUDA IPC per call, as for OXCCL_CUDA_CE_MIN): all-reduces (sum, prod, max, min; same count, type and op on both ranks) of at least this many bytes, and reduce-scatters whose send buffer holds at least twice this, pull the peer's values with the copy engines through a 256 MiB scratch ring per GPU (allocated at the first such call) and reduce them with a 32-block kernel, instead of the SM kernels. Every rank must set the same value. 0: never. Unset: 512M in one process; two processes (whose alternative is the slower ring kernel) from 256M, reduce-scatters from 256M of send buffer too, and both from 128M where every rank's send and receive buffers are apart (pushed, OXCCL_CUDA_CE_PUSH).";
     // Why a setting: the pushed reduction's piece trades the pipeline's fill
     // (the first piece's copy before any reduction) against ~20 us of copy
-    // stream work per piece (ce_reduce.rs, SLOT_BYTES); measured per size
-    // on the device (xp.rs, PUSH_PIECE), and small in tests so many pieces run.
+    // stream work per piece (gpu/copy_engine_reduce.rs, SLOT_BYTES); measured per size
+    // on the device (gpu/config.rs, DEFAULT_CE_PUSH_PIECE), and small in tests so many pieces run.
     CUDA_CE_PUSH: Opt<Size> = "OXCCL_CUDA_CE_PUSH", "", honoured,
         "Two ranks in two processes of one host taking the copy engines for an all-reduce or reduce-scatter (OXCCL_CUDA_CE_AR_MIN) with send and receive buffers apart on both ranks: each rank's copy engine pushes the peer's part of its input straight into the peer's output in pieces of at most this many bytes (a quarter of the part when less, at least 16M), and the peer reduces there as pieces land (no scratch ring, no 256 MiB allocation). In place the pieces are pulled through the scratch ring. Every rank must set the same value. 0: always pull. Unset: 64M.";
-    // Why a setting, off: the in-place pushes (ce_reduce.rs,
+    // Why a setting, off: the in-place pushes (gpu/copy_engine_reduce.rs,
     // plan_pushed_in_place, plan_pushed_ring) were checked on one GPU but
     // not yet timed on two; the default follows a measurement.
     CUDA_CE_PUSH_IN_PLACE: Bool = "OXCCL_CUDA_CE_PUSH_IN_PLACE", "0", honoured,
@@ -616,13 +616,13 @@ params! {
     CUDA_ONESHOT_MAX: Opt<Size> = "OXCCL_CUDA_ONESHOT_MAX", "", honoured,
         "All-reduces on device buffers up to this many bytes take a one-shot kernel (every rank writes to every rank; at most 8 ranks): LL within a host, Simple slots when a peer is on another host. 0: never. Unset: 256K within a host for 2 ranks, 128K / (ranks - 1) for more; across hosts every size for 2 ranks, else 256K / (ranks - 1). NCCL_ALGO without OneShot also turns it off. 0 also turns off the one-shot all-gather and reduce-scatter (blocks B with (ranks - 1) x B within LL's 512K, one host).";
     // Why on by default: the LL ring's 2 (n - 1) dependent steps against two
-    // crossings for the same bytes (crates/oxccl-cuda/src/ring.rs,
+    // crossings for the same bytes (gpu/ring.rs,
     // default_twoshot_max; 4 and 8 ranks sharing one H200, 2026-12-01).
     CUDA_TWOSHOT_MAX: Opt<Size> = "OXCCL_CUDA_TWOSHOT_MAX", "", honoured,
         "All-reduces on device buffers of 3 to 8 ranks of one host, larger than the one-shot bound (OXCCL_CUDA_ONESHOT_MAX), up to this many bytes take a two-shot kernel over LL lines (block p of every rank to rank p, reduced there, then sent to every rank: two crossings) instead of the LL ring (2 x (ranks - 1) dependent steps), and, set above LL's bound, instead of the Simple ring up to it. 0: never. Unset: 512K (LL's default bound). NCCL_ALGO without TwoShot or NCCL_PROTO without LL also turns it off; not for 2 ranks (the one-shot serves them) or across hosts.";
     // Why on by default: one (two) crossings of the ring's bytes against the
-    // Simple ring's n - 1 (2 (n - 1)) dependent steps (crates/oxccl-cuda/
-    // src/ring.rs, default_direct_max; ranks sharing one H200, 2026-12-01).
+    // Simple ring's n - 1 (2 (n - 1)) dependent steps (gpu/ring.rs,
+    // default_direct_max; ranks sharing one H200, 2026-12-01).
     CUDA_DIRECT_MAX: Opt<Size> = "OXCCL_CUDA_DIRECT_MAX", "", honoured,
         "On the GPU ring path, for 3 to 8 ranks of one host: all-gathers and reduce-scatters past the one-shot LL bound whose per-rank block is at most this many bytes take a one-shot kernel over Simple slots (each rank writes its piece for rank p straight into p's slots: one crossing instead of the ring's ranks - 1 steps), and all-reduces past LL whose 1/ranks part is at most this a two-shot one (that reduce-scatter, then that all-gather of the reduced blocks). 0: never (the Simple ring). Unset: 1M. NCCL_ALGO naming neither OneShot nor TwoShot for all-reduce also turns it off; not for 2 ranks (their ring is already one step each way) or across hosts.";
     RING_ORDER: Opt<Str> = "OXCCL_RING_ORDER", "", honoured,

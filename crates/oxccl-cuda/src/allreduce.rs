@@ -8,21 +8,19 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 
 use cudarc::driver::sys;
+use oxccl_core::gpu::config::DeviceConfig;
+use oxccl_core::gpu::PairKernel;
 use oxccl_core::{DataType, Error, RedOp, Result};
 
 use crate::compile;
 use crate::device::{DeviceBuffer, Gpu, Module};
 use crate::kernels;
 
-/// Threads per block (the kernels' `__launch_bounds__`).
-pub const THREADS: u32 = 512;
-/// Units (16-byte packs or elements) per thread per round (`OXCCL_UNROLL`).
-pub const UNROLL: u64 = 4;
-/// Most blocks per launch (`OXCCL_MAX_BLOCKS`): one flag word and a
-/// [`MBOX_WORDS`]-word mailbox slot per block on each GPU. 128 <= 132 SMs of an H100/H200, so
-/// every block of a launch can be resident at once (a block waits for its
-/// partner on the peer GPU, never for another block of its own grid).
-pub const MAX_BLOCKS: u32 = 128;
+// The kernels' block size, unroll, most blocks and barrier budget, and
+// their grids: pure decisions of the core.
+pub use oxccl_core::gpu::pair::{
+    copy_blocks, copy_kernel_blocks, reduce_grid, BUDGET, MAX_BLOCKS, THREADS, UNROLL,
+};
 /// Words of a block's mailbox slot (`OXCCL_MBOX`: input, output, bits, spare).
 pub const MBOX_WORDS: usize = 4;
 /// The first of the two words after the flags and the mailboxes that the
@@ -32,24 +30,9 @@ pub const MBOX_WORDS: usize = 4;
 pub const CTL_WORD: usize = (1 + MBOX_WORDS) * MAX_BLOCKS as usize;
 /// Words of the flags buffer: flags, the mailbox, the two control words.
 pub const FLAG_WORDS: usize = CTL_WORD + 2;
-/// Barrier values one call of any kernel here takes (entry and exit; one spare).
-pub const BUDGET: u64 = 3;
 
-/// `ArArgs.mode`: all-reduce.
-pub const MODE_ALLREDUCE: u32 = 0;
-/// `ArArgs.mode`: reduce-scatter (`count` per rank).
-pub const MODE_REDUCE_SCATTER: u32 = 1;
-/// `ArArgs.mode`: reduce to `root`.
-pub const MODE_REDUCE: u32 = 2;
 /// `ArArgs.bits`: take the two-shot all-reduce even out of place.
 pub const BIT_TWO_SHOT: u64 = 4;
-
-/// `CpArgs.mode`: all-gather.
-pub const CP_ALLGATHER: u32 = 0;
-/// `CpArgs.mode`: broadcast.
-pub const CP_BROADCAST: u32 = 1;
-/// `CpArgs.mode`: send/receive (each side pulls the peer's send buffer).
-pub const CP_P2P: u32 = 2;
 
 /// `struct CpArgs` of `allreduce.cu` (the `oxccl_pcopy` kernel), field for field.
 #[repr(C)]
@@ -67,7 +50,7 @@ pub struct CpArgs {
     pub bytes: u64,
     /// First barrier value of this call.
     pub seq: u64,
-    /// `CP_*`.
+    /// The copy kernel's mode ([`PairKernel::mode`]).
     pub mode: u32,
     /// 0 or 1.
     pub rank: u32,
@@ -220,7 +203,7 @@ pub struct ArArgs {
     pub iscale: u64,
     /// PreMulSum with a device-resident scalar: its address, else 0.
     pub scalar_ptr: u64,
-    /// `MODE_*`.
+    /// The reducing kernel's mode ([`PairKernel::mode`]).
     pub mode: u32,
     /// Reduce's root.
     pub root: u32,
@@ -251,72 +234,20 @@ impl ArArgs {
             rank,
             iscale: 0,
             scalar_ptr: 0,
-            mode: MODE_ALLREDUCE,
+            mode: PairKernel::AllReduce.mode(),
             root: 0,
             bits: 0,
         }
     }
 }
 
-/// Most blocks a launch uses: `OXCCL_CUDA_AR_BLOCKS` (1..=128), else 128.
-pub fn block_limit() -> u32 {
-    static L: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *L.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_AR_BLOCKS)
-            .map(|v| v.clamp(1, MAX_BLOCKS))
-            .unwrap_or(MAX_BLOCKS)
-    })
-}
-
-/// The kernel name's type part.
-pub fn type_tag(t: DataType) -> &'static str {
-    match t {
-        DataType::Int8 => "i8",
-        DataType::Uint8 => "u8",
-        DataType::Int32 => "i32",
-        DataType::Uint32 => "u32",
-        DataType::Int64 => "i64",
-        DataType::Uint64 => "u64",
-        DataType::Float16 => "f16",
-        DataType::Float32 => "f32",
-        DataType::Float64 => "f64",
-        DataType::Bfloat16 => "bf16",
-        DataType::Float8e4m3 => "e4m3",
-        DataType::Float8e5m2 => "e5m2",
-    }
-}
-
-/// The kernel name's op part (always `Some`: every op has kernels).
-pub fn op_tag(op: RedOp) -> Option<&'static str> {
-    match op {
-        RedOp::Sum => Some("sum"),
-        RedOp::Prod => Some("prod"),
-        RedOp::Max => Some("max"),
-        RedOp::Min => Some("min"),
-        RedOp::Avg => Some("avg"),
-        RedOp::PreMulSum(_) => Some("premulsum"),
-    }
-}
-
 /// `oxccl_ar1_<type>_<op>`.
 pub fn kernel_name(t: DataType, op: RedOp) -> Option<String> {
-    Some(format!("oxccl_ar1_{}_{}", type_tag(t), op_tag(op)?))
-}
-
-/// The grid and the barrier budget of a call: (blocks, sequence values
-/// the call may use). Both GPUs compute it from `count` and `t` alone (each
-/// launch knows only its own pointers), so their grids match: blocks cover
-/// the buffer in 16-byte packs, and the budget is an upper bound that also
-/// holds when the kernel falls back to single elements (misaligned buffers).
-pub fn plan(count: usize, t: DataType, max_blocks: u32) -> (u32, u64) {
-    let packs = (count as u64 * t.size() as u64) / 16;
-    let per_block = THREADS as u64 * UNROLL;
-    let blocks = packs
-        .div_ceil(per_block)
-        .clamp(1, max_blocks.clamp(1, MAX_BLOCKS) as u64);
-    // entry + exit (+ a spare): no kernel meets the peer in between
-    (blocks as u32, BUDGET)
+    Some(format!(
+        "oxccl_ar1_{}_{}",
+        kernels::type_tag(t),
+        kernels::op_tag(op)?
+    ))
 }
 
 /// Puts the scalar of `op` (avg, PreMulSum with an immediate scalar) into `args`.
@@ -342,13 +273,6 @@ pub unsafe fn launch_copy(
     unsafe {
         crate::device::launch_struct(f, blocks, THREADS, stream, &args, true, "cuLaunchKernel")
     }
-}
-
-/// The copy kernel's grid for `bytes` (both sides compute it from the same bytes).
-pub fn copy_blocks(bytes: u64, max_blocks: u32) -> u32 {
-    (bytes / 16)
-        .div_ceil(THREADS as u64 * UNROLL)
-        .clamp(1, max_blocks.clamp(1, MAX_BLOCKS) as u64) as u32
 }
 
 /// Launches this GPU's half of a one-shot all-reduce on `stream` (the
@@ -413,6 +337,8 @@ pub struct OneShot2<'g> {
     modules: [Module<'g>; 2],
     functions: HashMap<String, [sys::CUfunction; 2]>,
     seq: u64,
+    /// Most blocks a launch uses (`OXCCL_CUDA_AR_BLOCKS`, read at creation).
+    max_blocks: u32,
 }
 
 impl<'g> OneShot2<'g> {
@@ -443,6 +369,7 @@ impl<'g> OneShot2<'g> {
             modules: [m0, m1],
             functions: HashMap::new(),
             seq: 1,
+            max_blocks: DeviceConfig::from_params(oxccl_env::params()).pair_blocks,
         })
     }
 
@@ -492,7 +419,7 @@ impl<'g> OneShot2<'g> {
                 )));
             }
         }
-        let (blocks, budget) = plan(count, t, block_limit());
+        let (blocks, budget) = reduce_grid(count as u64, t, self.max_blocks);
         let seq = self.seq;
         self.seq += budget; // past every barrier value this call can use
         let functions = match self.functions.get(&name) {
@@ -537,13 +464,6 @@ impl<'g> OneShot2<'g> {
     pub fn gpus(&self) -> [&'g Gpu; 2] {
         self.gpus
     }
-}
-
-/// The grid of `oxccl_copy` (copy.cu) for `bytes`: a thread per 16-byte
-/// pack, at most 264 blocks (two per SM of an H100/H200; the kernel is
-/// grid-stride, so any grid is correct).
-pub fn copy_kernel_blocks(bytes: u64) -> u32 {
-    (bytes / 16).div_ceil(THREADS as u64).clamp(1, 264) as u32
 }
 
 /// Copies `bytes` from `src` to `dst` with the copy kernel on `gpu`'s stream

@@ -7,7 +7,7 @@
 //! driver's current context (the device's primary context after
 //! `cudaSetDevice` and a first runtime call). oxccl works in the same primary
 //! contexts, and every function here that needs a context makes it current
-//! through a scope guard (`CtxScope`), which puts the caller's context back when it ends,
+//! through a scope guard (`device::CtxScope`), which puts the caller's context back when it ends,
 //! so the runtime's current device never changes under the caller.
 //!
 //! Two GPUs in one process (nccl-tests `-g 2`, `ncclCommInitAll`): each rank's
@@ -18,6 +18,13 @@
 //! half on the caller's stream and returns: the two halves find each other on
 //! the GPUs (the n-th call of one rank meets the n-th call of the other), so
 //! there is no host synchronisation and no host matching of calls.
+//!
+//! By concern: [`memory`] (where a pointer lives, `ncclMemAlloc`, IPC of
+//! allocations), `group` (a group's launches, one launch for every local
+//! rank, the copy-engine pairing), `copy_engine_io` (the copy-engine paths
+//! of one process as queued work), `two_process_io` (the copy engines
+//! between two processes); the decisions all of them act on are
+//! `oxccl_core::gpu`'s.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -27,13 +34,21 @@ use cudarc::driver::sys::{self, CUresult};
 use oxccl_core::{DataType, Error, ErrorKind, RedOp, Result};
 
 use crate::allreduce::{self, ArArgs, CpArgs, FLAG_BYTES};
-use crate::device::check;
+use crate::device::{check, CtxScope};
 use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
 use crate::ring::{self, Ring, RingBoot, RingConfig};
-use crate::{ce, ce_reduce, compile, joint, kernels};
+use crate::{ce, ce_reduce, compile, kernels};
+use oxccl_core::gpu::config::DeviceConfig;
+use oxccl_core::gpu::{one_launch, route, two_process, Collective, PairKernel, RingKernel};
 
-mod xp_io;
+mod copy_engine_io;
+mod group;
+pub mod memory;
+mod two_process_io;
+
+pub use group::*;
+pub use memory::*;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -42,193 +57,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// True when a CUDA driver with at least one GPU is usable (probed once).
 pub fn available() -> bool {
     loader::probe_driver().is_ok()
-}
-
-/// Makes a context current for its lifetime; puts the previous one back.
-pub(crate) struct CtxScope {
-    saved: sys::CUcontext,
-    /// Whether `enter` changed the current context (else drop has nothing
-    /// to put back: one driver call less per launch, ~25 ns).
-    changed: bool,
-}
-
-impl CtxScope {
-    /// Makes `ctx` current (the driver must have been probed).
-    pub(crate) fn enter(ctx: sys::CUcontext) -> Result<CtxScope> {
-        guarded("cuCtxSetCurrent", || {
-            let mut saved: sys::CUcontext = std::ptr::null_mut();
-            // SAFETY: writes one handle; then sets a retained context current.
-            unsafe {
-                check(sys::cuCtxGetCurrent(&mut saved), "cuCtxGetCurrent")?;
-                if saved != ctx {
-                    check(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
-                }
-            }
-            Ok(CtxScope {
-                saved,
-                changed: saved != ctx,
-            })
-        })
-    }
-}
-
-impl Drop for CtxScope {
-    fn drop(&mut self) {
-        if !self.changed {
-            return;
-        }
-        // SAFETY: `saved` was current before (or NULL, which unbinds); errors ignored in drop.
-        unsafe {
-            sys::cuCtxSetCurrent(self.saved);
-        }
-    }
-}
-
-/// The device (ordinal) of the calling thread's current context; `None`
-/// without a driver or without a current context (a thread that never used
-/// CUDA).
-pub fn current_device() -> Option<i32> {
-    loader::driver().ok()?;
-    guarded("cuCtxGetCurrent", || {
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: writes one handle.
-        unsafe { check(sys::cuCtxGetCurrent(&mut ctx), "cuCtxGetCurrent")? };
-        if ctx.is_null() {
-            return Ok(None);
-        }
-        let mut dev: sys::CUdevice = 0;
-        // SAFETY: a context is current; writes one int.
-        unsafe { check(sys::cuCtxGetDevice(&mut dev), "cuCtxGetDevice")? };
-        Ok(Some(dev))
-    })
-    .ok()
-    .flatten()
-}
-
-/// Where a pointer's memory is, as the collectives need to know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Memory {
-    /// Host memory (pageable, pinned, or unknown to CUDA), or no driver.
-    Host,
-    /// Device memory of this device ordinal.
-    Device(i32),
-}
-
-/// A device allocation's extent as the driver reports it: (base, size).
-pub type Extent = Option<(u64, u64)>;
-
-/// Where `ptr` is, and the extent of its allocation, in one driver call
-/// (`cuPointerGetAttributes`: memory type, device ordinal, range start and
-/// size; a collective asks this for two buffers on every call, and one call
-/// per pointer instead of three saves ~4 driver calls per collective). A
-/// pointer CUDA does not know (zeroed attributes, or
-/// `CUDA_ERROR_INVALID_VALUE`), host/pinned memory, NULL, or no driver at
-/// all is [`Memory::Host`].
-pub fn locate(ptr: *const c_void) -> Result<(Memory, Extent)> {
-    if ptr.is_null() || loader::driver().is_err() {
-        return Ok((Memory::Host, None));
-    }
-    guarded("cuPointerGetAttributes", || {
-        use sys::CUpointer_attribute as A;
-        let (mut kind, mut ord, mut base, mut size) = (0u32, -1i32, 0u64, 0usize);
-        let mut attrs = [
-            A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-            A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-        ];
-        let mut data: [*mut c_void; 4] = [
-            &mut kind as *mut u32 as *mut c_void,
-            &mut ord as *mut i32 as *mut c_void,
-            &mut base as *mut u64 as *mut c_void,
-            &mut size as *mut usize as *mut c_void,
-        ];
-        // SAFETY: four attributes, each written into a value of its size
-        // (a 32-bit enum, an int, a CUdeviceptr, a size_t).
-        let r = unsafe {
-            sys::cuPointerGetAttributes(
-                4,
-                attrs.as_mut_ptr(),
-                data.as_mut_ptr(),
-                ptr as sys::CUdeviceptr,
-            )
-        };
-        if r == CUresult::CUDA_ERROR_INVALID_VALUE {
-            return Ok((Memory::Host, None));
-        }
-        check(r, "cuPointerGetAttributes")?;
-        if kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
-            return Ok((Memory::Host, None));
-        }
-        let extent = (size > 0).then_some((base, size as u64));
-        Ok((Memory::Device(ord), extent))
-    })
-}
-
-/// [`locate`]'s memory kind alone.
-pub fn memory_of(ptr: *const c_void) -> Result<Memory> {
-    locate(ptr).map(|x| x.0)
-}
-
-/// Checks that `bytes` from the device pointer `ptr` lie inside the
-/// allocation `extent` that [`locate`] reported for it in the same call, so
-/// an overrunning count is an error naming the argument (`what`, e.g.
-/// "recvbuff") instead of a fault in a kernel. Memory the driver cannot
-/// place (no extent) passes: nothing to check against.
-pub fn check_extent_in(ptr: u64, bytes: usize, extent: Extent, what: &str) -> Result<()> {
-    let Some((base, size)) = extent else {
-        return Ok(());
-    };
-    if bytes == 0 || ptr == 0 {
-        return Ok(());
-    }
-    let end = ptr as u128 + bytes as u128;
-    if end > base as u128 + size as u128 {
-        return Err(Error::invalid_argument(format!(
-            "{what}: {bytes} bytes from {ptr:#x} run {} bytes past the end of its device \
-             allocation ({size} bytes at {base:#x}): count too large for the buffer",
-            end - (base as u128 + size as u128)
-        )));
-    }
-    Ok(())
-}
-
-/// `ncclMemAlloc`'s device allocations: address -> the context that owns it.
-fn device_allocations() -> MutexGuard<'static, HashMap<u64, usize>> {
-    static A: OnceLock<Mutex<HashMap<u64, usize>>> = OnceLock::new();
-    lock(A.get_or_init(|| Mutex::new(HashMap::new())))
-}
-
-/// `cuMemAlloc` of `bytes` in the calling thread's current context; `None`
-/// without a driver or a current context (the caller then uses host memory).
-pub fn mem_alloc_current(bytes: usize) -> Result<Option<u64>> {
-    if current_device().is_none() {
-        return Ok(None);
-    }
-    guarded("cuMemAlloc", || {
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        let mut p: sys::CUdeviceptr = 0;
-        // SAFETY: writes a handle and a pointer; a context is current.
-        unsafe {
-            check(sys::cuCtxGetCurrent(&mut ctx), "cuCtxGetCurrent")?;
-            check(sys::cuMemAlloc_v2(&mut p, bytes.max(1)), "cuMemAlloc")?;
-        }
-        device_allocations().insert(p, ctx as usize);
-        Ok(Some(p))
-    })
-}
-
-/// Frees a pointer of [`mem_alloc_current`]; `false` if it is not one.
-pub fn mem_free(ptr: u64) -> Result<bool> {
-    let Some(ctx) = device_allocations().remove(&ptr) else {
-        return Ok(false);
-    };
-    let _scope = CtxScope::enter(ctx as sys::CUcontext)?;
-    guarded("cuMemFree", || {
-        // SAFETY: allocated by cuMemAlloc in this context, freed once (removed above).
-        unsafe { check(sys::cuMemFree_v2(ptr), "cuMemFree")? };
-        Ok(true)
-    })
 }
 
 /// One rank's entry in its clique.
@@ -251,7 +79,7 @@ struct Clique {
     pair: Arc<std::sync::atomic::AtomicBool>,
     /// How many ranks are members, and whether they are on more than one
     /// GPU (with peer access between every two: what the one-launch kernel
-    /// needs, [`crate::joint`]), kept as `pair` is.
+    /// needs, [`oxccl_core::gpu::one_launch`]), kept as `pair` is.
     local: Arc<Local>,
 }
 
@@ -312,6 +140,22 @@ fn enable_peer(from: &Member, to: &Member) -> Result<()> {
     })
 }
 
+/// A kernel loaded in this process (a `CUfunction`; modules stay loaded
+/// for the life of the process, so it never dangles), or [`KernelFn::NONE`]
+/// where a launch needs none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KernelFn(usize);
+
+impl KernelFn {
+    /// No kernel (a send/receive launch whose every peer is this rank).
+    const NONE: KernelFn = KernelFn(0);
+
+    /// The driver's handle.
+    fn raw(self) -> sys::CUfunction {
+        self.0 as sys::CUfunction
+    }
+}
+
 /// Loaded all-reduce modules, one per device, for the life of the process.
 struct Loaded {
     module: usize,
@@ -350,14 +194,12 @@ pub struct DevComm {
     pair: Arc<std::sync::atomic::AtomicBool>,
     /// Its clique's ranks in this process and their GPUs (`local`).
     local: Arc<Local>,
-    /// One-shot and two-shot LL collectives that fit take `oxccl_ll1_*`
-    /// (`OXCCL_CUDA_LL1_FAST`, [`ring::small_kernel_fits`]).
-    ll1_fast: bool,
-    /// `OXCCL_CUDA_JOINT_MAX` and `OXCCL_CUDA_JOINT_PEERS` ([`crate::joint`]).
-    joint_max: u64,
-    joint_peers: bool,
+    /// The settings read from the parameters when it was created (the
+    /// small kernel, the one-launch kernel, the pair kernels' blocks, the
+    /// copy engines' bounds).
+    config: DeviceConfig,
     /// The event that orders the ranks' streams around a one-launch kernel
-    /// ([`go_joint`]; 0: not created yet).
+    /// ([`enqueue_joint`]; 0: not created yet).
     joint_event: Mutex<usize>,
     /// The last stream found to belong to this communicator's context
     /// (calls on one stream, the usual case, ask the driver once; a
@@ -379,8 +221,8 @@ pub struct DevComm {
     /// allocated at the first such call, freed with the communicator).
     ce_scratch: Mutex<Option<u64>>,
     /// The copy-engine channel with a peer in another process of this host
-    /// (2 ranks; set up with the ring: [`crate::xp`]).
-    xp: OnceLock<xp_io::XpState>,
+    /// (2 ranks; set up with the ring: [`two_process`]).
+    xp: OnceLock<two_process_io::XpState>,
 }
 
 /// A non-blocking stream of this rank's context for the local copies of a
@@ -410,8 +252,8 @@ pub struct Launch {
     /// times the type's size; per rank for all-gather and reduce-scatter).
     what: Option<(&'static str, u64)>,
     /// This rank's side of the call as the one-launch kernel would take it
-    /// with the other ranks' ([`launch_all`], [`crate::joint`]).
-    joint: Option<joint::Part>,
+    /// with the other ranks' ([`launch_all`], [`one_launch`]).
+    joint: Option<one_launch::RankCall>,
 }
 
 #[derive(Debug)]
@@ -423,7 +265,7 @@ enum LaunchKind {
     /// One rank, PreMulSum: `oxccl_scale_*` (the output is the input times
     /// the scalar).
     Scale {
-        f: usize,
+        f: KernelFn,
         blocks: u32,
         args: ring::RingArgs,
     },
@@ -431,38 +273,44 @@ enum LaunchKind {
     /// copy-engine reduction would take it (an all-reduce or reduce-scatter
     /// with an op it does), for the pairing in [`launch_all`].
     Half {
-        f: usize,
+        f: KernelFn,
         blocks: u32,
         budget: u64,
         args: ArArgs,
         ce: Option<ce_reduce::Call>,
     },
     /// This rank's half of the copy kernel.
-    Pcopy { f: usize, blocks: u32, args: CpArgs },
+    Pcopy {
+        f: KernelFn,
+        blocks: u32,
+        args: CpArgs,
+    },
     /// A ring collective.
     Ring {
-        f: usize,
+        f: KernelFn,
+        /// The kernel [`ring::plan`] chose (`args.mode` is its integer).
+        kernel: RingKernel,
         blocks: u32,
         args: ring::RingArgs,
         /// The call as the copy engines with a peer process would take it
-        /// ([`DevComm::go_xp`]; the kernel runs it when they do not).
-        xp: Option<crate::xp::Call>,
+        /// ([`DevComm::enqueue_two_process`]; the kernel runs it when they do not).
+        xp: Option<two_process::Call>,
     },
     /// A copy-engine call (paired with the peer's by [`launch_all`]): a
     /// barrier (`f` is `oxccl_pcopy`, copying nothing), the plan's copies,
     /// a second barrier.
-    Ce { f: usize, plan: ce::Plan },
+    Ce { f: KernelFn, plan: ce::Plan },
     /// A copy-engine reduction (paired with the peer's by [`launch_all`]):
     /// `f` is `oxccl_pcopy` (the barriers), `fr` the reduce kernel.
     CeReduce {
-        f: usize,
-        fr: usize,
+        f: KernelFn,
+        fr: KernelFn,
         plan: ce_reduce::RankPlan,
     },
     /// Sends and receives `(peer, pointer, bytes)`; `f` is `oxccl_pcopy`
     /// (0 when every peer is this rank).
     P2p {
-        f: usize,
+        f: KernelFn,
         sends: Vec<(usize, u64, usize)>,
         recvs: Vec<(usize, u64, usize)>,
     },
@@ -506,9 +354,7 @@ impl DevComm {
             ring_only: std::sync::atomic::AtomicBool::new(false),
             pair: Arc::default(),
             local: Arc::default(),
-            ll1_fast: oxccl_env::params().get(&oxccl_core::params::CUDA_LL1_FAST),
-            joint_max: oxccl_env::params().get(&oxccl_core::params::CUDA_JOINT_MAX),
-            joint_peers: oxccl_env::params().get(&oxccl_core::params::CUDA_JOINT_PEERS),
+            config: DeviceConfig::from_params(oxccl_env::params()),
             joint_event: Mutex::new(0),
             typed: std::array::from_fn(|_| std::sync::atomic::AtomicUsize::new(0)),
             checked_stream: std::sync::atomic::AtomicUsize::new(0),
@@ -626,26 +472,26 @@ impl DevComm {
         family: Family,
         t: DataType,
         op: RedOp,
-        load: impl FnOnce() -> Result<usize>,
-    ) -> Result<usize> {
+        load: impl FnOnce() -> Result<KernelFn>,
+    ) -> Result<KernelFn> {
         use std::sync::atomic::Ordering::Relaxed;
         let slot = &self.typed[typed_slot(family, t, op)];
         match slot.load(Relaxed) {
             0 => {
                 let f = load()?;
-                slot.store(f, Relaxed);
+                slot.store(f.0, Relaxed);
                 Ok(f)
             }
-            f => Ok(f),
+            f => Ok(KernelFn(f)),
         }
     }
 
-    fn function(&self, name: &str) -> Result<usize> {
+    fn function(&self, name: &str) -> Result<KernelFn> {
         self.function_in(&kernels::ALLREDUCE, name)
     }
 
     /// Loads (once per device) the module of `src` and returns kernel `name`.
-    fn function_in(&self, src: &KernelSource, name: &str) -> Result<usize> {
+    fn function_in(&self, src: &KernelSource, name: &str) -> Result<KernelFn> {
         let mut mods = modules();
         let key = (self.ordinal, src.name);
         if let std::collections::hash_map::Entry::Vacant(slot) = mods.entry(key) {
@@ -694,7 +540,7 @@ impl DevComm {
             .get_mut(&key)
             .ok_or_else(|| Error::internal("module table"))?;
         if let Some(f) = l.functions.get(name) {
-            return Ok(*f);
+            return Ok(KernelFn(*f));
         }
         let c = std::ffi::CString::new(name)
             .map_err(|_| Error::invalid_argument("NUL in a kernel name"))?;
@@ -710,7 +556,7 @@ impl DevComm {
             Ok(f as usize)
         })?;
         l.functions.insert(name.to_string(), f);
-        Ok(f)
+        Ok(KernelFn(f))
     }
 
     fn launch(self: &Arc<Self>, kind: LaunchKind, stream: usize) -> Result<Launch> {
@@ -761,18 +607,14 @@ impl DevComm {
             Reduction::Reduce { .. } => "Reduce",
         };
         let mut l = self.prepare_reduction(what, send, recv, count, t, op, scalar_ptr, stream)?;
-        let (mode, root) = match what {
-            Reduction::AllReduce => (ring::RM_ALLREDUCE, 0),
-            Reduction::ReduceScatter => (ring::RM_REDUCE_SCATTER, 0),
-            Reduction::Reduce { root } => (ring::RM_REDUCE, root),
-        };
-        let output = if mode == ring::RM_REDUCE && root != self.rank {
+        let root = what.root();
+        let output = if what.collective() == Collective::Reduce && root != self.rank {
             0
         } else {
             recv
         };
         l.joint = self.joint_part(
-            mode,
+            what.collective(),
             t,
             op,
             count as u64,
@@ -786,11 +628,11 @@ impl DevComm {
     }
 
     /// This rank's side of a call for the one-launch kernel of every rank
-    /// ([`crate::joint`]), when this communicator and the call allow it.
+    /// ([`oxccl_core::gpu::one_launch`]), when this communicator and the call allow it.
     #[allow(clippy::too_many_arguments)]
     fn joint_part(
         &self,
-        mode: u32,
+        collective: Collective,
         t: DataType,
         op: RedOp,
         count: u64,
@@ -799,20 +641,20 @@ impl DevComm {
         output: u64,
         scalar_ptr: Option<u64>,
         stream: usize,
-    ) -> Option<joint::Part> {
+    ) -> Option<one_launch::RankCall> {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
-        let bytes = joint::largest_buffer(mode, count, t.size() as u64, self.nranks);
-        let setting = joint::Setting {
+        let bytes = one_launch::largest_buffer(collective, count, t.size() as u64, self.nranks);
+        let eligibility = one_launch::Eligibility {
             nranks: self.nranks,
             local_ranks: self.local.ranks.load(Acquire),
             spread: self.local.spread.load(Acquire),
-            peers: self.joint_peers,
+            peers: self.config.joint_peers,
             ring_only: self.ring_only.load(Relaxed),
-            max: self.joint_max,
+            max: self.config.joint_max,
         };
-        let ce = joint::ce_bound(mode, ce_min(), ce_ar_min());
-        // Captured calls never (joint::may_take says why); asked last.
-        if !joint::may_take(&setting, mode, bytes, ce) || capturing(stream) {
+        let ce = one_launch::ce_bound(collective, self.config.ce_min, self.config.ce_ar_min());
+        // Captured calls never (one_launch::may_take says why); asked last.
+        if !one_launch::may_take(&eligibility, bytes, ce) || capturing(stream) {
             return None;
         }
         // As the ring's arguments (Ring::args): float avg pre-multiplies by
@@ -821,8 +663,8 @@ impl DevComm {
             RedOp::PreMulSum(s) => (s.as_f64(), s.as_u64_bits()),
             _ => (1.0 / self.nranks as f64, 0),
         };
-        Some(joint::Part {
-            mode,
+        Some(one_launch::RankCall {
+            collective,
             count,
             root: root as u32,
             dtype: t,
@@ -853,14 +695,10 @@ impl DevComm {
         if count == 0 {
             return self.launch(LaunchKind::Nothing, stream);
         }
-        let (mode, root, in_bytes) = match what {
-            Reduction::AllReduce => (allreduce::MODE_ALLREDUCE, 0, bytes),
-            Reduction::ReduceScatter => (
-                allreduce::MODE_REDUCE_SCATTER,
-                0,
-                bytes.saturating_mul(self.nranks),
-            ),
-            Reduction::Reduce { root } => (allreduce::MODE_REDUCE, root, bytes),
+        let root = what.root();
+        let in_bytes = match what {
+            Reduction::ReduceScatter => bytes.saturating_mul(self.nranks),
+            Reduction::AllReduce | Reduction::Reduce { .. } => bytes,
         };
         let rs_inplace = what == Reduction::ReduceScatter
             && recv == send.wrapping_add((self.rank * bytes) as u64);
@@ -917,14 +755,9 @@ impl DevComm {
             _ if self.ring_for(stream)
                 || (what == Reduction::AllReduce && self.one_shot_on_ring(bytes as u64)) =>
             {
-                let m = match what {
-                    Reduction::AllReduce => ring::RM_ALLREDUCE,
-                    Reduction::ReduceScatter => ring::RM_REDUCE_SCATTER,
-                    Reduction::Reduce { .. } => ring::RM_REDUCE,
-                };
                 let out = if nonroot_reduce { 0 } else { recv };
                 let mut l = self.ring_launch(
-                    m,
+                    what.collective(),
                     t,
                     op,
                     send,
@@ -936,12 +769,12 @@ impl DevComm {
                     stream,
                 )?;
                 let coll = match what {
-                    Reduction::AllReduce => Some(crate::xp::Coll::AllReduce),
-                    Reduction::ReduceScatter => Some(crate::xp::Coll::ReduceScatter),
+                    Reduction::AllReduce => Some(two_process::Coll::AllReduce),
+                    Reduction::ReduceScatter => Some(two_process::Coll::ReduceScatter),
                     Reduction::Reduce { .. } => None,
                 };
                 if let (Some(coll), Some(op), None) = (coll, ce_reduce::Op::of(op), scalar_ptr) {
-                    l.set_xp(crate::xp::Call {
+                    l.set_xp(two_process::Call {
                         coll,
                         count: count as u64,
                         dtype: t,
@@ -960,9 +793,11 @@ impl DevComm {
                     })?;
                     self.function(&name)
                 })?;
-                let (blocks, budget) = allreduce::plan(count, t, allreduce::block_limit());
+                let (blocks, budget) =
+                    allreduce::reduce_grid(count as u64, t, self.config.pair_blocks);
+                let kernel = PairKernel::of(what.collective());
                 let mut args =
-                    self.reduce_args(send, recv, count, peer.flags, op, scalar_ptr, mode);
+                    self.reduce_args(send, recv, count, peer.flags, op, scalar_ptr, kernel);
                 args.root = root as u32;
                 if nonroot_reduce {
                     args.output = 0;
@@ -1007,7 +842,7 @@ impl DevComm {
         peer_flags: u64,
         op: RedOp,
         scalar_ptr: Option<u64>,
-        mode: u32,
+        kernel: PairKernel,
     ) -> ArArgs {
         let mut args = ArArgs::all_reduce(
             send,
@@ -1019,8 +854,8 @@ impl DevComm {
         );
         allreduce::set_scalar(&mut args, op);
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
-        args.mode = mode;
-        if mode == allreduce::MODE_ALLREDUCE && two_shot_forced(count) {
+        args.mode = kernel.mode();
+        if kernel == PairKernel::AllReduce && self.config.pair_two_shot(count as u64) {
             args.bits |= allreduce::BIT_TWO_SHOT;
         }
         args
@@ -1041,12 +876,9 @@ impl DevComm {
             CopyKind::Broadcast { .. } => "Broadcast",
         };
         let mut l = self.prepare_copying(what, send, recv, bytes, stream)?;
-        let (mode, root) = match what {
-            CopyKind::AllGather => (ring::RM_ALLGATHER, 0),
-            CopyKind::Broadcast { root } => (ring::RM_BROADCAST, root),
-        };
+        let root = what.root();
         l.joint = self.joint_part(
-            mode,
+            what.collective(),
             DataType::Uint8,
             RedOp::Sum,
             bytes as u64,
@@ -1070,10 +902,7 @@ impl DevComm {
         if bytes == 0 {
             return self.launch(LaunchKind::Nothing, stream);
         }
-        let (mode, root) = match what {
-            CopyKind::AllGather => (allreduce::CP_ALLGATHER, 0),
-            CopyKind::Broadcast { root } => (allreduce::CP_BROADCAST, root),
-        };
+        let (kernel, root) = (PairKernel::of(what.collective()), what.root());
         match self.nranks {
             1 if send == recv => self.launch(LaunchKind::Nothing, stream),
             1 => self.launch(
@@ -1085,13 +914,9 @@ impl DevComm {
                 stream,
             ),
             _ if self.ring_for(stream) => {
-                let (m, root) = match what {
-                    CopyKind::AllGather => (ring::RM_ALLGATHER, 0),
-                    CopyKind::Broadcast { root } => (ring::RM_BROADCAST, root),
-                };
                 let (t, count) = copy_elements(bytes, send, recv);
                 let mut l = self.ring_launch(
-                    m,
+                    what.collective(),
                     t,
                     RedOp::Sum,
                     send,
@@ -1103,12 +928,12 @@ impl DevComm {
                     stream,
                 )?;
                 let coll = match what {
-                    CopyKind::AllGather => crate::xp::Coll::AllGather,
+                    CopyKind::AllGather => two_process::Coll::AllGather,
                     CopyKind::Broadcast { root } => {
-                        crate::xp::Coll::Broadcast { root: root as u32 }
+                        two_process::Coll::Broadcast { root: root as u32 }
                     }
                 };
-                l.set_xp(crate::xp::Call {
+                l.set_xp(two_process::Call {
                     coll,
                     count: bytes as u64,
                     dtype: DataType::Uint8,
@@ -1121,7 +946,7 @@ impl DevComm {
             2 => {
                 let peer = self.peer()?;
                 let f = self.function("oxccl_pcopy")?;
-                let blocks = allreduce::copy_blocks(bytes as u64, allreduce::block_limit());
+                let blocks = allreduce::copy_blocks(bytes as u64, self.config.pair_blocks);
                 self.launch(
                     LaunchKind::Pcopy {
                         f,
@@ -1133,7 +958,7 @@ impl DevComm {
                             peer_flags: peer.flags,
                             bytes: bytes as u64,
                             seq: 0,
-                            mode,
+                            mode: kernel.mode(),
                             rank: self.rank as u32,
                             root: root as u32,
                             pad: 0,
@@ -1175,7 +1000,7 @@ impl DevComm {
                 self.function("oxccl_pcopy")?
             }
         } else {
-            0
+            KernelFn::NONE
         };
         self.launch(LaunchKind::P2p { f, sends, recvs }, stream)
     }
@@ -1221,19 +1046,6 @@ fn too_many(n: usize) -> Error {
     ))
 }
 
-/// `OXCCL_CUDA_AR_TWO_SHOT`: the all-reduce size (bytes... elements here are
-/// counted as given) from which out-of-place calls also take the two-shot
-/// algorithm: unset or `0` = never (in place always takes it), `1` = always.
-fn two_shot_forced(count: usize) -> bool {
-    static T: OnceLock<u64> = OnceLock::new();
-    let min = *T.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_AR_TWO_SHOT)
-            .unwrap_or(0)
-    });
-    min != 0 && count as u64 >= min
-}
-
 /// Which reducing collective ([`DevComm::prepare_reduce`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reduction {
@@ -1248,6 +1060,25 @@ pub enum Reduction {
     },
 }
 
+impl Reduction {
+    /// The collective.
+    pub fn collective(self) -> Collective {
+        match self {
+            Reduction::AllReduce => Collective::AllReduce,
+            Reduction::ReduceScatter => Collective::ReduceScatter,
+            Reduction::Reduce { .. } => Collective::Reduce,
+        }
+    }
+
+    /// The root rank (0 where the collective has none).
+    pub fn root(self) -> usize {
+        match self {
+            Reduction::Reduce { root } => root,
+            _ => 0,
+        }
+    }
+}
+
 /// Which copying collective ([`DevComm::prepare_copy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyKind {
@@ -1260,465 +1091,20 @@ pub enum CopyKind {
     },
 }
 
-/// Launches operations in order, except that the point-to-point launches of
-/// each communicator are merged into one (after the others), so sends and
-/// receives of one group meet their peers' whatever order they were called in.
-/// Where both ranks of a two-GPU in-process communicator are in `launches`,
-/// their large copies go to the copy engines (`pair_for_copy_engines`).
-pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
-    let used = |l: &Launch| StreamUse {
-        clique: Arc::as_ptr(&l.comm.pair) as usize,
-        rank: l.comm.rank,
-        ctx: l.comm.ctx as usize,
-        stream: l.stream,
-    };
-    if let Some((a, b)) = shared_stream(&launches, used) {
-        let (c, s) = (&launches[a].comm, launches[a].stream);
-        return Err(Error::invalid_usage(format!(
-            "ranks {} and {} of one communicator were given the same stream {s:#x} on GPU {}: \
-             each rank's kernel would wait for the other's, queued behind it, until the \
-             timeout; give every rank its own stream",
-            c.rank, launches[b].comm.rank, c.ordinal
-        )));
-    }
-    if let Some(calls) = joint_groups(&launches) {
-        return go_joint(&launches, &calls);
-    }
-    let mut ops: Vec<Launch> = Vec::with_capacity(launches.len());
-    let mut p2p: Vec<Launch> = Vec::new();
-    for l in launches {
-        match l.kind {
-            LaunchKind::P2p { .. } => {
-                let key = Arc::as_ptr(&l.comm);
-                if let Some(m) = p2p.iter_mut().find(|m| Arc::as_ptr(&m.comm) == key) {
-                    if let (
-                        LaunchKind::P2p { f, sends, recvs },
-                        LaunchKind::P2p {
-                            f: f2,
-                            sends: s2,
-                            recvs: r2,
-                        },
-                    ) = (&mut m.kind, l.kind)
-                    {
-                        if *f == 0 {
-                            *f = f2;
-                        }
-                        sends.extend(s2);
-                        recvs.extend(r2);
-                    }
-                } else {
-                    p2p.push(l);
-                }
-            }
-            _ => ops.push(l),
+impl CopyKind {
+    /// The collective.
+    pub fn collective(self) -> Collective {
+        match self {
+            CopyKind::AllGather => Collective::AllGather,
+            CopyKind::Broadcast { .. } => Collective::Broadcast,
         }
     }
-    ops.extend(p2p);
-    pair_for_copy_engines(&mut ops, ce_min(), ce_ar_min());
-    for l in ops {
-        l.go()?;
-    }
-    Ok(())
-}
 
-/// Whether a group runs as one-launch kernels of every rank
-/// ([`joint::group_up`]), and its calls' launches, rank 0's first.
-fn joint_groups(ls: &[Launch]) -> Option<Vec<Vec<usize>>> {
-    // Most groups have a launch that cannot: no list built for them.
-    if ls.len() < 2 || ls.iter().any(|l| l.joint.is_none()) {
-        return None;
-    }
-    let parts: Vec<_> = ls
-        .iter()
-        .map(|l| (Arc::as_ptr(&l.comm.pair) as usize, l.comm.rank, l.joint))
-        .collect();
-    joint::group_up(&parts, ls[0].comm.nranks)
-}
-
-/// Runs each call (its launches, rank 0's first) as one `oxccl_joint_*`
-/// kernel on rank 0's stream: every other rank's stream records its event,
-/// which rank 0's stream waits for (every input is ready); the kernel
-/// runs; every other rank's stream waits for an event recorded after it
-/// (every output is written). Returns without waiting for the GPUs.
-fn go_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
-    for call in calls {
-        let l0 = &ls[call[0]];
-        let c0 = &l0.comm;
-        let mut parts = Vec::with_capacity(call.len());
-        for &i in call {
-            ls[i].comm.healthy()?;
-            let p = ls[i]
-                .joint
-                .ok_or_else(|| Error::internal("a one-launch call without every rank's part"))?;
-            parts.push(p);
-        }
-        let p0 = parts[0];
-        let f = c0.typed_function(Family::Joint, p0.dtype, p0.op, || {
-            c0.function_in(
-                &kernels::ring_variant(p0.dtype, p0.op),
-                &ring::joint_kernel_name(p0.dtype, p0.op),
-            )
-        })?;
-        let n = call.len();
-        let elem = p0.dtype.size() as u64;
-        let blocks = joint::blocks(joint::largest_buffer(p0.mode, p0.count, elem, n));
-        let s0 = l0.stream as sys::CUstream;
-        let mut ready = Vec::with_capacity(n - 1);
-        for &i in &call[1..] {
-            let l = &ls[i];
-            let _scope = CtxScope::enter(l.comm.ctx)?;
-            let e = l.comm.joint_event()?;
-            record_event(e, l.stream as sys::CUstream)?;
-            ready.push(e);
-        }
-        let e0 = {
-            let _scope = CtxScope::enter(c0.ctx)?;
-            for &e in &ready {
-                wait_event(s0, e)?;
-            }
-            // SAFETY: every part comes from a checked call of this group
-            // (joint_part: every rank in this process, so each rank's
-            // buffers are on rank 0's GPU or on a peer that it can access,
-            // enabled when the communicator was created); `f` is of rank
-            // 0's context, current here.
-            unsafe { ring::launch_joint(f as sys::CUfunction, blocks, s0, joint::args(&parts))? };
-            JOINT_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let e = c0.joint_event()?;
-            record_event(e, s0)?;
-            e
-        };
-        for &i in &call[1..] {
-            let l = &ls[i];
-            let _scope = CtxScope::enter(l.comm.ctx)?;
-            wait_event(l.stream as sys::CUstream, e0)?;
-        }
-        c0.log_tuning(l0.what, "Joint", "Simple", blocks);
-    }
-    Ok(())
-}
-
-/// `cuEventRecord(e, stream)`; the event's context is current.
-fn record_event(e: sys::CUevent, stream: sys::CUstream) -> Result<()> {
-    guarded("cuEventRecord", || {
-        // SAFETY: the callers pass an event of the current context
-        // (DevComm::joint_event, ce_side) and a stream of it (check_stream
-        // at prepare, or ce_side's own).
-        unsafe { check(sys::cuEventRecord(e, stream), "cuEventRecord") }
-    })
-}
-
-/// `cuStreamWaitEvent(stream, e)`; the stream's context is current (the
-/// event may be another's).
-fn wait_event(stream: sys::CUstream, e: sys::CUevent) -> Result<()> {
-    guarded("cuStreamWaitEvent", || {
-        // SAFETY: a stream of the current context and a live event.
-        unsafe { check(sys::cuStreamWaitEvent(stream, e, 0), "cuStreamWaitEvent") }
-    })
-}
-
-/// A launch's communicator (its clique's identity), rank, context and stream.
-#[derive(Clone, Copy, Debug)]
-struct StreamUse {
-    clique: usize,
-    rank: usize,
-    ctx: usize,
-    stream: usize,
-}
-
-/// Two launches of a group (indices) that put different ranks of one
-/// communicator on the same stream of one context (two ranks sharing a GPU,
-/// one thread, one stream: the first rank's kernel waits for the second's,
-/// which the stream holds back behind it). `use_of` reads each item's use,
-/// so a group's launch path builds no list for the check.
-fn shared_stream<T>(ls: &[T], use_of: impl Fn(&T) -> StreamUse) -> Option<(usize, usize)> {
-    (0..ls.len()).find_map(|i| {
-        (i + 1..ls.len())
-            .find(|&j| {
-                let (a, b) = (use_of(&ls[i]), use_of(&ls[j]));
-                a.clique == b.clique && a.rank != b.rank && a.ctx == b.ctx && a.stream == b.stream
-            })
-            .map(|j| (i, j))
-    })
-}
-
-/// Queues `x` on `on` (context current).
-///
-/// # Safety
-/// Both ranges must be device memory this context can reach, live until the
-/// copy ran.
-unsafe fn copy_async(x: &ce::Xfer, on: sys::CUstream) -> Result<()> {
-    guarded("cuMemcpyAsync", || {
-        // SAFETY: the caller's contract.
-        unsafe {
-            check(
-                sys::cuMemcpyAsync(x.dst, x.src, x.bytes as usize, on),
-                "cuMemcpyAsync",
-            )
-        }
-    })
-}
-
-/// On the pair kernel (two GPUs of one process), a send to itself of at
-/// least this many bytes is copied by the copy engine on a side stream,
-/// beside the transfers with the peers; a smaller single one by the launch
-/// with the peers, after its transfers. Measured on 2xH200 with the bound
-/// at 1 MiB: all-to-alls of 2 MB (1 MiB to itself) took 20-32 µs against
-/// NCCL's 16-25, the side stream's fork, join and the copy engine's start
-/// after a kernel costing ~15 µs, while the grid copies 1 MiB in ~1 µs
-/// (~1.5 TB/s). At 32 MiB the grid's ~20 µs after the transfers match that
-/// cost; beyond, the side stream hides the copy. The ring's launch copies
-/// on blocks of its own beside the transfers at every size instead: with
-/// the side stream from 32 MiB, 2-process scatters of 64 MB took 119-120 µs
-/// out of place against 103 in place (NCCL 0.90-0.93x; 2xH200, 2026-11-30).
-const SELF_COPY_SIDE_MIN: u64 = 32 << 20;
-
-/// Blocks of the copy kernel that copies a rank to itself beside the copy
-/// engines' transfers with a peer process: 32 blocks copy ~1 TB/s (~30 GB/s
-/// each), so a copy as large as the transfer ends well within it (the
-/// engine pushes ~390 GB/s), on a quarter of the SMs for that while.
-const SELF_COPY_XP_BLOCKS: u32 = 32;
-
-/// Rank calls that went to the copy engines in this process (each rank's
-/// half counts once): what tests read to know the path was taken.
-static CE_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Peer allocations this process holds open for the copy engines between
-/// processes (`xp`): what tests read to see that freed ones are let go.
-pub fn peer_mappings() -> usize {
-    xp_io::open_mappings()
-}
-
-/// How many calls of this process ran as one-launch kernels of every rank
-/// so far (every rank's call counts once together; [`crate::joint`]).
-pub fn joint_calls() -> u64 {
-    JOINT_CALLS.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-static JOINT_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many rank calls of this process took the copy engines so far.
-pub fn ce_calls() -> u64 {
-    CE_CALLS.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Of [`ce_calls`], the in-place reductions whose pieces were pushed
-/// ([`crate::ce_reduce::plan_pushed_in_place`], [`crate::ce_reduce::plan_pushed_ring`]).
-static CE_IN_PLACE_PUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many rank calls of this process pushed an in-place all-reduce or
-/// reduce-scatter.
-pub fn ce_in_place_pushes() -> u64 {
-    CE_IN_PLACE_PUSHES.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Of [`ce_in_place_pushes`], those through the peer's scratch ring
-/// (reduce-scatters, [`crate::ce_reduce::plan_pushed_ring`]).
-static CE_RING_PUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many rank calls of this process pushed into the peer's scratch ring.
-pub fn ce_ring_pushes() -> u64 {
-    CE_RING_PUSHES.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// `OXCCL_CUDA_CE_MIN` ([`ce::DEFAULT_MIN`] when unset; 0: never).
-fn ce_min() -> u64 {
-    static M: OnceLock<u64> = OnceLock::new();
-    *M.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_CE_MIN)
-            .unwrap_or(ce::DEFAULT_MIN)
-    })
-}
-
-/// `OXCCL_CUDA_CE_AR_MIN` ([`ce_reduce::DEFAULT_AR_MIN`] when unset; 0: never).
-fn ce_ar_min() -> u64 {
-    ce_ar_set().unwrap_or(ce_reduce::DEFAULT_AR_MIN)
-}
-
-/// `OXCCL_CUDA_CE_AR_MIN` when set.
-fn ce_ar_set() -> Option<u64> {
-    static M: OnceLock<Option<u64>> = OnceLock::new();
-    *M.get_or_init(|| oxccl_env::params().get(&oxccl_core::params::CUDA_CE_AR_MIN))
-}
-
-/// `OXCCL_CUDA_CE_PUSH` ([`crate::xp::PUSH_PIECE`] when unset; 0: reductions pull).
-fn ce_push() -> u64 {
-    static M: OnceLock<u64> = OnceLock::new();
-    *M.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_CE_PUSH)
-            .unwrap_or(crate::xp::PUSH_PIECE)
-    })
-}
-
-/// `OXCCL_CUDA_CE_PUSH_STREAMS`: copy streams of pushed pieces (1 or 2).
-fn ce_push_streams() -> u64 {
-    static M: OnceLock<u64> = OnceLock::new();
-    *M.get_or_init(|| {
-        oxccl_env::params()
-            .get(&oxccl_core::params::CUDA_CE_PUSH_STREAMS)
-            .clamp(1, 2)
-    })
-}
-
-/// `OXCCL_CUDA_CE_PUSH_IN_PLACE`: in-place all-reduces and reduce-scatters
-/// between two processes push their pieces
-/// ([`crate::ce_reduce::plan_pushed_in_place`], [`crate::ce_reduce::plan_pushed_ring`]).
-fn ce_push_in_place() -> bool {
-    static M: OnceLock<bool> = OnceLock::new();
-    *M.get_or_init(|| oxccl_env::params().get(&oxccl_core::params::CUDA_CE_PUSH_IN_PLACE))
-}
-
-/// Whether a launch may take part in the copy-engine pairing (copies when
-/// `min` > 0, reductions when `ar_min` > 0): not a ring launch, not a
-/// reduction the copy-engine path does not do, not nothing to do.
-fn ce_candidate(l: &Launch, min: u64, ar_min: u64) -> bool {
-    let c = &l.comm;
-    if c.nranks != 2 {
-        return false;
-    }
-    match &l.kind {
-        LaunchKind::Pcopy { args, .. } => min > 0 && args.mode != allreduce::CP_P2P,
-        LaunchKind::P2p { f, .. } => min > 0 && *f != 0 && !c.ring_for(l.stream),
-        LaunchKind::Half { ce, .. } => ar_min > 0 && ce.is_some(),
-        _ => false,
-    }
-}
-
-/// Rewrites matching copy launches of both ranks of a communicator into
-/// copy-engine launches ([`crate::ce`]; who meets whom: [`ce::match_pairs`]),
-/// and matching all-reduces / reduce-scatters into copy-engine reductions
-/// ([`crate::ce_reduce`]). A communicator whose candidates do not line up
-/// keeps its kernels, as does any pair whose largest transfer is below `min`
-/// (a reduction: whose size is below `ar_min`). Both ranks of a pair change
-/// together, and a copy-engine launch takes the same barrier values on both.
-fn pair_for_copy_engines(ops: &mut [Launch], min: u64, ar_min: u64) {
-    if min == 0 && ar_min == 0 {
-        return;
-    }
-    let pairs = {
-        let cands: Vec<Option<(&[u8], usize)>> = ops
-            .iter()
-            .map(|l| ce_candidate(l, min, ar_min).then(|| (l.comm.key.as_slice(), l.comm.rank)))
-            .collect();
-        ce::match_pairs(&cands)
-    };
-    for (i, j) in pairs {
-        if let (LaunchKind::Half { ce: Some(a), .. }, LaunchKind::Half { ce: Some(b), .. }) =
-            (&ops[i].kind, &ops[j].kind)
-        {
-            let (a, b) = (*a, *b);
-            if let Some((k0, k1)) = reduce_pair(&ops[i].comm, &ops[j].comm, [a, b], ar_min) {
-                ops[i].kind = k0;
-                ops[j].kind = k1;
-            }
-            continue;
-        }
-        let plans = match (&ops[i].kind, &ops[j].kind) {
-            (LaunchKind::Pcopy { args: x, .. }, LaunchKind::Pcopy { args: y, .. }) => {
-                ce::pair_collective([copying(x), copying(y)])
-            }
-            (
-                LaunchKind::P2p {
-                    sends: s0,
-                    recvs: r0,
-                    ..
-                },
-                LaunchKind::P2p {
-                    sends: s1,
-                    recvs: r1,
-                    ..
-                },
-            ) => ce::pair_p2p([
-                ce::P2pSide {
-                    sends: s0,
-                    recvs: r0,
-                },
-                ce::P2pSide {
-                    sends: s1,
-                    recvs: r1,
-                },
-            ]),
-            _ => None,
-        };
-        let Some([p0, p1]) = plans.filter(|p| ce::worth_it(p, min)) else {
-            continue;
-        };
-        let (Ok(f0), Ok(f1)) = (
-            ops[i].comm.function("oxccl_pcopy"),
-            ops[j].comm.function("oxccl_pcopy"),
-        ) else {
-            continue;
-        };
-        ops[i].kind = LaunchKind::Ce { f: f0, plan: p0 };
-        ops[j].kind = LaunchKind::Ce { f: f1, plan: p1 };
-    }
-}
-
-/// The copy-engine reduction launches of a matching pair of reductions
-/// (rank 0's comm `c0` and call first), or `None` to keep the SM kernels:
-/// the calls do not qualify ([`ce_reduce::qualifies`]), or a scratch ring
-/// or a kernel could not be had (an INFO line says why; the SM path runs
-/// the call correctly either way).
-fn reduce_pair(
-    c0: &Arc<DevComm>,
-    c1: &Arc<DevComm>,
-    calls: [ce_reduce::Call; 2],
-    ar_min: u64,
-) -> Option<(LaunchKind, LaunchKind)> {
-    if !ce_reduce::qualifies(&calls, ar_min) {
-        return None;
-    }
-    let build = || -> Result<(LaunchKind, LaunchKind)> {
-        // Before any launch of this group (launch_all pairs first): the
-        // first allocation synchronises this rank's context, which would
-        // wait forever on a pair kernel of this group whose partner is not
-        // launched yet.
-        let scratch = [c0.ce_scratch()?, c1.ce_scratch()?];
-        let [p0, p1] = ce_reduce::pair(calls, scratch, ar_min)
-            .ok_or_else(|| Error::internal("ce_reduce::pair refused a qualifying pair"))?;
-        let src = kernels::ce_reduce_variant(calls[0].dtype, calls[0].op);
-        let name = kernels::ce_reduce_kernel(calls[0].dtype, calls[0].op);
-        Ok((
-            LaunchKind::CeReduce {
-                f: c0.function("oxccl_pcopy")?,
-                fr: c0.function_in(&src, &name)?,
-                plan: p0,
-            },
-            LaunchKind::CeReduce {
-                f: c1.function("oxccl_pcopy")?,
-                fr: c1.function_in(&src, &name)?,
-                plan: p1,
-            },
-        ))
-    };
-    match build() {
-        Ok(k) => Some(k),
-        Err(e) => {
-            oxccl_env::info!(
-                oxccl_env::log::Subsys::COLL,
-                "copy-engine reduction not taken, the SM kernel runs it: {}",
-                e.message()
-            );
-            None
-        }
-    }
-}
-
-/// A copy kernel launch's collective, for [`ce::pair_collective`].
-fn copying(a: &CpArgs) -> ce::Copying {
-    if a.mode == allreduce::CP_BROADCAST {
-        ce::Copying::Broadcast {
-            input: a.input,
-            output: a.output,
-            bytes: a.bytes,
-            root: a.root,
-        }
-    } else {
-        ce::Copying::AllGather {
-            input: a.input,
-            output: a.output,
-            bytes: a.bytes,
+    /// The root rank (0 where the collective has none).
+    pub fn root(self) -> usize {
+        match self {
+            CopyKind::Broadcast { root } => root,
+            CopyKind::AllGather => 0,
         }
     }
 }
@@ -1736,12 +1122,12 @@ impl Launch {
                 tune("Pair", "Simple", *blocks)
             }
             LaunchKind::Ring {
+                kernel,
                 blocks,
-                args,
                 xp: None,
                 ..
             } => {
-                let (algo, proto) = ring::mode_algo(args.mode);
+                let (algo, proto) = kernel.tuning_names();
                 tune(algo, proto, *blocks)
             }
             LaunchKind::Ce { .. } => tune("CopyEngine", "Simple", 0),
@@ -1769,15 +1155,7 @@ impl Launch {
                 // SAFETY: the buffers were checked to be this GPU's device
                 // memory of `count` elements; the kernel reads only the
                 // buffers and the scalar fields of `args`.
-                unsafe {
-                    ring::launch_ring(
-                        f as sys::CUfunction,
-                        blocks,
-                        stream,
-                        args,
-                        c.may_pdl(blocks),
-                    )
-                }
+                unsafe { ring::launch_ring(f.raw(), blocks, stream, args, c.may_pdl(blocks)) }
             }
             LaunchKind::Half {
                 f,
@@ -1793,7 +1171,7 @@ impl Launch {
                 // memory, the flags are both ranks' FLAG_BYTES buffers with
                 // peer access enabled at init, and the peer's n-th call
                 // computes the same grid and sequence from the same count/type.
-                unsafe { allreduce::launch_half(f as sys::CUfunction, blocks, stream, args)? };
+                unsafe { allreduce::launch_half(f.raw(), blocks, stream, args)? };
                 *seq += budget;
                 Ok(())
             }
@@ -1808,27 +1186,28 @@ impl Launch {
                 // SAFETY: as for Half: this GPU's buffers (checked by the
                 // caller), both flag buffers with peer access; the peer's
                 // n-th call computes the same grid from the same bytes.
-                unsafe { allreduce::launch_copy(f as sys::CUfunction, blocks, stream, args)? };
+                unsafe { allreduce::launch_copy(f.raw(), blocks, stream, args)? };
                 *seq += allreduce::BUDGET;
                 Ok(())
             }
             LaunchKind::Ring {
                 f,
+                kernel,
                 blocks,
                 args,
                 xp,
             } => {
                 if let Some(x) = xp {
-                    if c.go_xp(&x, self.stream)? {
+                    if c.enqueue_two_process(&x, self.stream)? {
                         let reduction = matches!(
                             x.coll,
-                            crate::xp::Coll::AllReduce | crate::xp::Coll::ReduceScatter
+                            two_process::Coll::AllReduce | two_process::Coll::ReduceScatter
                         );
                         let sms = if reduction { allreduce::CER_BLOCKS } else { 0 };
                         tune("CopyEngine", "Simple", sms);
                         return Ok(());
                     }
-                    let (algo, proto) = ring::mode_algo(args.mode);
+                    let (algo, proto) = kernel.tuning_names();
                     tune(algo, proto, blocks);
                 }
                 let pdl = c.ring()?.may_pdl(blocks);
@@ -1836,11 +1215,11 @@ impl Launch {
                 // SAFETY: the buffers were checked to be this GPU's device
                 // memory of the sizes the mode uses; the ring is live (held
                 // by `c`), and every rank makes the matching call.
-                unsafe { ring::launch_ring(f as sys::CUfunction, blocks, stream, args, pdl) }
+                unsafe { ring::launch_ring(f.raw(), blocks, stream, args, pdl) }
             }
             LaunchKind::P2p { f, sends, recvs } => {
                 // Both ranks judge the transfers between them only
-                // (xp::p2p_call); a copy to itself runs beside.
+                // (two_process::p2p_call); a copy to itself runs beside.
                 if let Some(x) = c.xp_p2p(&sends, &recvs, self.stream) {
                     let selfs = c.self_xfers(&sends, &recvs)?;
                     let _scope = CtxScope::enter(c.ctx)?;
@@ -1859,7 +1238,7 @@ impl Launch {
                         c.fork_side(sd, stream)?;
                         c.copy_kernels(&selfs, sd.stream as sys::CUstream, SELF_COPY_XP_BLOCKS)?;
                     }
-                    let went = c.go_xp(&x, self.stream);
+                    let went = c.enqueue_two_process(&x, self.stream);
                     if let Some(sd) = side {
                         c.join_side(sd, stream)?;
                     }
@@ -1871,12 +1250,14 @@ impl Launch {
                     let peer_only = |v: Vec<(usize, u64, usize)>| -> Vec<(usize, u64, usize)> {
                         v.into_iter().filter(|x| x.0 != c.rank).collect()
                     };
-                    return c.go_p2p(f, peer_only(sends), peer_only(recvs), stream);
+                    return c.enqueue_p2p(f, peer_only(sends), peer_only(recvs), stream);
                 }
-                c.go_p2p(f, sends, recvs, stream)
+                c.enqueue_p2p(f, sends, recvs, stream)
             }
-            LaunchKind::Ce { f, plan } => c.go_ce(f, &plan, stream),
-            LaunchKind::CeReduce { f, fr, plan } => c.go_ce_reduce(f, fr, &plan, stream),
+            LaunchKind::Ce { f, plan } => c.enqueue_copy_engine(f, &plan, stream),
+            LaunchKind::CeReduce { f, fr, plan } => {
+                c.enqueue_copy_engine_reduce(f, fr, &plan, stream)
+            }
         }
     }
 }
@@ -1890,7 +1271,7 @@ impl Launch {
 
     /// Offers a ring launch to the copy engines with a peer process
     /// ([`DevComm::xp_call`] decides whether the call may take them).
-    fn set_xp(&mut self, call: crate::xp::Call) {
+    fn set_xp(&mut self, call: two_process::Call) {
         let x = self.comm.xp_call(call, self.stream);
         if let LaunchKind::Ring { xp, .. } = &mut self.kind {
             *xp = x;
@@ -2021,32 +1402,21 @@ impl DevComm {
         }
     }
 
-    /// Whether an operation on `stream` takes the ring path: [`Self::use_ring`],
-    /// or the stream is being captured into a CUDA graph (the one-shot
-    /// kernels take barrier values from a host counter, which a replay
-    /// would repeat; the ring's counters live on the GPU). Every rank must
-    /// capture the same operations, as every rank must make the same calls.
+    /// Whether an operation on `stream` takes the ring path
+    /// ([`route::Placement::ring_for`]).
     fn ring_for(&self, stream: usize) -> bool {
-        self.use_ring() || capturing(stream)
+        self.placement().ring_for(|| capturing(stream))
     }
 
     /// Whether an all-reduce of `bytes` that could take the two-GPU pair
-    /// kernel takes the ring's one-shot LL kernel instead: one NVLink
-    /// crossing (every rank writes its lines into the other's slots) against
-    /// the pair kernel's three (entry barrier, the peer read, exit barrier).
-    /// One thread driving both GPUs (nccl-tests -g 2, eager), 8 B-128 KB:
-    /// 7.6-9.6 us against 8.6-11.7 (2xH200, 2026-11-30, one job; NCCL
-    /// 14-19); on a slower host both were bound by the two launches at
-    /// 10.5-12.3 (NCCL 19-22), neither ahead. Both
-    /// ranks decide from the same byte count and the same ring settings;
-    /// without a ring (not set up) the pair kernel stays.
+    /// kernel takes the ring's one-shot LL kernel instead
+    /// ([`route::one_shot_on_ring`]).
     fn one_shot_on_ring(&self, bytes: u64) -> bool {
-        match self.ring.get() {
-            Some(Ok(r)) => {
-                ring::plan(ring::RM_ALLREDUCE, bytes, &r.thresholds()).0 == ring::RM_ALLREDUCE_LL1
-            }
-            _ => false,
-        }
+        let t = match self.ring.get() {
+            Some(Ok(r)) => Some(r.thresholds()),
+            _ => None,
+        };
+        route::one_shot_on_ring(bytes, t.as_ref())
     }
 
     /// Whether a launch of `blocks` blocks on this rank's streams may be
@@ -2059,20 +1429,36 @@ impl DevComm {
         }
     }
 
-    /// Whether operations with peers take the ring path: more than two
-    /// ranks, the peer in another process or on this rank's own GPU (the
-    /// pair kernels and copy engines need two GPUs; the ring's windows work
-    /// within one), or the ring forced.
-    fn use_ring(&self) -> bool {
+    /// The error that stops this rank's operations (an abort, a failed
+    /// peer, a kernel's timeout), if its ring has one; calls that do not
+    /// use the ring ask this before launching.
+    fn healthy(&self) -> Result<()> {
+        if let Some(Ok(r)) = self.ring.get() {
+            if r.aborted() {
+                return Err(r.abort_reason());
+            }
+            if let Some(e) = r.error() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Where this communicator's ranks are, for [`route`]'s choices.
+    fn placement(&self) -> route::Placement {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
-        self.nranks > 2 || self.ring_only.load(Relaxed) || !self.pair.load(Acquire)
+        route::Placement {
+            nranks: self.nranks,
+            ring_only: self.ring_only.load(Relaxed),
+            pair: self.pair.load(Acquire),
+        }
     }
 
     /// A ring collective's launch.
     #[allow(clippy::too_many_arguments)]
     fn ring_launch(
         self: &Arc<Self>,
-        mode: u32,
+        collective: Collective,
         t: DataType,
         op: RedOp,
         send: u64,
@@ -2087,19 +1473,26 @@ impl DevComm {
         let f = self.typed_function(Family::Ring, t, op, || {
             self.function_in(&kernels::ring_variant(t, op), &ring::kernel_name(t, op))
         })?;
-        let mut args = r.args(mode, send, recv, count as u64, root as u32);
+        let (kernel, blocks) = ring::plan(collective, link_bytes, &r.thresholds());
+        let mut args = r.args(kernel, send, recv, count as u64, root as u32);
         if let RedOp::PreMulSum(s) = op {
             args.scale = s.as_f64();
             args.iscale = s.as_u64_bits();
         }
         args.scalar_ptr = scalar_ptr.unwrap_or(0);
-        let (m, blocks) = ring::plan(mode, link_bytes, &r.thresholds());
-        args.mode = m;
-        let f = if self.ll1_fast
-            && ring::small_kernel_fits(m, count as u64, t.size() as u64, self.nranks as u32, blocks)
-        {
-            self.typed_function(Family::Ll1, t, op, || {
-                self.function_in(&kernels::ring_variant(t, op), &ring::ll1_kernel_name(t, op))
+        let f = if self.config.small_kernel
+            && ring::small_kernel_fits(
+                kernel,
+                count as u64,
+                t.size() as u64,
+                self.nranks as u32,
+                blocks,
+            ) {
+            self.typed_function(Family::Small, t, op, || {
+                self.function_in(
+                    &kernels::ring_variant(t, op),
+                    &ring::small_kernel_name(t, op),
+                )
             })?
         } else {
             f
@@ -2107,6 +1500,7 @@ impl DevComm {
         self.launch(
             LaunchKind::Ring {
                 f,
+                kernel,
                 blocks,
                 args,
                 xp: None,
@@ -2188,9 +1582,9 @@ impl DevComm {
     /// from self); with the peer, the k-th copy kernel carries this rank's
     /// k-th send and k-th receive (both sides launch max(sends, receives)
     /// kernels, the same number).
-    fn go_p2p(
+    fn enqueue_p2p(
         &self,
-        f: usize,
+        f: KernelFn,
         sends: Vec<(usize, u64, usize)>,
         recvs: Vec<(usize, u64, usize)>,
         stream: sys::CUstream,
@@ -2224,7 +1618,7 @@ impl DevComm {
                     && largest_peer.is_some_and(|p| b <= 2 * p.max(64 << 10)))
         };
         let in_kernel = match selfs.as_slice() {
-            [x] if f != 0 && largest_peer.is_some() && fits(x.bytes) => Some(*x),
+            [x] if f != KernelFn::NONE && largest_peer.is_some() && fits(x.bytes) => Some(*x),
             _ => None,
         };
         if os.is_empty() && or.is_empty() {
@@ -2245,14 +1639,14 @@ impl DevComm {
             return self.copy_kernels(&small, stream, u32::MAX);
         }
         let side = self.self_copies(if in_kernel.is_some() { &[] } else { &selfs }, stream)?;
-        let r = self.go_p2p_peers(f, &os, &or, in_kernel, stream);
+        let r = self.enqueue_p2p_peers(f, &os, &or, in_kernel, stream);
         match side {
             Some(sd) => r.and(self.join_side(sd, stream)),
             None => r,
         }
     }
 
-    /// The self copies of a send/receive group (see [`Self::go_p2p`]):
+    /// The self copies of a send/receive group (see [`Self::enqueue_p2p`]):
     /// forked onto the side stream when one is at least
     /// [`SELF_COPY_SIDE_MIN`] (the returned side must be joined), else
     /// copy kernels on `stream`.
@@ -2296,7 +1690,7 @@ impl DevComm {
             // device memory (checked by the caller's prepare).
             unsafe {
                 crate::device::launch_raw(
-                    f as sys::CUfunction,
+                    f.raw(),
                     blocks,
                     allreduce::THREADS,
                     stream,
@@ -2323,11 +1717,11 @@ impl DevComm {
         wait_event(stream, sd.join as sys::CUevent)
     }
 
-    /// The transfers with other ranks of [`Self::go_p2p`] (none of 0
+    /// The transfers with other ranks of [`Self::enqueue_p2p`] (none of 0
     /// bytes), and `self_copy` done by the same launch.
-    fn go_p2p_peers(
+    fn enqueue_p2p_peers(
         &self,
-        f: usize,
+        f: KernelFn,
         sends: &[(usize, u64, usize)],
         recvs: &[(usize, u64, usize)],
         self_copy: Option<ce::Xfer>,
@@ -2342,19 +1736,11 @@ impl DevComm {
                 // SAFETY: this GPU's buffers of the given sizes (checked by
                 // the caller); the ring is live; the peers' launch of the
                 // same index carries the matching operations.
-                unsafe {
-                    ring::launch_p2p(
-                        f as sys::CUfunction,
-                        blocks,
-                        stream,
-                        &args,
-                        r.may_pdl(blocks),
-                    )?
-                };
+                unsafe { ring::launch_p2p(f.raw(), blocks, stream, &args, r.may_pdl(blocks))? };
             }
             return Ok(());
         }
-        // `sends`/`recvs` hold only the peer's transfers (see go_p2p).
+        // `sends`/`recvs` hold only the peer's transfers (see enqueue_p2p).
         let ptrs = |v: &[(usize, u64, usize)]| -> Vec<(u64, usize)> {
             v.iter().map(|x| (x.1, x.2)).collect()
         };
@@ -2364,7 +1750,7 @@ impl DevComm {
         for k in 0..n {
             let (input, sb) = ps.get(k).copied().unwrap_or((0, 0));
             let (output, rb) = pr.get(k).copied().unwrap_or((0, 0));
-            let blocks = allreduce::copy_blocks(sb.max(rb) as u64, allreduce::block_limit());
+            let blocks = allreduce::copy_blocks(sb.max(rb) as u64, self.config.pair_blocks);
             let own = self_copy.filter(|_| k == 0).unwrap_or(ce::Xfer {
                 dst: 0,
                 src: 0,
@@ -2378,7 +1764,7 @@ impl DevComm {
                 peer_flags: peer.flags,
                 bytes: rb as u64,
                 seq: *seq,
-                mode: allreduce::CP_P2P,
+                mode: PairKernel::SendRecv.mode(),
                 rank: self.rank as u32,
                 root: 0,
                 pad: 0,
@@ -2389,541 +1775,9 @@ impl DevComm {
             // SAFETY: this GPU's buffers (the self copy's too); the peer's
             // k-th kernel of its batch carries the matching receive/send,
             // with the same grid (from the transfers' sizes alone).
-            unsafe { allreduce::launch_copy(f as sys::CUfunction, blocks, stream, args)? };
+            unsafe { allreduce::launch_copy(f.raw(), blocks, stream, args)? };
             *seq += allreduce::BUDGET;
         }
-        Ok(())
-    }
-}
-
-impl DevComm {
-    /// A barrier with the peer on `stream`: the copy kernel with nothing to
-    /// copy, one block (the peer launches the same), barrier values from the
-    /// shared counter like every pair kernel.
-    fn ce_barrier(&self, f: usize, peer_flags: u64, stream: sys::CUstream) -> Result<()> {
-        let mut seq = lock(&self.seq);
-        let args = CpArgs {
-            input: 0,
-            output: 0,
-            my_flags: self.flags,
-            peer_flags,
-            bytes: 0,
-            seq: *seq,
-            mode: allreduce::CP_P2P,
-            rank: self.rank as u32,
-            root: 0,
-            pad: 0,
-            ..Default::default()
-        };
-        // SAFETY: no buffers (nothing is copied); both flag buffers are live
-        // FLAG_BYTES buffers with peer access; the peer's matching launch of
-        // the same pair (made by the same launch_all) has one block too.
-        unsafe { allreduce::launch_copy(f as sys::CUfunction, 1, stream, args)? };
-        *seq += allreduce::BUDGET;
-        Ok(())
-    }
-
-    /// The side stream and events, created on first use (context current).
-    fn ce_side(&self) -> Result<CeSide> {
-        self.ce_side_at(0)
-    }
-
-    /// The event of [`go_joint`], created on first use (this rank's context
-    /// current).
-    fn joint_event(&self) -> Result<sys::CUevent> {
-        let mut e = lock(&self.joint_event);
-        if *e == 0 {
-            *e = guarded("cuEventCreate", || {
-                let mut ev: sys::CUevent = std::ptr::null_mut();
-                // SAFETY: this rank's context is current (the caller's
-                // scope); writes one handle. 2: CU_EVENT_DISABLE_TIMING.
-                unsafe { check(sys::cuEventCreate(&mut ev, 2), "cuEventCreate")? };
-                Ok(ev as usize)
-            })?;
-        }
-        Ok(*e as sys::CUevent)
-    }
-
-    /// The error that stops this rank's operations (an abort, a failed
-    /// peer, a kernel's timeout), if its ring has one; calls that do not
-    /// use the ring ask this before launching.
-    fn healthy(&self) -> Result<()> {
-        if let Some(Ok(r)) = self.ring.get() {
-            if r.aborted() {
-                return Err(r.abort_reason());
-            }
-            if let Some(e) = r.error() {
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-
-    /// Side stream `i` (0 or 1) and its events, created on first use.
-    fn ce_side_at(&self, i: usize) -> Result<CeSide> {
-        let mut sides = lock(&self.ce_side);
-        let side = &mut sides[i];
-        if let Some(sd) = *side {
-            return Ok(sd);
-        }
-        let sd = guarded("cuStreamCreate", || {
-            let mut st: sys::CUstream = std::ptr::null_mut();
-            let mut ev = [std::ptr::null_mut(); 2];
-            // SAFETY: this rank's context is current (the caller's scope);
-            // each call writes one handle; on a failure the ones made are
-            // destroyed before returning.
-            unsafe {
-                // 1: CU_STREAM_NON_BLOCKING (no implicit sync with stream 0).
-                check(sys::cuStreamCreate(&mut st, 1), "cuStreamCreate")?;
-                for e in ev.iter_mut() {
-                    // 2: CU_EVENT_DISABLE_TIMING (ordering only).
-                    if let Err(err) = check(sys::cuEventCreate(e, 2), "cuEventCreate") {
-                        for made in ev.iter().filter(|x| !x.is_null()) {
-                            sys::cuEventDestroy_v2(*made);
-                        }
-                        sys::cuStreamDestroy_v2(st);
-                        return Err(err);
-                    }
-                }
-            }
-            Ok(CeSide {
-                stream: st as usize,
-                fork: ev[0] as usize,
-                join: ev[1] as usize,
-            })
-        })?;
-        *side = Some(sd);
-        Ok(sd)
-    }
-
-    /// Runs this rank's half of a copy-engine call on `stream`: barrier,
-    /// the local copies on the side stream beside the pulls from the peer on
-    /// `stream`, join, barrier. Returns without waiting.
-    fn go_ce(&self, f: usize, plan: &ce::Plan, stream: sys::CUstream) -> Result<()> {
-        let peer = self.peer()?;
-        let _scope = CtxScope::enter(self.ctx)?;
-        self.queue_ce(&|| self.ce_barrier(f, peer.flags, stream), plan, stream)
-    }
-
-    /// Queues a copy-engine plan on `stream` between two `barrier`s (this
-    /// rank's context current): the pulls on `stream`, the local copies on
-    /// the side stream beside them.
-    fn queue_ce(
-        &self,
-        barrier: &dyn Fn() -> Result<()>,
-        plan: &ce::Plan,
-        stream: sys::CUstream,
-    ) -> Result<()> {
-        barrier()?;
-        // SAFETY (of each copy): the plan's ranges were checked by both
-        // ranks' prepare calls to be device memory of their GPUs, which have
-        // peer access to each other (unified addressing routes the copy); the
-        // barrier before keeps both buffers live.
-        let copy = |x: &ce::Xfer, on: sys::CUstream| unsafe { copy_async(x, on) };
-        // A copy between two devices issued into the legacy default stream
-        // waits for everything issued before it to either device and holds
-        // back everything issued after it to either: the peer's first
-        // barrier, issued after this copy, could then never start, and this
-        // stream's barrier waits for it (the first device run hung there).
-        // So on a default stream (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD)
-        // the pulls go to the side stream as well.
-        let pulls_on_side = (stream as usize) <= 2;
-        let side = if plan.local.is_empty() && !pulls_on_side {
-            None
-        } else {
-            Some(self.ce_side()?)
-        };
-        if let Some(sd) = side {
-            let st = sd.stream as sys::CUstream;
-            self.fork_side(sd, stream)?;
-            for x in &plan.local {
-                copy(x, st)?;
-            }
-            if pulls_on_side {
-                for x in &plan.remote {
-                    copy(x, st)?;
-                }
-            }
-        }
-        if !pulls_on_side {
-            for x in &plan.remote {
-                copy(x, stream)?;
-            }
-        }
-        if let Some(sd) = side {
-            self.join_side(sd, stream)?;
-        }
-        barrier()?;
-        CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
-    }
-}
-
-impl DevComm {
-    /// The copy-engine reduction's scratch ring and zeroed flags
-    /// ([`ce_reduce::SCRATCH_BYTES`]), allocated on first use. Call it
-    /// before the group launches anything (it synchronises the context).
-    fn ce_scratch(&self) -> Result<u64> {
-        let mut sc = lock(&self.ce_scratch);
-        if let Some(p) = *sc {
-            return Ok(p);
-        }
-        let _scope = CtxScope::enter(self.ctx)?;
-        // Only the flags must start at zero; the slots are written before read.
-        let p = alloc_zeroed(
-            ce_reduce::SCRATCH_BYTES as usize,
-            ce_reduce::FLAGS_OFFSET,
-            ce_reduce::FLAGS_BYTES as usize,
-            "copy-engine reduction scratch",
-        )?;
-        *sc = Some(p);
-        Ok(p)
-    }
-
-    /// Runs this rank's half of a copy-engine reduction on `stream`
-    /// ([`ce_reduce`]): barrier; the reduce kernel on `stream` beside the
-    /// copy stream (the side stream) that feeds it; join; barrier; for an
-    /// all-reduce the pull of the peer's part and a last barrier. Returns
-    /// without waiting.
-    fn go_ce_reduce(
-        &self,
-        f: usize,
-        fr: usize,
-        plan: &ce_reduce::RankPlan,
-        stream: sys::CUstream,
-    ) -> Result<()> {
-        let peer = self.peer()?;
-        let _scope = CtxScope::enter(self.ctx)?;
-        // Two copy streams (odd slots on the second): 2 GiB all-reduce 5,794
-        // µs against 5,939 with one (370.7 against 361.6 GB/s busbw), 4 GiB
-        // 375.9 against 364.4, 1 GiB 361.1 against 355.4; reduce-scatter
-        // 4 GiB 359.9 against 342.3 (2xH200, -g 2, 2026-11-30, one machine):
-        // a piece's copy starts while the one before lands, instead of
-        // after its flag write.
-        self.queue_ce_reduce(
-            &|| self.ce_barrier(f, peer.flags, stream),
-            fr,
-            plan,
-            stream,
-            true,
-        )
-    }
-
-    /// Queues a copy-engine reduction on `stream` (this rank's context
-    /// current), `barrier` between its phases; `two_streams`: the odd
-    /// slots' copies and flags on a second side stream.
-    fn queue_ce_reduce(
-        &self,
-        barrier: &dyn Fn() -> Result<()>,
-        fr: usize,
-        plan: &ce_reduce::RankPlan,
-        stream: sys::CUstream,
-        two_streams: bool,
-    ) -> Result<()> {
-        let scratch = (*lock(&self.ce_scratch))
-            .ok_or_else(|| Error::internal("copy-engine reduction without its scratch"))?;
-        let sd = self.ce_side()?;
-        let side = sd.stream as sys::CUstream;
-        let flags = scratch + ce_reduce::FLAGS_OFFSET;
-        let word = |w: u32| flags + 4 * w as u64;
-        barrier()?;
-        let r = &plan.reduce;
-        if r.count > 0 {
-            self.fork_side(sd, stream)?;
-            // Each slot's steps stay in order on one stream (its waits,
-            // copies and flags), so the schedule holds with two.
-            let sd2 = if two_streams {
-                let s2 = self.ce_side_at(1)?;
-                self.fork_side(s2, stream)?;
-                Some(s2)
-            } else {
-                None
-            };
-            let side_of = |slot: u32| match sd2 {
-                Some(s2) if slot % 2 == 1 => s2.stream as sys::CUstream,
-                _ => side,
-            };
-            // The kernel is queued before the copies it waits for: were the
-            // two streams to share a hardware queue, the copies behind a
-            // kernel still run, a kernel behind a waiting copy would not.
-            let args = allreduce::CerArgs {
-                input: r.input,
-                output: r.output,
-                scratch,
-                flags,
-                count: r.count,
-                piece: r.piece,
-                slots: r.slots,
-                rank: r.rank,
-                ..Default::default()
-            };
-            // SAFETY: the part's ranges are this GPU's device memory (checked
-            // by prepare); the scratch is this communicator's live ring of
-            // SCRATCH_BYTES; the steps queued next fill it as the kernel
-            // expects (ce_reduce's schedule for this very Reduce).
-            unsafe { allreduce::launch_cer(fr as sys::CUfunction, stream, args)? };
-            for st in &plan.steps {
-                match *st {
-                    ce_reduce::Step::WaitConsumed { slot, value } => {
-                        // SAFETY: a flag word inside the live scratch.
-                        unsafe {
-                            stream_wait32(
-                                side_of(slot),
-                                word(ce_reduce::CONSUMED_WORD + slot),
-                                value,
-                            )?
-                        }
-                    }
-                    ce_reduce::Step::ClearConsumed { slot } => {
-                        // SAFETY: as above.
-                        unsafe {
-                            stream_write32(side_of(slot), word(ce_reduce::CONSUMED_WORD + slot), 0)?
-                        }
-                    }
-                    // SAFETY: the peer's input part (checked by its prepare,
-                    // live until the barrier after the join) into this GPU's
-                    // slot; peer access is enabled both ways.
-                    ce_reduce::Step::Pull { xfer, slot } => unsafe {
-                        copy_async(&xfer, side_of(slot))?
-                    },
-                    ce_reduce::Step::Land { slot, value } => {
-                        // SAFETY: a flag word inside the live scratch.
-                        unsafe { stream_write32(side_of(slot), word(slot), value)? }
-                    }
-                }
-            }
-            self.join_side(sd, stream)?;
-            if let Some(s2) = sd2 {
-                self.join_side(s2, stream)?;
-            }
-        }
-        barrier()?;
-        // SAFETY: the peer's output part, written by its kernel before the
-        // barrier above, into this GPU's output (`-g 2`), or this rank's
-        // part into the peer's mapped output (two processes, xp::plan; the
-        // peer no longer reads that range); both checked by prepare, the
-        // barrier after keeps them live.
-        unsafe { self.queue_gather(&plan.gather, stream, sd)? };
-        if plan.kind == ce_reduce::Kind::AllReduce {
-            barrier()?;
-        }
-        CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Queues an all-reduce's gather copies in `stream`'s order (on the
-    /// side stream `sd` when `stream` is a default stream: a copy between
-    /// devices must not be on one, as in go_ce).
-    ///
-    /// # Safety
-    /// Every copy's ranges are live device memory that nothing else touches
-    /// until the stream's next barrier.
-    unsafe fn queue_gather(
-        &self,
-        gather: &[ce::Xfer],
-        stream: sys::CUstream,
-        sd: CeSide,
-    ) -> Result<()> {
-        if gather.is_empty() {
-            return Ok(());
-        }
-        let on_side = (stream as usize) <= 2;
-        let on = if on_side {
-            self.fork_side(sd, stream)?;
-            sd.stream as sys::CUstream
-        } else {
-            stream
-        };
-        for x in gather {
-            // SAFETY: the caller's contract.
-            unsafe { copy_async(x, on)? };
-        }
-        if on_side {
-            self.join_side(sd, stream)?;
-        }
-        Ok(())
-    }
-
-    /// Queues this rank's half of a reduction with pushed pieces
-    /// ([`ce_reduce::PushedPlan`], two processes) on `stream`: barrier (both
-    /// outputs free, both inputs ready); the reduce kernel on `stream`,
-    /// whose waits for the peer's pieces are bounded by the ring's abort
-    /// word and timeout, beside this rank's pushes into the peer's output on
-    /// the side stream, each followed by its count in the peer's landed
-    /// counter; join; an all-reduce's gather push (this rank's part is
-    /// reduced once the kernel ends, and the peer never touches that part
-    /// of its output); a last barrier for an all-reduce (the peer's gather
-    /// into this output is done). A reduce-scatter needs none: once the
-    /// kernel has seen every piece, nothing of the peer touches this rank's
-    /// memory, and the next call pushes only after its first barrier.
-    /// Returns without waiting.
-    fn queue_pushed(
-        &self,
-        barrier: &dyn Fn() -> Result<()>,
-        fr: usize,
-        plan: &ce_reduce::PushedPlan,
-        stream: sys::CUstream,
-        ring: &ring::Ring,
-        peer: usize,
-    ) -> Result<()> {
-        let no_word = || {
-            Error::internal(format!(
-                "no window word of the pushed reduction with rank {peer}"
-            ))
-        };
-        // Landing in this rank's copy of the peer's part (an in-place
-        // all-reduce), the counter is the other word (plan_pushed_in_place):
-        // the copy stream waits on it too, so the kernel does not reset it.
-        // Landing in a slot ring (an in-place reduce-scatter), the copy
-        // stream waits on the peer kernel's consumed count instead.
-        let zone = plan.landing.filter(|l| l.slots == 0);
-        let slots = plan.landing.filter(|l| l.slots > 0);
-        let word = |owner, other| match zone {
-            Some(_) => ring.ce_pushed_word(owner, other),
-            None => ring.ce_landed_word(owner, other),
-        };
-        let mine = word(self.rank, peer).ok_or_else(no_word)?;
-        let theirs = word(peer, self.rank).ok_or_else(no_word)?;
-        let consumed = [
-            ring.ce_consumed_word(self.rank, peer).ok_or_else(no_word)?,
-            ring.ce_consumed_word(peer, self.rank).ok_or_else(no_word)?,
-        ];
-        let fw = match plan.landing {
-            Some(_) => self.function_in(
-                &kernels::ce_reduce_variant(plan.dtype, plan.op),
-                "oxccl_cer_wait",
-            )?,
-            None => 0,
-        };
-        // Pushes alternate on `streams` side streams (ce_reduce::counter_slot).
-        let sides = (0..plan.streams.clamp(1, 2) as usize)
-            .map(|i| self.ce_side_at(i))
-            .collect::<Result<Vec<_>>>()?;
-        let sd = sides[0];
-        barrier()?;
-        if slots.is_some() {
-            // The peer's kernel wrote its last count of the previous such
-            // call before this barrier, and writes the next one only after
-            // this rank's first push lands, queued after this write.
-            // SAFETY: this rank's own word in its ring window.
-            unsafe { stream_write32(stream, consumed[0], 0)? };
-        }
-        // The side streams fork here, before the kernel: forked after it, the
-        // pushes would wait for this rank's kernel, which waits for the
-        // peer's pushes, which wait for the peer's kernel (a deadlock the
-        // first device run found).
-        let pushing = !plan.pushes.is_empty();
-        if pushing {
-            for s in &sides {
-                self.fork_side(*s, stream)?;
-            }
-        }
-        let r = &plan.reduce;
-        if r.count > 0 {
-            let args = allreduce::CerArgs {
-                input: r.input,
-                output: r.output,
-                scratch: plan.landing.map_or(0, |l| l.scratch),
-                // The slot ring's per-slot block counters (the scratch's
-                // flag words, 0 between uses).
-                flags: slots.map_or(0, |l| l.scratch + ce_reduce::FLAGS_OFFSET),
-                count: r.count,
-                piece: r.piece,
-                slots: slots.map_or(r.slots, |l| l.slots),
-                rank: r.rank,
-                landed_at: mine,
-                ctrl: ring.ctrl_device(),
-                timeout_ns: ring.timeout_ns(),
-                peer: peer as u32,
-                taper: r.taper,
-                zone: zone.map_or(0, |l| l.zone),
-                streams: plan.streams,
-                consumed_at: slots.map_or(0, |_| consumed[1]),
-            };
-            // SAFETY: the part's ranges are this GPU's device memory (checked
-            // by prepare), the counter and the control words are the live
-            // ring's; the peer queues the matching pushes (same plan from the
-            // same messages), and a peer that does not is met by the
-            // kernel's bounded wait.
-            unsafe { allreduce::launch_cer(fr as sys::CUfunction, stream, args)? };
-        }
-        if pushing {
-            // Queued after the kernel, as in queue_ce_reduce.
-            for (k, x) in plan.pushes.iter().enumerate() {
-                let (h, v) = ce_reduce::counter_slot(k as u64, plan.streams);
-                let side = sides[h as usize].stream as sys::CUstream;
-                if let Some(&w) = plan.waits.get(k).filter(|&&w| w > 0) {
-                    // In place: this piece lands on values the peer's own
-                    // push w - 1 reads, or in a slot whose piece the peer's
-                    // kernel must have reduced (its w-th); wait (bounded).
-                    let (at, value) = match plan.wait_on {
-                        ce_reduce::WaitOn::PeerPushes => {
-                            let (wh, wv) = ce_reduce::counter_slot(w as u64 - 1, plan.streams);
-                            (mine + 4 * wh as u64, wv)
-                        }
-                        ce_reduce::WaitOn::PeerConsumed => (consumed[0], w),
-                    };
-                    let args = allreduce::CerArgs {
-                        landed_at: at,
-                        count: value as u64,
-                        ctrl: ring.ctrl_device(),
-                        timeout_ns: ring.timeout_ns(),
-                        peer: peer as u32,
-                        ..Default::default()
-                    };
-                    // SAFETY: the live ring's counter and control words;
-                    // `fw` is oxccl_cer_wait of this context.
-                    unsafe { allreduce::launch_cer_wait(fw as sys::CUfunction, side, args)? };
-                }
-                // SAFETY: this rank's input (checked by prepare) into the
-                // peer's mapped output part (checked by the peer's prepare,
-                // free since the barrier above: the peer's kernel reads it
-                // only after this piece's count lands), or in place into the
-                // peer's scratch (its first piece) or the part of the peer's
-                // buffer that the wait above found sent.
-                unsafe { copy_async(x, side)? };
-                // This stream's half of the counter (plan_pushed keeps the
-                // pieces under 2^31), with the 32-bit write the pulls
-                // already use.
-                // SAFETY: the peer's landed counter in its mapped window,
-                // live as long as the ring.
-                unsafe { stream_write32(side, theirs + 4 * h as u64, v)? };
-            }
-            for s in &sides {
-                self.join_side(*s, stream)?;
-            }
-        }
-        if zone.is_some() {
-            // In place the peer's kernel reads this rank's pieces from the
-            // peer's own part of its buffer, which the gather overwrites:
-            // both kernels end first.
-            barrier()?;
-        }
-        // SAFETY: this rank's reduced part (complete in stream order) into
-        // the peer's mapped output at the same part, which the peer neither
-        // reads nor writes in this call (in place: any more, after the
-        // barrier above); live until the barrier below.
-        unsafe { self.queue_gather(&plan.gather, stream, sd)? };
-        if plan.kind == ce_reduce::Kind::AllReduce {
-            barrier()?;
-        }
-        if zone.is_some() {
-            // Back to 0 for the next call: the peer wrote its last count
-            // before this rank's kernel ended, and writes the next one only
-            // after the next call's first barrier, which this rank reaches
-            // after this write.
-            for h in 0..sides.len() as u64 {
-                // SAFETY: this rank's own counter in its ring window.
-                unsafe { stream_write32(stream, mine + 4 * h, 0)? };
-            }
-        }
-        if plan.landing.is_some() {
-            CE_IN_PLACE_PUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        if slots.is_some() {
-            CE_RING_PUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 }
@@ -3007,7 +1861,7 @@ enum Family {
     /// `oxccl_ring_*`.
     Ring = 1,
     /// `oxccl_ll1_*` (the small one-shot all-reduce, in the ring's program).
-    Ll1 = 2,
+    Small = 2,
     /// `oxccl_scale_*` (a one-rank PreMulSum, in the ring's program).
     Scale = 3,
     /// `oxccl_joint_*` (every rank of a group of one process in one
@@ -3024,6 +1878,26 @@ const TYPED_SLOTS: usize = 5 * DataType::ALL.len() * TYPED_OPS;
 fn typed_slot(family: Family, t: DataType, op: RedOp) -> usize {
     (family as usize * DataType::ALL.len() + t as usize) * TYPED_OPS + op.wire_code() as usize
 }
+
+/// On the pair kernel (two GPUs of one process), a send to itself of at
+/// least this many bytes is copied by the copy engine on a side stream,
+/// beside the transfers with the peers; a smaller single one by the launch
+/// with the peers, after its transfers. Measured on 2xH200 with the bound
+/// at 1 MiB: all-to-alls of 2 MB (1 MiB to itself) took 20-32 µs against
+/// NCCL's 16-25, the side stream's fork, join and the copy engine's start
+/// after a kernel costing ~15 µs, while the grid copies 1 MiB in ~1 µs
+/// (~1.5 TB/s). At 32 MiB the grid's ~20 µs after the transfers match that
+/// cost; beyond, the side stream hides the copy. The ring's launch copies
+/// on blocks of its own beside the transfers at every size instead: with
+/// the side stream from 32 MiB, 2-process scatters of 64 MB took 119-120 µs
+/// out of place against 103 in place (NCCL 0.90-0.93x; 2xH200, 2026-11-30).
+const SELF_COPY_SIDE_MIN: u64 = 32 << 20;
+
+/// Blocks of the copy kernel that copies a rank to itself beside the copy
+/// engines' transfers with a peer process: 32 blocks copy ~1 TB/s (~30 GB/s
+/// each), so a copy as large as the transfer ends well within it (the
+/// engine pushes ~390 GB/s), on a quarter of the SMs for that while.
+const SELF_COPY_XP_BLOCKS: u32 = 32;
 
 impl Drop for DevComm {
     fn drop(&mut self) {
@@ -3065,89 +1939,6 @@ impl Drop for DevComm {
             cl.remove(&self.key);
         }
     }
-}
-
-/// What `cudaSetDevice(ordinal)` does for the driver API: retains the
-/// device's primary context and makes it current on the calling thread (for
-/// tests and tools that drive the C API without the CUDA runtime). The
-/// reference is kept for the life of the process.
-pub fn use_device(ordinal: i32) -> Result<()> {
-    loader::driver()?;
-    guarded("cuDevicePrimaryCtxRetain", || {
-        let mut dev: sys::CUdevice = 0;
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: out-pointers are valid; the driver was probed.
-        unsafe {
-            check(sys::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
-            check(
-                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-                "cuDevicePrimaryCtxRetain",
-            )?;
-            check(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-        }
-    })
-}
-
-/// Copies host bytes to device memory (ordered after the legacy default
-/// stream's work), landed when it returns: from pageable memory
-/// cuMemcpyHtoD returns once the bytes are staged, before the DMA lands, and
-/// kernels on non-blocking streams are not ordered after it (CUDA's "API
-/// synchronization behavior"), hence the context's synchronize.
-pub fn copy_to_device(dst: u64, src: &[u8]) -> Result<()> {
-    loader::driver()?;
-    guarded("cuMemcpyHtoD", || {
-        // SAFETY: the caller passes device memory of at least src.len() bytes.
-        unsafe {
-            check(
-                sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()),
-                "cuMemcpyHtoD",
-            )?;
-            check(sys::cuCtxSynchronize(), "cuCtxSynchronize")
-        }
-    })
-}
-
-/// Copies device memory to host bytes (synchronous, as [`copy_to_device`]).
-pub fn copy_from_device(dst: &mut [u8], src: u64) -> Result<()> {
-    loader::driver()?;
-    guarded("cuMemcpyDtoH", || {
-        // SAFETY: the caller passes device memory of at least dst.len() bytes.
-        unsafe {
-            check(
-                sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()),
-                "cuMemcpyDtoH",
-            )
-        }
-    })
-}
-
-/// Waits for all work of the calling thread's current context.
-/// The IPC handle of the device allocation starting at `base`, for
-/// another process of this host to map it (`ncclCommWindowRegister`);
-/// `None` when the allocation cannot be exported (VMM, other allocators).
-pub fn export_allocation(base: u64) -> Option<[u8; 64]> {
-    xp_io::ipc_handle(base)
-}
-
-/// Maps (or takes another reference to) another process's allocation of
-/// `handle` into GPU `ordinal`'s context, which must be current; its
-/// address here. Released with [`release_allocation`].
-pub fn import_allocation(ordinal: i32, handle: &[u8; 64]) -> Result<u64> {
-    xp_io::import(ordinal, handle)
-}
-
-/// Drops a reference from [`import_allocation`]; the last one unmaps it.
-/// No queued work may use it (synchronise the context first).
-pub fn release_allocation(ordinal: i32, mapped: u64) {
-    xp_io::release(ordinal, mapped)
-}
-
-pub fn synchronize_current() -> Result<()> {
-    loader::driver()?;
-    // SAFETY: no arguments.
-    guarded("cuCtxSynchronize", || unsafe {
-        check(sys::cuCtxSynchronize(), "cuCtxSynchronize")
-    })
 }
 
 #[cfg(test)]
@@ -3195,7 +1986,7 @@ mod tests {
         for f in [
             Family::Pair,
             Family::Ring,
-            Family::Ll1,
+            Family::Small,
             Family::Scale,
             Family::Joint,
         ] {

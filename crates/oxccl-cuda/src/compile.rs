@@ -77,32 +77,7 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .map(|h| PathBuf::from(h).join(".cache/oxccl/kernels"))
 }
 
-/// What NVRTC makes of a program: machine code for one architecture, or
-/// PTX that the driver compiles for any GPU at least that new.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Target {
-    /// A CUBIN for `sm_<arch>` (e.g. 90).
-    Cubin(u32),
-    /// PTX for `compute_<arch>`.
-    Ptx(u32),
-}
-
-impl Target {
-    /// `sm_90` or `compute_90`.
-    pub fn tag(self) -> String {
-        match self {
-            Target::Cubin(a) => format!("sm_{a}"),
-            Target::Ptx(a) => format!("compute_{a}"),
-        }
-    }
-
-    fn extension(self) -> &'static str {
-        match self {
-            Target::Cubin(_) => "cubin",
-            Target::Ptx(_) => "ptx",
-        }
-    }
-}
+pub use crate::kernels::Target;
 
 /// NVRTC options for a CUBIN of `arch` (e.g. 90 for sm_90).
 pub fn options(arch: u32) -> Vec<String> {

@@ -640,3 +640,43 @@ impl Drop for Event<'_> {
         }
     }
 }
+
+/// Makes a context current for its lifetime; puts the previous one back.
+pub(crate) struct CtxScope {
+    saved: sys::CUcontext,
+    /// Whether `enter` changed the current context (else drop has nothing
+    /// to put back: one driver call less per launch, ~25 ns).
+    changed: bool,
+}
+
+impl CtxScope {
+    /// Makes `ctx` current (the driver must have been probed).
+    pub(crate) fn enter(ctx: sys::CUcontext) -> Result<CtxScope> {
+        guarded("cuCtxSetCurrent", || {
+            let mut saved: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: writes one handle; then sets a retained context current.
+            unsafe {
+                check(sys::cuCtxGetCurrent(&mut saved), "cuCtxGetCurrent")?;
+                if saved != ctx {
+                    check(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
+                }
+            }
+            Ok(CtxScope {
+                saved,
+                changed: saved != ctx,
+            })
+        })
+    }
+}
+
+impl Drop for CtxScope {
+    fn drop(&mut self) {
+        if !self.changed {
+            return;
+        }
+        // SAFETY: `saved` was current before (or NULL, which unbinds); errors ignored in drop.
+        unsafe {
+            sys::cuCtxSetCurrent(self.saved);
+        }
+    }
+}

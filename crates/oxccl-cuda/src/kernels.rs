@@ -1,6 +1,8 @@
 //! The CUDA C++ sources in `kernels/`: compiled ahead of time by `oxccl
 //! kernels` (the programs of [`prebuilt_sources`]), else by NVRTC on first use.
 
+use oxccl_core::{DataType, RedOp};
+
 /// Headers the sources `#include`, handed to NVRTC by name.
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../kernels/common.cuh")),
@@ -41,8 +43,8 @@ pub const RING: KernelSource = KernelSource {
 /// first collective that long looks like a hang); one takes a second or two.
 /// The sources are made once per process and kept (at most 73).
 pub fn ring_variant(t: oxccl_core::DataType, op: oxccl_core::RedOp) -> KernelSource {
-    let tt = crate::allreduce::type_tag(t);
-    let ot = crate::allreduce::op_tag(op).unwrap_or("sum");
+    let tt = type_tag(t);
+    let ot = op_tag(op).unwrap_or("sum");
     variant(&format!("ring-{tt}-{ot}.cu"), || {
         format!(
             "OXCCL_RING({tt}, {}E, {ot}, OP_{})\n",
@@ -63,7 +65,7 @@ pub fn ring_p2p() -> KernelSource {
 /// (which leaves out its 72 pair kernels, keeping `oxccl_pcopy`) and one
 /// instantiation. Cached on disk as `cer-<type>-<op>-...cubin`.
 pub fn ce_reduce_variant(t: oxccl_core::DataType, op: crate::ce_reduce::Op) -> KernelSource {
-    let tt = crate::allreduce::type_tag(t);
+    let tt = type_tag(t);
     let ot = op.tag();
     variant_of(
         &ALLREDUCE,
@@ -81,7 +83,7 @@ pub fn ce_reduce_variant(t: oxccl_core::DataType, op: crate::ce_reduce::Op) -> K
 
 /// The name of [`ce_reduce_variant`]'s kernel.
 pub fn ce_reduce_kernel(t: oxccl_core::DataType, op: crate::ce_reduce::Op) -> String {
-    format!("oxccl_cer_{}_{}", crate::allreduce::type_tag(t), op.tag())
+    format!("oxccl_cer_{}_{}", type_tag(t), op.tag())
 }
 
 fn variant(name: &str, tail: impl FnOnce() -> String) -> KernelSource {
@@ -170,8 +172,7 @@ pub fn prebuilt_sources(arch: u32) -> Vec<KernelSource> {
 /// What `oxccl kernels` compiles: every program of [`prebuilt_sources`]
 /// as a CUBIN for each of `archs` and, when `ptx`, as PTX for the newest
 /// of them (for GPUs newer than any of `archs`).
-pub fn prebuild_jobs(archs: &[u32], ptx: bool) -> Vec<(KernelSource, crate::compile::Target)> {
-    use crate::compile::Target;
+pub fn prebuild_jobs(archs: &[u32], ptx: bool) -> Vec<(KernelSource, Target)> {
     let mut v = Vec::new();
     for &a in archs {
         v.extend(
@@ -188,4 +189,137 @@ pub fn prebuild_jobs(archs: &[u32], ptx: bool) -> Vec<(KernelSource, crate::comp
         );
     }
     v
+}
+
+/// The kernel name's type part.
+pub fn type_tag(t: DataType) -> &'static str {
+    match t {
+        DataType::Int8 => "i8",
+        DataType::Uint8 => "u8",
+        DataType::Int32 => "i32",
+        DataType::Uint32 => "u32",
+        DataType::Int64 => "i64",
+        DataType::Uint64 => "u64",
+        DataType::Float16 => "f16",
+        DataType::Float32 => "f32",
+        DataType::Float64 => "f64",
+        DataType::Bfloat16 => "bf16",
+        DataType::Float8e4m3 => "e4m3",
+        DataType::Float8e5m2 => "e5m2",
+    }
+}
+
+/// The kernel name's op part (always `Some`: every op has kernels).
+pub fn op_tag(op: RedOp) -> Option<&'static str> {
+    match op {
+        RedOp::Sum => Some("sum"),
+        RedOp::Prod => Some("prod"),
+        RedOp::Max => Some("max"),
+        RedOp::Min => Some("min"),
+        RedOp::Avg => Some("avg"),
+        RedOp::PreMulSum(_) => Some("premulsum"),
+    }
+}
+
+/// What NVRTC makes of a program: machine code for one architecture, or
+/// PTX that the driver compiles for any GPU at least that new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// A CUBIN for `sm_<arch>` (e.g. 90).
+    Cubin(u32),
+    /// PTX for `compute_<arch>`.
+    Ptx(u32),
+}
+
+impl Target {
+    /// `sm_90` or `compute_90`.
+    pub fn tag(self) -> String {
+        match self {
+            Target::Cubin(a) => format!("sm_{a}"),
+            Target::Ptx(a) => format!("compute_{a}"),
+        }
+    }
+
+    pub(crate) fn extension(self) -> &'static str {
+        match self {
+            Target::Cubin(_) => "cubin",
+            Target::Ptx(_) => "ptx",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxccl_core::algo::{Algo, Proto};
+    use oxccl_core::gpu::{Collective, PairKernel, RingKernel};
+
+    /// `NAME = N` items of the C enum in `src` that starts with `first`.
+    fn c_enum(src: &str, first: &str) -> Vec<(String, u32)> {
+        let at = src.find(first).expect("the enum's first item");
+        let body = &src[at..at + src[at..].find('}').expect("the enum's end")];
+        body.split(',')
+            .filter_map(|item| {
+                let (name, value) = item.split_once('=')?;
+                Some((name.trim().to_string(), value.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn collective(name: &str) -> Collective {
+        match name {
+            "ALLREDUCE" => Collective::AllReduce,
+            "REDUCE_SCATTER" => Collective::ReduceScatter,
+            "ALLGATHER" => Collective::AllGather,
+            "BROADCAST" => Collective::Broadcast,
+            "REDUCE" => Collective::Reduce,
+            other => panic!("ring.cu names an unknown collective {other}"),
+        }
+    }
+
+    /// ring.cu's `RM_*` integers are the ones `RingKernel` gives: each
+    /// name's collective, algorithm and protocol (no suffix: the Simple
+    /// ring; `_LL`: the LL ring; `_LL1`/`_1S`: one-shot over LL/Simple;
+    /// `_LL2`/`_2S`: two-shot over LL/Simple) at its value, and no more.
+    #[test]
+    fn ring_modes_match_the_kernel_source() {
+        let modes = c_enum(RING.source, "RM_ALLREDUCE = 0");
+        assert_eq!(modes.len(), RingKernel::ALL.len());
+        for (name, value) in modes {
+            let rest = name.strip_prefix("RM_").expect("an RM_ name");
+            let (coll, algo, proto) = [
+                ("_LL1", Algo::OneShot, Proto::LL),
+                ("_1S", Algo::OneShot, Proto::Simple),
+                ("_LL2", Algo::TwoShot, Proto::LL),
+                ("_2S", Algo::TwoShot, Proto::Simple),
+                ("_LL", Algo::Ring, Proto::LL),
+            ]
+            .into_iter()
+            .find_map(|(suffix, a, p)| Some((rest.strip_suffix(suffix)?, a, p)))
+            .unwrap_or((rest, Algo::Ring, Proto::Simple));
+            let k = RingKernel::new(collective(coll), algo, proto)
+                .unwrap_or_else(|| panic!("{name} has no RingKernel"));
+            assert_eq!(k.mode(), value, "{name}");
+        }
+    }
+
+    /// allreduce.cu's `MODE_*` and `CP_*` integers are `PairKernel`'s.
+    #[test]
+    fn pair_modes_match_the_kernel_source() {
+        let reduce = c_enum(ALLREDUCE.source, "MODE_ALLREDUCE = 0");
+        let copy = c_enum(ALLREDUCE.source, "CP_ALLGATHER = 0");
+        let want = |name: &str| match name {
+            "MODE_ALLREDUCE" => PairKernel::AllReduce,
+            "MODE_REDUCE_SCATTER" => PairKernel::ReduceScatter,
+            "MODE_REDUCE" => PairKernel::Reduce,
+            "CP_ALLGATHER" => PairKernel::AllGather,
+            "CP_BROADCAST" => PairKernel::Broadcast,
+            "CP_P2P" => PairKernel::SendRecv,
+            other => panic!("allreduce.cu names an unknown mode {other}"),
+        };
+        assert_eq!((reduce.len(), copy.len()), (3, 3));
+        for (name, value) in reduce.iter().chain(&copy) {
+            assert_eq!(want(name).mode(), *value, "{name}");
+        }
+    }
 }

@@ -87,7 +87,7 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemHostUnregister",
     "cuStreamIsCapturing",
     "cuStreamGetCtx",
-    // The copy-engine reduction's flags (ce_reduce.rs), CUDA 11.7+.
+    // The copy-engine reduction's flags (copy_engine_reduce.rs), CUDA 11.7+.
     "cuStreamWriteValue32_v2",
     "cuStreamWaitValue32_v2",
 ];

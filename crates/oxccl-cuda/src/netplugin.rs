@@ -356,11 +356,13 @@ unsafe fn drive(link: &PluginLink, stop: &AtomicBool, idle_passes: &AtomicU64) -
             let c = c as u32;
             let sbase = shadow + layout.offset(peer, me, c) as usize;
             let wbase = window + layout.offset(me, peer, c) as usize;
-            // SAFETY (all the word accesses below): header words of this
-            // channel's regions, inside the live windows.
+            // The word accesses below: header words of this channel's
+            // regions, inside the live windows.
+            // SAFETY: the shadow region's tail word, inside the live shadow.
             let tail = unsafe { w64(sbase + TAIL as usize) }.load(Ordering::Acquire);
             while p.posted_s < tail && (p.sreqs.len() as u64) < nslots {
                 let slot = p.posted_s % nslots;
+                // SAFETY: the slot's size word, inside the live shadow.
                 let len = unsafe { w32(sbase + SIZES as usize + 4 * slot as usize) }
                     .load(Ordering::Acquire)
                     .min(layout.slot as u32) as usize;
@@ -379,6 +381,7 @@ unsafe fn drive(link: &PluginLink, stop: &AtomicBool, idle_passes: &AtomicU64) -
                 match net.test(r).map_err(|e| net_err(peer, "test(send)", e))? {
                     Poll::Done(_) => {
                         p.done_s += 1;
+                        // SAFETY: the window region's head word, inside the live window.
                         unsafe { w64(wbase + HEAD as usize) }.store(p.done_s, Ordering::Release);
                         busy = true;
                     }
@@ -390,6 +393,7 @@ unsafe fn drive(link: &PluginLink, stop: &AtomicBool, idle_passes: &AtomicU64) -
             }
             sends_left |= !p.sreqs.is_empty() || p.posted_s < tail;
             // The receiving kernel's head for this peer (in the shadow).
+            // SAFETY: the shadow region's head word, inside the live shadow.
             let drained = unsafe { w64(sbase + HEAD as usize) }.load(Ordering::Acquire);
             while p.posted_r < drained + nslots && (p.rreqs.len() as u64) < nslots {
                 let slot = p.posted_r % nslots;
@@ -414,6 +418,7 @@ unsafe fn drive(link: &PluginLink, stop: &AtomicBool, idle_passes: &AtomicU64) -
                     }
                     Poll::Done(_) => {
                         p.done_r += 1;
+                        // SAFETY: the window region's tail word, inside the live window.
                         unsafe { w64(wbase + TAIL as usize) }.store(p.done_r, Ordering::Release);
                         busy = true;
                     }

@@ -542,10 +542,11 @@ pub(crate) mod tests {
                     // Wait for a free slot: rank 1's head, in rank 0's window.
                     let hb = w0a + layout.offset(0, 1, c) as usize;
                     let t0 = Instant::now();
-                    while s + 1 > layout.nslots as u64
-                        && unsafe { word(hb + HEAD as usize) }.load(Ordering::Acquire)
-                            < s + 1 - layout.nslots as u64
-                    {
+                    let head = || {
+                        // SAFETY: rank 1's head word in rank 0's live test window.
+                        unsafe { word(hb + HEAD as usize) }.load(Ordering::Acquire)
+                    };
+                    while s + 1 > layout.nslots as u64 && head() < s + 1 - layout.nslots as u64 {
                         assert!(t0.elapsed() < Duration::from_secs(10), "no head");
                         std::hint::spin_loop();
                     }
@@ -553,10 +554,14 @@ pub(crate) mod tests {
                     let slot = s % layout.nslots as u64;
                     let at = base + SLOTS as usize + (slot * layout.slot) as usize;
                     for i in 0..len {
+                        // SAFETY: inside the slot (at most 4096 bytes, the
+                        // slot holds more) of the live shadow window.
                         unsafe { *((at + i) as *mut u8) = byte(c, s, i) };
                     }
+                    // SAFETY: the slot's size word in the live shadow window.
                     unsafe { word32(base + SIZES as usize + 4 * slot as usize) }
                         .store(len as u32, Ordering::Release);
+                    // SAFETY: the region's tail word in the live shadow window.
                     unsafe { word(base + TAIL as usize) }.store(s + 1, Ordering::Release);
                 }
             }
@@ -566,6 +571,7 @@ pub(crate) mod tests {
                 // Rank 1's own window: region (owner 1, other 0).
                 let base = w1a + layout.offset(1, 0, c) as usize;
                 let t0 = Instant::now();
+                // SAFETY: the region's tail word in rank 1's live window.
                 while unsafe { word(base + TAIL as usize) }.load(Ordering::Acquire) < s + 1 {
                     assert!(t0.elapsed() < Duration::from_secs(10), "no tail");
                     std::hint::spin_loop();
@@ -574,11 +580,13 @@ pub(crate) mod tests {
                 let at =
                     base + SLOTS as usize + ((s % layout.nslots as u64) * layout.slot) as usize;
                 for i in 0..len {
+                    // SAFETY: inside the slot of rank 1's live window.
                     let v = unsafe { *((at + i) as *const u8) };
                     assert_eq!(v, byte(c, s, i), "channel {c} step {s} byte {i}");
                 }
                 // Drained: the head goes to rank 0 through rank 1's shadow.
                 let hb = sh1a + layout.offset(0, 1, c) as usize;
+                // SAFETY: the head word in rank 1's live shadow window.
                 unsafe { word(hb + HEAD as usize) }.store(s + 1, Ordering::Release);
             }
         }

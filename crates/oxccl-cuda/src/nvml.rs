@@ -98,27 +98,50 @@ pub fn probe(with_p2p: bool) -> Result<NvmlReport, String> {
     let need = |name: &CStr| {
         sym(name).ok_or_else(|| format!("libnvidia-ml.so.1 has no {}", name.to_string_lossy()))
     };
-    // SAFETY (all transmutes below): each symbol is cast to the C signature
-    // NVML's header gives for it; handles and out-pointers are valid for the call.
+    // Each symbol is cast to the C signature NVML's header gives for it;
+    // handles and out-pointers are valid for each call.
+    // SAFETY: nvmlInit_v2's signature is `nvmlReturn_t (void)`.
     let init: extern "C" fn() -> c_int = unsafe { std::mem::transmute(need(c"nvmlInit_v2")?) };
+    // SAFETY: `nvmlReturn_t (unsigned int *)`.
     let count: extern "C" fn(*mut c_uint) -> c_int =
         unsafe { std::mem::transmute(need(c"nvmlDeviceGetCount_v2")?) };
+    // SAFETY: `nvmlReturn_t (unsigned int, nvmlDevice_t *)`.
     let by_index: extern "C" fn(c_uint, *mut Device) -> c_int =
         unsafe { std::mem::transmute(need(c"nvmlDeviceGetHandleByIndex_v2")?) };
+    // SAFETY: `nvmlReturn_t (nvmlDevice_t, nvmlPciInfo_t *)`, `PciInfo` its layout.
     let pci_info: extern "C" fn(Device, *mut PciInfo) -> c_int =
         unsafe { std::mem::transmute(need(c"nvmlDeviceGetPciInfo_v3")?) };
     let link_state: Option<extern "C" fn(Device, c_uint, *mut c_int) -> c_int> =
-        sym(c"nvmlDeviceGetNvLinkState").map(|p| unsafe { std::mem::transmute(p) });
+        sym(c"nvmlDeviceGetNvLinkState").map(|p| {
+            // SAFETY: `nvmlReturn_t (nvmlDevice_t, unsigned int, nvmlEnableState_t *)`.
+            unsafe { std::mem::transmute(p) }
+        });
     let link_remote: Option<extern "C" fn(Device, c_uint, *mut PciInfo) -> c_int> =
-        sym(c"nvmlDeviceGetNvLinkRemotePciInfo_v2").map(|p| unsafe { std::mem::transmute(p) });
+        sym(c"nvmlDeviceGetNvLinkRemotePciInfo_v2").map(|p| {
+            // SAFETY: `nvmlReturn_t (nvmlDevice_t, unsigned int, nvmlPciInfo_t *)`.
+            unsafe { std::mem::transmute(p) }
+        });
     let p2p: Option<extern "C" fn(Device, Device, c_int, *mut c_int) -> c_int> =
-        sym(c"nvmlDeviceGetP2PStatus").map(|p| unsafe { std::mem::transmute(p) });
+        sym(c"nvmlDeviceGetP2PStatus").map(|p| {
+            // SAFETY: `nvmlReturn_t (nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t,
+            // nvmlGpuP2PStatus_t *)`, both enums C ints.
+            unsafe { std::mem::transmute(p) }
+        });
     let name_fn: Option<extern "C" fn(Device, *mut c_char, c_uint) -> c_int> =
-        sym(c"nvmlDeviceGetName").map(|p| unsafe { std::mem::transmute(p) });
+        sym(c"nvmlDeviceGetName").map(|p| {
+            // SAFETY: `nvmlReturn_t (nvmlDevice_t, char *, unsigned int)`.
+            unsafe { std::mem::transmute(p) }
+        });
     let cc_fn: Option<extern "C" fn(Device, *mut c_int, *mut c_int) -> c_int> =
-        sym(c"nvmlDeviceGetCudaComputeCapability").map(|p| unsafe { std::mem::transmute(p) });
+        sym(c"nvmlDeviceGetCudaComputeCapability").map(|p| {
+            // SAFETY: `nvmlReturn_t (nvmlDevice_t, int *, int *)`.
+            unsafe { std::mem::transmute(p) }
+        });
     let drv_fn: Option<extern "C" fn(*mut c_char, c_uint) -> c_int> =
-        sym(c"nvmlSystemGetDriverVersion").map(|p| unsafe { std::mem::transmute(p) });
+        sym(c"nvmlSystemGetDriverVersion").map(|p| {
+            // SAFETY: `nvmlReturn_t (char *, unsigned int)`.
+            unsafe { std::mem::transmute(p) }
+        });
 
     let rc = init();
     if rc != 0 {
@@ -187,8 +210,8 @@ pub fn probe(with_p2p: bool) -> Result<NvmlReport, String> {
         let mut name = [0 as c_char; 96];
         let name = name_fn
             .filter(|f| f(*d, name.as_mut_ptr(), 96) == 0)
-            // SAFETY: NVML NUL-terminates within the 96 bytes it was given.
             .map(|_| {
+                // SAFETY: NVML NUL-terminates within the 96 bytes it was given.
                 unsafe { CStr::from_ptr(name.as_ptr()) }
                     .to_string_lossy()
                     .into_owned()
@@ -207,14 +230,12 @@ pub fn probe(with_p2p: bool) -> Result<NvmlReport, String> {
         });
     }
     let mut drv = [0 as c_char; 96];
-    let driver = drv_fn
-        .filter(|f| f(drv.as_mut_ptr(), 96) == 0)
-        // SAFETY: NUL-terminated within the buffer.
-        .map(|_| {
-            unsafe { CStr::from_ptr(drv.as_ptr()) }
-                .to_string_lossy()
-                .into_owned()
-        });
+    let driver = drv_fn.filter(|f| f(drv.as_mut_ptr(), 96) == 0).map(|_| {
+        // SAFETY: NVML NUL-terminates within the 96 bytes it was given.
+        unsafe { CStr::from_ptr(drv.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    });
     Ok(NvmlReport { driver, gpus })
 }
 

@@ -258,16 +258,7 @@ pub fn forced_order(rank0: &Record, nranks: usize) -> Result<Option<Vec<usize>>>
     Ok(Some(o.iter().map(|&r| r as usize).collect()))
 }
 
-/// `OXCCL_RING_ORDER`'s text as ranks; an item that is not a number
-/// becomes `u32::MAX` (shown as `?`), which [`forced_order`] then refuses on
-/// every rank alike.
-pub fn parse_ring_order(text: &str) -> Vec<u32> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(|t| t.parse::<u32>().unwrap_or(u32::MAX))
-        .collect()
-}
+pub use oxccl_core::gpu::config::parse_ring_order;
 
 #[cfg(test)]
 mod tests {

@@ -108,7 +108,7 @@ fn every_program_is_prebuilt_for_each_architecture() {
                 if runs {
                     let names = [
                         ring::kernel_name(t, op),
-                        ring::ll1_kernel_name(t, op),
+                        ring::small_kernel_name(t, op),
                         ring::joint_kernel_name(t, op),
                         ring::scale_kernel_name(t, op),
                     ];
@@ -203,7 +203,7 @@ fn ring_kernels_compile_one_at_a_time() {
     // The small one-shot all-reduce and the one-rank scaling ride along.
     assert!(has(
         &img,
-        &ring::ll1_kernel_name(DataType::Float32, RedOp::Sum)
+        &ring::small_kernel_name(DataType::Float32, RedOp::Sum)
     ));
     assert!(has(
         &img,

@@ -330,7 +330,7 @@ pub fn report(l: &Loaded) -> String {
     // `rank_ring` and `ring_channels`), so the answer is the library's.
     let sites: Vec<topo::GpuSite> = t.gpus().iter().map(|g| g.site()).collect();
     let ring = topo::rank_ring(&sites, &vec![0; sites.len()]);
-    let default_channels = oxccl_cuda::ring::RingConfig::new(
+    let default_channels = oxccl_core::gpu::ring::RingConfig::new(
         false,
         4 << 20,
         None,
@@ -339,7 +339,7 @@ pub fn report(l: &Loaded) -> String {
         std::time::Duration::from_secs(1),
     )
     .channels;
-    let channels = oxccl_cuda::ring::ring_channels(&sites, &ring, default_channels);
+    let channels = oxccl_core::gpu::ring::ring_channels(&sites, &ring, default_channels);
     let _ = writeln!(
         s,
         "\nPlan (rank r = GPU ring[r]; the ring and trees the schedules build over those ranks)"

@@ -8,7 +8,7 @@
 //! NCCL's 271, all-reduce 320–325 against 326–344: docs/performance-gpu.md,
 //! 2×H200, 2026-11-30), while one copy engine pulls ~390 GB/s from the peer each
 //! way and takes no SM (scripts/ce-probe.sh). Two GPUs driven by one process
-//! already use the engines ([`crate::ce`], [`crate::ce_reduce`]) because
+//! already use the engines ([`super::copy_engine`], [`super::copy_engine_reduce`]) because
 //! that process knows both ranks' pointers; two processes do not. So per
 //! qualifying call (large enough for the engines: the same bounds as `-g 2`)
 //! each rank sends the other one [`Msg`]: the call, and for its send and
@@ -40,9 +40,9 @@
 //! segments, `ncclMemAlloc`), either open failed, or the calls differ (an
 //! error naming both calls: a mismatched collective would hang the ring).
 
-use crate::ce::{self, Plan};
-use crate::ce_reduce;
-use oxccl_core::{DataType, Error, Result};
+use super::copy_engine::{self as ce, Plan};
+use super::copy_engine_reduce as ce_reduce;
+use crate::{DataType, Error, Result};
 
 /// The bootstrap connection index of the per-call channel (the network
 /// path uses 0..16 with peers of other hosts; this one is with a peer of
@@ -93,16 +93,8 @@ impl Bounds {
     };
 }
 
-/// Most bytes per pushed piece by default (`OXCCL_CUDA_CE_PUSH`; a part
-/// takes a quarter of itself per piece when that is less, at least
-/// [`PUSH_PIECE_MIN`]: [`push_piece`]). 2 processes, 2×H200, 2026-11-30,
-/// two rounds, GB/s bus bandwidth at 1 / 2 / 4 GiB, out of place:
-/// all-reduce 364–368 / 374–375 / 379 pushed against 350–356 / 363 / 366
-/// pulled (NCCL 328 / 339 / 345); reduce-scatter 352 / 360–362 / 369–370
-/// against 332 / 340 / 345–346 (NCCL 274 / 285 / 292). 32 MiB pieces lost
-/// 1–2% from 1 GiB (a piece costs ~20 µs of copy-stream work besides its
-/// copy), 16 MiB 3–5%.
-pub const PUSH_PIECE: u64 = 64 << 20;
+/// The default bound ([`super::config::DEFAULT_CE_PUSH_PIECE`] says why).
+pub use super::config::DEFAULT_CE_PUSH_PIECE as PUSH_PIECE;
 
 /// Least bytes per pushed piece unless the setting is lower.
 pub const PUSH_PIECE_MIN: u64 = 16 << 20;
@@ -1050,6 +1042,19 @@ impl Bounds {
 mod tests {
     use super::*;
 
+    /// `len` pseudo-random bytes (xorshift64 from `*state`, which advances):
+    /// for decoders that must refuse any input without panicking.
+    fn noise(state: &mut u64, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                *state ^= *state << 13;
+                *state ^= *state >> 7;
+                *state ^= *state << 17;
+                *state as u8
+            })
+            .collect()
+    }
+
     fn call(coll: Coll, count: u64, dtype: DataType, op: ce_reduce::Op) -> Call {
         Call {
             coll,
@@ -1182,7 +1187,7 @@ mod tests {
         // Any byte string of the right length decodes or errs.
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..2000 {
-            let _ = Msg::decode(&crate::testutil::noise(&mut x, MSG_LEN));
+            let _ = Msg::decode(&noise(&mut x, MSG_LEN));
         }
     }
 
@@ -1252,7 +1257,7 @@ mod tests {
             b.bufs,
         );
         let e = check(&a, &other, 1).unwrap_err();
-        assert_eq!(e.kind(), oxccl_core::ErrorKind::InvalidUsage);
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidUsage);
         assert!(e.message().contains("all_gather") && e.message().contains("all_reduce"));
         // A range past the peer's allocation is never mapped, and both
         // ranks say so.

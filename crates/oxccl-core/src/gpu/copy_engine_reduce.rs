@@ -19,7 +19,7 @@
 //! Measured (2×H200, nccl-tests' sizes, busbw, NCCL beside, 2026-11-30): one
 //! copy stream: all-reduce 1 GiB 356 GB/s (SM kernel 336, NCCL 325), 4 GiB
 //! 365 (338, 342); reduce-scatter 1 GiB 331 (SM 333), 4 GiB 343 (SM 337).
-//! Two copy streams for `-g 2` (capi's `go_ce_reduce`):
+//! Two copy streams for `-g 2` (capi's `enqueue_copy_engine_reduce`):
 //! all-reduce 1 GiB 361, 2 GiB 371, 4 GiB 376; reduce-scatter 1 GiB 341,
 //! 2 GiB 355, 4 GiB 360 (SM 334–336).
 //!
@@ -58,16 +58,11 @@
 //! by the copy stream once it saw it; the copy stream ends by waiting for the
 //! last piece of every slot it used, so it is done only when the kernel is.
 
-use crate::ce::Xfer;
-use oxccl_core::{DataType, RedOp};
+use super::copy_engine::Xfer;
+use crate::{DataType, RedOp};
 
-/// All-reduces of at least this many bytes take the copy engines by
-/// default. From an A/B on 2×H200 (`scripts/perf-gpu.sh ce_ar`, 2026-11-30): a
-/// fit of the copy-engine times (1 GiB 3,015 µs, 4 GiB 11,785) is ~89 µs +
-/// S / 367 GB/s, against the SM kernel's S / 337 (256 MiB 810 µs, 512 MiB
-/// 1,607): the copy engines lose at 256 MiB (843 against 810) and win from
-/// ~512 MiB (~1,552 against 1,607).
-pub const DEFAULT_AR_MIN: u64 = 512 << 20;
+/// The default bound ([`super::config::DEFAULT_CE_AR_MIN`] says why).
+pub use super::config::DEFAULT_CE_AR_MIN as DEFAULT_AR_MIN;
 
 /// A reduce-scatter (whose size is its whole input, as nccl-tests counts it)
 /// takes the copy engines from `RS_FACTOR` times the all-reduce bound: it
@@ -500,7 +495,7 @@ fn plan_rank(calls: &[Call; 2], scratch: u64, ring: Ring, r: usize) -> RankPlan 
 }
 
 /// One rank's half of a reduction whose pieces the peer pushes (two
-/// processes, both calls out of place: xp.rs). Rank r's copy stream writes
+/// processes, both calls out of place: two_process.rs). Rank r's copy stream writes
 /// the peer's part of r's input straight into the peer's output at that
 /// part, piece by piece, each followed by the piece's number + 1 in the
 /// peer's landed counter; the peer's kernel reduces its output in place
@@ -905,7 +900,7 @@ mod tests {
         assert!(!qualifies(&[rs, rs], 256 << 20));
         // Avg and PreMulSum stay on the SM kernels.
         assert_eq!(Op::of(RedOp::Avg), None);
-        assert_eq!(Op::of(RedOp::PreMulSum(oxccl_core::Scalar::F64(2.0))), None);
+        assert_eq!(Op::of(RedOp::PreMulSum(crate::Scalar::F64(2.0))), None);
         assert_eq!(Op::of(RedOp::Min), Some(Op::Min));
     }
 
@@ -1053,7 +1048,7 @@ mod tests {
         }
     }
 
-    /// Who moves when both a rank's copy stream and its kernel can.
+    /// SetupRecord moves when both a rank's copy stream and its kernel can.
     #[derive(Clone, Copy, Debug)]
     enum Policy {
         CopiesFirst,

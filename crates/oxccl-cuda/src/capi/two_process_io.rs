@@ -1,8 +1,8 @@
 //! The driver calls and socket I/O of the two-process copy-engine calls
-//! ([`crate::xp`] decides what they are; this only carries it out).
+//! ([`two_process`] decides what they are; this only carries it out).
 
 use super::*;
-use crate::xp;
+use oxccl_core::gpu::two_process;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -17,13 +17,13 @@ const POLL: Duration = Duration::from_millis(50);
 pub(super) struct XpState {
     peer: usize,
     /// The byte bounds both ranks agreed on.
-    bounds: xp::Bounds,
+    bounds: two_process::Bounds,
     chan: Mutex<Chan>,
     /// This rank's allocations' IPC handles by buffer id (`None`: not
     /// exportable), so a buffer passed again costs no driver call.
-    exports: Mutex<xp::Exports>,
+    exports: Mutex<two_process::Exports>,
     /// The peer's allocations opened here, by its buffer id.
-    cache: Mutex<xp::Cache>,
+    cache: Mutex<two_process::Cache>,
 }
 
 #[derive(Debug)]
@@ -222,8 +222,8 @@ impl DevComm {
     /// Sets up the per-call channel when the peer of a 2-rank communicator
     /// is another process of this host with a device window (both ranks
     /// see the same facts, so both connect or neither): the bootstrap's
-    /// connection [`xp::STREAM_INDEX`], then both ranks' byte bounds
-    /// ([`xp::agree_bounds`]).
+    /// connection [`two_process::STREAM_INDEX`], then both ranks' byte bounds
+    /// ([`two_process::agree_bounds`]).
     pub(super) fn setup_xp(&self, boot: &RingBoot) -> Result<()> {
         let Some(Ok(r)) = self.ring.get() else {
             return Ok(());
@@ -235,27 +235,31 @@ impl DevComm {
         if r.same_process(peer) || !r.same_host(peer) {
             return Ok(());
         }
-        let mut chan = Chan::new((boot.stream)(peer, xp::STREAM_INDEX)?)?;
+        let mut chan = Chan::new((boot.stream)(peer, two_process::STREAM_INDEX)?)?;
         let forced = self.ring_only.load(std::sync::atomic::Ordering::Relaxed);
         let mine = if forced {
-            xp::Bounds::OFF
+            two_process::Bounds::OFF
         } else {
-            xp::Bounds {
-                push_streams: ce_push_streams(),
-                ..xp::Bounds::from_settings(ce_min(), ce_ar_set(), ce_push())
+            two_process::Bounds {
+                push_streams: self.config.ce_push_streams,
+                ..two_process::Bounds::from_settings(
+                    self.config.ce_min,
+                    self.config.ce_ar_min_set,
+                    self.config.ce_push,
+                )
             }
         };
         let b = chan.exchange(
             &mine.encode(),
-            xp::Bounds::LEN,
+            two_process::Bounds::LEN,
             &ring_stop(r),
             r.timeout(),
             peer,
             "the copy-engine channel setup",
         )?;
-        let theirs = xp::Bounds::decode(&b)
+        let theirs = two_process::Bounds::decode(&b)
             .ok_or_else(|| Error::internal("copy-engine channel setup: malformed bounds"))?;
-        let bounds = xp::agree_bounds(mine, theirs);
+        let bounds = two_process::agree_bounds(mine, theirs);
         if bounds != mine {
             oxccl_env::warn!(
                 "rank {}: copy engines off with rank {peer}: its bounds (copies {}, \
@@ -290,7 +294,7 @@ impl DevComm {
             bounds.pull_rs,
             bounds.push,
             bounds.push_streams,
-            if ce_push_in_place() && bounds.push > 0 {
+            if self.config.ce_push_in_place && bounds.push > 0 {
                 "pushed"
             } else {
                 "pulled"
@@ -300,31 +304,35 @@ impl DevComm {
             peer,
             bounds,
             chan: Mutex::new(chan),
-            exports: Mutex::new(xp::Exports::default()),
-            cache: Mutex::new(xp::Cache::new(xp::CACHE_SLOTS)),
+            exports: Mutex::new(two_process::Exports::default()),
+            cache: Mutex::new(two_process::Cache::new(two_process::CACHE_SLOTS)),
         });
         Ok(())
     }
 
     /// `call` when it may take the copy engines with a peer of another
-    /// process: the channel is up, the shape is [`xp::eligible`], and the
+    /// process: the channel is up, the shape is [`two_process::eligible`], and the
     /// stream is not being captured (the reduction's stream memory
     /// operations are not captured; every rank captures alike).
-    pub(super) fn xp_call(&self, call: xp::Call, stream: usize) -> Option<xp::Call> {
+    pub(super) fn xp_call(
+        &self,
+        call: two_process::Call,
+        stream: usize,
+    ) -> Option<two_process::Call> {
         let xs = self.xp.get()?;
-        (xp::eligible(&call, &xs.bounds) && !capturing(stream)).then_some(call)
+        (two_process::eligible(&call, &xs.bounds) && !capturing(stream)).then_some(call)
     }
 
     /// This rank's buffer at `ptr` as the peer may open it.
-    fn export(&self, xs: &XpState, ptr: u64) -> xp::Buf {
+    fn export(&self, xs: &XpState, ptr: u64) -> two_process::Buf {
         let Ok((Memory::Device(o), Some((base, size)))) = locate(ptr as *const c_void) else {
-            return xp::Buf::NONE;
+            return two_process::Buf::NONE;
         };
         if o != self.ordinal || ptr < base {
-            return xp::Buf::NONE;
+            return two_process::Buf::NONE;
         }
         let Ok(id) = buffer_id(ptr) else {
-            return xp::Buf::NONE;
+            return two_process::Buf::NONE;
         };
         let mut ex = lock(&xs.exports);
         let h = match ex.get(id) {
@@ -336,7 +344,7 @@ impl DevComm {
             }
         };
         match h {
-            Some(handle) => xp::Buf {
+            Some(handle) => two_process::Buf {
                 ok: true,
                 id,
                 base,
@@ -344,14 +352,14 @@ impl DevComm {
                 offset: ptr - base,
                 handle,
             },
-            None => xp::Buf::NONE,
+            None => two_process::Buf::NONE,
         }
     }
 
     /// Closes the mappings of the peer's allocations that its message says
     /// it freed (never one this call shares), after synchronising the
     /// context: no queued copy may still use them.
-    fn close_dead(&self, xs: &XpState, theirs: &xp::Msg) -> Result<()> {
+    fn close_dead(&self, xs: &XpState, theirs: &two_process::Msg) -> Result<()> {
         let mut cache = lock(&xs.cache);
         let ids: Vec<u64> = theirs
             .dead
@@ -378,7 +386,7 @@ impl DevComm {
 
     /// Where the peer's two allocations are mapped here (opened now when
     /// not yet; an evicted one closed after synchronising the context).
-    fn open_peer(&self, xs: &XpState, bufs: &[xp::Buf; 2]) -> Result<[u64; 2]> {
+    fn open_peer(&self, xs: &XpState, bufs: &[two_process::Buf; 2]) -> Result<[u64; 2]> {
         let mut cache = lock(&xs.cache);
         let mut out = [0u64; 2];
         for (i, b) in bufs.iter().enumerate() {
@@ -405,7 +413,11 @@ impl DevComm {
     /// ranks can (true), or tells the caller to launch the ring kernel
     /// (false: both ranks decide alike). Errors: the peer's call differs,
     /// the channel broke, abort or timeout while waiting for the peer.
-    pub(super) fn go_xp(&self, call: &xp::Call, stream: usize) -> Result<bool> {
+    pub(super) fn enqueue_two_process(
+        &self,
+        call: &two_process::Call,
+        stream: usize,
+    ) -> Result<bool> {
         let Some(xs) = self.xp.get() else {
             return Ok(false);
         };
@@ -413,16 +425,18 @@ impl DevComm {
         let _scope = CtxScope::enter(self.ctx)?;
         let bufs = [self.export(xs, call.input), self.export(xs, call.output)];
         // An in-place reduction shares this rank's scratch, where the peer
-        // may push (xp::in_place_pushable).
-        let stage =
-            if ce_push_in_place() && xs.bounds.push > 0 && xp::in_place(call, &bufs, self.rank) {
-                match self.ce_scratch() {
-                    Ok(p) => self.export(xs, p),
-                    Err(_) => xp::Buf::NONE,
-                }
-            } else {
-                xp::Buf::NONE
-            };
+        // may push (two_process::in_place_pushable).
+        let stage = if self.config.ce_push_in_place
+            && xs.bounds.push > 0
+            && two_process::in_place(call, &bufs, self.rank)
+        {
+            match self.ce_scratch() {
+                Ok(p) => self.export(xs, p),
+                Err(_) => two_process::Buf::NONE,
+            }
+        } else {
+            two_process::Buf::NONE
+        };
         let dead = {
             // One driver call per allocation shared so far (a training loop
             // shares a few): which of them were freed since.
@@ -431,7 +445,7 @@ impl DevComm {
             ex.take_dead()
         };
         let mut ch = lock(&xs.chan);
-        let mine = xp::Msg {
+        let mine = two_process::Msg {
             seq: ch.seq,
             call: *call,
             bufs,
@@ -443,54 +457,60 @@ impl DevComm {
         let stop = ring_stop(r);
         let b = ch.exchange(
             &mine.encode(),
-            xp::MSG_LEN,
+            two_process::MSG_LEN,
             &stop,
             r.timeout(),
             xs.peer,
             &what,
         )?;
-        let theirs = xp::Msg::decode(&b)?;
+        let theirs = two_process::Msg::decode(&b)?;
         self.close_dead(xs, &theirs)?;
-        if xp::check(&mine, &theirs, xs.peer)? == xp::Verdict::Kernel {
+        if two_process::check(&mine, &theirs, xs.peer)? == two_process::Verdict::Kernel {
             return Ok(false);
         }
         // A reduction that took the engines by its shape but pulls below
         // the pulled bounds runs the ring kernel on both ranks (each decided
         // from both messages): without opening the peer's buffers or the
         // second round trip that would say so.
-        if xp::declined(&mine, &theirs, &xs.bounds, self.rank) {
+        if two_process::declined(&mine, &theirs, &xs.bounds, self.rank) {
             return Ok(false);
         }
-        let ready = (|| -> Result<(xp::RankPlan, usize, usize)> {
+        let ready = (|| -> Result<(two_process::RankPlan, KernelFn, KernelFn)> {
             let mapped = self.open_peer(xs, &theirs.bufs)?;
-            let pc = xp::translate(&theirs, mapped);
-            let reduction = matches!(call.coll, xp::Coll::AllReduce | xp::Coll::ReduceScatter);
-            let push = xp::pushable(&mine, &theirs);
+            let pc = two_process::translate(&theirs, mapped);
+            let reduction = matches!(
+                call.coll,
+                two_process::Coll::AllReduce | two_process::Coll::ReduceScatter
+            );
+            let push = two_process::pushable(&mine, &theirs);
             // Pushed pieces need no scratch ring (nor its 256 MiB).
             let scratch = if reduction && !(push && xs.bounds.push > 0) {
                 self.ce_scratch()?
             } else {
                 0
             };
-            let stage = if xs.bounds.push > 0 && xp::in_place_pushable(&mine, &theirs, self.rank) {
-                let [peer_scratch, _] = self.open_peer(xs, &[theirs.stage, xp::Buf::NONE])?;
+            let stage = if xs.bounds.push > 0
+                && two_process::in_place_pushable(&mine, &theirs, self.rank)
+            {
+                let [peer_scratch, _] =
+                    self.open_peer(xs, &[theirs.stage, two_process::Buf::NONE])?;
                 Some([self.ce_scratch()?, peer_scratch + theirs.stage.offset])
             } else {
                 None
             };
-            let plan = xp::plan(call, &pc, self.rank, scratch, &xs.bounds, push, stage)
-                .ok_or_else(|| Error::internal("xp::plan refused an eligible call"))?;
+            let plan = two_process::plan(call, &pc, self.rank, scratch, &xs.bounds, push, stage)
+                .ok_or_else(|| Error::internal("two_process::plan refused an eligible call"))?;
             let fb = self.function_in(&kernels::ring_p2p(), "oxccl_ring_barrier")?;
             let fr = match &plan {
-                xp::RankPlan::Reduce(p) => self.function_in(
+                two_process::RankPlan::Reduce(p) => self.function_in(
                     &kernels::ce_reduce_variant(p.dtype, p.op),
                     &kernels::ce_reduce_kernel(p.dtype, p.op),
                 )?,
-                xp::RankPlan::Pushed(p) => self.function_in(
+                two_process::RankPlan::Pushed(p) => self.function_in(
                     &kernels::ce_reduce_variant(p.dtype, p.op),
                     &kernels::ce_reduce_kernel(p.dtype, p.op),
                 )?,
-                xp::RankPlan::Copy(_) => 0,
+                two_process::RankPlan::Copy(_) => KernelFn::NONE,
             };
             Ok((plan, fb, fr))
         })();
@@ -528,15 +548,15 @@ impl DevComm {
         let args = r.barrier_args(xs.peer);
         // SAFETY: the barrier of this live ring with its peer, which queues
         // the same barriers (it decided alike from the same messages).
-        let bar = || unsafe { ring::launch_barrier(fb as sys::CUfunction, st, args, r.may_pdl(1)) };
+        let bar = || unsafe { ring::launch_barrier(fb.raw(), st, args, r.may_pdl(1)) };
         match &plan {
-            xp::RankPlan::Copy(p) => self.queue_ce(&bar, p, st)?,
+            two_process::RankPlan::Copy(p) => self.queue_ce(&bar, p, st)?,
             // One copy stream: two lost 2-7% here at 512 MiB-2 GiB (all-reduce
             // 1,665 against 1,595 µs at 512 MiB, reduce-scatter 925 against
-            // 864) where they win for -g 2 (see go_ce_reduce). 2xH200,
+            // 864) where they win for -g 2 (see enqueue_copy_engine_reduce). 2xH200,
             // 2026-11-30, both on one machine.
-            xp::RankPlan::Reduce(p) => self.queue_ce_reduce(&bar, fr, p, st, false)?,
-            xp::RankPlan::Pushed(p) => self.queue_pushed(&bar, fr, p, st, r, xs.peer)?,
+            two_process::RankPlan::Reduce(p) => self.queue_ce_reduce(&bar, fr, p, st, false)?,
+            two_process::RankPlan::Pushed(p) => self.queue_pushed(&bar, fr, p, st, r, xs.peer)?,
         }
         Ok(true)
     }
@@ -544,16 +564,19 @@ impl DevComm {
     /// A group's sends and receives as the copy engines with the peer
     /// process would take them: at most one send to the peer and one
     /// receive from it, nothing to this rank itself, large enough
-    /// ([`xp::eligible`]), the stream not being captured. Both ranks see
+    /// ([`two_process::eligible`]), the stream not being captured. Both ranks see
     /// mirrored groups, so both decide alike.
     pub(super) fn xp_p2p(
         &self,
         sends: &[(usize, u64, usize)],
         recvs: &[(usize, u64, usize)],
         stream: usize,
-    ) -> Option<xp::Call> {
+    ) -> Option<two_process::Call> {
         let xs = self.xp.get()?;
-        self.xp_call(xp::p2p_call(sends, recvs, self.rank, xs.peer)?, stream)
+        self.xp_call(
+            two_process::p2p_call(sends, recvs, self.rank, xs.peer)?,
+            stream,
+        )
     }
 
     /// Lets go of the peer allocations (the context current and synchronised).
@@ -584,14 +607,28 @@ mod tests {
     fn both_ends_get_each_others_bytes() {
         let (mut a, mut b) = pair();
         let t = std::thread::spawn(move || {
-            b.exchange(&[7u8; 300], xp::MSG_LEN, &|| None, LONG, 0, "call #0")
-                .unwrap()
+            b.exchange(
+                &[7u8; 300],
+                two_process::MSG_LEN,
+                &|| None,
+                LONG,
+                0,
+                "call #0",
+            )
+            .unwrap()
         });
         let got = a
-            .exchange(&vec![9u8; xp::MSG_LEN], 300, &|| None, LONG, 1, "call #0")
+            .exchange(
+                &vec![9u8; two_process::MSG_LEN],
+                300,
+                &|| None,
+                LONG,
+                1,
+                "call #0",
+            )
             .unwrap();
         assert_eq!(got, vec![7u8; 300]);
-        assert_eq!(t.join().unwrap(), vec![9u8; xp::MSG_LEN]);
+        assert_eq!(t.join().unwrap(), vec![9u8; two_process::MSG_LEN]);
     }
 
     #[test]

@@ -22,17 +22,8 @@
 //! stream, local copies on a side stream in parallel), a second barrier (the
 //! peer finished reading this rank's input before the caller may change it).
 
-/// Transfers of at least this many bytes (the largest of a call) take the
-/// copy engines by default when both GPUs pull; twice as many when only one
-/// does (a broadcast, a one-way send). Measured on 2×H200, `-g 2`, copy
-/// engine against copy kernel (docs/performance-gpu.md, "Large: copy engines, 2 processes"):
-/// both ways, the kernel's reads share the links and drop to ~290–330 GB/s
-/// each, so a 64 MiB send/receive took 203.5 µs against 210.1 and an
-/// all-gather of 64 MiB per rank 207.6 against 240.0 (32 MiB: even); one
-/// way the kernel reads at ~345 GB/s, so a 64 MiB broadcast took 206.0
-/// against 194.4 and the engine is even at 128 MiB and ahead from 256 MiB
-/// (715.3 against 738.1). The engine's ~35 µs start makes the difference.
-pub const DEFAULT_MIN: u64 = 64 << 20;
+/// The default bound ([`super::config::DEFAULT_CE_MIN`] says why).
+pub use super::config::DEFAULT_CE_MIN as DEFAULT_MIN;
 
 /// One copy: `bytes` from `src` to `dst` (device addresses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +42,7 @@ pub struct Plan {
     /// Both ends on this rank's GPU.
     pub local: Vec<Xfer>,
     /// One end on the peer's GPU: pulls by this rank's stream (a
-    /// two-process all-gather pushes instead: [`crate::xp::plan`]).
+    /// two-process all-gather pushes instead: [`super::two_process::plan`]).
     pub remote: Vec<Xfer>,
 }
 
