@@ -22,9 +22,6 @@
 //! clippy's `undocumented_unsafe_blocks` enforces.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-// Unsafe blocks of the CUDA executor are documented as it is split into layers.
-#![allow(clippy::undocumented_unsafe_blocks)]
-
 pub mod allreduce;
 pub mod capi;
 pub mod compile;

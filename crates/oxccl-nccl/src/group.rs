@@ -269,10 +269,11 @@ pub(crate) fn execute(ops: Vec<(Arc<Comm>, Desc)>) -> Result<()> {
         let comm = c.wait()?;
         let op = match d.op {
             OpSpec::Builtin(o) => o,
-            // SAFETY: the caller of ncclRedOpCreatePreMulSum(ncclScalarDevice)
-            // keeps the scalar valid while the op is used.
             OpSpec::DeviceScalar(a, t) => {
-                RedOp::PreMulSum(unsafe { oxccl::gpu::read_scalar(a, t) })
+                // SAFETY: the caller of ncclRedOpCreatePreMulSum(ncclScalarDevice)
+                // keeps the scalar valid while the op is used.
+                let scalar = unsafe { oxccl::gpu::read_scalar(a, t) };
+                RedOp::PreMulSum(scalar)
             }
         };
         owned.push((

@@ -81,11 +81,13 @@ element!(F16 => Float16, Bf16 => Bfloat16, F8E4M3 => Float8e4m3, F8E5M2 => Float
 
 macro_rules! device_repr {
     ($($t:ty),*) => {
-        // SAFETY: each is `repr(transparent)` over an integer, which cudarc
-        // copies to and from the device as plain bytes, and all-zero bits
-        // are a valid value (+0.0).
-        $(unsafe impl cudarc::driver::DeviceRepr for $t {}
-        unsafe impl cudarc::driver::ValidAsZeroBits for $t {})*
+        $(
+        // SAFETY: `repr(transparent)` over an integer, which cudarc copies
+        // to and from the device as plain bytes.
+        unsafe impl cudarc::driver::DeviceRepr for $t {}
+        // SAFETY: all-zero bits of these integers are a valid value (+0.0).
+        unsafe impl cudarc::driver::ValidAsZeroBits for $t {}
+        )*
     };
 }
 device_repr!(F16, Bf16, F8E4M3, F8E5M2);

@@ -12,8 +12,6 @@
 //! lists of sends and receives.
 
 use crate::{Communicator, Error, ErrorKind, Inner, RedOp, Result};
-use oxccl_core::algo::{Algo, Proto};
-use oxccl_core::params;
 use oxccl_core::{CollKind, DataType, Scalar};
 use oxccl_cuda::capi::{self as cuda, DevComm, Memory};
 use oxccl_cuda::ring as cuda_ring;
@@ -86,82 +84,21 @@ pub fn free_device_allocation(ptr: u64) -> Result<bool> {
 }
 
 /// The GPU ring path's settings from the parameters and the communicator's timeout.
-fn ring_config(nranks: usize, timeout: Option<Duration>) -> cuda_ring::RingConfig {
-    let p = oxccl_env::params();
-    let mut cfg = cuda_ring::RingConfig::new(
-        p.get(&params::P2P_DISABLE),
-        p.get(&params::BUFFSIZE),
-        p.get(&params::MIN_NCHANNELS),
-        p.get(&params::MAX_NCHANNELS),
+fn ring_config(
+    comm: &Communicator,
+    nranks: usize,
+    timeout: Option<Duration>,
+) -> cuda_ring::RingConfig {
+    // NCCL_ALGO / NCCL_PROTO as the host path parsed them: one parse, one
+    // meaning for both paths.
+    let host = comm.inner.config.host_settings();
+    cuda_ring::RingConfig::from_selections(
+        oxccl_env::params(),
+        &host.algos,
+        &host.protos,
         nranks,
-        timeout.unwrap_or_else(|| p.get(&params::TIMEOUT_MS)),
-    );
-    if let Some(o) = p.get(&params::RING_ORDER) {
-        cfg.ring_order = oxccl_cuda::topo::parse_ring_order(&o);
-    }
-    // NCCL_PROTO: without LL/LL128 all-reduces stay on Simple; without
-    // Simple they take LL at every size.
-    if let Some(sel) = p.get(&params::PROTO) {
-        let ar = CollKind::AllReduce;
-        let ll = sel.allows(ar, Proto::LL) || sel.allows(ar, Proto::LL128);
-        cfg.ll_max = match (ll, sel.allows(ar, Proto::Simple)) {
-            (false, _) => 0,
-            (true, false) => u64::MAX,
-            (true, true) => cuda_ring::default_ll_max(nranks),
-        };
-    }
-    // OXCCL_CUDA_LL_MAX moves LL's bound where NCCL_PROTO allows LL.
-    if let Some(b) = p.get(&params::CUDA_LL_MAX) {
-        if cfg.ll_max != 0 {
-            cfg.ll_max = b;
-        }
-    }
-    // NCCL_ALGO without OneShot/TwoShot for all-reduce (e.g. "Ring"): the
-    // ring for everything, also where two GPUs of one process could use the
-    // one-shot kernels.
-    if let Some(sel) = p.get(&params::ALGO) {
-        let ar = CollKind::AllReduce;
-        cfg.force = !(sel.allows(ar, Algo::OneShot) || sel.allows(ar, Algo::TwoShot));
-        if !sel.allows(ar, Algo::OneShot) {
-            cfg.oneshot_max = 0;
-            cfg.oneshot_net_max = 0;
-        }
-        if !sel.allows(ar, Algo::TwoShot) {
-            cfg.twoshot_max = 0;
-        }
-        if cfg.force {
-            cfg.direct_max = 0;
-        }
-    }
-    if let Some(b) = p.get(&params::CUDA_ONESHOT_MAX) {
-        cfg.oneshot_max = b;
-        cfg.oneshot_net_max = b;
-    }
-    if let Some(b) = p.get(&params::CUDA_TWOSHOT_MAX) {
-        cfg.twoshot_max = b;
-    }
-    if let Some(b) = p.get(&params::CUDA_DIRECT_MAX) {
-        cfg.direct_max = b;
-    }
-    if let Some(t) = p.get(&params::P2P_LL_THRESHOLD) {
-        cfg.p2p_ll_max = t.max(0) as u64;
-    }
-    cfg.force |= p.get(&params::CUDA_RING);
-    // The GPU network path's connections per peer, NCCL's way: threads x
-    // sockets per thread (each connection here has its own two threads).
-    // Neither set: 0, the ring picks by the number of peers on other hosts
-    // (cuda_ring::auto_net_streams).
-    let (nthreads, nsocks) = (
-        p.get(&params::SOCKET_NTHREADS),
-        p.get(&params::NSOCKS_PERTHREAD),
-    );
-    cfg.net_streams = if nthreads.is_none() && nsocks.is_none() {
-        0
-    } else {
-        let (t, s) = (nthreads.unwrap_or(1).max(1), nsocks.unwrap_or(1).max(1));
-        t.saturating_mul(s).clamp(1, 16)
-    };
-    cfg
+        timeout,
+    )
 }
 
 /// Sets up a rank's GPU state, right after its host communicator. Collective:
@@ -219,7 +156,7 @@ pub(crate) fn setup(comm: &Communicator, choice: GpuChoice, timeout: Option<Dura
         match comm.exchange(&[ok]) {
             Ok(v) if v.iter().all(|b| b.first() == Some(&1)) => {
                 if let Ok(dev) = &r {
-                    let cfg = ring_config(nranks, timeout);
+                    let cfg = ring_config(comm, nranks, timeout);
                     let boot = cuda_ring::RingBoot {
                         exchange: &|b| comm.exchange(b),
                         same_host: (0..nranks).map(|r| comm.is_same_host(r)).collect(),
