@@ -7,7 +7,8 @@
 //! network plugin's connections when `NCCL_NET_PLUGIN` (or `libnccl-net.so`)
 //! gives one (see `oxccl_net::choose`).
 
-use crate::exec::{drive, Streams, Task, WaitPolicy};
+use crate::exec::{drive, SlotAllReduce, Streams, Task, WaitPolicy, Work, SLOT_STREAM};
+use crate::oneshot::{self, Progress, ShmOneShot};
 use crate::transport::net::slot_bytes;
 use crate::transport::{
     inproc_pair, net_connect, net_link, shm_link, tcp_link, LinkKind, PeerControl, PeerLink,
@@ -118,6 +119,8 @@ pub struct HostComm {
     failed: Option<Error>,
     /// Keeps this rank's shared-memory segment mapped.
     _segment: Option<Arc<ShmSegment>>,
+    /// Small all-reduces' slots, when every rank is another process of this host.
+    oneshot: Option<ShmOneShot>,
     /// The network plugin (and its device) chosen for peers on other hosts,
     /// if one was: other layers (the GPU network path) use the same.
     net_plugin: Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)>,
@@ -319,10 +322,20 @@ impl HostComm {
             nchannels: nch,
             capacity: cap,
         };
+        // Small all-reduces take one-shot slots when every rank is another
+        // process of this host (decided alike on every rank: the link kinds
+        // are symmetric and NCCL_ALGO was checked equal above).
+        let all_shm = n > 1 && (0..n).all(|a| (a + 1..n).all(|b| kind_of(a, b) == LinkKind::Shm));
+        let slot_bytes = if all_shm && cfg.algos.allows(CollKind::AllReduce, Algo::OneShot) {
+            oneshot::area_bytes(oneshot::ONESHOT_MAX_BYTES)
+        } else {
+            0
+        };
+        let mut seg_of: Vec<Option<Arc<ShmSegment>>> = (0..n).map(|_| None).collect();
         let segment = if my_shm.is_empty() {
             None
         } else {
-            Some(ShmSegment::create_rings_named(layout, &seg_hint).map_err(|e| {
+            Some(ShmSegment::create_rings_and_slots(layout, &seg_hint, slot_bytes).map_err(|e| {
                 e.context(format!(
                     "rank {rank}: shared-memory rings for {} local peers ({} channels of {} bytes each)",
                     my_shm.len(),
@@ -392,7 +405,12 @@ impl HostComm {
                                 nchannels: nch,
                                 capacity: cap,
                             };
-                            let theirs = ShmSegment::open_rings(&theirs_name, their_layout)?;
+                            let theirs = ShmSegment::open_rings_and_slots(
+                                &theirs_name,
+                                their_layout,
+                                slot_bytes,
+                            )?;
+                            seg_of[q] = Some(theirs.clone());
                             let mine_seg = segment
                                 .as_ref()
                                 .ok_or_else(|| Error::internal("shm peer without a segment"))?;
@@ -499,6 +517,21 @@ impl HostComm {
                 );
             }
         }
+        let oneshot = if slot_bytes > 0 {
+            seg_of[rank] = segment.clone();
+            let segs = seg_of
+                .into_iter()
+                .enumerate()
+                .map(|(q, s)| {
+                    s.ok_or_else(|| {
+                        Error::internal(format!("no shared-memory segment of rank {q}"))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(ShmOneShot::new(rank, segs, oneshot::ONESHOT_MAX_BYTES)?)
+        } else {
+            None
+        };
         Ok(Box::new(move |bootstrap| HostComm {
             rank,
             nranks: n,
@@ -515,6 +548,7 @@ impl HostComm {
             abort,
             failed: None,
             _segment: segment,
+            oneshot,
             net_plugin: match &network {
                 oxccl_net::Network::Plugin { net, dev, .. } => Some((net.clone(), *dev)),
                 oxccl_net::Network::Socket { .. } => None,
@@ -759,6 +793,27 @@ unsafe fn prepare<'b>(
         };
         (Some(s), r)
     };
+    if comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+        return Ok(Prepared {
+            task: Task {
+                engine: Work::Slots(SlotAllReduce {
+                    count: op.count,
+                    op: op.op,
+                    red: Reduction::new(op.dtype, op.op, n)?,
+                    seq: None,
+                    waiting_for: (rank + 1) % n,
+                    done: false,
+                }),
+                bufs: Buffers {
+                    send: send_slice,
+                    recv: recv_slice,
+                    scratch: &mut scratch[..],
+                },
+                streams: HashSet::from([SLOT_STREAM]),
+                what: format!("{name}(count {}, {}, {})", op.count, op.dtype, op.op),
+            },
+        });
+    }
     let total_bytes = match op.kind {
         CollKind::AllGather | CollKind::AllToAll => rbytes,
         CollKind::ReduceScatter => sbytes,
@@ -853,7 +908,7 @@ unsafe fn prepare<'b>(
     }
     Ok(Prepared {
         task: Task {
-            engine,
+            engine: Work::Engine(engine),
             bufs: Buffers {
                 send: send_slice,
                 recv: recv_slice,
@@ -894,6 +949,13 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
                     comm.rank, comm.nranks
                 ),
             ));
+        }
+    }
+    // One small all-reduce alone: the slots, without the group machinery.
+    if let [(comm, [op])] = items {
+        if comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { run_oneshot(comm, op) };
         }
     }
     // Scratch buffers outlive the tasks that borrow them.
@@ -969,6 +1031,7 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
                 rx: &mut comm.rx,
                 controls: &mut comm.controls,
                 abort: &comm.abort,
+                oneshot: comm.oneshot.as_mut(),
                 who,
             }
         })
@@ -979,18 +1042,194 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
     if let Err(e) = &result {
         oxccl_env::warn!("{e}");
         for (comm, _) in items.iter_mut() {
-            comm.failed = Some(e.clone());
-            // An abort is this rank's decision, not its peers' misuse: they
-            // see a remote error, as `ncclCommAbort`'s contract says (the
-            // abort's own InvalidUsage kind used to travel in the poison).
-            if comm.abort.load(std::sync::atomic::Ordering::Acquire) {
-                comm.poison_all(&Error::remote(e.message()));
-            } else {
-                comm.poison_all(e);
-            }
+            comm.fail(e);
         }
     }
     result
+}
+
+impl HostComm {
+    /// Puts the communicator in its error state after `e` and tells the peers.
+    fn fail(&mut self, e: &Error) {
+        self.failed = Some(e.clone());
+        // An abort is this rank's decision, not its peers' misuse: they
+        // see a remote error, as `ncclCommAbort`'s contract says (the
+        // abort's own InvalidUsage kind used to travel in the poison).
+        if self.abort.load(std::sync::atomic::Ordering::Acquire) {
+            self.poison_all(&Error::remote(e.message()));
+        } else {
+            self.poison_all(e);
+        }
+    }
+}
+
+/// Whether `op` is an all-reduce the one-shot slots take: 1 to
+/// `slots.max_bytes()` bytes (count 0 moves nothing and takes the usual path).
+fn oneshot_fits(op: &OpDesc, slots: &ShmOneShot) -> bool {
+    op.kind == CollKind::AllReduce
+        && op.count > 0
+        && op
+            .count
+            .checked_mul(op.dtype.size())
+            .is_some_and(|b| b <= slots.max_bytes())
+}
+
+/// Polls before the wait looks at the clock: a peer that is on time posts
+/// within a few hundred nanoseconds, and reading the clock costs tens.
+const FREE_POLLS: u32 = 64;
+/// After the spin, how long a waiting rank yields its CPU before it sleeps:
+/// under load the peer it waits for needs that CPU, and a sleep of 50 us per
+/// wait (the step engine's) made 8 B calls take 58-87 us at a load average of
+/// 4.5 on 2 cores.
+const YIELD_FOR: Duration = Duration::from_millis(2);
+
+/// One small all-reduce over the one-shot slots, blocking: argument checks,
+/// post, wait (spin, then yield, then sleep; observing abort, the timeout,
+/// the peers' liveness, and a peer that started a different operation on
+/// the streams), reduce.
+///
+/// # Safety
+/// As [`HostComm::run`].
+unsafe fn run_oneshot(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
+    let (rank, n) = (comm.rank, comm.nranks);
+    let bytes = op.count * op.dtype.size();
+    if op.send.is_null() {
+        return Err(Error::invalid_argument(format!(
+            "all_reduce: sendbuff is NULL with count {}",
+            op.count
+        )));
+    }
+    if op.recv.is_null() {
+        return Err(Error::invalid_argument(format!(
+            "all_reduce: recvbuff is NULL with count {}",
+            op.count
+        )));
+    }
+    let (s0, r0) = (op.send as usize, op.recv as usize);
+    if s0 != r0 && s0 < r0.saturating_add(bytes) && r0 < s0.saturating_add(bytes) {
+        return Err(Error::invalid_argument(
+            "all_reduce: sendbuff and recvbuff overlap but are not the in-place layout of all_reduce",
+        ));
+    }
+    let red = Reduction::new(op.dtype, op.op, n)?;
+    let Some(slots) = comm.oneshot.as_mut() else {
+        return Err(Error::internal("one-shot all_reduce without slots"));
+    };
+    let seq = {
+        // SAFETY: valid for `bytes` reads by the caller's contract; dropped
+        // before the output slice (which may be the same memory) is made.
+        let input = unsafe { std::slice::from_raw_parts(op.send, bytes) };
+        slots.post(input, &red, op.count, op.op)?
+    };
+    let waited = wait_slots(
+        slots,
+        seq,
+        rank,
+        n,
+        &comm.abort,
+        &mut comm.controls,
+        &mut comm.rx[..],
+        comm.coll_channels,
+        WaitPolicy {
+            timeout: comm.cfg.timeout,
+            spin: comm.cfg.spin,
+        },
+    );
+    match waited {
+        Ok(()) => {
+            // SAFETY: valid for `bytes` writes and ours for the call by the
+            // caller's contract; the input slice is gone.
+            let out = unsafe { mut_slice(op.recv, bytes) };
+            slots.finish(seq, out, &red);
+            Ok(())
+        }
+        Err(e) => {
+            let e = e.context(format!(
+                "rank {rank} of {n}: all_reduce(count {}, {}, {})",
+                op.count, op.dtype, op.op
+            ));
+            oxccl_env::warn!("{e}");
+            comm.fail(&e);
+            Err(e)
+        }
+    }
+}
+
+/// Waits until every peer posted call `seq` of `slots`.
+#[allow(clippy::too_many_arguments)]
+fn wait_slots(
+    slots: &ShmOneShot,
+    seq: u64,
+    rank: usize,
+    n: usize,
+    abort: &AtomicBool,
+    controls: &mut [Option<PeerControl>],
+    rx: &mut [Vec<Box<dyn RecvHalf>>],
+    coll_channels: usize,
+    policy: WaitPolicy,
+) -> Result<()> {
+    let mut waiting_for = (rank + 1) % n;
+    let mut polls = 0u32;
+    let mut since: Option<std::time::Instant> = None;
+    let mut last_check = None;
+    loop {
+        match slots.progress(seq, waiting_for)? {
+            Progress::Ready => return Ok(()),
+            Progress::Waiting { waiting_for: q } => waiting_for = q,
+        }
+        if polls < FREE_POLLS {
+            polls += 1;
+            std::hint::spin_loop();
+            continue;
+        }
+        let now = std::time::Instant::now();
+        let t0 = *since.get_or_insert(now);
+        // Abort, liveness, a peer on another operation, the timeout: every
+        // 200 us of waiting, as the step engine's loop checks them.
+        if last_check.is_none_or(|l| now.duration_since(l) >= Duration::from_micros(200)) {
+            last_check = Some(now);
+            if abort.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(Error::new(
+                    ErrorKind::InvalidUsage,
+                    "operation aborted (ncclCommAbort or ncclCommRevoke)",
+                ));
+            }
+            for q in (0..n).filter(|&q| q != rank && !slots.posted(q, seq)) {
+                if let Some(Some(c)) = controls.get_mut(q) {
+                    c.check_while_waiting()?;
+                }
+                // A peer that has not posted this call but sent collective
+                // bytes runs another operation: calls differ between ranks.
+                let sent = rx.get_mut(q).is_some_and(|chans| {
+                    chans
+                        .iter_mut()
+                        .take(coll_channels)
+                        .any(|c| c.peek().is_ok_and(|b| !b.is_empty()))
+                });
+                if sent {
+                    return Err(Error::invalid_usage(format!(
+                        "mismatched operations: rank {q} started another collective while this \
+                         rank waits in a small all_reduce (every rank must call the same \
+                         collectives in the same order)"
+                    )));
+                }
+            }
+            if now.duration_since(t0) >= policy.timeout {
+                return Err(Error::timeout(format!(
+                    "operation did not complete within {:.1} s (OXCCL_TIMEOUT_MS): waiting for rank {waiting_for}'s one-shot slot",
+                    policy.timeout.as_secs_f64()
+                )));
+            }
+        }
+        let waited = now.duration_since(t0);
+        if waited < policy.spin {
+            std::hint::spin_loop();
+        } else if waited < policy.spin + YIELD_FOR {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
 }
 
 /// A send to or a receive from this rank itself.

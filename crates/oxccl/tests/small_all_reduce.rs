@@ -1,0 +1,216 @@
+//! Small all-reduces between processes of one host take the one-shot
+//! shared-memory slots (1 byte to `ONESHOT_MAX_BYTES` of data): results
+//! against the float64 or exact reference over ranks x counts x datatypes x
+//! ops (count 0, odd counts and both sides of the slot bound included),
+//! calls back to back (the slots are reused by parity), several in one
+//! group beside operations on the rings, and calls that differ between
+//! ranks, which must fail within seconds instead of hanging.
+//!
+//! Children are started as in `processes.rs` (`OXCCL_TEST_CHILD`).
+
+mod common;
+
+use common::*;
+use oxccl::{Communicator, DataType, ErrorKind, Group, RedOp, Scalar, UniqueId};
+use oxccl_host::oneshot::ONESHOT_MAX_BYTES;
+use std::time::{Duration, Instant};
+
+/// Every datatype with every op (PreMulSum with an integral and a
+/// fractional scalar), counts around the slot bound and odd ones.
+fn small_cases(nranks: usize) -> Vec<Case> {
+    let ops = [
+        RedOp::Sum,
+        RedOp::Prod,
+        RedOp::Max,
+        RedOp::Min,
+        RedOp::Avg,
+        RedOp::PreMulSum(Scalar::I64(3)),
+        RedOp::PreMulSum(Scalar::F64(0.5)),
+    ];
+    let mut v = Vec::new();
+    let mut seed = 0x5107_0000u64 + nranks as u64;
+    for dtype in DataType::ALL {
+        let bound = ONESHOT_MAX_BYTES / dtype.size();
+        for op in ops {
+            if matches!(op, RedOp::PreMulSum(Scalar::F64(_))) && !dtype.is_float() {
+                continue;
+            }
+            for count in [0, 1, 3, 13, 127, bound - 1, bound, bound + 1] {
+                for in_place in [false, true] {
+                    seed = mix(seed);
+                    v.push(Case {
+                        coll: Coll::AllReduce,
+                        dtype,
+                        op,
+                        count,
+                        root: 0,
+                        in_place,
+                        seed,
+                    });
+                }
+            }
+        }
+    }
+    v
+}
+
+fn sweep(test: &str, n: usize) {
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        for case in small_cases(ctx.nranks) {
+            if let Err(f) = run_case(&c, &case) {
+                panic!("rank {}: {case}: {f}", ctx.rank);
+            }
+        }
+        c.destroy().unwrap();
+        return;
+    }
+    let _w = Watchdog::new(test, Duration::from_secs(200));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(test, n, &id, &[]);
+    p.expect_success(Duration::from_secs(180));
+}
+
+#[test]
+fn shm_small_all_reduce_sweep_2() {
+    sweep("shm_small_all_reduce_sweep_2", 2);
+}
+
+#[test]
+fn shm_small_all_reduce_sweep_3() {
+    sweep("shm_small_all_reduce_sweep_3", 3);
+}
+
+#[test]
+fn shm_small_all_reduce_sweep_4() {
+    sweep("shm_small_all_reduce_sweep_4", 4);
+}
+
+/// Back to back: 1,001 calls (odd, so both slots end in use), each a
+/// different value, every result exact.
+#[test]
+fn shm_small_all_reduces_back_to_back() {
+    const TEST: &str = "shm_small_all_reduces_back_to_back";
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        let n = ctx.nranks as i64;
+        for i in 0..1001i64 {
+            let mine = [i * 10 + ctx.rank as i64, -i];
+            let mut out = [0i64; 2];
+            c.all_reduce(&mine, &mut out, RedOp::Sum).unwrap();
+            assert_eq!(out, [n * i * 10 + n * (n - 1) / 2, -n * i], "call {i}");
+        }
+        c.destroy().unwrap();
+        return;
+    }
+    let _w = Watchdog::new(TEST, Duration::from_secs(120));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(TEST, 3, &id, &[]);
+    p.expect_success(Duration::from_secs(100));
+}
+
+/// Several small all-reduces in one group, around a large one and a
+/// send/receive pair on the rings: each keeps its place, results exact.
+#[test]
+fn shm_small_all_reduces_in_one_group() {
+    const TEST: &str = "shm_small_all_reduces_in_one_group";
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        let (me, n) = (ctx.rank, ctx.nranks);
+        for round in 0..5i32 {
+            let a = [me as i32 + round; 3];
+            let mut ra = [0i32; 3];
+            let big: Vec<f32> = (0..100_001).map(|i| (i % 7) as f32 + me as f32).collect();
+            let mut rbig = vec![0f32; big.len()];
+            let b = [me as f64; 511];
+            let mut rb = [0f64; 511];
+            let s = vec![me as u8; 777];
+            let mut r = vec![0u8; 777];
+            let mut g = Group::new();
+            g.all_reduce(&c, &a, &mut ra, RedOp::Max).unwrap();
+            g.all_reduce(&c, &big, &mut rbig, RedOp::Sum).unwrap();
+            g.send(&c, &s, (me + 1) % n);
+            g.all_reduce(&c, &b, &mut rb, RedOp::Sum).unwrap();
+            g.recv(&c, &mut r, (me + n - 1) % n);
+            g.run().unwrap();
+            assert_eq!(ra, [n as i32 - 1 + round; 3]);
+            let ranks = (n * (n - 1) / 2) as f32;
+            for (i, v) in rbig.iter().enumerate() {
+                assert_eq!(*v, (i % 7) as f32 * n as f32 + ranks, "element {i}");
+            }
+            assert!(rb.iter().all(|&v| v == (n * (n - 1) / 2) as f64));
+            assert!(r.iter().all(|&v| v as usize == (me + n - 1) % n));
+        }
+        c.destroy().unwrap();
+        return;
+    }
+    let _w = Watchdog::new(TEST, Duration::from_secs(120));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(TEST, 3, &id, &[]);
+    p.expect_success(Duration::from_secs(100));
+}
+
+/// Rank 1 calls something else than rank 0's small all-reduce: every rank
+/// must fail (an InvalidUsage or, told by a peer, a Remote error) within
+/// seconds, long before the 60 s timeout.
+fn mismatch(test: &str, other: fn(&Communicator) -> oxccl::Result<()>, says: &str) {
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        c.all_reduce_in_place(&mut [1u8; 8], RedOp::Sum).unwrap();
+        let t = Instant::now();
+        let r = if ctx.rank == 1 {
+            other(&c)
+        } else {
+            c.all_reduce_in_place(&mut [1f32; 2], RedOp::Sum)
+        };
+        let e = r.expect_err("mismatched calls succeeded");
+        assert!(
+            matches!(e.kind(), ErrorKind::InvalidUsage | ErrorKind::Remote),
+            "rank {}: {e}",
+            ctx.rank
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "rank {}: took {:?}: {e}",
+            ctx.rank,
+            t.elapsed()
+        );
+        eprintln!("rank {}: {e}", ctx.rank);
+        return;
+    }
+    let _w = Watchdog::new(test, Duration::from_secs(120));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(test, 2, &id, &[]);
+    p.expect_success(Duration::from_secs(100));
+    assert!(
+        p.all_logs().contains(says),
+        "no rank said {says:?}:\n{}",
+        p.all_logs()
+    );
+}
+
+#[test]
+fn shm_small_all_reduces_of_different_counts_fail() {
+    mismatch(
+        "shm_small_all_reduces_of_different_counts_fail",
+        |c| c.all_reduce_in_place(&mut [1f32; 3], RedOp::Sum),
+        "mismatched all_reduce: rank",
+    );
+}
+
+#[test]
+fn shm_small_all_reduce_against_a_ring_collective_fails() {
+    mismatch(
+        "shm_small_all_reduce_against_a_ring_collective_fails",
+        |c| {
+            let send = vec![1f32; 50_000];
+            let mut recv = vec![0f32; 100_000];
+            c.all_gather(&send, &mut recv)
+        },
+        "started another collective while this rank waits in a small all_reduce",
+    );
+}
