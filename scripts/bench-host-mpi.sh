@@ -15,11 +15,15 @@
 #   ROUNDS [5]  RANKS ["2 4"]  COLLS ["all_reduce all_gather reduce_scatter broadcast sendrecv"]
 #   MIN_BYTES [8]  MAX_BYTES [8388608]  ITERS [100]  WARMUP [10]
 #   LOAD_MAX [0.5]  LOAD_WAIT [120]  LIBS ["oxccl openmpi mpich gloo"]
+#   RUN_LIMIT [600]: seconds one run may take; a run past it is stopped and
+#     its sizes so far kept (MPICH busy-polls: 4 ranks on 2 CPUs took 20-35
+#     ms per 8-byte all_reduce under load, so a full sweep can take hours)
 #   GLOO_PYTHON [python3]  OXCCL (the oxccl binary) [built: target/release/oxccl]
+#   SUMMARY_ONLY: set to summarise the raw runs already in OUTDIR again
 # Needs: apt-get install -y libopenmpi-dev openmpi-bin libmpich-dev mpich
 # Writes OUTDIR/results.md (tables: median time in us, out of place and in
 # place, per library), OUTDIR/<ranks>r/<lib>.<coll>.txt (the medians in
-# nccl-tests' layout), OUTDIR/<ranks>r.svg (oxccl plot of those, in place)
+# nccl-tests' layout), OUTDIR/<ranks>r.svg (oxccl plot of those, out of place)
 # and the raw runs under OUTDIR/raw/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +37,7 @@ ITERS=${ITERS:-100}
 WARMUP=${WARMUP:-10}
 LOAD_MAX=${LOAD_MAX:-0.5}
 LOAD_WAIT=${LOAD_WAIT:-120}
+RUN_LIMIT=${RUN_LIMIT:-600}
 LIBS=${LIBS:-"oxccl openmpi mpich gloo"}
 PY=${GLOO_PYTHON:-python3}
 mkdir -p "$OUT/raw"
@@ -90,15 +95,16 @@ run_one() { # lib ranks coll file
   local lib=$1 n=$2 coll=$3 f=$4
   local args=(-b "$MIN_BYTES" -e "$MAX_BYTES" -f 2 -n "$ITERS" -w "$WARMUP")
   case $lib in
-    oxccl) "$OXCCL" perf "$coll" --backend cpu --ranks "$n" "${args[@]}" -c 1 ;;
-    openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe -np "$n" \
+    oxccl) timeout "$RUN_LIMIT" "$OXCCL" perf "$coll" --backend cpu --ranks "$n" "${args[@]}" -c 1 ;;
+    openmpi) timeout "$RUN_LIMIT" mpirun.openmpi --allow-run-as-root --oversubscribe -np "$n" \
                "$OUT/coll_bench.openmpi" "$coll" "${args[@]}" ;;
-    mpich) mpirun.mpich -np "$n" "$OUT/coll_bench.mpich" "$coll" "${args[@]}" ;;
-    gloo) "$PY" bench/gloo_all_reduce.py "$n" "$MIN_BYTES" "$MAX_BYTES" 2>/dev/null ;;
+    mpich) timeout "$RUN_LIMIT" mpirun.mpich -np "$n" "$OUT/coll_bench.mpich" "$coll" "${args[@]}" ;;
+    gloo) timeout "$RUN_LIMIT" "$PY" bench/gloo_all_reduce.py "$n" "$MIN_BYTES" "$MAX_BYTES" 2>/dev/null ;;
   esac > "$f"
 }
 
-for r in $(seq 1 "$ROUNDS"); do
+[[ -n ${SUMMARY_ONLY:-} ]] && ROUNDS_TO_RUN=0 || ROUNDS_TO_RUN=$ROUNDS
+for r in $(seq 1 "$ROUNDS_TO_RUN"); do
   for n in $RANKS; do
     for coll in $COLLS; do
       for lib in "${libs[@]}"; do
@@ -106,7 +112,11 @@ for r in $(seq 1 "$ROUNDS"); do
         f="$OUT/raw/$lib.${n}r.$coll.$r.txt"
         load=$(wait_idle)
         echo "# round $r/$ROUNDS: $lib $coll, $n ranks, load $load" >&2
-        if ! run_one "$lib" "$n" "$coll" "$f"; then
+        rc=0
+        run_one "$lib" "$n" "$coll" "$f" || rc=$?
+        if (( rc == 124 )); then
+          echo "# $lib $coll, $n ranks: stopped after RUN_LIMIT=$RUN_LIMIT s; sizes so far kept" | tee -a "$f" >&2
+        elif (( rc != 0 )); then
           echo "bench-host-mpi.sh: $lib $coll with $n ranks failed (output: $f)" >&2
           exit 1
         fi
@@ -137,9 +147,10 @@ def rows(path, lib):
             continue
         if len(f) < 13 or not f[0].isdigit():
             continue
-        size, t_o, t_i = int(f[0]), float(f[5]), float(f[9])
-        alg = float(f[6])
-        fac = float(f[7]) / alg if alg > 0 else None
+        num = lambda x: None if x == "N/A" else float(x)  # no in-place send/recv
+        size, t_o, t_i = int(f[0]), num(f[5]), num(f[9])
+        alg = num(f[6]) or 0.0
+        fac = num(f[7]) / alg if alg > 0 else None
         wrong = sum(int(float(x)) for x in (f[8], f[12]) if x != "N/A")
         res[size] = (t_o, t_i, f[1], f[2], f[3], f[4], fac, wrong)
     return res
@@ -173,7 +184,10 @@ for n in ranks:
                 wrong = sum(v[7] for v in vals)
                 if wrong:
                     bad.append(f"{lib} {coll} {n} ranks {s} B: {wrong} wrong")
-                agg[s] = (med(v[0] for v in vals), med(v[1] for v in vals), vals[0], wrong)
+                def mid(k):
+                    xs = [v[k] for v in vals if v[k] is not None]
+                    return med(xs) if xs else None
+                agg[s] = (mid(0), mid(1), vals[0], wrong)
             data[lib] = agg
             # The medians in nccl-tests' layout, for oxccl plot.
             with open(os.path.join(out, f"{n}r", f"{lib}.{coll}.txt"), "w") as t:
@@ -183,6 +197,8 @@ for n in ranks:
                 for s, (to, ti, v, _) in sorted(agg.items()):
                     fac = v[6] or 0.0
                     def cells(us):
+                        if us is None:
+                            return "N/A N/A N/A N/A"
                         alg = s / us / 1e3 if us > 0 else 0.0
                         return f"{us:9.2f} {alg:7.3f} {alg * fac:7.3f} 0"
                     t.write(f"{s:12d} {v[2]} {v[3]} {v[4]} {v[5]} {cells(to)} {cells(ti)}\n")
@@ -205,14 +221,26 @@ for n in ranks:
             cells = []
             for l in present:
                 v = data[l].get(s)
-                cells.append("—" if v is None else f"{v[0]:.2f} / {v[1]:.2f}")
+                fmt = lambda t: "—" if t is None else f"{t:.2f}"
+                cells.append("—" if v is None else f"{fmt(v[0])} / {fmt(v[1])}")
             line = f"| {s} | " + " | ".join(cells) + " |"
             if "oxccl" in present and len(present) > 1:
                 ox = data["oxccl"].get(s)
-                others = [data[l][s][1] for l in present if l != "oxccl" and s in data[l]]
-                ratio = f"{min(others) / ox[1]:.2f}" if ox and others and ox[1] > 0 else "—"
+                # In place where there is one (send/recv: out of place).
+                k = 1 if ox and ox[1] is not None else 0
+                others = [data[l][s][k] for l in present
+                          if l != "oxccl" and s in data[l] and data[l][s][k] is not None]
+                ok = ox and ox[k] is not None and ox[k] > 0 and others
+                ratio = f"{min(others) / ox[k]:.2f}" if ok else "—"
                 line += f" {ratio} |"
             md.append(line)
+stopped = []
+for f in sorted(os.listdir(os.path.join(out, "raw"))):
+    for line in open(os.path.join(out, "raw", f)):
+        if "stopped after RUN_LIMIT" in line:
+            stopped.append(f"{f}: {line.strip('# ').strip()}")
+if stopped:
+    md.append("\n**Runs stopped before the last size:** " + "; ".join(stopped) + "\n")
 if bad:
     md.append("\n**Wrong results:** " + "; ".join(bad) + "\n")
 open(os.path.join(out, "results.md"), "w").write("\n".join(md) + "\n")
@@ -223,7 +251,7 @@ PY
 
 if [[ -n ${OXCCL:-} ]]; then
   for n in $RANKS; do
-    "$OXCCL" plot --in-place --title "host collectives, $n ranks, in place (median of $ROUNDS rounds)" \
+    "$OXCCL" plot --title "host collectives, $n ranks, out of place (median of $ROUNDS rounds)" \
       -o "$OUT/${n}r.svg" "$OUT/${n}r"/*.txt || echo "# oxccl plot failed for $n ranks" >&2
   done
 fi

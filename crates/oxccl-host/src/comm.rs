@@ -1194,9 +1194,18 @@ fn wait_slots(
                     "operation aborted (ncclCommAbort or ncclCommRevoke)",
                 ));
             }
+            // Each verdict is checked against the slot once more: a peer may
+            // post, finish, and then send on the streams or leave between the
+            // first look and the verdict (a rank preempted there, under load,
+            // saw a false mismatch). Its post comes before either, so a
+            // second look that finds it posted clears it.
             for q in (0..n).filter(|&q| q != rank && !slots.posted(q, seq)) {
                 if let Some(Some(c)) = controls.get_mut(q) {
-                    c.check_while_waiting()?;
+                    if let Err(e) = c.check_while_waiting() {
+                        if !slots.posted(q, seq) {
+                            return Err(e);
+                        }
+                    }
                 }
                 // A peer that has not posted this call but sent collective
                 // bytes runs another operation: calls differ between ranks.
@@ -1206,7 +1215,7 @@ fn wait_slots(
                         .take(coll_channels)
                         .any(|c| c.peek().is_ok_and(|b| !b.is_empty()))
                 });
-                if sent {
+                if sent && !slots.posted(q, seq) {
                     return Err(Error::invalid_usage(format!(
                         "mismatched operations: rank {q} started another collective while this \
                          rank waits in a small all_reduce (every rank must call the same \
