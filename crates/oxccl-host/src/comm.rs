@@ -62,7 +62,7 @@ impl Default for HostConfig {
             nchannels: None,
             timeout: Duration::from_secs(600),
             link_timeout: None,
-            spin: Duration::from_micros(50),
+            spin: Duration::from_micros(2000),
             net: oxccl_net::NetSettings::default(),
         }
     }
