@@ -7,8 +7,8 @@
 //! network plugin's connections when `NCCL_NET_PLUGIN` (or `libnccl-net.so`)
 //! gives one (see `oxccl_net::choose`).
 
-use crate::exec::{drive, SlotAllReduce, Streams, Task, WaitPolicy, Work, SLOT_STREAM};
-use crate::oneshot::{self, Progress, ShmOneShot};
+use crate::exec::{drive, SlotTask, Streams, Task, WaitPolicy, Work, SLOT_STREAM};
+use crate::oneshot::{self, Progress, ShmOneShot, SlotCall};
 use crate::transport::net::slot_bytes;
 use crate::transport::{
     inproc_pair, net_connect, net_link, shm_link, tcp_link, LinkKind, PeerControl, PeerLink,
@@ -794,12 +794,16 @@ unsafe fn prepare<'b>(
         (Some(s), r)
     };
     if comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+        let call = slot_call(op);
         return Ok(Prepared {
             task: Task {
-                engine: Work::Slots(SlotAllReduce {
-                    count: op.count,
-                    op: op.op,
-                    red: Reduction::new(op.dtype, op.op, n)?,
+                engine: Work::Slots(SlotTask {
+                    call,
+                    red: if call.reduces() {
+                        Some(Reduction::new(op.dtype, op.op, n)?)
+                    } else {
+                        None
+                    },
                     seq: None,
                     waiting_for: (rank + 1) % n,
                     done: false,
@@ -951,7 +955,7 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
             ));
         }
     }
-    // One small all-reduce alone: the slots, without the group machinery.
+    // One small collective alone: the slots, without the group machinery.
     if let [(comm, [op])] = items {
         if comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
             // SAFETY: forwarded from this function's contract.
@@ -1063,15 +1067,20 @@ impl HostComm {
     }
 }
 
-/// Whether `op` is an all-reduce the one-shot slots take: 1 to
-/// `slots.max_bytes()` bytes (count 0 moves nothing and takes the usual path).
+/// `op` as the one-shot slots see it.
+fn slot_call(op: &OpDesc) -> SlotCall {
+    SlotCall {
+        kind: op.kind,
+        count: op.count,
+        dtype: op.dtype,
+        op: op.op,
+        root: op.root,
+    }
+}
+
+/// Whether the one-shot slots take `op` ([`SlotCall::fits`]).
 fn oneshot_fits(op: &OpDesc, slots: &ShmOneShot) -> bool {
-    op.kind == CollKind::AllReduce
-        && op.count > 0
-        && op
-            .count
-            .checked_mul(op.dtype.size())
-            .is_some_and(|b| b <= slots.max_bytes())
+    slot_call(op).fits(slots.nranks(), slots.max_bytes())
 }
 
 /// Polls before the wait looks at the clock: a peer that is on time posts
@@ -1083,43 +1092,62 @@ const FREE_POLLS: u32 = 64;
 /// 4.5 on 2 cores.
 const YIELD_FOR: Duration = Duration::from_millis(2);
 
-/// One small all-reduce over the one-shot slots, blocking: argument checks,
-/// post, wait (spin, then yield, then sleep; observing abort, the timeout,
-/// the peers' liveness, and a peer that started a different operation on
-/// the streams), reduce.
+/// One small collective over the one-shot slots, blocking: argument
+/// checks (as [`prepare`]'s, formatting only on failure), post, wait (spin,
+/// then yield, then sleep; observing abort, the timeout, the peers'
+/// liveness, and a peer that started another operation on the streams),
+/// take the result.
 ///
 /// # Safety
 /// As [`HostComm::run`].
 unsafe fn run_oneshot(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
     let (rank, n) = (comm.rank, comm.nranks);
-    let bytes = op.count * op.dtype.size();
-    if op.send.is_null() {
+    let call = slot_call(op);
+    let name = op.kind.snake_name();
+    let e = op.dtype.size();
+    let (sc, rc, use_s, use_r) = extents(op, rank, n);
+    // Small by `fits`: no overflow.
+    let (sbytes, rbytes) = (sc * e, rc * e);
+    if use_s && sbytes > 0 && op.send.is_null() {
         return Err(Error::invalid_argument(format!(
-            "all_reduce: sendbuff is NULL with count {}",
+            "{name}: sendbuff is NULL with count {}",
             op.count
         )));
     }
-    if op.recv.is_null() {
+    if use_r && rbytes > 0 && op.recv.is_null() {
         return Err(Error::invalid_argument(format!(
-            "all_reduce: recvbuff is NULL with count {}",
+            "{name}: recvbuff is NULL with count {}",
             op.count
         )));
     }
-    let (s0, r0) = (op.send as usize, op.recv as usize);
-    if s0 != r0 && s0 < r0.saturating_add(bytes) && r0 < s0.saturating_add(bytes) {
-        return Err(Error::invalid_argument(
-            "all_reduce: sendbuff and recvbuff overlap but are not the in-place layout of all_reduce",
-        ));
+    if !in_place_layout(op, rank, e) && use_s && use_r && sbytes > 0 && rbytes > 0 {
+        let (s0, r0) = (op.send as usize, op.recv as usize);
+        if s0 < r0.saturating_add(rbytes) && r0 < s0.saturating_add(sbytes) {
+            return Err(Error::invalid_argument(format!(
+                "{name}: sendbuff and recvbuff overlap but are not the in-place layout of {name}"
+            )));
+        }
     }
-    let red = Reduction::new(op.dtype, op.op, n)?;
+    let red = if call.reduces() {
+        Some(Reduction::new(op.dtype, op.op, n)?)
+    } else {
+        None
+    };
     let Some(slots) = comm.oneshot.as_mut() else {
-        return Err(Error::internal("one-shot all_reduce without slots"));
+        return Err(Error::internal("one-shot collective without slots"));
     };
     let seq = {
-        // SAFETY: valid for `bytes` reads by the caller's contract; dropped
-        // before the output slice (which may be the same memory) is made.
-        let input = unsafe { std::slice::from_raw_parts(op.send, bytes) };
-        slots.post(input, &red, op.count, op.op)?
+        let posted = call.posted_bytes(rank, n);
+        // SAFETY: the posted bytes are the ones this rank's send buffer
+        // holds for the call (valid by the caller's contract, checked
+        // non-null above); dropped before the output slice (which may be
+        // the same memory, in place) is made.
+        let input = if posted > 0 {
+            unsafe { std::slice::from_raw_parts(op.send, posted) }
+        } else {
+            &[]
+        };
+        slots.post(&call, input, red.as_ref())?
     };
     let waited = wait_slots(
         slots,
@@ -1137,15 +1165,17 @@ unsafe fn run_oneshot(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
     );
     match waited {
         Ok(()) => {
-            // SAFETY: valid for `bytes` writes and ours for the call by the
-            // caller's contract; the input slice is gone.
-            let out = unsafe { mut_slice(op.recv, bytes) };
-            slots.finish(seq, out, &red);
+            let want = call.output_bytes(rank, n);
+            // SAFETY: the receive buffer holds `want` bytes for the call and
+            // is ours by the caller's contract (checked non-null above where
+            // used); the input slice is gone.
+            let out = unsafe { mut_slice(op.recv, want) };
+            slots.finish(seq, &call, out, red.as_ref());
             Ok(())
         }
         Err(e) => {
             let e = e.context(format!(
-                "rank {rank} of {n}: all_reduce(count {}, {}, {})",
+                "rank {rank} of {n}: {name}(count {}, {}, {})",
                 op.count, op.dtype, op.op
             ));
             oxccl_env::warn!("{e}");
@@ -1218,7 +1248,7 @@ fn wait_slots(
                 if sent && !slots.posted(q, seq) {
                     return Err(Error::invalid_usage(format!(
                         "mismatched operations: rank {q} started another collective while this \
-                         rank waits in a small all_reduce (every rank must call the same \
+                         rank waits in a small one (every rank must call the same \
                          collectives in the same order)"
                     )));
                 }

@@ -3,10 +3,10 @@
 //! polls with a spin-then-yield-then-sleep policy that observes abort, a
 //! timeout and the liveness of the peers waited on.
 
-use crate::oneshot::{Progress, ShmOneShot};
+use crate::oneshot::{Progress, ShmOneShot, SlotCall};
 use crate::transport::{PeerControl, RecvHalf, SendHalf};
 use oxccl_core::engine::{Buffers, Engine};
-use oxccl_core::{Error, ErrorKind, RedOp, Reduction, Result};
+use oxccl_core::{CollKind, Error, ErrorKind, Reduction, Result};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,12 +28,12 @@ pub struct Streams<'c> {
 /// are reused by parity, see [`crate::oneshot`]).
 pub const SLOT_STREAM: (usize, usize, bool) = (usize::MAX, usize::MAX, true);
 
-/// A small all-reduce over the one-shot slots, as a task of a group.
+/// A small collective over the one-shot slots, as a task of a group.
 #[derive(Debug)]
-pub struct SlotAllReduce {
-    pub count: usize,
-    pub op: RedOp,
-    pub red: Reduction,
+pub struct SlotTask {
+    pub call: SlotCall,
+    /// For the reductions.
+    pub red: Option<Reduction>,
     /// The sequence number once posted.
     pub seq: Option<u64>,
     /// The peer last seen not to have posted.
@@ -44,7 +44,7 @@ pub struct SlotAllReduce {
 /// What a task runs: the step engine over streams, or a slot all-reduce.
 pub enum Work {
     Engine(Engine),
-    Slots(SlotAllReduce),
+    Slots(SlotTask),
 }
 
 impl Work {
@@ -79,14 +79,22 @@ impl Work {
                     .as_deref_mut()
                     .ok_or_else(|| Error::internal("a slot all_reduce without slots"))?;
                 let mut moved = false;
+                let (rank, n) = (slots.rank(), slots.nranks());
+                let blk = s.call.count * s.call.dtype.size();
                 let seq = match s.seq {
                     Some(seq) => seq,
                     None => {
-                        let input: &[u8] = match bufs.send {
-                            Some(b) => b,
-                            None => bufs.recv,
+                        // In place the executor holds one buffer: the
+                        // input is this rank's block of an all-gather's
+                        // output, else its start (the whole input of a
+                        // reduce-scatter).
+                        let posted = s.call.posted_bytes(rank, n);
+                        let input: &[u8] = match (bufs.send, s.call.kind) {
+                            (Some(b), _) => &b[..posted],
+                            (None, CollKind::AllGather) => &bufs.recv[rank * blk..][..posted],
+                            (None, _) => &bufs.recv[..posted],
                         };
-                        let seq = slots.post(input, &s.red, s.count, s.op)?;
+                        let seq = slots.post(&s.call, input, s.red.as_ref())?;
                         s.seq = Some(seq);
                         moved = true;
                         seq
@@ -95,7 +103,11 @@ impl Work {
                 match slots.progress(seq, s.waiting_for)? {
                     Progress::Waiting { waiting_for } => s.waiting_for = waiting_for,
                     Progress::Ready => {
-                        slots.finish(seq, bufs.recv, &s.red);
+                        let out: &mut [u8] = match (bufs.send, s.call.kind) {
+                            (None, CollKind::ReduceScatter) => &mut bufs.recv[rank * blk..][..blk],
+                            _ => bufs.recv,
+                        };
+                        slots.finish(seq, &s.call, out, s.red.as_ref());
                         s.done = true;
                         moved = true;
                     }

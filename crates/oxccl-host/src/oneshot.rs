@@ -1,7 +1,11 @@
-//! Small all-reduces between the processes of one host, one-shot over
-//! shared-memory slots: each rank writes its (pre-scaled) input and then a
-//! sequence number into a slot of its own segment, and every rank reduces
-//! all ranks' slots, in rank order, into its output. One synchronisation,
+//! Small collectives between the processes of one host, one-shot over
+//! shared-memory slots: each rank writes its input (pre-scaled for a
+//! reduction) and then a sequence number into a slot of its own segment,
+//! and every rank takes what it needs from all ranks' slots: all-reduce
+//! and reduce combine them in rank order, reduce-scatter its block of
+//! each, all-gather every block, broadcast the root's (the other ranks
+//! post no data, only the sequence number that lets the root reuse its
+//! slot). One synchronisation,
 //! no separate signal, no ring header, no allocation, lock or system call
 //! on the way: the cost is one cache-line hand-off from every peer (plus the
 //! data's lines), against the ring path's header, data and head/tail
@@ -19,7 +23,7 @@
 //!
 //! ```text
 //! 0   sequence number (u64, written last, with release)
-//! 8   what was posted: count << 16 | dtype << 8 | op (to catch mismatched calls)
+//! 8   what was posted: count, root, collective, datatype, op (to catch mismatched calls)
 //! 16  data (the first 48 bytes share the sequence number's cache line)
 //! ```
 
@@ -27,7 +31,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use oxccl_core::{DataType, Error, RedOp, Reduction, Result};
+use oxccl_core::{CollKind, DataType, Error, RedOp, Reduction, Result};
 
 use crate::transport::ShmSegment;
 
@@ -49,16 +53,93 @@ pub fn area_bytes(max: usize) -> usize {
     2 * slot_stride(max)
 }
 
-/// What a slot's second word says about a call.
-fn meta(count: usize, dtype: DataType, op: RedOp) -> u64 {
-    ((count as u64) << 16) | ((dtype as i32 as u64 & 0xff) << 8) | op.wire_code() as u64
+/// One collective as the slots run it.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotCall {
+    pub kind: CollKind,
+    /// Elements, as NCCL counts them for `kind`.
+    pub count: usize,
+    pub dtype: DataType,
+    pub op: RedOp,
+    pub root: usize,
+}
+
+impl SlotCall {
+    /// Whether the slots take this call on `nranks` ranks: the collectives
+    /// below, 1 element or more (count 0 moves nothing and takes the usual
+    /// path), every rank's input within `max` bytes. The same on every rank.
+    pub fn fits(&self, nranks: usize, max: usize) -> bool {
+        let per_rank = match self.kind {
+            CollKind::AllReduce | CollKind::Reduce | CollKind::Broadcast | CollKind::AllGather => {
+                self.count.checked_mul(self.dtype.size())
+            }
+            CollKind::ReduceScatter => self
+                .count
+                .checked_mul(nranks)
+                .and_then(|c| c.checked_mul(self.dtype.size())),
+            _ => None,
+        };
+        let rooted = matches!(self.kind, CollKind::Reduce | CollKind::Broadcast);
+        self.count > 0 && per_rank.is_some_and(|b| b <= max) && (!rooted || self.root < nranks)
+    }
+
+    /// Whether it reduces.
+    pub fn reduces(&self) -> bool {
+        matches!(
+            self.kind,
+            CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter
+        )
+    }
+
+    /// Bytes `rank` posts.
+    pub fn posted_bytes(&self, rank: usize, nranks: usize) -> usize {
+        let e = self.dtype.size();
+        match self.kind {
+            CollKind::Broadcast if rank != self.root => 0,
+            CollKind::ReduceScatter => nranks * self.count * e,
+            _ => self.count * e,
+        }
+    }
+
+    /// Bytes of `rank`'s output (0: it has none).
+    pub fn output_bytes(&self, rank: usize, nranks: usize) -> usize {
+        let e = self.dtype.size();
+        match self.kind {
+            CollKind::Reduce if rank != self.root => 0,
+            CollKind::AllGather => nranks * self.count * e,
+            _ => self.count * e,
+        }
+    }
+
+    /// What a slot's second word says about the call (bits: op 0-7,
+    /// datatype 8-15, collective 16-19, root 20-39, count 40-63).
+    fn meta(&self) -> u64 {
+        let root = match self.kind {
+            CollKind::Reduce | CollKind::Broadcast => self.root as u64 & 0xf_ffff,
+            _ => 0,
+        };
+        ((self.count as u64) << 40)
+            | (root << 20)
+            | ((self.kind.wire_code() as u64 & 0xf) << 16)
+            | ((self.dtype as i32 as u64 & 0xff) << 8)
+            | self.op.wire_code() as u64
+    }
 }
 
 fn describe(meta: u64) -> String {
-    let count = meta >> 16;
-    let dtype = (meta >> 8) & 0xff;
-    let op = meta & 0xff;
-    format!("count {count}, datatype {dtype}, op {op}")
+    let kind = CollKind::ALL
+        .get(((meta >> 16) & 0xf) as usize)
+        .map_or("?", |k| k.snake_name());
+    let dtype = DataType::ALL
+        .iter()
+        .find(|d| **d as i32 as u64 == (meta >> 8) & 0xff)
+        .map_or("?", |d| d.name());
+    format!(
+        "{kind} (count {}, {dtype}, op {}, root {})",
+        meta >> 40,
+        meta & 0xff,
+        (meta >> 20) & 0xf_ffff
+    )
 }
 
 /// One rank's view of every rank's slot area on this host.
@@ -133,6 +214,11 @@ impl ShmOneShot {
         })
     }
 
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
     /// The largest input, in bytes.
     pub fn max_bytes(&self) -> usize {
         self.max
@@ -156,13 +242,16 @@ impl ShmOneShot {
         unsafe { &*self.slot(q, seq).cast::<[AtomicU64; 2]>() }
     }
 
-    /// Posts this rank's input for the next call: `pre(input)` into its
-    /// slot, then the sequence number. Returns the call's sequence number.
-    /// `input.len()` must be `count * dtype.size()`, at most the maximum.
-    pub fn post(&mut self, input: &[u8], red: &Reduction, count: usize, op: RedOp) -> Result<u64> {
-        if input.len() > self.max || input.len() != count * red.dtype().size() {
+    /// Posts this rank's input for the next call: `input` (pre-scaled by
+    /// `red` for a reduction) into its slot, then the sequence number.
+    /// Returns the call's sequence number. `input.len()` must be
+    /// `call.posted_bytes(rank, nranks)`, at most the maximum.
+    pub fn post(&mut self, call: &SlotCall, input: &[u8], red: Option<&Reduction>) -> Result<u64> {
+        let want = call.posted_bytes(self.rank, self.areas.len());
+        if input.len() > self.max || input.len() != want {
             return Err(Error::internal(format!(
-                "one-shot all_reduce of {} bytes (count {count}, at most {} bytes)",
+                "one-shot {}: {} bytes posted, {want} expected, at most {}",
+                call.kind.snake_name(),
                 input.len(),
                 self.max
             )));
@@ -174,9 +263,12 @@ impl ShmOneShot {
         let data = unsafe {
             std::slice::from_raw_parts_mut(self.slot(self.rank, seq).add(SLOT_HEAD), input.len())
         };
-        red.start(data, input, false);
+        match red {
+            Some(red) => red.start(data, input, false),
+            None => data.copy_from_slice(input),
+        }
         let w = self.words(self.rank, seq);
-        w[1].store(meta(count, red.dtype(), op), Ordering::Relaxed);
+        w[1].store(call.meta(), Ordering::Relaxed);
         w[0].store(seq, Ordering::Release);
         self.seq = seq;
         Ok(seq)
@@ -199,9 +291,9 @@ impl ShmOneShot {
             let theirs = w[1].load(Ordering::Relaxed);
             if theirs != mine {
                 return Err(Error::invalid_usage(format!(
-                    "mismatched all_reduce: rank {q} called it with {}, rank {} with {} \
-                     (every rank must call the same collectives with the same count, \
-                     datatype and op)",
+                    "mismatched collectives: rank {q} called {}, rank {} {} \
+                     (every rank must call the same collectives in the same order, with \
+                     the same count, datatype, op and root)",
                     describe(theirs),
                     self.rank,
                     describe(mine)
@@ -216,27 +308,46 @@ impl ShmOneShot {
         self.words(q, seq)[0].load(Ordering::Acquire) == seq
     }
 
-    /// Reduces every rank's slot of call `seq`, in rank order, into `out`
-    /// (`out.len()` bytes were posted by each). Only after
-    /// [`Progress::Ready`].
-    pub fn finish(&self, seq: u64, out: &mut [u8], red: &Reduction) {
+    /// Takes this rank's result of call `seq` from every rank's slot into
+    /// `out` (`call.output_bytes(rank, nranks)` bytes; ignored when 0).
+    /// Reductions combine the slots in rank order, so every rank gets the
+    /// same bits. Only after [`Progress::Ready`].
+    pub fn finish(&self, seq: u64, call: &SlotCall, out: &mut [u8], red: Option<&Reduction>) {
         let n = self.areas.len();
-        let len = out.len().min(self.max);
-        // SAFETY: the data part of rank q's slot `seq % 2`, posted (seen with
-        // acquire in `progress`) and not rewritten before this rank posts
-        // `seq + 1` (see the module's notes).
-        let data = |q: usize| unsafe {
-            std::slice::from_raw_parts(self.slot(q, seq).add(SLOT_HEAD).cast_const(), len)
-        };
-        let out = &mut out[..len];
-        if n == 1 {
-            // Inputs are posted pre-scaled; one rank has no finishing step.
-            out.copy_from_slice(data(0));
+        let e = call.dtype.size();
+        let blk = call.count * e;
+        let want = call.output_bytes(self.rank, n);
+        if want == 0 {
             return;
         }
-        red.combine3(out, data(0), data(1), n == 2);
-        for q in 2..n {
-            red.combine(out, data(q), q == n - 1);
+        let out = &mut out[..want];
+        // SAFETY: bytes `off..off + len` of the data part of rank q's slot
+        // `seq % 2`, which q posted (seen with acquire in `progress`) and
+        // does not rewrite before this rank posts `seq + 1` (see the
+        // module's notes); `off + len` is within what q posted.
+        let data = |q: usize, off: usize, len: usize| unsafe {
+            std::slice::from_raw_parts(self.slot(q, seq).add(SLOT_HEAD + off).cast_const(), len)
+        };
+        let off = if call.kind == CollKind::ReduceScatter {
+            self.rank * blk
+        } else {
+            0
+        };
+        match (call.kind, red) {
+            (CollKind::AllGather, _) => {
+                for (q, dst) in out.chunks_exact_mut(blk).enumerate() {
+                    dst.copy_from_slice(data(q, 0, blk));
+                }
+            }
+            (CollKind::Broadcast, _) => out.copy_from_slice(data(call.root, 0, blk)),
+            (_, Some(red)) if n >= 2 => {
+                red.combine3(out, data(0, off, blk), data(1, off, blk), n == 2);
+                for q in 2..n {
+                    red.combine(out, data(q, off, blk), q == n - 1);
+                }
+            }
+            // One rank: its input, posted pre-scaled, with no finishing step.
+            _ => out.copy_from_slice(data(0, off, blk)),
         }
     }
 }

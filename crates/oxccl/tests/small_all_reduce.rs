@@ -1,7 +1,9 @@
-//! Small all-reduces between processes of one host take the one-shot
-//! shared-memory slots (1 byte to `ONESHOT_MAX_BYTES` of data): results
-//! against the float64 or exact reference over ranks x counts x datatypes x
-//! ops (count 0, odd counts and both sides of the slot bound included),
+//! Small collectives between processes of one host take the one-shot
+//! shared-memory slots (all-reduce, reduce, reduce-scatter, all-gather and
+//! broadcast, each rank's input 1 byte to `ONESHOT_MAX_BYTES`): results
+//! against the float64 or exact reference over ranks x collectives x counts
+//! x datatypes x ops x roots (count 0, odd counts and both sides of the
+//! slot bound included),
 //! calls back to back (the slots are reused by parity), several in one
 //! group beside operations on the rings, and calls that differ between
 //! ranks, which must fail within seconds instead of hanging.
@@ -11,12 +13,13 @@
 mod common;
 
 use common::*;
-use oxccl::{Communicator, DataType, ErrorKind, Group, RedOp, Scalar, UniqueId};
+use oxccl::{CollKind, Communicator, DataType, ErrorKind, Group, OpDesc, RedOp, Scalar, UniqueId};
 use oxccl_host::oneshot::ONESHOT_MAX_BYTES;
 use std::time::{Duration, Instant};
 
-/// Every datatype with every op (PreMulSum with an integral and a
-/// fractional scalar), counts around the slot bound and odd ones.
+/// The reductions with every datatype and every op (PreMulSum with an
+/// integral and a fractional scalar), the copies with every datatype;
+/// counts around each collective's slot bound and odd ones; roots varied.
 fn small_cases(nranks: usize) -> Vec<Case> {
     let ops = [
         RedOp::Sum,
@@ -29,24 +32,39 @@ fn small_cases(nranks: usize) -> Vec<Case> {
     ];
     let mut v = Vec::new();
     let mut seed = 0x5107_0000u64 + nranks as u64;
-    for dtype in DataType::ALL {
-        let bound = ONESHOT_MAX_BYTES / dtype.size();
-        for op in ops {
-            if matches!(op, RedOp::PreMulSum(Scalar::F64(_))) && !dtype.is_float() {
-                continue;
-            }
-            for count in [0, 1, 3, 13, 127, bound - 1, bound, bound + 1] {
-                for in_place in [false, true] {
-                    seed = mix(seed);
-                    v.push(Case {
-                        coll: Coll::AllReduce,
-                        dtype,
-                        op,
-                        count,
-                        root: 0,
-                        in_place,
-                        seed,
-                    });
+    let colls = [
+        Coll::AllReduce,
+        Coll::Reduce,
+        Coll::ReduceScatter,
+        Coll::AllGather,
+        Coll::Broadcast,
+    ];
+    for coll in colls {
+        for dtype in DataType::ALL {
+            let per_rank = if coll == Coll::ReduceScatter {
+                nranks
+            } else {
+                1
+            };
+            let bound = ONESHOT_MAX_BYTES / dtype.size() / per_rank;
+            let ops: &[RedOp] = if coll.reduces() { &ops } else { &[RedOp::Sum] };
+            for (oi, &op) in ops.iter().enumerate() {
+                if matches!(op, RedOp::PreMulSum(Scalar::F64(_))) && !dtype.is_float() {
+                    continue;
+                }
+                for count in [0, 1, 3, 13, 127, bound - 1, bound, bound + 1] {
+                    for in_place in [false, true] {
+                        seed = mix(seed);
+                        v.push(Case {
+                            coll,
+                            dtype,
+                            op,
+                            count,
+                            root: oi + count,
+                            in_place,
+                            seed,
+                        });
+                    }
                 }
             }
         }
@@ -198,7 +216,7 @@ fn shm_small_all_reduces_of_different_counts_fail() {
     mismatch(
         "shm_small_all_reduces_of_different_counts_fail",
         |c| c.all_reduce_in_place(&mut [1f32; 3], RedOp::Sum),
-        "mismatched all_reduce: rank",
+        "mismatched collectives: rank",
     );
 }
 
@@ -211,6 +229,107 @@ fn shm_small_all_reduce_against_a_ring_collective_fails() {
             let mut recv = vec![0f32; 100_000];
             c.all_gather(&send, &mut recv)
         },
-        "started another collective while this rank waits in a small all_reduce",
+        "started another collective while this rank waits in a small one",
     );
+}
+
+/// Every collective the slots take, in one group (one `run_raw` call),
+/// in place and out of place, beside a large all-reduce on the rings:
+/// the executor's task path of the slots; results exact.
+#[test]
+fn shm_small_collectives_of_every_kind_in_one_group() {
+    const TEST: &str = "shm_small_collectives_of_every_kind_in_one_group";
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        let (me, n) = (ctx.rank, ctx.nranks);
+        let d = |kind, send: *const i32, recv: *mut i32, count, op, root| OpDesc {
+            kind,
+            send: send.cast(),
+            recv: recv.cast(),
+            count,
+            dtype: DataType::Int32,
+            op,
+            root,
+        };
+        for round in 0..4usize {
+            let blk = 5 + round;
+            let v = |r: usize, i: usize| (r * 100 + i + round) as i32;
+            // all_gather in place: this rank's block at its place.
+            let mut ag = vec![-1i32; n * blk];
+            for i in 0..blk {
+                ag[me * blk + i] = v(me, i);
+            }
+            // reduce_scatter in place: n blocks, the result in this rank's.
+            let mut rs: Vec<i32> = (0..n * blk).map(|i| v(me, i)).collect();
+            // broadcast out of place from rank 1, reduce out of place to rank 2 % n.
+            let bsend: Vec<i32> = (0..blk).map(|i| v(me, i)).collect();
+            let mut brecv = vec![0i32; blk];
+            let rsend: Vec<i32> = (0..blk).map(|i| v(me, i)).collect();
+            let mut rrecv = vec![0i32; blk];
+            let big: Vec<i32> = (0..50_000).map(|i| i + me as i32).collect();
+            let mut rbig = vec![0i32; big.len()];
+            let agp = ag.as_mut_ptr();
+            let rsp = rs.as_mut_ptr();
+            // SAFETY: within `ag` (n blocks): this rank's block.
+            let ag_mine = unsafe { agp.add(me * blk) };
+            // SAFETY: within `rs` (n blocks): this rank's block.
+            let rs_mine = unsafe { rsp.add(me * blk) };
+            let ops = [
+                d(CollKind::AllGather, ag_mine, agp, blk, RedOp::Sum, 0),
+                d(
+                    CollKind::AllReduce,
+                    big.as_ptr(),
+                    rbig.as_mut_ptr(),
+                    big.len(),
+                    RedOp::Sum,
+                    0,
+                ),
+                d(CollKind::ReduceScatter, rsp, rs_mine, blk, RedOp::Max, 0),
+                d(
+                    CollKind::Broadcast,
+                    bsend.as_ptr(),
+                    brecv.as_mut_ptr(),
+                    blk,
+                    RedOp::Sum,
+                    1,
+                ),
+                d(
+                    CollKind::Reduce,
+                    rsend.as_ptr(),
+                    rrecv.as_mut_ptr(),
+                    blk,
+                    RedOp::Sum,
+                    2 % n,
+                ),
+            ];
+            // SAFETY: every buffer is valid for its operation and unused
+            // elsewhere until the call returns.
+            unsafe { c.run_raw(&ops) }.unwrap();
+            for r in 0..n {
+                for i in 0..blk {
+                    assert_eq!(ag[r * blk + i], v(r, i), "all_gather {r}/{i}");
+                }
+            }
+            for i in 0..blk {
+                let want = (0..n).map(|r| v(r, me * blk + i)).max().unwrap();
+                assert_eq!(rs[me * blk + i], want, "reduce_scatter {i}");
+                assert_eq!(brecv[i], v(1, i), "broadcast {i}");
+                if me == 2 % n {
+                    let want: i32 = (0..n).map(|r| v(r, i)).sum();
+                    assert_eq!(rrecv[i], want, "reduce {i}");
+                }
+            }
+            let ranks = (n * (n - 1) / 2) as i32;
+            for (i, x) in rbig.iter().enumerate() {
+                assert_eq!(*x, i as i32 * n as i32 + ranks, "big {i}");
+            }
+        }
+        c.destroy().unwrap();
+        return;
+    }
+    let _w = Watchdog::new(TEST, Duration::from_secs(120));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(TEST, 3, &id, &[]);
+    p.expect_success(Duration::from_secs(100));
 }
