@@ -333,3 +333,86 @@ fn shm_small_collectives_of_every_kind_in_one_group() {
     let mut p = Procs::spawn(TEST, 3, &id, &[]);
     p.expect_success(Duration::from_secs(100));
 }
+
+/// Rank 1 comes 3 s late to a small all-reduce. With `abort`, rank 0's
+/// communicator is aborted from another thread after 300 ms; without, its
+/// timeout is 1 s. Either way rank 0's wait must end within about a
+/// second of that, with InvalidUsage (aborted) or Timeout, and rank 1,
+/// arriving later, must not hang: its next call fails.
+fn late_peer(test: &str, abort: bool) {
+    if let Some(ctx) = child_ctx() {
+        let limit = if abort {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_secs(1)
+        };
+        let cfg = oxccl::Config {
+            timeout: Some(limit),
+            ..test_config(|h| h.timeout = limit)
+        };
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, cfg).unwrap();
+        c.all_reduce_in_place(&mut [1u8; 8], RedOp::Sum).unwrap();
+        if ctx.rank == 1 {
+            std::thread::sleep(Duration::from_secs(3));
+            // Rank 0 posted its input before giving up, so this call may
+            // complete (with the right sum) or fail; the next one, which
+            // rank 0 never joins, must fail within seconds.
+            let mut x = [1f32; 2];
+            if c.all_reduce_in_place(&mut x, RedOp::Sum).is_ok() {
+                assert_eq!(x, [2.0; 2]);
+            }
+            let t = Instant::now();
+            let r = c.all_reduce_in_place(&mut [1f32; 2], RedOp::Sum);
+            assert!(
+                r.is_err(),
+                "rank 1: its peer gave up, yet the call succeeded"
+            );
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "rank 1: {:?}",
+                t.elapsed()
+            );
+            return;
+        }
+        let t = Instant::now();
+        let aborter = abort.then(|| {
+            let c2 = c.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                c2.abort();
+            })
+        });
+        let e = c
+            .all_reduce_in_place(&mut [1f32; 2], RedOp::Sum)
+            .expect_err("rank 0: the call succeeded without its peer");
+        let took = t.elapsed();
+        let (kind, at) = if abort {
+            (ErrorKind::InvalidUsage, Duration::from_millis(300))
+        } else {
+            (ErrorKind::Timeout, Duration::from_secs(1))
+        };
+        assert_eq!(e.kind(), kind, "rank 0: {e}");
+        assert!(
+            took >= at && took < at + Duration::from_millis(1500),
+            "rank 0: took {took:?}: {e}"
+        );
+        if let Some(h) = aborter {
+            h.join().unwrap();
+        }
+        return;
+    }
+    let _w = Watchdog::new(test, Duration::from_secs(60));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(test, 2, &id, &[]);
+    p.expect_success(Duration::from_secs(50));
+}
+
+#[test]
+fn shm_small_all_reduce_observes_abort() {
+    late_peer("shm_small_all_reduce_observes_abort", true);
+}
+
+#[test]
+fn shm_small_all_reduce_observes_its_timeout() {
+    late_peer("shm_small_all_reduce_observes_its_timeout", false);
+}
