@@ -31,7 +31,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use oxccl_core::{CollKind, DataType, Error, RedOp, Reduction, Result};
+use oxccl_core::slots::describe_meta;
+pub use oxccl_core::slots::SlotCall;
+use oxccl_core::{CollKind, Error, Reduction, Result};
 
 use crate::transport::ShmSegment;
 
@@ -51,95 +53,6 @@ pub fn slot_stride(max: usize) -> usize {
 /// Bytes of a rank's slot area (two slots, by parity).
 pub fn area_bytes(max: usize) -> usize {
     2 * slot_stride(max)
-}
-
-/// One collective as the slots run it.
-#[derive(Debug, Clone, Copy)]
-pub struct SlotCall {
-    pub kind: CollKind,
-    /// Elements, as NCCL counts them for `kind`.
-    pub count: usize,
-    pub dtype: DataType,
-    pub op: RedOp,
-    pub root: usize,
-}
-
-impl SlotCall {
-    /// Whether the slots take this call on `nranks` ranks: the collectives
-    /// below, 1 element or more (count 0 moves nothing and takes the usual
-    /// path), every rank's input within `max` bytes. The same on every rank.
-    pub fn fits(&self, nranks: usize, max: usize) -> bool {
-        let per_rank = match self.kind {
-            CollKind::AllReduce | CollKind::Reduce | CollKind::Broadcast | CollKind::AllGather => {
-                self.count.checked_mul(self.dtype.size())
-            }
-            CollKind::ReduceScatter => self
-                .count
-                .checked_mul(nranks)
-                .and_then(|c| c.checked_mul(self.dtype.size())),
-            _ => None,
-        };
-        let rooted = matches!(self.kind, CollKind::Reduce | CollKind::Broadcast);
-        self.count > 0 && per_rank.is_some_and(|b| b <= max) && (!rooted || self.root < nranks)
-    }
-
-    /// Whether it reduces.
-    pub fn reduces(&self) -> bool {
-        matches!(
-            self.kind,
-            CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter
-        )
-    }
-
-    /// Bytes `rank` posts.
-    pub fn posted_bytes(&self, rank: usize, nranks: usize) -> usize {
-        let e = self.dtype.size();
-        match self.kind {
-            CollKind::Broadcast if rank != self.root => 0,
-            CollKind::ReduceScatter => nranks * self.count * e,
-            _ => self.count * e,
-        }
-    }
-
-    /// Bytes of `rank`'s output (0: it has none).
-    pub fn output_bytes(&self, rank: usize, nranks: usize) -> usize {
-        let e = self.dtype.size();
-        match self.kind {
-            CollKind::Reduce if rank != self.root => 0,
-            CollKind::AllGather => nranks * self.count * e,
-            _ => self.count * e,
-        }
-    }
-
-    /// What a slot's second word says about the call (bits: op 0-7,
-    /// datatype 8-15, collective 16-19, root 20-39, count 40-63).
-    fn meta(&self) -> u64 {
-        let root = match self.kind {
-            CollKind::Reduce | CollKind::Broadcast => self.root as u64 & 0xf_ffff,
-            _ => 0,
-        };
-        ((self.count as u64) << 40)
-            | (root << 20)
-            | ((self.kind.wire_code() as u64 & 0xf) << 16)
-            | ((self.dtype as i32 as u64 & 0xff) << 8)
-            | self.op.wire_code() as u64
-    }
-}
-
-fn describe(meta: u64) -> String {
-    let kind = CollKind::ALL
-        .get(((meta >> 16) & 0xf) as usize)
-        .map_or("?", |k| k.snake_name());
-    let dtype = DataType::ALL
-        .iter()
-        .find(|d| **d as i32 as u64 == (meta >> 8) & 0xff)
-        .map_or("?", |d| d.name());
-    format!(
-        "{kind} (count {}, {dtype}, op {}, root {})",
-        meta >> 40,
-        meta & 0xff,
-        (meta >> 20) & 0xf_ffff
-    )
 }
 
 /// One rank's view of every rank's slot area on this host.
@@ -294,9 +207,9 @@ impl ShmOneShot {
                     "mismatched collectives: rank {q} called {}, rank {} {} \
                      (every rank must call the same collectives in the same order, with \
                      the same count, datatype, op and root)",
-                    describe(theirs),
+                    describe_meta(theirs),
                     self.rank,
-                    describe(mine)
+                    describe_meta(mine)
                 )));
             }
         }
