@@ -1207,7 +1207,9 @@ fn wait_slots(
             Progress::Ready => return Ok(()),
             Progress::Waiting { waiting_for: q } => waiting_for = q,
         }
-        if polls < FREE_POLLS {
+        // Ranks that outnumber the CPUs (no spin) yield from the first miss:
+        // the peer they wait for may need this very CPU.
+        if polls < FREE_POLLS && !policy.spin.is_zero() {
             polls += 1;
             std::hint::spin_loop();
             continue;
