@@ -16,6 +16,7 @@ pub mod logfmt;
 pub mod params;
 pub mod reduce;
 pub mod schedule;
+pub mod slots;
 pub mod suggest;
 pub mod topo;
 pub mod tuner;

@@ -639,8 +639,12 @@ params! {
         "1: refuse to start a job that meets through NCCL_COMM_ID without OXCCL_AUTH_SECRET or OXCCL_AUTH_SECRET_FILE (init fails with InvalidUsage) instead of running open to anyone who can reach the root with one WARN. Ids from ncclGetUniqueId carry a random secret and are not affected.";
     HOST_NCHANNELS: Opt<U32> = "OXCCL_HOST_NCHANNELS", "", honoured,
         "Channels (parallel streams per peer) for host collectives. Unset: auto.";
-    SPIN_US: U64 = "OXCCL_SPIN_US", "50", honoured,
-        "How long a waiting rank spins before yielding its thread, in microseconds.";
+    // A yield hands the CPU away for a scheduler slice: beside other busy
+    // processes (load average 16 on 2 cores), 2-rank 8 B - 4 KiB host
+    // all-reduces took 59-100 us with 50 us spins and 0.6-3.6 us with 2 ms
+    // (Open MPI, which spins without end: 0.8-7.4 us; same run, alternated).
+    SPIN_US: U64 = "OXCCL_SPIN_US", "2000", honoured,
+        "How long a waiting rank spins before yielding its thread, in microseconds. Where a host has more local ranks than CPUs, waiting ranks yield at once whatever this says.";
     KERNEL_DIR: Opt<Str> = "OXCCL_KERNEL_DIR", "", honoured,
         "Folder of prebuilt GPU kernels (written by `oxccl kernels --out DIR`), looked at before the kernel cache. Unset: oxccl-kernels/ beside libnccl.so.2 (or the oxccl program), when it exists.";
     CACHE_DIR: Opt<Str> = "OXCCL_CACHE_DIR", "", honoured,
@@ -1120,7 +1124,7 @@ mod tests {
         assert_eq!(d.get(&TIMEOUT_MS), Duration::from_secs(600));
         assert_eq!(d.get(&INIT_TIMEOUT_MS), Duration::from_secs(120));
         assert_eq!(d.get(&LINK_TIMEOUT_MS), None);
-        assert_eq!(d.get(&SPIN_US), 50);
+        assert_eq!(d.get(&SPIN_US), 2000);
         assert_eq!(d.get(&AUTH_SECRET), None);
         assert_eq!(d.source(&BUFFSIZE), Source::Default);
         assert!(d.warnings().is_empty());

@@ -7,7 +7,8 @@
 //! network plugin's connections when `NCCL_NET_PLUGIN` (or `libnccl-net.so`)
 //! gives one (see `oxccl_net::choose`).
 
-use crate::exec::{drive, Streams, Task, WaitPolicy};
+use crate::exec::{drive, SlotTask, Streams, Task, WaitPolicy, Work, SLOT_STREAM};
+use crate::oneshot::{self, Progress, ShmOneShot, SlotCall};
 use crate::transport::net::slot_bytes;
 use crate::transport::{
     inproc_pair, net_connect, net_link, shm_link, tcp_link, LinkKind, PeerControl, PeerLink,
@@ -61,7 +62,7 @@ impl Default for HostConfig {
             nchannels: None,
             timeout: Duration::from_secs(600),
             link_timeout: None,
-            spin: Duration::from_micros(50),
+            spin: Duration::from_micros(2000),
             net: oxccl_net::NetSettings::default(),
         }
     }
@@ -118,6 +119,8 @@ pub struct HostComm {
     failed: Option<Error>,
     /// Keeps this rank's shared-memory segment mapped.
     _segment: Option<Arc<ShmSegment>>,
+    /// Small all-reduces' slots, when every rank is another process of this host.
+    oneshot: Option<ShmOneShot>,
     /// The network plugin (and its device) chosen for peers on other hosts,
     /// if one was: other layers (the GPU network path) use the same.
     net_plugin: Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)>,
@@ -319,10 +322,20 @@ impl HostComm {
             nchannels: nch,
             capacity: cap,
         };
+        // Small all-reduces take one-shot slots when every rank is another
+        // process of this host (decided alike on every rank: the link kinds
+        // are symmetric and NCCL_ALGO was checked equal above).
+        let all_shm = n > 1 && (0..n).all(|a| (a + 1..n).all(|b| kind_of(a, b) == LinkKind::Shm));
+        let slot_bytes = if all_shm && cfg.algos.allows(CollKind::AllReduce, Algo::OneShot) {
+            oneshot::area_bytes(oneshot::ONESHOT_MAX_BYTES)
+        } else {
+            0
+        };
+        let mut seg_of: Vec<Option<Arc<ShmSegment>>> = (0..n).map(|_| None).collect();
         let segment = if my_shm.is_empty() {
             None
         } else {
-            Some(ShmSegment::create_rings_named(layout, &seg_hint).map_err(|e| {
+            Some(ShmSegment::create_rings_and_slots(layout, &seg_hint, slot_bytes).map_err(|e| {
                 e.context(format!(
                     "rank {rank}: shared-memory rings for {} local peers ({} channels of {} bytes each)",
                     my_shm.len(),
@@ -392,7 +405,12 @@ impl HostComm {
                                 nchannels: nch,
                                 capacity: cap,
                             };
-                            let theirs = ShmSegment::open_rings(&theirs_name, their_layout)?;
+                            let theirs = ShmSegment::open_rings_and_slots(
+                                &theirs_name,
+                                their_layout,
+                                slot_bytes,
+                            )?;
+                            seg_of[q] = Some(theirs.clone());
                             let mine_seg = segment
                                 .as_ref()
                                 .ok_or_else(|| Error::internal("shm peer without a segment"))?;
@@ -499,6 +517,21 @@ impl HostComm {
                 );
             }
         }
+        let oneshot = if slot_bytes > 0 {
+            seg_of[rank] = segment.clone();
+            let segs = seg_of
+                .into_iter()
+                .enumerate()
+                .map(|(q, s)| {
+                    s.ok_or_else(|| {
+                        Error::internal(format!("no shared-memory segment of rank {q}"))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(ShmOneShot::new(rank, segs, oneshot::ONESHOT_MAX_BYTES)?)
+        } else {
+            None
+        };
         Ok(Box::new(move |bootstrap| HostComm {
             rank,
             nranks: n,
@@ -515,6 +548,7 @@ impl HostComm {
             abort,
             failed: None,
             _segment: segment,
+            oneshot,
             net_plugin: match &network {
                 oxccl_net::Network::Plugin { net, dev, .. } => Some((net.clone(), *dev)),
                 oxccl_net::Network::Socket { .. } => None,
@@ -761,6 +795,31 @@ unsafe fn prepare<'b>(
         };
         (Some(s), r)
     };
+    if comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+        let call = slot_call(op);
+        return Ok(Prepared {
+            task: Task {
+                engine: Work::Slots(SlotTask {
+                    call,
+                    red: if call.reduces() {
+                        Some(Reduction::new(op.dtype, op.op, n)?)
+                    } else {
+                        None
+                    },
+                    seq: None,
+                    waiting_for: (rank + 1) % n,
+                    done: false,
+                }),
+                bufs: Buffers {
+                    send: send_slice,
+                    recv: recv_slice,
+                    scratch: &mut scratch[..],
+                },
+                streams: HashSet::from([SLOT_STREAM]),
+                what: format!("{name}(count {}, {}, {})", op.count, op.dtype, op.op),
+            },
+        });
+    }
     let total_bytes = match op.kind {
         CollKind::AllGather | CollKind::AllToAll => rbytes,
         CollKind::ReduceScatter => sbytes,
@@ -855,7 +914,7 @@ unsafe fn prepare<'b>(
     }
     Ok(Prepared {
         task: Task {
-            engine,
+            engine: Work::Engine(engine),
             bufs: Buffers {
                 send: send_slice,
                 recv: recv_slice,
@@ -896,6 +955,13 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
                     comm.rank, comm.nranks
                 ),
             ));
+        }
+    }
+    // One small collective alone: the slots, without the group machinery.
+    if let [(comm, [op])] = items {
+        if comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { run_oneshot(comm, op) };
         }
     }
     // Scratch buffers outlive the tasks that borrow them.
@@ -971,6 +1037,7 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
                 rx: &mut comm.rx,
                 controls: &mut comm.controls,
                 abort: &comm.abort,
+                oneshot: comm.oneshot.as_mut(),
                 who,
             }
         })
@@ -981,18 +1048,231 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
     if let Err(e) = &result {
         oxccl_env::warn!("{e}");
         for (comm, _) in items.iter_mut() {
-            comm.failed = Some(e.clone());
-            // An abort is this rank's decision, not its peers' misuse: they
-            // see a remote error, as `ncclCommAbort`'s contract says (the
-            // abort's own InvalidUsage kind used to travel in the poison).
-            if comm.abort.load(std::sync::atomic::Ordering::Acquire) {
-                comm.poison_all(&Error::remote(e.message()));
-            } else {
-                comm.poison_all(e);
-            }
+            comm.fail(e);
         }
     }
     result
+}
+
+impl HostComm {
+    /// Puts the communicator in its error state after `e` and tells the peers.
+    fn fail(&mut self, e: &Error) {
+        self.failed = Some(e.clone());
+        // An abort is this rank's decision, not its peers' misuse: they
+        // see a remote error, as `ncclCommAbort`'s contract says (the
+        // abort's own InvalidUsage kind used to travel in the poison).
+        if self.abort.load(std::sync::atomic::Ordering::Acquire) {
+            self.poison_all(&Error::remote(e.message()));
+        } else {
+            self.poison_all(e);
+        }
+    }
+}
+
+/// `op` as the one-shot slots see it.
+fn slot_call(op: &OpDesc) -> SlotCall {
+    SlotCall {
+        kind: op.kind,
+        count: op.count,
+        dtype: op.dtype,
+        op: op.op,
+        root: op.root,
+    }
+}
+
+/// Whether the one-shot slots take `op` ([`SlotCall::fits`]).
+fn oneshot_fits(op: &OpDesc, slots: &ShmOneShot) -> bool {
+    slot_call(op).fits(slots.nranks(), slots.max_bytes())
+}
+
+/// Polls before the wait looks at the clock: a peer that is on time posts
+/// within a few hundred nanoseconds, and reading the clock costs tens.
+const FREE_POLLS: u32 = 64;
+/// After the spin, how long a waiting rank yields its CPU before it sleeps:
+/// under load the peer it waits for needs that CPU, and a sleep of 50 us per
+/// wait (the step engine's) made 8 B calls take 58-87 us at a load average of
+/// 4.5 on 2 cores.
+const YIELD_FOR: Duration = Duration::from_millis(2);
+
+/// One small collective over the one-shot slots, blocking: argument
+/// checks (as [`prepare`]'s, formatting only on failure), post, wait (spin,
+/// then yield, then sleep; observing abort, the timeout, the peers'
+/// liveness, and a peer that started another operation on the streams),
+/// take the result.
+///
+/// # Safety
+/// As [`HostComm::run`].
+unsafe fn run_oneshot(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
+    let (rank, n) = (comm.rank, comm.nranks);
+    let call = slot_call(op);
+    let name = op.kind.snake_name();
+    let e = op.dtype.size();
+    let (sc, rc, use_s, use_r) = extents(op, rank, n);
+    // Small by `fits`: no overflow.
+    let (sbytes, rbytes) = (sc * e, rc * e);
+    if use_s && sbytes > 0 && op.send.is_null() {
+        return Err(Error::invalid_argument(format!(
+            "{name}: sendbuff is NULL with count {}",
+            op.count
+        )));
+    }
+    if use_r && rbytes > 0 && op.recv.is_null() {
+        return Err(Error::invalid_argument(format!(
+            "{name}: recvbuff is NULL with count {}",
+            op.count
+        )));
+    }
+    if !in_place_layout(op, rank, e) && use_s && use_r && sbytes > 0 && rbytes > 0 {
+        let (s0, r0) = (op.send as usize, op.recv as usize);
+        if s0 < r0.saturating_add(rbytes) && r0 < s0.saturating_add(sbytes) {
+            return Err(Error::invalid_argument(format!(
+                "{name}: sendbuff and recvbuff overlap but are not the in-place layout of {name}"
+            )));
+        }
+    }
+    let red = if call.reduces() {
+        Some(Reduction::new(op.dtype, op.op, n)?)
+    } else {
+        None
+    };
+    let Some(slots) = comm.oneshot.as_mut() else {
+        return Err(Error::internal("one-shot collective without slots"));
+    };
+    let seq = {
+        let posted = call.posted_bytes(rank, n);
+        // SAFETY: the posted bytes are the ones this rank's send buffer
+        // holds for the call (valid by the caller's contract, checked
+        // non-null above); dropped before the output slice (which may be
+        // the same memory, in place) is made.
+        let input = if posted > 0 {
+            unsafe { std::slice::from_raw_parts(op.send, posted) }
+        } else {
+            &[]
+        };
+        slots.post(&call, input, red.as_ref())?
+    };
+    let waited = wait_slots(
+        slots,
+        seq,
+        rank,
+        n,
+        &comm.abort,
+        &mut comm.controls,
+        &mut comm.rx[..],
+        comm.coll_channels,
+        WaitPolicy {
+            timeout: comm.cfg.timeout,
+            spin: comm.cfg.spin,
+        },
+    );
+    match waited {
+        Ok(()) => {
+            let want = call.output_bytes(rank, n);
+            // SAFETY: the receive buffer holds `want` bytes for the call and
+            // is ours by the caller's contract (checked non-null above where
+            // used); the input slice is gone.
+            let out = unsafe { mut_slice(op.recv, want) };
+            slots.finish(seq, &call, out, red.as_ref());
+            Ok(())
+        }
+        Err(e) => {
+            let e = e.context(format!(
+                "rank {rank} of {n}: {name}(count {}, {}, {})",
+                op.count, op.dtype, op.op
+            ));
+            oxccl_env::warn!("{e}");
+            comm.fail(&e);
+            Err(e)
+        }
+    }
+}
+
+/// Waits until every peer posted call `seq` of `slots`.
+#[allow(clippy::too_many_arguments)]
+fn wait_slots(
+    slots: &ShmOneShot,
+    seq: u64,
+    rank: usize,
+    n: usize,
+    abort: &AtomicBool,
+    controls: &mut [Option<PeerControl>],
+    rx: &mut [Vec<Box<dyn RecvHalf>>],
+    coll_channels: usize,
+    policy: WaitPolicy,
+) -> Result<()> {
+    let mut waiting_for = (rank + 1) % n;
+    let mut polls = 0u32;
+    let mut since: Option<std::time::Instant> = None;
+    let mut last_check = None;
+    loop {
+        match slots.progress(seq, waiting_for)? {
+            Progress::Ready => return Ok(()),
+            Progress::Waiting { waiting_for: q } => waiting_for = q,
+        }
+        // Ranks that outnumber the CPUs (no spin) yield from the first miss:
+        // the peer they wait for may need this very CPU.
+        if polls < FREE_POLLS && !policy.spin.is_zero() {
+            polls += 1;
+            std::hint::spin_loop();
+            continue;
+        }
+        let now = std::time::Instant::now();
+        let t0 = *since.get_or_insert(now);
+        // Abort, liveness, a peer on another operation, the timeout: every
+        // 200 us of waiting, as the step engine's loop checks them.
+        if last_check.is_none_or(|l| now.duration_since(l) >= Duration::from_micros(200)) {
+            last_check = Some(now);
+            if abort.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(Error::new(
+                    ErrorKind::InvalidUsage,
+                    "operation aborted (ncclCommAbort or ncclCommRevoke)",
+                ));
+            }
+            // Each verdict is checked against the slot once more: a peer may
+            // post, finish, and then send on the streams or leave between the
+            // first look and the verdict (a rank preempted there, under load,
+            // saw a false mismatch). Its post comes before either, so a
+            // second look that finds it posted clears it.
+            for q in (0..n).filter(|&q| q != rank && !slots.posted(q, seq)) {
+                if let Some(Some(c)) = controls.get_mut(q) {
+                    if let Err(e) = c.check_while_waiting() {
+                        if !slots.posted(q, seq) {
+                            return Err(e);
+                        }
+                    }
+                }
+                // A peer that has not posted this call but sent collective
+                // bytes runs another operation: calls differ between ranks.
+                let sent = rx.get_mut(q).is_some_and(|chans| {
+                    chans
+                        .iter_mut()
+                        .take(coll_channels)
+                        .any(|c| c.peek().is_ok_and(|b| !b.is_empty()))
+                });
+                if sent && !slots.posted(q, seq) {
+                    return Err(Error::invalid_usage(format!(
+                        "mismatched operations: rank {q} started another collective while this \
+                         rank waits in a small one (every rank must call the same \
+                         collectives in the same order)"
+                    )));
+                }
+            }
+            if now.duration_since(t0) >= policy.timeout {
+                return Err(Error::timeout(format!(
+                    "operation did not complete within {:.1} s (OXCCL_TIMEOUT_MS): waiting for rank {waiting_for}'s one-shot slot",
+                    policy.timeout.as_secs_f64()
+                )));
+            }
+        }
+        let waited = now.duration_since(t0);
+        if waited < policy.spin {
+            std::hint::spin_loop();
+        } else if waited < policy.spin + YIELD_FOR {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
 }
 
 /// A send to or a receive from this rank itself.

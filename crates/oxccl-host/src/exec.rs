@@ -3,9 +3,10 @@
 //! polls with a spin-then-yield-then-sleep policy that observes abort, a
 //! timeout and the liveness of the peers waited on.
 
+use crate::oneshot::{Progress, ShmOneShot, SlotCall};
 use crate::transport::{PeerControl, RecvHalf, SendHalf};
 use oxccl_core::engine::{Buffers, Engine};
-use oxccl_core::{Error, ErrorKind, Result};
+use oxccl_core::{CollKind, Error, ErrorKind, Reduction, Result};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -16,13 +17,110 @@ pub struct Streams<'c> {
     pub rx: &'c mut [Vec<Box<dyn RecvHalf>>],
     pub controls: &'c mut [Option<PeerControl>],
     pub abort: &'c AtomicBool,
+    /// The one-shot slots of a communicator whose ranks share this host.
+    pub oneshot: Option<&'c mut ShmOneShot>,
     /// Names the communicator in messages ("rank 2 of 4").
     pub who: String,
 }
 
+/// The stream key of one-shot slot calls: no real stream, but it keeps a
+/// communicator's slot calls in issue order, one at a time (their slots
+/// are reused by parity, see [`crate::oneshot`]).
+pub const SLOT_STREAM: (usize, usize, bool) = (usize::MAX, usize::MAX, true);
+
+/// A small collective over the one-shot slots, as a task of a group.
+#[derive(Debug)]
+pub struct SlotTask {
+    pub call: SlotCall,
+    /// For the reductions.
+    pub red: Option<Reduction>,
+    /// The sequence number once posted.
+    pub seq: Option<u64>,
+    /// The peer last seen not to have posted.
+    pub waiting_for: usize,
+    pub done: bool,
+}
+
+/// What a task runs: the step engine over streams, or a slot all-reduce.
+pub enum Work {
+    Engine(Engine),
+    Slots(SlotTask),
+}
+
+impl Work {
+    pub fn is_done(&self) -> bool {
+        match self {
+            Work::Engine(e) => e.is_done(),
+            Work::Slots(s) => s.done,
+        }
+    }
+
+    /// (peer, channel, is_send) waited on; a slot wait names the peer and
+    /// channel `usize::MAX`.
+    pub fn waiting_on(&self) -> Vec<(usize, usize, bool)> {
+        match self {
+            Work::Engine(e) => e.waiting_on(),
+            Work::Slots(s) if !s.done => vec![(s.waiting_for, usize::MAX, false)],
+            Work::Slots(_) => Vec::new(),
+        }
+    }
+
+    fn poll(
+        &mut self,
+        bufs: &mut Buffers<'_>,
+        tx: &mut [Vec<Box<dyn SendHalf>>],
+        rx: &mut [Vec<Box<dyn RecvHalf>>],
+        oneshot: &mut Option<&mut ShmOneShot>,
+    ) -> Result<bool> {
+        match self {
+            Work::Engine(e) => e.poll(bufs, tx, rx),
+            Work::Slots(s) => {
+                let slots = oneshot
+                    .as_deref_mut()
+                    .ok_or_else(|| Error::internal("a slot all_reduce without slots"))?;
+                let mut moved = false;
+                let (rank, n) = (slots.rank(), slots.nranks());
+                let blk = s.call.count * s.call.dtype.size();
+                let seq = match s.seq {
+                    Some(seq) => seq,
+                    None => {
+                        // In place the executor holds one buffer: the
+                        // input is this rank's block of an all-gather's
+                        // output, else its start (the whole input of a
+                        // reduce-scatter).
+                        let posted = s.call.posted_bytes(rank, n);
+                        let input: &[u8] = match (bufs.send, s.call.kind) {
+                            (Some(b), _) => &b[..posted],
+                            (None, CollKind::AllGather) => &bufs.recv[rank * blk..][..posted],
+                            (None, _) => &bufs.recv[..posted],
+                        };
+                        let seq = slots.post(&s.call, input, s.red.as_ref())?;
+                        s.seq = Some(seq);
+                        moved = true;
+                        seq
+                    }
+                };
+                match slots.progress(seq, s.waiting_for)? {
+                    Progress::Waiting { waiting_for } => s.waiting_for = waiting_for,
+                    Progress::Ready => {
+                        let out: &mut [u8] = match (bufs.send, s.call.kind) {
+                            (None, CollKind::ReduceScatter) => &mut bufs.recv[rank * blk..][..blk],
+                            _ => bufs.recv,
+                        };
+                        slots.finish(seq, &s.call, out, s.red.as_ref());
+                        s.done = true;
+                        moved = true;
+                    }
+                }
+                Ok(moved)
+            }
+        }
+    }
+}
+
 /// One engine with its buffers and the streams it touches.
 pub struct Task<'b> {
-    pub engine: Engine,
+    pub engine: Work,
     pub bufs: Buffers<'b>,
     /// (peer, channel, is_send) streams this task uses.
     pub streams: HashSet<(usize, usize, bool)>,
@@ -75,10 +173,14 @@ pub fn drive(
                     continue;
                 }
                 busy.extend(t.streams.iter().copied());
-                moved |= t.engine.poll(&mut t.bufs, s.tx, s.rx).map_err(|e| {
-                    let peers: Vec<usize> = t.streams.iter().map(|k| k.0).collect();
-                    reported_cause(s.controls, &peers, e).context(format!("{}: {}", s.who, t.what))
-                })?;
+                moved |= t
+                    .engine
+                    .poll(&mut t.bufs, s.tx, s.rx, &mut s.oneshot)
+                    .map_err(|e| {
+                        let peers: Vec<usize> = t.streams.iter().map(|k| k.0).collect();
+                        reported_cause(s.controls, &peers, e)
+                            .context(format!("{}: {}", s.who, t.what))
+                    })?;
                 if !t.engine.is_done() {
                     all_done = false;
                 }
@@ -213,7 +315,9 @@ fn timeout_error(streams: &[Streams<'_>], groups: &[Vec<Task<'_>>], t: Duration)
                 .waiting_on()
                 .into_iter()
                 .map(|(p, c, send)| {
-                    if send {
+                    if c == usize::MAX {
+                        format!("rank {p}'s one-shot slot")
+                    } else if send {
                         format!("room to send to rank {p} (channel {c})")
                     } else {
                         format!("data from rank {p} (channel {c})")

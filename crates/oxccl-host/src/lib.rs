@@ -9,6 +9,7 @@
 
 pub mod comm;
 pub mod exec;
+pub mod oneshot;
 pub mod stream_copy;
 pub mod transport;
 

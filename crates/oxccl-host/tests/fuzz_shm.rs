@@ -50,6 +50,10 @@ fn layout() -> impl Strategy<Value = ShmRingLayout> {
     })
 }
 
+/// Bytes of the segment header that are checked: magic, version, peers,
+/// channels, ring capacity and slot-area size (six words).
+const HEADER_WORDS_BYTES: usize = 48;
+
 fn path_of(seg: &ShmSegment) -> String {
     format!("/dev/shm{}", seg.name())
 }
@@ -90,13 +94,13 @@ proptest! {
     fn corrupted_header(edits in prop::collection::vec((0..SEG_HEADER_BYTES, any::<u8>()), 1..6)) {
         let seg = ShmSegment::create_rings(LAYOUT).expect("create");
         let path = path_of(&seg);
-        let before = std::fs::read(&path).expect("read the segment")[..40].to_vec();
+        let before = std::fs::read(&path).expect("read the segment")[..HEADER_WORDS_BYTES].to_vec();
         let mut f = OpenOptions::new().write(true).open(&path).expect("open the segment file");
         let mut after = before.clone();
         for (at, b) in &edits {
             f.seek(SeekFrom::Start(*at as u64)).unwrap();
             f.write_all(&[*b]).unwrap();
-            if *at < 40 {
+            if *at < HEADER_WORDS_BYTES {
                 after[*at] = *b;
             }
         }

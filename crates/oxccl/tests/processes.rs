@@ -226,6 +226,18 @@ fn shm_sigkill_while_peers_wait() {
     );
 }
 
+/// The same while the survivors wait in a small all-reduce (8 bytes: the
+/// one-shot slots, whose wait checks the peers' liveness itself).
+#[test]
+fn shm_sigkill_while_peers_wait_in_a_small_all_reduce() {
+    kill_test(
+        "shm_sigkill_while_peers_wait_in_a_small_all_reduce",
+        &[],
+        2,
+        When::BeforeItsCall,
+    );
+}
+
 #[test]
 fn tcp_sigkill_while_peers_wait() {
     kill_test(

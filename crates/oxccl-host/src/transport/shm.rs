@@ -8,6 +8,8 @@
 //! ```text
 //! 0                     128-byte segment header: magic, version, npeers, nchannels, capacity
 //! 128 + i * stride      ring i = slot * nchannels + channel (stride = ring_footprint(capacity))
+//! segment_size()         the slot area (`slot_bytes`, 0 without one): this rank's
+//!                        outgoing one-shot slots, read by every peer (crate::oneshot)
 //! ```
 //!
 //! Setup, as the executor does it:
@@ -37,7 +39,7 @@ use super::ring::{check_capacity, init_header, ring_footprint, RingReceiver, Rin
 use super::{LinkKind, PeerLink, RecvHalf, SendHalf};
 
 const SEG_MAGIC: u64 = u64::from_le_bytes(*b"OXCCLSHM");
-const SEG_VERSION: u64 = 1;
+const SEG_VERSION: u64 = 2;
 /// Bytes of the segment header before the first ring.
 pub const SEG_HEADER_BYTES: usize = 128;
 const GIB: u64 = 1 << 30;
@@ -144,6 +146,8 @@ pub struct ShmSegment {
     creator: bool,
     unlinked: AtomicBool,
     layout: Option<ShmRingLayout>,
+    /// Bytes of the slot area after the rings (0: none).
+    slot_bytes: usize,
     /// Rings this process made halves for: (ring index, is sender).
     claimed: Mutex<HashSet<(usize, bool)>>,
 }
@@ -365,6 +369,7 @@ impl ShmSegment {
             creator: true,
             unlinked: AtomicBool::new(false),
             layout: None,
+            slot_bytes: 0,
             claimed: Mutex::new(HashSet::new()),
         })
     }
@@ -424,6 +429,7 @@ impl ShmSegment {
             creator: false,
             unlinked: AtomicBool::new(false),
             layout: None,
+            slot_bytes: 0,
             claimed: Mutex::new(HashSet::new()),
         })
     }
@@ -440,8 +446,19 @@ impl ShmSegment {
     /// ranks can find and remove each other's segments
     /// ([`unlink_segments_of`]) when a rank dies before unlinking its own.
     pub fn create_rings_named(layout: ShmRingLayout, hint: &str) -> Result<Arc<ShmSegment>> {
+        ShmSegment::create_rings_and_slots(layout, hint, 0)
+    }
+
+    /// [`ShmSegment::create_rings_named`] with a slot area of `slot_bytes`
+    /// (a multiple of 64; 0: none) after the rings, zeroed.
+    pub fn create_rings_and_slots(
+        layout: ShmRingLayout,
+        hint: &str,
+        slot_bytes: usize,
+    ) -> Result<Arc<ShmSegment>> {
         layout.validate()?;
-        let mut seg = ShmSegment::create(hint, layout.segment_size())?;
+        let size = segment_size_with_slots(layout, slot_bytes)?;
+        let mut seg = ShmSegment::create(hint, size)?;
         for slot in 0..layout.npeers {
             for ch in 0..layout.nchannels {
                 let off = layout.ring_offset(slot, ch);
@@ -456,15 +473,28 @@ impl ShmSegment {
         h[2].store(layout.npeers as u64, Ordering::Relaxed);
         h[3].store(layout.nchannels as u64, Ordering::Relaxed);
         h[4].store(layout.capacity as u64, Ordering::Relaxed);
+        h[5].store(slot_bytes as u64, Ordering::Relaxed);
         h[0].store(SEG_MAGIC, Ordering::Release);
         seg.layout = Some(layout);
+        seg.slot_bytes = slot_bytes;
         Ok(Arc::new(seg))
     }
 
     /// Opens a peer's ring segment and checks that it has `layout`.
     pub fn open_rings(name: &str, layout: ShmRingLayout) -> Result<Arc<ShmSegment>> {
+        ShmSegment::open_rings_and_slots(name, layout, 0)
+    }
+
+    /// [`ShmSegment::open_rings`] of a segment made with a slot area of
+    /// `slot_bytes` ([`ShmSegment::create_rings_and_slots`]).
+    pub fn open_rings_and_slots(
+        name: &str,
+        layout: ShmRingLayout,
+        slot_bytes: usize,
+    ) -> Result<Arc<ShmSegment>> {
         layout.validate()?;
-        let mut seg = ShmSegment::open(name, layout.segment_size())?;
+        let size = segment_size_with_slots(layout, slot_bytes)?;
+        let mut seg = ShmSegment::open(name, size)?;
         let h = seg.header_words();
         let found = [
             h[0].load(Ordering::Acquire),
@@ -472,6 +502,7 @@ impl ShmSegment {
             h[2].load(Ordering::Relaxed),
             h[3].load(Ordering::Relaxed),
             h[4].load(Ordering::Relaxed),
+            h[5].load(Ordering::Relaxed),
         ];
         let want = [
             SEG_MAGIC,
@@ -479,26 +510,50 @@ impl ShmSegment {
             layout.npeers as u64,
             layout.nchannels as u64,
             layout.capacity as u64,
+            slot_bytes as u64,
         ];
         if found != want {
             return Err(Error::invalid_usage(format!(
                 "shared-memory segment {name} has layout (version {}, {} peers, {} channels, \
-                 {}-byte rings), expected (version {}, {} peers, {} channels, {}-byte rings): \
-                 ranks on this host run with different settings (NCCL_BUFFSIZE, channels) \
-                 or different oxccl versions",
-                found[1], found[2], found[3], found[4], want[1], want[2], want[3], want[4]
+                 {}-byte rings, {}-byte slots), expected (version {}, {} peers, {} channels, \
+                 {}-byte rings, {}-byte slots): ranks on this host run with different settings \
+                 (NCCL_BUFFSIZE, channels, NCCL_ALGO) or different oxccl versions",
+                found[1],
+                found[2],
+                found[3],
+                found[4],
+                found[5],
+                want[1],
+                want[2],
+                want[3],
+                want[4],
+                want[5]
             )));
         }
         seg.layout = Some(layout);
+        seg.slot_bytes = slot_bytes;
         Ok(Arc::new(seg))
     }
 
-    fn header_words(&self) -> &[AtomicU64; 5] {
+    /// The slot area after the rings: its first byte (64-byte aligned) and
+    /// length, for segments made or opened with one.
+    pub fn slot_area(&self) -> Option<(NonNull<u8>, usize)> {
+        let layout = self.layout?;
+        if self.slot_bytes == 0 {
+            return None;
+        }
+        // SAFETY: segment_size() + slot_bytes is the mapped size (checked at
+        // create/open), so the offset stays inside the mapping.
+        let p = unsafe { self.base.as_ptr().add(layout.segment_size()) };
+        NonNull::new(p).map(|p| (p, self.slot_bytes))
+    }
+
+    fn header_words(&self) -> &[AtomicU64; 6] {
         assert!(self.size >= SEG_HEADER_BYTES);
         // SAFETY: the mapping is at least SEG_HEADER_BYTES long (asserted;
         // every ring segment is), page-aligned, lives as long as self, and the
         // header is only accessed through atomics in every process.
-        unsafe { &*self.base.as_ptr().cast::<[AtomicU64; 5]>() }
+        unsafe { &*self.base.as_ptr().cast::<[AtomicU64; 6]>() }
     }
 
     /// The segment's name (with the leading '/'), to send to peers.
@@ -561,6 +616,21 @@ impl Drop for ShmSegment {
             }
         }
     }
+}
+
+/// Bytes of a segment with `layout`'s rings and a slot area of `slot_bytes`.
+fn segment_size_with_slots(layout: ShmRingLayout, slot_bytes: usize) -> Result<usize> {
+    if slot_bytes % 64 != 0 {
+        return Err(Error::invalid_argument(format!(
+            "shared-memory slot area of {slot_bytes} bytes (a multiple of 64 is needed)"
+        )));
+    }
+    layout
+        .segment_size()
+        .checked_add(slot_bytes)
+        .ok_or_else(|| {
+            Error::invalid_argument(format!("shared-memory layout {layout:?} overflows"))
+        })
 }
 
 /// A link to `peer` over shared memory: send halves on the rings at

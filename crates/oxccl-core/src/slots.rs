@@ -1,0 +1,190 @@
+//! Small collectives over one-shot slots (the host executor's
+//! `oxccl_host::oneshot`): which calls take them, what each rank posts and
+//! reads, and the word that lets ranks catch mismatched calls. Pure.
+
+use crate::types::{CollKind, DataType, RedOp};
+
+/// One collective as the slots run it.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotCall {
+    pub kind: CollKind,
+    /// Elements, as NCCL counts them for `kind`.
+    pub count: usize,
+    pub dtype: DataType,
+    pub op: RedOp,
+    pub root: usize,
+}
+
+impl SlotCall {
+    /// Whether the slots take this call on `nranks` ranks: the collectives
+    /// below, 1 element or more (count 0 moves nothing and takes the usual
+    /// path), every rank's input within `max` bytes. The same on every rank.
+    pub fn fits(&self, nranks: usize, max: usize) -> bool {
+        let per_rank = match self.kind {
+            CollKind::AllReduce | CollKind::Reduce | CollKind::Broadcast | CollKind::AllGather => {
+                self.count.checked_mul(self.dtype.size())
+            }
+            CollKind::ReduceScatter => self
+                .count
+                .checked_mul(nranks)
+                .and_then(|c| c.checked_mul(self.dtype.size())),
+            _ => None,
+        };
+        let rooted = matches!(self.kind, CollKind::Reduce | CollKind::Broadcast);
+        self.count > 0 && per_rank.is_some_and(|b| b <= max) && (!rooted || self.root < nranks)
+    }
+
+    /// Whether it reduces.
+    pub fn reduces(&self) -> bool {
+        matches!(
+            self.kind,
+            CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter
+        )
+    }
+
+    /// Bytes `rank` posts.
+    pub fn posted_bytes(&self, rank: usize, nranks: usize) -> usize {
+        let e = self.dtype.size();
+        match self.kind {
+            CollKind::Broadcast if rank != self.root => 0,
+            CollKind::ReduceScatter => nranks * self.count * e,
+            _ => self.count * e,
+        }
+    }
+
+    /// Bytes of `rank`'s output (0: it has none).
+    pub fn output_bytes(&self, rank: usize, nranks: usize) -> usize {
+        let e = self.dtype.size();
+        match self.kind {
+            CollKind::Reduce if rank != self.root => 0,
+            CollKind::AllGather => nranks * self.count * e,
+            _ => self.count * e,
+        }
+    }
+
+    /// What a slot's second word says about the call (bits: op 0-7,
+    /// datatype 8-15, collective 16-19, root 20-39, count 40-63).
+    pub fn meta(&self) -> u64 {
+        let root = match self.kind {
+            CollKind::Reduce | CollKind::Broadcast => self.root as u64 & 0xf_ffff,
+            _ => 0,
+        };
+        ((self.count as u64) << 40)
+            | (root << 20)
+            | ((self.kind.wire_code() as u64 & 0xf) << 16)
+            | ((self.dtype as i32 as u64 & 0xff) << 8)
+            | self.op.wire_code() as u64
+    }
+}
+
+/// A meta word ([`SlotCall::meta`]) in words, for mismatch reports.
+pub fn describe_meta(meta: u64) -> String {
+    let kind = CollKind::ALL
+        .get(((meta >> 16) & 0xf) as usize)
+        .map_or("?", |k| k.snake_name());
+    let dtype = DataType::ALL
+        .iter()
+        .find(|d| **d as i32 as u64 == (meta >> 8) & 0xff)
+        .map_or("?", |d| d.name());
+    format!(
+        "{kind} (count {}, {dtype}, op {}, root {})",
+        meta >> 40,
+        meta & 0xff,
+        (meta >> 20) & 0xf_ffff
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(kind: CollKind, count: usize, dtype: DataType, root: usize) -> SlotCall {
+        SlotCall {
+            kind,
+            count,
+            dtype,
+            op: RedOp::Sum,
+            root,
+        }
+    }
+
+    #[test]
+    fn which_calls_fit() {
+        let f32 = DataType::Float32;
+        for kind in [
+            CollKind::AllReduce,
+            CollKind::Reduce,
+            CollKind::Broadcast,
+            CollKind::AllGather,
+        ] {
+            assert!(call(kind, 1024, f32, 0).fits(3, 4096), "{kind:?}");
+            assert!(!call(kind, 1025, f32, 0).fits(3, 4096), "{kind:?}");
+            assert!(!call(kind, 0, f32, 0).fits(3, 4096), "{kind:?}: count 0");
+        }
+        // A reduce-scatter posts every rank's block.
+        assert!(call(CollKind::ReduceScatter, 341, f32, 0).fits(3, 4096));
+        assert!(!call(CollKind::ReduceScatter, 342, f32, 0).fits(3, 4096));
+        // A root out of range is the usual path's error to report.
+        assert!(!call(CollKind::Broadcast, 1, f32, 3).fits(3, 4096));
+        assert!(call(CollKind::AllReduce, 1, f32, 3).fits(3, 4096));
+        for kind in [
+            CollKind::Send,
+            CollKind::Recv,
+            CollKind::AllToAll,
+            CollKind::Gather,
+            CollKind::Scatter,
+        ] {
+            assert!(!call(kind, 1, f32, 0).fits(3, 4096), "{kind:?}");
+        }
+        assert!(!call(CollKind::AllReduce, usize::MAX, f32, 0).fits(2, 4096));
+    }
+
+    #[test]
+    fn posted_and_output_bytes() {
+        let f64 = DataType::Float64;
+        let bc = call(CollKind::Broadcast, 5, f64, 1);
+        assert_eq!((bc.posted_bytes(1, 3), bc.posted_bytes(0, 3)), (40, 0));
+        assert_eq!((bc.output_bytes(0, 3), bc.output_bytes(1, 3)), (40, 40));
+        let red = call(CollKind::Reduce, 5, f64, 2);
+        assert_eq!((red.output_bytes(2, 3), red.output_bytes(0, 3)), (40, 0));
+        let ag = call(CollKind::AllGather, 5, f64, 0);
+        assert_eq!((ag.posted_bytes(0, 3), ag.output_bytes(0, 3)), (40, 120));
+        let rs = call(CollKind::ReduceScatter, 5, f64, 0);
+        assert_eq!((rs.posted_bytes(0, 3), rs.output_bytes(0, 3)), (120, 40));
+        assert!(rs.reduces() && red.reduces() && !ag.reduces() && !bc.reduces());
+    }
+
+    #[test]
+    fn calls_that_differ_have_different_words() {
+        let base = call(CollKind::AllReduce, 7, DataType::Int32, 0);
+        let others = [
+            SlotCall { count: 8, ..base },
+            SlotCall {
+                dtype: DataType::Uint32,
+                ..base
+            },
+            SlotCall {
+                op: RedOp::Max,
+                ..base
+            },
+            SlotCall {
+                kind: CollKind::Reduce,
+                ..base
+            },
+            call(CollKind::Broadcast, 7, DataType::Int32, 1),
+            call(CollKind::Broadcast, 7, DataType::Int32, 2),
+        ];
+        let mut words: Vec<u64> = others.iter().map(SlotCall::meta).collect();
+        words.push(base.meta());
+        let n = words.len();
+        words.sort_unstable();
+        words.dedup();
+        assert_eq!(words.len(), n);
+        // The root of an all-reduce is not part of the call.
+        assert_eq!(SlotCall { root: 5, ..base }.meta(), base.meta());
+        assert_eq!(
+            describe_meta(call(CollKind::Broadcast, 7, DataType::Int32, 2).meta()),
+            "broadcast (count 7, int32, op 0, root 2)"
+        );
+    }
+}

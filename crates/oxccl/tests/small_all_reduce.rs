@@ -1,0 +1,418 @@
+//! Small collectives between processes of one host take the one-shot
+//! shared-memory slots (all-reduce, reduce, reduce-scatter, all-gather and
+//! broadcast, each rank's input 1 byte to `ONESHOT_MAX_BYTES`): results
+//! against the float64 or exact reference over ranks x collectives x counts
+//! x datatypes x ops x roots (count 0, odd counts and both sides of the
+//! slot bound included),
+//! calls back to back (the slots are reused by parity), several in one
+//! group beside operations on the rings, and calls that differ between
+//! ranks, which must fail within seconds instead of hanging.
+//!
+//! Children are started as in `processes.rs` (`OXCCL_TEST_CHILD`).
+
+mod common;
+
+use common::*;
+use oxccl::{CollKind, Communicator, DataType, ErrorKind, Group, OpDesc, RedOp, Scalar, UniqueId};
+use oxccl_host::oneshot::ONESHOT_MAX_BYTES;
+use std::time::{Duration, Instant};
+
+/// The reductions with every datatype and every op (PreMulSum with an
+/// integral and a fractional scalar), the copies with every datatype;
+/// counts around each collective's slot bound and odd ones; roots varied.
+fn small_cases(nranks: usize) -> Vec<Case> {
+    let ops = [
+        RedOp::Sum,
+        RedOp::Prod,
+        RedOp::Max,
+        RedOp::Min,
+        RedOp::Avg,
+        RedOp::PreMulSum(Scalar::I64(3)),
+        RedOp::PreMulSum(Scalar::F64(0.5)),
+    ];
+    let mut v = Vec::new();
+    let mut seed = 0x5107_0000u64 + nranks as u64;
+    let colls = [
+        Coll::AllReduce,
+        Coll::Reduce,
+        Coll::ReduceScatter,
+        Coll::AllGather,
+        Coll::Broadcast,
+    ];
+    for coll in colls {
+        for dtype in DataType::ALL {
+            let per_rank = if coll == Coll::ReduceScatter {
+                nranks
+            } else {
+                1
+            };
+            let bound = ONESHOT_MAX_BYTES / dtype.size() / per_rank;
+            let ops: &[RedOp] = if coll.reduces() { &ops } else { &[RedOp::Sum] };
+            for (oi, &op) in ops.iter().enumerate() {
+                if matches!(op, RedOp::PreMulSum(Scalar::F64(_))) && !dtype.is_float() {
+                    continue;
+                }
+                for count in [0, 1, 3, 13, 127, bound - 1, bound, bound + 1] {
+                    for in_place in [false, true] {
+                        seed = mix(seed);
+                        v.push(Case {
+                            coll,
+                            dtype,
+                            op,
+                            count,
+                            root: oi + count,
+                            in_place,
+                            seed,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+fn sweep(test: &str, n: usize) {
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        for case in small_cases(ctx.nranks) {
+            if let Err(f) = run_case(&c, &case) {
+                panic!("rank {}: {case}: {f}", ctx.rank);
+            }
+        }
+        c.destroy().unwrap();
+        return;
+    }
+    let _w = Watchdog::new(test, Duration::from_secs(200));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(test, n, &id, &[]);
+    p.expect_success(Duration::from_secs(180));
+}
+
+#[test]
+fn shm_small_all_reduce_sweep_2() {
+    sweep("shm_small_all_reduce_sweep_2", 2);
+}
+
+#[test]
+fn shm_small_all_reduce_sweep_3() {
+    sweep("shm_small_all_reduce_sweep_3", 3);
+}
+
+#[test]
+fn shm_small_all_reduce_sweep_4() {
+    sweep("shm_small_all_reduce_sweep_4", 4);
+}
+
+/// Back to back: 1,001 calls (odd, so both slots end in use), each a
+/// different value, every result exact.
+#[test]
+fn shm_small_all_reduces_back_to_back() {
+    const TEST: &str = "shm_small_all_reduces_back_to_back";
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        let n = ctx.nranks as i64;
+        for i in 0..1001i64 {
+            let mine = [i * 10 + ctx.rank as i64, -i];
+            let mut out = [0i64; 2];
+            c.all_reduce(&mine, &mut out, RedOp::Sum).unwrap();
+            assert_eq!(out, [n * i * 10 + n * (n - 1) / 2, -n * i], "call {i}");
+        }
+        c.destroy().unwrap();
+        return;
+    }
+    let _w = Watchdog::new(TEST, Duration::from_secs(120));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(TEST, 3, &id, &[]);
+    p.expect_success(Duration::from_secs(100));
+}
+
+/// Several small all-reduces in one group, around a large one and a
+/// send/receive pair on the rings: each keeps its place, results exact.
+#[test]
+fn shm_small_all_reduces_in_one_group() {
+    const TEST: &str = "shm_small_all_reduces_in_one_group";
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        let (me, n) = (ctx.rank, ctx.nranks);
+        for round in 0..5i32 {
+            let a = [me as i32 + round; 3];
+            let mut ra = [0i32; 3];
+            let big: Vec<f32> = (0..100_001).map(|i| (i % 7) as f32 + me as f32).collect();
+            let mut rbig = vec![0f32; big.len()];
+            let b = [me as f64; 511];
+            let mut rb = [0f64; 511];
+            let s = vec![me as u8; 777];
+            let mut r = vec![0u8; 777];
+            let mut g = Group::new();
+            g.all_reduce(&c, &a, &mut ra, RedOp::Max).unwrap();
+            g.all_reduce(&c, &big, &mut rbig, RedOp::Sum).unwrap();
+            g.send(&c, &s, (me + 1) % n);
+            g.all_reduce(&c, &b, &mut rb, RedOp::Sum).unwrap();
+            g.recv(&c, &mut r, (me + n - 1) % n);
+            g.run().unwrap();
+            assert_eq!(ra, [n as i32 - 1 + round; 3]);
+            let ranks = (n * (n - 1) / 2) as f32;
+            for (i, v) in rbig.iter().enumerate() {
+                assert_eq!(*v, (i % 7) as f32 * n as f32 + ranks, "element {i}");
+            }
+            assert!(rb.iter().all(|&v| v == (n * (n - 1) / 2) as f64));
+            assert!(r.iter().all(|&v| v as usize == (me + n - 1) % n));
+        }
+        c.destroy().unwrap();
+        return;
+    }
+    let _w = Watchdog::new(TEST, Duration::from_secs(120));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(TEST, 3, &id, &[]);
+    p.expect_success(Duration::from_secs(100));
+}
+
+/// Rank 1 calls something else than rank 0's small all-reduce: every rank
+/// must fail (an InvalidUsage or, told by a peer, a Remote error) within
+/// seconds, long before the 60 s timeout.
+fn mismatch(test: &str, other: fn(&Communicator) -> oxccl::Result<()>, says: &str) {
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        c.all_reduce_in_place(&mut [1u8; 8], RedOp::Sum).unwrap();
+        let t = Instant::now();
+        let r = if ctx.rank == 1 {
+            other(&c)
+        } else {
+            c.all_reduce_in_place(&mut [1f32; 2], RedOp::Sum)
+        };
+        let e = r.expect_err("mismatched calls succeeded");
+        assert!(
+            matches!(e.kind(), ErrorKind::InvalidUsage | ErrorKind::Remote),
+            "rank {}: {e}",
+            ctx.rank
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "rank {}: took {:?}: {e}",
+            ctx.rank,
+            t.elapsed()
+        );
+        eprintln!("rank {}: {e}", ctx.rank);
+        return;
+    }
+    let _w = Watchdog::new(test, Duration::from_secs(120));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(test, 2, &id, &[]);
+    p.expect_success(Duration::from_secs(100));
+    assert!(
+        p.all_logs().contains(says),
+        "no rank said {says:?}:\n{}",
+        p.all_logs()
+    );
+}
+
+#[test]
+fn shm_small_all_reduces_of_different_counts_fail() {
+    mismatch(
+        "shm_small_all_reduces_of_different_counts_fail",
+        |c| c.all_reduce_in_place(&mut [1f32; 3], RedOp::Sum),
+        "mismatched collectives: rank",
+    );
+}
+
+#[test]
+fn shm_small_all_reduce_against_a_ring_collective_fails() {
+    mismatch(
+        "shm_small_all_reduce_against_a_ring_collective_fails",
+        |c| {
+            let send = vec![1f32; 50_000];
+            let mut recv = vec![0f32; 100_000];
+            c.all_gather(&send, &mut recv)
+        },
+        "started another collective while this rank waits in a small one",
+    );
+}
+
+/// Every collective the slots take, in one group (one `run_raw` call),
+/// in place and out of place, beside a large all-reduce on the rings:
+/// the executor's task path of the slots; results exact.
+#[test]
+fn shm_small_collectives_of_every_kind_in_one_group() {
+    const TEST: &str = "shm_small_collectives_of_every_kind_in_one_group";
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        let (me, n) = (ctx.rank, ctx.nranks);
+        let d = |kind, send: *const i32, recv: *mut i32, count, op, root| OpDesc {
+            kind,
+            send: send.cast(),
+            recv: recv.cast(),
+            count,
+            dtype: DataType::Int32,
+            op,
+            root,
+        };
+        for round in 0..4usize {
+            let blk = 5 + round;
+            let v = |r: usize, i: usize| (r * 100 + i + round) as i32;
+            // all_gather in place: this rank's block at its place.
+            let mut ag = vec![-1i32; n * blk];
+            for i in 0..blk {
+                ag[me * blk + i] = v(me, i);
+            }
+            // reduce_scatter in place: n blocks, the result in this rank's.
+            let mut rs: Vec<i32> = (0..n * blk).map(|i| v(me, i)).collect();
+            // broadcast out of place from rank 1, reduce out of place to rank 2 % n.
+            let bsend: Vec<i32> = (0..blk).map(|i| v(me, i)).collect();
+            let mut brecv = vec![0i32; blk];
+            let rsend: Vec<i32> = (0..blk).map(|i| v(me, i)).collect();
+            let mut rrecv = vec![0i32; blk];
+            let big: Vec<i32> = (0..50_000).map(|i| i + me as i32).collect();
+            let mut rbig = vec![0i32; big.len()];
+            let agp = ag.as_mut_ptr();
+            let rsp = rs.as_mut_ptr();
+            // SAFETY: within `ag` (n blocks): this rank's block.
+            let ag_mine = unsafe { agp.add(me * blk) };
+            // SAFETY: within `rs` (n blocks): this rank's block.
+            let rs_mine = unsafe { rsp.add(me * blk) };
+            let ops = [
+                d(CollKind::AllGather, ag_mine, agp, blk, RedOp::Sum, 0),
+                d(
+                    CollKind::AllReduce,
+                    big.as_ptr(),
+                    rbig.as_mut_ptr(),
+                    big.len(),
+                    RedOp::Sum,
+                    0,
+                ),
+                d(CollKind::ReduceScatter, rsp, rs_mine, blk, RedOp::Max, 0),
+                d(
+                    CollKind::Broadcast,
+                    bsend.as_ptr(),
+                    brecv.as_mut_ptr(),
+                    blk,
+                    RedOp::Sum,
+                    1,
+                ),
+                d(
+                    CollKind::Reduce,
+                    rsend.as_ptr(),
+                    rrecv.as_mut_ptr(),
+                    blk,
+                    RedOp::Sum,
+                    2 % n,
+                ),
+            ];
+            // SAFETY: every buffer is valid for its operation and unused
+            // elsewhere until the call returns.
+            unsafe { c.run_raw(&ops) }.unwrap();
+            for r in 0..n {
+                for i in 0..blk {
+                    assert_eq!(ag[r * blk + i], v(r, i), "all_gather {r}/{i}");
+                }
+            }
+            for i in 0..blk {
+                let want = (0..n).map(|r| v(r, me * blk + i)).max().unwrap();
+                assert_eq!(rs[me * blk + i], want, "reduce_scatter {i}");
+                assert_eq!(brecv[i], v(1, i), "broadcast {i}");
+                if me == 2 % n {
+                    let want: i32 = (0..n).map(|r| v(r, i)).sum();
+                    assert_eq!(rrecv[i], want, "reduce {i}");
+                }
+            }
+            let ranks = (n * (n - 1) / 2) as i32;
+            for (i, x) in rbig.iter().enumerate() {
+                assert_eq!(*x, i as i32 * n as i32 + ranks, "big {i}");
+            }
+        }
+        c.destroy().unwrap();
+        return;
+    }
+    let _w = Watchdog::new(TEST, Duration::from_secs(120));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(TEST, 3, &id, &[]);
+    p.expect_success(Duration::from_secs(100));
+}
+
+/// Rank 1 comes 3 s late to a small all-reduce. With `abort`, rank 0's
+/// communicator is aborted from another thread after 300 ms; without, its
+/// timeout is 1 s. Either way rank 0's wait must end within about a
+/// second of that, with InvalidUsage (aborted) or Timeout, and rank 1,
+/// arriving later, must not hang: its next call fails.
+fn late_peer(test: &str, abort: bool) {
+    if let Some(ctx) = child_ctx() {
+        let limit = if abort {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_secs(1)
+        };
+        let cfg = oxccl::Config {
+            timeout: Some(limit),
+            ..test_config(|h| h.timeout = limit)
+        };
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, cfg).unwrap();
+        c.all_reduce_in_place(&mut [1u8; 8], RedOp::Sum).unwrap();
+        if ctx.rank == 1 {
+            std::thread::sleep(Duration::from_secs(3));
+            // Rank 0 posted its input before giving up, so this call may
+            // complete (with the right sum) or fail; the next one, which
+            // rank 0 never joins, must fail within seconds.
+            let mut x = [1f32; 2];
+            if c.all_reduce_in_place(&mut x, RedOp::Sum).is_ok() {
+                assert_eq!(x, [2.0; 2]);
+            }
+            let t = Instant::now();
+            let r = c.all_reduce_in_place(&mut [1f32; 2], RedOp::Sum);
+            assert!(
+                r.is_err(),
+                "rank 1: its peer gave up, yet the call succeeded"
+            );
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "rank 1: {:?}",
+                t.elapsed()
+            );
+            return;
+        }
+        let t = Instant::now();
+        let aborter = abort.then(|| {
+            let c2 = c.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                c2.abort();
+            })
+        });
+        let e = c
+            .all_reduce_in_place(&mut [1f32; 2], RedOp::Sum)
+            .expect_err("rank 0: the call succeeded without its peer");
+        let took = t.elapsed();
+        let (kind, at) = if abort {
+            (ErrorKind::InvalidUsage, Duration::from_millis(300))
+        } else {
+            (ErrorKind::Timeout, Duration::from_secs(1))
+        };
+        assert_eq!(e.kind(), kind, "rank 0: {e}");
+        assert!(
+            took >= at && took < at + Duration::from_millis(1500),
+            "rank 0: took {took:?}: {e}"
+        );
+        if let Some(h) = aborter {
+            h.join().unwrap();
+        }
+        return;
+    }
+    let _w = Watchdog::new(test, Duration::from_secs(60));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(test, 2, &id, &[]);
+    p.expect_success(Duration::from_secs(50));
+}
+
+#[test]
+fn shm_small_all_reduce_observes_abort() {
+    late_peer("shm_small_all_reduce_observes_abort", true);
+}
+
+#[test]
+fn shm_small_all_reduce_observes_its_timeout() {
+    late_peer("shm_small_all_reduce_observes_its_timeout", false);
+}
