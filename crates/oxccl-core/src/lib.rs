@@ -13,6 +13,7 @@ pub mod error;
 pub mod float;
 pub mod logfmt;
 pub mod params;
+pub mod peers;
 pub mod reduce;
 pub mod schedule;
 pub mod suggest;
