@@ -237,7 +237,12 @@ impl<'a> Connecting<'a> {
 
     /// Pass 3: the lower rank completes the pairs it dialed.
     fn pass_finish(&mut self) -> Result<()> {
-        for d in std::mem::take(&mut self.dialed) {
+        // Pairs not reached yet stay in `dialed` when one fails: their
+        // segments (unlinked when dropped) live until the failure has been
+        // explained, so peers still opening them fail on the cause, not on
+        // a missing segment.
+        while !self.dialed.is_empty() {
+            let d = self.dialed.remove(0);
             let ctx = self.context(d.peer);
             let link = self.finish(d).map_err(&ctx)?;
             self.done.push(Some(link));
@@ -258,7 +263,21 @@ impl<'a> Connecting<'a> {
         } = d;
         let theirs = if kind == LinkKind::Shm {
             let name = read_name(&mut control, q, self.boot.wait_timeout(), self.abort)?;
-            let seg = ShmSegment::open_rings(&name, self.layout())?;
+            let seg = ShmSegment::open_rings(&name, self.layout()).map_err(|e| {
+                // Its creator unlinks it when it gives up (or its init's
+                // cleanup does): the peer's failure, not this rank's.
+                let gone = !std::path::Path::new("/dev/shm")
+                    .join(name.trim_start_matches('/'))
+                    .exists();
+                if gone {
+                    Error::remote(format!(
+                        "rank {q} removed its shared-memory segment before this rank opened it (it gave up or exited): {}",
+                        e.message()
+                    ))
+                } else {
+                    e
+                }
+            })?;
             // This rank is its only opener: the name can go (the mapping stays).
             crate::transport::shm::unlink_name(&name)?;
             Some(seg)
