@@ -149,6 +149,16 @@ impl<'a> Connecting<'a> {
         move |e: Error| e.context(&what)
     }
 
+    /// `e`, or the notice of a peer that gave up first; an abort of this
+    /// rank keeps `e`, which names the peer waited on.
+    fn explain(&self, e: Error) -> Error {
+        if self.abort.load(Ordering::Acquire) {
+            e
+        } else {
+            self.boot.explain_failure(e)
+        }
+    }
+
     /// Pass 1: in-process pairs, and the lower rank's dials.
     fn pass_dial(&mut self) -> Result<()> {
         let rank = self.conn.rank;
@@ -370,13 +380,13 @@ pub(crate) fn connect_peers(comms: &mut [Connecting<'_>]) -> Result<Vec<Vec<Opti
     // A peer that gave up (init: its settings differ) closes its
     // connections: its notice, not the reset, is the error.
     for c in comms.iter_mut() {
-        c.pass_dial().map_err(|e| c.boot.explain_failure(e))?;
+        c.pass_dial().map_err(|e| c.explain(e))?;
     }
     for c in comms.iter_mut() {
-        c.pass_accept().map_err(|e| c.boot.explain_failure(e))?;
+        c.pass_accept().map_err(|e| c.explain(e))?;
     }
     for c in comms.iter_mut() {
-        c.pass_finish().map_err(|e| c.boot.explain_failure(e))?;
+        c.pass_finish().map_err(|e| c.explain(e))?;
     }
     Ok(comms
         .iter_mut()
