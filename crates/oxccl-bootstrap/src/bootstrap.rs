@@ -37,6 +37,11 @@ const NS_ALLGATHER: u8 = 1;
 const NS_BARRIER: u8 = 2;
 /// A rank that gave up init tells the others why (one notice per rank).
 const NS_FAILED: u8 = 3;
+/// Tree broadcast ([`Bootstrap::broadcast`]).
+const NS_BROADCAST: u8 = 4;
+/// The barrier's two directions (tags in `NS_BARRIER`).
+const BARRIER_UP: u32 = 0;
+const BARRIER_DOWN: u32 = 1;
 const KIND_MSG: u8 = 0;
 const KIND_DATA: u8 = 1;
 /// Extra time a rank waits for the root's own timeout message.
@@ -673,6 +678,15 @@ impl Bootstrap {
         }
     }
 
+    /// [`prefer_notice`](Self::prefer_notice) for waits outside the
+    /// bootstrap (a transport's own connection to a peer): `e`, or when it
+    /// is a `Remote` error, the notice of a rank that gave up first, waited
+    /// for up to 0.3 s. A rank whose settings differ gives up and closes
+    /// its connections; its neighbours then report why, not the reset.
+    pub fn explain_failure(&self, e: Error) -> Error {
+        self.prefer_notice(e)
+    }
+
     /// A notice from a peer that gave up init, as the error of a wait.
     fn notice(&self, g: &Mail) -> Option<Error> {
         let (&(from, _, _), q) = g
@@ -880,22 +894,51 @@ impl Bootstrap {
         Ok(all)
     }
 
-    /// Returns once every rank has entered the barrier (dissemination:
-    /// ceil(log2 n) rounds of one empty message each).
+    /// Returns once every rank has entered the barrier: a binary tree, each
+    /// rank waiting for its children's arrival, telling its parent, then
+    /// waiting for its parent's release and passing it on. 2·(⌈log2(n+1)⌉-1)
+    /// rounds, at most 3 peers per rank (a dissemination barrier's ⌈log2 n⌉
+    /// peers each way held 21 sockets and 10 reader threads per rank at
+    /// 1,024 ranks).
     pub fn barrier(&self) -> Result<()> {
         let _g = self.coll.lock().unwrap_or_else(|p| p.into_inner());
-        let (n, r) = (self.nranks, self.rank);
-        let mut k = 0u32;
-        while (1usize << k) < n {
-            let d = 1usize << k;
-            let (to, from) = ((r + d) % n, (r + n - d % n) % n);
-            self.send_ns(to, NS_BARRIER, k, &[])
-                .map_err(|e| e.context(format!("bootstrap barrier: send to rank {to}")))?;
-            self.recv_ns(from, NS_BARRIER, k)
-                .map_err(|e| e.context(format!("bootstrap barrier: recv from rank {from}")))?;
-            k += 1;
+        let (parent, children) = tree_of(self.rank, self.nranks, 0);
+        for &c in &children {
+            self.recv_ns(c, NS_BARRIER, BARRIER_UP)
+                .map_err(|e| e.context(format!("bootstrap barrier: recv from rank {c}")))?;
+        }
+        if let Some(p) = parent {
+            self.send_ns(p, NS_BARRIER, BARRIER_UP, &[])
+                .map_err(|e| e.context(format!("bootstrap barrier: send to rank {p}")))?;
+            self.recv_ns(p, NS_BARRIER, BARRIER_DOWN)
+                .map_err(|e| e.context(format!("bootstrap barrier: recv from rank {p}")))?;
+        }
+        for &c in &children {
+            self.send_ns(c, NS_BARRIER, BARRIER_DOWN, &[])
+                .map_err(|e| e.context(format!("bootstrap barrier: send to rank {c}")))?;
         }
         Ok(())
+    }
+
+    /// `data` of rank `root`, on every rank (what other ranks pass is
+    /// ignored): down a binary tree rooted at `root`, ⌈log2(n+1)⌉-1 rounds,
+    /// at most 3 peers per rank. Like any collective, called in the same
+    /// order on every rank.
+    pub fn broadcast(&self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
+        self.check_peer(root, "broadcast")?;
+        let _g = self.coll.lock().unwrap_or_else(|p| p.into_inner());
+        let (parent, children) = tree_of(self.rank, self.nranks, root);
+        let got = match parent {
+            None => data.to_vec(),
+            Some(p) => self
+                .recv_ns(p, NS_BROADCAST, 0)
+                .map_err(|e| e.context(format!("bootstrap broadcast: recv from rank {p}")))?,
+        };
+        for &c in &children {
+            self.send_ns(c, NS_BROADCAST, 0, &got)
+                .map_err(|e| e.context(format!("bootstrap broadcast: send to rank {c}")))?;
+        }
+        Ok(got)
     }
 
     /// Opens an authenticated data connection to `peer`, which must call
@@ -915,6 +958,18 @@ impl Bootstrap {
     /// `connect_peer(self.rank(), tag)`. Connections for other (peer, tag) pairs
     /// that arrive meanwhile are kept for their own `accept_peer`.
     pub fn accept_peer(&self, peer: usize, tag: u32) -> Result<TcpStream> {
+        self.accept_peer_or_stop(peer, tag, None)
+    }
+
+    /// [`Bootstrap::accept_peer`] that also ends, with a `Remote` error,
+    /// within 50 ms of `stop` being set (a communicator's revoke, which
+    /// leaves the bootstrap's own abort flag alone).
+    pub fn accept_peer_or_stop(
+        &self,
+        peer: usize,
+        tag: u32,
+        stop: Option<&AtomicBool>,
+    ) -> Result<TcpStream> {
         self.check_peer(peer, "accept_peer")?;
         let lim = self.limits();
         let mut waiting = Waiting::new(Subsys::BOOTSTRAP);
@@ -935,6 +990,12 @@ impl Bootstrap {
                 return Err(e.context(what()));
             }
             lim.check().map_err(|e| e.context(what()))?;
+            if stop.is_some_and(|s| s.load(Ordering::Acquire)) {
+                return Err(Error::remote(
+                    "bootstrap: stopped (the communicator was revoked or aborted)",
+                )
+                .context(what()));
+            }
             waiting.tick(self.wait_timeout(), || {
                 format!(
                     "bootstrap: rank {} of {} waiting for rank {peer}'s data connection (tag {tag})",
@@ -1006,12 +1067,29 @@ impl Watch {
     }
 }
 
+/// Rank `rank`'s parent and children in the heap-ordered binary tree of
+/// `nranks` ranks rooted at `root` (positions counted from the root).
+fn tree_of(rank: usize, nranks: usize, root: usize) -> (Option<usize>, Vec<usize>) {
+    let n = nranks.max(1);
+    let pos = (rank + n - root % n) % n;
+    let at = |p: usize| (p + root) % n;
+    let parent = (pos > 0).then(|| at((pos - 1) / 2));
+    let children = [2 * pos + 1, 2 * pos + 2]
+        .into_iter()
+        .filter(|&c| c < n)
+        .map(at)
+        .collect();
+    (parent, children)
+}
+
 /// What a rank's receive in namespace `ns` waits for: "bootstrap allgather:
 /// rank 0 of 2 waiting for rank 1".
 fn recv_wait_text(me: usize, nranks: usize, peer: usize, ns: u8, tag: u32) -> String {
     let what = match ns {
         NS_ALLGATHER => "bootstrap allgather".to_string(),
-        NS_BARRIER => format!("bootstrap barrier (round {tag})"),
+        NS_BARRIER if tag == BARRIER_UP => "bootstrap barrier (arrival)".to_string(),
+        NS_BARRIER => "bootstrap barrier (release)".to_string(),
+        NS_BROADCAST => "bootstrap broadcast".to_string(),
         _ => format!("bootstrap recv (tag {tag})"),
     };
     format!("{what}: rank {me} of {nranks} waiting for rank {peer}")
@@ -1352,14 +1430,44 @@ mod tests {
     }
 
     #[test]
+    fn trees_cover_every_rank_once_with_at_most_3_peers() {
+        for n in [1usize, 2, 3, 7, 8, 100, 1024] {
+            for root in [0, n / 2, n - 1] {
+                let mut reached = vec![0; n];
+                let mut depth = 0;
+                for r in 0..n {
+                    let (p, ch) = tree_of(r, n, root);
+                    assert_eq!(p.is_none(), r == root, "n {n} root {root} rank {r}");
+                    assert!(ch.len() <= 2);
+                    for c in ch {
+                        assert_eq!(tree_of(c, n, root).0, Some(r));
+                        reached[c] += 1;
+                    }
+                    let (mut x, mut d) = (r, 0);
+                    while let Some(p) = tree_of(x, n, root).0 {
+                        x = p;
+                        d += 1;
+                    }
+                    depth = depth.max(d);
+                }
+                reached[root] += 1;
+                assert!(reached.iter().all(|&k| k == 1), "n {n} root {root}");
+                // ⌈log2(n+1)⌉ - 1 levels below the root.
+                let levels = (usize::BITS - n.leading_zeros()) as usize - 1;
+                assert_eq!(depth, levels, "n {n}");
+            }
+        }
+    }
+
+    #[test]
     fn recv_waits_name_the_collective_and_the_peer() {
         assert_eq!(
             recv_wait_text(0, 2, 1, NS_ALLGATHER, 0),
             "bootstrap allgather: rank 0 of 2 waiting for rank 1"
         );
         assert_eq!(
-            recv_wait_text(3, 8, 7, NS_BARRIER, 2),
-            "bootstrap barrier (round 2): rank 3 of 8 waiting for rank 7"
+            recv_wait_text(3, 8, 7, NS_BARRIER, BARRIER_UP),
+            "bootstrap barrier (arrival): rank 3 of 8 waiting for rank 7"
         );
         assert_eq!(
             recv_wait_text(1, 4, 0, NS_USER, 9),

@@ -18,7 +18,9 @@
 //!    violation reaches every connected rank as `InvalidUsage`; ranks that never
 //!    arrive are named in a `Timeout` sent to everyone who did.
 //! 3. Afterwards ranks talk directly: [`Bootstrap::send`]/[`Bootstrap::recv`]
-//!    (tagged messages), [`Bootstrap::allgather`], [`Bootstrap::barrier`], and
+//!    (tagged messages), [`Bootstrap::allgather`] (a ring), [`Bootstrap::barrier`]
+//!    and [`Bootstrap::broadcast`] (binary trees: O(log n) rounds, at most 3
+//!    peers per rank), and
 //!    [`Bootstrap::connect_peer`]/[`Bootstrap::accept_peer`] for data streams.
 //!
 //! # Security

@@ -187,7 +187,7 @@ fn allgather_and_barrier_name_the_late_peer() {
     let log = run_child(NAME);
     for what in [
         "bootstrap allgather: rank 0 of 2 waiting for rank 1",
-        "bootstrap barrier (round 0): rank 0 of 2 waiting for rank 1",
+        "bootstrap barrier (arrival): rank 0 of 2 waiting for rank 1",
     ] {
         assert!(
             !lines_with(&log, &["NCCL INFO ", what]).is_empty(),

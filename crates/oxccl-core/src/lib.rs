@@ -14,6 +14,7 @@ pub mod float;
 pub mod gpu;
 pub mod logfmt;
 pub mod params;
+pub mod peers;
 pub mod reduce;
 pub mod schedule;
 pub mod slots;

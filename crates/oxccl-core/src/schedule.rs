@@ -516,7 +516,7 @@ fn one_shot_all_reduce(req: &Request, shape: &Shape, p: &mut Program) {
 
 /// Binary-tree positions of rank `r` in a heap-ordered tree over `order`:
 /// returns (parent, children) as ranks.
-fn tree_links(order: &[usize], r: usize) -> (Option<usize>, Vec<usize>) {
+pub(crate) fn tree_links(order: &[usize], r: usize) -> (Option<usize>, Vec<usize>) {
     let pos = order.iter().position(|&x| x == r).unwrap_or(0);
     let parent = if pos == 0 {
         None

@@ -227,6 +227,15 @@ pub fn choose(input: &TuneInput<'_>) -> Result<Plan> {
         if shaped == Shaped::OneShot && input.bytes > (256 << 10) && other_allowed {
             continue;
         }
+        // Past ONE_SHOT_MAX_RANKS a rank is not connected to every peer at
+        // creation (crate::peers): one-shot would connect them all on first
+        // use, so it runs there only when nothing else is allowed.
+        if shaped == Shaped::OneShot
+            && input.nranks > crate::peers::ONE_SHOT_MAX_RANKS
+            && other_allowed
+        {
+            continue;
+        }
         for &proto in &[Proto::LL, Proto::LL128, Proto::Simple] {
             if !input.protos.allows(kind, proto) {
                 continue;
@@ -355,6 +364,23 @@ mod tests {
             large.est_us >= floor && large.est_us < floor * 1.3,
             "{large:?} floor {floor}"
         );
+    }
+
+    #[test]
+    fn one_shot_stays_within_the_peers_connected_at_creation() {
+        let a = Selection::all();
+        let p = Selection::all();
+        let max = crate::peers::ONE_SHOT_MAX_RANKS;
+        let t = choose(&input(CollKind::AllReduce, 8, max, &a, &p)).unwrap();
+        assert_eq!(t.shaped, Shaped::OneShot);
+        for n in [max + 1, 64, 1024] {
+            let t = choose(&input(CollKind::AllReduce, 8, n, &a, &p)).unwrap();
+            assert_ne!(t.shaped, Shaped::OneShot, "{n} ranks");
+        }
+        // Forced, it still runs (its peers are connected on first use).
+        let only = Selection::parse("allreduce:oneshot").unwrap();
+        let t = choose(&input(CollKind::AllReduce, 8, 64, &only, &p)).unwrap();
+        assert_eq!(t.shaped, Shaped::OneShot);
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! A host communicator: transports to every peer, chosen by where the peer
-//! is, and the execution of operations and groups over them.
+//! A host communicator: transports to its peers, chosen by where the peer
+//! is, and the execution of operations and groups over them. Peers are
+//! connected at creation only where the bounded collectives need them; the
+//! others on first use (see `connect.rs`).
 //!
 //! Transport per pair (symmetric, so both ends agree without talking):
 //! same process → in-process rings (unless `NCCL_P2P_DISABLE`); same host →
@@ -7,13 +9,11 @@
 //! network plugin's connections when `NCCL_NET_PLUGIN` (or `libnccl-net.so`)
 //! gives one (see `oxccl_net::choose`).
 
+use crate::connect::{connect_peers, install, Connecting, Connector};
 use crate::exec::{drive, SlotTask, Streams, Task, WaitPolicy, Work, SLOT_STREAM};
 use crate::oneshot::{self, Progress, ShmOneShot, SlotCall};
 use crate::transport::net::slot_bytes;
-use crate::transport::{
-    inproc_pair, net_connect, net_link, shm_link, tcp_link, LinkKind, PeerControl, PeerLink,
-    RecvHalf, SendHalf, ShmRingLayout, ShmSegment,
-};
+use crate::transport::{LinkKind, PeerControl, RecvHalf, SendHalf, ShmRingLayout, ShmSegment};
 use oxccl_bootstrap::Bootstrap;
 use oxccl_core::algo::{Algo, Proto, Selection};
 use oxccl_core::engine::{Buffers, Engine, Header, StreamSeqs};
@@ -21,9 +21,9 @@ use oxccl_core::schedule::{build, Request, Shape, Shaped};
 use oxccl_core::tuner::{choose, LinkModel, Plan, TuneInput};
 use oxccl_core::{byte_len, CollKind, DataType, Error, ErrorKind, RedOp, Reduction, Result};
 use oxccl_env::Subsys;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Settings of a host communicator (resolved from the parameter registry by the caller).
@@ -117,9 +117,10 @@ pub struct HostComm {
     cfg: HostConfig,
     abort: Arc<AtomicBool>,
     failed: Option<Error>,
-    /// Keeps this rank's shared-memory segment mapped.
-    _segment: Option<Arc<ShmSegment>>,
-    /// Small all-reduces' slots, when every rank is another process of this host.
+    /// How peers not connected yet are connected on first use.
+    connector: Connector,
+    /// Small collectives' one-shot slots, when every rank is another process
+    /// of this host (at most ONE_SHOT_MAX_RANKS of them).
     oneshot: Option<ShmOneShot>,
     /// The network plugin (and its device) chosen for peers on other hosts,
     /// if one was: other layers (the GPU network path) use the same.
@@ -143,17 +144,6 @@ fn remove_local_segments(bootstrap: &Bootstrap, hint: &str) {
         }
     }
 }
-
-/// In-process link ends waiting for their owner: (comm key, from, to) → link.
-type InprocRegistry = Mutex<HashMap<(u64, usize, usize), PeerLink>>;
-
-fn inproc_registry() -> &'static InprocRegistry {
-    static R: OnceLock<InprocRegistry> = OnceLock::new();
-    R.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-const TAG_CONTROL: u32 = 0x100;
-const TAG_DATA: u32 = 0x200;
 
 impl HostComm {
     /// Connects this rank to every peer of `bootstrap` and returns the communicator.
@@ -258,8 +248,8 @@ impl HostComm {
         // registry, and the settings every rank must share: streams per peer
         // and every input of the tuner's plan (its slice size and channels
         // decide how bytes are cut on the wire, and no header carries the
-        // slice). Ranks that differ fail here, all of them, with both
-        // settings named: before this check, a different NCCL_BUFFSIZE or
+        // slice). Ranks that differ from rank 0 fail here with both settings
+        // named, the others through their notice: before this check, a different NCCL_BUFFSIZE or
         // NCCL_PROTO gave silently wrong all-reduce results over TCP, a hang
         // between threads, and a different channel count an internal error.
         // The transport of a pair is decided by each end alone from its own
@@ -286,218 +276,116 @@ impl HostComm {
         let mut mine = vec![0u8; 8];
         getrandom::getrandom(&mut mine).map_err(|e| Error::system(format!("getrandom: {e}")))?;
         mine.extend_from_slice(settings.as_bytes());
-        let all = bootstrap
-            .allgather(&mine)
+        // Rank 0's key and settings down a tree (O(log n) rounds; a ring
+        // allgather took n-1): a rank whose settings differ from rank 0's
+        // fails here, and its notice fails the others at the final barrier.
+        let root = bootstrap
+            .broadcast(0, &mine)
             .map_err(step("exchanging settings"))?;
         let key = u64::from_le_bytes(
-            all[0]
-                .get(..8)
+            root.get(..8)
                 .and_then(|b| b.try_into().ok())
-                .ok_or_else(|| Error::internal("bootstrap allgather returned a short key"))?,
+                .ok_or_else(|| Error::internal("bootstrap broadcast returned a short key"))?,
         );
         // Segment names carry the key, so that survivors of a rank killed
         // before it unlinked its segment find it (unlink_segments_of).
         let seg_hint = format!("rx{key:016x}");
         *hint = Some(seg_hint.clone());
-        if let Some((q, theirs)) = all
-            .iter()
-            .enumerate()
-            .find(|(_, b)| b.get(8..) != Some(settings.as_bytes()))
-        {
+        if root.get(8..) != Some(settings.as_bytes()) {
+            let theirs = &root;
             return Err(Error::invalid_usage(format!(
-                "rank {q} runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE, and the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET)",
+                "rank 0 runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE, and the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET)",
                 String::from_utf8_lossy(theirs.get(8..).unwrap_or(&[]))
             )));
         }
 
-        // Shared memory: one segment per rank with the rings its shm peers write into.
-        let shm_peers = |q: usize| -> Vec<usize> {
-            (0..n)
-                .filter(|&p| p != q && kind_of(p, q) == LinkKind::Shm)
-                .collect()
+        // Connections only to the peers of the bounded collectives (ring
+        // neighbours, tree links, every peer up to ONE_SHOT_MAX_RANKS ranks);
+        // the others on first use. Each pair gets its own rings, so nothing
+        // here grows with the rank count (it made 6 MiB of rings per pair of
+        // ranks: 12.5 GB for 64 ranks as threads).
+        let kinds: Vec<Option<LinkKind>> = (0..n)
+            .map(|q| (q != rank).then(|| kind_of(rank, q)))
+            .collect();
+        let connector = Connector {
+            rank,
+            nranks: n,
+            key,
+            seg_hint: seg_hint.clone(),
+            kinds: kinds.clone(),
+            nch,
+            cap,
+            link_timeout: cfg.link_timeout.unwrap_or(cfg.timeout),
+            plugin: plugin.as_ref().map(|(net, dev, _)| (net.clone(), *dev)),
+            net_slot,
         };
-        let my_shm = shm_peers(rank);
-        let layout = ShmRingLayout {
-            npeers: my_shm.len(),
-            nchannels: nch,
-            capacity: cap,
-        };
-        // Small all-reduces take one-shot slots when every rank is another
-        // process of this host (decided alike on every rank: the link kinds
-        // are symmetric and NCCL_ALGO was checked equal above).
+        let mut tx: Vec<Vec<Box<dyn SendHalf>>> = (0..n).map(|_| Vec::new()).collect();
+        let mut rx: Vec<Vec<Box<dyn RecvHalf>>> = (0..n).map(|_| Vec::new()).collect();
+        let mut controls: Vec<Option<PeerControl>> = (0..n).map(|_| None).collect();
+        let eager = oxccl_core::peers::init_peers(rank, n);
+        let links = connect_peers(&mut [Connecting::new(&connector, bootstrap, &abort, &eager)])
+            .map_err(step("connecting"))?;
+        for link in links.into_iter().flatten().flatten() {
+            install(&mut tx, &mut rx, &mut controls, link);
+        }
+        // Init returns on every rank only once every rank is connected (a
+        // rank that fails makes the others fail here, not at their first call).
+        // Small collectives take one-shot slots when every rank is another
+        // process of this host and there are at most ONE_SHOT_MAX_RANKS (8) of
+        // them: each rank's slots are a segment of their own that every peer
+        // maps, so this stays bounded. Decided alike on every rank: the link
+        // kinds are symmetric and NCCL_ALGO was checked equal above.
         let all_shm = n > 1 && (0..n).all(|a| (a + 1..n).all(|b| kind_of(a, b) == LinkKind::Shm));
-        let slot_bytes = if all_shm && cfg.algos.allows(CollKind::AllReduce, Algo::OneShot) {
+        let slot_bytes = if all_shm
+            && n <= oxccl_core::peers::ONE_SHOT_MAX_RANKS
+            && cfg.algos.allows(CollKind::AllReduce, Algo::OneShot)
+        {
             oneshot::area_bytes(oneshot::ONESHOT_MAX_BYTES)
         } else {
             0
         };
-        let mut seg_of: Vec<Option<Arc<ShmSegment>>> = (0..n).map(|_| None).collect();
-        let segment = if my_shm.is_empty() {
-            None
+        let slots = if slot_bytes > 0 {
+            let layout = ShmRingLayout {
+                npeers: 0,
+                nchannels: 1,
+                capacity: cap,
+            };
+            let mine = ShmSegment::create_rings_and_slots(layout, &seg_hint, slot_bytes)
+                .map_err(step("one-shot slots"))?;
+            let names = bootstrap
+                .allgather(mine.name().as_bytes())
+                .map_err(step("exchanging one-shot slot segment names"))?;
+            let mut segs = Vec::with_capacity(n);
+            for (q, name) in names.iter().enumerate() {
+                if q == rank {
+                    segs.push(mine.clone());
+                    continue;
+                }
+                let name = String::from_utf8_lossy(name).to_string();
+                let seg = ShmSegment::open_rings_and_slots(&name, layout, slot_bytes)
+                    .map_err(step(&format!("opening rank {q}'s one-shot slots")))?;
+                segs.push(seg);
+            }
+            Some((
+                ShmOneShot::new(rank, segs, oneshot::ONESHOT_MAX_BYTES)?,
+                names,
+            ))
         } else {
-            Some(ShmSegment::create_rings_and_slots(layout, &seg_hint, slot_bytes).map_err(|e| {
-                e.context(format!(
-                    "rank {rank}: shared-memory rings for {} local peers ({} channels of {} bytes each)",
-                    my_shm.len(),
-                    nch,
-                    cap
-                ))
-            })?)
+            None
         };
-        let name = segment
-            .as_ref()
-            .map(|s| s.name().to_string())
-            .unwrap_or_default();
-        let names = bootstrap
-            .allgather(name.as_bytes())
-            .map_err(step("exchanging shared-memory segment names"))?;
-
-        // In-process pairs: the lower rank makes both ends and leaves the other.
-        for q in rank + 1..n {
-            if kind_of(rank, q) == LinkKind::InProc {
-                let (a, b) = inproc_pair(rank, q, nch, cap)?;
-                let mut reg = inproc_registry()
-                    .lock()
-                    .map_err(|_| Error::internal("inproc registry poisoned"))?;
-                reg.insert((key, rank, q), a);
-                reg.insert((key, q, rank), b);
-            }
-        }
-        bootstrap
-            .barrier()
-            .map_err(step("barrier before connecting"))?;
-
-        let mut links: Vec<Option<PeerLink>> = (0..n).map(|_| None).collect();
-        // Keepalive and retransmissions give up after the link timeout, by
-        // default the operation's: an outage shorter than it is ridden out.
-        let link_timeout = cfg.link_timeout.unwrap_or(cfg.timeout);
-        // Sockets: pairs in lexicographic order, the lower rank connecting, so no
-        // two ranks wait on each other in a cycle.
-        for a in 0..n {
-            for b in a + 1..n {
-                if a != rank && b != rank {
-                    continue;
-                }
-                let q = if a == rank { b } else { a };
-                let kind = kind_of(rank, q);
-                if kind == LinkKind::InProc {
-                    continue;
-                }
-                let connect = |tag: u32| {
-                    if rank < q {
-                        bootstrap.connect_peer(q, tag)
-                    } else {
-                        bootstrap.accept_peer(q, tag)
-                    }
-                };
-                let who = format!("rank {q} (pid {} on {})", peers[q].pid, peers[q].hostname);
-                let linking = step(&format!("connecting to rank {q}"));
-                let mut control =
-                    PeerControl::socket(q, connect(TAG_CONTROL).map_err(&linking)?, who)
-                        .map_err(&linking)?;
-                control.set_link_timeout(link_timeout);
-                let link = (|| -> Result<PeerLink> {
-                    Ok(match kind {
-                        LinkKind::Shm => {
-                            let theirs_name = String::from_utf8_lossy(&names[q]).to_string();
-                            let their_layout = ShmRingLayout {
-                                npeers: shm_peers(q).len(),
-                                nchannels: nch,
-                                capacity: cap,
-                            };
-                            let theirs = ShmSegment::open_rings_and_slots(
-                                &theirs_name,
-                                their_layout,
-                                slot_bytes,
-                            )?;
-                            seg_of[q] = Some(theirs.clone());
-                            let mine_seg = segment
-                                .as_ref()
-                                .ok_or_else(|| Error::internal("shm peer without a segment"))?;
-                            let peer_slot = my_shm.iter().position(|&p| p == q).unwrap_or(0);
-                            let my_slot = shm_peers(q).iter().position(|&p| p == rank).unwrap_or(0);
-                            shm_link(q, mine_seg, peer_slot, &theirs, my_slot, control)?
-                        }
-                        LinkKind::Net => {
-                            let (net, dev, _) = plugin
-                                .as_ref()
-                                .ok_or_else(|| Error::internal("net peer without a plugin"))?;
-                            let slot = net_slot
-                                .ok_or_else(|| Error::internal("net peer without a slot size"))?;
-                            let conns = net_connect(
-                                net,
-                                *dev,
-                                bootstrap,
-                                q,
-                                nch,
-                                bootstrap.wait_timeout(),
-                                &abort,
-                            )?;
-                            net_link(q, net, conns, control, slot)?
-                        }
-                        _ => {
-                            let mut data = Vec::with_capacity(nch);
-                            for c in 0..nch {
-                                let stream = connect(TAG_DATA + c as u32)?;
-                                crate::transport::tcp::set_link_timeout(&stream, link_timeout);
-                                data.push(stream);
-                            }
-                            tcp_link(q, data, control, cap.max(1 << 20))?
-                        }
-                    })
-                })()
-                .map_err(&linking)?;
-                links[q] = Some(link);
-            }
-        }
-        for (q, slot) in links.iter_mut().enumerate() {
-            if q != rank && kind_of(rank, q) == LinkKind::InProc {
-                let mut reg = inproc_registry()
-                    .lock()
-                    .map_err(|_| Error::internal("inproc registry poisoned"))?;
-                // (key, me, peer) holds my end (the one whose `peer` is q);
-                // taking (key, q, me) swapped the ends, which moved the data
-                // right but made every liveness and poison message name this
-                // rank instead of the peer.
-                *slot = Some(reg.remove(&(key, rank, q)).ok_or_else(|| {
-                    Error::internal(format!("in-process link from rank {q} missing"))
-                })?);
-            }
-        }
-        // Everyone has opened every segment: names can go (mappings stay).
-        // Each rank unlinks its peers' too: one killed right after this
-        // barrier leaves nothing behind.
         bootstrap.barrier().map_err(step("final barrier"))?;
-        if let Some(s) = &segment {
-            s.unlink()?;
-        }
-        for &q in &my_shm {
-            let theirs = String::from_utf8_lossy(&names[q]).to_string();
-            if !theirs.is_empty() {
-                crate::transport::shm::unlink_name(&theirs)?;
-            }
-        }
-
-        let mut tx: Vec<Vec<Box<dyn SendHalf>>> = Vec::with_capacity(n);
-        let mut rx: Vec<Vec<Box<dyn RecvHalf>>> = Vec::with_capacity(n);
-        let mut controls = Vec::with_capacity(n);
-        let mut kinds = Vec::with_capacity(n);
-        for l in links {
-            match l {
-                Some(l) => {
-                    kinds.push(Some(l.kind));
-                    tx.push(l.send);
-                    rx.push(l.recv);
-                    controls.push(Some(l.control));
+        // Every rank has mapped every slot segment: the names can go (the
+        // mappings stay). Each rank unlinks every rank's, so one killed right
+        // after the barrier leaves nothing in /dev/shm.
+        let oneshot = match slots {
+            Some((slots, names)) => {
+                for name in &names {
+                    crate::transport::shm::unlink_name(&String::from_utf8_lossy(name))?;
                 }
-                None => {
-                    kinds.push(None);
-                    tx.push(Vec::new());
-                    rx.push(Vec::new());
-                    controls.push(None);
-                }
+                Some(slots)
             }
-        }
+            None => None,
+        };
         if rank == 0 {
             let order: Vec<String> = (0..n).map(|r| r.to_string()).collect();
             for c in 0..coll_channels {
@@ -509,7 +397,7 @@ impl HostComm {
             }
         }
         for (q, k) in kinds.iter().enumerate() {
-            if let Some(k) = k {
+            if let (Some(k), true) = (k, controls[q].is_some()) {
                 oxccl_env::info!(
                     Subsys::INIT | Subsys::SHM,
                     "Channel 00/{nch} : {rank}[{rank}] -> {q}[{q}] via {}",
@@ -517,21 +405,6 @@ impl HostComm {
                 );
             }
         }
-        let oneshot = if slot_bytes > 0 {
-            seg_of[rank] = segment.clone();
-            let segs = seg_of
-                .into_iter()
-                .enumerate()
-                .map(|(q, s)| {
-                    s.ok_or_else(|| {
-                        Error::internal(format!("no shared-memory segment of rank {q}"))
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Some(ShmOneShot::new(rank, segs, oneshot::ONESHOT_MAX_BYTES)?)
-        } else {
-            None
-        };
         Ok(Box::new(move |bootstrap| HostComm {
             rank,
             nranks: n,
@@ -547,7 +420,7 @@ impl HostComm {
             cfg,
             abort,
             failed: None,
-            _segment: segment,
+            connector,
             oneshot,
             net_plugin: match &network {
                 oxccl_net::Network::Plugin { net, dev, .. } => Some((net.clone(), *dev)),
@@ -576,6 +449,13 @@ impl HostComm {
     /// How each peer is reached (None for self).
     pub fn link_kinds(&self) -> &[Option<LinkKind>] {
         &self.kinds
+    }
+    /// The peers this rank holds a connection to: those of the bounded
+    /// collectives from creation, others once an operation talked to them.
+    pub fn connected_peers(&self) -> Vec<usize> {
+        (0..self.nranks)
+            .filter(|&q| self.controls[q].is_some())
+            .collect()
     }
     /// The error that put this communicator in its error state, if any.
     pub fn async_error(&self) -> Option<&Error> {
@@ -648,6 +528,12 @@ impl HostComm {
         for c in self.controls.iter_mut().flatten() {
             c.poison(err);
         }
+    }
+}
+
+impl Drop for HostComm {
+    fn drop(&mut self) {
+        crate::connect::forget_inproc_ends(self.connector.key, self.rank);
     }
 }
 
@@ -1023,6 +909,59 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
         }
         return Err(e);
     }
+    // Peers this group talks to that are not connected yet (all-to-all,
+    // gather, scatter, send/receive, a forced one-shot): connected now, by
+    // both ends of each pair in this same call.
+    let needed: Vec<Vec<usize>> = items
+        .iter()
+        .zip(&groups)
+        .map(|((comm, _), tasks)| {
+            let mut v: Vec<usize> = tasks
+                .iter()
+                .flat_map(|t| t.streams.iter().map(|k| k.0))
+                .filter(|&q| q != comm.rank && comm.controls.get(q).is_some_and(|c| c.is_none()))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        })
+        .collect();
+    if needed.iter().any(|v| !v.is_empty()) {
+        let made = {
+            let mut connecting: Vec<Connecting<'_>> = items
+                .iter()
+                .zip(&needed)
+                .map(|((comm, _), peers)| {
+                    Connecting::new(&comm.connector, &comm.bootstrap, &comm.abort, peers)
+                })
+                .collect();
+            connect_peers(&mut connecting)
+        };
+        match made {
+            Ok(made) => {
+                for ((comm, _), links) in items.iter_mut().zip(made) {
+                    for link in links.into_iter().flatten() {
+                        crate::connect::log_lazy(comm.rank, &link);
+                        install(&mut comm.tx, &mut comm.rx, &mut comm.controls, link);
+                    }
+                }
+            }
+            Err(e) => {
+                let e = if items.len() == 1 {
+                    e.context(format!("rank {} of {}", items[0].0.rank, items[0].0.nranks))
+                } else {
+                    e
+                };
+                oxccl_env::warn!("{e}");
+                drop(groups);
+                for (comm, _) in items.iter_mut() {
+                    comm.failed = Some(e.clone());
+                    comm.poison_all(&e);
+                }
+                return Err(e);
+            }
+        }
+    }
     for &(bytes, src, dst) in &self_copies {
         // SAFETY: both pointers are valid for `bytes` by this function's
         // contract (checked non-null above); `copy` allows them to overlap.
@@ -1140,11 +1079,11 @@ unsafe fn run_oneshot(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
     };
     let seq = {
         let posted = call.posted_bytes(rank, n);
-        // SAFETY: the posted bytes are the ones this rank's send buffer
-        // holds for the call (valid by the caller's contract, checked
-        // non-null above); dropped before the output slice (which may be
-        // the same memory, in place) is made.
         let input = if posted > 0 {
+            // SAFETY: the posted bytes are the ones this rank's send buffer
+            // holds for the call (valid by the caller's contract, checked
+            // non-null above); dropped before the output slice (which may be
+            // the same memory, in place) is made.
             unsafe { std::slice::from_raw_parts(op.send, posted) }
         } else {
             &[]

@@ -8,6 +8,7 @@
 //! communicator that wires them together.
 
 pub mod comm;
+mod connect;
 pub mod exec;
 pub mod oneshot;
 pub mod stream_copy;

@@ -369,6 +369,17 @@ impl Communicator {
         }
     }
 
+    /// The peers this rank holds a host connection to, ascending: at
+    /// creation only those of the collectives with a bounded fan-out (ring
+    /// neighbours, tree links, every peer up to 8 ranks), others from the
+    /// first operation that talks to them. Empty once destroyed or aborted.
+    pub fn connected_peers(&self) -> Vec<usize> {
+        match self.inner.comm.lock() {
+            Ok(g) => g.as_ref().map(|c| c.connected_peers()).unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// Whether every peer is still there, for watchers of work outside the
     /// host collectives (GPU kernels): `Ok(None)` all there (or an operation
     /// holds the communicator right now: it checks them itself), `Ok(Some(e))`

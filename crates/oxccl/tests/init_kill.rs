@@ -107,8 +107,18 @@ fn run_job(job: Job) -> Outcome {
     let all: Vec<usize> = (0..job.nranks).collect();
     let limit = INIT_TIMEOUT + Duration::from_secs(2);
     let exits = p.wait_exit(&all, limit);
-    // Let the output readers catch up with the last lines.
-    std::thread::sleep(Duration::from_millis(50));
+    // Let the output readers catch up with the last lines: a survivor that
+    // exited has printed its ERR line, but on a loaded machine (load average
+    // 30 on 2 cores) a fixed 50 ms left some unread.
+    let catch_up = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < catch_up
+        && all
+            .iter()
+            .zip(&exits)
+            .any(|(&r, e)| r != job.victim && e.is_some() && !p.log(r).contains("ERR "))
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut out = Outcome::default();
     for (&r, exit) in all.iter().zip(&exits) {
         if r == job.victim {

@@ -30,7 +30,6 @@
 //! before it is used to form a slice, so a corrupt or hostile peer cannot make
 //! this process touch memory outside the ring.
 
-use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -470,10 +469,14 @@ impl RecvHalf for RingReceiver {
     }
 }
 
-/// A zeroed, 64-byte aligned heap region that rings of one process live in.
+/// A zeroed, page-aligned region that rings of one process live in: an
+/// anonymous mapping, so a page costs memory only once a ring's bytes reach
+/// it (a ring that carries 8-byte messages holds one page, not its
+/// capacity; `alloc_zeroed` with 64-byte alignment wrote every byte, 1 MiB
+/// per ring).
 pub struct HeapRegion {
     ptr: NonNull<u8>,
-    layout: Layout,
+    len: usize,
 }
 
 // SAFETY: the region is plain memory owned by this value; concurrent access to
@@ -483,18 +486,30 @@ unsafe impl Send for HeapRegion {}
 unsafe impl Sync for HeapRegion {}
 
 impl HeapRegion {
-    /// A zeroed region of `bytes` (> 0) bytes, 64-byte aligned.
+    /// A zeroed region of `bytes` bytes (at least 64), page-aligned.
     pub fn new_zeroed(bytes: usize) -> Result<HeapRegion> {
-        let layout = Layout::from_size_align(bytes.max(64), 64)
-            .map_err(|e| Error::invalid_argument(format!("ring region of {bytes} bytes: {e}")))?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| {
-            Error::system(format!(
-                "out of memory allocating {bytes} bytes for in-process rings"
-            ))
-        })?;
-        Ok(HeapRegion { ptr, layout })
+        let len = bytes.max(64);
+        // SAFETY: an anonymous private mapping at an address the kernel
+        // picks touches no existing memory; the result is checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::system(format!(
+                "cannot map {bytes} bytes for in-process rings: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| Error::system("mmap returned a null mapping for in-process rings"))?;
+        Ok(HeapRegion { ptr, len })
     }
 
     /// The region's first byte.
@@ -505,8 +520,9 @@ impl HeapRegion {
 
 impl Drop for HeapRegion {
     fn drop(&mut self) {
-        // SAFETY: allocated in new_zeroed with this very layout, freed once.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        // SAFETY: exactly the mapping made in new_zeroed, unmapped once; no
+        // ring half outlives the region (they hold an Arc to it).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 

@@ -119,6 +119,15 @@ impl ShmRingLayout {
         SEG_HEADER_BYTES + (slot * self.nchannels + channel) * ring_footprint(self.capacity)
     }
 
+    /// [`ShmRingLayout::validate`], where a segment with a slot area may
+    /// hold no rings (the one-shot slots' own segment).
+    fn validate_with_slots(&self, slot_bytes: usize) -> Result<()> {
+        if self.npeers == 0 && slot_bytes > 0 {
+            return check_capacity(self.capacity);
+        }
+        self.validate()
+    }
+
     fn validate(&self) -> Result<()> {
         check_capacity(self.capacity)?;
         if self.npeers == 0 || self.nchannels == 0 {
@@ -456,7 +465,7 @@ impl ShmSegment {
         hint: &str,
         slot_bytes: usize,
     ) -> Result<Arc<ShmSegment>> {
-        layout.validate()?;
+        layout.validate_with_slots(slot_bytes)?;
         let size = segment_size_with_slots(layout, slot_bytes)?;
         let mut seg = ShmSegment::create(hint, size)?;
         for slot in 0..layout.npeers {
@@ -492,7 +501,7 @@ impl ShmSegment {
         layout: ShmRingLayout,
         slot_bytes: usize,
     ) -> Result<Arc<ShmSegment>> {
-        layout.validate()?;
+        layout.validate_with_slots(slot_bytes)?;
         let size = segment_size_with_slots(layout, slot_bytes)?;
         let mut seg = ShmSegment::open(name, size)?;
         let h = seg.header_words();
