@@ -543,6 +543,30 @@ impl Communicator {
     }
 }
 
+/// The lengths a collective's buffers must have on this rank, in units of
+/// `count` (elements or bytes): (send, recv) for `count` per rank on
+/// `nranks` ranks, this rank the root or not (NCCL's extents).
+pub(crate) fn lengths(
+    kind: CollKind,
+    count: usize,
+    nranks: usize,
+    is_root: bool,
+) -> (usize, usize) {
+    let all = count.saturating_mul(nranks);
+    match kind {
+        CollKind::AllReduce => (count, count),
+        CollKind::ReduceScatter => (all, count),
+        CollKind::AllGather => (count, all),
+        CollKind::Broadcast => (if is_root { count } else { 0 }, count),
+        CollKind::Reduce => (count, if is_root { count } else { 0 }),
+        CollKind::AllToAll => (all, all),
+        CollKind::Gather => (count, if is_root { all } else { 0 }),
+        CollKind::Scatter => (if is_root { all } else { 0 }, count),
+        CollKind::Send => (count, 0),
+        CollKind::Recv => (0, count),
+    }
+}
+
 /// Checks an operation on device buffers and prepares its launch.
 ///
 /// # Safety
@@ -580,20 +604,7 @@ unsafe fn prepare(
         )));
     }
     // The bytes each buffer must hold on this rank (NCCL's extents).
-    let all = bytes.saturating_mul(nranks);
-    let me_root = rank == root;
-    let (sx, rx) = match kind {
-        CollKind::AllReduce => (bytes, bytes),
-        CollKind::ReduceScatter => (all, bytes),
-        CollKind::AllGather => (bytes, all),
-        CollKind::Broadcast => (if me_root { bytes } else { 0 }, bytes),
-        CollKind::Reduce => (bytes, if me_root { bytes } else { 0 }),
-        CollKind::AllToAll => (all, all),
-        CollKind::Gather => (bytes, if me_root { all } else { 0 }),
-        CollKind::Scatter => (if me_root { all } else { 0 }, bytes),
-        CollKind::Send => (bytes, 0),
-        CollKind::Recv => (0, bytes),
-    };
+    let (sx, rx) = lengths(kind, bytes, nranks, rank == root);
     cuda::check_extent_in(s, sx, ext[0], "sendbuff")?;
     cuda::check_extent_in(r, rx, ext[1], "recvbuff")?;
     let others = || (0..nranks).filter(move |&p| p != rank);

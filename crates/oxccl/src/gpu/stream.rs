@@ -8,7 +8,7 @@
 //! after the launch: so the collective is ordered with the buffer's other
 //! work on any stream, as cudarc's own kernels are.
 
-use super::{launch_all, locate_buffers, DeviceLaunch, DeviceOp, DeviceRedOp};
+use super::{launch_all, lengths, locate_buffers, DeviceLaunch, DeviceOp, DeviceRedOp};
 use super::{CudaStream, DevicePtr, DevicePtrMut};
 use crate::{CollKind, Communicator, Element, Error, RedOp, Result};
 use cudarc::driver::SyncOnDrop;
@@ -187,24 +187,6 @@ pub struct GpuGroup<'a> {
 impl std::fmt::Debug for GpuGroup<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "GpuGroup({} operations)", self.launches.len())
-    }
-}
-
-/// The lengths a collective's buffers must have, in elements: (send, recv)
-/// for a `count` per rank on `nranks` ranks, this rank the root or not.
-fn lengths(kind: CollKind, count: usize, nranks: usize, is_root: bool) -> (usize, usize) {
-    let all = count.saturating_mul(nranks);
-    match kind {
-        CollKind::AllReduce => (count, count),
-        CollKind::ReduceScatter => (all, count),
-        CollKind::AllGather => (count, all),
-        CollKind::Broadcast => (if is_root { count } else { 0 }, count),
-        CollKind::Reduce => (count, if is_root { count } else { 0 }),
-        CollKind::AllToAll => (all, all),
-        CollKind::Gather => (count, if is_root { all } else { 0 }),
-        CollKind::Scatter => (if is_root { all } else { 0 }, count),
-        CollKind::Send => (count, 0),
-        CollKind::Recv => (0, count),
     }
 }
 
