@@ -543,6 +543,23 @@ impl Communicator {
     }
 }
 
+/// Why `root` (the peer of a send or receive) is not a rank of a
+/// communicator of `nranks`; `None` when it is.
+pub(crate) fn bad_root(kind: CollKind, root: usize, nranks: usize) -> Option<String> {
+    if root < nranks {
+        return None;
+    }
+    let what = if matches!(kind, CollKind::Send | CollKind::Recv) {
+        "peer"
+    } else {
+        "root"
+    };
+    Some(format!(
+        "invalid {what} {root} (valid: 0..{} for a communicator of {nranks} ranks)",
+        nranks.saturating_sub(1)
+    ))
+}
+
 /// The lengths a collective's buffers must have on this rank, in units of
 /// `count` (elements or bytes): (send, recv) for `count` per rank on
 /// `nranks` ranks, this rank the root or not (NCCL's extents).
@@ -592,16 +609,8 @@ unsafe fn prepare(
         .ok_or_else(|| Error::invalid_argument(format!("count {count} is too large")))?;
     let (s, r, st) = (o.send, o.recv, o.stream);
     let (rank, nranks) = (dev.rank(), dev.nranks());
-    if root >= nranks {
-        let what = if matches!(kind, CollKind::Send | CollKind::Recv) {
-            "peer"
-        } else {
-            "root"
-        };
-        return Err(Error::invalid_argument(format!(
-            "invalid {what} {root} (valid: 0..{} for a communicator of {nranks} ranks)",
-            nranks - 1
-        )));
+    if let Some(why) = bad_root(kind, root, nranks) {
+        return Err(Error::invalid_argument(why));
     }
     // The bytes each buffer must hold on this rank (NCCL's extents).
     let (sx, rx) = lengths(kind, bytes, nranks, rank == root);

@@ -8,7 +8,7 @@
 //! after the launch: so the collective is ordered with the buffer's other
 //! work on any stream, as cudarc's own kernels are.
 
-use super::{launch_all, lengths, locate_buffers, DeviceLaunch, DeviceOp, DeviceRedOp};
+use super::{bad_root, launch_all, lengths, locate_buffers, DeviceLaunch, DeviceOp, DeviceRedOp};
 use super::{CudaStream, DevicePtr, DevicePtrMut};
 use crate::{CollKind, Communicator, Element, Error, RedOp, Result};
 use cudarc::driver::SyncOnDrop;
@@ -219,16 +219,8 @@ impl<'a> GpuGroup<'a> {
         let comm = on.comm;
         let (rank, nranks) = (comm.rank(), comm.size());
         let name = kind.nccl_name();
-        if root >= nranks {
-            let what = if matches!(kind, CollKind::Send | CollKind::Recv) {
-                "peer"
-            } else {
-                "root"
-            };
-            return Err(Error::invalid_argument(format!(
-                "{name}: invalid {what} {root} (valid: 0..{} for a communicator of {nranks} ranks)",
-                nranks - 1
-            )));
+        if let Some(why) = bad_root(kind, root, nranks) {
+            return Err(Error::invalid_argument(format!("{name}: {why}")));
         }
         let (want_s, want_r) = lengths(kind, count, nranks, rank == root);
         for (what, got, want) in [("send", have.0, want_s), ("recv", have.1, want_r)] {
