@@ -494,6 +494,7 @@ impl DevComm {
     fn function_in(&self, src: &KernelSource, name: &str) -> Result<KernelFn> {
         let mut mods = modules();
         let key = (self.ordinal, src.name);
+        let first_on_device = !mods.keys().any(|(o, _)| *o == self.ordinal);
         if let std::collections::hash_map::Entry::Vacant(slot) = mods.entry(key) {
             let arch = guarded("cuDeviceGetAttribute", || {
                 let (mut major, mut minor) = (0, 0);
@@ -519,6 +520,24 @@ impl DevComm {
                 Ok((major * 10 + minor) as u32)
             })?;
             let img = compile::compile(src, arch)?;
+            // The table outlives every communicator, so it holds the device's
+            // primary context for the process (the CUDA runtime does the same):
+            // when the last holder released it, the driver reset the context,
+            // its modules went with it and the next communicator's launches of
+            // these cached handles failed with CUDA_ERROR_INVALID_HANDLE.
+            if first_on_device {
+                guarded("cuDevicePrimaryCtxRetain", || {
+                    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+                    // SAFETY: an out-pointer and this communicator's device;
+                    // the retain is never released (held for the process).
+                    unsafe {
+                        check(
+                            sys::cuDevicePrimaryCtxRetain(&mut ctx, self.dev),
+                            "cuDevicePrimaryCtxRetain",
+                        )
+                    }
+                })?;
+            }
             let _scope = CtxScope::enter(self.ctx)?;
             let module = guarded("cuModuleLoadData", || {
                 let mut m: sys::CUmodule = std::ptr::null_mut();
