@@ -3,10 +3,16 @@
 //! on GPU `r % device count`, so both may share one GPU), against float64
 //! references, at count 0, 1, an odd count and one past the small-message
 //! paths.
+//!
+//! The threads meet at a barrier after uploading and again after launching:
+//! in one process sharing a GPU, a rank's pageable copy or wait on the GPU
+//! holds the driver while the other rank's kernel, already running, waits
+//! for a launch that thread cannot make until the timeout
+//! (docs/rust-api.md, "Ranks of one process on one GPU").
 
 use oxccl::gpu::{CudaContext, CudaStream, CudaView, CudaViewMut, GpuChoice, GpuGroup};
 use oxccl::{Communicator, Config, RedOp, Result, StreamComm};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 
 const NRANKS: usize = 2;
 const COUNTS: [usize; 4] = [0, 1, 1001, (1 << 20) + 3];
@@ -54,21 +60,27 @@ fn check(
     want: impl Fn(usize, usize, usize) -> Option<f64> + Sync,
 ) {
     let ranks = ranks();
+    let meet = Barrier::new(ranks.len());
     for count in COUNTS {
         std::thread::scope(|s| {
             for (r, (comm, stream)) in ranks.iter().enumerate() {
-                let (send_len, recv_len, want) = (&send_len, &recv_len, &want);
+                let (send_len, recv_len, want, meet) = (&send_len, &recv_len, &want, &meet);
                 s.spawn(move || {
                     let (ns, nr) = (send_len(count), recv_len(count));
                     let host: Vec<f32> = (0..ns.max(1)).map(|i| v(r, i)).collect();
                     let send = stream.clone_htod(&host).unwrap();
                     let mut recv = stream.alloc_zeros::<f32>(nr.max(1)).unwrap();
-                    {
+                    stream.synchronize().unwrap();
+                    meet.wait();
+                    let launched = {
                         let sv = send.slice(0..ns);
                         let mut rv = recv.slice_mut(0..nr);
                         run(&comm.on_stream(stream), &sv, &mut rv, count)
-                            .unwrap_or_else(|e| panic!("{what}, count {count}, rank {r}: {e}"));
-                    }
+                    };
+                    // Every rank's call is queued before any thread copies
+                    // back (a failed one too, so its peer is not left waiting here).
+                    meet.wait();
+                    launched.unwrap_or_else(|e| panic!("{what}, count {count}, rank {r}: {e}"));
                     let got: Vec<f32> = stream.clone_dtoh(&recv).unwrap();
                     assert!(comm.gpu_error().is_none(), "{what}: {:?}", comm.gpu_error());
                     for (i, &g) in got.iter().take(nr).enumerate() {
