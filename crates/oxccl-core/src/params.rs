@@ -533,7 +533,7 @@ params! {
     NSOCKS_PERTHREAD: Opt<U32> = "NCCL_NSOCKS_PERTHREAD", "", honoured,
         "Sockets per TCP thread (see NCCL_SOCKET_NTHREADS). Unset: auto.";
     NET_PLUGIN: Opt<Str> = "NCCL_NET_PLUGIN", "", honoured,
-        "Network plugin (ncclNet v6-v10) for peers on other hosts: foo loads libnccl-net-foo.so (then foo), a path is used as is, none disables. Unset: libnccl-net.so if present. A plugin that cannot be used: a WARN and oxccl's sockets.";
+        "Network plugin (ncclNet v6-v12) for peers on other hosts: foo loads libnccl-net-foo.so (then foo), a path is used as is, none disables. Unset: libnccl-net.so if present. A plugin that cannot be used: a WARN and oxccl's sockets.";
     NET: Opt<Str> = "NCCL_NET", "", honoured,
         "Network to use for peers on other hosts: Socket (oxccl's sockets) or the plugin's network name (e.g. IB); one that is not available fails communicator init.";
     IB_DISABLE: Opt<I64> = "NCCL_IB_DISABLE", "", honoured,
