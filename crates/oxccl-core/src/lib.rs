@@ -21,6 +21,7 @@ pub mod slots;
 pub mod suggest;
 pub mod topo;
 pub mod tuner;
+pub mod tuner_plugin;
 pub mod types;
 
 pub use error::{Error, ErrorKind, Result};

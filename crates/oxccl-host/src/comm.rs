@@ -15,13 +15,14 @@ use crate::oneshot::{self, Progress, ShmOneShot, SlotCall};
 use crate::transport::net::slot_bytes;
 use crate::transport::{LinkKind, PeerControl, RecvHalf, SendHalf, ShmRingLayout, ShmSegment};
 use oxccl_bootstrap::Bootstrap;
-use oxccl_core::algo::{Algo, Proto, Selection};
+use oxccl_core::algo::{Algo, Choice, Proto, Selection};
 use oxccl_core::engine::{Buffers, Engine, Header, StreamSeqs};
 use oxccl_core::schedule::{build, Request, Shape, Shaped};
 use oxccl_core::tuner::{choose, LinkModel, Plan, TuneInput};
+use oxccl_core::tuner_plugin::{self, Verdict};
 use oxccl_core::{byte_len, CollKind, DataType, Error, ErrorKind, RedOp, Reduction, Result};
 use oxccl_env::Subsys;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +48,8 @@ pub struct HostConfig {
     /// How peers reached over the network are reached: `NCCL_NET_PLUGIN`,
     /// `NCCL_NET`, `NCCL_IB_DISABLE`, `NCCL_IB_HCA`.
     pub net: oxccl_net::NetSettings,
+    /// `NCCL_TUNER_PLUGIN` (unset: `libnccl-tuner.so` when there is one).
+    pub tuner_plugin: Option<String>,
 }
 
 impl Default for HostConfig {
@@ -64,6 +67,7 @@ impl Default for HostConfig {
             link_timeout: None,
             spin: Duration::from_micros(2000),
             net: oxccl_net::NetSettings::default(),
+            tuner_plugin: None,
         }
     }
 }
@@ -125,6 +129,9 @@ pub struct HostComm {
     /// The network plugin (and its device) chosen for peers on other hosts,
     /// if one was: other layers (the GPU network path) use the same.
     net_plugin: Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)>,
+    /// The tuner plugin's context for this communicator, when one loaded
+    /// and its init succeeded: it gets the last word on each plan.
+    tuner: Option<std::sync::Mutex<oxccl_net::tuner::TunerComm>>,
 }
 
 /// After a failed init: unlinks what every rank of this host (this one
@@ -257,8 +264,10 @@ impl HostComm {
         let net_slot = plugin
             .as_ref()
             .map(|(_, _, props)| slot_bytes(cap.max(1 << 20), props.max_p2p_bytes));
+        // A tuner decides plans too: every rank must load the same one.
+        let tuner_lib = oxccl_net::tuner::load_tuner(cfg.tuner_plugin.as_deref());
         let settings = format!(
-            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}, network {}{}",
+            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}, network {}{}{}",
             cfg.capacity,
             cfg.algos,
             cfg.protos,
@@ -267,7 +276,11 @@ impl HostComm {
             u8::from(cfg.shm_disable),
             u8::from(cfg.p2p_disable),
             network.name(),
-            net_slot.map(|s| format!(" ({s}-byte slots)")).unwrap_or_default()
+            net_slot.map(|s| format!(" ({s}-byte slots)")).unwrap_or_default(),
+            tuner_lib
+                .as_ref()
+                .map(|t| format!(", tuner {} ({})", t.name(), t.version().symbol()))
+                .unwrap_or_default()
         );
         let step = |what: &str| {
             let what = format!("rank {rank} of {n}: init ({what})");
@@ -294,10 +307,28 @@ impl HostComm {
         if root.get(8..) != Some(settings.as_bytes()) {
             let theirs = &root;
             return Err(Error::invalid_usage(format!(
-                "rank 0 runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE, and the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET)",
+                "rank 0 runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE, the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET) and the same tuner (NCCL_TUNER_PLUGIN)",
                 String::from_utf8_lossy(theirs.get(8..).unwrap_or(&[]))
             )));
         }
+        let tuner = tuner_lib.and_then(|lib| {
+            let mut per_host: HashMap<u64, usize> = HashMap::new();
+            for p in &peers {
+                *per_host.entry(p.host_hash).or_default() += 1;
+            }
+            let local_min = per_host.values().copied().min().unwrap_or(1);
+            let local_max = per_host.values().copied().max().unwrap_or(1);
+            // The communicator's random key stands for NCCL's commHash.
+            match oxccl_net::tuner::TunerComm::init(lib, key, n, per_host.len(), local_min, local_max) {
+                Ok(t) => Some(std::sync::Mutex::new(t)),
+                Err(why) => {
+                    oxccl_env::warn!(
+                        "TUNER/Plugin: rank {rank}: {why}; this communicator runs on oxccl's own tuning"
+                    );
+                    None
+                }
+            }
+        });
 
         // Connections only to the peers of the bounded collectives (ring
         // neighbours, tree links, every peer up to ONE_SHOT_MAX_RANKS ranks);
@@ -426,6 +457,7 @@ impl HostComm {
                 oxccl_net::Network::Plugin { net, dev, .. } => Some((net.clone(), *dev)),
                 oxccl_net::Network::Socket { .. } => None,
             },
+            tuner,
         }))
     }
 
@@ -467,8 +499,19 @@ impl HostComm {
     }
 
     /// The tuner's plan for an operation of `bytes` (nccl-tests' size).
+    ///
+    /// With a tuner plugin, the plugin sees oxccl's cost table for the call
+    /// and its answer decides (`oxccl_core::tuner_plugin`); a failing call
+    /// leaves oxccl's own plan. Rank 0 logs each such plan on `TUNING`.
     pub fn plan(&self, kind: CollKind, bytes: usize) -> Result<Plan> {
-        choose(&TuneInput {
+        match self.tuned_plan(kind, bytes)? {
+            Some(p) => Ok(p),
+            None => choose(&self.tune_input(kind, bytes)),
+        }
+    }
+
+    fn tune_input(&self, kind: CollKind, bytes: usize) -> TuneInput<'_> {
+        TuneInput {
             kind,
             bytes,
             nranks: self.nranks,
@@ -478,6 +521,44 @@ impl HostComm {
             capacity: self.cfg.capacity,
             min_channels: self.cfg.min_channels,
             max_channels: Some(self.coll_channels),
+        }
+    }
+
+    /// The tuner plugin's plan, when there is a plugin and it changed
+    /// oxccl's decision (`None`: oxccl's own plan stands).
+    fn tuned_plan(&self, kind: CollKind, bytes: usize) -> Result<Option<Plan>> {
+        let Some(tuner) = &self.tuner else {
+            return Ok(None);
+        };
+        let input = self.tune_input(kind, bytes);
+        let given = tuner_plugin::cost_table(&input);
+        let mut returned = given;
+        let mut t = tuner.lock().unwrap_or_else(|p| p.into_inner());
+        let nch = match t.get_coll_info(tuner_plugin::func_id(kind), bytes, &mut returned) {
+            Ok(nch) => nch,
+            Err(why) => {
+                oxccl_env::info!(Subsys::TUNING, "{why}: oxccl's own plan");
+                return Ok(None);
+            }
+        };
+        let (plan, verdict) = tuner_plugin::apply(&input, &given, &returned, nch)?;
+        if self.rank == 0 {
+            oxccl_env::info!(
+                Subsys::TUNING,
+                "{} (tuner {}: {verdict:?})",
+                oxccl_core::logfmt::tuning_line(
+                    kind.nccl_name(),
+                    bytes as u64,
+                    plan.algo.name(),
+                    plan.proto.name(),
+                    plan.nchannels as u32
+                ),
+                t.lib().name()
+            );
+        }
+        Ok(match verdict {
+            Verdict::Applied | Verdict::ChannelsOnly => Some(plan),
+            Verdict::Unchanged | Verdict::NothingRunnable => None,
         })
     }
 
@@ -681,7 +762,22 @@ unsafe fn prepare<'b>(
         };
         (Some(s), r)
     };
-    if comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+    let total_bytes = match op.kind {
+        CollKind::AllGather | CollKind::AllToAll => rbytes,
+        CollKind::ReduceScatter => sbytes,
+        CollKind::Gather => rbytes.max(sbytes.saturating_mul(n)),
+        CollKind::Scatter => sbytes.max(rbytes.saturating_mul(n)),
+        _ => sbytes.max(rbytes),
+    };
+    let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
+    // A tuner plugin's choice (an NCCL algorithm) overrides the one-shot
+    // slots, which are oxccl's own.
+    let tuned = if p2p {
+        None
+    } else {
+        comm.tuned_plan(op.kind, total_bytes)?
+    };
+    if tuned.is_none() && comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
         let call = slot_call(op);
         return Ok(Prepared {
             task: Task {
@@ -706,14 +802,6 @@ unsafe fn prepare<'b>(
             },
         });
     }
-    let total_bytes = match op.kind {
-        CollKind::AllGather | CollKind::AllToAll => rbytes,
-        CollKind::ReduceScatter => sbytes,
-        CollKind::Gather => rbytes.max(sbytes.saturating_mul(n)),
-        CollKind::Scatter => sbytes.max(rbytes.saturating_mul(n)),
-        _ => sbytes.max(rbytes),
-    };
-    let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
     let (plan, nch, base_ch) = if p2p {
         let nch = comm.p2p_channels;
         (
@@ -729,7 +817,10 @@ unsafe fn prepare<'b>(
             comm.coll_channels,
         )
     } else {
-        let p = comm.plan(op.kind, total_bytes)?;
+        let p = match tuned {
+            Some(p) => p,
+            None => choose(&comm.tune_input(op.kind, total_bytes))?,
+        };
         (p, p.nchannels, 0)
     };
     let red = if matches!(
@@ -843,9 +934,10 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
             ));
         }
     }
-    // One small collective alone: the slots, without the group machinery.
+    // One small collective alone: the slots, without the group machinery
+    // (with a tuner plugin, `prepare` decides between slots and its choice).
     if let [(comm, [op])] = items {
-        if comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+        if comm.tuner.is_none() && comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
             // SAFETY: forwarded from this function's contract.
             return unsafe { run_oneshot(comm, op) };
         }

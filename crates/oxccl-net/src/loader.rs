@@ -197,7 +197,7 @@ fn dlerror_text() -> String {
 }
 
 /// Opens a library; Err with dlerror's text.
-fn open(file: &str) -> std::result::Result<*mut c_void, String> {
+pub(crate) fn open(file: &str) -> std::result::Result<*mut c_void, String> {
     let c = CString::new(file).map_err(|_| "the name contains a NUL byte".to_string())?;
     // SAFETY: a valid C string; RTLD_NOW resolves everything up front so a
     // missing dependency fails here, not in the middle of a collective.
@@ -209,14 +209,31 @@ fn open(file: &str) -> std::result::Result<*mut c_void, String> {
     }
 }
 
-/// The newest table `lib` exports.
-fn find_table(lib: *mut c_void) -> Option<(Version, *mut c_void)> {
-    Version::NEWEST_FIRST.into_iter().find_map(|v| {
-        let sym = CString::new(v.symbol()).expect("symbol names have no NUL");
+/// The first of `symbols` (newest first) that `lib` exports, with its
+/// address.
+pub(crate) fn find_symbol<V>(
+    lib: *mut c_void,
+    symbols: impl IntoIterator<Item = (V, &'static str)>,
+) -> Option<(V, *mut c_void)> {
+    symbols.into_iter().find_map(|(v, name)| {
+        let sym = CString::new(name).ok()?;
         // SAFETY: `lib` is a live handle from dlopen; the name is a C string.
         let p = unsafe { libc::dlsym(lib, sym.as_ptr()) };
         (!p.is_null()).then_some((v, p))
     })
+}
+
+/// The newest table `lib` exports.
+fn find_table(lib: *mut c_void) -> Option<(Version, *mut c_void)> {
+    find_symbol(lib, Version::NEWEST_FIRST.map(|v| (v, v.symbol())))
+}
+
+/// The logger given to plugins: NCCL's printf-style `ncclDebugLogger_t`,
+/// whose lines land in oxccl's `NCCL_DEBUG` log.
+pub(crate) fn plugin_logger() -> ffi::Logger {
+    // SAFETY: installs a plain function pointer; the shim reads it atomically.
+    unsafe { oxccl_net_set_sink(log_sink) };
+    oxccl_net_logger
 }
 
 /// Checks that the entries oxccl calls are present.
@@ -411,9 +428,7 @@ fn load_file(file: &str) -> std::result::Result<Plugin, (bool, String)> {
             ),
         ));
     }
-    // SAFETY: installs a plain function pointer; the shim reads it atomically.
-    unsafe { oxccl_net_set_sink(log_sink) };
-    let logger: ffi::Logger = oxccl_net_logger;
+    let logger = plugin_logger();
     let mut ctx: *mut c_void = ptr::null_mut();
     // Read by init only (v11 and later); the traffic class is left to the
     // plugin, as NCCL does without NCCL_IB_TC-style settings.
