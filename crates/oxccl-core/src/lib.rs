@@ -15,6 +15,7 @@ pub mod gpu;
 pub mod logfmt;
 pub mod params;
 pub mod peers;
+pub mod profiler_plugin;
 pub mod reduce;
 pub mod schedule;
 pub mod slots;

@@ -542,6 +542,8 @@ params! {
         "Devices of a network named IB to use: name[:port] list, ^ to exclude, = for exact names (prefixes otherwise). Also read by the plugin itself.";
     TUNER_PLUGIN: Opt<Str> = "NCCL_TUNER_PLUGIN", "", honoured,
         "Tuner plugin (ncclTunerPlugin v2-v6) whose cost table decides the host path's algorithm, protocol and channel count: foo loads foo, then libnccl-tuner-foo.so; a path is used as is; none disables. Unset: libnccl-tuner.so if present. A plugin that cannot be used: a WARN and oxccl's own tuning.";
+    PROFILER_PLUGIN: Opt<Str> = "NCCL_PROFILER_PLUGIN", "", honoured,
+        "Profiler plugin (ncclProfiler v5-v6) that receives group, collective and point-to-point events of host-path calls: foo loads foo, then libnccl-profiler-foo.so; a path is used as is; none disables. Unset: libnccl-profiler.so if present. A plugin that cannot be used: a WARN and no profiler.";
     // ---- honoured: transports and tuning
     SHM_DISABLE: Bool = "NCCL_SHM_DISABLE", "0", honoured,
         "1 disables the shared-memory transport.";
@@ -722,7 +724,6 @@ params! {
     NVLS_ENABLE: Opt<I64> = "NCCL_NVLS_ENABLE", "", recognised, "NVLink SHARP: 0 off, 1 on, 2 auto (NCCL default 2).";
     CUMEM_ENABLE: Opt<I64> = "NCCL_CUMEM_ENABLE", "", recognised, "Use cuMem* (VMM) allocations (NCCL default auto).";
     CUMEM_HOST_ENABLE: Opt<I64> = "NCCL_CUMEM_HOST_ENABLE", "", recognised, "Use cuMem host allocations (NCCL default auto).";
-    PROFILER_PLUGIN: Opt<Str> = "NCCL_PROFILER_PLUGIN", "", recognised, "Profiler plugin library.";
     ENV_PLUGIN: Opt<Str> = "NCCL_ENV_PLUGIN", "", recognised, "Environment plugin library.";
     TUNER_CONFIG_FILE: Opt<Str> = "NCCL_TUNER_CONFIG_FILE", "", recognised, "Configuration of the example tuner plugin.";
     LAUNCH_MODE: Opt<Str> = "NCCL_LAUNCH_MODE", "", recognised, "PARALLEL or GROUP (deprecated).";
@@ -1138,7 +1139,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 55);
+        assert_eq!(honoured.len(), 56);
         assert!(ALL.iter().all(|p| !(p.honoured && p.internal)));
         assert!(ALL.len() > 80);
     }

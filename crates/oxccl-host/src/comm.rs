@@ -17,6 +17,7 @@ use crate::transport::{LinkKind, PeerControl, RecvHalf, SendHalf, ShmRingLayout,
 use oxccl_bootstrap::Bootstrap;
 use oxccl_core::algo::{Algo, Choice, Proto, Selection};
 use oxccl_core::engine::{Buffers, Engine, Header, StreamSeqs};
+use oxccl_core::profiler_plugin::{self as prof_names, SeqNumbers};
 use oxccl_core::schedule::{build, Request, Shape, Shaped};
 use oxccl_core::tuner::{choose, LinkModel, Plan, TuneInput};
 use oxccl_core::tuner_plugin::{self, Verdict};
@@ -50,6 +51,8 @@ pub struct HostConfig {
     pub net: oxccl_net::NetSettings,
     /// `NCCL_TUNER_PLUGIN` (unset: `libnccl-tuner.so` when there is one).
     pub tuner_plugin: Option<String>,
+    /// `NCCL_PROFILER_PLUGIN` (unset: `libnccl-profiler.so` when there is one).
+    pub profiler_plugin: Option<String>,
 }
 
 impl Default for HostConfig {
@@ -68,6 +71,7 @@ impl Default for HostConfig {
             spin: Duration::from_micros(2000),
             net: oxccl_net::NetSettings::default(),
             tuner_plugin: None,
+            profiler_plugin: None,
         }
     }
 }
@@ -132,6 +136,9 @@ pub struct HostComm {
     /// The tuner plugin's context for this communicator, when one loaded
     /// and its init succeeded: it gets the last word on each plan.
     tuner: Option<std::sync::Mutex<oxccl_net::tuner::TunerComm>>,
+    /// The profiler plugin's context for this communicator, when one loaded
+    /// and its init succeeded, with the collectives' sequence numbers.
+    profiler: Option<(oxccl_net::profiler::ProfilerComm, SeqNumbers)>,
 }
 
 /// After a failed init: unlinks what every rank of this host (this one
@@ -311,11 +318,24 @@ impl HostComm {
                 String::from_utf8_lossy(theirs.get(8..).unwrap_or(&[]))
             )));
         }
+        let mut per_host: HashMap<u64, usize> = HashMap::new();
+        for p in &peers {
+            *per_host.entry(p.host_hash).or_default() += 1;
+        }
+        let profiler = oxccl_net::profiler::load_profiler(cfg.profiler_plugin.as_deref())
+            .and_then(|lib| {
+                // No communicator names in oxccl: the plugin gets "".
+                match oxccl_net::profiler::ProfilerComm::init(lib, key, "", per_host.len(), n, rank) {
+                    Ok(p) => Some((p, SeqNumbers::default())),
+                    Err(why) => {
+                        oxccl_env::warn!(
+                            "PROFILER/Plugin: rank {rank}: {why}; this communicator runs without a profiler"
+                        );
+                        None
+                    }
+                }
+            });
         let tuner = tuner_lib.and_then(|lib| {
-            let mut per_host: HashMap<u64, usize> = HashMap::new();
-            for p in &peers {
-                *per_host.entry(p.host_hash).or_default() += 1;
-            }
             let local_min = per_host.values().copied().min().unwrap_or(1);
             let local_max = per_host.values().copied().max().unwrap_or(1);
             // The communicator's random key stands for NCCL's commHash.
@@ -458,6 +478,7 @@ impl HostComm {
                 oxccl_net::Network::Socket { .. } => None,
             },
             tuner,
+            profiler,
         }))
     }
 
@@ -923,6 +944,170 @@ unsafe fn mut_slice<'a>(ptr: *mut u8, len: usize) -> &'a mut [u8] {
 /// # Safety
 /// As [`HostComm::run`], for every operation.
 pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> {
+    // Profiler events span the whole group: started before anything is
+    // prepared, stopped once it completed or failed.
+    let events = profile_start(items);
+    // SAFETY: forwarded from this function's contract.
+    let r = unsafe { run_group_inner(items) };
+    profile_stop(items, events);
+    r
+}
+
+/// The profiler events of one communicator's part of a group: the group's
+/// and its operations'.
+type GroupEvents = (
+    Option<oxccl_net::profiler::Event>,
+    Vec<oxccl_net::profiler::Event>,
+);
+
+/// Starts the group, collective and point-to-point events the profiler of
+/// each communicator wants (NCCL's descriptors: function, buffers, count,
+/// datatype, root or peer, the plan's algorithm, protocol and channels).
+fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEvents>> {
+    use oxccl_net::profiler::{
+        CollDescr, DescrUnion, EventDescr, P2pDescr, PROFILE_COLL, PROFILE_GROUP, PROFILE_P2P,
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (comm, ops) in items.iter_mut() {
+        if comm.profiler.is_none() {
+            out.push(None);
+            continue;
+        }
+        // The plans first (they need `&comm`), then the events.
+        let plans: Vec<(Algo, Proto, usize)> = ops.iter().map(|op| comm.profile_plan(op)).collect();
+        let (rank, p2p_channels) = (comm.rank, comm.p2p_channels);
+        let Some((prof, seqs)) = comm.profiler.as_mut() else {
+            out.push(None);
+            continue;
+        };
+        let zero = DescrUnion {
+            ce_coll: oxccl_net::profiler::CeCollDescr {
+                seq_number: 0,
+                func: std::ptr::null(),
+                send_buff: std::ptr::null(),
+                recv_buff: std::ptr::null_mut(),
+                count: 0,
+                root: 0,
+                datatype: std::ptr::null(),
+                sync_strategy: std::ptr::null(),
+                intra_batch_sync: false,
+                batch_size: 0,
+                num_batches: 0,
+                ce_seq_num: 0,
+                stream: std::ptr::null_mut(),
+            },
+        };
+        let group = prof.start(&mut EventDescr {
+            kind: PROFILE_GROUP,
+            parent_obj: std::ptr::null_mut(),
+            rank: rank as i32,
+            u: zero,
+        });
+        let parent = group.as_ref().map_or(std::ptr::null_mut(), |g| g.as_ptr());
+        let mut children = Vec::new();
+        for (op, (algo, proto, nch)) in ops.iter().zip(plans) {
+            let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
+            let mut d = EventDescr {
+                kind: if p2p { PROFILE_P2P } else { PROFILE_COLL },
+                parent_obj: parent,
+                rank: rank as i32,
+                u: zero,
+            };
+            if p2p {
+                d.u.p2p = P2pDescr {
+                    func: prof_names::func_name(op.kind).as_ptr(),
+                    buff: if op.kind == CollKind::Send {
+                        op.send as *mut _
+                    } else {
+                        op.recv.cast()
+                    },
+                    datatype: prof_names::dtype_name(op.dtype).as_ptr(),
+                    count: op.count,
+                    peer: op.root as i32,
+                    n_channels: p2p_channels.min(255) as u8,
+                    parent_group: parent,
+                };
+            } else {
+                d.u.coll = CollDescr {
+                    seq_number: seqs.take(op.kind),
+                    func: prof_names::func_name(op.kind).as_ptr(),
+                    send_buff: op.send.cast(),
+                    recv_buff: op.recv.cast(),
+                    count: op.count,
+                    root: op.root as i32,
+                    datatype: prof_names::dtype_name(op.dtype).as_ptr(),
+                    n_channels: nch.clamp(1, 255) as u8,
+                    n_warps: 0,
+                    algo: prof_names::algo_name(algo).as_ptr(),
+                    proto: prof_names::proto_name(proto).as_ptr(),
+                    parent_group: parent,
+                };
+            }
+            children.extend(prof.start(&mut d));
+        }
+        out.push(Some((group, children)));
+    }
+    out
+}
+
+/// Stops what [`profile_start`] started: the operations, then their group.
+fn profile_stop(items: &mut [(&mut HostComm, &[OpDesc])], events: Vec<Option<GroupEvents>>) {
+    for ((comm, _), ev) in items.iter_mut().zip(events) {
+        let (Some((prof, _)), Some((group, children))) = (comm.profiler.as_mut(), ev) else {
+            continue;
+        };
+        for e in children {
+            prof.stop(e);
+        }
+        if let Some(g) = group {
+            prof.stop(g);
+        }
+    }
+}
+
+impl HostComm {
+    /// The algorithm, protocol and channels an operation will run with, for
+    /// the profiler's descriptor (what `prepare` decides, without building).
+    fn profile_plan(&self, op: &OpDesc) -> (Algo, Proto, usize) {
+        if matches!(op.kind, CollKind::Send | CollKind::Recv) {
+            return (Algo::Ring, Proto::Simple, self.p2p_channels);
+        }
+        let bytes = op_total_bytes(op, self.rank, self.nranks);
+        match self.tuned_plan(op.kind, bytes) {
+            Ok(Some(p)) => return (p.algo, p.proto, p.nchannels),
+            Ok(None) => {}
+            Err(_) => return (Algo::Ring, Proto::Simple, self.coll_channels),
+        }
+        if self.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+            return (Algo::OneShot, Proto::Simple, 1);
+        }
+        choose(&self.tune_input(op.kind, bytes))
+            .map_or((Algo::Ring, Proto::Simple, self.coll_channels), |p| {
+                (p.algo, p.proto, p.nchannels)
+            })
+    }
+}
+
+/// The size of an operation as the tuner counts it (nccl-tests' size).
+fn op_total_bytes(op: &OpDesc, rank: usize, n: usize) -> usize {
+    let (sc, rc, use_s, use_r) = extents(op, rank, n);
+    let e = op.dtype.size();
+    let sbytes = if use_s { sc.saturating_mul(e) } else { 0 };
+    let rbytes = if use_r { rc.saturating_mul(e) } else { 0 };
+    match op.kind {
+        CollKind::AllGather | CollKind::AllToAll => rbytes,
+        CollKind::ReduceScatter => sbytes,
+        CollKind::Gather => rbytes.max(sbytes.saturating_mul(n)),
+        CollKind::Scatter => sbytes.max(rbytes.saturating_mul(n)),
+        _ => sbytes.max(rbytes),
+    }
+}
+
+/// [`run_group`] without the profiler's events.
+///
+/// # Safety
+/// As [`run_group`].
+unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> {
     for (comm, _) in items.iter() {
         if let Some(e) = &comm.failed {
             return Err(Error::new(

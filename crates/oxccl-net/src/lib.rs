@@ -12,6 +12,8 @@
 //!   failure falls back to oxccl's own sockets.
 //! * [`tuner`]: `NCCL_TUNER_PLUGIN`, `ncclTunerPlugin_v6` down to `_v2`, a
 //!   context per communicator and `getCollInfo` over oxccl's cost table.
+//! * [`profiler`]: `NCCL_PROFILER_PLUGIN`, `ncclProfiler_v6` and `_v5`, a
+//!   context per communicator and its events.
 //!
 //! Why a crate of its own: the host executor (`oxccl-host`) uses plugins for
 //! host buffers now and the CUDA executor's proxy will use the same loader
@@ -31,6 +33,7 @@ use oxccl_core::Result;
 pub mod choose;
 pub mod ffi;
 pub mod loader;
+pub mod profiler;
 pub mod testing;
 pub mod tuner;
 

@@ -202,6 +202,7 @@ pub fn host_config(p: &Params) -> HostConfig {
             ib_hca: p.get(&params::IB_HCA),
         },
         tuner_plugin: p.get(&params::TUNER_PLUGIN),
+        profiler_plugin: p.get(&params::PROFILER_PLUGIN),
     }
 }
 
