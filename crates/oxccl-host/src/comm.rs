@@ -271,8 +271,20 @@ impl HostComm {
         let net_slot = plugin
             .as_ref()
             .map(|(_, _, props)| slot_bytes(cap.max(1 << 20), props.max_p2p_bytes));
+        // NCCL also looks for tuners and profilers in the network plugin's
+        // library (already loaded when one is in use).
+        let net_library = match &network {
+            oxccl_net::Network::Plugin { .. } => match oxccl_net::load(
+                oxccl_net::library_candidates(cfg.net.plugin.as_deref()).as_deref(),
+            ) {
+                oxccl_net::LoadOutcome::Loaded(p) => Some(p.library().to_string()),
+                _ => None,
+            },
+            oxccl_net::Network::Socket { .. } => None,
+        };
         // A tuner decides plans too: every rank must load the same one.
-        let tuner_lib = oxccl_net::tuner::load_tuner(cfg.tuner_plugin.as_deref());
+        let tuner_lib =
+            oxccl_net::tuner::load_tuner(cfg.tuner_plugin.as_deref(), net_library.as_deref());
         let settings = format!(
             "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}, network {}{}{}",
             cfg.capacity,
@@ -322,7 +334,10 @@ impl HostComm {
         for p in &peers {
             *per_host.entry(p.host_hash).or_default() += 1;
         }
-        let profiler = oxccl_net::profiler::load_profiler(cfg.profiler_plugin.as_deref())
+        let profiler = oxccl_net::profiler::load_profiler(
+            cfg.profiler_plugin.as_deref(),
+            net_library.as_deref(),
+        )
             .and_then(|lib| {
                 // No communicator names in oxccl: the plugin gets "".
                 match oxccl_net::profiler::ProfilerComm::init(lib, key, "", per_host.len(), n, rank) {

@@ -293,15 +293,23 @@ fn load_file(file: &str) -> std::result::Result<ProfilerLib, (bool, String)> {
 }
 
 /// Loads the profiler `NCCL_PROFILER_PLUGIN` names, once per process and
-/// value; a named library that cannot be used gives one WARN naming the
-/// file and why. `None`: no profiler.
-pub fn load_profiler(value: Option<&str>) -> Option<Arc<ProfilerLib>> {
+/// value. When no candidate file opens, the network plugin's library
+/// (`net_library`, already loaded) is searched for a profiler, as NCCL
+/// does, silently. A named library that cannot be used gives one WARN
+/// naming the file and why. `None`: no profiler.
+pub fn load_profiler(value: Option<&str>, net_library: Option<&str>) -> Option<Arc<ProfilerLib>> {
     let candidates = profiler_candidates(value)?;
+    // The cache key: the files and the fallback.
+    let key = {
+        let mut k = candidates.clone();
+        k.push(format!("net:{}", net_library.unwrap_or_default()));
+        k
+    };
     type Cache = Mutex<HashMap<Vec<String>, Option<Arc<ProfilerLib>>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let mut g = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(o) = g.get(&candidates) {
+    if let Some(o) = g.get(&key) {
         return o.clone();
     }
     let named = value.map(str::trim).is_some_and(|v| !v.is_empty());
@@ -329,6 +337,19 @@ pub fn load_profiler(value: Option<&str>) -> Option<Arc<ProfilerLib>> {
             }
         }
     }
+    if outcome.is_none() && !not_found.is_empty() {
+        if let Some(net) = net_library {
+            if let Ok(p) = load_file(net) {
+                oxccl_env::info!(
+                    Subsys::INIT,
+                    "PROFILER/Plugin: profiler {} found in the network plugin's library {net} ({})",
+                    p.name,
+                    p.version.symbol()
+                );
+                outcome = Some(Arc::new(p));
+            }
+        }
+    }
     if outcome.is_none() && !not_found.is_empty() && named {
         oxccl_env::warn!(
             "PROFILER/Plugin: NCCL_PROFILER_PLUGIN={} not found ({}); running without a profiler",
@@ -336,7 +357,7 @@ pub fn load_profiler(value: Option<&str>) -> Option<Arc<ProfilerLib>> {
             not_found.join("; ")
         );
     }
-    g.insert(candidates, outcome.clone());
+    g.insert(key, outcome.clone());
     outcome
 }
 

@@ -353,16 +353,24 @@ fn missing(entries: &[(&'static str, bool)]) -> Vec<&'static str> {
 }
 
 /// Loads the tuner `NCCL_TUNER_PLUGIN` names (its value: `value`), once per
-/// process and value. A library that is named but cannot be used gives one
-/// WARN naming the file and why; unset and no `libnccl-tuner.so`: silence.
+/// process and value. When no candidate file opens, the network plugin's
+/// library (`net_library`, already loaded) is searched for a tuner, as NCCL
+/// does, silently. A library that is named but cannot be used gives one
+/// WARN naming the file and why; unset and no tuner anywhere: silence.
 /// `None`: no tuner (oxccl's own model decides).
-pub fn load_tuner(value: Option<&str>) -> Option<Arc<TunerLib>> {
+pub fn load_tuner(value: Option<&str>, net_library: Option<&str>) -> Option<Arc<TunerLib>> {
     let candidates = tuner_candidates(value)?;
+    // The cache key: the files and the fallback.
+    let key = {
+        let mut k = candidates.clone();
+        k.push(format!("net:{}", net_library.unwrap_or_default()));
+        k
+    };
     type Cache = Mutex<HashMap<Vec<String>, Option<Arc<TunerLib>>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let mut g = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(o) = g.get(&candidates) {
+    if let Some(o) = g.get(&key) {
         return o.clone();
     }
     let named = value.map(str::trim).is_some_and(|v| !v.is_empty());
@@ -391,6 +399,19 @@ pub fn load_tuner(value: Option<&str>) -> Option<Arc<TunerLib>> {
         }
     }
     if outcome.is_none() && !not_found.is_empty() {
+        if let Some(net) = net_library {
+            if let Ok(t) = load_file(net) {
+                oxccl_env::info!(
+                    Subsys::INIT | Subsys::TUNING,
+                    "TUNER/Plugin: tuner {} found in the network plugin's library {net} ({})",
+                    t.name,
+                    t.version.symbol()
+                );
+                outcome = Some(Arc::new(t));
+            }
+        }
+    }
+    if outcome.is_none() && !not_found.is_empty() {
         if named {
             oxccl_env::warn!(
                 "TUNER/Plugin: NCCL_TUNER_PLUGIN={} not found ({}); oxccl's own tuning decides",
@@ -404,7 +425,7 @@ pub fn load_tuner(value: Option<&str>) -> Option<Arc<TunerLib>> {
             );
         }
     }
-    g.insert(candidates, outcome.clone());
+    g.insert(key, outcome.clone());
     outcome
 }
 

@@ -20,6 +20,10 @@ fn profiler(defines: &[&str], dir: &str) -> String {
 }
 
 fn run(value: Option<&str>) -> String {
+    run_with(value, &[])
+}
+
+fn run_with(value: Option<&str>, env: &[(&str, &str)]) -> String {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);
     cmd.args([
@@ -37,6 +41,9 @@ fn run(value: Option<&str>) -> String {
         Some(v) => cmd.env("OXPROF_VALUE", v),
         None => cmd.env_remove("OXPROF_VALUE"),
     };
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     let out = cmd.output().expect("spawn worker");
     let text = format!(
         "{}{}",
@@ -60,7 +67,8 @@ fn profiler_worker() {
         "profiler_worker is the child of a profiler test: it runs when a test starts it"
     );
     let value = std::env::var("OXPROF_VALUE").ok();
-    match load_profiler(value.as_deref()) {
+    let net = std::env::var("OXPROF_NET_LIBRARY").ok();
+    match load_profiler(value.as_deref(), net.as_deref()) {
         None => println!("OXPROF_NONE"),
         Some(lib) => {
             let v = lib.version().symbol();
@@ -122,6 +130,15 @@ fn versions_names_and_refusals() {
             "{out}"
         );
     }
+    // Nothing named opens: the network plugin's library is searched.
+    let net = profiler(&[], "profiler-in-net-lib");
+    let out = run_with(None, &[("OXPROF_NET_LIBRARY", &net)]);
+    assert!(
+        out.contains("OXPROF_LOADED version=ncclProfiler_v6")
+            && out.contains(&format!("found in the network plugin's library {net}"))
+            && !out.contains("WARN"),
+        "{out}"
+    );
     let so = profiler(&["FAIL_INIT"], "profiler-fail-init");
     let out = run(Some(&so));
     assert!(

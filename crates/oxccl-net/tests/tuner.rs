@@ -87,7 +87,8 @@ fn tuner_worker() {
         "tuner_worker is the child of a tuner test: it runs when a test starts it"
     );
     let value = std::env::var("OXTUNER_VALUE").ok();
-    match load_tuner(value.as_deref()) {
+    let net = std::env::var("OXTUNER_NET_LIBRARY").ok();
+    match load_tuner(value.as_deref(), net.as_deref()) {
         None => println!("OXTUNER_NONE"),
         Some(lib) => {
             println!(
@@ -219,6 +220,34 @@ fn name_rule_finds_libnccl_tuner_name_so() {
     let out = run(Some("none"), &[]);
     assert!(out.contains("OXTUNER_NONE"), "{out}");
     assert!(!out.contains("WARN"), "{out}");
+}
+
+#[test]
+fn the_network_plugins_library_is_searched_when_no_tuner_file_opens() {
+    let so = tuner(
+        &["TUNER_VERSION=4", "FORCE_ALGO=1", "FORCE_PROTO=2"],
+        "tuner-in-net-lib",
+        "libnccl-net-withtuner.so",
+    );
+    let net = so.to_str().unwrap();
+    for value in [None, Some("nosuchtuner")] {
+        let out = run(value, &[("OXTUNER_NET_LIBRARY", net)]);
+        assert!(
+            field(&out, "OXTUNER_LOADED").contains("version=ncclTunerPlugin_v4"),
+            "{value:?}: {out}"
+        );
+        assert!(
+            out.contains(&format!("found in the network plugin's library {net}")),
+            "{value:?}: {out}"
+        );
+        assert!(!out.contains("WARN"), "{value:?}: {out}");
+    }
+    // A network library without a tuner: as before, silent when unset.
+    let out = run(None, &[("OXTUNER_NET_LIBRARY", "libm.so.6")]);
+    assert!(
+        out.contains("OXTUNER_NONE") && !out.contains("WARN"),
+        "{out}"
+    );
 }
 
 #[test]
