@@ -4,7 +4,8 @@
 //! ranks as threads. Every rank's plan must be the forced one and the
 //! all-reduces it runs must be exact (count 0 and odd counts included); a
 //! combination oxccl cannot run (NVLS, or Tree for all-gather) and a tuner
-//! whose init fails leave oxccl's own plan.
+//! whose init fails leave oxccl's own plan. With ranks as processes, a
+//! forced choice replaces the one-shot slots of small calls.
 
 mod common;
 
@@ -107,5 +108,80 @@ fn impossible_choices_and_failed_init_leave_oxccls_plan() {
             assert_eq!(plan, *own, "{so}, {b} bytes");
         }
         check_all_reduce(&comms, 1001);
+    }
+}
+
+/// Ranks as processes of one host, where small collectives take oxccl's
+/// one-shot slots: a tuner's choice replaces them (the calls run on the
+/// forced ring and protocol, results exact), one that leaves the table as
+/// given keeps them.
+#[test]
+fn processes_small_calls_follow_the_tuner() {
+    const TEST: &str = "processes_small_calls_follow_the_tuner";
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        let forced = std::env::var("OXTEST_FORCED").is_ok_and(|v| v == "1");
+        let plan = c.host_plan(CollKind::AllReduce, 8).unwrap();
+        if forced {
+            assert_eq!(
+                (plan.algo, plan.proto, plan.nchannels),
+                (Algo::Ring, Proto::LL, 1)
+            );
+        } else {
+            assert_eq!(plan.algo, Algo::OneShot);
+        }
+        for count in [2usize, 0, 3, 1001] {
+            let send: Vec<f32> = (0..count).map(|i| (i + ctx.rank) as f32).collect();
+            let mut recv = vec![0f32; count];
+            c.all_reduce(&send, &mut recv, RedOp::Sum).unwrap();
+            for (i, v) in recv.iter().enumerate() {
+                let want: usize = (0..ctx.nranks).map(|q| i + q).sum();
+                assert_eq!(*v, want as f32, "rank {}, element {i} of {count}", ctx.rank);
+            }
+        }
+        c.destroy().unwrap();
+        return;
+    }
+    let _w = Watchdog::new(TEST, std::time::Duration::from_secs(200));
+    let ring_ll = tuner(
+        &[
+            "TUNER_VERSION=6".to_string(),
+            "FORCE_ALGO=1".to_string(),
+            "FORCE_PROTO=0".to_string(),
+            "FORCE_NCH=1".to_string(),
+        ],
+        "oxccl-tuner-procs-ring-ll",
+    );
+    let unchanged = tuner(
+        &["TUNER_VERSION=6".to_string()],
+        "oxccl-tuner-procs-unchanged",
+    );
+    for (so, forced) in [(ring_ll, "1"), (unchanged, "0")] {
+        let id = oxccl::UniqueId::new().unwrap();
+        let mut p = Procs::spawn(
+            TEST,
+            3,
+            &id,
+            &[
+                ("NCCL_TUNER_PLUGIN", so.as_str()),
+                ("OXTEST_FORCED", forced),
+                ("NCCL_DEBUG", "INFO"),
+                ("NCCL_DEBUG_SUBSYS", "COLL"),
+            ],
+        );
+        p.expect_success(std::time::Duration::from_secs(150));
+        // The 8-byte all-reduce as the executor logged it.
+        let log = p.log(0);
+        let line = log
+            .lines()
+            .find(|l| l.contains("AllReduce: opCount") && l.contains("count 2 "));
+        if forced == "1" {
+            let line = line.unwrap_or_else(|| panic!("no ring line for count 2:\n{log}"));
+            assert!(line.contains("-> Algo Ring proto LL nchannels 1"), "{line}");
+        } else {
+            // The slots log no ring line.
+            assert!(line.is_none(), "{log}");
+        }
     }
 }
