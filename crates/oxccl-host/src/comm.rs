@@ -988,8 +988,23 @@ fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEv
             out.push(None);
             continue;
         }
-        // The plans first (they need `&comm`), then the events.
-        let plans: Vec<(Algo, Proto, usize)> = ops.iter().map(|op| comm.profile_plan(op)).collect();
+        // The plans first (they need `&comm`; only when collectives are
+        // wanted: with a tuner plugin each costs a getCollInfo), then the
+        // events.
+        let wants_coll = comm
+            .profiler
+            .as_ref()
+            .is_some_and(|(p, _)| p.wants(PROFILE_COLL));
+        let plans: Vec<(Algo, Proto, usize)> = ops
+            .iter()
+            .map(|op| {
+                if wants_coll {
+                    comm.profile_plan(op)
+                } else {
+                    (Algo::Ring, Proto::Simple, 0)
+                }
+            })
+            .collect();
         let (rank, p2p_channels) = (comm.rank, comm.p2p_channels);
         let Some((prof, seqs)) = comm.profiler.as_mut() else {
             out.push(None);
