@@ -15,12 +15,14 @@ pub mod gpu;
 pub mod logfmt;
 pub mod params;
 pub mod peers;
+pub mod profiler_plugin;
 pub mod reduce;
 pub mod schedule;
 pub mod slots;
 pub mod suggest;
 pub mod topo;
 pub mod tuner;
+pub mod tuner_plugin;
 pub mod types;
 
 pub use error::{Error, ErrorKind, Result};

@@ -533,13 +533,17 @@ params! {
     NSOCKS_PERTHREAD: Opt<U32> = "NCCL_NSOCKS_PERTHREAD", "", honoured,
         "Sockets per TCP thread (see NCCL_SOCKET_NTHREADS). Unset: auto.";
     NET_PLUGIN: Opt<Str> = "NCCL_NET_PLUGIN", "", honoured,
-        "Network plugin (ncclNet v6-v10) for peers on other hosts: foo loads libnccl-net-foo.so (then foo), a path is used as is, none disables. Unset: libnccl-net.so if present. A plugin that cannot be used: a WARN and oxccl's sockets.";
+        "Network plugin (ncclNet v6-v12) for peers on other hosts: foo loads libnccl-net-foo.so (then foo), a path is used as is, none disables. Unset: libnccl-net.so if present. A plugin that cannot be used: a WARN and oxccl's sockets.";
     NET: Opt<Str> = "NCCL_NET", "", honoured,
         "Network to use for peers on other hosts: Socket (oxccl's sockets) or the plugin's network name (e.g. IB); one that is not available fails communicator init.";
     IB_DISABLE: Opt<I64> = "NCCL_IB_DISABLE", "", honoured,
         "Non-zero: a network plugin whose network is named IB is not used.";
     IB_HCA: Opt<Str> = "NCCL_IB_HCA", "", honoured,
         "Devices of a network named IB to use: name[:port] list, ^ to exclude, = for exact names (prefixes otherwise). Also read by the plugin itself.";
+    TUNER_PLUGIN: Opt<Str> = "NCCL_TUNER_PLUGIN", "", honoured,
+        "Tuner plugin (ncclTunerPlugin v2-v6) whose cost table decides the host path's algorithm, protocol and channel count: foo loads foo, then libnccl-tuner-foo.so; a path is used as is; none disables. Unset: libnccl-tuner.so if present. A plugin that cannot be used: a WARN and oxccl's own tuning.";
+    PROFILER_PLUGIN: Opt<Str> = "NCCL_PROFILER_PLUGIN", "", honoured,
+        "Profiler plugin (ncclProfiler v5-v6) that receives group, collective and point-to-point events of host-path calls: foo loads foo, then libnccl-profiler-foo.so; a path is used as is; none disables. Unset: libnccl-profiler.so if present. A plugin that cannot be used: a WARN and no profiler.";
     // ---- honoured: transports and tuning
     SHM_DISABLE: Bool = "NCCL_SHM_DISABLE", "0", honoured,
         "1 disables the shared-memory transport.";
@@ -720,8 +724,6 @@ params! {
     NVLS_ENABLE: Opt<I64> = "NCCL_NVLS_ENABLE", "", recognised, "NVLink SHARP: 0 off, 1 on, 2 auto (NCCL default 2).";
     CUMEM_ENABLE: Opt<I64> = "NCCL_CUMEM_ENABLE", "", recognised, "Use cuMem* (VMM) allocations (NCCL default auto).";
     CUMEM_HOST_ENABLE: Opt<I64> = "NCCL_CUMEM_HOST_ENABLE", "", recognised, "Use cuMem host allocations (NCCL default auto).";
-    TUNER_PLUGIN: Opt<Str> = "NCCL_TUNER_PLUGIN", "", recognised, "Tuner plugin library.";
-    PROFILER_PLUGIN: Opt<Str> = "NCCL_PROFILER_PLUGIN", "", recognised, "Profiler plugin library.";
     ENV_PLUGIN: Opt<Str> = "NCCL_ENV_PLUGIN", "", recognised, "Environment plugin library.";
     TUNER_CONFIG_FILE: Opt<Str> = "NCCL_TUNER_CONFIG_FILE", "", recognised, "Configuration of the example tuner plugin.";
     LAUNCH_MODE: Opt<Str> = "NCCL_LAUNCH_MODE", "", recognised, "PARALLEL or GROUP (deprecated).";
@@ -1137,7 +1139,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 54);
+        assert_eq!(honoured.len(), 56);
         assert!(ALL.iter().all(|p| !(p.honoured && p.internal)));
         assert!(ALL.len() > 80);
     }

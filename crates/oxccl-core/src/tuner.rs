@@ -81,7 +81,7 @@ pub struct Plan {
 }
 
 /// Algorithms a host executor can run for a collective, with their schedule.
-fn candidates(kind: CollKind) -> &'static [(Algo, Shaped)] {
+pub(crate) fn candidates(kind: CollKind) -> &'static [(Algo, Shaped)] {
     match kind {
         CollKind::AllReduce => &[
             (Algo::Ring, Shaped::Ring),

@@ -15,13 +15,15 @@ use crate::oneshot::{self, Progress, ShmOneShot, SlotCall};
 use crate::transport::net::slot_bytes;
 use crate::transport::{LinkKind, PeerControl, RecvHalf, SendHalf, ShmRingLayout, ShmSegment};
 use oxccl_bootstrap::Bootstrap;
-use oxccl_core::algo::{Algo, Proto, Selection};
+use oxccl_core::algo::{Algo, Choice, Proto, Selection};
 use oxccl_core::engine::{Buffers, Engine, Header, StreamSeqs};
+use oxccl_core::profiler_plugin::{self as prof_names, SeqNumbers};
 use oxccl_core::schedule::{build, Request, Shape, Shaped};
 use oxccl_core::tuner::{choose, LinkModel, Plan, TuneInput};
+use oxccl_core::tuner_plugin::{self, Verdict};
 use oxccl_core::{byte_len, CollKind, DataType, Error, ErrorKind, RedOp, Reduction, Result};
 use oxccl_env::Subsys;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +49,10 @@ pub struct HostConfig {
     /// How peers reached over the network are reached: `NCCL_NET_PLUGIN`,
     /// `NCCL_NET`, `NCCL_IB_DISABLE`, `NCCL_IB_HCA`.
     pub net: oxccl_net::NetSettings,
+    /// `NCCL_TUNER_PLUGIN` (unset: `libnccl-tuner.so` when there is one).
+    pub tuner_plugin: Option<String>,
+    /// `NCCL_PROFILER_PLUGIN` (unset: `libnccl-profiler.so` when there is one).
+    pub profiler_plugin: Option<String>,
 }
 
 impl Default for HostConfig {
@@ -64,6 +70,8 @@ impl Default for HostConfig {
             link_timeout: None,
             spin: Duration::from_micros(2000),
             net: oxccl_net::NetSettings::default(),
+            tuner_plugin: None,
+            profiler_plugin: None,
         }
     }
 }
@@ -125,6 +133,12 @@ pub struct HostComm {
     /// The network plugin (and its device) chosen for peers on other hosts,
     /// if one was: other layers (the GPU network path) use the same.
     net_plugin: Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)>,
+    /// The tuner plugin's context for this communicator, when one loaded
+    /// and its init succeeded: it gets the last word on each plan.
+    tuner: Option<std::sync::Mutex<oxccl_net::tuner::TunerComm>>,
+    /// The profiler plugin's context for this communicator, when one loaded
+    /// and its init succeeded, with the collectives' sequence numbers.
+    profiler: Option<(oxccl_net::profiler::ProfilerComm, SeqNumbers)>,
 }
 
 /// After a failed init: unlinks what every rank of this host (this one
@@ -257,8 +271,22 @@ impl HostComm {
         let net_slot = plugin
             .as_ref()
             .map(|(_, _, props)| slot_bytes(cap.max(1 << 20), props.max_p2p_bytes));
+        // NCCL also looks for tuners and profilers in the network plugin's
+        // library (already loaded when one is in use).
+        let net_library = match &network {
+            oxccl_net::Network::Plugin { .. } => match oxccl_net::load(
+                oxccl_net::library_candidates(cfg.net.plugin.as_deref()).as_deref(),
+            ) {
+                oxccl_net::LoadOutcome::Loaded(p) => Some(p.library().to_string()),
+                _ => None,
+            },
+            oxccl_net::Network::Socket { .. } => None,
+        };
+        // A tuner decides plans too: every rank must load the same one.
+        let tuner_lib =
+            oxccl_net::tuner::load_tuner(cfg.tuner_plugin.as_deref(), net_library.as_deref());
         let settings = format!(
-            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}, network {}{}",
+            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}, network {}{}{}",
             cfg.capacity,
             cfg.algos,
             cfg.protos,
@@ -267,7 +295,11 @@ impl HostComm {
             u8::from(cfg.shm_disable),
             u8::from(cfg.p2p_disable),
             network.name(),
-            net_slot.map(|s| format!(" ({s}-byte slots)")).unwrap_or_default()
+            net_slot.map(|s| format!(" ({s}-byte slots)")).unwrap_or_default(),
+            tuner_lib
+                .as_ref()
+                .map(|t| format!(", tuner {} ({})", t.name(), t.version().symbol()))
+                .unwrap_or_default()
         );
         let step = |what: &str| {
             let what = format!("rank {rank} of {n}: init ({what})");
@@ -294,10 +326,44 @@ impl HostComm {
         if root.get(8..) != Some(settings.as_bytes()) {
             let theirs = &root;
             return Err(Error::invalid_usage(format!(
-                "rank 0 runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE, and the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET)",
+                "rank 0 runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE, the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET) and the same tuner (NCCL_TUNER_PLUGIN)",
                 String::from_utf8_lossy(theirs.get(8..).unwrap_or(&[]))
             )));
         }
+        let mut per_host: HashMap<u64, usize> = HashMap::new();
+        for p in &peers {
+            *per_host.entry(p.host_hash).or_default() += 1;
+        }
+        let profiler = oxccl_net::profiler::load_profiler(
+            cfg.profiler_plugin.as_deref(),
+            net_library.as_deref(),
+        )
+            .and_then(|lib| {
+                // No communicator names in oxccl: the plugin gets "".
+                match oxccl_net::profiler::ProfilerComm::init(lib, key, "", per_host.len(), n, rank) {
+                    Ok(p) => Some((p, SeqNumbers::default())),
+                    Err(why) => {
+                        oxccl_env::warn!(
+                            "PROFILER/Plugin: rank {rank}: {why}; this communicator runs without a profiler"
+                        );
+                        None
+                    }
+                }
+            });
+        let tuner = tuner_lib.and_then(|lib| {
+            let local_min = per_host.values().copied().min().unwrap_or(1);
+            let local_max = per_host.values().copied().max().unwrap_or(1);
+            // The communicator's random key stands for NCCL's commHash.
+            match oxccl_net::tuner::TunerComm::init(lib, key, n, per_host.len(), local_min, local_max) {
+                Ok(t) => Some(std::sync::Mutex::new(t)),
+                Err(why) => {
+                    oxccl_env::warn!(
+                        "TUNER/Plugin: rank {rank}: {why}; this communicator runs on oxccl's own tuning"
+                    );
+                    None
+                }
+            }
+        });
 
         // Connections only to the peers of the bounded collectives (ring
         // neighbours, tree links, every peer up to ONE_SHOT_MAX_RANKS ranks);
@@ -426,6 +492,8 @@ impl HostComm {
                 oxccl_net::Network::Plugin { net, dev, .. } => Some((net.clone(), *dev)),
                 oxccl_net::Network::Socket { .. } => None,
             },
+            tuner,
+            profiler,
         }))
     }
 
@@ -467,8 +535,19 @@ impl HostComm {
     }
 
     /// The tuner's plan for an operation of `bytes` (nccl-tests' size).
+    ///
+    /// With a tuner plugin, the plugin sees oxccl's cost table for the call
+    /// and its answer decides (`oxccl_core::tuner_plugin`); a failing call
+    /// leaves oxccl's own plan. Rank 0 logs each such plan on `TUNING`.
     pub fn plan(&self, kind: CollKind, bytes: usize) -> Result<Plan> {
-        choose(&TuneInput {
+        match self.tuned_plan(kind, bytes)? {
+            Some(p) => Ok(p),
+            None => choose(&self.tune_input(kind, bytes)),
+        }
+    }
+
+    fn tune_input(&self, kind: CollKind, bytes: usize) -> TuneInput<'_> {
+        TuneInput {
             kind,
             bytes,
             nranks: self.nranks,
@@ -478,6 +557,44 @@ impl HostComm {
             capacity: self.cfg.capacity,
             min_channels: self.cfg.min_channels,
             max_channels: Some(self.coll_channels),
+        }
+    }
+
+    /// The tuner plugin's plan, when there is a plugin and it changed
+    /// oxccl's decision (`None`: oxccl's own plan stands).
+    fn tuned_plan(&self, kind: CollKind, bytes: usize) -> Result<Option<Plan>> {
+        let Some(tuner) = &self.tuner else {
+            return Ok(None);
+        };
+        let input = self.tune_input(kind, bytes);
+        let given = tuner_plugin::cost_table(&input);
+        let mut returned = given;
+        let mut t = tuner.lock().unwrap_or_else(|p| p.into_inner());
+        let nch = match t.get_coll_info(tuner_plugin::func_id(kind), bytes, &mut returned) {
+            Ok(nch) => nch,
+            Err(why) => {
+                oxccl_env::info!(Subsys::TUNING, "{why}: oxccl's own plan");
+                return Ok(None);
+            }
+        };
+        let (plan, verdict) = tuner_plugin::apply(&input, &given, &returned, nch)?;
+        if self.rank == 0 {
+            oxccl_env::info!(
+                Subsys::TUNING,
+                "{} (tuner {}: {verdict:?})",
+                oxccl_core::logfmt::tuning_line(
+                    kind.nccl_name(),
+                    bytes as u64,
+                    plan.algo.name(),
+                    plan.proto.name(),
+                    plan.nchannels as u32
+                ),
+                t.lib().name()
+            );
+        }
+        Ok(match verdict {
+            Verdict::Applied | Verdict::ChannelsOnly => Some(plan),
+            Verdict::Unchanged | Verdict::NothingRunnable => None,
         })
     }
 
@@ -681,7 +798,22 @@ unsafe fn prepare<'b>(
         };
         (Some(s), r)
     };
-    if comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+    let total_bytes = match op.kind {
+        CollKind::AllGather | CollKind::AllToAll => rbytes,
+        CollKind::ReduceScatter => sbytes,
+        CollKind::Gather => rbytes.max(sbytes.saturating_mul(n)),
+        CollKind::Scatter => sbytes.max(rbytes.saturating_mul(n)),
+        _ => sbytes.max(rbytes),
+    };
+    let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
+    // A tuner plugin's choice (an NCCL algorithm) overrides the one-shot
+    // slots, which are oxccl's own.
+    let tuned = if p2p {
+        None
+    } else {
+        comm.tuned_plan(op.kind, total_bytes)?
+    };
+    if tuned.is_none() && comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
         let call = slot_call(op);
         return Ok(Prepared {
             task: Task {
@@ -706,14 +838,6 @@ unsafe fn prepare<'b>(
             },
         });
     }
-    let total_bytes = match op.kind {
-        CollKind::AllGather | CollKind::AllToAll => rbytes,
-        CollKind::ReduceScatter => sbytes,
-        CollKind::Gather => rbytes.max(sbytes.saturating_mul(n)),
-        CollKind::Scatter => sbytes.max(rbytes.saturating_mul(n)),
-        _ => sbytes.max(rbytes),
-    };
-    let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
     let (plan, nch, base_ch) = if p2p {
         let nch = comm.p2p_channels;
         (
@@ -729,7 +853,10 @@ unsafe fn prepare<'b>(
             comm.coll_channels,
         )
     } else {
-        let p = comm.plan(op.kind, total_bytes)?;
+        let p = match tuned {
+            Some(p) => p,
+            None => choose(&comm.tune_input(op.kind, total_bytes))?,
+        };
         (p, p.nchannels, 0)
     };
     let red = if matches!(
@@ -832,6 +959,185 @@ unsafe fn mut_slice<'a>(ptr: *mut u8, len: usize) -> &'a mut [u8] {
 /// # Safety
 /// As [`HostComm::run`], for every operation.
 pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> {
+    // Profiler events span the whole group: started before anything is
+    // prepared, stopped once it completed or failed.
+    let events = profile_start(items);
+    // SAFETY: forwarded from this function's contract.
+    let r = unsafe { run_group_inner(items) };
+    profile_stop(items, events);
+    r
+}
+
+/// The profiler events of one communicator's part of a group: the group's
+/// and its operations'.
+type GroupEvents = (
+    Option<oxccl_net::profiler::Event>,
+    Vec<oxccl_net::profiler::Event>,
+);
+
+/// Starts the group, collective and point-to-point events the profiler of
+/// each communicator wants (NCCL's descriptors: function, buffers, count,
+/// datatype, root or peer, the plan's algorithm, protocol and channels).
+fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEvents>> {
+    use oxccl_net::profiler::{
+        CollDescr, DescrUnion, EventDescr, P2pDescr, PROFILE_COLL, PROFILE_GROUP, PROFILE_P2P,
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (comm, ops) in items.iter_mut() {
+        if comm.profiler.is_none() {
+            out.push(None);
+            continue;
+        }
+        // The plans first (they need `&comm`; only when collectives are
+        // wanted: with a tuner plugin each costs a getCollInfo), then the
+        // events.
+        let wants_coll = comm
+            .profiler
+            .as_ref()
+            .is_some_and(|(p, _)| p.wants(PROFILE_COLL));
+        let plans: Vec<(Algo, Proto, usize)> = ops
+            .iter()
+            .map(|op| {
+                if wants_coll {
+                    comm.profile_plan(op)
+                } else {
+                    (Algo::Ring, Proto::Simple, 0)
+                }
+            })
+            .collect();
+        let (rank, p2p_channels) = (comm.rank, comm.p2p_channels);
+        let Some((prof, seqs)) = comm.profiler.as_mut() else {
+            out.push(None);
+            continue;
+        };
+        let zero = DescrUnion {
+            ce_coll: oxccl_net::profiler::CeCollDescr {
+                seq_number: 0,
+                func: std::ptr::null(),
+                send_buff: std::ptr::null(),
+                recv_buff: std::ptr::null_mut(),
+                count: 0,
+                root: 0,
+                datatype: std::ptr::null(),
+                sync_strategy: std::ptr::null(),
+                intra_batch_sync: false,
+                batch_size: 0,
+                num_batches: 0,
+                ce_seq_num: 0,
+                stream: std::ptr::null_mut(),
+            },
+        };
+        let group = prof.start(&mut EventDescr {
+            kind: PROFILE_GROUP,
+            parent_obj: std::ptr::null_mut(),
+            rank: rank as i32,
+            u: zero,
+        });
+        let parent = group.as_ref().map_or(std::ptr::null_mut(), |g| g.as_ptr());
+        let mut children = Vec::new();
+        for (op, (algo, proto, nch)) in ops.iter().zip(plans) {
+            let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
+            let mut d = EventDescr {
+                kind: if p2p { PROFILE_P2P } else { PROFILE_COLL },
+                parent_obj: parent,
+                rank: rank as i32,
+                u: zero,
+            };
+            if p2p {
+                d.u.p2p = P2pDescr {
+                    func: prof_names::func_name(op.kind).as_ptr(),
+                    buff: if op.kind == CollKind::Send {
+                        op.send as *mut _
+                    } else {
+                        op.recv.cast()
+                    },
+                    datatype: prof_names::dtype_name(op.dtype).as_ptr(),
+                    count: op.count,
+                    peer: op.root as i32,
+                    n_channels: p2p_channels.min(255) as u8,
+                    parent_group: parent,
+                };
+            } else {
+                d.u.coll = CollDescr {
+                    seq_number: seqs.take(op.kind),
+                    func: prof_names::func_name(op.kind).as_ptr(),
+                    send_buff: op.send.cast(),
+                    recv_buff: op.recv.cast(),
+                    count: op.count,
+                    root: op.root as i32,
+                    datatype: prof_names::dtype_name(op.dtype).as_ptr(),
+                    n_channels: nch.clamp(1, 255) as u8,
+                    n_warps: 0,
+                    algo: prof_names::algo_name(algo).as_ptr(),
+                    proto: prof_names::proto_name(proto).as_ptr(),
+                    parent_group: parent,
+                };
+            }
+            children.extend(prof.start(&mut d));
+        }
+        out.push(Some((group, children)));
+    }
+    out
+}
+
+/// Stops what [`profile_start`] started: the operations, then their group.
+fn profile_stop(items: &mut [(&mut HostComm, &[OpDesc])], events: Vec<Option<GroupEvents>>) {
+    for ((comm, _), ev) in items.iter_mut().zip(events) {
+        let (Some((prof, _)), Some((group, children))) = (comm.profiler.as_mut(), ev) else {
+            continue;
+        };
+        for e in children {
+            prof.stop(e);
+        }
+        if let Some(g) = group {
+            prof.stop(g);
+        }
+    }
+}
+
+impl HostComm {
+    /// The algorithm, protocol and channels an operation will run with, for
+    /// the profiler's descriptor (what `prepare` decides, without building).
+    fn profile_plan(&self, op: &OpDesc) -> (Algo, Proto, usize) {
+        if matches!(op.kind, CollKind::Send | CollKind::Recv) {
+            return (Algo::Ring, Proto::Simple, self.p2p_channels);
+        }
+        let bytes = op_total_bytes(op, self.rank, self.nranks);
+        match self.tuned_plan(op.kind, bytes) {
+            Ok(Some(p)) => return (p.algo, p.proto, p.nchannels),
+            Ok(None) => {}
+            Err(_) => return (Algo::Ring, Proto::Simple, self.coll_channels),
+        }
+        if self.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+            return (Algo::OneShot, Proto::Simple, 1);
+        }
+        choose(&self.tune_input(op.kind, bytes))
+            .map_or((Algo::Ring, Proto::Simple, self.coll_channels), |p| {
+                (p.algo, p.proto, p.nchannels)
+            })
+    }
+}
+
+/// The size of an operation as the tuner counts it (nccl-tests' size).
+fn op_total_bytes(op: &OpDesc, rank: usize, n: usize) -> usize {
+    let (sc, rc, use_s, use_r) = extents(op, rank, n);
+    let e = op.dtype.size();
+    let sbytes = if use_s { sc.saturating_mul(e) } else { 0 };
+    let rbytes = if use_r { rc.saturating_mul(e) } else { 0 };
+    match op.kind {
+        CollKind::AllGather | CollKind::AllToAll => rbytes,
+        CollKind::ReduceScatter => sbytes,
+        CollKind::Gather => rbytes.max(sbytes.saturating_mul(n)),
+        CollKind::Scatter => sbytes.max(rbytes.saturating_mul(n)),
+        _ => sbytes.max(rbytes),
+    }
+}
+
+/// [`run_group`] without the profiler's events.
+///
+/// # Safety
+/// As [`run_group`].
+unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> {
     for (comm, _) in items.iter() {
         if let Some(e) = &comm.failed {
             return Err(Error::new(
@@ -843,9 +1149,10 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
             ));
         }
     }
-    // One small collective alone: the slots, without the group machinery.
+    // One small collective alone: the slots, without the group machinery
+    // (with a tuner plugin, `prepare` decides between slots and its choice).
     if let [(comm, [op])] = items {
-        if comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+        if comm.tuner.is_none() && comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
             // SAFETY: forwarded from this function's contract.
             return unsafe { run_oneshot(comm, op) };
         }

@@ -3,7 +3,9 @@
 //! layouts, only libc), so that oxccl's loader and plugin transport are
 //! proven end to end on machines without InfiniBand.
 //!
-//! Exports `ncclNetPlugin_v10`, `_v9` and `_v8` (feature `only-v8`: v8 only).
+//! Exports `ncclNetPlugin_v12` down to `_v8` (feature `only-v8`: v8 only;
+//! `only-v11`: v11 only). From v11 on, `init` returns a context that
+//! `listen` and `connect` must be given back: they fail on any other.
 //!
 //! * Devices: the IPv4 interfaces that are up, loopback last. Properties say
 //!   host memory only (`NCCL_PTR_HOST`), one receive per `irecv`.
@@ -27,6 +29,8 @@
 //! `OXTEST_NET_FAIL_INIT=1` (`init` logs a WARN and fails).
 
 #![allow(non_upper_case_globals)]
+// The one-version builds leave the other versions' entries unused.
+#![cfg_attr(any(feature = "only-v8", feature = "only-v11"), allow(dead_code))]
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
@@ -165,7 +169,76 @@ pub struct NetV10 {
     make_vdevice: Option<unsafe extern "C" fn()>,
 }
 
+#[repr(C)]
+pub struct PropsV12 {
+    v9: PropsV9Head,
+    vdev_ndevs: c_int,
+    vdev_devs: [c_int; 8],
+    max_p2p_bytes: usize,
+    max_coll_bytes: usize,
+    max_multi_request_size: c_int,
+    rail_id: i16,
+    plane_id: i16,
+}
+
+/// The fields every property struct from v9 on starts with.
+#[repr(C)]
+pub struct PropsV9Head {
+    name: *mut c_char,
+    pci_path: *mut c_char,
+    guid: u64,
+    ptr_support: c_int,
+    reg_is_global: c_int,
+    force_flush: c_int,
+    speed: c_int,
+    port: c_int,
+    latency: f32,
+    max_comms: c_int,
+    max_recvs: c_int,
+    net_device_type: c_int,
+    net_device_version: c_int,
+}
+
+#[repr(C)]
+pub struct PropsV11 {
+    v9: PropsV9Head,
+    vdev_ndevs: c_int,
+    vdev_devs: [c_int; 4],
+    max_p2p_bytes: usize,
+    max_coll_bytes: usize,
+    max_multi_request_size: c_int,
+}
+
+/// `ncclNet_v11_t` and `ncclNet_v12_t` (they differ in `P`, the properties).
+#[repr(C)]
+pub struct NetCtx<P> {
+    name: *const c_char,
+    init: unsafe extern "C" fn(Vpp, u64, Vp, Logger, Vp) -> R,
+    devices: unsafe extern "C" fn(*mut c_int) -> R,
+    get_properties: unsafe extern "C" fn(c_int, *mut P) -> R,
+    listen: unsafe extern "C" fn(Vp, c_int, Vp, Vpp) -> R,
+    connect: unsafe extern "C" fn(Vp, c_int, Vp, Vpp, Vpp) -> R,
+    accept: unsafe extern "C" fn(Vp, Vpp, Vpp) -> R,
+    reg_mr: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vpp) -> R,
+    reg_mr_dma_buf: Option<unsafe extern "C" fn()>,
+    dereg_mr: unsafe extern "C" fn(Vp, Vp) -> R,
+    isend: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vp, Vp, Vpp) -> R,
+    irecv: unsafe extern "C" fn(Vp, c_int, Vpp, *mut usize, *mut c_int, Vpp, Vpp, Vpp) -> R,
+    iflush: Option<unsafe extern "C" fn()>,
+    test: unsafe extern "C" fn(Vp, *mut c_int, *mut c_int) -> R,
+    close_send: unsafe extern "C" fn(Vp) -> R,
+    close_recv: unsafe extern "C" fn(Vp) -> R,
+    close_listen: unsafe extern "C" fn(Vp) -> R,
+    get_device_mr: Option<unsafe extern "C" fn()>,
+    irecv_consumed: Option<unsafe extern "C" fn()>,
+    make_vdevice: Option<unsafe extern "C" fn()>,
+    finalize: unsafe extern "C" fn(Vp) -> R,
+    set_net_attr: Option<unsafe extern "C" fn()>,
+}
+
 // SAFETY: the tables are never written; their pointers are to statics.
+unsafe impl<P> Sync for NetCtx<P> {}
+// SAFETY: as above.
 unsafe impl Sync for NetV8 {}
 // SAFETY: as above.
 unsafe impl Sync for NetV9 {}
@@ -181,6 +254,7 @@ static NAME: NameBuf = NameBuf(UnsafeCell::new(
     *b"oxtest\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
 ));
 
+#[cfg(not(feature = "only-v11"))]
 #[no_mangle]
 pub static ncclNetPlugin_v8: NetV8 = NetV8 {
     name: NAME.0.get() as *const c_char,
@@ -204,7 +278,7 @@ pub static ncclNetPlugin_v8: NetV8 = NetV8 {
     irecv_consumed: None,
 };
 
-#[cfg(not(feature = "only-v8"))]
+#[cfg(not(any(feature = "only-v8", feature = "only-v11")))]
 #[no_mangle]
 pub static ncclNetPlugin_v9: NetV9 = NetV9 {
     name: NAME.0.get() as *const c_char,
@@ -229,7 +303,7 @@ pub static ncclNetPlugin_v9: NetV9 = NetV9 {
     make_vdevice: None,
 };
 
-#[cfg(not(feature = "only-v8"))]
+#[cfg(not(any(feature = "only-v8", feature = "only-v11")))]
 #[no_mangle]
 pub static ncclNetPlugin_v10: NetV10 = NetV10 {
     name: NAME.0.get() as *const c_char,
@@ -252,6 +326,60 @@ pub static ncclNetPlugin_v10: NetV10 = NetV10 {
     get_device_mr: None,
     irecv_consumed: None,
     make_vdevice: None,
+};
+
+#[cfg(not(feature = "only-v8"))]
+#[no_mangle]
+pub static ncclNetPlugin_v11: NetCtx<PropsV11> = NetCtx {
+    name: NAME.0.get() as *const c_char,
+    init: init_v11,
+    devices,
+    get_properties: get_properties_v11,
+    listen: listen_v11,
+    connect: connect_v11,
+    accept,
+    reg_mr,
+    reg_mr_dma_buf: None,
+    dereg_mr,
+    isend: isend_v10,
+    irecv: irecv_v10,
+    iflush: None,
+    test,
+    close_send,
+    close_recv,
+    close_listen,
+    get_device_mr: None,
+    irecv_consumed: None,
+    make_vdevice: None,
+    finalize,
+    set_net_attr: None,
+};
+
+#[cfg(not(any(feature = "only-v8", feature = "only-v11")))]
+#[no_mangle]
+pub static ncclNetPlugin_v12: NetCtx<PropsV12> = NetCtx {
+    name: NAME.0.get() as *const c_char,
+    init: init_v11,
+    devices,
+    get_properties: get_properties_v12,
+    listen: listen_v11,
+    connect: connect_v11,
+    accept,
+    reg_mr,
+    reg_mr_dma_buf: None,
+    dereg_mr,
+    isend: isend_v10,
+    irecv: irecv_v10,
+    iflush: None,
+    test,
+    close_send,
+    close_recv,
+    close_listen,
+    get_device_mr: None,
+    irecv_consumed: None,
+    make_vdevice: None,
+    finalize,
+    set_net_attr: None,
 };
 
 // ------------------------------------------------------------------ state
@@ -356,6 +484,59 @@ unsafe extern "C" fn init_v10(logger: Logger, _profiler: Vp) -> R {
     unsafe { init_v8(logger) }
 }
 
+/// The context v11's `init` hands out: its address is what `listen` and
+/// `connect` check they are given back.
+static CONTEXT: u8 = 0;
+
+fn context() -> Vp {
+    std::ptr::addr_of!(CONTEXT) as Vp
+}
+
+unsafe extern "C" fn init_v11(ctx: Vpp, _comm_id: u64, _config: Vp, logger: Logger, _p: Vp) -> R {
+    // SAFETY: forwarded.
+    let rc = unsafe { init_v8(logger) };
+    if rc == OK {
+        // SAFETY: caller's out-pointer.
+        unsafe { *ctx = context() };
+    }
+    rc
+}
+
+unsafe extern "C" fn finalize(ctx: Vp) -> R {
+    if ctx == context() {
+        OK
+    } else {
+        INVALID_ARGUMENT
+    }
+}
+
+fn check_context(ctx: Vp, call: &str) -> bool {
+    if ctx == context() {
+        return true;
+    }
+    log(
+        LOG_WARN,
+        &format!("{call}: context {ctx:p} is not the one init returned"),
+    );
+    false
+}
+
+unsafe extern "C" fn listen_v11(ctx: Vp, d: c_int, handle: Vp, out: Vpp) -> R {
+    if !check_context(ctx, "listen") {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: forwarded.
+    unsafe { listen(d, handle, out) }
+}
+
+unsafe extern "C" fn connect_v11(ctx: Vp, d: c_int, handle: Vp, out: Vpp, _dev: Vpp) -> R {
+    if !check_context(ctx, "connect") {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: forwarded.
+    unsafe { connect_common(d, handle, out) }
+}
+
 unsafe extern "C" fn devices(n: *mut c_int) -> R {
     // SAFETY: caller's out-pointer.
     unsafe { *n = devs().len() as c_int };
@@ -385,6 +566,62 @@ unsafe extern "C" fn get_properties_v8(d: c_int, p: *mut PropsV8) -> R {
             max_recvs: 1,
             net_device_type: 0,
             net_device_version: 0,
+        })
+    };
+    OK
+}
+
+fn props_v9_head(d: c_int, dv: &Dev) -> PropsV9Head {
+    PropsV9Head {
+        name: dv.name.as_ptr() as *mut c_char,
+        pci_path: std::ptr::null_mut(),
+        guid: d as u64,
+        ptr_support: PTR_HOST,
+        reg_is_global: 0,
+        force_flush: 0,
+        speed: 10_000,
+        port: 1,
+        latency: 0.0,
+        max_comms: 65_536,
+        max_recvs: 1,
+        net_device_type: 0,
+        net_device_version: 0,
+    }
+}
+
+unsafe extern "C" fn get_properties_v11(d: c_int, p: *mut PropsV11) -> R {
+    let Some(dv) = dev(d) else {
+        return INVALID_ARGUMENT;
+    };
+    // SAFETY: caller's out-pointer to a v11 struct.
+    unsafe {
+        p.write(PropsV11 {
+            v9: props_v9_head(d, dv),
+            vdev_ndevs: 1,
+            vdev_devs: [d, 0, 0, 0],
+            max_p2p_bytes: 1 << 30,
+            max_coll_bytes: 1 << 30,
+            max_multi_request_size: 1,
+        })
+    };
+    OK
+}
+
+unsafe extern "C" fn get_properties_v12(d: c_int, p: *mut PropsV12) -> R {
+    let Some(dv) = dev(d) else {
+        return INVALID_ARGUMENT;
+    };
+    // SAFETY: caller's out-pointer to a v12 struct.
+    unsafe {
+        p.write(PropsV12 {
+            v9: props_v9_head(d, dv),
+            vdev_ndevs: 1,
+            vdev_devs: [d, 0, 0, 0, 0, 0, 0, 0],
+            max_p2p_bytes: 1 << 30,
+            max_coll_bytes: 1 << 30,
+            max_multi_request_size: 1,
+            rail_id: -1,
+            plane_id: -1,
         })
     };
     OK

@@ -1,4 +1,4 @@
-//! The C layouts of NCCL's `ncclNet_vN` plugin tables (v6 to v10), written
+//! The C layouts of NCCL's `ncclNet_vN` plugin tables (v6 to v12), written
 //! from the public facts of NCCL's `ext-net` headers: field order and types,
 //! the property structs, and the constants below. Every function pointer is
 //! an `Option` because a plugin may leave optional entries NULL (DMA-BUF
@@ -13,6 +13,8 @@
 //! | v8 | properties gain `regIsGlobal` (after `ptrSupport`); `regMr` takes a `size_t` size |
 //! | v9 | properties gain `forceFlush`, virtual-device props, `maxP2pBytes`/`maxCollBytes`; `isend`/`irecv` sizes are `size_t`; `makeVDevice` |
 //! | v10 | `init` also takes a profiler callback; `connect` takes a `ncclNetCommConfig_v10_t*` first; `isend`/`irecv` take profiler handles |
+//! | v11 | `init(&ctx, commId, config, logger, profiler)` makes a context that `listen` and `connect` take first (the config moves from `connect` to `init`); properties gain `maxMultiRequestSize`; `finalize(ctx)` and `setNetAttr(ctx, attr)` |
+//! | v12 | virtual devices hold up to 8 devices (4 before); properties gain `railId`/`planeId` (`int16_t`) |
 //!
 //! `test` reports sizes as `int` in every version.
 
@@ -40,6 +42,8 @@ pub const NCCL_PTR_CUDA: c_int = 0x2;
 pub const NCCL_PTR_DMABUF: c_int = 0x4;
 /// Devices per virtual NIC in v9 and v10 (`NCCL_NET_MAX_DEVS_PER_NIC` then).
 pub const NCCL_NET_MAX_DEVS_PER_NIC_V9: usize = 4;
+/// Devices per virtual NIC in v12 (`NCCL_NET_MAX_DEVS_PER_NIC_V12`).
+pub const NCCL_NET_MAX_DEVS_PER_NIC_V12: usize = 8;
 /// `ncclNetCommConfig_v10_t::trafficClass` when unset.
 pub const NCCL_NET_TRAFFIC_CLASS_UNDEF: c_int = -1;
 
@@ -161,11 +165,68 @@ pub struct PropsV9 {
     pub max_coll_bytes: usize,
 }
 
-/// `ncclNetCommConfig_v10_t`.
+/// `ncclNetCommConfig_v10_t`, also `_v11_t` and `_v12_t` (same layout).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct CommConfigV10 {
     pub traffic_class: c_int,
+}
+
+/// `ncclNetProperties_v11_t`: v9's fields, then `maxMultiRequestSize`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct PropsV11 {
+    pub name: *mut c_char,
+    pub pci_path: *mut c_char,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub reg_is_global: c_int,
+    pub force_flush: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: f32,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+    pub v_props: VDeviceProps,
+    pub max_p2p_bytes: usize,
+    pub max_coll_bytes: usize,
+    pub max_multi_request_size: c_int,
+}
+
+/// `ncclNetVDeviceProps_v12_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct VDevicePropsV12 {
+    pub ndevs: c_int,
+    pub devs: [c_int; NCCL_NET_MAX_DEVS_PER_NIC_V12],
+}
+
+/// `ncclNetProperties_v12_t`: v11's with 8-device virtual NICs, then the
+/// rail and plane of the device.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct PropsV12 {
+    pub name: *mut c_char,
+    pub pci_path: *mut c_char,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub reg_is_global: c_int,
+    pub force_flush: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: f32,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+    pub v_props: VDevicePropsV12,
+    pub max_p2p_bytes: usize,
+    pub max_coll_bytes: usize,
+    pub max_multi_request_size: c_int,
+    pub rail_id: i16,
+    pub plane_id: i16,
 }
 
 type Vp = *mut c_void;
@@ -308,6 +369,52 @@ pub struct NetV10 {
     pub make_vdevice: Option<unsafe extern "C" fn(*mut c_int, *mut VDeviceProps) -> NcclResult>,
 }
 
+/// `ncclNet_v11_t` and `ncclNet_v12_t`: the same entries, over their own
+/// property and virtual-device structs (`P`, `V`). `setNetAttr` takes an
+/// `ncclNetAttr_vN_t*`, which oxccl never passes (it is optional), so it is
+/// typed as `void*` here.
+#[repr(C)]
+pub struct NetCtx<P, V> {
+    pub name: *const c_char,
+    pub init: Option<
+        unsafe extern "C" fn(
+            Vpp,
+            u64,
+            *mut CommConfigV10,
+            Logger,
+            Option<ProfilerCallback>,
+        ) -> NcclResult,
+    >,
+    pub devices: Option<unsafe extern "C" fn(*mut c_int) -> NcclResult>,
+    pub get_properties: Option<unsafe extern "C" fn(c_int, *mut P) -> NcclResult>,
+    pub listen: Option<unsafe extern "C" fn(Vp, c_int, Vp, Vpp) -> NcclResult>,
+    pub connect: Option<unsafe extern "C" fn(Vp, c_int, Vp, Vpp, DevHandlePP) -> NcclResult>,
+    pub accept: Option<unsafe extern "C" fn(Vp, Vpp, DevHandlePP) -> NcclResult>,
+    pub reg_mr: Option<unsafe extern "C" fn(Vp, Vp, usize, c_int, Vpp) -> NcclResult>,
+    pub reg_mr_dma_buf:
+        Option<unsafe extern "C" fn(Vp, Vp, usize, c_int, u64, c_int, Vpp) -> NcclResult>,
+    pub dereg_mr: Option<unsafe extern "C" fn(Vp, Vp) -> NcclResult>,
+    pub isend: Option<unsafe extern "C" fn(Vp, Vp, usize, c_int, Vp, Vp, Vpp) -> NcclResult>,
+    pub irecv: Option<
+        unsafe extern "C" fn(Vp, c_int, Vpp, *mut usize, *mut c_int, Vpp, Vpp, Vpp) -> NcclResult,
+    >,
+    pub iflush: Option<unsafe extern "C" fn(Vp, c_int, Vpp, *mut c_int, Vpp, Vpp) -> NcclResult>,
+    pub test: Option<unsafe extern "C" fn(Vp, *mut c_int, *mut c_int) -> NcclResult>,
+    pub close_send: Option<unsafe extern "C" fn(Vp) -> NcclResult>,
+    pub close_recv: Option<unsafe extern "C" fn(Vp) -> NcclResult>,
+    pub close_listen: Option<unsafe extern "C" fn(Vp) -> NcclResult>,
+    pub get_device_mr: Option<unsafe extern "C" fn(Vp, Vp, Vpp) -> NcclResult>,
+    pub irecv_consumed: Option<unsafe extern "C" fn(Vp, c_int, Vp) -> NcclResult>,
+    pub make_vdevice: Option<unsafe extern "C" fn(*mut c_int, *mut V) -> NcclResult>,
+    pub finalize: Option<unsafe extern "C" fn(Vp) -> NcclResult>,
+    pub set_net_attr: Option<unsafe extern "C" fn(Vp, Vp) -> NcclResult>,
+}
+
+/// `ncclNet_v11_t`.
+pub type NetV11 = NetCtx<PropsV11, VDeviceProps>;
+/// `ncclNet_v12_t`.
+pub type NetV12 = NetCtx<PropsV12, VDevicePropsV12>;
+
 /// The name of an `ncclResult_t`, for messages.
 pub fn result_name(r: NcclResult) -> &'static str {
     match r {
@@ -342,6 +449,15 @@ mod tests {
         assert_eq!(offset_of!(PropsV9, max_p2p_bytes), 88);
         assert_eq!(size_of::<PropsV9>(), 104);
         assert_eq!(size_of::<DeviceHandle>(), 32);
+        // v11: v9's 104 bytes + maxMultiRequestSize, padded to 8.
+        assert_eq!(offset_of!(PropsV11, max_multi_request_size), 104);
+        assert_eq!(size_of::<PropsV11>(), 112);
+        // v12: the 8-device vProps (36 bytes at 64) pushes maxP2pBytes to 104.
+        assert_eq!(offset_of!(PropsV12, max_p2p_bytes), 104);
+        assert_eq!(offset_of!(PropsV12, max_multi_request_size), 120);
+        assert_eq!(offset_of!(PropsV12, rail_id), 124);
+        assert_eq!(offset_of!(PropsV12, plane_id), 126);
+        assert_eq!(size_of::<PropsV12>(), 128);
     }
 
     #[test]
@@ -355,5 +471,10 @@ mod tests {
         assert_eq!(size_of::<NetV10>(), 8 * 20);
         assert_eq!(offset_of!(NetV10, test), 8 * 13);
         assert_eq!(offset_of!(NetV9, make_vdevice), 8 * 19);
+        // v11/v12: v10's entries + finalize and setNetAttr.
+        assert_eq!(size_of::<NetV11>(), 8 * 22);
+        assert_eq!(size_of::<NetV12>(), 8 * 22);
+        assert_eq!(offset_of!(NetV12, test), 8 * 13);
+        assert_eq!(offset_of!(NetV12, set_net_attr), 8 * 21);
     }
 }

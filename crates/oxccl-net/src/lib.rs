@@ -1,6 +1,6 @@
-//! NCCL's network plugins for oxccl: the `ncclNet` ABI (versions 6 to 10)
-//! behind a Rust trait, the loader that finds a plugin the way NCCL does, and
-//! the choice of network for peers on other hosts.
+//! NCCL's plugins for oxccl: the `ncclNet` ABI (versions 6 to 12) behind a
+//! Rust trait, the loader that finds a plugin the way NCCL does, the choice
+//! of network for peers on other hosts, and NCCL's tuner plugins.
 //!
 //! * [`ffi`]: the C tables and property structs of each ABI version.
 //! * [`loader`]: `dlopen` by `NCCL_NET_PLUGIN`'s rules, the newest
@@ -10,6 +10,10 @@
 //! * [`mod@choose`]: `NCCL_NET`, `NCCL_IB_DISABLE`, `NCCL_IB_HCA`, the device
 //!   picked, and the INFO/WARN lines that say what was chosen and why; any
 //!   failure falls back to oxccl's own sockets.
+//! * [`tuner`]: `NCCL_TUNER_PLUGIN`, `ncclTunerPlugin_v6` down to `_v2`, a
+//!   context per communicator and `getCollInfo` over oxccl's cost table.
+//! * [`profiler`]: `NCCL_PROFILER_PLUGIN`, `ncclProfiler_v6` and `_v5`, a
+//!   context per communicator and its events.
 //!
 //! Why a crate of its own: the host executor (`oxccl-host`) uses plugins for
 //! host buffers now and the CUDA executor's proxy will use the same loader
@@ -29,7 +33,9 @@ use oxccl_core::Result;
 pub mod choose;
 pub mod ffi;
 pub mod loader;
+pub mod profiler;
 pub mod testing;
+pub mod tuner;
 
 pub use choose::{choose, library_candidates, HcaSpec, NetSettings, Network};
 pub use loader::{load, LoadOutcome, Plugin, Version};

@@ -1,5 +1,6 @@
 //! Loading a network plugin: `dlopen`, the newest `ncclNetPlugin_vN` it
-//! exports, `init`, and [`Plugin`], the [`Net`] over whichever version it is.
+//! exports (v12 down to v6, NCCL 2.30's order), `init`, and [`Plugin`], the
+//! [`Net`] over whichever version it is.
 //!
 //! A library is opened and initialised once per process (NCCL does the same;
 //! plugins keep global state and most cannot be unloaded), and never closed.
@@ -28,11 +29,15 @@ pub enum Version {
     V8 = 8,
     V9 = 9,
     V10 = 10,
+    V11 = 11,
+    V12 = 12,
 }
 
 impl Version {
     /// Newest first: the order symbols are looked for.
-    pub const NEWEST_FIRST: [Version; 5] = [
+    pub const NEWEST_FIRST: [Version; 7] = [
+        Version::V12,
+        Version::V11,
         Version::V10,
         Version::V9,
         Version::V8,
@@ -48,6 +53,8 @@ impl Version {
             Version::V8 => "ncclNetPlugin_v8",
             Version::V9 => "ncclNetPlugin_v9",
             Version::V10 => "ncclNetPlugin_v10",
+            Version::V11 => "ncclNetPlugin_v11",
+            Version::V12 => "ncclNetPlugin_v12",
         }
     }
 }
@@ -61,6 +68,8 @@ enum Table {
     V8(&'static ffi::NetV8),
     V9(&'static ffi::NetV9),
     V10(&'static ffi::NetV10),
+    V11(&'static ffi::NetV11),
+    V12(&'static ffi::NetV12),
 }
 
 /// A loaded, initialised plugin.
@@ -70,6 +79,10 @@ pub struct Plugin {
     version: Version,
     name: String,
     table: Table,
+    /// The context v11 and later return from `init` and take in `listen`
+    /// and `connect` (NULL before v11). One per process: oxccl initialises
+    /// a plugin once and shares it among its communicators.
+    ctx: *mut c_void,
 }
 
 // SAFETY: the table is immutable after load and its functions are meant to be
@@ -184,7 +197,7 @@ fn dlerror_text() -> String {
 }
 
 /// Opens a library; Err with dlerror's text.
-fn open(file: &str) -> std::result::Result<*mut c_void, String> {
+pub(crate) fn open(file: &str) -> std::result::Result<*mut c_void, String> {
     let c = CString::new(file).map_err(|_| "the name contains a NUL byte".to_string())?;
     // SAFETY: a valid C string; RTLD_NOW resolves everything up front so a
     // missing dependency fails here, not in the middle of a collective.
@@ -196,14 +209,31 @@ fn open(file: &str) -> std::result::Result<*mut c_void, String> {
     }
 }
 
-/// The newest table `lib` exports.
-fn find_table(lib: *mut c_void) -> Option<(Version, *mut c_void)> {
-    Version::NEWEST_FIRST.into_iter().find_map(|v| {
-        let sym = CString::new(v.symbol()).expect("symbol names have no NUL");
+/// The first of `symbols` (newest first) that `lib` exports, with its
+/// address.
+pub(crate) fn find_symbol<V>(
+    lib: *mut c_void,
+    symbols: impl IntoIterator<Item = (V, &'static str)>,
+) -> Option<(V, *mut c_void)> {
+    symbols.into_iter().find_map(|(v, name)| {
+        let sym = CString::new(name).ok()?;
         // SAFETY: `lib` is a live handle from dlopen; the name is a C string.
         let p = unsafe { libc::dlsym(lib, sym.as_ptr()) };
         (!p.is_null()).then_some((v, p))
     })
+}
+
+/// The newest table `lib` exports.
+fn find_table(lib: *mut c_void) -> Option<(Version, *mut c_void)> {
+    find_symbol(lib, Version::NEWEST_FIRST.map(|v| (v, v.symbol())))
+}
+
+/// The logger given to plugins: NCCL's printf-style `ncclDebugLogger_t`,
+/// whose lines land in oxccl's `NCCL_DEBUG` log.
+pub(crate) fn plugin_logger() -> ffi::Logger {
+    // SAFETY: installs a plain function pointer; the shim reads it atomically.
+    unsafe { oxccl_net_set_sink(log_sink) };
+    oxccl_net_logger
 }
 
 /// Checks that the entries oxccl calls are present.
@@ -285,6 +315,40 @@ fn missing_entries(t: Table) -> Vec<&'static str> {
             close_recv,
             close_listen
         ),
+        Table::V11(t) => require!(
+            t,
+            init,
+            devices,
+            get_properties,
+            listen,
+            connect,
+            accept,
+            reg_mr,
+            dereg_mr,
+            isend,
+            irecv,
+            test,
+            close_send,
+            close_recv,
+            close_listen
+        ),
+        Table::V12(t) => require!(
+            t,
+            init,
+            devices,
+            get_properties,
+            listen,
+            connect,
+            accept,
+            reg_mr,
+            dereg_mr,
+            isend,
+            irecv,
+            test,
+            close_send,
+            close_recv,
+            close_listen
+        ),
         Table::V10(t) => require!(
             t,
             init,
@@ -312,6 +376,8 @@ fn name_ptr(t: Table) -> *const c_char {
         Table::V8(t) => t.name,
         Table::V9(t) => t.name,
         Table::V10(t) => t.name,
+        Table::V11(t) => t.name,
+        Table::V12(t) => t.name,
     }
 }
 
@@ -333,7 +399,7 @@ fn load_file(file: &str) -> std::result::Result<Plugin, (bool, String)> {
         return Err((
             true,
             format!(
-                "it exports none of the versions oxccl knows ({}); it may be older than v6 or newer than v10",
+                "it exports none of the versions oxccl knows ({}); it may be older than v6 or newer than v12",
                 known.join(", ")
             ),
         ));
@@ -347,6 +413,8 @@ fn load_file(file: &str) -> std::result::Result<Plugin, (bool, String)> {
             Version::V8 => Table::V8(&*(sym as *const ffi::NetV8)),
             Version::V9 => Table::V9(&*(sym as *const ffi::NetV9)),
             Version::V10 => Table::V10(&*(sym as *const ffi::NetV10)),
+            Version::V11 => Table::V11(&*(sym as *const ffi::NetV11)),
+            Version::V12 => Table::V12(&*(sym as *const ffi::NetV12)),
         }
     };
     let missing = missing_entries(table);
@@ -360,11 +428,19 @@ fn load_file(file: &str) -> std::result::Result<Plugin, (bool, String)> {
             ),
         ));
     }
-    // SAFETY: installs a plain function pointer; the shim reads it atomically.
-    unsafe { oxccl_net_set_sink(log_sink) };
-    let logger: ffi::Logger = oxccl_net_logger;
+    let logger = plugin_logger();
+    let mut ctx: *mut c_void = ptr::null_mut();
+    // Read by init only (v11 and later); the traffic class is left to the
+    // plugin, as NCCL does without NCCL_IB_TC-style settings.
+    let mut config = ffi::CommConfigV10 {
+        traffic_class: ffi::NCCL_NET_TRAFFIC_CLASS_UNDEF,
+    };
+    // NCCL passes the communicator's hash; oxccl makes one context for the
+    // process, so no communicator's: 0.
+    let comm_id: u64 = 0;
     // SAFETY: entries checked present above; init takes the logger (and in
-    // v10 an optional profiler callback), both valid for the process.
+    // v10 and later an optional profiler callback), both valid for the
+    // process; `ctx` and `config` are writable and outlive the call.
     let rc = unsafe {
         match table {
             Table::V6(t) => (t.init.unwrap_unchecked())(logger),
@@ -372,6 +448,20 @@ fn load_file(file: &str) -> std::result::Result<Plugin, (bool, String)> {
             Table::V8(t) => (t.init.unwrap_unchecked())(logger),
             Table::V9(t) => (t.init.unwrap_unchecked())(logger),
             Table::V10(t) => (t.init.unwrap_unchecked())(logger, Some(profiler_noop)),
+            Table::V11(t) => (t.init.unwrap_unchecked())(
+                &mut ctx,
+                comm_id,
+                &mut config,
+                logger,
+                Some(profiler_noop),
+            ),
+            Table::V12(t) => (t.init.unwrap_unchecked())(
+                &mut ctx,
+                comm_id,
+                &mut config,
+                logger,
+                Some(profiler_noop),
+            ),
         }
     };
     let name = read_name(table);
@@ -393,6 +483,7 @@ fn load_file(file: &str) -> std::result::Result<Plugin, (bool, String)> {
         version,
         name,
         table,
+        ctx,
     })
 }
 
@@ -504,6 +595,12 @@ macro_rules! call {
             // SAFETY: the entry was checked present at load, and the caller
             // passes arguments valid for the ABI.
             Table::V10(t) => unsafe { (t.$f.unwrap_unchecked())($($a),*) },
+            // SAFETY: the entry was checked present at load, and the caller
+            // passes arguments valid for the ABI.
+            Table::V11(t) => unsafe { (t.$f.unwrap_unchecked())($($a),*) },
+            // SAFETY: the entry was checked present at load, and the caller
+            // passes arguments valid for the ABI.
+            Table::V12(t) => unsafe { (t.$f.unwrap_unchecked())($($a),*) },
         }
     };
 }
@@ -589,6 +686,32 @@ impl Net for Plugin {
                 };
                 base!(p, max)
             }
+            Table::V11(t) => {
+                // SAFETY: as above.
+                let mut p: ffi::PropsV11 = unsafe { std::mem::zeroed() };
+                // SAFETY: as above.
+                let rc = unsafe { (t.get_properties.unwrap_unchecked())(d, &mut p) };
+                check("getProperties", rc, self)?;
+                let max = if p.max_p2p_bytes == 0 {
+                    DEFAULT_MAX_P2P
+                } else {
+                    p.max_p2p_bytes
+                };
+                base!(p, max)
+            }
+            Table::V12(t) => {
+                // SAFETY: as above.
+                let mut p: ffi::PropsV12 = unsafe { std::mem::zeroed() };
+                // SAFETY: as above.
+                let rc = unsafe { (t.get_properties.unwrap_unchecked())(d, &mut p) };
+                check("getProperties", rc, self)?;
+                let max = if p.max_p2p_bytes == 0 {
+                    DEFAULT_MAX_P2P
+                } else {
+                    p.max_p2p_bytes
+                };
+                base!(p, max)
+            }
         };
         Ok(props)
     }
@@ -598,7 +721,22 @@ impl Net for Plugin {
         let mut handle: Handle = [0; ffi::NCCL_NET_HANDLE_MAXSIZE];
         let mut l: *mut c_void = ptr::null_mut();
         let h = handle.as_mut_ptr().cast::<c_void>();
-        check("listen", call!(self, listen(d, h, &mut l)), self)?;
+        let ctx = self.ctx;
+        // SAFETY: in each arm the entry was checked present at load; the
+        // handle is 128 writable bytes; `l` is writable; `ctx` is the one
+        // init returned.
+        let rc = unsafe {
+            match self.table {
+                Table::V6(t) => (t.listen.unwrap_unchecked())(d, h, &mut l),
+                Table::V7(t) => (t.listen.unwrap_unchecked())(d, h, &mut l),
+                Table::V8(t) => (t.listen.unwrap_unchecked())(d, h, &mut l),
+                Table::V9(t) => (t.listen.unwrap_unchecked())(d, h, &mut l),
+                Table::V10(t) => (t.listen.unwrap_unchecked())(d, h, &mut l),
+                Table::V11(t) => (t.listen.unwrap_unchecked())(ctx, d, h, &mut l),
+                Table::V12(t) => (t.listen.unwrap_unchecked())(ctx, d, h, &mut l),
+            }
+        };
+        check("listen", rc, self)?;
         let l = ListenComm::from_raw(l).ok_or_else(|| {
             Error::internal(format!("NET/{}: listen returned no object", self.name))
         })?;
@@ -626,6 +764,12 @@ impl Net for Plugin {
                 Table::V10(t) => {
                     (t.connect.unwrap_unchecked())(d, &mut config, h, &mut s, &mut dev_comm)
                 }
+                Table::V11(t) => {
+                    (t.connect.unwrap_unchecked())(self.ctx, d, h, &mut s, &mut dev_comm)
+                }
+                Table::V12(t) => {
+                    (t.connect.unwrap_unchecked())(self.ctx, d, h, &mut s, &mut dev_comm)
+                }
             }
         };
         check("connect", rc, self)?;
@@ -645,6 +789,8 @@ impl Net for Plugin {
                 Table::V8(t) => (t.accept.unwrap_unchecked())(l, &mut r, &mut dev_comm),
                 Table::V9(t) => (t.accept.unwrap_unchecked())(l, &mut r, &mut dev_comm),
                 Table::V10(t) => (t.accept.unwrap_unchecked())(l, &mut r, &mut dev_comm),
+                Table::V11(t) => (t.accept.unwrap_unchecked())(l, &mut r, &mut dev_comm),
+                Table::V12(t) => (t.accept.unwrap_unchecked())(l, &mut r, &mut dev_comm),
             }
         };
         check("accept", rc, self)?;
@@ -669,6 +815,8 @@ impl Net for Plugin {
                 Table::V8(t) => (t.reg_mr.unwrap_unchecked())(c, p, len, host, &mut mh),
                 Table::V9(t) => (t.reg_mr.unwrap_unchecked())(c, p, len, host, &mut mh),
                 Table::V10(t) => (t.reg_mr.unwrap_unchecked())(c, p, len, host, &mut mh),
+                Table::V11(t) => (t.reg_mr.unwrap_unchecked())(c, p, len, host, &mut mh),
+                Table::V12(t) => (t.reg_mr.unwrap_unchecked())(c, p, len, host, &mut mh),
             }
         };
         check("regMr", rc, self)?;
@@ -711,6 +859,12 @@ impl Net for Plugin {
                 }
                 Table::V9(t) => (t.isend.unwrap_unchecked())(c, p, len, tag, m, &mut req),
                 Table::V10(t) => {
+                    (t.isend.unwrap_unchecked())(c, p, len, tag, m, ptr::null_mut(), &mut req)
+                }
+                Table::V11(t) => {
+                    (t.isend.unwrap_unchecked())(c, p, len, tag, m, ptr::null_mut(), &mut req)
+                }
+                Table::V12(t) => {
                     (t.isend.unwrap_unchecked())(c, p, len, tag, m, ptr::null_mut(), &mut req)
                 }
             }
@@ -778,6 +932,26 @@ impl Net for Plugin {
                     &mut req,
                 ),
                 Table::V10(t) => (t.irecv.unwrap_unchecked())(
+                    c,
+                    1,
+                    &mut p,
+                    &mut usize_,
+                    &mut tag,
+                    &mut m,
+                    &mut ph,
+                    &mut req,
+                ),
+                Table::V11(t) => (t.irecv.unwrap_unchecked())(
+                    c,
+                    1,
+                    &mut p,
+                    &mut usize_,
+                    &mut tag,
+                    &mut m,
+                    &mut ph,
+                    &mut req,
+                ),
+                Table::V12(t) => (t.irecv.unwrap_unchecked())(
                     c,
                     1,
                     &mut p,

@@ -63,3 +63,49 @@ fn build_uncached(features: &str, owner: &str) -> PathBuf {
     std::fs::rename(&tmp, &dst).expect("rename plugin");
     dst
 }
+
+/// The C test tuner (`tests/plugins/oxtest_tuner.c` of this crate).
+pub fn tuner_source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plugins/oxtest_tuner.c")
+}
+
+/// Compiles the C file `source` with `cc -shared -fPIC` and `defines`
+/// (`-D` flags without the `-D`) into
+/// `target/oxtest-lib/<dir>/<file>`, once per process and output. Panics
+/// when the compiler fails (a test helper).
+pub fn build_c_plugin(source: &Path, defines: &[&str], dir: &str, file: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let exe = std::env::current_exe().expect("current_exe");
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("target dir");
+    let out_dir = target.join("oxtest-lib").join(dir);
+    let out = out_dir.join(file);
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if built.contains(&out) {
+        return out;
+    }
+    std::fs::create_dir_all(&out_dir).expect("plugin dir");
+    // Compile to a new file and rename: another test process may have the
+    // old one loaded.
+    let tmp = out_dir.join(format!(".tmp{}-{file}", std::process::id()));
+    let mut cmd = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".to_string()));
+    cmd.args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(&tmp)
+        .arg(source);
+    for d in defines {
+        cmd.arg(format!("-D{d}"));
+    }
+    let o = cmd.output().expect("run cc");
+    assert!(
+        o.status.success(),
+        "cc {} {defines:?} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::rename(&tmp, &out).expect("rename plugin");
+    built.push(out.clone());
+    out
+}

@@ -1,6 +1,7 @@
 //! The plugin loader and the `ncclNet` ABI against real libraries: the repo's
 //! test plugin (`libnccl-net-oxtest`, built here by cargo, in its default
-//! form exporting v10/v9/v8 and in its `only-v8` form), a library that
+//! form exporting v12 down to v8 and in its `only-v8` and `only-v11` forms),
+//! a library that
 //! exports no plugin symbol (libm), a file that does not exist, and a plugin
 //! whose `init` fails.
 //!
@@ -23,10 +24,12 @@ use oxccl_net::{choose, CommRef, Net, NetSettings, Network, Poll};
 fn plugin(features: &str) -> PathBuf {
     static DEFAULT: OnceLock<PathBuf> = OnceLock::new();
     static ONLY_V8: OnceLock<PathBuf> = OnceLock::new();
-    let cell = if features.is_empty() {
-        &DEFAULT
-    } else {
-        &ONLY_V8
+    static ONLY_V11: OnceLock<PathBuf> = OnceLock::new();
+    let cell = match features {
+        "" => &DEFAULT,
+        "only-v8" => &ONLY_V8,
+        "only-v11" => &ONLY_V11,
+        f => panic!("no cell for the test plugin's features {f:?}"),
     };
     cell.get_or_init(|| oxccl_net::testing::build_test_plugin(features, "net"))
         .clone()
@@ -243,14 +246,14 @@ fn newest_version_is_chosen_and_plugin_logs_reach_nccl_debug() {
     let out = run("choose", &[("NCCL_NET_PLUGIN", so.to_str().unwrap())]);
     let line = field(&out, "OXNET_PLUGIN");
     assert!(line.contains("name=oxtest"), "{out}");
-    assert!(line.contains("version=ncclNetPlugin_v10"), "{out}");
+    assert!(line.contains("version=ncclNetPlugin_v12"), "{out}");
     // The plugin's own printf-style line, formatted by the shim, in our log.
     assert!(
         out.contains("NET/oxtest: ") && out.contains(" device(s): "),
         "{out}"
     );
     assert!(
-        out.contains("NET/Plugin: loaded") && out.contains("through ncclNetPlugin_v10"),
+        out.contains("NET/Plugin: loaded") && out.contains("through ncclNetPlugin_v12"),
         "{out}"
     );
     assert!(
@@ -265,6 +268,16 @@ fn v8_only_library_gets_v8() {
     let out = run("choose", &[("NCCL_NET_PLUGIN", so.to_str().unwrap())]);
     assert!(
         field(&out, "OXNET_PLUGIN").contains("version=ncclNetPlugin_v8"),
+        "{out}"
+    );
+}
+
+#[test]
+fn v11_only_library_gets_v11() {
+    let so = plugin("only-v11");
+    let out = run("choose", &[("NCCL_NET_PLUGIN", so.to_str().unwrap())]);
+    assert!(
+        field(&out, "OXNET_PLUGIN").contains("version=ncclNetPlugin_v11"),
         "{out}"
     );
 }
@@ -285,8 +298,10 @@ fn name_rule_finds_libnccl_net_name_so() {
 }
 
 #[test]
-fn abi_data_path_v10_and_v8() {
-    for f in ["", "only-v8"] {
+fn abi_data_path_v12_v11_and_v8() {
+    // v11 and v12 plugins fail listen/connect given another context than
+    // the one their init returned, so this also proves the context is kept.
+    for f in ["", "only-v11", "only-v8"] {
         let so = plugin(f);
         let out = run("traffic", &[("NCCL_NET_PLUGIN", so.to_str().unwrap())]);
         let t = field(&out, "OXNET_TRUNCATION");

@@ -201,6 +201,8 @@ pub fn host_config(p: &Params) -> HostConfig {
             ib_disable: p.get(&params::IB_DISABLE).is_some_and(|v| v != 0),
             ib_hca: p.get(&params::IB_HCA),
         },
+        tuner_plugin: p.get(&params::TUNER_PLUGIN),
+        profiler_plugin: p.get(&params::PROFILER_PLUGIN),
     }
 }
 
@@ -503,6 +505,13 @@ impl Communicator {
     /// (latency and bandwidth per hop, `oxccl_core::tuner`).
     pub fn estimate_us(&self, kind: CollKind, bytes: usize) -> Result<f64> {
         self.with_comm(|c| c.plan(kind, bytes).map(|p| p.est_us))
+    }
+
+    /// The plan the host path would run for an operation of `bytes`
+    /// (nccl-tests' size): algorithm, protocol and channels, after a tuner
+    /// plugin (`NCCL_TUNER_PLUGIN`) had its say.
+    pub fn host_plan(&self, kind: CollKind, bytes: usize) -> Result<oxccl_core::tuner::Plan> {
+        self.with_comm(|c| c.plan(kind, bytes))
     }
 
     /// The GPU time model's time for an operation of `bytes` (nccl-tests'

@@ -340,21 +340,21 @@ fn run_loopback_with(
 // ---------------------------------------------------------------- tests
 
 /// Two processes, two "hosts" (NCCL_HOSTID): every collective through the
-/// plugin's v10 ABI.
+/// plugin's v12 ABI (the newest it exports).
 #[test]
-fn loopback_two_hosts_through_plugin_v10() {
+fn loopback_two_hosts_through_plugin_v12() {
     let _s = netns_support::serial();
     let so = plugin("");
     let t0 = Instant::now();
-    let ends = run_loopback("v10", &[0, 1], &[("NCCL_NET_PLUGIN", so.to_str().unwrap())]);
+    let ends = run_loopback("v12", &[0, 1], &[("NCCL_NET_PLUGIN", so.to_str().unwrap())]);
     assert_ok_via(&ends, "oxtest");
     let log = &ends[0].log;
     assert!(
-        log.contains("through ncclNetPlugin_v10") && log.contains("NET/oxtest: "),
+        log.contains("through ncclNetPlugin_v12") && log.contains("NET/oxtest: "),
         "{}",
         format_logs(&ends)
     );
-    eprintln!("loopback v10: {:.1} s", t0.elapsed().as_secs_f64());
+    eprintln!("loopback v12: {:.1} s", t0.elapsed().as_secs_f64());
 }
 
 /// Three processes on two "hosts" (two share memory), through a plugin that

@@ -1,0 +1,188 @@
+//! A profiler plugin (`NCCL_PROFILER_PLUGIN`) receives the host path's
+//! group, collective and point-to-point events: the C test profiler of
+//! oxccl-net, compiled with cc, on four ranks as threads. The events it
+//! counted must match the calls made, per rank and kind, with NCCL's
+//! descriptor fields (function, count, datatype, root, peer, algorithm,
+//! protocol, channels, per-function sequence numbers); a plugin that asks
+//! for collectives only gets nothing else (and children without a parent
+//! group); one whose init fails is refused and the job runs.
+
+mod common;
+
+use common::*;
+use oxccl::{Communicator, Group, RedOp};
+use oxccl_net::testing::build_c_plugin;
+use std::ffi::{c_void, CStr, CString};
+use std::path::Path;
+
+const NRANKS: usize = 4;
+const MAX_RANKS: usize = 16;
+
+fn profiler(defines: &[&str], dir: &str) -> String {
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../oxccl-net/tests/plugins/oxtest_profiler.c");
+    build_c_plugin(&src, defines, dir, "libnccl-profiler-oxtest.so")
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn comms_with(profiler: &str) -> Vec<Communicator> {
+    let cfg = test_config(|h| h.profiler_plugin = Some(profiler.to_string()));
+    init_threads(NRANKS, &cfg).expect("init")
+}
+
+/// An exported symbol of a loaded plugin.
+fn sym(file: &str, name: &str) -> *mut c_void {
+    let f = CString::new(file).unwrap();
+    let n = CString::new(name).unwrap();
+    // SAFETY: the library is loaded already (RTLD_NOLOAD): this only takes
+    // another reference; both names are C strings.
+    let h = unsafe { libc::dlopen(f.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(!h.is_null(), "{file} is not loaded");
+    // SAFETY: a live handle and a C string.
+    let p = unsafe { libc::dlsym(h, n.as_ptr()) };
+    assert!(!p.is_null(), "{file} exports no {name}");
+    p
+}
+
+fn int(file: &str, name: &str) -> i32 {
+    // SAFETY: an `int` the plugin defines; no plugin call is in flight.
+    unsafe { *(sym(file, name) as *const i32) }
+}
+
+/// `name[rank][k]` of an `int [MAX_RANKS][3]` array.
+fn per_kind(file: &str, name: &str, rank: usize, k: usize) -> i32 {
+    // SAFETY: the plugin defines `int name[MAX_RANKS][3]`; rank < MAX_RANKS.
+    unsafe { *(sym(file, name) as *const i32).add(rank * 3 + k) }
+}
+
+/// `name[rank]` of an array of `T`.
+fn at<T: Copy>(file: &str, name: &str, rank: usize) -> T {
+    assert!(rank < MAX_RANKS);
+    // SAFETY: the plugin defines `T name[MAX_RANKS]`.
+    unsafe { *(sym(file, name) as *const T).add(rank) }
+}
+
+/// `name[rank]` of a `char [MAX_RANKS][32]` array.
+fn text(file: &str, name: &str, rank: usize) -> String {
+    // SAFETY: the plugin defines `char name[MAX_RANKS][32]`, each
+    // NUL-terminated (strncpy of 31 then a 0).
+    unsafe { CStr::from_ptr((sym(file, name) as *const i8).add(rank * 32)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The calls of the test: 3 single all-reduces of odd counts (one of 0),
+/// a broadcast from rank 2, one group of an all-reduce and a send/receive
+/// ring step. Returns (groups, collectives, point-to-points) per rank.
+fn make_calls(comms: &[Communicator]) -> (i32, i32, i32) {
+    on_ranks(comms, |c| {
+        let r = c.rank();
+        for count in [1001usize, 0, 7] {
+            let send: Vec<f32> = (0..count).map(|i| (i + r) as f32).collect();
+            let mut recv = vec![0f32; count];
+            c.all_reduce(&send, &mut recv, RedOp::Sum).unwrap();
+            for (i, v) in recv.iter().enumerate() {
+                let want: usize = (0..NRANKS).map(|q| i + q).sum();
+                assert_eq!(*v, want as f32);
+            }
+        }
+        let mut b = vec![r as i64; 33];
+        c.broadcast_in_place(&mut b, 2).unwrap();
+        assert!(b.iter().all(|&v| v == 2));
+        let mut g = Group::new();
+        let mut x = vec![1f64; 5];
+        let to = (r + 1) % NRANKS;
+        let from = (r + NRANKS - 1) % NRANKS;
+        let out = vec![r as u8; 17];
+        let mut inp = vec![0u8; 17];
+        g.all_reduce_in_place(c, &mut x, RedOp::Sum)
+            .send(c, &out, to)
+            .recv(c, &mut inp, from);
+        g.run().unwrap();
+        assert!(x.iter().all(|&v| v == NRANKS as f64));
+        assert!(inp.iter().all(|&v| v == from as u8));
+    });
+    (5, 5, 2)
+}
+
+#[test]
+fn events_match_the_calls() {
+    let _w = Watchdog::new("profiler events", std::time::Duration::from_secs(180));
+    let so = profiler(&[], "oxccl-profiler-all");
+    let comms = comms_with(&so);
+    let (groups, colls, p2ps) = make_calls(&comms);
+    for r in 0..NRANKS {
+        for (k, want) in [groups, colls, p2ps].into_iter().enumerate() {
+            assert_eq!(
+                per_kind(&so, "oxtest_prof_started", r, k),
+                want,
+                "rank {r} kind {k}"
+            );
+            assert_eq!(
+                per_kind(&so, "oxtest_prof_stopped", r, k),
+                want,
+                "rank {r} kind {k}"
+            );
+        }
+        assert_eq!(at::<i32>(&so, "oxtest_prof_bad", r), 0, "rank {r}");
+        // The last collective: the group's all-reduce of 5 doubles, the
+        // fourth all-reduce of this communicator (sequence numbers from 0).
+        assert_eq!(text(&so, "oxtest_prof_coll_func", r), "AllReduce");
+        assert_eq!(text(&so, "oxtest_prof_coll_dtype", r), "ncclFloat64");
+        assert_eq!(at::<usize>(&so, "oxtest_prof_coll_count", r), 5);
+        assert_eq!(at::<u64>(&so, "oxtest_prof_coll_seq", r), 3);
+        let algo = text(&so, "oxtest_prof_coll_algo", r);
+        // 40 bytes on 4 ranks: the tuner picks one-shot (oxccl's own name).
+        assert!(
+            ["Ring", "Tree", "OneShot"].contains(&algo.as_str()),
+            "{algo}"
+        );
+        let proto = text(&so, "oxtest_prof_coll_proto", r);
+        assert!(
+            ["LL", "LL128", "Simple"].contains(&proto.as_str()),
+            "{proto}"
+        );
+        assert!(at::<i32>(&so, "oxtest_prof_coll_nch", r) >= 1);
+        // The last point-to-point: the receive from the previous rank.
+        assert_eq!(text(&so, "oxtest_prof_p2p_func", r), "Recv");
+        assert_eq!(
+            at::<i32>(&so, "oxtest_prof_p2p_peer", r) as usize,
+            (r + NRANKS - 1) % NRANKS
+        );
+        assert_eq!(at::<usize>(&so, "oxtest_prof_p2p_count", r), 17);
+    }
+    assert_eq!(int(&so, "oxtest_prof_inits"), NRANKS as i32);
+    drop(comms);
+    assert_eq!(int(&so, "oxtest_prof_finalizes"), NRANKS as i32);
+}
+
+#[test]
+fn activation_mask_is_honoured_and_broken_profilers_are_refused() {
+    let _w = Watchdog::new("profiler mask", std::time::Duration::from_secs(180));
+    // Collectives only (v5): no group or point-to-point events, and the
+    // collectives' parent is NULL (the plugin checks).
+    let so = profiler(&["PROFILER_VERSION=5", "MASK=2"], "oxccl-profiler-coll");
+    let comms = comms_with(&so);
+    let (_, colls, _) = make_calls(&comms);
+    for r in 0..NRANKS {
+        assert_eq!(per_kind(&so, "oxtest_prof_started", r, 0), 0, "rank {r}");
+        assert_eq!(
+            per_kind(&so, "oxtest_prof_started", r, 1),
+            colls,
+            "rank {r}"
+        );
+        assert_eq!(per_kind(&so, "oxtest_prof_started", r, 2), 0, "rank {r}");
+        assert_eq!(at::<i32>(&so, "oxtest_prof_bad", r), 0, "rank {r}");
+    }
+    drop(comms);
+    // init fails: the communicators work without it.
+    let so = profiler(&["FAIL_INIT"], "oxccl-profiler-fail");
+    let comms = comms_with(&so);
+    make_calls(&comms);
+    assert_eq!(int(&so, "oxtest_prof_inits"), NRANKS as i32);
+    for r in 0..NRANKS {
+        assert_eq!(per_kind(&so, "oxtest_prof_started", r, 1), 0, "rank {r}");
+    }
+}
