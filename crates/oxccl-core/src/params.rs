@@ -1142,7 +1142,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 54);
+        assert_eq!(honoured.len(), 55);
         assert!(ALL.iter().all(|p| !(p.honoured && p.internal)));
         assert!(ALL.len() > 80);
     }
