@@ -11,7 +11,10 @@
 //! out, every waiting rank gets a `Timeout` naming the ranks that never came,
 //! and the root exits with a WARN. After a violation (nranks mismatch,
 //! duplicate rank) the root answers every connected and every later rank with
-//! the same `InvalidUsage` until its clock runs out.
+//! the same `InvalidUsage` until its clock runs out; likewise with a `Remote`
+//! error naming a rank that joined and then closed its connection (it died
+//! during init), seen within 50 ms. A rank that dies before it joins is
+//! only known as missing when the clock runs out.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -24,6 +27,7 @@ use oxccl_env::log::Waiting;
 use oxccl_env::{info, warn, Subsys};
 
 use crate::gate;
+use crate::sys;
 use crate::wire::{self, Dec, Enc, Limits, POLL, T_JOIN, T_TABLE};
 use crate::PeerInfo;
 
@@ -189,6 +193,24 @@ impl Rendezvous {
         }
     }
 
+    /// Rank `r`, which joined, closed its connection before the table went
+    /// out: it exited or was killed during init, so the rendezvous cannot
+    /// complete. Every connected rank, and every later one, hears its name
+    /// now instead of at the init timeout.
+    pub fn on_leave(&mut self, r: usize) -> Verdict {
+        if let Some(e) = &self.failed {
+            return Verdict::RejectOne(e.clone());
+        }
+        let n = self.first.map_or(0, |(_, n)| n);
+        let who = match self.joined.remove(&r) {
+            Some(p) => format!("rank {r} of {n} (pid {} on {})", p.pid, p.hostname),
+            None => format!("rank {r} of {n}"),
+        };
+        self.fail(Error::remote(format!(
+            "bootstrap: {who} closed its connection to the root before every rank had joined: its process exited or was killed during init"
+        )))
+    }
+
     pub fn any_joined(&self) -> bool {
         self.first.is_some()
     }
@@ -318,7 +340,8 @@ fn coordinate(
     let mut deadline = Instant::now() + t;
     // The shortest timeout in play, for messages.
     let mut eff = t;
-    let mut conns: Vec<TcpStream> = Vec::new();
+    // The connections of the ranks that joined, each with its rank.
+    let mut conns: Vec<(usize, TcpStream)> = Vec::new();
     let mut waiting = Waiting::new(Subsys::BOOTSTRAP);
     loop {
         if !rv.failed() {
@@ -326,7 +349,7 @@ fn coordinate(
         }
         if abort.load(Ordering::Relaxed) {
             let e = wire::encode_error(&wire::aborted());
-            for c in &mut conns {
+            for (_, c) in &mut conns {
                 send_best_effort(c, &e, abort);
             }
             return;
@@ -340,7 +363,7 @@ fn coordinate(
                 Some(msg) => {
                     warn!("{msg}; the root gives up");
                     let e = wire::encode_error(&Error::timeout(msg));
-                    for c in &mut conns {
+                    for (_, c) in &mut conns {
                         send_best_effort(c, &e, abort);
                     }
                 }
@@ -350,6 +373,20 @@ fn coordinate(
                 ),
             }
             return;
+        }
+        // A rank that joined never writes again before the table: a closed
+        // connection is a rank that died (checked every POLL, 50 ms).
+        if let Some(i) = conns.iter().position(|(_, c)| sys::stream_closed(c)) {
+            let (r, _) = conns.remove(i);
+            if let Verdict::RejectAll(e) = rv.on_leave(r) {
+                warn!("{}", e.message());
+                let p = wire::encode_error(&e);
+                for (_, c) in &mut conns {
+                    send_best_effort(c, &p, abort);
+                }
+                conns.clear();
+            }
+            continue;
         }
         let a = match rx.recv_timeout((deadline - now).min(POLL)) {
             Ok(a) => a,
@@ -367,8 +404,9 @@ fn coordinate(
         }
         eff = eff.min(jt);
         let mut s = a.stream;
+        let rank = a.join.info.rank;
         match rv.on_join(a.join) {
-            Verdict::Wait => conns.push(s),
+            Verdict::Wait => conns.push((rank, s)),
             Verdict::RejectOne(e) => {
                 warn!("{}", e.message());
                 send_best_effort(&mut s, &wire::encode_error(&e), abort);
@@ -376,17 +414,17 @@ fn coordinate(
             Verdict::RejectAll(e) => {
                 warn!("{}", e.message());
                 let p = wire::encode_error(&e);
-                conns.push(s);
-                for c in &mut conns {
+                conns.push((rank, s));
+                for (_, c) in &mut conns {
                     send_best_effort(c, &p, abort);
                 }
                 conns.clear();
             }
             Verdict::Complete(table) => {
-                conns.push(s);
+                conns.push((rank, s));
                 let p = encode_table(&table);
                 let lim = Limits::new(t, abort);
-                for c in &mut conns {
+                for (_, c) in &mut conns {
                     let _ = wire::write_frame(c, &p, &lim);
                 }
                 info!(
@@ -432,6 +470,26 @@ mod tests {
             }
             v => panic!("{v:?}"),
         }
+    }
+
+    #[test]
+    fn a_rank_that_leaves_fails_the_run_naming_it() {
+        let mut r = Rendezvous::new(7);
+        assert_eq!(r.on_join(j(0, 3, 7)), Verdict::Wait);
+        assert_eq!(r.on_join(j(2, 3, 7)), Verdict::Wait);
+        let Verdict::RejectAll(e) = r.on_leave(2) else {
+            panic!("a leaving rank must fail the run")
+        };
+        assert_eq!(e.kind(), oxccl_core::ErrorKind::Remote);
+        assert!(
+            e.message().starts_with(
+                "bootstrap: rank 2 of 3 (pid 2 on h) closed its connection to the root"
+            ),
+            "{e}"
+        );
+        // Later joins hear the same.
+        assert_eq!(r.on_join(j(1, 3, 7)), Verdict::RejectOne(e.clone()));
+        assert_eq!(r.on_leave(0), Verdict::RejectOne(e));
     }
 
     #[test]

@@ -138,6 +138,51 @@ fn missing_rank_times_out_naming_it() {
     }
 }
 
+/// A rank that joined and then went away before every rank had joined (its
+/// init aborted here; a killed process closes its connection the same way)
+/// is named to the ranks already waiting within a second, not at the 30 s
+/// init timeout, and a rank that joins later hears the same at once.
+#[test]
+fn rank_that_leaves_after_joining_is_named_at_once() {
+    let mut c = cfg();
+    c.init_timeout = Duration::from_secs(30);
+    let id = UniqueId::generate(&c).unwrap();
+    let mut leaver = c.clone();
+    leaver.abort = Arc::new(AtomicBool::new(false));
+    let stop = leaver.abort.clone();
+    let t = Instant::now();
+    let (r0, r1, left_at) = std::thread::scope(|s| {
+        let a = s.spawn(|| Bootstrap::init(&id, 3, 0, &c).map(drop));
+        let b = s.spawn(|| Bootstrap::init(&id, 3, 1, &leaver).map(drop));
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        let left_at = t.elapsed();
+        (a.join().unwrap(), b.join().unwrap(), left_at)
+    });
+    let el = t.elapsed();
+    assert!(r1.is_err(), "the aborted rank's init succeeded");
+    let e = r0.unwrap_err();
+    assert!(
+        el < left_at + Duration::from_secs(2),
+        "rank 0 failed {el:?} after its start, the leaver left at {left_at:?}: {e}"
+    );
+    assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
+    assert!(
+        e.message().contains("rank 1 of 3 (pid ")
+            && e.message().contains("closed its connection to the root"),
+        "{e}"
+    );
+    // The root still answers a latecomer with the same error.
+    let t = Instant::now();
+    let e = Bootstrap::init(&id, 3, 2, &c).map(drop).unwrap_err();
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "{:?}: {e}",
+        t.elapsed()
+    );
+    assert!(e.message().contains("rank 1 of 3 (pid "), "{e}");
+}
+
 #[test]
 fn nranks_mismatch_reaches_every_rank() {
     let c = cfg();

@@ -655,6 +655,11 @@ params! {
         "Directory for cached compiled kernels and tuning data. Unset: ~/.cache/oxccl.";
     NVRTC: Opt<Str> = "OXCCL_NVRTC", "", honoured,
         "libnvrtc.so.13, or the folder holding it, for compiling GPU kernels at run time; searched before LD_LIBRARY_PATH, CUDA toolkits under /usr/local and pip's nvidia-cuda-nvrtc wheel.";
+    // Why a setting: the check is one host all-gather of 30 bytes per rank
+    // that every rank waits on at the call (gpu/rooted.rs); under CUDA
+    // graphs it runs at capture only.
+    CHECK_ROOTS: Bool = "OXCCL_CHECK_ROOTS", "1", honoured,
+        "1: broadcasts, reduces, gathers and scatters on device buffers are checked across the ranks before they are queued (one all-gather of 30 bytes per rank over the host transport per group, which waits for every rank to make the call; under CUDA graphs at capture only): ranks that name different roots, counts or types all fail the call with ncclInvalidUsage, as on host buffers. 0: no check (as NCCL: the result is undefined). Every rank must set the same value.";
 
     // ---- internal: set and read by oxccl's own programs, scripts and tests.
     // Known so that they raise no warning; not settings (not in docs/env.md,
@@ -1139,7 +1144,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 56);
+        assert_eq!(honoured.len(), 57);
         assert!(ALL.iter().all(|p| !(p.honoured && p.internal)));
         assert!(ALL.len() > 80);
     }

@@ -207,3 +207,122 @@ fn short_buffers_and_bad_roots_are_refused_before_any_launch() {
     assert_eq!(e.kind(), oxccl::ErrorKind::InvalidArgument);
     assert!(e.message().contains("invalid root 2"), "{e}");
 }
+
+/// One rank's call: its rank, its communicator on its stream, the stream.
+type RankCall = dyn Fn(usize, &StreamComm, &Arc<CudaStream>) -> Result<()> + Sync;
+
+/// Both ranks' result of one call made on each rank's own thread.
+fn on_each_rank(ranks: &[(Communicator, Arc<CudaStream>)], call: &RankCall) -> Vec<Result<()>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .enumerate()
+            .map(|(r, (comm, stream))| s.spawn(move || call(r, &comm.on_stream(stream), stream)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn assert_mismatch(res: &[Result<()>], what: &str, want: &[&str]) {
+    for (r, x) in res.iter().enumerate() {
+        let e = x
+            .as_ref()
+            .expect_err(&format!("{what}: rank {r} was not refused"));
+        assert_eq!(
+            e.kind(),
+            oxccl::ErrorKind::InvalidUsage,
+            "{what}, rank {r}: {e}"
+        );
+        for w in want {
+            assert!(e.message().contains(w), "{what}, rank {r}: no {w:?} in {e}");
+        }
+    }
+}
+
+/// Ranks that name different roots (each itself) for a broadcast, reduce,
+/// gather or scatter on device buffers are all refused at the call, before
+/// anything is queued (the receive buffers keep their zeros), as on host
+/// buffers; so are different counts. A thread driving both ranks in one
+/// group is refused too; the communicators then still run a broadcast that
+/// agrees.
+#[test]
+#[ignore = "needs a GPU: root agreement on device buffers"]
+fn ranks_that_name_different_roots_are_all_refused_at_the_call() {
+    let ranks = ranks();
+    let calls: [(&str, &RankCall); 5] = [
+        ("broadcast", &|r, on, st| {
+            let send = st.clone_htod(&[7.0f32; 64]).unwrap();
+            let mut recv = st.alloc_zeros::<f32>(64).unwrap();
+            let res = on.broadcast(&send, &mut recv, r);
+            assert_eq!(st.clone_dtoh(&recv).unwrap(), vec![0.0; 64]);
+            res
+        }),
+        ("reduce", &|r, on, st| {
+            let send = st.clone_htod(&[1.0f32; 5]).unwrap();
+            let mut recv = st.alloc_zeros::<f32>(5).unwrap();
+            let res = on.reduce(&send, &mut recv, RedOp::Sum, r);
+            assert_eq!(st.clone_dtoh(&recv).unwrap(), vec![0.0; 5]);
+            res
+        }),
+        ("gather", &|r, on, st| {
+            let send = st.clone_htod(&[1.0f32; 3]).unwrap();
+            let mut recv = st.alloc_zeros::<f32>(3 * NRANKS).unwrap();
+            on.gather(&send, &mut recv, r)
+        }),
+        ("scatter", &|r, on, st| {
+            let send = st.clone_htod(&[1.0f32; 3 * NRANKS]).unwrap();
+            let mut recv = st.alloc_zeros::<f32>(3).unwrap();
+            on.scatter(&send, &mut recv, r)
+        }),
+        ("broadcast counts", &|r, on, st| {
+            let mut buf = st.alloc_zeros::<f32>(10 + r).unwrap();
+            on.broadcast_in_place(&mut buf, 0)
+        }),
+    ];
+    for (what, call) in calls {
+        let t = std::time::Instant::now();
+        let res = on_each_rank(&ranks, call);
+        let want: &[&str] = if what == "broadcast counts" {
+            &["mismatched rooted collectives", "count=10,", "count=11,"]
+        } else {
+            &["mismatched rooted collectives", "root=0)", "root=1)"]
+        };
+        assert_mismatch(&res, what, want);
+        // Refused at the call, not at the 600 s operation timeout (a first
+        // call of each collective also loads its kernels: 6-20 s where
+        // NVRTC compiles them).
+        let bound = std::time::Duration::from_secs(60);
+        assert!(t.elapsed() < bound, "{what} took {:?}", t.elapsed());
+    }
+    // One thread, both ranks in one group (as ranks sharing a GPU are
+    // driven: docs/rust-api.md): refused, nothing queued; then a broadcast
+    // that agrees runs.
+    let ons: Vec<_> = ranks.iter().map(|(c, s)| c.on_stream(s)).collect();
+    let host: Vec<Vec<f32>> = (0..NRANKS)
+        .map(|r| (0..64).map(|i| v(r, i)).collect())
+        .collect();
+    let mut bufs: Vec<_> = ranks
+        .iter()
+        .zip(&host)
+        .map(|((_, s), h)| s.clone_htod(h).unwrap())
+        .collect();
+    let mut g = GpuGroup::new();
+    for (r, b) in bufs.iter_mut().enumerate() {
+        g.broadcast_in_place(&ons[r], b, r).unwrap();
+    }
+    let e = g.run().unwrap_err();
+    assert_eq!(e.kind(), oxccl::ErrorKind::InvalidUsage, "{e}");
+    assert!(e.message().contains("mismatched rooted collectives"), "{e}");
+    let mut g = GpuGroup::new();
+    for (r, b) in bufs.iter_mut().enumerate() {
+        g.broadcast_in_place(&ons[r], b, 1).unwrap();
+    }
+    g.run().unwrap();
+    for ((_, s), b) in ranks.iter().zip(&bufs) {
+        assert_eq!(s.clone_dtoh(b).unwrap(), host[1]);
+    }
+    for (c, _) in ranks {
+        assert!(c.gpu_error().is_none(), "{:?}", c.gpu_error());
+        c.destroy().unwrap();
+    }
+}

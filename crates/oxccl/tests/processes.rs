@@ -178,9 +178,24 @@ fn kill_parent(test: &str, env: &[(&str, &str)], when: When) {
         );
     }
     eprintln!("survivors exited {:?} after the kill", t.elapsed());
+    // Nothing of the job stays in /dev/shm: the survivors unlink their own
+    // segments and what the victim left (init_kill checks the same at init).
+    let left = shm_segments_of(&p.pids);
+    assert!(left.is_empty(), "left in /dev/shm after the job: {left:?}");
     if std::env::var("OXCCL_TEST_SHOW").is_ok() {
         eprintln!("{}", p.all_logs());
     }
+}
+
+/// Segments in /dev/shm made by any of `pids` (`oxccl-<pid>-*`).
+fn shm_segments_of(pids: &[u32]) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|f| pids.iter().any(|p| f.starts_with(&format!("oxccl-{p}-"))))
+        .collect()
 }
 
 fn kill_test(test: &str, env: &[(&str, &str)], count: usize, when: When) {

@@ -15,7 +15,9 @@
 //!   messages both ranks trade per call and the plans they agree on);
 //! - [`pair`]: the grids of the two-GPU kernels of one process;
 //! - [`config`]: the settings a device communicator reads once when it is
-//!   created.
+//!   created;
+//! - [`rooted`]: the record ranks trade so that rooted collectives on
+//!   device buffers whose roots differ are refused at the call.
 //!
 //! Nothing here touches CUDA: oxccl-cuda calls these functions and turns
 //! their answers into launches, so every choice is tested without a GPU.
@@ -27,6 +29,7 @@ pub mod kernel;
 pub mod one_launch;
 pub mod pair;
 pub mod ring;
+pub mod rooted;
 pub mod route;
 pub mod two_process;
 

@@ -11,8 +11,9 @@
 //! and queued on the caller's stream; all-to-all, gather and scatter become
 //! lists of sends and receives.
 
-use crate::{Communicator, Error, ErrorKind, Inner, RedOp, Result};
-use oxccl_core::{CollKind, DataType, Scalar};
+use crate::{Communicator, Error, ErrorKind, Inner, OpDesc, RedOp, Result};
+use oxccl_core::gpu::rooted::{self, RootedCall};
+use oxccl_core::{params, CollKind, DataType, Scalar};
 use oxccl_cuda::capi::{self as cuda, DevComm, Memory};
 use oxccl_cuda::ring as cuda_ring;
 use oxccl_env::Subsys;
@@ -373,7 +374,12 @@ pub struct DeviceOp {
 
 /// An operation on device buffers, checked and ready to queue on its
 /// stream ([`DeviceLaunch::launch`], or [`launch_all`] for a group).
-pub struct DeviceLaunch(cuda::Launch);
+pub struct DeviceLaunch {
+    launch: cuda::Launch,
+    /// A broadcast, reduce, gather or scatter of a communicator of several
+    /// ranks: the call every rank must agree on before it is queued.
+    rooted: Option<(Communicator, RootedCall)>,
+}
 
 impl std::fmt::Debug for DeviceLaunch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -382,17 +388,95 @@ impl std::fmt::Debug for DeviceLaunch {
 }
 
 impl DeviceLaunch {
-    /// Queues the operation on its stream; returns without waiting for the GPU.
+    /// Queues the operation on its stream; returns without waiting for the
+    /// GPU (a rooted collective first waits for every rank's call: see
+    /// [`launch_all`]).
     pub fn launch(self) -> Result<()> {
-        self.0.go()
+        if self.rooted.is_some() {
+            return launch_all(vec![self]);
+        }
+        self.launch.go()
     }
 }
 
 /// Queues operations of one group (several ranks and communicators):
 /// sends and receives of one communicator are merged into one launch, so
 /// they meet their peers' whatever order they were added in.
+///
+/// Broadcasts, reduces, gathers and scatters are first checked across the
+/// ranks of their communicator (`OXCCL_CHECK_ROOTS`): ranks whose rooted
+/// calls differ (root, count or type) all fail here with `InvalidUsage`,
+/// and nothing of the group is queued.
 pub fn launch_all(launches: Vec<DeviceLaunch>) -> Result<()> {
-    cuda::launch_all(launches.into_iter().map(|l| l.0).collect())
+    agree_on_rooted_calls(&launches)?;
+    cuda::launch_all(launches.into_iter().map(|l| l.launch).collect())
+}
+
+/// Trades each communicator's rooted calls of the group with its other
+/// ranks (one all-gather of [`rooted::RECORD_LEN`] bytes per rank over the
+/// host transport, for every communicator of the group at once, so one
+/// thread may drive several ranks) and refuses the group on a mismatch.
+/// Every rank checks the same records, so all refuse together.
+fn agree_on_rooted_calls(launches: &[DeviceLaunch]) -> Result<()> {
+    let mut per_comm: Vec<(&Communicator, Vec<RootedCall>)> = Vec::new();
+    for (c, call) in launches.iter().filter_map(|l| l.rooted.as_ref()) {
+        match per_comm
+            .iter_mut()
+            .find(|(x, _)| Arc::ptr_eq(&x.inner, &c.inner))
+        {
+            Some((_, calls)) => calls.push(*call),
+            None => per_comm.push((c, vec![*call])),
+        }
+    }
+    if per_comm.is_empty() {
+        return Ok(());
+    }
+    let mine: Vec<[u8; rooted::RECORD_LEN]> = per_comm
+        .iter()
+        .map(|(_, calls)| rooted::encode(calls))
+        .collect();
+    let mut all: Vec<Vec<u8>> = per_comm
+        .iter()
+        .map(|(c, _)| vec![0u8; rooted::RECORD_LEN * c.size()])
+        .collect();
+    let ops: Vec<(&Communicator, OpDesc)> = per_comm
+        .iter()
+        .zip(mine.iter().zip(all.iter_mut()))
+        .map(|((c, _), (m, a))| {
+            let op = OpDesc {
+                kind: CollKind::AllGather,
+                send: m.as_ptr(),
+                recv: a.as_mut_ptr(),
+                count: rooted::RECORD_LEN,
+                dtype: DataType::Uint8,
+                op: RedOp::Sum,
+                root: 0,
+            };
+            (*c, op)
+        })
+        .collect();
+    // SAFETY: every operation's send buffer is one record of RECORD_LEN
+    // bytes in `mine`, its receive buffer RECORD_LEN x its communicator's
+    // ranks in `all`; both live until this call returns.
+    unsafe { crate::run_group_raw(&ops) }.map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!(
+                "checking the roots of a broadcast, reduce, gather or scatter on device buffers with the other ranks: {}",
+                e.message()
+            ),
+        )
+    })?;
+    for ((c, _), records) in per_comm.iter().zip(&all) {
+        let records: Vec<Vec<u8>> = records
+            .chunks(rooted::RECORD_LEN)
+            .map(<[u8]>::to_vec)
+            .collect();
+        if let Err(why) = rooted::check(&records) {
+            return Err(Error::invalid_usage(format!("rank {}: {why}", c.rank())));
+        }
+    }
+    Ok(())
 }
 
 /// Reads the scalar of a pre-multiplied sum from host memory.
@@ -477,7 +561,20 @@ impl Communicator {
     ) -> Result<DeviceLaunch> {
         let dev = self.dev_comm(op.kind, bufs.ordinal)?;
         // SAFETY: forwarded from this function's contract.
-        unsafe { prepare(&dev, op, bufs.extents) }.map(DeviceLaunch)
+        let launch = unsafe { prepare(&dev, op, bufs.extents) }?;
+        let rooted = (RootedCall::is_rooted(op.kind)
+            && self.size() > 1
+            && oxccl_env::params().get(&params::CHECK_ROOTS))
+        .then(|| {
+            let call = RootedCall {
+                kind: op.kind,
+                dtype: op.dtype,
+                root: op.root,
+                count: op.count,
+            };
+            (self.clone(), call)
+        });
+        Ok(DeviceLaunch { launch, rooted })
     }
 
     /// This rank's GPU (the device ordinal its GPU state was set up on);
