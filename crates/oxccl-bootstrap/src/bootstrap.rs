@@ -59,6 +59,15 @@ const PARKED_STREAMS: usize = 1024;
 /// retried this many times before the key is blamed.
 const REJECTIONS_TOLERATED: u32 = 3;
 
+/// First pause before a connect or handshake is retried; it doubles up to
+/// [`BACKOFF_MAX`]. A busy listener queues newcomers rather than closing
+/// them, so retries are rare (a root that is not listening yet, an evicted
+/// slow handshake) and a short pause costs little: with 10 ms to 500 ms, a
+/// rank could wait half a second after the root came up.
+const BACKOFF_FIRST: Duration = Duration::from_millis(2);
+/// Longest pause between retries.
+const BACKOFF_MAX: Duration = Duration::from_millis(100);
+
 /// The secret of `NCCL_COMM_ID` ids: `OXCCL_AUTH_SECRET`, else the contents
 /// of `OXCCL_AUTH_SECRET_FILE` (less one trailing newline); `None` when
 /// neither is set.
@@ -325,7 +334,8 @@ fn handshake_error(e: HandshakeError, who: &str, addr: SocketAddr, root: bool) -
 
 /// Connects within `lim`, in attempts of at most 1 s so an abort is seen.
 /// With `retry_refused` (during init: the root may not be listening yet) a
-/// refused connect is retried with backoff from 10 ms to 500 ms; without it (after
+/// refused connect is retried with backoff ([`BACKOFF_FIRST`] doubling to
+/// [`BACKOFF_MAX`]); without it (after
 /// init every rank's listener exists, so a refusal means the peer is gone) it
 /// is a `Remote` error at once.
 fn connect_retry(
@@ -334,7 +344,7 @@ fn connect_retry(
     who: &str,
     retry_refused: bool,
 ) -> Result<TcpStream> {
-    let mut backoff = Duration::from_millis(10);
+    let mut backoff = BACKOFF_FIRST;
     let mut waiting = Waiting::new(Subsys::BOOTSTRAP);
     loop {
         let left = lim
@@ -377,12 +387,12 @@ fn connect_retry(
             }
             std::thread::sleep((until - now).min(POLL));
         }
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 
 /// Connects to `addr` and authenticates with `key` within `lim`, retrying
-/// with backoff (10 ms to 500 ms) while the other side closes or resets the
+/// with backoff ([`BACKOFF_FIRST`] to [`BACKOFF_MAX`]) while the other side closes or resets the
 /// connection before answering (a listener shedding a flood of idle
 /// connections closes newcomers), and a few times when it rejects our proof.
 fn connect_authenticated(
@@ -394,7 +404,7 @@ fn connect_authenticated(
     root: bool,
     connect_context: Option<&str>,
 ) -> Result<TcpStream> {
-    let mut backoff = Duration::from_millis(10);
+    let mut backoff = BACKOFF_FIRST;
     let mut rejections = 0;
     loop {
         let mut s =
@@ -427,7 +437,7 @@ fn connect_authenticated(
             }
             std::thread::sleep(POLL.min(backoff));
         }
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 
@@ -613,7 +623,9 @@ impl Bootstrap {
             return Some(why.clone());
         }
         let p = &self.peers[peer];
-        if self.is_same_host(peer) && sys::process_gone(p.pid) {
+        // A rank of this process is not looked up in /proc: at 1,024 ranks
+        // as threads that was 10,000 reads a second while they waited.
+        if self.is_same_host(peer) && !self.is_same_process(peer) && sys::process_gone(p.pid) {
             return Some(format!(
                 "bootstrap: rank {peer} (pid {} on {}) exited",
                 p.pid, p.hostname

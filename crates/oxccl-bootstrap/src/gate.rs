@@ -3,10 +3,14 @@
 //! over the listener and the connections still in their handshake.
 //!
 //! Bounds, so that strangers cannot stall a rendezvous or grow a process:
-//! - at most [`MAX_HANDSHAKES`] connections in their handshake at once; a
-//!   newcomer past that evicts the oldest if it has had [`EVICT_AGE`] (a real
-//!   rank's handshake takes one round trip), else the newcomer is closed (a
-//!   joining rank retries with backoff);
+//! - at most [`MAX_HANDSHAKES`] connections in their handshake at once; past
+//!   that, a newcomer evicts the oldest that has not yet authenticated if it
+//!   has had [`EVICT_AGE`] (a real rank's handshake takes two round trips),
+//!   else it waits in the kernel's accept queue ([`sys::widen_backlog`]) until
+//!   a handshake ends: 1,024 ranks joining at once queue there instead of
+//!   being closed and retrying (which took about 100 s at 1,024 ranks on 2
+//!   CPUs), and a connection that has proved the secret is never evicted (one
+//!   evicted after sending its join saw the root close and failed its init);
 //! - each has [`HANDSHAKE_DEADLINE`] to authenticate and send its first frame
 //!   (at most [`CTRL_CAP`] bytes), then is handed to the owner;
 //! - no thread per connection: file descriptors in use are the listener plus
@@ -136,6 +140,13 @@ enum Step {
     Body,
 }
 
+impl Step {
+    /// Whether the peer has proved that it holds the secret.
+    fn authenticated(&self) -> bool {
+        matches!(self, Step::Len | Step::Body)
+    }
+}
+
 struct Pending {
     s: TcpStream,
     peer: SocketAddr,
@@ -261,6 +272,12 @@ fn advance(p: &mut Pending, key: &[u8; 32]) -> Progress {
     }
 }
 
+/// The oldest handshake (`pending` is in arrival order) that has not
+/// authenticated yet: the only kind a newcomer may evict.
+fn evictable(pending: &VecDeque<Pending>) -> Option<usize> {
+    pending.iter().position(|p| !p.step.authenticated())
+}
+
 /// Serves `listener` until `keep_going` says no: authenticates with `key`
 /// and hands each admitted connection (blocking again) to `admit`. `what`
 /// names the listener in logs ("bootstrap root at ADDR").
@@ -274,6 +291,9 @@ pub(crate) fn serve(
     if let Err(e) = listener.set_nonblocking(true) {
         warn!("{what}: cannot make the listener non-blocking ({e}); no connections are accepted");
         return;
+    }
+    if let Err(e) = sys::widen_backlog(&listener) {
+        warn!("{what}: cannot widen the accept queue ({e}); ranks arriving together may wait for SYN retries");
     }
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut log = DropLog::new(what.clone());
@@ -303,12 +323,24 @@ pub(crate) fn serve(
         if let Some(line) = log.flush(now) {
             warn!("{line}");
         }
-        let wait = pending
+        // Full: the listener is left out of the poll (newcomers wait in the
+        // accept queue) until a handshake ends or one may be evicted.
+        let evict_at = if pending.len() >= MAX_HANDSHAKES {
+            evictable(&pending).map(|i| pending[i].since + EVICT_AGE)
+        } else {
+            None
+        };
+        let listen = pending.len() < MAX_HANDSHAKES || evict_at.is_some_and(|t| t <= now);
+        let mut wait = pending
             .front()
             .map(|p| (p.since + HANDSHAKE_DEADLINE).saturating_duration_since(now))
             .unwrap_or(POLL)
             .min(POLL);
+        if let Some(t) = evict_at {
+            wait = wait.min(t.saturating_duration_since(now));
+        }
         let fds: Vec<_> = std::iter::once(listener.as_raw_fd())
+            .filter(|_| listen)
             .chain(pending.iter().map(|p| p.s.as_raw_fd()))
             .collect();
         let ready = match sys::poll_readable(&fds, wait) {
@@ -318,8 +350,13 @@ pub(crate) fn serve(
                 return;
             }
         };
+        let (listener_ready, ready) = if listen {
+            (ready[0], &ready[1..])
+        } else {
+            (false, &ready[..])
+        };
         let mut still = VecDeque::with_capacity(pending.len());
-        for (mut p, r) in pending.drain(..).zip(ready[1..].iter().copied()) {
+        for (mut p, r) in pending.drain(..).zip(ready.iter().copied()) {
             if !r {
                 still.push_back(p);
                 continue;
@@ -339,10 +376,30 @@ pub(crate) fn serve(
             }
         }
         pending = still;
-        if !ready[0] {
+        if !listener_ready {
             continue;
         }
         for _ in 0..ACCEPT_BURST {
+            if pending.len() >= MAX_HANDSHAKES {
+                let now = Instant::now();
+                match evictable(&pending)
+                    .filter(|&i| now.duration_since(pending[i].since) >= EVICT_AGE)
+                {
+                    Some(i) => {
+                        let old = pending.remove(i).expect("index");
+                        dropped(
+                            &mut log,
+                            DropReason::Busy,
+                            &format!(
+                                "connection from {} evicted: {MAX_HANDSHAKES} handshakes in flight (a flood of idle connections?)",
+                                old.peer
+                            ),
+                        );
+                    }
+                    // The rest wait in the accept queue.
+                    None => break,
+                }
+            }
             let (s, peer) = match listener.accept() {
                 Ok(x) => x,
                 // WouldBlock: the queue is empty; anything else (EMFILE,
@@ -351,29 +408,6 @@ pub(crate) fn serve(
             };
             if s.set_nonblocking(true).is_err() || s.set_nodelay(true).is_err() {
                 continue;
-            }
-            if pending.len() >= MAX_HANDSHAKES {
-                let oldest_age = pending.front().map(|p| p.since.elapsed());
-                if oldest_age.is_some_and(|a| a >= EVICT_AGE) {
-                    let old = pending.pop_front().expect("front");
-                    dropped(
-                        &mut log,
-                        DropReason::Busy,
-                        &format!(
-                            "connection from {} evicted: {MAX_HANDSHAKES} handshakes in flight (a flood of idle connections?)",
-                            old.peer
-                        ),
-                    );
-                } else {
-                    dropped(
-                        &mut log,
-                        DropReason::Busy,
-                        &format!(
-                            "connection from {peer} refused: {MAX_HANDSHAKES} handshakes in flight (a flood of idle connections?)"
-                        ),
-                    );
-                    continue;
-                }
             }
             pending.push_back(Pending {
                 s,

@@ -457,3 +457,41 @@ fn bootstrap_ifname_same_address_and_no_match() {
     );
     assert!(!m.contains("NCCL_SOCKET_IFNAME"), "{m}");
 }
+
+/// 320 ranks join one root at the same instant, five times the handshakes
+/// the root takes at once: the rest wait in its accept queue (none is
+/// closed and none that has authenticated is evicted), and every rank gets
+/// the table and passes a barrier and a broadcast.
+#[test]
+fn ranks_past_the_handshake_bound_queue_at_the_root_and_all_join() {
+    const N: usize = 320;
+    let c = BootstrapConfig {
+        init_timeout: Duration::from_secs(60),
+        timeout: Duration::from_secs(60),
+        ..cfg()
+    };
+    let id = UniqueId::generate(&c).unwrap();
+    let start = std::sync::Barrier::new(N);
+    let got = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..N)
+            .map(|r| {
+                let (id, c, start) = (&id, &c, &start);
+                s.spawn(move || {
+                    start.wait();
+                    let b = Bootstrap::init(id, N, r, c)
+                        .unwrap_or_else(|e| panic!("rank {r} of {N}: {e}"));
+                    assert_eq!(b.peers().len(), N);
+                    assert!(b.peers().iter().enumerate().all(|(i, p)| p.rank == i));
+                    b.barrier().unwrap();
+                    let v = b.broadcast(N - 1, &[r as u8, 7]).unwrap();
+                    b.barrier().unwrap();
+                    v
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    assert!(got.iter().all(|v| v == &[(N - 1) as u8, 7]), "{got:?}");
+}

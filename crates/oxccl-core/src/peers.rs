@@ -78,6 +78,107 @@ pub fn init_cost(rank: usize, nranks: usize, channels: usize, capacity: usize) -
     }
 }
 
+/// A job's layout for the scale model: `nodes` hosts of `ranks_per_node`
+/// ranks each, numbered host by host (as launchers number them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Hosts.
+    pub nodes: usize,
+    /// Ranks on each host (GPUs per node).
+    pub ranks_per_node: usize,
+}
+
+impl Layout {
+    /// Ranks in all.
+    pub fn nranks(&self) -> usize {
+        self.nodes * self.ranks_per_node
+    }
+
+    /// The host of `rank`.
+    pub fn node_of(&self, rank: usize) -> usize {
+        rank / self.ranks_per_node.max(1)
+    }
+}
+
+/// Bytes of one rank's entry in the bootstrap's rank table, less its host
+/// name: rank (4), host-name length (2), host hash (8), pid (4), process
+/// token (8), two socket addresses (23 each).
+pub const TABLE_ENTRY_BYTES: usize = 72;
+
+/// What each rank of a job holds and what start-up costs, by model: the
+/// figures behind the cost formulas of docs/architecture.md, for any
+/// layout (1,024 nodes x 8 GPUs plans in a test).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScalePlan {
+    /// Ranks in all.
+    pub nranks: usize,
+    /// Most peers any rank connects to at creation ([`init_peers`]).
+    pub init_peers: usize,
+    /// Of those, most on other hosts (network connections of one rank).
+    pub network_peers: usize,
+    /// Most receive-ring bytes a rank holds for its creation peers:
+    /// `init_peers · channels · capacity`.
+    pub ring_bytes: usize,
+    /// Bootstrap message channels a rank opens or accepts at most: parent
+    /// and two children in the binary tree of its barrier and broadcast.
+    pub bootstrap_peers: usize,
+    /// Rounds of the bootstrap broadcast that checks every rank's settings
+    /// against rank 0's: the tree's depth, `⌈log2(n+1)⌉ - 1`.
+    pub broadcast_rounds: usize,
+    /// Rounds of the final barrier: up and down the tree, twice the depth.
+    pub barrier_rounds: usize,
+    /// Connections the root accepts: one join per rank.
+    pub root_joins: usize,
+    /// Bytes of the rank table each rank receives from the root:
+    /// `n · (TABLE_ENTRY_BYTES + host name)`.
+    pub table_bytes: usize,
+    /// Bytes the root sends in all: the table to every rank, `n` times
+    /// [`table_bytes`](Self::table_bytes). The one cost of start-up that
+    /// grows with the square of the rank count.
+    pub root_bytes: usize,
+}
+
+/// Plans `layout` with `channels` streams per peer of `capacity` bytes each
+/// and host names of `hostname_len` bytes. Every rank's creation peers are
+/// listed (O(n) each, O(n²) in all: a few seconds for 8,192 ranks).
+pub fn plan_scale(
+    layout: Layout,
+    channels: usize,
+    capacity: usize,
+    hostname_len: usize,
+) -> ScalePlan {
+    let n = layout.nranks();
+    let (mut init, mut network) = (0, 0);
+    for r in 0..n {
+        let peers = init_peers(r, n);
+        let remote = peers
+            .iter()
+            .filter(|&&q| layout.node_of(q) != layout.node_of(r))
+            .count();
+        init = init.max(peers.len());
+        network = network.max(remote);
+    }
+    // Depth of the heap-ordered binary tree of n ranks: ⌈log2(n+1)⌉ - 1.
+    let depth = if n == 0 {
+        0
+    } else {
+        (usize::BITS - n.leading_zeros()) as usize - 1
+    };
+    let table_bytes = n * (TABLE_ENTRY_BYTES + hostname_len);
+    ScalePlan {
+        nranks: n,
+        init_peers: init,
+        network_peers: network,
+        ring_bytes: init * channels * capacity,
+        bootstrap_peers: 3.min(n.saturating_sub(1)),
+        broadcast_rounds: depth,
+        barrier_rounds: 2 * depth,
+        root_joins: n,
+        table_bytes,
+        root_bytes: n * table_bytes,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +265,82 @@ mod tests {
             }
         }
         assert!((4..=MAX_INIT_PEERS).contains(&worst), "{worst}");
+    }
+
+    /// The bounds docs/architecture.md states, for 1,024 nodes x 8 GPUs
+    /// with the host defaults (3 channels of 1 MiB) and 16-byte host names.
+    #[test]
+    fn plan_of_1024_nodes_of_8_stays_within_the_documented_bounds() {
+        let layout = Layout {
+            nodes: 1024,
+            ranks_per_node: 8,
+        };
+        let p = plan_scale(layout, 3, 1 << 20, 16);
+        assert_eq!(p.nranks, 8192);
+        // Connections and rings per rank do not grow with the job: 2 ring
+        // neighbours and the links of both trees make at most 6 peers here
+        // (within MAX_INIT_PEERS), 5 of them on other hosts, 18 MiB of rings.
+        assert_eq!((p.init_peers, p.network_peers), (6, 5), "{p:?}");
+        assert!(p.init_peers <= MAX_INIT_PEERS);
+        assert_eq!(p.ring_bytes, (6 * 3) << 20);
+        assert_eq!(p.bootstrap_peers, 3);
+        // ⌈log2(8193)⌉ - 1 = 13 rounds of broadcast, 26 of barrier.
+        assert_eq!((p.broadcast_rounds, p.barrier_rounds), (13, 26));
+        // The root: one join per rank, 8192 · 88 bytes of table to each.
+        assert_eq!(p.root_joins, 8192);
+        assert_eq!(p.table_bytes, 8192 * 88);
+        assert_eq!(p.root_bytes, 8192 * 8192 * 88);
+        // Against a job 8 times smaller: the same per-rank cost, a tree 3
+        // rounds shallower.
+        let small = plan_scale(
+            Layout {
+                nodes: 128,
+                ranks_per_node: 8,
+            },
+            3,
+            1 << 20,
+            16,
+        );
+        assert_eq!(small.init_peers, p.init_peers);
+        assert_eq!(small.ring_bytes, p.ring_bytes);
+        assert_eq!(small.broadcast_rounds + 3, p.broadcast_rounds);
+    }
+
+    #[test]
+    fn plan_of_small_jobs() {
+        let one = |nodes, per| {
+            plan_scale(
+                Layout {
+                    nodes,
+                    ranks_per_node: per,
+                },
+                2,
+                1000,
+                0,
+            )
+        };
+        // One rank: nothing to connect, no rounds.
+        let p = one(1, 1);
+        assert_eq!(
+            (
+                p.init_peers,
+                p.network_peers,
+                p.bootstrap_peers,
+                p.broadcast_rounds
+            ),
+            (0, 0, 0, 0)
+        );
+        assert_eq!(p.root_bytes, TABLE_ENTRY_BYTES);
+        // 8 ranks on one host: every peer (one-shot), none over the network.
+        let p = one(1, 8);
+        assert_eq!((p.init_peers, p.network_peers), (7, 0));
+        assert_eq!(p.ring_bytes, 7 * 2 * 1000);
+        assert_eq!((p.broadcast_rounds, p.barrier_rounds), (3, 6));
+        // 8 hosts of one rank: the same peers, all over the network.
+        let p = one(8, 1);
+        assert_eq!((p.init_peers, p.network_peers), (7, 7));
+        // 0 ranks: an empty plan.
+        assert_eq!(one(0, 8).nranks, 0);
+        assert_eq!(one(0, 8).broadcast_rounds, 0);
     }
 }

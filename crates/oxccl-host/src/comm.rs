@@ -224,7 +224,8 @@ impl HostComm {
                 LinkKind::Tcp
             }
         };
-        let any_tcp = (0..n).any(|a| (a + 1..n).any(|b| kind_of(a, b) == LinkKind::Tcp));
+        let pairs = PairKinds::of(&peers, cfg.shm_disable, cfg.p2p_disable);
+        let any_tcp = pairs.any_tcp;
         // The network for pairs that would use TCP: a plugin's device, or
         // oxccl's sockets (decided only when some pair needs it, so a
         // single-host job never loads a plugin).
@@ -249,7 +250,7 @@ impl HostComm {
         };
         let link = if any_tcp {
             LinkModel::TCP
-        } else if (0..n).all(|a| (a + 1..n).all(|b| kind_of(a, b) == LinkKind::InProc)) {
+        } else if pairs.all_inproc {
             LinkModel::INPROC
         } else {
             LinkModel::SHM
@@ -401,7 +402,7 @@ impl HostComm {
         // them: each rank's slots are a segment of their own that every peer
         // maps, so this stays bounded. Decided alike on every rank: the link
         // kinds are symmetric and NCCL_ALGO was checked equal above.
-        let all_shm = n > 1 && (0..n).all(|a| (a + 1..n).all(|b| kind_of(a, b) == LinkKind::Shm));
+        let all_shm = pairs.all_shm;
         let slot_bytes = if all_shm
             && n <= oxccl_core::peers::ONE_SHOT_MAX_RANKS
             && cfg.algos.allows(CollKind::AllReduce, Algo::OneShot)
@@ -1620,4 +1621,112 @@ fn check_group_overlaps(ops: &[OpDesc], rank: usize, n: usize) -> Result<()> {
         ranges.extend(mine);
     }
     Ok(())
+}
+
+/// What the links between every pair of ranks have in common, found in
+/// O(n) from the hosts and processes of the ranks: every rank used to check
+/// every pair, 10^9 checks in all at 1,024 ranks. A pair's link is
+/// in-process (same process, `NCCL_P2P_DISABLE` off), else shared memory
+/// (same host, `NCCL_SHM_DISABLE` off), else the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PairKinds {
+    /// Some pair talks over the network.
+    any_tcp: bool,
+    /// Every pair is in-process (true for a single rank).
+    all_inproc: bool,
+    /// There is a pair and every pair uses shared memory.
+    all_shm: bool,
+}
+
+impl PairKinds {
+    fn of(peers: &[oxccl_bootstrap::PeerInfo], shm_disable: bool, p2p_disable: bool) -> PairKinds {
+        use std::collections::HashMap;
+        let n = peers.len();
+        // Ranks per host, ranks per process (host hash, process token).
+        let mut hosts: HashMap<u64, usize> = HashMap::new();
+        let mut procs: HashMap<(u64, u64), usize> = HashMap::new();
+        for p in peers {
+            *hosts.entry(p.host_hash).or_default() += 1;
+            *procs.entry((p.host_hash, p.process_token)).or_default() += 1;
+        }
+        let mut procs_per_host: HashMap<u64, usize> = HashMap::new();
+        for &(h, _) in procs.keys() {
+            *procs_per_host.entry(h).or_default() += 1;
+        }
+        let same_host_pair = hosts.values().any(|&c| c >= 2);
+        let same_proc_pair = procs.values().any(|&c| c >= 2);
+        let other_proc_pair = procs_per_host.values().any(|&c| c >= 2);
+        PairKinds {
+            any_tcp: hosts.len() > 1
+                || (shm_disable && (other_proc_pair || (p2p_disable && same_host_pair))),
+            all_inproc: n < 2 || (procs.len() == 1 && !p2p_disable),
+            all_shm: n > 1 && hosts.len() == 1 && !shm_disable && (p2p_disable || !same_proc_pair),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxccl_bootstrap::PeerInfo;
+
+    fn brute(peers: &[PeerInfo], shm_disable: bool, p2p_disable: bool) -> PairKinds {
+        let kind = |a: &PeerInfo, b: &PeerInfo| {
+            let same_host = a.host_hash == b.host_hash;
+            let same_proc = same_host && a.process_token == b.process_token;
+            if same_proc && !p2p_disable {
+                LinkKind::InProc
+            } else if same_host && !shm_disable {
+                LinkKind::Shm
+            } else {
+                LinkKind::Tcp
+            }
+        };
+        let n = peers.len();
+        let pairs: Vec<LinkKind> = (0..n)
+            .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+            .map(|(a, b)| kind(&peers[a], &peers[b]))
+            .collect();
+        PairKinds {
+            any_tcp: pairs.contains(&LinkKind::Tcp),
+            all_inproc: pairs.iter().all(|&k| k == LinkKind::InProc),
+            all_shm: n > 1 && pairs.iter().all(|&k| k == LinkKind::Shm),
+        }
+    }
+
+    /// Every layout of up to 4 ranks over up to 2 hosts and 2 processes per
+    /// host, under the four settings, agrees with checking every pair.
+    #[test]
+    fn pair_kinds_match_checking_every_pair() {
+        let mut checked = 0;
+        for n in 0..=4usize {
+            // Each rank's (host, process): 4 choices, 4^n layouts.
+            for code in 0..4usize.pow(n as u32) {
+                let peers: Vec<PeerInfo> = (0..n)
+                    .map(|r| {
+                        let c = code / 4usize.pow(r as u32) % 4;
+                        let (host, proc_) = ((c / 2) as u64, (c % 2) as u64);
+                        PeerInfo {
+                            rank: r,
+                            hostname: format!("h{host}"),
+                            host_hash: 100 + host,
+                            pid: 7,
+                            process_token: 10 * host + proc_,
+                            listen_addr: "127.0.0.1:1".parse().unwrap(),
+                            data_addr: "127.0.0.1:1".parse().unwrap(),
+                        }
+                    })
+                    .collect();
+                for (shm, p2p) in [(false, false), (true, false), (false, true), (true, true)] {
+                    assert_eq!(
+                        PairKinds::of(&peers, shm, p2p),
+                        brute(&peers, shm, p2p),
+                        "layout {code} of {n} ranks, NCCL_SHM_DISABLE={shm} NCCL_P2P_DISABLE={p2p}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 4 * (1 + 4 + 16 + 64 + 256));
+    }
 }
