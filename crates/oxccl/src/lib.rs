@@ -32,6 +32,7 @@ pub use oxccl_core::{CollKind, DataType, Error, ErrorKind, RedOp, Result, Scalar
 pub use oxccl_host::{HostConfig, OpDesc};
 
 pub mod gpu;
+pub mod topo;
 mod window;
 pub use gpu::{GpuChoice, GpuGroup, StreamComm};
 pub use window::Window;

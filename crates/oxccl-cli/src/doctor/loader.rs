@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use oxccl_core::elf::{self, CacheEntry, LoaderEnv, LoaderFs, Probe, ReadAt};
 
 use super::checks::ProgramFacts;
-use super::System;
+use crate::system::System;
 
 /// The largest loader cache read (real ones are tens of KiB).
 const MAX_CACHE_FILE: u64 = 64 << 20;
