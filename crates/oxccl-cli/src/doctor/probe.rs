@@ -164,9 +164,9 @@ fn gather_shm(sys: &System, p: &Params, ranks: Option<u64>, container: bool) -> 
         }
     };
     // The host transport's own rules (oxccl_host::comm): NCCL_BUFFSIZE via
-    // oxccl::host_config (1 MiB default for host rings) and the channel count
-    // of a communicator whose local peers talk over shared memory.
-    let cfg = oxccl::host_config(p);
+    // oxccl::Config::host_settings_from (1 MiB default for host rings) and the
+    // channel count of a communicator whose local peers talk over shared memory.
+    let cfg = oxccl::Config::host_settings_from(p);
     let (coll, p2p) = oxccl_host::comm::host_channels(&cfg, false);
     ShmFacts {
         space,
@@ -312,7 +312,7 @@ fn probe_version_child(path: &Path, symbol: &CStr) -> i32 {
 
 /// `oxccl doctor --probe-driver`: the driver and NVRTC probes, as one JSON line.
 pub fn probe_driver_child() -> i32 {
-    use oxccl_cuda::loader::{nvrtc, probe_driver, Unavailable};
+    use oxccl::gpu::tools::{nvrtc, probe_driver, Unavailable};
     let mut v = match probe_driver() {
         Ok(d) => serde_json::json!({
             "state": "ok", "path": d.path, "version": d.version, "devices": d.devices,

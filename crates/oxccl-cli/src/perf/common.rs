@@ -8,7 +8,8 @@ use super::data::{self, encode, Gen};
 use super::fmt::{self, Half};
 use super::progress::Progress;
 use super::Settings;
-use oxccl::{CollKind, DataType, Error, ErrorKind, OpDesc, RedOp};
+use oxccl::raw::OpDesc;
+use oxccl::{CollKind, DataType, Error, ErrorKind, RedOp};
 use serde_json::{json, Value};
 use std::io::Write;
 
