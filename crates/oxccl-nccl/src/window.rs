@@ -9,7 +9,7 @@
 //! [`handle::next_handle`] looked up in a registry, never an address.
 
 use crate::abi::*;
-use crate::api::null_arg;
+use crate::handle::null_arg;
 use crate::handle::{self, lock, Comm};
 use oxccl::{Error, Result};
 use std::collections::HashMap;

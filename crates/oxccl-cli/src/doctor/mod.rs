@@ -17,6 +17,7 @@ mod gpu;
 mod loader;
 mod peers;
 mod probe;
+mod search;
 
 use std::path::PathBuf;
 

@@ -20,6 +20,7 @@ pub mod gpu;
 pub mod launch;
 pub mod memory;
 pub mod progress;
+pub mod stats;
 
 use crate::UsageError;
 use clap::{Args, ValueEnum};
