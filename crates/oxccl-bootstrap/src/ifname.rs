@@ -1,10 +1,11 @@
 //! Interface selection: the `NCCL_SOCKET_IFNAME` grammar and the default
 //! preference order, as pure functions over a list of interfaces.
 //!
-//! Grammar (`NCCL_SOCKET_IFNAME`): a comma-separated list of name prefixes
-//! (`eth,ib` matches `eth0`, `ib1`...). A leading `^` turns the list into
-//! exclusions; a leading `=` (after the `^` if both) makes the names exact.
-//! So `^=docker0` excludes exactly `docker0`; `=eth0` selects exactly `eth0`.
+//! Grammar (`NCCL_SOCKET_IFNAME`, parsed by [`oxccl_core::namelist`]): a
+//! comma-separated list of name prefixes (`eth,ib` matches `eth0`, `ib1`...).
+//! A leading `^` turns the list into exclusions; a leading `=` (after the `^`
+//! if both) makes the names exact. So `^=docker0` excludes exactly `docker0`;
+//! `=eth0` selects exactly `eth0`.
 //!
 //! Order among the interfaces that qualify (the first one is used):
 //! 1. addresses that are not IPv6 link-local (those need a scope id and only
@@ -63,59 +64,9 @@ impl Interface {
     }
 }
 
-/// A parsed `NCCL_SOCKET_IFNAME` value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IfSpec {
-    /// Leading `^`: the names are exclusions.
-    pub exclude: bool,
-    /// Leading `=`: the names are exact, not prefixes.
-    pub exact: bool,
-    /// The listed names (empty items dropped).
-    pub names: Vec<String>,
-}
-
-impl IfSpec {
-    /// Parses the grammar described in the module docs. Never fails: an empty
-    /// list matches nothing (or, excluded, everything).
-    pub fn parse(s: &str) -> IfSpec {
-        let mut rest = s.trim();
-        let exclude = rest.starts_with('^');
-        if exclude {
-            rest = &rest[1..];
-        }
-        let exact = rest.starts_with('=');
-        if exact {
-            rest = &rest[1..];
-        }
-        let names = rest
-            .split(',')
-            .map(str::trim)
-            .filter(|x| !x.is_empty())
-            .map(str::to_string)
-            .collect();
-        IfSpec {
-            exclude,
-            exact,
-            names,
-        }
-    }
-
-    /// The index of the first listed name that matches `name`, ignoring `exclude`.
-    fn position(&self, name: &str) -> Option<usize> {
-        self.names.iter().position(|p| {
-            if self.exact {
-                name == p
-            } else {
-                name.starts_with(p.as_str())
-            }
-        })
-    }
-
-    /// Whether the interface `name` is allowed by this setting.
-    pub fn allows(&self, name: &str) -> bool {
-        self.position(name).is_some() != self.exclude
-    }
-}
+/// A parsed `NCCL_SOCKET_IFNAME` value: core's `[^][=]name,name` list
+/// grammar ([`oxccl_core::namelist`]), the same one `NCCL_IB_HCA` uses.
+pub use oxccl_core::namelist::NameList as IfSpec;
 
 /// The chosen interface and why it was chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,12 +220,12 @@ mod tests {
             IfSpec {
                 exclude: true,
                 exact: true,
-                names: vec!["docker0".into(), "lo".into()]
+                items: vec!["docker0".into(), "lo".into()]
             }
         );
         let p = IfSpec::parse("eth,,ib");
         assert!(!p.exclude && !p.exact);
-        assert_eq!(p.names, vec!["eth", "ib"]);
+        assert_eq!(p.items, vec!["eth", "ib"]);
         assert!(p.allows("eth12") && p.allows("ib0") && !p.allows("lo"));
         let e = IfSpec::parse("=eth0");
         assert!(e.allows("eth0") && !e.allows("eth01"));

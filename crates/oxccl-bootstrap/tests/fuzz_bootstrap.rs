@@ -243,7 +243,7 @@ proptest! {
     #[test]
     fn ifname_grammar(s in ifname_text(), ifaces in prop::collection::vec(iface(), 0..6), fam in prop_oneof![Just(None), Just(Some(Family::V4)), Just(Some(Family::V6))]) {
         let spec = timed("IfSpec::parse", || IfSpec::parse(&s));
-        prop_assert!(spec.names.iter().all(|n| !n.is_empty() && n.trim() == n));
+        prop_assert!(spec.items.iter().all(|n| !n.is_empty() && n.trim() == n));
         for f in &ifaces {
             let _ = spec.allows(&f.name);
         }

@@ -1,6 +1,6 @@
 //! `oxccl kernels --out DIR`: writes every GPU kernel a run may load,
 //! compiled for the given architectures, into DIR under the names the
-//! library looks for first (`oxccl_cuda::compile`, "prebuilt"): a CUBIN of
+//! library looks for first (`oxccl::gpu::tools::compile`, "prebuilt"): a CUBIN of
 //! every program for each architecture and, with `--ptx`, PTX of every
 //! program for the newest one (the driver compiles it for newer GPUs).
 //! Shipped as `oxccl-kernels/` beside `libnccl.so.2` (or named by
@@ -9,8 +9,8 @@
 
 use std::path::PathBuf;
 
-use oxccl_cuda::compile::{self, Target};
-use oxccl_cuda::kernels;
+use oxccl::gpu::tools::compile::{self, Target};
+use oxccl::gpu::tools::kernels;
 
 /// `oxccl kernels` arguments.
 #[derive(clap::Args)]

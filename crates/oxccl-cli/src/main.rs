@@ -8,12 +8,14 @@
 //! `oxccl kernels` prebuilds the GPU kernels for packaging (see [`kernels`]);
 //! `oxccl run -- CMD` starts a job with oxccl's library preloaded (see [`run`]).
 
+mod child;
 mod doctor;
 mod kernels;
 mod libpath;
 mod perf;
 mod plot;
 mod run;
+mod system;
 mod topo;
 
 use clap::{Parser, Subcommand};

@@ -22,7 +22,7 @@ const TORCH_NCCL: &str =
 /// Visible GPUs; panics with fewer than `need` (the tests are
 /// `#[ignore = "needs a GPU: ..."]` and run where GPUs are).
 fn require_gpus(test: &str, need: usize) -> usize {
-    match oxccl_cuda::perfio::device_count() {
+    match oxccl::gpu::tools::timing::device_count() {
         Ok(n) if n >= need => n,
         Ok(n) => panic!("{test}: needs {need} GPU(s), {n} visible"),
         Err(e) => panic!("{test}: needs {need} GPU(s): {e}"),

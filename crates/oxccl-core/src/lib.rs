@@ -13,6 +13,7 @@ pub mod error;
 pub mod float;
 pub mod gpu;
 pub mod logfmt;
+pub mod namelist;
 pub mod params;
 pub mod peers;
 pub mod profiler_plugin;

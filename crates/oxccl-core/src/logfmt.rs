@@ -345,7 +345,9 @@ pub fn debug_file_path(pattern: &str, host: &str, pid: u32) -> String {
     out
 }
 
-/// The logger's configuration, from the parameters.
+/// The logger's configuration (read from the parameters by
+/// `LogConfig::from_params`, in [`crate::params`]: the registry knows the
+/// log types, this module knows nothing of the registry).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
     pub level: Level,
@@ -358,18 +360,6 @@ pub struct LogConfig {
 }
 
 impl LogConfig {
-    /// Reads the `NCCL_DEBUG*` parameters.
-    pub fn from_params(p: &crate::params::Params) -> LogConfig {
-        use crate::params;
-        LogConfig {
-            level: p.get(&params::DEBUG),
-            subsys: p.get(&params::DEBUG_SUBSYS),
-            timestamp_format: p.get(&params::DEBUG_TIMESTAMP_FORMAT).replace('_', " "),
-            timestamp_levels: p.get(&params::DEBUG_TIMESTAMP_LEVELS),
-            file: p.get(&params::DEBUG_FILE),
-        }
-    }
-
     /// Whether a line of `level` for `subsys` is printed.
     pub fn enabled(&self, level: Level, subsys: Subsys) -> bool {
         level != Level::None && level <= self.level && subsys.intersects(self.subsys)

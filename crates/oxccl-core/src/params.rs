@@ -43,7 +43,7 @@
 
 use crate::algo::{Algo, Choice, Proto, Selection};
 use crate::error::Result;
-use crate::logfmt::{Level, LevelSet, Subsys};
+use crate::logfmt::{Level, LevelSet, LogConfig, Subsys};
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
@@ -1092,6 +1092,19 @@ pub fn markdown_table() -> String {
         out.push('\n');
     }
     out
+}
+
+impl LogConfig {
+    /// Reads the `NCCL_DEBUG*` parameters.
+    pub fn from_params(p: &Params) -> LogConfig {
+        LogConfig {
+            level: p.get(&DEBUG),
+            subsys: p.get(&DEBUG_SUBSYS),
+            timestamp_format: p.get(&DEBUG_TIMESTAMP_FORMAT).replace('_', " "),
+            timestamp_levels: p.get(&DEBUG_TIMESTAMP_LEVELS),
+            file: p.get(&DEBUG_FILE),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! NVML, loaded at run time: each GPU's NVLinks (to which bus id, how many),
 //! and optionally the peer-to-peer status between GPUs, which sysfs does not
-//! show.
+//! show. The one NVML loader: it fills the core's
+//! [`oxccl_core::topo::NvmlReport`], which joins the sysfs tree with
+//! [`oxccl_core::topo::Topology::merge_nvml`].
 //!
 //! Two users: the library, in process, once per process, to learn its GPU's
 //! links for the ring order and channel count ([`crate::topo`]); and `oxccl
@@ -11,34 +13,8 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
-use oxccl_core::topo::normalize_busid;
-
-/// What NVML says about one GPU.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NvmlGpu {
-    pub index: u32,
-    /// Normalised bus id (`0000:1b:00.0`).
-    pub busid: String,
-    pub name: Option<String>,
-    /// Compute capability × 10.
-    pub sm: Option<u32>,
-    /// (target bus id, active links to it): another GPU, an NVSwitch, or
-    /// [`HIDDEN_SWITCH`].
-    pub links: Vec<(String, u32)>,
-    /// (other GPU's bus id, `nvmlGpuP2PStatus_t` for reads), when asked for.
-    pub p2p: Vec<(String, i32)>,
-}
-
-/// NVML's view of the machine.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NvmlReport {
-    pub driver: Option<String>,
-    pub gpus: Vec<NvmlGpu>,
-}
-
-/// The target recorded for NVLinks to a switch NVML does not name (VMs hide
-/// NVSwitches): a bus id no real device has (domain ffff, bus ff, device 1f, function 7).
-pub const HIDDEN_SWITCH: &str = "ffff:ff:1f.7";
+use oxccl_core::topo::gpu_facts::classify_links;
+use oxccl_core::topo::{normalize_busid, NvmlGpu, NvmlReport, P2p, P2pStatus, HIDDEN_SWITCH};
 
 /// NVLink ports a GPU may have (`NVML_NVLINK_MAX_LINKS`: 18 on Hopper and Blackwell).
 const MAX_LINKS: c_uint = 18;
@@ -168,6 +144,7 @@ pub fn probe(with_p2p: bool) -> Result<NvmlReport, String> {
             devs.push((i, d, b));
         }
     }
+    let gpu_busids: Vec<&str> = devs.iter().map(|(_, _, b)| b.as_str()).collect();
     let mut gpus = Vec::new();
     for (i, d, b) in &devs {
         let mut links: Vec<(String, u32)> = Vec::new();
@@ -203,7 +180,11 @@ pub fn probe(with_p2p: bool) -> Result<NvmlReport, String> {
                 let mut s: c_int = -1;
                 // NVML_P2P_CAPS_INDEX_READ = 0.
                 if f(*d, *d2, 0, &mut s) == 0 {
-                    p2ps.push((b2.clone(), s));
+                    p2ps.push(P2p {
+                        target: b2.clone(),
+                        // Negative (never written) is out of NVML's range: unknown.
+                        status: P2pStatus::from_nvml(u32::try_from(s).unwrap_or(u32::MAX)),
+                    });
                 }
             }
         }
@@ -225,7 +206,7 @@ pub fn probe(with_p2p: bool) -> Result<NvmlReport, String> {
             busid: b.clone(),
             name,
             sm,
-            links,
+            nvlinks: classify_links(&links, &gpu_busids),
             p2p: p2ps,
         });
     }

@@ -1,12 +1,13 @@
 //! What a rank learns about its own GPU's place in the machine at ring
 //! setup, for the ring order and the channel count: the NUMA node and the
-//! PCI bridges above it (sysfs), its NVLinks (NVML, [`crate::nvml`], waited
-//! for at most 5 s: a stuck driver means no NVLink facts, not a hang). The
+//! PCI bridges above it (the machine's topology from sysfs, the walk shared
+//! with `oxccl topo`), its NVLinks (NVML, [`crate::nvml`], waited for at
+//! most 5 s: a stuck driver means no NVLink facts, not a hang). The
 //! record travels to every rank through the bootstrap ([`Record::encode`]);
 //! the decisions on it are pure ([`oxccl_core::topo::rank_ring`],
 //! [`crate::ring::topo_channels`]).
 
-use oxccl_core::topo::{normalize_busid, GpuSite, NvLink, NVSWITCH_CLASS};
+use oxccl_core::topo::{normalize_busid, GpuSite, NvLink, GPU_CLASS, NVSWITCH_CLASS};
 use oxccl_core::{Error, Result};
 
 /// One rank's record.
@@ -129,7 +130,7 @@ impl Record {
             nvlinks.push(NvLink {
                 target,
                 count,
-                tclass: if switch { NVSWITCH_CLASS } else { "0x030200" }.into(),
+                tclass: if switch { NVSWITCH_CLASS } else { GPU_CLASS }.into(),
             });
         }
         let no = r.u32().map_err(ctx)? as usize;
@@ -159,66 +160,33 @@ impl Record {
     }
 }
 
-/// The bridges above `busid` from its sysfs path
-/// (`/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/...`): every
-/// component that is a bus id, top first, the device itself left out.
-pub fn bridges_from_sysfs_path(path: &str, busid: &str) -> Vec<String> {
-    path.split('/')
-        .filter(|c| c.len() == 12)
-        .filter_map(normalize_busid)
-        .filter(|b| b != busid)
-        .collect()
-}
-
 /// This rank's record for the GPU at `busid` (as `cuDeviceGetPCIBusId`
-/// writes it); `host` and `forced_order` as in [`Record`].
+/// writes it); `host` and `forced_order` as in [`Record`]. Where the GPU
+/// sits comes from the machine's topology (the one sysfs walk,
+/// [`oxccl_env::sysfs::machine_topology`]) with NVML's links merged in; a
+/// GPU the walk did not find sits on NUMA node 0 under no bridge.
 pub fn local_record(busid: &str, host: u64, forced_order: Vec<u32>) -> Record {
     let busid = normalize_busid(busid).unwrap_or_else(|| busid.to_ascii_lowercase());
-    let dir = format!("/sys/bus/pci/devices/{busid}");
-    let numaid = std::fs::read_to_string(format!("{dir}/numa_node"))
-        .ok()
-        .and_then(|s| s.trim().parse::<i64>().ok())
-        .filter(|n| *n >= 0)
-        .unwrap_or(0) as u32;
-    let bridges = std::fs::canonicalize(&dir)
-        .ok()
-        .map(|p| bridges_from_sysfs_path(&p.to_string_lossy(), &busid))
-        .unwrap_or_default();
-    let (nvml, nvlinks) = match crate::nvml::links_within(crate::nvml::NVML_WAIT) {
-        Ok(r) => {
-            let gpus: Vec<&str> = r.gpus.iter().map(|g| g.busid.as_str()).collect();
-            let links = r
-                .gpus
-                .iter()
-                .find(|g| g.busid == busid)
-                .map(|g| {
-                    g.links
-                        .iter()
-                        .map(|(t, c)| NvLink {
-                            target: t.clone(),
-                            count: *c,
-                            tclass: if gpus.contains(&t.as_str()) {
-                                "0x030200"
-                            } else {
-                                NVSWITCH_CLASS
-                            }
-                            .into(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            (true, links)
-        }
-        Err(_) => (false, Vec::new()),
+    let mut machine = oxccl_env::sysfs::machine_topology().clone();
+    let nvml = crate::nvml::links_within(crate::nvml::NVML_WAIT).ok();
+    if let Some(r) = &nvml {
+        machine.merge_nvml(r);
+    }
+    let site = match machine.gpus().iter().find(|g| g.pci.busid == busid) {
+        Some(g) => g.site(),
+        None => GpuSite {
+            nvlinks: nvml
+                .as_ref()
+                .and_then(|r| r.gpu(&busid))
+                .map(|g| g.nvlinks.clone())
+                .unwrap_or_default(),
+            busid,
+            ..GpuSite::default()
+        },
     };
     Record {
-        site: GpuSite {
-            busid,
-            numaid,
-            bridges,
-            nvlinks,
-        },
-        nvml,
+        site,
+        nvml: nvml.is_some(),
         host,
         forced_order,
     }
@@ -343,21 +311,5 @@ mod tests {
             assert_eq!(e.kind(), oxccl_core::ErrorKind::InvalidArgument, "{bad:?}");
             assert!(e.message().starts_with("OXCCL_RING_ORDER="), "{e}");
         }
-    }
-
-    #[test]
-    fn bridges_from_paths() {
-        assert_eq!(
-            bridges_from_sysfs_path(
-                "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0",
-                "0000:02:00.0"
-            ),
-            vec!["0000:00:01.0".to_string(), "0000:01:00.0".to_string()]
-        );
-        // The 2xH200 VM: the GPUs sit right under the host bridge.
-        assert!(
-            bridges_from_sysfs_path("/sys/devices/pci0000:00/0000:00:06.0", "0000:00:06.0")
-                .is_empty()
-        );
     }
 }

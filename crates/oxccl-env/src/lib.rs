@@ -1,4 +1,4 @@
-//! The process's environment: parameters and logs.
+//! The process's environment: parameters, logs and the machine's files.
 //!
 //! Thin I/O around the pure registry and log formatting in `oxccl_core`:
 //!
@@ -6,6 +6,8 @@
 //!   (`NCCL_CONF_FILE` if set, else `~/.nccl.conf` then `/etc/nccl.conf`; a missing file
 //!   is fine) into [`oxccl_core::params::Params`]. The environment wins over files, an
 //!   earlier file over a later one.
+//! * [`sysfs`]: the machine's files for the topology walk (the pure walk is
+//!   `oxccl_core::topo::read_topology`), rooted at `/` or at a recorded machine.
 //! * The `NCCL_DEBUG` logger ([`log`]) writes lines shaped like NCCL's to stdout (NCCL's
 //!   default sink) or to `NCCL_DEBUG_FILE`. Use the macros [`warn!`], [`info!`] and
 //!   [`trace!`].
@@ -18,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod log;
+pub mod sysfs;
 
 pub use log::{last_error, set_device, Level, Subsys};
 

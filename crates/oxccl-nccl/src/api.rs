@@ -8,7 +8,7 @@
 use crate::abi::*;
 use crate::config;
 use crate::group::{self, Desc, OpSpec};
-use crate::handle::{self, lock, Comm, PreMul, State};
+use crate::handle::{self, lock, null_arg, Comm, PreMul, State};
 use oxccl::gpu::{self, DeviceOp, DeviceRedOp, GpuChoice};
 use oxccl::{CollKind, Communicator, Config, DataType, Error, ErrorKind, RedOp, Result, UniqueId};
 use std::collections::HashMap;
@@ -17,10 +17,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 fn in_progress() -> Error {
     Error::new(ErrorKind::InProgress, "")
-}
-
-pub(crate) fn null_arg(what: &str) -> Error {
-    Error::invalid_argument(format!("{what} is NULL"))
 }
 
 fn dtype(v: c_int) -> Result<DataType> {

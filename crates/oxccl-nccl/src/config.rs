@@ -148,10 +148,8 @@ fn validate(c: &ConfigV23005) -> Result<()> {
     Ok(())
 }
 
-/// The blocking mode: `NCCL_COMM_BLOCKING` overrides the config; default blocking.
+/// The blocking mode: `NCCL_COMM_BLOCKING` overrides the config; default
+/// blocking (the parameter is read with the library's others).
 pub(crate) fn blocking(cfg: Option<bool>) -> bool {
-    oxccl_env::params()
-        .get(&oxccl_core::params::COMM_BLOCKING)
-        .or(cfg)
-        .unwrap_or(true)
+    oxccl::abi_support::blocking(cfg)
 }

@@ -6,10 +6,11 @@
 //! are deferred; the outermost `ncclGroupEnd` first runs the creations, one
 //! thread each, all at once (so one thread can create the several ranks it
 //! drives, as nccl-tests does), then every queued operation of every
-//! communicator together through `oxccl::run_group_raw`.
+//! communicator together through `oxccl::raw::run_group`.
 
 use crate::handle::{touch, Comm, PreMul};
-use oxccl::{CollKind, Communicator, DataType, Error, ErrorKind, OpDesc, RedOp, Result};
+use oxccl::raw::OpDesc;
+use oxccl::{CollKind, Communicator, DataType, Error, ErrorKind, RedOp, Result};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -292,5 +293,5 @@ pub(crate) fn execute(ops: Vec<(Arc<Comm>, Desc)>) -> Result<()> {
     let refs: Vec<(&Communicator, OpDesc)> = owned.iter().map(|(c, o)| (c, *o)).collect();
     // SAFETY: the C caller guarantees the buffers are valid for the operations
     // until they complete, and they complete before this returns.
-    unsafe { oxccl::run_group_raw(&refs) }
+    unsafe { oxccl::raw::run_group(&refs) }
 }

@@ -394,3 +394,8 @@ pub(crate) fn unregister(h: ncclComm_t, what: &str) -> Result<Arc<Comm>> {
     touch(&c);
     Ok(c)
 }
+
+/// The error for a NULL pointer argument `what`.
+pub(crate) fn null_arg(what: &str) -> Error {
+    Error::invalid_argument(format!("{what} is NULL"))
+}

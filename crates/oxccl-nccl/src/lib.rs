@@ -599,7 +599,7 @@ nccl_unsupported! {
 /// This rank and every rank's host, for the teams.
 fn comm_hosts(comm: ncclComm_t) -> Result<(usize, Vec<u64>)> {
     let c = handle::lookup(comm, "comm")?.wait()?;
-    Ok((c.rank(), c.hosts()?))
+    Ok((c.rank(), oxccl::abi_support::hosts(&c)?))
 }
 
 /// A team of `comm` made by `f` from (rank, hosts); a zeroed team and a

@@ -9,7 +9,7 @@
 //! [`handle::next_handle`] looked up in a registry, never an address.
 
 use crate::abi::*;
-use crate::api::null_arg;
+use crate::handle::null_arg;
 use crate::handle::{self, lock, Comm};
 use oxccl::{Error, Result};
 use std::collections::HashMap;
@@ -95,7 +95,7 @@ pub(crate) unsafe fn register(
     let w = Window {
         comm: comm as usize,
         win,
-        lsa: crate::team::lsa(comm_h.rank(), &comm_h.hosts()?),
+        lsa: crate::team::lsa(comm_h.rank(), &oxccl::abi_support::hosts(&comm_h)?),
     };
     let h = handle::next_handle();
     registry().insert(h, Arc::new(w));

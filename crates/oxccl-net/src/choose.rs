@@ -22,6 +22,7 @@
 
 use std::sync::Arc;
 
+use oxccl_core::namelist::NameList;
 use oxccl_core::{Error, Result};
 use oxccl_env::Subsys;
 
@@ -92,55 +93,48 @@ pub fn library_candidates(value: Option<&str>) -> Option<Vec<String>> {
     }
 }
 
-/// A parsed `NCCL_IB_HCA` value.
+/// A parsed `NCCL_IB_HCA` value: core's `[^][=]name,name` list grammar
+/// ([`oxccl_core::namelist`], the one `NCCL_SOCKET_IFNAME` uses) whose items
+/// may end in `:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HcaSpec {
-    pub exclude: bool,
-    pub exact: bool,
-    /// `(name, port)` items.
-    pub items: Vec<(String, Option<i32>)>,
+    /// The list, each item's `:port` taken off.
+    pub list: NameList,
+    /// Each item's port (`None`: any port), in the list's order.
+    pub ports: Vec<Option<i32>>,
 }
 
 impl HcaSpec {
     /// Parses `[^][=]name[:port][,name[:port]...]`. Never fails: an item
     /// whose port is not a number keeps the whole text as its name.
     pub fn parse(s: &str) -> HcaSpec {
-        let mut rest = s.trim();
-        let exclude = rest.starts_with('^');
-        if exclude {
-            rest = &rest[1..];
-        }
-        let exact = rest.starts_with('=');
-        if exact {
-            rest = &rest[1..];
-        }
-        let items = rest
-            .split(',')
-            .map(str::trim)
-            .filter(|x| !x.is_empty())
+        let mut list = NameList::parse(s);
+        let ports = list
+            .items
+            .iter_mut()
             .map(|x| match x.rsplit_once(':') {
-                Some((n, p)) if p.parse::<i32>().is_ok() => (n.to_string(), p.parse::<i32>().ok()),
-                _ => (x.to_string(), None),
+                Some((n, p)) => match p.parse::<i32>() {
+                    Ok(port) => {
+                        *x = n.to_string();
+                        Some(port)
+                    }
+                    Err(_) => None,
+                },
+                None => None,
             })
             .collect();
-        HcaSpec {
-            exclude,
-            exact,
-            items,
-        }
+        HcaSpec { list, ports }
     }
 
     /// Whether device `name` on `port` is allowed.
     pub fn allows(&self, name: &str, port: i32) -> bool {
-        let hit = self.items.iter().any(|(n, p)| {
-            let name_ok = if self.exact {
-                name == n
-            } else {
-                name.starts_with(n.as_str())
-            };
-            name_ok && p.is_none_or(|p| p == port)
-        });
-        hit != self.exclude
+        let hit = self
+            .list
+            .items
+            .iter()
+            .zip(&self.ports)
+            .any(|(n, p)| self.list.matches(n, name) && p.is_none_or(|p| p == port));
+        hit != self.list.exclude
     }
 }
 
@@ -391,6 +385,10 @@ mod tests {
         assert!(s.allows("mlx5_1", 1));
         // A prefix matches longer names.
         assert!(HcaSpec::parse("mlx5").allows("mlx5_3", 1));
+        let s = HcaSpec::parse("^=mlx5_0:1, mlx5_1:x");
+        assert_eq!(s.list.items, vec!["mlx5_0", "mlx5_1:x"]);
+        assert_eq!(s.ports, vec![Some(1), None]);
+        assert!(!s.allows("mlx5_0", 1) && s.allows("mlx5_0", 2));
     }
 
     #[test]

@@ -26,18 +26,22 @@
 //! that dies turns into [`ErrorKind::Remote`] on the ranks waiting for it.
 
 pub use oxccl_core::algo::{Algo, Proto, Selection};
+/// The parameter registry (`NCCL_*` / `OXCCL_*` variables, typed).
+pub use oxccl_core::params;
 pub use oxccl_core::{CollKind, DataType, Error, ErrorKind, RedOp, Result, Scalar};
 // `Config::host` is public: its type must be nameable without depending on
 // oxccl-host directly.
-pub use oxccl_host::{HostConfig, OpDesc};
+pub use oxccl_host::HostConfig;
+use oxccl_host::OpDesc;
 
 pub mod gpu;
+pub mod topo;
 mod window;
 pub use gpu::{GpuChoice, GpuGroup, StreamComm};
 pub use window::Window;
 
 use oxccl_bootstrap::{Bootstrap, BootstrapConfig, Family};
-use oxccl_core::params::{self, Params, SocketFamily};
+use oxccl_core::params::{Params, SocketFamily};
 use oxccl_env::Subsys;
 use oxccl_host::HostComm;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -153,6 +157,14 @@ impl Config {
             .clone()
             .unwrap_or_else(|| host_config(oxccl_env::params()))
     }
+
+    /// The host transport settings that the parameters `p` ask for (what
+    /// [`Config::host_settings`] gives without an override, from the
+    /// process's parameters): for tools that judge another set, such as a
+    /// recorded machine's configuration files.
+    pub fn host_settings_from(p: &params::Params) -> HostConfig {
+        host_config(p)
+    }
 }
 
 fn bootstrap_config(p: &Params, abort: Arc<AtomicBool>) -> BootstrapConfig {
@@ -175,7 +187,7 @@ fn bootstrap_config(p: &Params, abort: Arc<AtomicBool>) -> BootstrapConfig {
 }
 
 /// The host settings the environment asks for.
-pub fn host_config(p: &Params) -> HostConfig {
+pub(crate) fn host_config(p: &Params) -> HostConfig {
     let capacity = match p.source(&params::BUFFSIZE) {
         // Host rings default to 1 MiB: NCCL's 4 MiB default is sized for GPU
         // links; 1 MiB already pipelines in 512 KiB slices and keeps 8 local ranks
@@ -540,7 +552,7 @@ impl Communicator {
     /// Each rank's host as a number, equal for ranks of one host (the
     /// bootstrap's host hash, which honours `NCCL_HOSTID`). Works on a
     /// revoked communicator.
-    pub fn hosts(&self) -> Result<Vec<u64>> {
+    pub(crate) fn hosts(&self) -> Result<Vec<u64>> {
         let g = self.lock_raw()?;
         let c = g
             .as_ref()
@@ -568,11 +580,11 @@ impl Communicator {
         })
     }
 
-    /// Runs raw operations as one group (the C ABI's entry).
+    /// Runs raw operations as one group.
     ///
     /// # Safety
     /// As [`oxccl_host::HostComm::run`]: every pointer valid for its operation.
-    pub unsafe fn run_raw(&self, ops: &[OpDesc]) -> Result<()> {
+    pub(crate) unsafe fn run_raw(&self, ops: &[OpDesc]) -> Result<()> {
         // SAFETY: forwarded from this function's contract.
         self.with_comm(|c| unsafe { c.run(ops) })
     }
@@ -1111,14 +1123,6 @@ impl<'a> Group<'a> {
             .push((comm, desc::<T>(CollKind::AllReduce, p, p, buf.len(), op, 0)));
         self
     }
-    /// Adds a raw operation.
-    ///
-    /// # Safety
-    /// The pointers of `op` must stay valid until [`Group::run`] returns.
-    pub unsafe fn push_raw(&mut self, comm: &'a Communicator, op: OpDesc) -> &mut Self {
-        self.ops.push((comm, op));
-        self
-    }
     /// Issues every operation and waits for all (`ncclGroupEnd`).
     pub fn run(self) -> Result<()> {
         // SAFETY: every pointer came from a slice borrowed for 'a, which outlives self.
@@ -1130,7 +1134,7 @@ impl<'a> Group<'a> {
 ///
 /// # Safety
 /// Every pointer valid for its operation until this returns.
-pub unsafe fn run_group_raw(ops: &[(&Communicator, OpDesc)]) -> Result<()> {
+pub(crate) unsafe fn run_group_raw(ops: &[(&Communicator, OpDesc)]) -> Result<()> {
     // One entry per distinct communicator, in first-use order; lock them in
     // address order so two threads grouping the same communicators can't deadlock.
     let mut comms: Vec<&Communicator> = Vec::new();
@@ -1180,6 +1184,61 @@ pub unsafe fn run_group_raw(ops: &[(&Communicator, OpDesc)]) -> Result<()> {
             "panic in the host executor: {what}"
         )))
     })
+}
+
+/// Operations on untyped buffers whose data type is chosen at run time
+/// (the shape of NCCL's own interface), for callers that hold raw pointers:
+/// the C ABI, or a benchmark sweeping data types. Typed slices go through
+/// [`Communicator`] and [`Group`], which check lengths for the caller.
+pub mod raw {
+    use super::{Communicator, Result};
+
+    pub use oxccl_host::OpDesc;
+
+    /// Runs `ops` on one communicator as one group; returns when their data
+    /// has moved. Lengths and ranks are checked (typed errors), the pointers
+    /// cannot be.
+    ///
+    /// # Safety
+    /// Every pointer of `ops` valid for its operation (`count` elements of
+    /// `dtype`, as the collective's extents need) until this returns.
+    pub unsafe fn run(comm: &Communicator, ops: &[OpDesc]) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { comm.run_raw(ops) }
+    }
+
+    /// Runs `ops` on several communicators as one group (`ncclGroupEnd`).
+    ///
+    /// # Safety
+    /// As [`run`], for every operation.
+    pub unsafe fn run_group(ops: &[(&Communicator, OpDesc)]) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { super::run_group_raw(ops) }
+    }
+}
+
+/// What the C ABI crate (oxccl-nccl, `libnccl.so.2`) needs beyond the Rust
+/// API: the ranks' hosts for its teams, and NCCL's blocking mode. Not part
+/// of the Rust API and without its stability.
+#[doc(hidden)]
+pub mod abi_support {
+    use super::{Communicator, Result};
+
+    /// Each rank's host as a number, equal for ranks of one host (the
+    /// bootstrap's host hash, which honours `NCCL_HOSTID`). Works on a
+    /// revoked communicator.
+    pub fn hosts(comm: &Communicator) -> Result<Vec<u64>> {
+        comm.hosts()
+    }
+
+    /// Whether a communicator's calls block: `NCCL_COMM_BLOCKING` when set,
+    /// else what its config asked for (`requested`), else blocking.
+    pub fn blocking(requested: Option<bool>) -> bool {
+        oxccl_env::params()
+            .get(&oxccl_core::params::COMM_BLOCKING)
+            .or(requested)
+            .unwrap_or(true)
+    }
 }
 
 #[cfg(test)]

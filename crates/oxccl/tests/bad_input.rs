@@ -7,8 +7,9 @@
 mod common;
 
 use common::*;
+use oxccl::raw::OpDesc;
 use oxccl::{
-    Bf16, CollKind, Communicator, Config, DataType, ErrorKind, OpDesc, RedOp, Scalar, UniqueId, F16,
+    Bf16, CollKind, Communicator, Config, DataType, ErrorKind, RedOp, Scalar, UniqueId, F16,
 };
 use std::ptr::NonNull;
 use std::time::Duration;
@@ -121,7 +122,7 @@ fn counts_that_overflow_are_refused_before_touching_memory() {
                 };
                 // SAFETY: the pointers are dangling on purpose: the call must
                 // be refused for its count before it touches them.
-                let r = unsafe { c.run_raw(&[op]) };
+                let r = unsafe { oxccl::raw::run(c, &[op]) };
                 let e = r.expect_err("an impossible count was accepted");
                 assert_eq!(
                     e.kind(),
@@ -247,14 +248,13 @@ fn null_and_overlapping_buffers() {
         for (op, needle) in cases {
             // SAFETY: non-null pointers are inside `buf` and its 64 elements
             // cover every extent used; the call must refuse them anyway.
-            let r = unsafe { c.run_raw(&[op]) };
+            let r = unsafe { oxccl::raw::run(c, &[op]) };
             assert_err(&r, ia, &[needle]);
         }
         // A NULL buffer with count 0 is fine (NCCL allows it).
         // SAFETY: nothing is read or written for count 0.
         unsafe {
-            c.run_raw(&[raw(CollKind::AllReduce, null, null, 0, RedOp::Sum, 0)])
-                .unwrap();
+            oxccl::raw::run(c, &[raw(CollKind::AllReduce, null, null, 0, RedOp::Sum, 0)]).unwrap();
         }
         drop(buf);
     });
@@ -379,7 +379,7 @@ fn overlapping_receive_buffers_in_one_group() {
     let ops = [(&comms[0], recv(p)), (&comms[0], recv(p.wrapping_add(16)))];
     // SAFETY: both pointers lie inside `buf`, alive for the call; the call must
     // fail before touching them.
-    let r = unsafe { oxccl::run_group_raw(&ops) };
+    let r = unsafe { oxccl::raw::run_group(&ops) };
     assert_err(&r, ErrorKind::InvalidArgument, &["overlaps another buffer"]);
     // Still usable: a disjoint pair of receives matched by sends on rank 1.
     on_ranks(&comms, |c| {

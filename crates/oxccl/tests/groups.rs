@@ -273,12 +273,19 @@ fn argument_error_inside_a_group_leaves_the_communicator_usable() {
         // operation of the group was prepared.
         let mut buf = vec![0u8; 20];
         let (p, len) = (buf.as_mut_ptr(), buf.len());
-        let mut g = Group::new();
-        g.all_reduce(c, &a, &mut ra, RedOp::Sum).unwrap();
-        // SAFETY: both operations point into `buf`, alive until run returns;
-        // the library must refuse them before touching either.
-        unsafe {
-            g.push_raw(
+        let ops = [
+            (
+                c,
+                raw(
+                    oxccl::CollKind::AllReduce,
+                    a.as_ptr(),
+                    ra.as_mut_ptr(),
+                    a.len(),
+                    RedOp::Sum,
+                    0,
+                ),
+            ),
+            (
                 c,
                 raw(
                     oxccl::CollKind::Recv,
@@ -288,8 +295,8 @@ fn argument_error_inside_a_group_leaves_the_communicator_usable() {
                     RedOp::Sum,
                     (me + n - 1) % n,
                 ),
-            );
-            g.push_raw(
+            ),
+            (
                 c,
                 raw(
                     oxccl::CollKind::Recv,
@@ -299,9 +306,13 @@ fn argument_error_inside_a_group_leaves_the_communicator_usable() {
                     RedOp::Sum,
                     (me + 1) % n,
                 ),
-            );
-        }
-        assert_err(&g.run(), ErrorKind::InvalidArgument, &["overlaps"]);
+            ),
+        ];
+        // SAFETY: the receives point into `buf` and the all-reduce into `a`
+        // and `ra`, all alive until this returns; the library must refuse
+        // the overlapping receives before touching any.
+        let r = unsafe { oxccl::raw::run_group(&ops) };
+        assert_err(&r, ErrorKind::InvalidArgument, &["overlaps"]);
         check("overlapping buffers");
         let mut x = vec![me as u64; 9];
         c.all_reduce_in_place(&mut x, RedOp::Sum).unwrap();

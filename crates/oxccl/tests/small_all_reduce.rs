@@ -13,7 +13,8 @@
 mod common;
 
 use common::*;
-use oxccl::{CollKind, Communicator, DataType, ErrorKind, Group, OpDesc, RedOp, Scalar, UniqueId};
+use oxccl::raw::OpDesc;
+use oxccl::{CollKind, Communicator, DataType, ErrorKind, Group, RedOp, Scalar, UniqueId};
 use oxccl_host::oneshot::ONESHOT_MAX_BYTES;
 use std::time::{Duration, Instant};
 
@@ -305,7 +306,7 @@ fn shm_small_collectives_of_every_kind_in_one_group() {
             ];
             // SAFETY: every buffer is valid for its operation and unused
             // elsewhere until the call returns.
-            unsafe { c.run_raw(&ops) }.unwrap();
+            unsafe { oxccl::raw::run(&c, &ops) }.unwrap();
             for r in 0..n {
                 for i in 0..blk {
                     assert_eq!(ag[r * blk + i], v(r, i), "all_gather {r}/{i}");

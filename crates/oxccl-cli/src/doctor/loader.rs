@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use oxccl_core::elf::{self, CacheEntry, LoaderEnv, LoaderFs, Probe, ReadAt};
 
 use super::checks::ProgramFacts;
-use super::System;
+use crate::system::System;
 
 /// The largest loader cache read (real ones are tens of KiB).
 const MAX_CACHE_FILE: u64 = 64 << 20;
@@ -75,7 +75,7 @@ pub fn read_cache(sys: &System) -> Result<Vec<CacheEntry>, String> {
 /// the cache (or ld.so.conf's folders), the default folders.
 pub fn loader_env(sys: &System, machine: u16) -> LoaderEnv {
     let mut conf_dirs = Vec::new();
-    super::probe::ld_so_conf_dirs(sys, "/etc/ld.so.conf", 0, &mut conf_dirs);
+    super::search::ld_so_conf_dirs(sys, "/etc/ld.so.conf", 0, &mut conf_dirs);
     LoaderEnv {
         preload: sys.var("LD_PRELOAD").map(str::to_string),
         library_path: sys.var("LD_LIBRARY_PATH").map(str::to_string),
@@ -143,7 +143,7 @@ pub fn program_facts(sys: &System, program: &str, given: bool) -> ProgramFacts {
         let rooted = sys.path(p);
         let canon = std::fs::canonicalize(&rooted).unwrap_or(rooted);
         let target = sys.unroot(&canon);
-        f.version = Some(super::probe::nccl_version(&canon, p, &target));
+        f.version = Some(super::search::nccl_version(&canon, p, &target));
     }
     f.result = Ok((d, lookup));
     f
@@ -152,7 +152,7 @@ pub fn program_facts(sys: &System, program: &str, given: bool) -> ProgramFacts {
 /// PyTorch's `libtorch_cuda.so` where pip or conda put it, if any: the
 /// program whose libnccl.so.2 matters most on a training machine.
 pub fn default_program(sys: &System) -> Option<String> {
-    for prefix in super::probe::python_prefixes(sys) {
+    for prefix in super::search::python_prefixes(sys) {
         for sp in ["site-packages", "dist-packages"] {
             if let Some(p) = sys
                 .glob(&format!(

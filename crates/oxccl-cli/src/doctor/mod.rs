@@ -17,14 +17,13 @@ mod gpu;
 mod loader;
 mod peers;
 mod probe;
-mod system;
+mod search;
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-pub use probe::{run_sub, CHILD_TIMEOUT};
-pub use system::System;
+use crate::system::System;
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -215,7 +214,7 @@ fn run_all(sys: &System, a: &DoctorArgs) -> Vec<Check> {
     let (topo, source, nvml) = match loaded {
         Ok(l) => {
             let nvml = match &l.nv {
-                Some(crate::topo::nvml::NvSource::Unavailable(e)) => Err(e.clone()),
+                Some(crate::topo::source::NvSource::Unavailable(e)) => Err(e.clone()),
                 Some(nv) => Ok(nv.describe()),
                 None => Ok("NVLink and P2P as recorded in the file".to_string()),
             };

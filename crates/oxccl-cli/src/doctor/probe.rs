@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use oxccl_bootstrap::ifname::Interface;
 use oxccl_bootstrap::Family;
@@ -19,10 +19,10 @@ use super::checks::{
     self, ContainerFacts, ContainerGpuFacts, CudaVer, CudartFacts, CudartLib, DriverFacts,
     EnvFacts, NcclFacts, NcclLib, NetFacts, NetIf, ProbeDriver, ShmFacts,
 };
-use super::System;
+use crate::child::{run_sub, CHILD_TIMEOUT};
+use crate::system::System;
 
-/// How long a child that loads a library may take.
-pub const CHILD_TIMEOUT: Duration = Duration::from_secs(5);
+use super::search::{conda_prefixes, is_elf, ld_so_conf_dirs, nccl_version, python_prefixes};
 
 /// Everything the checks look at.
 pub struct Facts {
@@ -166,9 +166,9 @@ fn gather_shm(sys: &System, p: &Params, ranks: Option<u64>, container: bool) -> 
         }
     };
     // The host transport's own rules (oxccl_host::comm): NCCL_BUFFSIZE via
-    // oxccl::host_config (1 MiB default for host rings) and the channel count
-    // of a communicator whose local peers talk over shared memory.
-    let cfg = oxccl::host_config(p);
+    // oxccl::Config::host_settings_from (1 MiB default for host rings) and the
+    // channel count of a communicator whose local peers talk over shared memory.
+    let cfg = oxccl::Config::host_settings_from(p);
     let (coll, p2p) = oxccl_host::comm::host_channels(&cfg, false);
     ShmFacts {
         space,
@@ -261,50 +261,6 @@ fn run_child(args: &[&std::ffi::OsStr], timeout: Duration) -> Result<String, Str
     run_sub("doctor", args, timeout)
 }
 
-/// Runs this executable with subcommand `sub` and `args`, waits at most
-/// `timeout` (then kills it); its stdout, or why not.
-pub fn run_sub(sub: &str, args: &[&std::ffi::OsStr], timeout: Duration) -> Result<String, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
-    let mut child = Command::new(exe)
-        .arg(sub)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start the probe: {e}"))?;
-    let start = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                let mut out = String::new();
-                if let Some(mut so) = child.stdout.take() {
-                    let _ = so.read_to_string(&mut out);
-                }
-                if status.success() {
-                    return Ok(out);
-                }
-                let why = out.trim();
-                return Err(match status.code() {
-                    Some(c) if !why.is_empty() => format!("{why} (probe exit {c})"),
-                    Some(c) => format!("the probe exited with status {c}"),
-                    None => "the probe was killed by a signal (the library crashed it)".into(),
-                });
-            }
-            Ok(None) if start.elapsed() >= timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "loading it did not finish within {} s (killed)",
-                    timeout.as_secs()
-                ));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("waiting for the probe: {e}")),
-        }
-    }
-}
-
 /// `oxccl doctor --probe-nccl PATH`: dlopen it, call ncclGetVersion, print the code.
 pub fn probe_nccl_child(path: &Path) -> i32 {
     probe_version_child(path, c"ncclGetVersion")
@@ -358,7 +314,7 @@ fn probe_version_child(path: &Path, symbol: &CStr) -> i32 {
 
 /// `oxccl doctor --probe-driver`: the driver and NVRTC probes, as one JSON line.
 pub fn probe_driver_child() -> i32 {
-    use oxccl_cuda::loader::{nvrtc, probe_driver, Unavailable};
+    use oxccl::gpu::tools::{nvrtc, probe_driver, Unavailable};
     let mut v = match probe_driver() {
         Ok(d) => serde_json::json!({
             "state": "ok", "path": d.path, "version": d.version, "devices": d.devices,
@@ -426,33 +382,6 @@ fn gather_driver(sys: &System) -> DriverFacts {
 
 // ---------------------------------------------------------------- NCCL
 
-/// Folders of `/etc/ld.so.conf` (following `include` globs), under the root.
-pub(super) fn ld_so_conf_dirs(sys: &System, file: &str, depth: u32, out: &mut Vec<String>) {
-    if depth > 4 {
-        return;
-    }
-    let Some(text) = sys.read(file) else { return };
-    for l in text.lines() {
-        let l = l.split('#').next().unwrap_or("").trim();
-        if l.is_empty() {
-            continue;
-        }
-        if let Some(pat) = l.strip_prefix("include") {
-            let pat = pat.trim();
-            let pat = if pat.starts_with('/') {
-                pat.to_string()
-            } else {
-                format!("/etc/{pat}")
-            };
-            for f in sys.glob(&pat) {
-                ld_so_conf_dirs(sys, &f, depth + 1, out);
-            }
-        } else if l.starts_with('/') {
-            out.push(l.to_string());
-        }
-    }
-}
-
 /// `ldconfig -p`'s entries for `stem` (real root only), bounded by a timeout.
 fn ldconfig_libs(stem: &str) -> Result<Vec<String>, String> {
     let mut child = Command::new("ldconfig")
@@ -495,49 +424,6 @@ fn host_machine() -> u16 {
     } else {
         oxccl_core::elf::EM_X86_64
     }
-}
-
-/// Where conda installs live: /opt/conda, $CONDA_PREFIX, ~/miniconda3, ~/anaconda3.
-fn conda_prefixes(sys: &System) -> Vec<String> {
-    let mut conda = vec!["/opt/conda".to_string()];
-    if let Some(c) = sys.var("CONDA_PREFIX") {
-        conda.push(c.to_string());
-    }
-    if let Some(h) = sys.var("HOME") {
-        conda.push(format!("{h}/miniconda3"));
-        conda.push(format!("{h}/anaconda3"));
-    }
-    conda
-}
-
-/// Prefixes whose `lib/python3*/{site,dist}-packages` pip installs into:
-/// /usr, /usr/local, conda's, $VIRTUAL_ENV, the virtual environment of the
-/// first `python3` on PATH (a `pyvenv.cfg` above its `bin/`: used without
-/// activating it, as containers and job scripts do), ~/.local.
-pub(super) fn python_prefixes(sys: &System) -> Vec<String> {
-    let mut py = vec!["/usr".to_string(), "/usr/local".to_string()];
-    py.extend(conda_prefixes(sys));
-    if let Some(v) = sys.var("VIRTUAL_ENV") {
-        py.push(v.trim_end_matches('/').to_string());
-    }
-    let first_python = sys
-        .var("PATH")
-        .unwrap_or("")
-        .split(':')
-        .map(|d| d.trim_end_matches('/'))
-        .find(|d| d.starts_with('/') && sys.exists(&format!("{d}/python3")));
-    if let Some(venv) = first_python
-        .and_then(|d| d.strip_suffix("/bin"))
-        .filter(|v| sys.exists(&format!("{v}/pyvenv.cfg")))
-    {
-        if !py.iter().any(|p| p == venv) {
-            py.push(venv.to_string());
-        }
-    }
-    if let Some(h) = sys.var("HOME") {
-        py.push(format!("{h}/.local"));
-    }
-    py
 }
 
 /// One library file found by [`find_libs`].
@@ -844,40 +730,4 @@ fn gather_container_gpus(
         nvidia_driver_capabilities: sys.var("NVIDIA_DRIVER_CAPABILITIES").map(str::to_string),
         cuda_visible_devices: sys.var("CUDA_VISIBLE_DEVICES").map(str::to_string),
     }
-}
-
-fn is_elf(p: &Path) -> bool {
-    let mut b = [0u8; 4];
-    std::fs::File::open(p)
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-        && b == *b"\x7fELF"
-}
-
-pub(super) fn nccl_version(
-    canon: &Path,
-    path: &str,
-    target: &str,
-) -> Result<(String, &'static str), String> {
-    let by_name = checks::version_from_name(target).or_else(|| checks::version_from_name(path));
-    // Real libraries are asked, also under a fixture root (a test may plant a
-    // built one); fake ones (fixtures) only have their name to go by.
-    if is_elf(canon) {
-        match run_child(&["--probe-nccl".as_ref(), canon.as_os_str()], CHILD_TIMEOUT) {
-            Ok(out) => {
-                if let Ok(code) = out.trim().parse::<i64>() {
-                    return Ok((checks::decode_nccl_version(code), "ncclGetVersion"));
-                }
-                return by_name
-                    .map(|v| (v, "file name"))
-                    .ok_or_else(|| format!("unreadable probe output {:?}", out.trim()));
-            }
-            Err(e) => {
-                return by_name.map(|v| (v, "file name")).ok_or(e);
-            }
-        }
-    }
-    by_name
-        .map(|v| (v, "file name"))
-        .ok_or_else(|| "not a loadable library and no version in its name".into())
 }

@@ -13,7 +13,8 @@ use super::common::{self, Line, Meta, RankInfo, Report, INFO_BYTES};
 use super::compare::CmpComm;
 use super::data::Gen;
 use super::Settings;
-use oxccl::{Communicator, Config, DataType, Error, ErrorKind, OpDesc, RedOp, UniqueId};
+use oxccl::raw::OpDesc;
+use oxccl::{Communicator, Config, DataType, Error, ErrorKind, RedOp, UniqueId};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -208,7 +209,7 @@ impl Runner<'_> {
         // SAFETY: every pointer in `ops` comes from `Bufs` vectors that this
         // rank owns, that nothing else touches during the call, and that are
         // sized (by `alloc`) for the largest counts of the sweep; see `descs`.
-        let r = unsafe { self.comm.run_raw(ops) };
+        let r = unsafe { oxccl::raw::run(&self.comm, ops) };
         self.act.end(self.slot);
         r
     }

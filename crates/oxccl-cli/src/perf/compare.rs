@@ -14,7 +14,8 @@
 //! backend passes device buffers and each rank's own stream ([`issue`]).
 
 use super::coll::Coll;
-use oxccl::{CollKind, OpDesc, RedOp};
+use oxccl::raw::OpDesc;
+use oxccl::{CollKind, RedOp};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
@@ -357,7 +358,7 @@ impl CmpComm {
     ///
     /// # Safety
     /// Every pointer in `ops` must be valid for the counts it is used with,
-    /// as for [`oxccl::Communicator::run_raw`].
+    /// as for [`oxccl::raw::run`].
     pub unsafe fn run(&self, ops: &[OpDesc]) -> Result<(), String> {
         let items: Vec<(&CmpComm, Stream, &OpDesc)> = ops
             .iter()

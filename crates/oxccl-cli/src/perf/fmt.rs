@@ -111,7 +111,7 @@ pub fn fit(x: f64, width: usize) -> String {
 }
 
 /// `-I`'s four cells after a half: i_min, i_max, i_p99 (us) and i_cv% (N/A without samples).
-pub fn iter_cells(st: Option<&super::common::IterStats>) -> String {
+pub fn iter_cells(st: Option<&super::stats::IterStats>) -> String {
     match st {
         Some(st) => format!(
             "  {}  {}  {}  {}",

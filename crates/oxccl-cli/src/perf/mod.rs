@@ -20,6 +20,7 @@ pub mod gpu;
 pub mod launch;
 pub mod memory;
 pub mod progress;
+pub mod stats;
 
 use crate::UsageError;
 use clap::{Args, ValueEnum};
@@ -461,14 +462,14 @@ pub const GPU_DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Why there is no usable GPU, in a few words.
 fn no_gpu_reason() -> Option<String> {
-    use oxccl_cuda::Unavailable;
-    match oxccl_cuda::probe_driver() {
+    use oxccl::gpu::tools::Unavailable;
+    match oxccl::gpu::tools::probe_driver() {
         Err(Unavailable::NoDriver { .. }) => {
             Some("no CUDA driver: libcuda.so.1 is not in the dynamic loader's path".into())
         }
         Err(Unavailable::NoGpu { reason, .. }) => Some(format!("no GPU: {reason}")),
         Err(Unavailable::Failed(e)) => Some(e.message().to_string()),
-        Ok(_) => oxccl_cuda::perfio::require()
+        Ok(_) => oxccl::gpu::tools::timing::require()
             .err()
             .map(|e| e.message().to_string()),
     }
@@ -546,7 +547,7 @@ impl Settings {
         let (ngpus, devices) = match backend {
             Backend::Cuda => (
                 a.ngpus as usize,
-                oxccl_cuda::perfio::device_count().unwrap_or(0),
+                oxccl::gpu::tools::timing::device_count().unwrap_or(0),
             ),
             _ => (1, 0),
         };
@@ -723,7 +724,7 @@ impl Settings {
                 1
             };
             let smallest = (0..devices)
-                .filter_map(|o| oxccl_cuda::perfio::device_info(o).ok())
+                .filter_map(|o| oxccl::gpu::tools::timing::device_info(o).ok())
                 .min_by_key(|d| d.memory);
             if let Some(d) = smallest {
                 memory::check_device(&need, per_gpu, d.memory, (&d.name, d.ordinal))

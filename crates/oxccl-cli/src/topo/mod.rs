@@ -5,20 +5,21 @@
 //! `--file FILE` (or `NCCL_TOPO_FILE`) reads one instead of the machine, so a
 //! recorded machine can be planned for anywhere.
 //!
-//! Detection is thin ([`mod@detect`] reads sysfs through the doctor's
-//! [`System`], [`nvml`] asks NVML in a child process); the model, the path
-//! names, the ring search and the XML live in `oxccl_core::topo` (pure).
+//! Detection is the library's (`oxccl::topo`: the one sysfs walk, pure in
+//! the core over thin file access, and the one NVML loader, asked here in a
+//! child process by [`source`]); the model, the path names, the ring search
+//! and the XML live in the core's topology module (pure).
 
-pub mod detect;
-pub mod nvml;
+pub mod source;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::Args;
-use oxccl_core::topo::{self, Path, Pci, Topology};
+use oxccl::topo::{self, Path, Pci, Topology};
 
-use crate::doctor::System;
+use crate::system::System;
+use source::NvSource;
 
 #[derive(Args)]
 #[command(
@@ -46,7 +47,7 @@ pub struct TopoArgs {
 pub struct Loaded {
     pub topo: Topology,
     pub source: String,
-    pub nv: Option<nvml::NvSource>,
+    pub nv: Option<NvSource>,
 }
 
 /// Reads a topology file (bounded: files over the parser's limit are refused unread).
@@ -66,24 +67,26 @@ pub fn read_file(path: &std::path::Path) -> Result<Topology, String> {
 
 /// The machine under `sys`: sysfs, plus NVML (real root) or `topo.xml` (a sysroot).
 pub fn detect(sys: &System) -> Loaded {
-    let mut t = detect::from_sysfs(sys);
+    let mut t = topo::read_sysfs(&sys.root);
     let nv = if sys.is_real() {
-        nvml::probe()
+        source::probe()
     } else {
         let f = sys.path("/topo.xml");
         if f.is_file() {
             match read_file(&f) {
-                Ok(rec) => nvml::NvSource::Recorded {
+                Ok(rec) => NvSource::Recorded {
                     file: f.display().to_string(),
-                    gpus: nvml::from_topology(&rec),
+                    report: topo::NvmlReport::from_topology(&rec),
                 },
-                Err(e) => nvml::NvSource::Unavailable(e),
+                Err(e) => NvSource::Unavailable(e),
             }
         } else {
-            nvml::NvSource::Unavailable("no topo.xml under --sysroot".into())
+            NvSource::Unavailable("no topo.xml under --sysroot".into())
         }
     };
-    nvml::merge(&mut t, nv.gpus());
+    if let Some(r) = nv.report() {
+        t.merge_nvml(r);
+    }
     Loaded {
         topo: t,
         source: format!("sysfs under {}", sys.root.display()),
@@ -111,7 +114,7 @@ pub fn load(sys: &System, file: Option<&std::path::Path>) -> Result<Loaded, Stri
 
 pub fn main(a: &TopoArgs) -> i32 {
     if a.probe_nvml {
-        return nvml::probe_child();
+        return source::probe_child();
     }
     if !a.sysroot.is_dir() {
         eprintln!(
@@ -213,7 +216,7 @@ fn tree_lines(
         for l in &g.nvlinks {
             let to = match busids.iter().position(|b| *b == l.target) {
                 Some(i) => format!("GPU{i} ({})", l.target),
-                None if l.target == nvml::HIDDEN_SWITCH => {
+                None if l.target == topo::HIDDEN_SWITCH => {
                     "NVSwitch (not visible: a VM's share of an NVSwitch board)".to_string()
                 }
                 None if l.tclass == topo::NVSWITCH_CLASS => format!("NVSwitch {}", l.target),

@@ -2,8 +2,9 @@
 //! their NVLinks and peer-to-peer status, and NICs; its XML form (in the
 //! spirit of NCCL's `NCCL_TOPO_DUMP_FILE` / `NCCL_TOPO_FILE`), the path
 //! between two GPUs as `nvidia-smi topo -m` names it, and the ring order and
-//! trees planned over the GPUs. Pure: built by the CLI from sysfs and NVML (or
-//! a recorded file), so a recorded machine can be planned for on a laptop.
+//! trees planned over the GPUs. Pure: built from sysfs ([`sysfs`], through
+//! the caller's thin file access) and NVML ([`gpu_facts`]), or read from a
+//! recorded file, so a recorded machine can be planned for on a laptop.
 //!
 //! XML shape (elements and attributes this reads; others are skipped, so a
 //! file NCCL wrote loads too):
@@ -29,11 +30,18 @@
 //! at an NVSwitch: two GPUs that both reach NVSwitches talk at the smaller of
 //! their link counts.
 
+pub mod gpu_facts;
+pub mod sysfs;
 pub mod xml;
 
 use std::fmt;
 
+pub use gpu_facts::{NvmlGpu, NvmlReport, HIDDEN_SWITCH};
+pub use sysfs::{read_topology, SysfsView};
 pub use xml::{Element, XmlError};
+
+/// PCI class of a GPU as NVLink targets record it (3D controller, 0x0302).
+pub const GPU_CLASS: &str = "0x030200";
 
 /// PCI class of an NVSwitch (a bridge of class "other", 0x0680).
 pub const NVSWITCH_CLASS: &str = "0x068000";
@@ -614,7 +622,7 @@ fn gpu_from(e: &Element) -> Result<Gpu, TopoError> {
             "nvlink" => g.nvlinks.push(NvLink {
                 target: busid_attr(c, "target")?,
                 count: num(c, "count")?.ok_or_else(|| bad(c, "missing attribute 'count'"))?,
-                tclass: c.attr("tclass").unwrap_or("0x030200").to_string(),
+                tclass: c.attr("tclass").unwrap_or(GPU_CLASS).to_string(),
             }),
             "p2p" => {
                 let s = req(c, "status")?;

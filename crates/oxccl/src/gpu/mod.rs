@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 mod stream;
+pub mod tools;
 
 /// The cudarc this crate's device API takes (its version and features), for
 /// programs that want the very same types.

@@ -38,9 +38,10 @@
 //!   all-gather of a hash of each rank's result.
 #![allow(dead_code)]
 
+use oxccl::raw::OpDesc;
 use oxccl::HostConfig;
 use oxccl::{
-    Bf16, Communicator, Config, DataType, Element, Error, ErrorKind, Group, OpDesc, RedOp, Scalar,
+    Bf16, Communicator, Config, DataType, Element, Error, ErrorKind, Group, RedOp, Scalar,
     UniqueId, F16, F8E4M3, F8E5M2,
 };
 use oxccl_core::float;
@@ -83,7 +84,7 @@ impl Watchdog {
 /// pairs of 8 ranks stay small), and a library timeout that turns a hang into
 /// an error well inside the watchdog.
 pub fn test_host() -> HostConfig {
-    let mut h = oxccl::host_config(oxccl_env::params());
+    let mut h = Config::default().host_settings();
     h.capacity = 64 << 10;
     h.timeout = Duration::from_secs(60);
     h
@@ -785,7 +786,7 @@ fn run_typed<T: TElem>(c: &Communicator, k: &Case) -> Result<(), Failure> {
                     root,
                 );
                 // SAFETY: both pointers lie in `buf`, alive and exclusive for the call.
-                lib(unsafe { c.run_raw(&[op]) })?;
+                lib(unsafe { oxccl::raw::run(c, &[op]) })?;
                 buf
             } else {
                 let send = mine(cnt);
@@ -818,7 +819,7 @@ fn run_typed<T: TElem>(c: &Communicator, k: &Case) -> Result<(), Failure> {
                     root,
                 );
                 // SAFETY: both pointers lie in `buf`, alive and exclusive for the call.
-                lib(unsafe { c.run_raw(&[op]) })?;
+                lib(unsafe { oxccl::raw::run(c, &[op]) })?;
                 (buf, root * cnt)
             } else {
                 let send: Vec<T> = if me == root {

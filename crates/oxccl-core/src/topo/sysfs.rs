@@ -1,15 +1,29 @@
-//! The machine's topology from files: NUMA nodes from
-//! /sys/devices/system/node, the PCI tree from /sys/devices/pci*/ (each
-//! device folder named by its bus id, bridges holding their children), GPUs
-//! (NVIDIA vendor 0x10de, class 0x0300xx or 0x0302xx) with their link speed
-//! and width, NICs from the `net/` and `infiniband/` folders of their PCI
-//! device, ACS from a bridge's config space and IOMMU groups from the
-//! `iommu_group` link. Thin: every read goes through [`System`]; a missing
-//! or unreadable file leaves a field unknown.
+//! The machine's topology from sysfs, read through [`SysfsView`] (the
+//! caller's thin I/O: the machine itself, or a recorded tree under a
+//! folder): NUMA nodes from /sys/devices/system/node, the PCI tree from
+//! /sys/devices/pci*/ (each device folder named by its bus id, bridges
+//! holding their children), GPUs (NVIDIA vendor 0x10de, class 0x0300xx or
+//! 0x0302xx) with their link speed and width and their model from
+//! /proc/driver/nvidia, NICs from the `net/` and `infiniband/` folders of
+//! their PCI device, ACS from a bridge's config space and IOMMU groups from
+//! the `iommu_group` link. A missing or unreadable file leaves a field
+//! unknown. No I/O here: the walk is a function of what the view returns,
+//! so recorded machines test it.
 
-use oxccl_core::topo::{normalize_busid, Cpu, Gpu, Nic, Pci, Topology};
+use super::{normalize_busid, Cpu, Gpu, Nic, Pci, Topology};
 
-use crate::doctor::System;
+/// Read access to a machine's files, absolute paths as on the machine
+/// (`/sys/devices/...`). Every method answers "nothing" rather than fail.
+pub trait SysfsView {
+    /// A file's text (`None`: missing, unreadable or not UTF-8).
+    fn read(&self, path: &str) -> Option<String>;
+    /// A file's bytes (a device's PCI config space).
+    fn read_bytes(&self, path: &str) -> Option<Vec<u8>>;
+    /// A folder's entry names, sorted (empty when it cannot be read).
+    fn list(&self, dir: &str) -> Vec<String>;
+    /// The last component of a symbolic link's target (`iommu_group` → `12`).
+    fn link_name(&self, path: &str) -> Option<String>;
+}
 
 /// Deepest PCI nesting followed (real machines: root port, 2–3 switch levels).
 const MAX_PCI_DEPTH: usize = 12;
@@ -53,7 +67,7 @@ pub fn acs_from_config(cfg: &[u8]) -> Option<bool> {
 }
 
 /// `400 Gb/sec (4X NDR)` → Mb/s.
-fn ib_rate_mbps(s: &str) -> Option<u64> {
+pub fn ib_rate_mbps(s: &str) -> Option<u64> {
     let mut it = s.split_whitespace();
     let v: f64 = it.next()?.parse().ok()?;
     let unit = it.next()?;
@@ -62,7 +76,7 @@ fn ib_rate_mbps(s: &str) -> Option<u64> {
 }
 
 struct Walk<'a> {
-    sys: &'a System,
+    sys: &'a dyn SysfsView,
     visited: usize,
 }
 
@@ -145,15 +159,16 @@ impl Walk<'_> {
             return None;
         }
         let acs = if class.starts_with("0x0604") {
-            std::fs::read(self.sys.path(&format!("{dir}/config")))
-                .ok()
+            self.sys
+                .read_bytes(&format!("{dir}/config"))
                 .and_then(|c| acs_from_config(&c))
         } else {
             None
         };
-        let iommu_group = std::fs::read_link(self.sys.path(&format!("{dir}/iommu_group")))
-            .ok()
-            .and_then(|l| l.file_name()?.to_str()?.parse().ok());
+        let iommu_group = self
+            .sys
+            .link_name(&format!("{dir}/iommu_group"))
+            .and_then(|n| n.parse().ok());
         Some((
             Pci {
                 busid,
@@ -195,8 +210,9 @@ fn gpu_busids(p: &Pci, out: &mut Vec<String>) {
     }
 }
 
-/// The machine under `sys`'s root, without NVLink or P2P (NVML adds those).
-pub fn from_sysfs(sys: &System) -> Topology {
+/// The machine `sys` shows, without NVLink or P2P (NVML adds those:
+/// [`Topology::merge_nvml`]).
+pub fn read_topology(sys: &dyn SysfsView) -> Topology {
     let mut cpus: Vec<Cpu> = Vec::new();
     for n in sys.list("/sys/devices/system/node") {
         if let Some(id) = n.strip_prefix("node").and_then(|i| i.parse::<u32>().ok()) {
@@ -275,6 +291,125 @@ pub fn from_sysfs(sys: &System) -> Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    /// A machine as a map of files (and links), folders implied by the paths.
+    #[derive(Default)]
+    struct Files {
+        text: BTreeMap<String, String>,
+        bytes: BTreeMap<String, Vec<u8>>,
+        links: BTreeMap<String, String>,
+    }
+
+    impl Files {
+        fn file(&mut self, path: &str, text: &str) {
+            self.text.insert(path.into(), text.into());
+        }
+        fn device(&mut self, dir: &str, class: &str, vendor: &str, numa: &str) {
+            self.file(&format!("{dir}/class"), &format!("{class}\n"));
+            self.file(&format!("{dir}/vendor"), vendor);
+            self.file(&format!("{dir}/numa_node"), numa);
+        }
+    }
+
+    impl SysfsView for Files {
+        fn read(&self, path: &str) -> Option<String> {
+            self.text.get(path).cloned()
+        }
+        fn read_bytes(&self, path: &str) -> Option<Vec<u8>> {
+            self.bytes.get(path).cloned()
+        }
+        fn list(&self, dir: &str) -> Vec<String> {
+            let pre = format!("{dir}/");
+            let mut v: Vec<String> = (self.text.keys())
+                .chain(self.bytes.keys())
+                .chain(self.links.keys())
+                .filter_map(|k| k.strip_prefix(&pre)?.split('/').next())
+                .map(str::to_string)
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        }
+        fn link_name(&self, path: &str) -> Option<String> {
+            self.links.get(path).cloned()
+        }
+    }
+
+    #[test]
+    fn a_two_node_machine_from_its_files() {
+        let mut f = Files::default();
+        f.file("/sys/devices/system/node/node0/cpulist", "0-7\n");
+        f.file("/sys/devices/system/node/node1/cpulist", "8-15\n");
+        let root = "/sys/devices/pci0000:00";
+        // A bridge on node 1 with a GPU below it, ACS on.
+        let br = format!("{root}/0000:00:01.0");
+        f.device(&br, "0x060400", "0x8086", "1");
+        let mut cfg = vec![0u8; 4096];
+        cfg[0x100..0x104].copy_from_slice(&(0x000du32 | (1 << 16)).to_le_bytes());
+        cfg[0x106] = 0b0100;
+        f.bytes.insert(format!("{br}/config"), cfg);
+        let g1 = format!("{br}/0000:01:00.0");
+        f.device(&g1, "0x030200", "0x10de", "1");
+        f.file(&format!("{g1}/current_link_speed"), "32.0 GT/s PCIe\n");
+        f.file(&format!("{g1}/current_link_width"), "16\n");
+        f.links.insert(format!("{g1}/iommu_group"), "17".into());
+        f.file(
+            "/proc/driver/nvidia/gpus/0000:01:00.0/information",
+            "Model: \t NVIDIA H200\nIRQ: 5\n",
+        );
+        // A GPU with no NUMA node (-1) right under the host bridge: the first
+        // node; lower bus id, so device 0.
+        f.device(&format!("{root}/0000:00:05.0"), "0x030000", "0x10de", "-1");
+        // A NIC with a port of unknown speed and an InfiniBand device.
+        let nic = format!("{root}/0000:00:08.0");
+        f.device(&nic, "0x020000", "0x15b3", "0");
+        f.file(&format!("{nic}/net/eth0/speed"), "-1");
+        f.file(
+            &format!("{nic}/infiniband/mlx5_0/ports/1/rate"),
+            "400 Gb/sec (4X NDR)",
+        );
+        // A device of no interest (not NVIDIA, no NIC, no children): left out.
+        f.device(&format!("{root}/0000:00:09.0"), "0x010802", "0x144d", "0");
+        // Not bus ids: skipped.
+        f.file(&format!("{root}/power/control"), "auto");
+
+        let t = read_topology(&f);
+        assert_eq!(t.cpus.len(), 2);
+        assert_eq!(t.cpus[0].affinity.as_deref(), Some("0-7"));
+        let busids =
+            |c: usize| -> Vec<&str> { t.cpus[c].pcis.iter().map(|p| p.busid.as_str()).collect() };
+        assert_eq!(busids(0), ["0000:00:05.0", "0000:00:08.0"]);
+        assert_eq!(busids(1), ["0000:00:01.0"]);
+        let bridge = &t.cpus[1].pcis[0];
+        assert_eq!(bridge.acs, Some(true));
+        let gpu = &bridge.children[0];
+        assert_eq!(gpu.gpu.as_ref().unwrap().dev, 1);
+        assert_eq!(
+            gpu.gpu.as_ref().unwrap().name.as_deref(),
+            Some("NVIDIA H200")
+        );
+        assert_eq!(gpu.link_width, Some(16));
+        assert_eq!(gpu.iommu_group, Some(17));
+        assert_eq!(t.cpus[0].pcis[0].gpu.as_ref().unwrap().dev, 0);
+        let nics = &t.cpus[0].pcis[1].nics;
+        assert_eq!(
+            nics.iter()
+                .map(|n| (n.name.as_str(), n.dev, n.speed, n.port))
+                .collect::<Vec<_>>(),
+            [
+                ("mlx5_0", 0, Some(400_000), Some(1)),
+                ("eth0", 1, None, None)
+            ]
+        );
+        let sites: Vec<_> = t.gpus().iter().map(|g| g.site()).collect();
+        assert_eq!(sites[1].numaid, 1);
+        assert_eq!(sites[1].bridges, ["0000:00:01.0"]);
+        // Nothing readable: one node, no devices.
+        let empty = read_topology(&Files::default());
+        assert_eq!(empty.cpus.len(), 1);
+        assert!(empty.gpus().is_empty());
+    }
 
     #[test]
     fn acs_capability() {
