@@ -9,11 +9,14 @@
 //! network plugin's connections when `NCCL_NET_PLUGIN` (or `libnccl-net.so`)
 //! gives one (see `oxccl_net::choose`).
 
+mod eager;
+
 use crate::connect::{connect_peers, install, Connecting, Connector};
 use crate::exec::{drive, SlotTask, Streams, Task, WaitPolicy, Work, SLOT_STREAM};
 use crate::oneshot::{self, Progress, ShmOneShot, SlotCall};
 use crate::transport::net::slot_bytes;
 use crate::transport::{LinkKind, PeerControl, RecvHalf, SendHalf, ShmRingLayout, ShmSegment};
+pub use eager::EAGER_MAX_BYTES;
 use oxccl_bootstrap::Bootstrap;
 use oxccl_core::algo::{Algo, Proto, Selection};
 use oxccl_core::engine::{Buffers, Engine, Header, StreamSeqs};
@@ -841,6 +844,13 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
                     comm.rank, comm.nranks
                 ),
             ));
+        }
+    }
+    // Small sends and receives alone: straight through the rings.
+    if let [(comm, ops)] = items {
+        if eager::takes(comm, ops) {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { eager::run(comm, ops) };
         }
     }
     // One small collective alone: the slots, without the group machinery.
