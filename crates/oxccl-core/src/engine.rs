@@ -109,6 +109,50 @@ impl Header {
     }
 }
 
+/// Checks the header `buf` received from `peer` on channel `ch` against
+/// `expect`, this rank's view of the call (with the stream's `seq`): a
+/// mismatch is an `InvalidUsage` error naming both calls. The receiving side
+/// of a point-to-point pair announces Recv, the sender Send; everything else
+/// must be equal.
+pub fn check_header(
+    buf: &[u8; HEADER_BYTES],
+    expect: &Header,
+    rank: usize,
+    peer: usize,
+    ch: usize,
+) -> Result<()> {
+    let got = Header::decode(buf);
+    let ok = match got {
+        Some(g) => {
+            let kinds_match = g.kind == expect.kind
+                || (g.kind == CollKind::Send && expect.kind == CollKind::Recv);
+            let root_match = match expect.kind {
+                CollKind::Recv => g.root as usize == rank,
+                _ => g.root == expect.root,
+            };
+            kinds_match
+                && root_match
+                && g.seq == expect.seq
+                && g.dtype == expect.dtype
+                && g.op == expect.op
+                && g.count == expect.count
+                && g.nchannels == expect.nchannels
+                && g.algo == expect.algo
+        }
+        None => false,
+    };
+    if ok {
+        return Ok(());
+    }
+    let theirs = got
+        .map(|g| g.describe())
+        .unwrap_or_else(|| "bytes that are not an operation header".to_string());
+    Err(Error::invalid_usage(format!(
+        "mismatched operations between rank {rank} and rank {peer} (channel {ch}): rank {rank} called {}, rank {peer} sent {theirs}",
+        expect.describe()
+    )))
+}
+
 /// The caller's buffers for one operation. With `send == None` the operation is
 /// in place: regions of [`Buf::Send`] are read from the receive buffer.
 pub struct Buffers<'a> {
@@ -383,38 +427,7 @@ impl Engine {
             ent.1 = HeaderState::Pending(done + w, buf);
             return Ok(false);
         }
-        let expect = Header { seq: ent.2, ..mine };
-        let got = Header::decode(&buf);
-        let ok = match got {
-            Some(g) => {
-                // The receiving side of a point-to-point pair announces Recv,
-                // the sender Send; everything else must be equal.
-                let kinds_match = g.kind == expect.kind
-                    || (g.kind == CollKind::Send && expect.kind == CollKind::Recv);
-                let root_match = match expect.kind {
-                    CollKind::Recv => g.root as usize == rank,
-                    _ => g.root == expect.root,
-                };
-                kinds_match
-                    && root_match
-                    && g.seq == expect.seq
-                    && g.dtype == expect.dtype
-                    && g.op == expect.op
-                    && g.count == expect.count
-                    && g.nchannels == expect.nchannels
-                    && g.algo == expect.algo
-            }
-            None => false,
-        };
-        if !ok {
-            let theirs = got
-                .map(|g| g.describe())
-                .unwrap_or_else(|| "bytes that are not an operation header".to_string());
-            return Err(Error::invalid_usage(format!(
-                "mismatched operations between rank {rank} and rank {peer} (channel {ch}): rank {rank} called {}, rank {peer} sent {theirs}",
-                expect.describe()
-            )));
-        }
+        check_header(&buf, &Header { seq: ent.2, ..mine }, rank, peer, ch)?;
         ent.1 = HeaderState::Done;
         Ok(true)
     }

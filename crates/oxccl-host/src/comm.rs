@@ -9,11 +9,14 @@
 //! network plugin's connections when `NCCL_NET_PLUGIN` (or `libnccl-net.so`)
 //! gives one (see `oxccl_net::choose`).
 
+mod eager;
+
 use crate::connect::{connect_peers, install, Connecting, Connector};
 use crate::exec::{drive, SlotTask, Streams, Task, WaitPolicy, Work, SLOT_STREAM};
 use crate::oneshot::{self, Progress, ShmOneShot, SlotCall};
 use crate::transport::net::slot_bytes;
 use crate::transport::{LinkKind, PeerControl, RecvHalf, SendHalf, ShmRingLayout, ShmSegment};
+pub use eager::EAGER_MAX_BYTES;
 use oxccl_bootstrap::Bootstrap;
 use oxccl_core::algo::{Algo, Choice, Proto, Selection};
 use oxccl_core::engine::{Buffers, Engine, Header, StreamSeqs};
@@ -1150,6 +1153,13 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
             ));
         }
     }
+    // Small sends and receives alone: straight through the rings.
+    if let [(comm, ops)] = items {
+        if eager::takes(comm, ops) {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { eager::run(comm, ops) };
+        }
+    }
     // One small collective alone: the slots, without the group machinery
     // (with a tuner plugin, `prepare` decides between slots and its choice).
     if let [(comm, [op])] = items {
@@ -1466,8 +1476,13 @@ fn wait_slots(
         let now = std::time::Instant::now();
         let t0 = *since.get_or_insert(now);
         // Abort, liveness, a peer on another operation, the timeout: every
-        // 200 us of waiting, as the step engine's loop checks them.
-        if last_check.is_none_or(|l| now.duration_since(l) >= Duration::from_micros(200)) {
+        // 200 us of waiting, as the step engine's loop checks them, the
+        // first after 200 us too: a liveness check reads each control
+        // socket (a system call per peer, about 1 us), and at the first
+        // miss of every call it made 4 ranks on 2 CPUs pay 3 of them per
+        // call, on the CPUs their peers needed.
+        let l = *last_check.get_or_insert(now);
+        if now.duration_since(l) >= Duration::from_micros(200) {
             last_check = Some(now);
             if abort.load(std::sync::atomic::Ordering::Acquire) {
                 return Err(Error::new(
