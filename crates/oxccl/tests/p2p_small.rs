@@ -13,7 +13,8 @@
 mod common;
 
 use common::*;
-use oxccl::{CollKind, Communicator, DataType, OpDesc, RedOp};
+use oxccl::raw::OpDesc;
+use oxccl::{CollKind, Communicator, DataType, RedOp};
 use oxccl_host::comm::EAGER_MAX_BYTES;
 use proptest::prelude::*;
 use std::time::Duration;
@@ -154,7 +155,7 @@ fn run_round(c: &Communicator, round: &Round) -> Result<(), String> {
     if !ops.is_empty() {
         // SAFETY: every pointer is into a live vector of this function,
         // sized for its operation's bytes; receive buffers are distinct.
-        unsafe { oxccl::run_group_raw(&ops) }.map_err(|e| format!("rank {me}: {e}"))?;
+        unsafe { oxccl::raw::run_group(&ops) }.map_err(|e| format!("rank {me}: {e}"))?;
     }
     for (i, got) in &recvs {
         let m = &round.msgs[*i];
