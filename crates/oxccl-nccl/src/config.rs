@@ -35,7 +35,7 @@ pub(crate) unsafe fn parse(config: *const u8) -> Result<Parsed> {
     let mut c = ConfigV23005::undefined();
     // SAFETY: the caller guarantees `size` is readable at the start of the struct.
     let size = unsafe { config.cast::<usize>().read_unaligned() };
-    let n = size.min(std::mem::size_of::<ConfigV23005>());
+    let n = whole_fields(size.min(std::mem::size_of::<ConfigV23005>()));
     // SAFETY: `n` bytes are readable (caller) and fit in `c`; every field of
     // ConfigV23005 is an integer or a raw pointer, valid for any bit pattern.
     unsafe { std::ptr::copy_nonoverlapping(config, (&mut c as *mut ConfigV23005).cast::<u8>(), n) };
@@ -105,6 +105,28 @@ pub(crate) unsafe fn parse(config: *const u8) -> Result<Parsed> {
     Ok(out)
 }
 
+/// `n` bytes cut down to the fields they hold whole: a field that `size`
+/// cuts in two is absent, not half read (a pointer with only some bytes from
+/// the caller, e.g. size 52 into commName at 48..56, would be dereferenced).
+fn whole_fields(n: usize) -> usize {
+    use std::mem::offset_of;
+    let ptr = std::mem::size_of::<*const u8>();
+    for at in [
+        offset_of!(ConfigV23005, netName),
+        offset_of!(ConfigV23005, commName),
+    ] {
+        if n > at && n < at + ptr {
+            return at;
+        }
+    }
+    // The rest are 4-byte ints from offset 16 (before it: size, magic, version).
+    if n >= 16 {
+        n & !3
+    } else {
+        n
+    }
+}
+
 fn validate(c: &ConfigV23005) -> Result<()> {
     let one_of = |name: &str, v: c_int, ok: &[c_int]| -> Result<()> {
         if v == U || ok.contains(&v) {
@@ -152,4 +174,32 @@ fn validate(c: &ConfigV23005) -> Result<()> {
 /// blocking (the parameter is read with the library's others).
 pub(crate) fn blocking(cfg: Option<bool>) -> bool {
     oxccl::abi_support::blocking(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_size_that_cuts_a_field_leaves_it_undefined() {
+        // A full config whose commName points nowhere readable: only the
+        // bytes `size` covers may be read, so sizes ending inside commName
+        // (49..55) or netName (33..39) must not dereference it.
+        let mut c = ConfigV23005::undefined();
+        c.magic = NCCL_API_MAGIC;
+        c.version = v(30, 5);
+        c.netName = 0x5a2a0 as *const _;
+        c.commName = 0x5a2a0 as *const _;
+        for size in (33..40).chain(49..56) {
+            c.size = size;
+            // SAFETY: `c` holds the whole layout; the pointer fields are
+            // never read at these sizes (what the test checks).
+            let p = unsafe { parse((&c as *const ConfigV23005).cast()) }.unwrap();
+            assert_eq!(p.config.name, None, "size {size}");
+        }
+        assert_eq!(whole_fields(18), 16);
+        assert_eq!(whole_fields(60), 60);
+        assert_eq!(whole_fields(63), 60);
+        assert_eq!(whole_fields(12), 12);
+    }
 }
