@@ -1003,3 +1003,42 @@ fn mr_ptr(mr: &MrHandle) -> *mut c_void {
         mr.as_ptr()
     }
 }
+
+/// What a search for a tuner or profiler library found ([`search_plugin`]).
+#[derive(Debug)]
+pub(crate) enum Search<T> {
+    /// Loaded from this candidate file.
+    File(T, String),
+    /// Found in the network plugin's library (this file), no candidate having opened.
+    NetLibrary(T, String),
+    /// This file opened but cannot be used (why): the search ends there.
+    Unusable(String, String),
+    /// No candidate opened (each with why; empty: there were none) and the
+    /// network plugin's library holds none.
+    NotFound(Vec<String>),
+}
+
+/// Tries `candidates` in order with `load` (`Err((true, why))`: the file
+/// opened but cannot be used, which ends the search; `Err((false, why))`:
+/// not there), then, when none opened, the network plugin's library
+/// (already loaded), as NCCL does.
+pub(crate) fn search_plugin<T>(
+    candidates: &[String],
+    net_library: Option<&str>,
+    load: impl Fn(&str) -> std::result::Result<T, (bool, String)>,
+) -> Search<T> {
+    let mut not_found = Vec::new();
+    for file in candidates {
+        match load(file) {
+            Ok(t) => return Search::File(t, file.clone()),
+            Err((false, why)) => not_found.push(format!("{file}: {why}")),
+            Err((true, why)) => return Search::Unusable(file.clone(), why),
+        }
+    }
+    if !not_found.is_empty() {
+        if let Some(Ok(t)) = net_library.map(&load) {
+            return Search::NetLibrary(t, net_library.unwrap_or_default().to_string());
+        }
+    }
+    Search::NotFound(not_found)
+}

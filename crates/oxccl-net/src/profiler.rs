@@ -313,50 +313,43 @@ pub fn load_profiler(value: Option<&str>, net_library: Option<&str>) -> Option<A
         return o.clone();
     }
     let named = value.map(str::trim).is_some_and(|v| !v.is_empty());
-    let mut not_found = Vec::new();
-    let mut outcome = None;
-    for file in &candidates {
-        match load_file(file) {
-            Ok(p) => {
-                oxccl_env::info!(
-                    Subsys::INIT,
-                    "PROFILER/Plugin: loaded {file}: profiler {} through {}",
-                    p.name,
-                    p.version.symbol()
-                );
-                outcome = Some(Arc::new(p));
-                break;
-            }
-            Err((false, why)) => not_found.push(format!("{file}: {why}")),
-            Err((true, why)) => {
+    use crate::loader::Search;
+    let outcome = match crate::loader::search_plugin(&candidates, net_library, load_file) {
+        Search::File(p, file) => {
+            oxccl_env::info!(
+                Subsys::INIT,
+                "PROFILER/Plugin: loaded {file}: profiler {} through {}",
+                p.name,
+                p.version.symbol()
+            );
+            Some(Arc::new(p))
+        }
+        Search::NetLibrary(p, net) => {
+            oxccl_env::info!(
+                Subsys::INIT,
+                "PROFILER/Plugin: profiler {} found in the network plugin's library {net} ({})",
+                p.name,
+                p.version.symbol()
+            );
+            Some(Arc::new(p))
+        }
+        Search::Unusable(file, why) => {
+            oxccl_env::warn!(
+                "PROFILER/Plugin: profiler plugin {file} cannot be used: {why}; running without a profiler"
+            );
+            None
+        }
+        Search::NotFound(missing) => {
+            if named && !missing.is_empty() {
                 oxccl_env::warn!(
-                    "PROFILER/Plugin: profiler plugin {file} cannot be used: {why}; running without a profiler"
+                    "PROFILER/Plugin: NCCL_PROFILER_PLUGIN={} not found ({}); running without a profiler",
+                    value.unwrap_or_default().trim(),
+                    missing.join("; ")
                 );
-                not_found.clear();
-                break;
             }
+            None
         }
-    }
-    if outcome.is_none() && !not_found.is_empty() {
-        if let Some(net) = net_library {
-            if let Ok(p) = load_file(net) {
-                oxccl_env::info!(
-                    Subsys::INIT,
-                    "PROFILER/Plugin: profiler {} found in the network plugin's library {net} ({})",
-                    p.name,
-                    p.version.symbol()
-                );
-                outcome = Some(Arc::new(p));
-            }
-        }
-    }
-    if outcome.is_none() && !not_found.is_empty() && named {
-        oxccl_env::warn!(
-            "PROFILER/Plugin: NCCL_PROFILER_PLUGIN={} not found ({}); running without a profiler",
-            value.unwrap_or_default().trim(),
-            not_found.join("; ")
-        );
-    }
+    };
     g.insert(key, outcome.clone());
     outcome
 }

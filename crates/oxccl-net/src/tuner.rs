@@ -374,57 +374,49 @@ pub fn load_tuner(value: Option<&str>, net_library: Option<&str>) -> Option<Arc<
         return o.clone();
     }
     let named = value.map(str::trim).is_some_and(|v| !v.is_empty());
-    let mut not_found = Vec::new();
-    let mut outcome = None;
-    for file in &candidates {
-        match load_file(file) {
-            Ok(t) => {
-                oxccl_env::info!(
-                    Subsys::INIT | Subsys::TUNING,
-                    "TUNER/Plugin: loaded {file}: tuner {} through {}",
-                    t.name,
-                    t.version.symbol()
-                );
-                outcome = Some(Arc::new(t));
-                break;
-            }
-            Err((false, why)) => not_found.push(format!("{file}: {why}")),
-            Err((true, why)) => {
-                oxccl_env::warn!(
-                    "TUNER/Plugin: tuner plugin {file} cannot be used: {why}; oxccl's own tuning decides"
-                );
-                not_found.clear();
-                break;
-            }
-        }
-    }
-    if outcome.is_none() && !not_found.is_empty() {
-        if let Some(net) = net_library {
-            if let Ok(t) = load_file(net) {
-                oxccl_env::info!(
-                    Subsys::INIT | Subsys::TUNING,
-                    "TUNER/Plugin: tuner {} found in the network plugin's library {net} ({})",
-                    t.name,
-                    t.version.symbol()
-                );
-                outcome = Some(Arc::new(t));
-            }
-        }
-    }
-    if outcome.is_none() && !not_found.is_empty() {
-        if named {
-            oxccl_env::warn!(
-                "TUNER/Plugin: NCCL_TUNER_PLUGIN={} not found ({}); oxccl's own tuning decides",
-                value.unwrap_or_default().trim(),
-                not_found.join("; ")
-            );
-        } else {
+    use crate::loader::Search;
+    let outcome = match crate::loader::search_plugin(&candidates, net_library, load_file) {
+        Search::File(t, file) => {
             oxccl_env::info!(
                 Subsys::INIT | Subsys::TUNING,
-                "TUNER/Plugin: no libnccl-tuner.so; oxccl's own tuning decides"
+                "TUNER/Plugin: loaded {file}: tuner {} through {}",
+                t.name,
+                t.version.symbol()
             );
+            Some(Arc::new(t))
         }
-    }
+        Search::NetLibrary(t, net) => {
+            oxccl_env::info!(
+                Subsys::INIT | Subsys::TUNING,
+                "TUNER/Plugin: tuner {} found in the network plugin's library {net} ({})",
+                t.name,
+                t.version.symbol()
+            );
+            Some(Arc::new(t))
+        }
+        Search::Unusable(file, why) => {
+            oxccl_env::warn!(
+                "TUNER/Plugin: tuner plugin {file} cannot be used: {why}; oxccl's own tuning decides"
+            );
+            None
+        }
+        Search::NotFound(missing) if missing.is_empty() => None,
+        Search::NotFound(missing) => {
+            if named {
+                oxccl_env::warn!(
+                    "TUNER/Plugin: NCCL_TUNER_PLUGIN={} not found ({}); oxccl's own tuning decides",
+                    value.unwrap_or_default().trim(),
+                    missing.join("; ")
+                );
+            } else {
+                oxccl_env::info!(
+                    Subsys::INIT | Subsys::TUNING,
+                    "TUNER/Plugin: no libnccl-tuner.so; oxccl's own tuning decides"
+                );
+            }
+            None
+        }
+    };
     g.insert(key, outcome.clone());
     outcome
 }
