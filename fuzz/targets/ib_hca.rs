@@ -14,8 +14,8 @@ fn main() {
             let spec = HcaSpec::parse(s);
             for (name, port) in devs {
                 let ok = spec.allows(name, port);
-                if ok && spec.exact && !spec.exclude {
-                    assert!(spec.items.iter().any(|(n, _)| n == name));
+                if ok && spec.list.exact && !spec.list.exclude {
+                    assert!(spec.list.items.iter().any(|n| n == name));
                 }
             }
             if let Some(c) = library_candidates(Some(s)) {

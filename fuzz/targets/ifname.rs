@@ -35,7 +35,7 @@ fn main() {
             let Some(s) = text(b) else { return };
             let _ = Family::from_str(s);
             let spec = IfSpec::parse(s);
-            assert!(spec.names.iter().all(|n| !n.is_empty() && n.trim() == n));
+            assert!(spec.items.iter().all(|n| !n.is_empty() && n.trim() == n));
             for fam in [None, Some(Family::V4), Some(Family::V6)] {
                 if let Ok(sel) = ifname::select(&ifaces, Some(s), fam) {
                     assert!(ifaces.contains(&sel.iface));
