@@ -1018,6 +1018,14 @@ pub(crate) enum Search<T> {
     NotFound(Vec<String>),
 }
 
+/// The key a per-process cache of [`search_plugin`]'s outcome is kept
+/// under: the candidate files and the fallback library.
+pub(crate) fn search_key(candidates: &[String], net_library: Option<&str>) -> Vec<String> {
+    let mut k = candidates.to_vec();
+    k.push(format!("net:{}", net_library.unwrap_or_default()));
+    k
+}
+
 /// Tries `candidates` in order with `load` (`Err((true, why))`: the file
 /// opened but cannot be used, which ends the search; `Err((false, why))`:
 /// not there), then, when none opened, the network plugin's library

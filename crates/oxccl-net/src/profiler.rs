@@ -299,12 +299,7 @@ fn load_file(file: &str) -> std::result::Result<ProfilerLib, (bool, String)> {
 /// naming the file and why. `None`: no profiler.
 pub fn load_profiler(value: Option<&str>, net_library: Option<&str>) -> Option<Arc<ProfilerLib>> {
     let candidates = profiler_candidates(value)?;
-    // The cache key: the files and the fallback.
-    let key = {
-        let mut k = candidates.clone();
-        k.push(format!("net:{}", net_library.unwrap_or_default()));
-        k
-    };
+    let key = crate::loader::search_key(&candidates, net_library);
     type Cache = Mutex<HashMap<Vec<String>, Option<Arc<ProfilerLib>>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));

@@ -360,12 +360,7 @@ fn missing(entries: &[(&'static str, bool)]) -> Vec<&'static str> {
 /// `None`: no tuner (oxccl's own model decides).
 pub fn load_tuner(value: Option<&str>, net_library: Option<&str>) -> Option<Arc<TunerLib>> {
     let candidates = tuner_candidates(value)?;
-    // The cache key: the files and the fallback.
-    let key = {
-        let mut k = candidates.clone();
-        k.push(format!("net:{}", net_library.unwrap_or_default()));
-        k
-    };
+    let key = crate::loader::search_key(&candidates, net_library);
     type Cache = Mutex<HashMap<Vec<String>, Option<Arc<TunerLib>>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
