@@ -328,6 +328,8 @@ struct CpArgs {
     u64 self_bytes;
 };
 
+// Only in the pair program (ALLREDUCE), not in the copy-engine ones.
+#ifndef OXCCL_CER_ONE
 // Entry barrier (mailbox: the peer's in/out pointers), then each side pulls
 // what it needs into its own output, then the exit barrier (the peer finished
 // reading our input). Both sides launch the same grid (from the same bytes).
@@ -351,6 +353,7 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_pcopy(CpArgs a) {
     pair_barrier(a.my_flags + blockIdx.x, a.peer_flags + blockIdx.x, a.seq + 1,
                  a.my_flags + OXCCL_CTL_WORD, 1 - a.rank);
 }
+#endif  // OXCCL_CER_ONE
 
 
 // ---- Copy-engine all-reduce / reduce-scatter: the reducing kernel ----
@@ -567,9 +570,9 @@ __device__ __forceinline__ void ce_reduce(const CerArgs& a) {
     }
 }
 
-// One reducing kernel per (type, op), compiled alone (kernels.rs
-// `ce_reduce_variant`, which defines OXCCL_CER_ONE and leaves out the 72
-// pair kernels below).
+// The reducing kernel of (type, op). A program holds one type's four
+// (kernels.rs `ce_reduce_variant`, which defines OXCCL_CER_ONE and leaves
+// out the 72 pair kernels below and oxccl_pcopy).
 #define OXCCL_CER(TN, E, ON, OP)                                                          \
     extern "C" __global__ void __launch_bounds__(512) oxccl_cer_##TN##_##ON(CerArgs a) { \
         kernel_entry();                                                                   \
@@ -582,13 +585,19 @@ __device__ __forceinline__ void ce_reduce(const CerArgs& a) {
 // error already recorded, the timeout; a wait that gives up records it and
 // ends, and the call's kernel and barriers then stop too). Launched on the
 // copy stream before a push that lands where the peer's own pushes read;
-// cuStreamWaitValue would wait without a bound. One per (type, op) program,
-// beside the kernel it serves.
+// cuStreamWaitValue would wait without a bound. One per type's program,
+// beside the kernels it serves.
 extern "C" __global__ void __launch_bounds__(32) oxccl_cer_wait(CerArgs a) {
     kernel_entry();
     if (threadIdx.x == 0)
         ctl_wait((const u32*)a.landed_at, (u32)a.count, a.ctrl, a.timeout_ns, a.peer);
 }
+
+#define OXCCL_CER_ALL_OPS(TN, E)  \
+    OXCCL_CER(TN, E, sum, OP_SUM)   \
+    OXCCL_CER(TN, E, prod, OP_PROD) \
+    OXCCL_CER(TN, E, max, OP_MAX)   \
+    OXCCL_CER(TN, E, min, OP_MIN)
 
 #define OXCCL_AR1(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ar1_##TN##_##ON(ArArgs a) { \

@@ -1782,6 +1782,11 @@ __device__ void ring_run(const RingArgs& a) {
     if (ok && threadIdx.x == 0) chan_close(k, c);
 }
 
+// The point-to-point kernels and the barrier are untyped: they live in
+// one program of their own (kernels.rs, ring_p2p), not in every typed one
+// (kernels.rs, ring_variant defines OXCCL_RING_TYPED).
+#ifndef OXCCL_RING_TYPED
+
 // ---- Point-to-point: sends and receives of one group ----
 
 struct P2pOp {
@@ -2063,6 +2068,8 @@ extern "C" __global__ void __launch_bounds__(32) oxccl_ring_barrier(RingArgs a) 
     wait_ge(c, (const u64*)(region_of(c, c.rank, peer, 0) + RING_BAR), v, peer);
 }
 
+#endif  // OXCCL_RING_TYPED
+
 // A one-rank PreMulSum (all-reduce, reduce-scatter, reduce: out = in x
 // scalar, with the scalar's rounding as every rank's pre-multiplication in
 // the ring): elementwise over a grid-stride loop, in place or not (each
@@ -2262,21 +2269,41 @@ __device__ __forceinline__ void joint_run(const JointArgs& a) {
     OXCCL_RING(TN, E, min, OP_MIN)     \
     OXCCL_RING(TN, E, avg, OP_AVG)     \
     OXCCL_RING(TN, E, premulsum, OP_PREMULSUM)
+// Kernels that would repeat another's machine code are left out, and the
+// launch code names the other (kernels.rs, ring_kernel_of):
+// - a signed integer type's sum, prod and PreMulSum: the unsigned type of
+//   its width computes them (the arithmetic is in the unsigned type, and
+//   the low bits of a wrapping sum or product depend only on the operands'
+//   low bits, so i8 and u8 give the same bits);
+// - a floating type's avg: its PreMulSum computes it (a float average is
+//   the sum of the inputs each pre-multiplied by 1/nranks: rpre, rcomb and
+//   rpost treat OP_AVG and OP_PREMULSUM alike for floats).
+#define OXCCL_RING_SIGNED_OPS(TN, E)   \
+    OXCCL_RING(TN, E, max, OP_MAX)     \
+    OXCCL_RING(TN, E, min, OP_MIN)     \
+    OXCCL_RING(TN, E, avg, OP_AVG)
+#define OXCCL_RING_FLOAT_OPS(TN, E)    \
+    OXCCL_RING(TN, E, sum, OP_SUM)     \
+    OXCCL_RING(TN, E, prod, OP_PROD)   \
+    OXCCL_RING(TN, E, max, OP_MAX)     \
+    OXCCL_RING(TN, E, min, OP_MIN)     \
+    OXCCL_RING(TN, E, premulsum, OP_PREMULSUM)
 
-// Every (type, op). At run time each is compiled alone (kernels.rs,
-// ring_variant: OXCCL_RING_ONE defined and one OXCCL_RING line appended), so
-// a first call compiles one kernel, not 72.
+// Every kernel, for reading only: no program holds them all. A program
+// holds one type's kernels (kernels.rs, ring_program: OXCCL_RING_TYPED and
+// OXCCL_RING_ONE defined, the type's line below appended), and ring_p2p
+// the untyped ones (OXCCL_RING_ONE alone).
 #ifndef OXCCL_RING_ONE
-OXCCL_RING_ALL_OPS(i8, I8E)
+OXCCL_RING_SIGNED_OPS(i8, I8E)
 OXCCL_RING_ALL_OPS(u8, U8E)
-OXCCL_RING_ALL_OPS(i32, I32E)
+OXCCL_RING_SIGNED_OPS(i32, I32E)
 OXCCL_RING_ALL_OPS(u32, U32E)
-OXCCL_RING_ALL_OPS(i64, I64E)
+OXCCL_RING_SIGNED_OPS(i64, I64E)
 OXCCL_RING_ALL_OPS(u64, U64E)
-OXCCL_RING_ALL_OPS(f16, F16E)
-OXCCL_RING_ALL_OPS(f32, F32E)
-OXCCL_RING_ALL_OPS(f64, F64E)
-OXCCL_RING_ALL_OPS(bf16, BF16E)
-OXCCL_RING_ALL_OPS(e4m3, E4M3E)
-OXCCL_RING_ALL_OPS(e5m2, E5M2E)
+OXCCL_RING_FLOAT_OPS(f16, F16E)
+OXCCL_RING_FLOAT_OPS(f32, F32E)
+OXCCL_RING_FLOAT_OPS(f64, F64E)
+OXCCL_RING_FLOAT_OPS(bf16, BF16E)
+OXCCL_RING_FLOAT_OPS(e4m3, E4M3E)
+OXCCL_RING_FLOAT_OPS(e5m2, E5M2E)
 #endif

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-use cudarc::driver::sys;
+use crate::driver as cu;
 use oxccl_core::gpu::config::DeviceConfig;
 use oxccl_core::gpu::PairKernel;
 use oxccl_core::{DataType, Error, RedOp, Result};
@@ -131,7 +131,7 @@ pub const CER_BLOCKS: u32 = 32;
 /// matching schedule (or the kernel waits forever). Pushed (`landed_at`
 /// set): the counter and the control words are live, and the peer queues
 /// the matching pushes (a peer that does not is met by the bounded wait).
-pub unsafe fn launch_cer(f: sys::CUfunction, stream: sys::CUstream, args: CerArgs) -> Result<()> {
+pub unsafe fn launch_cer(f: cu::CUfunction, stream: cu::CUstream, args: CerArgs) -> Result<()> {
     // SAFETY: one CerArgs (repr(C), the kernel's layout); the caller vouches
     // for its pointers.
     unsafe {
@@ -155,8 +155,8 @@ pub unsafe fn launch_cer(f: sys::CUfunction, stream: sys::CUstream, args: CerArg
 /// `landed_at` and `ctrl` are the live ring's; `f` is `oxccl_cer_wait` of
 /// the current context.
 pub unsafe fn launch_cer_wait(
-    f: sys::CUfunction,
-    stream: sys::CUstream,
+    f: cu::CUfunction,
+    stream: cu::CUstream,
     args: CerArgs,
 ) -> Result<()> {
     // SAFETY: one CerArgs (repr(C), the kernel's layout); the kernel reads
@@ -263,9 +263,9 @@ pub fn set_scalar(args: &mut ArArgs, op: RedOp) {
 /// # Safety
 /// As [`launch_half`], for the copy's buffers.
 pub unsafe fn launch_copy(
-    f: sys::CUfunction,
+    f: cu::CUfunction,
     blocks: u32,
-    stream: sys::CUstream,
+    stream: cu::CUstream,
     args: CpArgs,
 ) -> Result<()> {
     // SAFETY: one CpArgs (repr(C), the kernel's layout); the caller vouches
@@ -284,9 +284,9 @@ pub unsafe fn launch_copy(
 /// buffers of this GPU and of a peer this context has peer access to, and
 /// the peer must launch its half with the same `count`, type, `seq` and grid.
 pub unsafe fn launch_half(
-    f: sys::CUfunction,
+    f: cu::CUfunction,
     blocks: u32,
-    stream: sys::CUstream,
+    stream: cu::CUstream,
     args: ArArgs,
 ) -> Result<()> {
     // SAFETY: one ArArgs (repr(C), the kernel's layout); the caller vouches
@@ -335,7 +335,7 @@ pub struct OneShot2<'g> {
     gpus: [&'g Gpu; 2],
     flags: [DeviceBuffer<'g>; 2],
     modules: [Module<'g>; 2],
-    functions: HashMap<String, [sys::CUfunction; 2]>,
+    functions: HashMap<String, [cu::CUfunction; 2]>,
     seq: u64,
     /// Most blocks a launch uses (`OXCCL_CUDA_AR_BLOCKS`, read at creation).
     max_blocks: u32,
@@ -477,7 +477,7 @@ pub fn copy(
 ) -> Result<()> {
     let d = dst.ptr_for(bytes, "copy dst")?;
     let s = src.ptr_for(bytes, "copy src")?;
-    let f: sys::CUfunction = module.function("oxccl_copy")?;
+    let f: cu::CUfunction = module.function("oxccl_copy")?;
     let (mut d, mut s, mut n) = (d, s, bytes as u64);
     let blocks = copy_kernel_blocks(bytes as u64);
     let mut params = [

@@ -20,7 +20,8 @@
 //! version (which NVRTC made a CUBIN does not matter to load it). The order
 //! ([`find_prebuilt`]): the CUBIN for the GPU's own architecture; a CUBIN
 //! of the same major version and a lower minor one (machine code for 8.0
-//! runs on 8.6 and 8.9, 10.0 on 10.3); PTX for the newest architecture not
+//! runs on 8.6 and 8.9, 10.0 on 10.3; not `allreduce.cu`'s sm_80 build on
+//! sm_89, which lacks the fp8 kernels); PTX for the newest architecture not
 //! above the GPU's (the driver compiles it at load and keeps the result in
 //! its own cache); only then the disk cache and NVRTC. A process that finds
 //! its kernels there starts as fast as a cached one and needs no NVRTC.
@@ -226,14 +227,18 @@ pub fn prebuilt_candidates<'a>(
             // or a stale file of an older source, does not match.
             (prebuilt_name(src, t) == n).then_some(t)
         })
-        .filter(|t| match *t {
-            // Not an sm_80 build on an sm_89 GPU: it lacks the fp8 kernels.
-            Target::Cubin(a) => {
-                a / 10 == arch / 10
-                    && a <= arch
-                    && (a >= crate::kernels::FP8_MIN_ARCH || arch < crate::kernels::FP8_MIN_ARCH)
-            }
-            Target::Ptx(a) => a <= arch,
+        .filter(|t| {
+            // Not an sm_80 build (CUBIN or PTX) of a program that leaves
+            // its fp8 kernels out below sm_89 on an sm_89 or newer GPU; the
+            // other programs are the same for both.
+            let (Target::Cubin(a) | Target::Ptx(a)) = *t;
+            let fp8 = crate::kernels::FP8_MIN_ARCH;
+            let whole = a >= fp8 || arch < fp8 || !crate::kernels::gates_fp8_by_arch(src);
+            whole
+                && match *t {
+                    Target::Cubin(a) => a / 10 == arch / 10 && a <= arch,
+                    Target::Ptx(a) => a <= arch,
+                }
         })
         .collect();
     found.sort_by_key(|t| match *t {

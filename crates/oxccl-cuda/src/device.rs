@@ -1,43 +1,14 @@
 //! One GPU (its primary context and a stream), device memory from
-//! `cuMemAlloc`, modules and launches, events. Calls go to
-//! `cudarc::driver::sys` after [`crate::loader::driver`] checked the library
+//! `cuMemAlloc`, modules and launches, events. Calls go through
+//! `crate::driver` after [`crate::loader::driver`] checked the library
 //! and every symbol used here, and run behind a panic guard.
 
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{c_void, CString};
 
-use cudarc::driver::sys::{self, CUresult};
 use oxccl_core::{Error, ErrorKind, Result};
 
+use crate::driver::{self as cu, CUdevice_attribute, CUresult};
 use crate::loader::{self, guarded};
-
-/// `Ok` for `CUDA_SUCCESS`, else an `UnhandledCuda` error naming the call and
-/// the driver's error name and text.
-pub(crate) fn check(r: CUresult, what: &str) -> Result<()> {
-    if r == CUresult::CUDA_SUCCESS {
-        return Ok(());
-    }
-    let mut name: *const c_char = std::ptr::null();
-    let mut text: *const c_char = std::ptr::null();
-    // SAFETY: both write a pointer to a static string (or leave it null).
-    unsafe {
-        sys::cuGetErrorName(r, &mut name);
-        sys::cuGetErrorString(r, &mut text);
-    }
-    let s = |p: *const c_char| {
-        if p.is_null() {
-            String::new()
-        } else {
-            // SAFETY: the driver returns static NUL-terminated strings.
-            unsafe { std::ffi::CStr::from_ptr(p) }
-                .to_string_lossy()
-                .into_owned()
-        }
-    };
-    Err(Error::new(
-        ErrorKind::UnhandledCuda,
-        format!("{what} failed: {} ({}) [{r:?}]", s(name), s(text)),
-    ))
-}
 
 /// Launches `f` on `blocks` blocks of `threads` threads on `stream` with
 /// one by-value parameter, `args` (every oxccl kernel takes one repr(C)
@@ -48,10 +19,10 @@ pub(crate) fn check(r: CUresult, what: &str) -> Result<()> {
 /// `T` must be laid out as the kernel's parameter, and every pointer in
 /// `args` must be valid for what the kernel does with it.
 pub(crate) unsafe fn launch_struct<T: Copy>(
-    f: sys::CUfunction,
+    f: cu::CUfunction,
     blocks: u32,
     threads: u32,
-    stream: sys::CUstream,
+    stream: cu::CUstream,
     args: &T,
     pdl: bool,
     what: &str,
@@ -88,32 +59,23 @@ pub fn pdl_enabled() -> bool {
 }
 
 /// The SMs of `dev` (None when the driver does not answer).
-pub fn sm_count(dev: sys::CUdevice) -> Option<u32> {
-    let mut n = 0;
-    // SAFETY: an out-pointer to a local; `dev` came from the driver.
-    let r = unsafe {
-        sys::cuDeviceGetAttribute(
-            &mut n,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            dev,
-        )
-    };
-    (r == CUresult::CUDA_SUCCESS && n > 0).then_some(n as u32)
+pub fn sm_count(dev: cu::CUdevice) -> Option<u32> {
+    let n = cu::device_attribute(
+        dev,
+        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+    )
+    .ok()?;
+    (n > 0).then_some(n as u32)
 }
 
 fn compute_major(ordinal: usize) -> Option<i32> {
-    let mut dev: sys::CUdevice = 0;
-    let mut major = 0;
-    // SAFETY: out-pointers are valid; the driver was probed by the caller.
-    unsafe {
-        (sys::cuDeviceGet(&mut dev, ordinal as i32) == CUresult::CUDA_SUCCESS).then_some(())?;
-        (sys::cuDeviceGetAttribute(
-            &mut major,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-            dev,
-        ) == CUresult::CUDA_SUCCESS)
-            .then_some(major)
-    }
+    // The driver was probed by the caller.
+    let dev = cu::device_get(ordinal as i32).ok()?;
+    cu::device_attribute(
+        dev,
+        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+    )
+    .ok()
 }
 
 /// Launches `f` with the parameter array `params` on `stream`: a
@@ -126,10 +88,10 @@ fn compute_major(ordinal: usize) -> Option<i32> {
 /// # Safety
 /// `params` must match the kernel's parameters (see [`launch_struct`]).
 pub(crate) unsafe fn launch_raw(
-    f: sys::CUfunction,
+    f: cu::CUfunction,
     blocks: u32,
     threads: u32,
-    stream: sys::CUstream,
+    stream: cu::CUstream,
     params: &mut [*mut c_void],
     pdl: bool,
     what: &str,
@@ -137,11 +99,11 @@ pub(crate) unsafe fn launch_raw(
     guarded("cuLaunchKernel", || {
         if pdl && pdl_enabled() {
             // SAFETY: an all-zero attribute is a valid value of the C union.
-            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            let mut attr: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
             attr.id =
-                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+                cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
             attr.value.programmaticStreamSerializationAllowed = 1;
-            let cfg = sys::CUlaunchConfig {
+            let cfg = cu::CUlaunchConfig {
                 gridDimX: blocks,
                 gridDimY: 1,
                 gridDimZ: 1,
@@ -154,15 +116,17 @@ pub(crate) unsafe fn launch_raw(
                 numAttrs: 1,
             };
             // SAFETY: `cfg` and `attr` outlive the call; params: the caller's contract.
-            let r = unsafe {
-                sys::cuLaunchKernelEx(&cfg, f, params.as_mut_ptr(), std::ptr::null_mut())
+            let r = match unsafe { cu::launch_kernel_ex(&cfg, f, params) } {
+                Err(e)
+                    if matches!(
+                        e.code,
+                        CUresult::CUDA_ERROR_NOT_SUPPORTED | CUresult::CUDA_ERROR_INVALID_VALUE
+                    ) =>
+                {
+                    e.code
+                }
+                r => return r.map_err(|e| e.context(what)),
             };
-            if !matches!(
-                r,
-                CUresult::CUDA_ERROR_NOT_SUPPORTED | CUresult::CUDA_ERROR_INVALID_VALUE
-            ) {
-                return check(r, what);
-            }
             // A driver or GPU that refuses the attribute (the checks at
             // start should have caught it): plain launches from now on.
             pdl_flag().store(false, std::sync::atomic::Ordering::Relaxed);
@@ -171,24 +135,8 @@ pub(crate) unsafe fn launch_raw(
             );
         }
         // SAFETY: params: the caller's contract.
-        unsafe {
-            check(
-                sys::cuLaunchKernel(
-                    f,
-                    blocks,
-                    1,
-                    1,
-                    threads,
-                    1,
-                    1,
-                    0,
-                    stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                ),
-                what,
-            )
-        }
+        unsafe { cu::launch_kernel(f, blocks, threads, stream, params) }
+            .map_err(|e| e.context(what))
     })
 }
 
@@ -197,9 +145,9 @@ pub(crate) unsafe fn launch_raw(
 #[derive(Debug)]
 pub struct Gpu {
     ordinal: usize,
-    dev: sys::CUdevice,
-    ctx: sys::CUcontext,
-    stream: sys::CUstream,
+    dev: cu::CUdevice,
+    ctx: cu::CUcontext,
+    stream: cu::CUstream,
 }
 
 impl Gpu {
@@ -218,17 +166,9 @@ impl Gpu {
             )));
         }
         guarded("opening a GPU", || {
-            let mut dev: sys::CUdevice = 0;
-            let mut ctx: sys::CUcontext = std::ptr::null_mut();
-            let mut stream: sys::CUstream = std::ptr::null_mut();
-            // SAFETY: out-pointers are valid; the driver was initialised by the probe.
-            unsafe {
-                check(sys::cuDeviceGet(&mut dev, ordinal as i32), "cuDeviceGet")?;
-                check(
-                    sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-                    "cuDevicePrimaryCtxRetain",
-                )?;
-            }
+            // The driver was initialised by the probe.
+            let dev = cu::device_get(ordinal as i32)?;
+            let ctx = cu::primary_ctx_retain(dev)?;
             // From here on, Drop releases the context on every error path.
             let mut gpu = Gpu {
                 ordinal,
@@ -237,9 +177,8 @@ impl Gpu {
                 stream: std::ptr::null_mut(),
             };
             gpu.bind()?;
-            // SAFETY: the context is current; 1 = CU_STREAM_NON_BLOCKING.
-            unsafe { check(sys::cuStreamCreate(&mut stream, 1), "cuStreamCreate")? };
-            gpu.stream = stream;
+            // The context is current; 1 = CU_STREAM_NON_BLOCKING.
+            gpu.stream = cu::stream_create(1)?;
             Ok(gpu)
         })
     }
@@ -250,35 +189,27 @@ impl Gpu {
     }
 
     /// The stream oxccl launches on.
-    pub fn stream(&self) -> sys::CUstream {
+    pub fn stream(&self) -> cu::CUstream {
         self.stream
     }
 
     /// Makes this GPU's context current on the calling thread.
     pub fn bind(&self) -> Result<()> {
         // SAFETY: the context is retained for the life of `self`.
-        unsafe { check(sys::cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent") }
+        Ok(unsafe { cu::ctx_set_current(self.ctx) }?)
     }
 
-    fn attr(&self, a: sys::CUdevice_attribute) -> Result<i32> {
-        let mut v = 0;
-        // SAFETY: writes one int.
-        unsafe {
-            check(
-                sys::cuDeviceGetAttribute(&mut v, a, self.dev),
-                "cuDeviceGetAttribute",
-            )?
-        };
-        Ok(v)
+    fn attr(&self, a: CUdevice_attribute) -> Result<i32> {
+        Ok(cu::device_attribute(self.dev, a)?)
     }
 
     /// Compute capability as major * 10 + minor (90 for an H100/H200).
     pub fn arch(&self) -> Result<u32> {
         guarded("cuDeviceGetAttribute", || {
             let major =
-                self.attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+                self.attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
             let minor =
-                self.attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+                self.attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
             Ok((major * 10 + minor) as u32)
         })
     }
@@ -286,43 +217,19 @@ impl Gpu {
     /// Multiprocessor count.
     pub fn sm_count(&self) -> Result<u32> {
         guarded("cuDeviceGetAttribute", || {
-            Ok(
-                self.attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
-                    as u32,
-            )
+            Ok(self.attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32)
         })
     }
 
     /// The device's name.
     pub fn name(&self) -> Result<String> {
-        guarded("cuDeviceGetName", || {
-            let mut buf = [0 as c_char; 256];
-            // SAFETY: the buffer holds 256 chars; the driver NUL-terminates.
-            unsafe {
-                check(
-                    sys::cuDeviceGetName(buf.as_mut_ptr(), 256, self.dev),
-                    "cuDeviceGetName",
-                )?
-            };
-            // SAFETY: NUL-terminated by the driver.
-            Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
-                .to_string_lossy()
-                .into_owned())
-        })
+        guarded("cuDeviceGetName", || Ok(cu::device_name(self.dev)?))
     }
 
     /// `cuDeviceCanAccessPeer(self -> peer)`.
     pub fn can_access_peer(&self, peer: &Gpu) -> Result<bool> {
         guarded("cuDeviceCanAccessPeer", || {
-            let mut v = 0;
-            // SAFETY: writes one int; both devices are valid.
-            unsafe {
-                check(
-                    sys::cuDeviceCanAccessPeer(&mut v, self.dev, peer.dev),
-                    "cuDeviceCanAccessPeer",
-                )?
-            };
-            Ok(v != 0)
+            Ok(cu::device_can_access_peer(self.dev, peer.dev)?)
         })
     }
 
@@ -341,11 +248,10 @@ impl Gpu {
         guarded("cuCtxEnablePeerAccess", || {
             self.bind()?;
             // SAFETY: our context is current; the peer's context is retained.
-            let r = unsafe { sys::cuCtxEnablePeerAccess(peer.ctx, 0) };
-            if r == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-                return Ok(());
+            match unsafe { cu::ctx_enable_peer_access(peer.ctx) } {
+                Err(e) if e.code == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+                r => Ok(r?),
             }
-            check(r, "cuCtxEnablePeerAccess")
         })
     }
 
@@ -354,9 +260,8 @@ impl Gpu {
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer<'_>> {
         guarded("cuMemAlloc", || {
             self.bind()?;
-            let mut ptr: sys::CUdeviceptr = 0;
-            // SAFETY: writes one pointer; a zero-byte request is rounded up.
-            unsafe { check(sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)), "cuMemAlloc")? };
+            // A zero-byte request is rounded up.
+            let ptr = cu::mem_alloc(bytes.max(1))?;
             Ok(DeviceBuffer {
                 gpu: self,
                 ptr,
@@ -369,8 +274,8 @@ impl Gpu {
     pub fn synchronize(&self) -> Result<()> {
         guarded("cuCtxSynchronize", || {
             self.bind()?;
-            // SAFETY: our context is current.
-            unsafe { check(sys::cuCtxSynchronize(), "cuCtxSynchronize") }
+            // Our context is current.
+            Ok(cu::ctx_synchronize()?)
         })
     }
 
@@ -378,14 +283,8 @@ impl Gpu {
     pub fn load_module(&self, image: &[u8]) -> Result<Module<'_>> {
         guarded("cuModuleLoadData", || {
             self.bind()?;
-            let mut m: sys::CUmodule = std::ptr::null_mut();
             // SAFETY: `image` is a complete CUBIN (ELF, self-delimiting) that outlives the call.
-            unsafe {
-                check(
-                    sys::cuModuleLoadData(&mut m, image.as_ptr() as *const c_void),
-                    "cuModuleLoadData",
-                )?
-            };
+            let m = unsafe { cu::module_load_data(image) }?;
             Ok(Module {
                 gpu: self,
                 module: m,
@@ -401,7 +300,7 @@ impl Gpu {
     /// the kernel does with it.
     pub unsafe fn launch(
         &self,
-        f: sys::CUfunction,
+        f: cu::CUfunction,
         grid: u32,
         block: u32,
         params: &mut [*mut c_void],
@@ -409,24 +308,7 @@ impl Gpu {
         guarded("cuLaunchKernel", || {
             self.bind()?;
             // SAFETY: the caller vouches for `params`; `f` belongs to a module of this context.
-            unsafe {
-                check(
-                    sys::cuLaunchKernel(
-                        f,
-                        grid,
-                        1,
-                        1,
-                        block,
-                        1,
-                        1,
-                        0,
-                        self.stream,
-                        params.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    ),
-                    "cuLaunchKernel",
-                )
-            }
+            Ok(unsafe { cu::launch_kernel(f, grid, block, self.stream, params) }?)
         })
     }
 
@@ -434,9 +316,8 @@ impl Gpu {
     pub fn event(&self) -> Result<Event<'_>> {
         guarded("cuEventCreate", || {
             self.bind()?;
-            let mut e: sys::CUevent = std::ptr::null_mut();
-            // SAFETY: writes one handle; flags 0 = default (timing on).
-            unsafe { check(sys::cuEventCreate(&mut e, 0), "cuEventCreate")? };
+            // Flags 0 = default (timing on).
+            let e = cu::event_create(0)?;
             Ok(Event { gpu: self, ev: e })
         })
     }
@@ -446,13 +327,13 @@ impl Drop for Gpu {
     fn drop(&mut self) {
         // SAFETY: the stream and the retained context are ours; errors are ignored in drop.
         unsafe {
-            if sys::cuCtxSetCurrent(self.ctx) == CUresult::CUDA_SUCCESS {
-                sys::cuCtxSynchronize();
+            if cu::ctx_set_current(self.ctx).is_ok() {
+                let _ = cu::ctx_synchronize();
                 if !self.stream.is_null() {
-                    sys::cuStreamDestroy_v2(self.stream);
+                    let _ = cu::stream_destroy(self.stream);
                 }
             }
-            sys::cuDevicePrimaryCtxRelease_v2(self.dev);
+            let _ = cu::primary_ctx_release(self.dev);
         }
     }
 }
@@ -461,7 +342,7 @@ impl Drop for Gpu {
 #[derive(Debug)]
 pub struct DeviceBuffer<'g> {
     gpu: &'g Gpu,
-    ptr: sys::CUdeviceptr,
+    ptr: cu::CUdeviceptr,
     bytes: usize,
 }
 
@@ -486,22 +367,19 @@ impl DeviceBuffer<'_> {
     /// Copies `src` to byte `offset` (waits for the GPU's queued work
     /// first), landed when it returns: from pageable memory cuMemcpyHtoD
     /// returns once the bytes are staged, and a kernel on a non-blocking
-    /// stream is not ordered after the DMA (see perfio's `write`).
+    /// stream is not ordered after the DMA (see bench_gpu's `write`).
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.range(offset, src.len())?;
         self.gpu.synchronize()?;
         guarded("cuMemcpyHtoD", || {
             // SAFETY: the range is inside the allocation (checked); `src` is readable.
-            unsafe {
-                check(
-                    sys::cuMemcpyHtoD_v2(
-                        self.ptr + offset as u64,
-                        src.as_ptr() as *const c_void,
-                        src.len(),
-                    ),
-                    "cuMemcpyHtoD",
+            Ok(unsafe {
+                cu::memcpy_htod(
+                    self.ptr + offset as u64,
+                    src.as_ptr() as *const c_void,
+                    src.len(),
                 )
-            }
+            }?)
         })?;
         self.gpu.synchronize()
     }
@@ -512,16 +390,13 @@ impl DeviceBuffer<'_> {
         self.gpu.synchronize()?;
         guarded("cuMemcpyDtoH", || {
             // SAFETY: the range is inside the allocation (checked); `dst` is writable.
-            unsafe {
-                check(
-                    sys::cuMemcpyDtoH_v2(
-                        dst.as_mut_ptr() as *mut c_void,
-                        self.ptr + offset as u64,
-                        dst.len(),
-                    ),
-                    "cuMemcpyDtoH",
+            Ok(unsafe {
+                cu::memcpy_dtoh(
+                    dst.as_mut_ptr() as *mut c_void,
+                    self.ptr + offset as u64,
+                    dst.len(),
                 )
-            }
+            }?)
         })
     }
 
@@ -530,7 +405,7 @@ impl DeviceBuffer<'_> {
         self.gpu.synchronize()?;
         guarded("cuMemsetD8", || {
             // SAFETY: the whole allocation.
-            unsafe { check(sys::cuMemsetD8_v2(self.ptr, v, self.bytes), "cuMemsetD8") }
+            Ok(unsafe { cu::memset_d8(self.ptr, v, self.bytes) }?)
         })
     }
 
@@ -550,9 +425,9 @@ impl Drop for DeviceBuffer<'_> {
     fn drop(&mut self) {
         // SAFETY: allocated by cuMemAlloc in this context, freed once; errors ignored in drop.
         unsafe {
-            if sys::cuCtxSetCurrent(self.gpu.ctx) == CUresult::CUDA_SUCCESS {
-                sys::cuCtxSynchronize();
-                sys::cuMemFree_v2(self.ptr);
+            if cu::ctx_set_current(self.gpu.ctx).is_ok() {
+                let _ = cu::ctx_synchronize();
+                let _ = cu::mem_free(self.ptr);
             }
         }
     }
@@ -562,23 +437,17 @@ impl Drop for DeviceBuffer<'_> {
 #[derive(Debug)]
 pub struct Module<'g> {
     gpu: &'g Gpu,
-    module: sys::CUmodule,
+    module: cu::CUmodule,
 }
 
 impl Module<'_> {
     /// A kernel by its (extern "C") name.
-    pub fn function(&self, name: &str) -> Result<sys::CUfunction> {
+    pub fn function(&self, name: &str) -> Result<cu::CUfunction> {
         let c = CString::new(name).map_err(|_| Error::invalid_argument("NUL in a kernel name"))?;
         guarded("cuModuleGetFunction", || {
-            let mut f: sys::CUfunction = std::ptr::null_mut();
-            // SAFETY: the module is loaded; `c` is NUL-terminated.
-            unsafe {
-                check(
-                    sys::cuModuleGetFunction(&mut f, self.module, c.as_ptr()),
-                    &format!("cuModuleGetFunction({name})"),
-                )?
-            };
-            Ok(f)
+            // SAFETY: the module is loaded.
+            unsafe { cu::module_get_function(self.module, &c) }
+                .map_err(|e| e.context(&format!("cuModuleGetFunction({name})")))
         })
     }
 }
@@ -587,9 +456,9 @@ impl Drop for Module<'_> {
     fn drop(&mut self) {
         // SAFETY: loaded in this context, unloaded once; errors ignored in drop.
         unsafe {
-            if sys::cuCtxSetCurrent(self.gpu.ctx) == CUresult::CUDA_SUCCESS {
-                sys::cuCtxSynchronize();
-                sys::cuModuleUnload(self.module);
+            if cu::ctx_set_current(self.gpu.ctx).is_ok() {
+                let _ = cu::ctx_synchronize();
+                let _ = cu::module_unload(self.module);
             }
         }
     }
@@ -599,7 +468,7 @@ impl Drop for Module<'_> {
 #[derive(Debug)]
 pub struct Event<'g> {
     gpu: &'g Gpu,
-    ev: sys::CUevent,
+    ev: cu::CUevent,
 }
 
 impl Event<'_> {
@@ -607,27 +476,17 @@ impl Event<'_> {
     pub fn record(&self) -> Result<()> {
         guarded("cuEventRecord", || {
             // SAFETY: event and stream belong to the same context.
-            unsafe {
-                check(
-                    sys::cuEventRecord(self.ev, self.gpu.stream),
-                    "cuEventRecord",
-                )
-            }
+            Ok(unsafe { cu::event_record(self.ev, self.gpu.stream) }?)
         })
     }
     /// Milliseconds from `start` to `self`, waiting for `self` first.
     pub fn elapsed_ms_since(&self, start: &Event<'_>) -> Result<f32> {
         guarded("cuEventElapsedTime", || {
-            let mut ms = 0f32;
-            // SAFETY: both events were recorded; writes one float.
+            // SAFETY: both events were recorded.
             unsafe {
-                check(sys::cuEventSynchronize(self.ev), "cuEventSynchronize")?;
-                check(
-                    sys::cuEventElapsedTime_v2(&mut ms, start.ev, self.ev),
-                    "cuEventElapsedTime_v2",
-                )?;
+                cu::event_synchronize(self.ev)?;
+                Ok(cu::event_elapsed_ms(start.ev, self.ev)?)
             }
-            Ok(ms)
         })
     }
 }
@@ -636,14 +495,14 @@ impl Drop for Event<'_> {
     fn drop(&mut self) {
         // SAFETY: created once, destroyed once.
         unsafe {
-            sys::cuEventDestroy_v2(self.ev);
+            let _ = cu::event_destroy(self.ev);
         }
     }
 }
 
 /// Makes a context current for its lifetime; puts the previous one back.
 pub(crate) struct CtxScope {
-    saved: sys::CUcontext,
+    saved: cu::CUcontext,
     /// Whether `enter` changed the current context (else drop has nothing
     /// to put back: one driver call less per launch, ~25 ns).
     changed: bool,
@@ -651,15 +510,12 @@ pub(crate) struct CtxScope {
 
 impl CtxScope {
     /// Makes `ctx` current (the driver must have been probed).
-    pub(crate) fn enter(ctx: sys::CUcontext) -> Result<CtxScope> {
+    pub(crate) fn enter(ctx: cu::CUcontext) -> Result<CtxScope> {
         guarded("cuCtxSetCurrent", || {
-            let mut saved: sys::CUcontext = std::ptr::null_mut();
-            // SAFETY: writes one handle; then sets a retained context current.
-            unsafe {
-                check(sys::cuCtxGetCurrent(&mut saved), "cuCtxGetCurrent")?;
-                if saved != ctx {
-                    check(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
-                }
+            let saved = cu::ctx_get_current()?;
+            if saved != ctx {
+                // SAFETY: the caller's context is retained.
+                unsafe { cu::ctx_set_current(ctx) }?;
             }
             Ok(CtxScope {
                 saved,
@@ -676,7 +532,7 @@ impl Drop for CtxScope {
         }
         // SAFETY: `saved` was current before (or NULL, which unbinds); errors ignored in drop.
         unsafe {
-            sys::cuCtxSetCurrent(self.saved);
+            let _ = cu::ctx_set_current(self.saved);
         }
     }
 }

@@ -31,69 +31,107 @@ pub const COPY: KernelSource = KernelSource {
 };
 
 /// The ring collectives over FIFO connections, `oxccl_ring_<type>_<op>`
-/// (12 types x 6 ops), and `oxccl_ring_p2p` (sends and receives of a group).
+/// (12 types x 6 ops), and `oxccl_ring_p2p` (sends and receives of a group):
+/// the text the ring programs are made of ([`ring_variant`], [`ring_p2p`]),
+/// never a program itself.
 pub const RING: KernelSource = KernelSource {
     name: "ring.cu",
     source: include_str!("../kernels/ring.cu"),
 };
 
-/// One kernel of [`RING`] alone: `oxccl_ring_<type>_<op>` (and the
-/// untyped `oxccl_ring_p2p`), as its own NVRTC program, cached on disk as
-/// `ring-<type>-<op>-...cubin`. Compiling all 72 took ~45 s on 2 cores (a
-/// first collective that long looks like a hang); one takes a second or two.
-/// The sources are made once per process and kept (at most 73).
-pub fn ring_variant(t: oxccl_core::DataType, op: oxccl_core::RedOp) -> KernelSource {
-    let tt = type_tag(t);
-    let ot = op_tag(op).unwrap_or("sum");
-    variant(&format!("ring-{tt}-{ot}.cu"), || {
-        format!(
-            "OXCCL_RING({tt}, {}E, {ot}, OP_{})\n",
-            tt.to_uppercase(),
-            ot.to_uppercase()
-        )
-    })
+/// The program that holds the ring kernels of (`t`, `op`): [`ring_program`]
+/// of the type [`ring_kernel_of`] names.
+pub fn ring_variant(t: DataType, op: RedOp) -> KernelSource {
+    ring_program(ring_kernel_of(t, op).0)
 }
 
-/// `oxccl_ring_p2p` alone (no typed kernel).
-pub fn ring_p2p() -> KernelSource {
-    variant("ring-p2p.cu", String::new)
+/// The (type, op) whose ring kernels compute (`t`, `op`): itself, but for
+/// the pairs whose kernels would be the same machine code as another's,
+/// which no program holds (ring.cu, `OXCCL_RING_SIGNED_OPS` and
+/// `OXCCL_RING_FLOAT_OPS`): a signed integer's sum, prod and PreMulSum are
+/// the unsigned type's of its width (the arithmetic is done in the
+/// unsigned type, and a wrapping sum's or product's low bits depend only on
+/// the operands' low bits); a floating type's avg is its PreMulSum (each
+/// input pre-multiplied by the scale the launch passes, 1/nranks, then
+/// summed: the same code). 57 ring kernels instead of 72.
+pub fn ring_kernel_of(t: DataType, op: RedOp) -> (DataType, RedOp) {
+    let unsigned = match t {
+        DataType::Int8 => DataType::Uint8,
+        DataType::Int32 => DataType::Uint32,
+        DataType::Int64 => DataType::Uint64,
+        other => other,
+    };
+    match op {
+        RedOp::Sum | RedOp::Prod | RedOp::PreMulSum(_) if t.is_signed_int() => (unsigned, op),
+        RedOp::Avg if t.is_float() => (t, RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0))),
+        _ => (t, op),
+    }
 }
 
-/// The copy-engine path's reducing kernel for one (type, op) alone,
-/// `oxccl_cer_<type>_<op>` ([`crate::ce_reduce`]; sum, prod, max and min
-/// only), as its own program: [`ALLREDUCE`]'s text with `OXCCL_CER_ONE`
-/// (which leaves out its 72 pair kernels, keeping `oxccl_pcopy`) and one
-/// instantiation. Cached on disk as `cer-<type>-<op>-...cubin`.
-pub fn ce_reduce_variant(t: oxccl_core::DataType, op: crate::ce_reduce::Op) -> KernelSource {
+/// The ring kernels of one type, `oxccl_{ring,ll1,joint,scale}_<type>_<op>`
+/// for every op that [`ring_kernel_of`] does not send to another type or op
+/// (ring.cu's text with `OXCCL_RING_TYPED`, which leaves out the untyped
+/// kernels of [`ring_p2p`]), as one NVRTC program cached on disk as
+/// `ring-<type>-...cubin`. A program per type, not per (type, op): the
+/// prebuilt set is 12 ring programs rather than 72 (each of which held its
+/// own copy of `oxccl_ring_p2p`), while a GPU whose kernels are not
+/// prebuilt compiles the 6 ops of a type at its first collective of that
+/// type. The sources are made once per process and kept (at most 13).
+pub fn ring_program(t: DataType) -> KernelSource {
     let tt = type_tag(t);
-    let ot = op.tag();
     variant_of(
-        &ALLREDUCE,
-        "OXCCL_CER_ONE",
-        &format!("cer-{tt}-{ot}.cu"),
+        &RING,
+        &["OXCCL_RING_ONE", "OXCCL_RING_TYPED"],
+        &format!("ring-{tt}.cu"),
         || {
-            format!(
-                "OXCCL_CER({tt}, {}E, {ot}, OP_{})\n",
-                tt.to_uppercase(),
-                ot.to_uppercase()
-            )
+            let ops = if t.is_signed_int() {
+                "SIGNED"
+            } else if t.is_float() {
+                "FLOAT"
+            } else {
+                "ALL"
+            };
+            format!("OXCCL_RING_{ops}_OPS({tt}, {}E)\n", tt.to_uppercase())
         },
     )
 }
 
+/// `oxccl_ring_p2p` and `oxccl_ring_barrier` alone (no typed kernel).
+pub fn ring_p2p() -> KernelSource {
+    variant_of(&RING, &["OXCCL_RING_ONE"], "ring-p2p.cu", String::new)
+}
+
+/// The program that holds the copy-engine path's reducing kernel for
+/// (`t`, `op`), `oxccl_cer_<type>_<op>` ([`crate::ce_reduce`]; sum, prod,
+/// max and min only): [`ce_reduce_program`] of `t`, which holds all four.
+pub fn ce_reduce_variant(t: DataType, _op: crate::ce_reduce::Op) -> KernelSource {
+    ce_reduce_program(t)
+}
+
+/// The copy-engine reducing kernels of one type for the four ops of
+/// [`CE_OPS`] and `oxccl_cer_wait`: [`ALLREDUCE`]'s text with
+/// `OXCCL_CER_ONE` (which leaves out its 72 pair kernels and
+/// `oxccl_pcopy`). Cached on disk as `cer-<type>-...cubin`.
+pub fn ce_reduce_program(t: DataType) -> KernelSource {
+    let tt = type_tag(t);
+    variant_of(
+        &ALLREDUCE,
+        &["OXCCL_CER_ONE"],
+        &format!("cer-{tt}.cu"),
+        || format!("OXCCL_CER_ALL_OPS({tt}, {}E)\n", tt.to_uppercase()),
+    )
+}
+
 /// The name of [`ce_reduce_variant`]'s kernel.
-pub fn ce_reduce_kernel(t: oxccl_core::DataType, op: crate::ce_reduce::Op) -> String {
+pub fn ce_reduce_kernel(t: DataType, op: crate::ce_reduce::Op) -> String {
     format!("oxccl_cer_{}_{}", type_tag(t), op.tag())
 }
 
-fn variant(name: &str, tail: impl FnOnce() -> String) -> KernelSource {
-    variant_of(&RING, "OXCCL_RING_ONE", name, tail)
-}
-
-/// `base`'s text after `#define <define>`, then `tail()`, as program `name`.
+/// `base`'s text after a `#define` of each of `defines`, then `tail()`,
+/// as program `name`.
 fn variant_of(
     base: &KernelSource,
-    define: &str,
+    defines: &[&str],
     name: &str,
     tail: impl FnOnce() -> String,
 ) -> KernelSource {
@@ -105,10 +143,11 @@ fn variant_of(
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     *m.entry(name.to_string()).or_insert_with(|| {
-        let source = format!("#define {define}\n{}\n{}", base.source, tail());
+        let head: String = defines.iter().map(|d| format!("#define {d}\n")).collect();
+        let source = format!("{head}{}\n{}", base.source, tail());
         KernelSource {
-            // Bounded: one per (type, op) and one for p2p (ring), one per
-            // (type, op) of the copy-engine reduction, for the process.
+            // Bounded: one per type and one for p2p (ring), one per type
+            // of the copy-engine reduction, for the process.
             name: Box::leak(name.to_string().into_boxed_str()),
             source: Box::leak(source.into_boxed_str()),
         }
@@ -125,9 +164,8 @@ pub const CE_OPS: [crate::ce_reduce::Op; 4] = [
 
 /// Every program a run may load on any GPU (what `oxccl kernels` prebuilds
 /// for sm_89 and newer): the two-GPU kernels, the copy kernel, the ring's
-/// point-to-point program, each (type, op) ring program and each
-/// copy-engine reduction. Not [`RING`], which holds all 72 ring kernels at
-/// once and is never loaded.
+/// point-to-point program, each type's ring program and each type's
+/// copy-engine reductions. Not [`RING`], the text they are made of.
 pub fn runtime_sources() -> Vec<KernelSource> {
     prebuilt_sources(u32::MAX)
 }
@@ -136,6 +174,15 @@ pub fn runtime_sources() -> Vec<KernelSource> {
 /// it the fp8 programs do not compile, and [`ALLREDUCE`] leaves its fp8
 /// kernels out.
 pub const FP8_MIN_ARCH: u32 = 89;
+
+/// Whether `src` compiled for an architecture below [`FP8_MIN_ARCH`]
+/// holds fewer kernels than for one at or above it ([`ALLREDUCE`] leaves
+/// its fp8 pair kernels out there), so that such a build must not serve
+/// a GPU that has fp8. The typed programs of fp8 exist only from sm_89 on;
+/// every other program is the same below and above.
+pub fn gates_fp8_by_arch(src: &KernelSource) -> bool {
+    src.name == ALLREDUCE.name
+}
 
 /// Whether a GPU of `arch` (compute capability x 10) runs kernels of type `t`.
 pub fn type_runs_on(t: oxccl_core::DataType, arch: u32) -> bool {
@@ -147,24 +194,15 @@ pub fn type_runs_on(t: oxccl_core::DataType, arch: u32) -> bool {
 /// less the fp8 ones where the GPU has no fp8): what `oxccl kernels`
 /// compiles for `arch`, longest first (the ring programs, then the rest).
 pub fn prebuilt_sources(arch: u32) -> Vec<KernelSource> {
-    let premul = oxccl_core::RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0));
     let types = || {
-        oxccl_core::DataType::ALL
+        DataType::ALL
             .into_iter()
             .filter(move |&t| type_runs_on(t, arch))
     };
     let mut v = vec![ALLREDUCE];
-    for t in types() {
-        for op in oxccl_core::RedOp::BUILTIN.into_iter().chain([premul]) {
-            v.push(ring_variant(t, op));
-        }
-    }
+    v.extend(types().map(ring_program));
     v.push(ring_p2p());
-    for t in types() {
-        for op in CE_OPS {
-            v.push(ce_reduce_variant(t, op));
-        }
-    }
+    v.extend(types().map(ce_reduce_program));
     v.push(COPY);
     v
 }
@@ -300,6 +338,61 @@ mod tests {
             let k = RingKernel::new(collective(coll), algo, proto)
                 .unwrap_or_else(|| panic!("{name} has no RingKernel"));
             assert_eq!(k.mode(), value, "{name}");
+        }
+    }
+
+    /// The ring kernels ring.cu defines (its list of every type's line and
+    /// the op lists those lines name) are exactly the pairs
+    /// `ring_kernel_of` sends the 72 (type, op) pairs to: 57 of them, every
+    /// kernel a launch can name exists, and none is built that no launch
+    /// names.
+    #[test]
+    fn ring_kernels_defined_are_the_ones_launches_name() {
+        let src = RING.source;
+        let list = |name: &str| -> Vec<String> {
+            let at = src.find(&format!("#define {name}(TN, E)")).expect(name);
+            src[at..]
+                .lines()
+                .skip(1)
+                .take_while(|l| l.trim_start().starts_with("OXCCL_RING(TN, E, "))
+                .map(|l| {
+                    l.trim_start()["OXCCL_RING(TN, E, ".len()..]
+                        .split(',')
+                        .next()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect()
+        };
+        let tail = &src[src.rfind("#ifndef OXCCL_RING_ONE").expect("the list")..];
+        let mut defined = std::collections::BTreeSet::new();
+        for line in tail.lines().filter(|l| l.starts_with("OXCCL_RING_")) {
+            let (mac, rest) = line.split_once('(').unwrap();
+            let tag = rest.split(',').next().unwrap();
+            for op in list(mac) {
+                defined.insert(format!("{tag}_{op}"));
+            }
+        }
+        let premul = RedOp::PreMulSum(oxccl_core::Scalar::F64(1.0));
+        let mut named = std::collections::BTreeSet::new();
+        for t in DataType::ALL {
+            for op in RedOp::BUILTIN.into_iter().chain([premul]) {
+                let (kt, kop) = ring_kernel_of(t, op);
+                named.insert(format!("{}_{}", type_tag(kt), op_tag(kop).unwrap()));
+                // The program asked for is the type's that holds it.
+                assert_eq!(ring_variant(t, op), ring_program(kt));
+            }
+        }
+        assert_eq!(defined, named);
+        assert_eq!(defined.len(), 57);
+        // Each type's program appends its own type's line.
+        for t in DataType::ALL {
+            let p = ring_program(t).source;
+            let line = tail
+                .lines()
+                .find(|l| l.contains(&format!("({}, ", type_tag(t))))
+                .unwrap();
+            assert!(p.ends_with(&format!("{line}\n")), "{}", type_tag(t));
         }
     }
 

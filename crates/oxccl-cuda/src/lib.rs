@@ -2,7 +2,17 @@
 //! kernels compiled ahead of time or by NVRTC with an on-disk cache, device
 //! memory and peer access, the pair kernels of two GPUs in one process, the
 //! ring path (windows, launches, network proxies), the copy engines, and
-//! what the C ABI needs to run them on the caller's streams ([`capi`]).
+//! the device communicator that runs them on the caller's streams ([`exec`]),
+//! over one layer of driver calls with typed errors (`driver`).
+//!
+//! Layers, as cudarc's sys -> result -> safe: `driver` makes each driver
+//! call and returns its outputs or a typed `DriverError` naming the call and
+//! CUDA's code (no other module calls `cudarc::driver::sys`); [`device`],
+//! [`bench_gpu`], [`ring`] and [`exec`] hold what the driver made in owned
+//! values and act through that layer. A rank's [`exec::DevComm`] keeps its
+//! state by concern: its GPU and context, what its launches carry between
+//! calls, its peers in this process, the ring path (windows, then network
+//! proxies), the copy engines, and the channel with a peer process.
 //!
 //! It acts; it does not decide: which kernel, how many blocks and channels,
 //! when the copy engines or one launch for every local rank pay, and every
@@ -17,21 +27,22 @@
 //!
 //! `unsafe` is for FFI: dlopen/dlsym ([`loader`], [`nvml`]), NVRTC
 //! ([`compile`]), driver calls and the memory they share ([`device`],
-//! [`allreduce`], [`ring`], [`capi`], [`perfio`]), and the network plugin
+//! [`allreduce`], [`ring`], [`exec`], [`bench_gpu`]), and the network plugin
 //! and proxies' window words; every block has a `// SAFETY:` line, which
 //! clippy's `undocumented_unsafe_blocks` enforces.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod allreduce;
-pub mod capi;
+pub mod bench_gpu;
 pub mod compile;
 pub mod device;
+pub(crate) mod driver;
+pub mod exec;
 pub mod kernels;
 pub mod loader;
 pub mod netplugin;
 pub mod netproxy;
 pub mod nvml;
-pub mod perfio;
 pub mod ring;
 pub mod topo;
 

@@ -27,10 +27,9 @@
 use std::ffi::{c_void, CString};
 use std::time::Duration;
 
-use cudarc::driver::sys::{self, CUresult};
 use oxccl_core::{DataType, Error, ErrorKind, RedOp, Result};
 
-use crate::device::check;
+use crate::driver::{self as cu, CUresult};
 use crate::loader::guarded;
 
 // The ring program's decisions (settings, thresholds, kernel choice,
@@ -83,12 +82,14 @@ pub fn small_kernel_name(t: DataType, op: RedOp) -> String {
 /// Every rank of a group of one process in one launch, `oxccl_joint_*`
 /// (ring.cu, `joint_run`; [`oxccl_core::gpu::one_launch`]), in the same program as
 /// [`kernel_name`]'s.
-pub fn joint_kernel_name(t: DataType, op: RedOp) -> String {
+pub fn one_launch_kernel_name(t: DataType, op: RedOp) -> String {
     kernel_name(t, op).replacen("oxccl_ring_", "oxccl_joint_", 1)
 }
 
-/// `oxccl_ring_<type>_<op>`.
+/// `oxccl_ring_<type>_<op>` of the pair whose kernels compute (`t`, `op`)
+/// ([`crate::kernels::ring_kernel_of`]).
 pub fn kernel_name(t: DataType, op: RedOp) -> String {
+    let (t, op) = crate::kernels::ring_kernel_of(t, op);
     format!(
         "oxccl_ring_{}_{}",
         crate::kernels::type_tag(t),
@@ -209,7 +210,7 @@ enum Mapping {
     /// A peer's /dev/shm window mapped and registered here.
     Shm { addr: usize, len: usize },
     /// A peer context retained for peer access (released at drop).
-    Ctx(sys::CUdevice),
+    Ctx(cu::CUdevice),
 }
 
 #[derive(Debug)]
@@ -226,14 +227,12 @@ enum Local {
 /// One rank's ring state (see the module doc).
 #[derive(Debug)]
 pub struct Ring {
-    kind: WindowKind,
-    ctx: sys::CUcontext,
+    ctx: cu::CUcontext,
     common: RingCommon,
-    local: Local,
-    peers_buf: u64,
+    /// This rank's window and the peers' windows mapped here.
+    windows: Windows,
     state: u64,
     ctrl_host: *mut u32,
-    mappings: Vec<Mapping>,
     same_process: Vec<bool>,
     same_host: Vec<bool>,
     /// Ranks of the communicator on this rank's GPU (itself
@@ -245,23 +244,45 @@ pub struct Ring {
     stopper: std::sync::Arc<Stopper>,
     /// What the kernel choice depends on ([`plan`]).
     thresholds: Thresholds,
-    /// The network path's proxies (peers on other hosts).
+    /// The network path: proxies for the peers on other hosts.
+    net: NetProxies,
+    /// The ranks in ring order (`order[common.pos] == rank`).
+    order: Vec<usize>,
+}
+
+/// A rank's ring windows: its own (where peers write to it) and the
+/// peers' as mapped here (IPC handles, shared host memory, peer access).
+#[derive(Debug)]
+struct Windows {
+    /// Where the windows live.
+    kind: WindowKind,
+    /// This rank's window.
+    local: Local,
+    /// The kernels' window table in device memory.
+    peers_buf: u64,
+    /// The peers' windows as mapped here (undone at drop).
+    mappings: Vec<Mapping>,
+    /// The kernels' window table as uploaded ([`region_at`]).
+    table: Vec<u64>,
+}
+
+/// The network path's proxies: host threads that move a rank's regions to
+/// and from peers on other hosts while its kernels fill and drain them.
+#[derive(Debug)]
+struct NetProxies {
+    /// The proxies over oxccl's own sockets.
     proxies: Vec<crate::netproxy::Proxy>,
     /// (peer, host address of its shadow window).
     shadows: Vec<(usize, usize)>,
     /// Connections per peer of another host (agreed by every rank).
-    net_streams: u32,
-    /// The network path's proxies over a plugin (instead of `proxies`).
+    streams: u32,
+    /// The proxies over a network plugin (instead of `proxies`).
     plugin_proxies: Vec<crate::netplugin::PluginProxy>,
     /// Host and device addresses of the window the network proxies fill
     /// (this rank's regions for peers on other hosts): the window itself
     /// when it is host memory, else a second, host-memory window beside the
     /// device one (ranks of this host then stay peer-to-peer). (0, 0): none.
-    net_window: (usize, u64),
-    /// The ranks in ring order (`order[common.pos] == rank`).
-    order: Vec<usize>,
-    /// The kernels' window table as uploaded ([`region_at`]).
-    table: Vec<u64>,
+    window: (usize, u64),
 }
 
 // SAFETY: the raw pointers are driver allocations owned by this value; every
@@ -414,17 +435,8 @@ fn agree<T>(round: &str, exchange: Exchange, f: impl FnOnce() -> Result<T>) -> R
     Ok(t)
 }
 
-fn bus_id(dev: sys::CUdevice) -> Result<[u8; 16]> {
-    let mut b = [0 as std::ffi::c_char; 16];
-    guarded("cuDeviceGetPCIBusId", || {
-        // SAFETY: writes at most 16 bytes, NUL-terminated.
-        unsafe {
-            check(
-                sys::cuDeviceGetPCIBusId(b.as_mut_ptr(), 16, dev),
-                "cuDeviceGetPCIBusId",
-            )
-        }
-    })?;
+fn bus_id(dev: cu::CUdevice) -> Result<[u8; 16]> {
+    let b = guarded("cuDeviceGetPCIBusId", || Ok(cu::device_pci_bus_id(dev)?))?;
     Ok(b.map(|c| c as u8))
 }
 
@@ -434,39 +446,25 @@ fn bus_text(bus: &[u8; 16]) -> String {
     String::from_utf8_lossy(&bus[..end]).into_owned()
 }
 
-fn device_by_bus(bus: &[u8; 16]) -> Option<sys::CUdevice> {
+fn device_by_bus(bus: &[u8; 16]) -> Option<cu::CUdevice> {
     let end = bus.iter().position(|&c| c == 0).unwrap_or(16);
     let s = CString::new(&bus[..end]).ok()?;
-    let mut d: sys::CUdevice = 0;
     guarded("cuDeviceGetByPCIBusId", || {
-        // SAFETY: `s` is NUL-terminated; writes one int.
-        unsafe {
-            check(
-                sys::cuDeviceGetByPCIBusId(&mut d, s.as_ptr()),
-                "cuDeviceGetByPCIBusId",
-            )
-        }
+        Ok(cu::device_by_pci_bus_id(&s)?)
     })
-    .ok()?;
-    Some(d)
+    .ok()
 }
 
-fn can_access(a: sys::CUdevice, b: sys::CUdevice) -> bool {
+fn can_access(a: cu::CUdevice, b: cu::CUdevice) -> bool {
     if a == b {
         return true;
     }
-    let mut can = 0;
-    guarded("cuDeviceCanAccessPeer", || {
-        // SAFETY: writes one int; both are valid devices.
-        unsafe {
-            check(
-                sys::cuDeviceCanAccessPeer(&mut can, a, b),
-                "cuDeviceCanAccessPeer",
-            )
-        }
-    })
-    .is_ok()
-        && can == 1
+    matches!(
+        guarded("cuDeviceCanAccessPeer", || Ok(cu::device_can_access_peer(
+            a, b
+        )?)),
+        Ok(true)
+    )
 }
 
 fn shm_name() -> CString {
@@ -562,42 +560,36 @@ fn anon_map(len: usize) -> Result<usize> {
 /// Registers host memory with CUDA (portable, device-mapped); its device address.
 fn host_register(addr: usize, len: usize) -> Result<u64> {
     guarded("cuMemHostRegister", || {
-        let mut d: sys::CUdeviceptr = 0;
         // SAFETY: [addr, addr+len) is a live mapping we own; registered once
         // in this process (peers in this process use the owner's address).
         unsafe {
-            check(
-                sys::cuMemHostRegister_v2(
-                    addr as *mut c_void,
-                    len,
-                    sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP,
-                ),
-                "cuMemHostRegister",
+            cu::mem_host_register(
+                addr as *mut c_void,
+                len,
+                cu::CU_MEMHOSTREGISTER_PORTABLE | cu::CU_MEMHOSTREGISTER_DEVICEMAP,
             )?;
-            if let Err(e) = check(
-                sys::cuMemHostGetDevicePointer_v2(&mut d, addr as *mut c_void, 0),
-                "cuMemHostGetDevicePointer",
-            ) {
-                sys::cuMemHostUnregister(addr as *mut c_void);
-                return Err(e);
+            match cu::mem_host_device_pointer(addr as *mut c_void) {
+                Ok(d) => Ok(d),
+                Err(e) => {
+                    let _ = cu::mem_host_unregister(addr as *mut c_void);
+                    Err(e.into())
+                }
             }
         }
-        Ok(d)
     })
 }
 
 fn dev_alloc_zeroed(bytes: usize) -> Result<u64> {
     guarded("cuMemAlloc", || {
-        let mut p: sys::CUdeviceptr = 0;
-        // SAFETY: a context is current (the caller's scope); the memset covers
-        // the allocation and the synchronize completes it.
+        // A context is current (the caller's scope).
+        let p = cu::mem_alloc(bytes.max(16))?;
+        // SAFETY: the memset covers the allocation and the synchronize
+        // completes it; on failure it is freed once, with nothing queued.
         unsafe {
-            check(sys::cuMemAlloc_v2(&mut p, bytes.max(16)), "cuMemAlloc")?;
-            let r = check(sys::cuMemsetD8_v2(p, 0, bytes.max(16)), "cuMemsetD8")
-                .and_then(|_| check(sys::cuCtxSynchronize(), "cuCtxSynchronize"));
+            let r = cu::memset_d8(p, 0, bytes.max(16)).and_then(|_| cu::ctx_synchronize());
             if let Err(e) = r {
-                sys::cuMemFree_v2(p);
-                return Err(e);
+                let _ = cu::mem_free(p);
+                return Err(e.into());
             }
         }
         Ok(p)
@@ -608,8 +600,8 @@ impl Ring {
     /// Sets up this rank's ring (collective: see the module doc). `ctx` is
     /// this rank's (retained) context on device `dev`.
     pub fn setup(
-        dev: sys::CUdevice,
-        ctx: sys::CUcontext,
+        dev: cu::CUdevice,
+        ctx: cu::CUcontext,
         rank: usize,
         nranks: usize,
         cfg: &RingConfig,
@@ -805,15 +797,17 @@ impl Ring {
         };
         let bytes = cfg.window_bytes(nranks);
         let mut me = Ring {
-            kind,
             ctx,
             common,
-            local: Local::Device(0),
-            peers_buf: 0,
-            table: Vec::new(),
+            windows: Windows {
+                kind,
+                local: Local::Device(0),
+                peers_buf: 0,
+                mappings: Vec::new(),
+                table: Vec::new(),
+            },
             state: 0,
             ctrl_host: std::ptr::null_mut(),
-            mappings: Vec::new(),
             same_process,
             same_host: boot.same_host.clone(),
             sharing,
@@ -824,11 +818,13 @@ impl Ring {
                 p2p_blocks_max: p2p_resident_blocks(sharing, sms),
                 ..Thresholds::of(cfg, nranks, cross)
             },
-            proxies: Vec::new(),
-            shadows: Vec::new(),
-            net_streams: 1,
-            plugin_proxies: Vec::new(),
-            net_window: (0, 0),
+            net: NetProxies {
+                proxies: Vec::new(),
+                shadows: Vec::new(),
+                streams: 1,
+                plugin_proxies: Vec::new(),
+                window: (0, 0),
+            },
             order,
         };
         if cross {
@@ -840,7 +836,7 @@ impl Ring {
                 n => n.clamp(1, 16),
             };
             let all = exchange(&want.to_le_bytes())?;
-            me.net_streams = all
+            me.net.streams = all
                 .iter()
                 .filter_map(|b| {
                     b.get(..4)
@@ -867,7 +863,7 @@ impl Ring {
             // part: `cross` and `net` are the same on every rank).
             me.start_plugin(net, *dev, exchange, cfg.timeout)?;
         }
-        if let Local::Shm { name, unlinked, .. } = &mut me.local {
+        if let Local::Shm { name, unlinked, .. } = &mut me.windows.local {
             // Every peer has mapped it: the name is no longer needed, and a
             // crash from here on leaves nothing behind in /dev/shm.
             // SAFETY: NUL-terminated name of the file we created.
@@ -884,19 +880,12 @@ impl Ring {
         // Counters: Simple sent, Simple received, LL sent, LL received,
         // barriers (ring.cu, `counter`).
         self.state = dev_alloc_zeroed(5 * n * nch * 8)?;
-        let mut host: *mut c_void = std::ptr::null_mut();
-        guarded("cuMemHostAlloc", || {
-            // SAFETY: writes one pointer; 64 bytes of portable mapped pinned memory.
-            unsafe {
-                check(
-                    sys::cuMemHostAlloc(
-                        &mut host,
-                        64,
-                        sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
-                    ),
-                    "cuMemHostAlloc",
-                )
-            }
+        // 64 bytes of portable mapped pinned memory.
+        let host = guarded("cuMemHostAlloc", || {
+            Ok(cu::mem_host_alloc(
+                64,
+                cu::CU_MEMHOSTALLOC_PORTABLE | cu::CU_MEMHOSTALLOC_DEVICEMAP,
+            )?)
         })?;
         self.ctrl_host = host as *mut u32;
         self.stopper
@@ -904,29 +893,22 @@ impl Ring {
             .store(host as usize, std::sync::atomic::Ordering::Release);
         // SAFETY: 64 bytes just allocated.
         unsafe { std::ptr::write_bytes(host as *mut u8, 0, 64) };
-        let mut dctrl: sys::CUdeviceptr = 0;
-        guarded("cuMemHostGetDevicePointer", || {
+        let dctrl = guarded("cuMemHostGetDevicePointer", || {
             // SAFETY: `host` is mapped pinned memory.
-            unsafe {
-                check(
-                    sys::cuMemHostGetDevicePointer_v2(&mut dctrl, host, 0),
-                    "cuMemHostGetDevicePointer",
-                )
-            }
+            Ok(unsafe { cu::mem_host_device_pointer(host) }?)
         })?;
         self.common.ctrl = dctrl;
         self.common.state = self.state;
         let len = self.bytes.max(16) as usize;
         // Descriptor: kind, address (for ranks of this process), IPC handle, shm name.
         let mut d = vec![0u8; 1 + 8 + 64 + 64];
-        match self.kind {
+        match self.windows.kind {
             WindowKind::Device => {
                 let p = dev_alloc_zeroed(len)?;
-                self.local = Local::Device(p);
-                let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
-                guarded("cuIpcGetMemHandle", || {
+                self.windows.local = Local::Device(p);
+                let h = guarded("cuIpcGetMemHandle", || {
                     // SAFETY: `p` is a cuMemAlloc allocation of this context.
-                    unsafe { check(sys::cuIpcGetMemHandle(&mut h, p), "cuIpcGetMemHandle") }
+                    Ok(unsafe { cu::ipc_get_mem_handle(p) }?)
                 })?;
                 d[0] = 1;
                 d[1..9].copy_from_slice(&p.to_le_bytes());
@@ -937,14 +919,14 @@ impl Ring {
             WindowKind::Host => {
                 let name = shm_name();
                 let addr = shm_map(&name, len, true)?;
-                self.local = Local::Shm {
+                self.windows.local = Local::Shm {
                     addr,
                     len,
                     name: name.clone(),
                     unlinked: false,
                 };
                 let dp = host_register(addr, len)?;
-                self.net_window = (addr, dp);
+                self.net.window = (addr, dp);
                 d[0] = 2;
                 d[1..9].copy_from_slice(&dp.to_le_bytes());
                 let nb = name.as_bytes();
@@ -967,14 +949,14 @@ impl Ring {
         let rank = self.common.rank as usize;
         let mut table = vec![0u64; 2 * n];
         let len = self.bytes.max(16) as usize;
-        if self.kind == WindowKind::Device && same_host.iter().any(|x| !x) {
+        if self.windows.kind == WindowKind::Device && same_host.iter().any(|x| !x) {
             // Device window and peers on other hosts: the proxies' regions
             // go in a host window of their own (only this process maps it).
             let a = anon_map(len)?;
             match host_register(a, len) {
                 Ok(dp) => {
-                    self.mappings.push(Mapping::Shm { addr: a, len });
-                    self.net_window = (a, dp);
+                    self.windows.mappings.push(Mapping::Shm { addr: a, len });
+                    self.net.window = (a, dp);
                 }
                 Err(e) => {
                     // SAFETY: our mapping of `len` bytes, unused.
@@ -993,7 +975,7 @@ impl Ring {
                 "GPU ring setup: host table and records differ in length",
             ));
         }
-        table[n..].copy_from_slice(&own_regions(same_host, own, self.net_window.1));
+        table[n..].copy_from_slice(&own_regions(same_host, own, self.net.window.1));
         for (i, d) in all.iter().enumerate() {
             if d.len() != 137 {
                 return Err(Error::internal(format!(
@@ -1011,8 +993,8 @@ impl Ring {
                 let a = anon_map(len)?;
                 match host_register(a, len) {
                     Ok(dp) => {
-                        self.mappings.push(Mapping::Shm { addr: a, len });
-                        self.shadows.push((i, a));
+                        self.windows.mappings.push(Mapping::Shm { addr: a, len });
+                        self.net.shadows.push((i, a));
                         table[i] = dp;
                         continue;
                     }
@@ -1032,26 +1014,18 @@ impl Ring {
                     addr
                 }
                 (1, false) => {
-                    let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+                    let mut h = cu::CUipcMemHandle_st { reserved: [0; 64] };
                     for (o, c) in h.reserved.iter_mut().zip(d[9..73].iter()) {
                         *o = *c as std::ffi::c_char;
                     }
-                    let mut p: sys::CUdeviceptr = 0;
-                    guarded("cuIpcOpenMemHandle", || {
+                    let p = guarded("cuIpcOpenMemHandle", || {
                         // SAFETY: a handle from cuIpcGetMemHandle of another
-                        // process on this host; writes one pointer.
-                        unsafe {
-                            check(
-                                sys::cuIpcOpenMemHandle_v2(
-                                    &mut p,
-                                    h,
-                                    sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
-                                ),
-                                &format!("cuIpcOpenMemHandle (rank {i}'s window)"),
-                            )
-                        }
+                        // process on this host.
+                        unsafe { cu::ipc_open_mem_handle(h) }.map_err(|e| {
+                            e.context(&format!("cuIpcOpenMemHandle (rank {i}'s window)"))
+                        })
                     })?;
-                    self.mappings.push(Mapping::Ipc(p));
+                    self.windows.mappings.push(Mapping::Ipc(p));
                     p
                 }
                 (2, true) => addr,
@@ -1062,7 +1036,7 @@ impl Ring {
                     let a = shm_map(&name, len, false)?;
                     match host_register(a, len) {
                         Ok(dp) => {
-                            self.mappings.push(Mapping::Shm { addr: a, len });
+                            self.windows.mappings.push(Mapping::Shm { addr: a, len });
                             dp
                         }
                         Err(e) => {
@@ -1081,24 +1055,19 @@ impl Ring {
         }
         // One allocation: the 2n window addresses, then the ring order (n u32).
         let p = dev_alloc_zeroed(2 * n * 8 + n * 4)?;
-        self.peers_buf = p;
+        self.windows.peers_buf = p;
         self.common.peers = p;
         self.common.order = p + 2 * n as u64 * 8;
         let mut bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
         bytes.extend(self.order.iter().flat_map(|&r| (r as u32).to_le_bytes()));
-        self.table = table;
+        self.windows.table = table;
         guarded("cuMemcpyHtoD", || {
             // SAFETY: `p` holds 2 * n * 8 + n * 4 bytes, `bytes` as many.
             // Synchronized: the DMA from pageable memory may land after the
             // copy returns, and the kernels run on the user's streams, which
-            // may be non-blocking (capi's copy_to_device).
-            unsafe {
-                check(
-                    sys::cuMemcpyHtoD_v2(p, bytes.as_ptr() as *const c_void, bytes.len()),
-                    "cuMemcpyHtoD",
-                )?;
-                check(sys::cuCtxSynchronize(), "cuCtxSynchronize")
-            }
+            // may be non-blocking (exec's copy_to_device).
+            unsafe { cu::memcpy_htod(p, bytes.as_ptr() as *const c_void, bytes.len()) }?;
+            Ok(cu::ctx_synchronize()?)
         })
     }
 
@@ -1112,7 +1081,7 @@ impl Ring {
         timeout: Duration,
     ) -> Result<()> {
         use crate::netplugin::{Listens, PeerPlan, PluginLink, PluginProxy};
-        let window = self.net_window.0;
+        let window = self.net.window.0;
         if window == 0 {
             return Err(Error::internal("GPU plugin path without a host window"));
         }
@@ -1125,7 +1094,7 @@ impl Ring {
             )));
         }
         let mut listens: Vec<Option<Listens>> = (0..n).map(|_| None).collect();
-        let shadows = self.shadows.clone();
+        let shadows = self.net.shadows.clone();
         let blob = agree("plugin listen", exchange, || {
             let mut blob = vec![0u8; n * nch * H];
             for &(peer, _) in &shadows {
@@ -1178,15 +1147,15 @@ impl Ring {
             }
             Ok(ps)
         })?;
-        self.plugin_proxies = proxies;
+        self.net.plugin_proxies = proxies;
         Ok(())
     }
 
     /// Connects and starts a proxy for every peer on another host.
     fn start_proxies(&mut self, boot: &RingBoot) -> Result<()> {
-        let window = self.net_window.0;
+        let window = self.net.window.0;
         if window == 0 {
-            return if self.shadows.is_empty() {
+            return if self.net.shadows.is_empty() {
                 Ok(())
             } else {
                 Err(Error::internal("GPU network path without a host window"))
@@ -1194,8 +1163,8 @@ impl Ring {
         }
         let layout = self.net_layout();
         let me = self.common.rank;
-        let n = self.net_streams;
-        for &(peer, shadow) in &self.shadows.clone() {
+        let n = self.net.streams;
+        for &(peer, shadow) in &self.net.shadows.clone() {
             for s in 0..n {
                 let stream = (boot.stream)(peer, s)?;
                 let channels: Vec<u32> = (0..layout.nch).filter(|c| c % n == s).collect();
@@ -1217,37 +1186,30 @@ impl Ring {
                         on,
                     )
                 }?;
-                self.proxies.push(p);
+                self.net.proxies.push(p);
             }
         }
         Ok(())
     }
 
     fn enable_peer(&mut self, ordinal: i32) -> Result<()> {
-        let mut pctx: sys::CUcontext = std::ptr::null_mut();
-        guarded("cuDevicePrimaryCtxRetain", || {
-            // SAFETY: writes one handle for a device of this process.
-            unsafe {
-                check(
-                    sys::cuDevicePrimaryCtxRetain(&mut pctx, ordinal),
-                    "cuDevicePrimaryCtxRetain",
-                )
-            }
+        // A device of this process (its ordinal is its device handle).
+        let pctx = guarded("cuDevicePrimaryCtxRetain", || {
+            Ok(cu::primary_ctx_retain(ordinal)?)
         })?;
-        self.mappings.push(Mapping::Ctx(ordinal));
+        self.windows.mappings.push(Mapping::Ctx(ordinal));
         guarded("cuCtxEnablePeerAccess", || {
             // SAFETY: our context is current (setup's scope); pctx is retained.
-            let r = unsafe { sys::cuCtxEnablePeerAccess(pctx, 0) };
-            if r == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-                return Ok(());
+            match unsafe { cu::ctx_enable_peer_access(pctx) } {
+                Err(e) if e.code == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+                r => Ok(r?),
             }
-            check(r, "cuCtxEnablePeerAccess")
         })
     }
 
     /// Where the windows live.
     pub fn kind(&self) -> WindowKind {
-        self.kind
+        self.windows.kind
     }
 
     /// Whether rank `r` runs in this process.
@@ -1261,7 +1223,7 @@ impl Ring {
     pub fn ce_landed_word(&self, owner: usize, other: usize) -> Option<u64> {
         let c = &self.common;
         region_at(
-            &self.table,
+            &self.windows.table,
             c.rank as usize,
             c.nch,
             c.region,
@@ -1567,9 +1529,9 @@ pub fn p2p_launch_args(
 /// output device memory of this GPU that holds what the mode reads and
 /// writes, and every other rank must make the matching call.
 pub unsafe fn launch_ring(
-    f: sys::CUfunction,
+    f: cu::CUfunction,
     blocks: u32,
-    stream: sys::CUstream,
+    stream: cu::CUstream,
     args: RingArgs,
     pdl: bool,
 ) -> Result<()> {
@@ -1595,10 +1557,10 @@ pub unsafe fn launch_ring(
 /// buffer device memory of its rank's GPU, of the sizes the mode uses, and
 /// reachable from rank 0's context (the same GPU, or peer access enabled
 /// when the communicator was created); `f` from rank 0's context.
-pub unsafe fn launch_joint(
-    f: sys::CUfunction,
+pub unsafe fn launch_one_launch(
+    f: cu::CUfunction,
     blocks: u32,
-    stream: sys::CUstream,
+    stream: cu::CUstream,
     args: oxccl_core::gpu::one_launch::JointArgs,
 ) -> Result<()> {
     // SAFETY: one JointArgs (repr(C), the kernel's layout, 344 bytes); the
@@ -1611,7 +1573,7 @@ pub unsafe fn launch_joint(
             stream,
             &args,
             true,
-            "cuLaunchKernel(joint)",
+            "cuLaunchKernel(one launch)",
         )
     }
 }
@@ -1623,8 +1585,8 @@ pub unsafe fn launch_joint(
 /// `args` from [`Ring::barrier_args`] of a live ring whose peer makes the
 /// matching launch.
 pub unsafe fn launch_barrier(
-    f: sys::CUfunction,
-    stream: sys::CUstream,
+    f: cu::CUfunction,
+    stream: cu::CUstream,
     args: RingArgs,
     pdl: bool,
 ) -> Result<()> {
@@ -1640,9 +1602,9 @@ pub unsafe fn launch_barrier(
 /// # Safety
 /// As [`launch_ring`], for the operations' buffers.
 pub unsafe fn launch_p2p(
-    f: sys::CUfunction,
+    f: cu::CUfunction,
     blocks: u32,
-    stream: sys::CUstream,
+    stream: cu::CUstream,
     args: &P2pArgs,
     pdl: bool,
 ) -> Result<()> {
@@ -1667,31 +1629,30 @@ impl Drop for Ring {
         // once; errors are ignored in drop. Our context is made current for
         // the device frees and restored after.
         unsafe {
-            let mut saved: sys::CUcontext = std::ptr::null_mut();
-            sys::cuCtxGetCurrent(&mut saved);
-            if sys::cuCtxSetCurrent(self.ctx) == CUresult::CUDA_SUCCESS {
+            let saved = cu::ctx_get_current().unwrap_or(std::ptr::null_mut());
+            if cu::ctx_set_current(self.ctx).is_ok() {
                 // The proxies keep running until our kernels are done (they
                 // may need them to finish); then they stop, before anything
                 // they read or write is freed.
-                sys::cuCtxSynchronize();
+                let _ = cu::ctx_synchronize();
                 self.stop_proxies();
-                for m in self.mappings.drain(..) {
+                for m in self.windows.mappings.drain(..) {
                     match m {
                         Mapping::Ipc(p) => {
-                            sys::cuIpcCloseMemHandle(p);
+                            let _ = cu::ipc_close_mem_handle(p);
                         }
                         Mapping::Shm { addr, len } => {
-                            sys::cuMemHostUnregister(addr as *mut c_void);
+                            let _ = cu::mem_host_unregister(addr as *mut c_void);
                             libc::munmap(addr as *mut c_void, len);
                         }
                         Mapping::Ctx(d) => {
-                            sys::cuDevicePrimaryCtxRelease_v2(d);
+                            let _ = cu::primary_ctx_release(d);
                         }
                     }
                 }
-                match &self.local {
+                match &self.windows.local {
                     Local::Device(p) if *p != 0 => {
-                        sys::cuMemFree_v2(*p);
+                        let _ = cu::mem_free(*p);
                     }
                     Local::Shm {
                         addr,
@@ -1699,7 +1660,7 @@ impl Drop for Ring {
                         name,
                         unlinked,
                     } => {
-                        sys::cuMemHostUnregister(*addr as *mut c_void);
+                        let _ = cu::mem_host_unregister(*addr as *mut c_void);
                         libc::munmap(*addr as *mut c_void, *len);
                         if !unlinked {
                             libc::shm_unlink(name.as_ptr());
@@ -1707,16 +1668,16 @@ impl Drop for Ring {
                     }
                     _ => {}
                 }
-                for p in [self.peers_buf, self.state] {
+                for p in [self.windows.peers_buf, self.state] {
                     if p != 0 {
-                        sys::cuMemFree_v2(p);
+                        let _ = cu::mem_free(p);
                     }
                 }
                 if !self.ctrl_host.is_null() {
-                    sys::cuMemFreeHost(self.ctrl_host as *mut c_void);
+                    let _ = cu::mem_free_host(self.ctrl_host as *mut c_void);
                 }
             }
-            sys::cuCtxSetCurrent(saved);
+            let _ = cu::ctx_set_current(saved);
         }
         self.stop_proxies();
     }
@@ -1727,22 +1688,22 @@ impl Ring {
         // What the finished kernels wrote must cross before the connection
         // closes (5 s at most: a dead peer cannot hold destroy longer).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        for p in &self.proxies {
+        for p in &self.net.proxies {
             p.drain(deadline);
         }
-        for p in &self.plugin_proxies {
+        for p in &self.net.plugin_proxies {
             p.drain(deadline);
         }
-        for p in &self.plugin_proxies {
+        for p in &self.net.plugin_proxies {
             p.halt();
         }
-        for mut p in self.plugin_proxies.drain(..) {
+        for mut p in self.net.plugin_proxies.drain(..) {
             p.stop();
         }
-        for p in &self.proxies {
+        for p in &self.net.proxies {
             p.halt();
         }
-        for mut p in self.proxies.drain(..) {
+        for mut p in self.net.proxies.drain(..) {
             p.stop();
         }
     }
@@ -1767,7 +1728,7 @@ mod tests {
             "oxccl_ll1_f32_sum"
         );
         assert_eq!(
-            joint_kernel_name(DataType::Int8, RedOp::Max),
+            one_launch_kernel_name(DataType::Int8, RedOp::Max),
             "oxccl_joint_i8_max"
         );
     }

@@ -16,7 +16,7 @@
 
 use nccl::abi::*;
 use nccl::*;
-use oxccl_cuda::capi;
+use oxccl_cuda::exec;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
@@ -53,7 +53,7 @@ fn init_all(n: i32) -> Vec<ncclComm_t> {
 fn host_memory_without_a_cuda_context_runs_on_the_host_backend() {
     // A fresh thread has no current CUDA context, GPU machine or not.
     std::thread::spawn(|| {
-        assert_eq!(capi::current_device(), None);
+        assert_eq!(exec::current_device(), None);
         let comms = init_all(2);
         let n = 1000usize;
         let mut bufs = Vec::new();
@@ -61,7 +61,7 @@ fn host_memory_without_a_cuda_context_runs_on_the_host_backend() {
             let mut p: *mut c_void = null_mut();
             // SAFETY: `p` is a writable pointer slot.
             ok(unsafe { ncclMemAlloc(&mut p, n * 4) }, "ncclMemAlloc");
-            assert_eq!(capi::memory_of(p).unwrap(), capi::Memory::Host);
+            assert_eq!(exec::memory_of(p).unwrap(), exec::Memory::Host);
             // Host memory: writable from here.
             // SAFETY: without a current CUDA context ncclMemAlloc returned zeroed host memory of
             // n * 4 bytes (asserted just above), aligned for f32 and used by nothing else.
@@ -116,16 +116,16 @@ fn stack_and_heap_pointers_are_host_memory() {
     let x = [0u8; 16];
     let v = vec![0u8; 1 << 20];
     assert_eq!(
-        capi::memory_of(x.as_ptr() as *const c_void).unwrap(),
-        capi::Memory::Host
+        exec::memory_of(x.as_ptr() as *const c_void).unwrap(),
+        exec::Memory::Host
     );
     assert_eq!(
-        capi::memory_of(v.as_ptr() as *const c_void).unwrap(),
-        capi::Memory::Host
+        exec::memory_of(v.as_ptr() as *const c_void).unwrap(),
+        exec::Memory::Host
     );
     assert_eq!(
-        capi::memory_of(std::ptr::null()).unwrap(),
-        capi::Memory::Host
+        exec::memory_of(std::ptr::null()).unwrap(),
+        exec::Memory::Host
     );
 }
 
@@ -140,11 +140,11 @@ fn require_gpus(need: usize) {
 }
 
 fn dev_alloc(ordinal: i32, bytes: usize) -> *mut c_void {
-    capi::use_device(ordinal).unwrap();
+    exec::use_device(ordinal).unwrap();
     let mut p: *mut c_void = null_mut();
     // SAFETY: `p` is a writable pointer slot.
     ok(unsafe { ncclMemAlloc(&mut p, bytes) }, "ncclMemAlloc");
-    assert_eq!(capi::memory_of(p).unwrap(), capi::Memory::Device(ordinal));
+    assert_eq!(exec::memory_of(p).unwrap(), exec::Memory::Device(ordinal));
     p
 }
 
@@ -153,7 +153,7 @@ fn put<T: Copy>(p: *mut c_void, v: &[T]) {
         // SAFETY: `v` is a slice of plain `Copy` values: its bytes are initialised and
         // `size_of_val(v)` long.
         unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) };
-    capi::copy_to_device(p as u64, b).unwrap();
+    exec::copy_to_device(p as u64, b).unwrap();
 }
 
 fn get<T: Copy + Default>(p: *mut c_void, n: usize) -> Vec<T> {
@@ -164,7 +164,7 @@ fn get<T: Copy + Default>(p: *mut c_void, n: usize) -> Vec<T> {
     let b = unsafe {
         std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>())
     };
-    capi::copy_from_device(b, p as u64).unwrap();
+    exec::copy_from_device(b, p as u64).unwrap();
     v
 }
 
@@ -175,8 +175,8 @@ fn sync_both() {
 /// Waits for all work on each of these GPUs.
 fn sync_on(ords: &[i32]) {
     for &d in ords {
-        capi::use_device(d).unwrap();
-        capi::synchronize_current().unwrap();
+        exec::use_device(d).unwrap();
+        exec::synchronize_current().unwrap();
     }
 }
 
@@ -192,7 +192,7 @@ fn init_grouped(ords: &[i32]) -> Vec<ncclComm_t> {
     // SAFETY: ncclGroupStart takes no arguments; it opens a group level on this thread.
     ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
     for (r, &o) in ords.iter().enumerate() {
-        capi::use_device(o).unwrap();
+        exec::use_device(o).unwrap();
         let mut cfg = ncclConfig_t::default();
         ok(
             // SAFETY: `comms[r]` and `cfg` are writable locals that outlive the group (creation
@@ -331,7 +331,7 @@ fn two_gpus_one_thread_like_nccl_tests() {
         ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
 
         // Refusals: mixed host/device buffers.
-        capi::use_device(0).unwrap();
+        exec::use_device(0).unwrap();
         let mut host = vec![0f32; 16];
         // SAFETY: `bufs[0]` is a device allocation of n * 8 bytes and `host` 16 floats: both
         // valid for 16 floats; the call is refused before any access.
@@ -348,7 +348,7 @@ fn two_gpus_one_thread_like_nccl_tests() {
         };
         assert_eq!(r, ncclInvalidArgument);
         // The caller's current device is left as it was.
-        capi::use_device(1).unwrap();
+        exec::use_device(1).unwrap();
         // SAFETY: ncclGroupStart takes no arguments; it opens a group level on this thread.
         ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
         for r in 0..2 {
@@ -362,7 +362,7 @@ fn two_gpus_one_thread_like_nccl_tests() {
         // SAFETY: the calls queued since ncclGroupStart name live communicators and device buffers
         // that are freed only after the GPUs are synchronised.
         ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
-        assert_eq!(capi::current_device(), Some(1));
+        assert_eq!(exec::current_device(), Some(1));
         sync_both();
 
         for p in bufs {
@@ -466,7 +466,7 @@ fn every_collective(ords: [i32; 2]) {
         // wait for each other (refused: launch_all's shared_stream).
         let gpus: Vec<_> = ords
             .iter()
-            .map(|&o| oxccl_cuda::perfio::PerfGpu::open(o as usize).unwrap())
+            .map(|&o| oxccl_cuda::bench_gpu::PerfGpu::open(o as usize).unwrap())
             .collect();
         let streams: Vec<_> = gpus.iter().map(|g| g.stream().unwrap()).collect();
         let st: Vec<*mut c_void> = streams.iter().map(|x| x.raw()).collect();
@@ -504,12 +504,12 @@ fn every_collective(ords: [i32; 2]) {
         } else {
             None
         };
-        let joint_before = capi::joint_calls();
+        let joint_before = exec::one_launch_calls();
         let ce_group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str| {
-            let before = capi::ce_calls();
+            let before = exec::ce_calls();
             group(f, what);
             assert_eq!(
-                capi::ce_calls() - before,
+                exec::ce_calls() - before,
                 if expect_ce { 2 } else { 0 },
                 "{what}: rank calls through the copy engines"
             );
@@ -855,7 +855,7 @@ fn every_collective(ords: [i32; 2]) {
                 }
             }
         }
-        let joint = capi::joint_calls() - joint_before;
+        let joint = exec::one_launch_calls() - joint_before;
         if let Some(e) = expect_joint {
             assert_eq!(
                 joint > 0,
@@ -964,7 +964,7 @@ fn two_gpus_copy_engine_reductions() {
                 }
         };
         let group = |f: &dyn Fn(usize) -> ncclResult_t, what: &str, ce: bool| {
-            let before = capi::ce_calls();
+            let before = exec::ce_calls();
             // SAFETY: ncclGroupStart takes no arguments; it opens a group level on this thread.
             ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
             for r in 0..2 {
@@ -975,7 +975,7 @@ fn two_gpus_copy_engine_reductions() {
             ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
             sync_both();
             assert_eq!(
-                capi::ce_calls() - before,
+                exec::ce_calls() - before,
                 if ce { 2 } else { 0 },
                 "{what}: rank calls through the copy engines"
             );
@@ -1020,13 +1020,13 @@ fn two_gpus_copy_engine_reductions() {
                     .collect();
                 let fill = || {
                     for r in 0..2 {
-                        capi::copy_to_device(s[r] as u64, &input[r]).unwrap();
-                        capi::copy_to_device(d[r] as u64, &vec![0xa5u8; elems * sz]).unwrap();
+                        exec::copy_to_device(s[r] as u64, &input[r]).unwrap();
+                        exec::copy_to_device(d[r] as u64, &vec![0xa5u8; elems * sz]).unwrap();
                     }
                 };
                 let check = |p: *mut c_void, lo: usize, len: usize, ctx: &str| {
                     let mut g = vec![0u8; len * sz];
-                    capi::copy_from_device(&mut g, p as u64).unwrap();
+                    exec::copy_from_device(&mut g, p as u64).unwrap();
                     for i in 0..len {
                         let got = dec(dtype, &g[i * sz..(i + 1) * sz]);
                         let w = want(dtype, op, vals[0][lo + i], vals[1][lo + i]);
@@ -1122,7 +1122,7 @@ fn two_gpus_a_missing_partner_times_out() {
     let comms = init_all(2);
     let n = 1 << 20;
     let buf = dev_alloc(0, n * 4);
-    capi::use_device(0).unwrap();
+    exec::use_device(0).unwrap();
     let t = std::time::Instant::now();
     ok(
         // SAFETY: `buf` is a device allocation of n * 4 bytes on GPU 0 (n floats, in place);
@@ -1133,7 +1133,7 @@ fn two_gpus_a_missing_partner_times_out() {
     // The kernel gives up at the timeout and records why: the launch's
     // context synchronises (a kernel still spinning would hang here, and
     // the row's own timeout would fail it).
-    capi::synchronize_current().unwrap();
+    exec::synchronize_current().unwrap();
     let took = t.elapsed();
     let mut err = ncclSuccess;
     ok(

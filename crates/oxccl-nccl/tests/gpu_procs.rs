@@ -22,7 +22,7 @@
 use nccl::abi::*;
 use nccl::*;
 use oxccl_core::float as fl;
-use oxccl_cuda::capi;
+use oxccl_cuda::exec;
 use std::ffi::c_void;
 use std::process::Command;
 use std::ptr::null_mut;
@@ -216,11 +216,11 @@ impl Dev {
     }
     fn put(&self, b: &[u8]) {
         assert!(b.len() <= self.len);
-        capi::copy_to_device(self.p as u64, b).unwrap();
+        exec::copy_to_device(self.p as u64, b).unwrap();
     }
     fn get(&self, n: usize) -> Vec<u8> {
         let mut v = vec![0u8; n];
-        capi::copy_from_device(&mut v, self.p as u64).unwrap();
+        exec::copy_from_device(&mut v, self.p as u64).unwrap();
         v
     }
 }
@@ -236,7 +236,7 @@ impl Drop for Dev {
 /// One rank's sweep; returns the number of cases checked.
 fn sweep(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) -> usize {
     let mut cases = 0;
-    let host_sync = || capi::synchronize_current().unwrap();
+    let host_sync = || exec::synchronize_current().unwrap();
     let only = std::env::var("OXCCL_TEST_TYPES").unwrap_or_default();
     for &count in counts {
         for (ti, &(t, tname, sz)) in TYPES.iter().enumerate() {
@@ -464,7 +464,7 @@ fn child_rank() {
         std::env::set_var("NCCL_HOSTID", format!("oxccl-test-host-{h}"));
     }
     let g = oxccl_cuda::Gpu::count().unwrap();
-    capi::use_device((rank % g) as i32).unwrap();
+    exec::use_device((rank % g) as i32).unwrap();
     let mut id = ncclUniqueId::default();
     for (i, b) in id.internal.iter_mut().enumerate() {
         *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap() as _;
@@ -504,14 +504,14 @@ fn child_rank() {
     assert_eq!(err, ncclSuccess);
     // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
-    let ce = capi::ce_calls();
+    let ce = exec::ce_calls();
     if std::env::var("OXCCL_TEST_EXPECT_CE").is_ok() {
         // The sizes were chosen above the lowered bounds: the engines must
         // have run some of the calls (the results were checked above).
         assert!(ce > 0, "rank {rank}: no call took the copy engines");
     }
-    let in_place = capi::ce_in_place_pushes();
-    let ring = capi::ce_ring_pushes();
+    let in_place = exec::ce_in_place_pushes();
+    let ring = exec::ce_ring_pushes();
     if std::env::var("OXCCL_TEST_EXPECT_CE_IN_PLACE").is_ok() {
         // Both ways: all-reduces into the peer's buffer, reduce-scatters
         // into its scratch ring.
@@ -586,7 +586,7 @@ fn missing_peer(comm: ncclComm_t, rank: usize) {
     let b = Dev::new(4096);
     let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1024, 12, 1);
     // The kernel has ended: the stream completes.
-    capi::synchronize_current().unwrap();
+    exec::synchronize_current().unwrap();
     // SAFETY: `comm` is this rank's live communicator, aborted once and not used afterwards.
     ok(unsafe { ncclCommAbort(comm) }, "ncclCommAbort");
     println!("CHILD OK rank 0: remote error after {secs:.1} s: {msg}");
@@ -606,7 +606,7 @@ fn peer_killed(comm: ncclComm_t, rank: usize) {
     let b = Dev::new(1 << 20);
     let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1 << 18, 20, 1);
     assert!(secs < 10.0, "{secs} s: the timeout, not the watchdog");
-    capi::synchronize_current().unwrap();
+    exec::synchronize_current().unwrap();
     // Later calls are refused with the same cause, not launched.
     // SAFETY: `b` is a device allocation of 1 MiB, more than 16 floats; the call is refused
     // before any access.
@@ -633,7 +633,7 @@ fn shrink_killed(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
     }
     let b = Dev::new(1 << 20);
     let (secs, msg) = all_reduce_until_remote_error(comm, &b, 1 << 18, 20, victim);
-    capi::synchronize_current().unwrap();
+    exec::synchronize_current().unwrap();
     let mut exclude = [victim as i32];
     let flags = if rank == 0 {
         NCCL_SHRINK_ABORT
@@ -701,8 +701,8 @@ fn revoke(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
     let d2 = done.clone();
     let dev = (rank % oxccl_cuda::Gpu::count().unwrap()) as i32;
     let waiter = std::thread::spawn(move || {
-        capi::use_device(dev).unwrap();
-        capi::synchronize_current().unwrap();
+        exec::use_device(dev).unwrap();
+        exec::synchronize_current().unwrap();
         d2.store(true, std::sync::atomic::Ordering::Release);
     });
     std::thread::sleep(Duration::from_millis(500));
@@ -843,7 +843,7 @@ fn window(comm: ncclComm_t, rank: usize, n: usize) {
             unsafe { ncclAllReduce(flag.p, flag.p, 1, 7, 0, comm, null_mut()) },
             "ncclAllReduce (barrier)",
         );
-        capi::synchronize_current().unwrap();
+        exec::synchronize_current().unwrap();
     };
     let mut win: ncclWindow_t = null_mut();
     ok(
@@ -876,7 +876,7 @@ fn window(comm: ncclComm_t, rank: usize, n: usize) {
     barrier();
     for p in 0..n {
         let mut got = vec![0u8; 4096];
-        capi::copy_from_device(&mut got, peer(p, 4096)).unwrap();
+        exec::copy_from_device(&mut got, peer(p, 4096)).unwrap();
         assert_eq!(
             got,
             pattern(p)[4096..8192],
@@ -884,7 +884,7 @@ fn window(comm: ncclComm_t, rank: usize, n: usize) {
         );
     }
     barrier();
-    capi::copy_to_device(peer((rank + 1) % n, 0), &[rank as u8 + 100; 256]).unwrap();
+    exec::copy_to_device(peer((rank + 1) % n, 0), &[rank as u8 + 100; 256]).unwrap();
     barrier();
     let prev = (rank + n - 1) % n;
     assert_eq!(
@@ -901,7 +901,7 @@ fn window(comm: ncclComm_t, rank: usize, n: usize) {
         unsafe { ncclAllReduce(b.p, b.p, count, 7, 0, comm, null_mut()) },
         "ncclAllReduce (on the window)",
     );
-    capi::synchronize_current().unwrap();
+    exec::synchronize_current().unwrap();
     let want: Vec<u8> = (0..count).flat_map(|_| (n as f32).to_le_bytes()).collect();
     assert!(
         b.get(len) == want,
@@ -955,7 +955,7 @@ fn simulate(comm: ncclComm_t, rank: usize, n: usize) {
         unsafe { ncclGroupSimulateEnd(&mut info) },
         "ncclGroupSimulateEnd",
     );
-    capi::synchronize_current().unwrap();
+    exec::synchronize_current().unwrap();
     assert!(
         b.get(count * 4 * n) == before,
         "rank {rank}: a simulated operation ran"
@@ -979,7 +979,7 @@ fn simulate(comm: ncclComm_t, rank: usize, n: usize) {
 /// rank count once every rank holds the same values; int32 wraps, so the
 /// expected value is exact: sum over ranks of x0, times n^11.
 fn graph(comm: ncclComm_t, rank: usize, n: usize) {
-    use oxccl_cuda::perfio::PerfGpu;
+    use oxccl_cuda::bench_gpu::PerfGpu;
     let g = oxccl_cuda::Gpu::count().unwrap();
     let gpu = PerfGpu::open(rank % g).unwrap();
     gpu.make_current().unwrap();
@@ -1029,7 +1029,7 @@ fn graph(comm: ncclComm_t, rank: usize, n: usize) {
 /// the cache's bound).
 fn realloc(comm: ncclComm_t, rank: usize, n: usize) {
     let count = 300_007usize;
-    let before = capi::ce_calls();
+    let before = exec::ce_calls();
     let mut most = 0;
     for k in 0..40 {
         let sb = Dev::new(count);
@@ -1041,15 +1041,15 @@ fn realloc(comm: ncclComm_t, rank: usize, n: usize) {
             unsafe { ncclAllGather(sb.p, rb.p, count, 1, comm, null_mut()) },
             "ncclAllGather",
         );
-        capi::synchronize_current().unwrap();
+        exec::synchronize_current().unwrap();
         let mut want = Vec::new();
         for q in 0..n {
             want.extend(input(1, count, q, k));
         }
         assert!(rb.get(count * n) == want, "rank {rank} all_gather {k}");
-        most = most.max(capi::peer_mappings());
+        most = most.max(exec::peer_mappings());
     }
-    let ce = capi::ce_calls() - before;
+    let ce = exec::ce_calls() - before;
     assert_eq!(ce, 40, "rank {rank}: every all-gather on the copy engines");
     // The current call's two allocations, plus the previous call's until its
     // notice arrives with this call's message.
@@ -1078,9 +1078,9 @@ fn overrun(comm: ncclComm_t, rank: usize) {
     if g < 2 {
         notice("NOTE: one GPU: the foreign-stream check needs two, skipped");
     } else {
-        let other = oxccl_cuda::perfio::PerfGpu::open((rank + 1) % g).unwrap();
+        let other = oxccl_cuda::bench_gpu::PerfGpu::open((rank + 1) % g).unwrap();
         let foreign = other.stream().unwrap();
-        capi::use_device((rank % g) as i32).unwrap();
+        exec::use_device((rank % g) as i32).unwrap();
         // SAFETY: `b` holds 1024 floats; `foreign` is a live stream of another GPU, which the call
         // refuses before any launch.
         let r = unsafe { ncclAllReduce(b.p, b.p, 1024, 7, 0, comm, foreign.raw()) };
@@ -1089,7 +1089,7 @@ fn overrun(comm: ncclComm_t, rank: usize) {
         assert!(msg2.contains("stream"), "{msg2}");
         drop(foreign);
         drop(other);
-        capi::use_device((rank % g) as i32).unwrap();
+        exec::use_device((rank % g) as i32).unwrap();
     }
     b.put(&input(7, 1024, rank, 0));
     ok(
@@ -1097,7 +1097,7 @@ fn overrun(comm: ncclComm_t, rank: usize) {
         unsafe { ncclAllReduce(b.p, b.p, 1024, 7, 0, comm, null_mut()) },
         "ncclAllReduce",
     );
-    capi::synchronize_current().unwrap();
+    exec::synchronize_current().unwrap();
     // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
     ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
     println!("CHILD OK rank {rank}: overrun refused: {msg}");
@@ -1109,7 +1109,7 @@ fn overrun(comm: ncclComm_t, rank: usize) {
 /// own), against the same calls on host buffers with host scalars. With
 /// one rank the output is the input times the scalar (`oxccl_scale_*`).
 fn premulsum(comm: ncclComm_t, rank: usize, n: usize, counts: &[usize]) {
-    let host_sync = || capi::synchronize_current().unwrap();
+    let host_sync = || exec::synchronize_current().unwrap();
     let only = std::env::var("OXCCL_TEST_TYPES").unwrap_or_default();
     let mut cases = 0;
     for &count in counts {

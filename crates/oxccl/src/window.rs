@@ -5,7 +5,7 @@
 //! this host, none for other hosts or for host memory of another process.
 
 use crate::{Communicator, Error, Result};
-use oxccl_cuda::capi::{self as cuda, Memory};
+use oxccl_cuda::exec::{self as cuda, Memory};
 use std::ffi::c_void;
 
 /// One rank's record in the registration exchange: kind, ordinal, pid,

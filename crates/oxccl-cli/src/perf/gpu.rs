@@ -34,7 +34,7 @@ use super::common::{self, Line, Meta, RankInfo, Report, INFO_BYTES};
 use super::compare::{self, CmpComm, Lib};
 use super::data::Gen;
 use super::Settings;
-use oxccl::gpu::tools::timing::{self as perfio, PerfEvent, PerfGpu, PerfMem, PerfStream};
+use oxccl::gpu::tools::timing::{self as bench_gpu, PerfEvent, PerfGpu, PerfMem, PerfStream};
 use oxccl::raw::OpDesc;
 use oxccl::{Communicator, Config, DataType, Error, ErrorKind, RedOp, UniqueId};
 use std::ffi::c_void;
@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 /// One rank of this worker: its GPU, stream and timing events.
 struct Dev {
     rank: usize,
-    info: perfio::DeviceInfo,
+    info: bench_gpu::DeviceInfo,
     start: PerfEvent,
     stop: PerfEvent,
     stream: PerfStream,
@@ -236,7 +236,7 @@ impl<'a> Worker<'a> {
         let opened: Result<Vec<Dev>, String> = (0..g)
             .map(|i| {
                 let rank = worker * g + i;
-                let devices = perfio::device_count().map_err(|e| e.to_string())?;
+                let devices = bench_gpu::device_count().map_err(|e| e.to_string())?;
                 let ordinal = match local * g + i {
                     o if s.share_gpus && devices > 0 => o % devices,
                     o => o,
@@ -250,7 +250,7 @@ impl<'a> Worker<'a> {
                     let gpu = PerfGpu::open(ordinal)?;
                     Ok(Dev {
                         rank,
-                        info: perfio::device_info(ordinal)?,
+                        info: bench_gpu::device_info(ordinal)?,
                         start: gpu.event()?,
                         stop: gpu.event()?,
                         stream: gpu.stream()?,

@@ -1,6 +1,6 @@
 //! Copy-engine all-reduce and reduce-scatter for two GPUs in one process:
 //! which calls qualify, how the elements split, and the schedule of copies
-//! and flags, decided here without touching a GPU (`capi` only issues it).
+//! and flags, decided here without touching a GPU (`oxccl_cuda::exec` only issues it).
 //!
 //! Why: on 2×H200 one copy engine pulls 390 GB/s from the peer each way
 //! while both GPUs copy at once (docs/performance-gpu.md, "Large: copy engines, 2 processes"),
@@ -19,7 +19,7 @@
 //! Measured (2×H200, nccl-tests' sizes, busbw, NCCL beside, 2026-11-30): one
 //! copy stream: all-reduce 1 GiB 356 GB/s (SM kernel 336, NCCL 325), 4 GiB
 //! 365 (338, 342); reduce-scatter 1 GiB 331 (SM 333), 4 GiB 343 (SM 337).
-//! Two copy streams for `-g 2` (capi's `enqueue_copy_engine_reduce`):
+//! Two copy streams for `-g 2` (`oxccl_cuda::exec`'s `enqueue_copy_engine_reduce`):
 //! all-reduce 1 GiB 361, 2 GiB 371, 4 GiB 376; reduce-scatter 1 GiB 341,
 //! 2 GiB 355, 4 GiB 360 (SM 334–336).
 //!

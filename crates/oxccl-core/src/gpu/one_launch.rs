@@ -6,7 +6,7 @@
 //! rank 0's GPU (`oxccl_joint_*`, ring.cu `joint_run`) that reads every
 //! rank's input and writes every rank's output (through the peer mappings
 //! across GPUs), and the other ranks' streams are ordered around it with
-//! events (oxccl-cuda's `capi.rs`, `launch_joint`). Why: an eager call is bound by the
+//! events (oxccl-cuda's `exec.rs`, `launch_one_launch`). Why: an eager call is bound by the
 //! host's launches (~3.2-3.5 us each on the GPU machine's host,
 //! scripts/launch-probe.sh); two streams of one H200 took 6.9-7.8 us per op
 //! for two empty launches against 4.3-5.7 for one launch and an event each

@@ -1,7 +1,7 @@
 //! Copy-engine collectives between two processes of one host, one GPU each
 //! (the way PyTorch runs): what the two ranks tell each other per call, how
 //! they agree, and which peer mappings to keep, decided here without
-//! touching a GPU (`capi` does the driver calls and the socket I/O).
+//! touching a GPU (`oxccl_cuda::exec` does the driver calls and the socket I/O).
 //!
 //! Why: with one process per GPU every collective ran on the ring kernels,
 //! which move ~255–325 GB/s of bus bandwidth at 1 GB (all-gather 254 against

@@ -14,7 +14,7 @@
 use crate::{Communicator, Error, ErrorKind, Inner, OpDesc, RedOp, Result};
 use oxccl_core::gpu::rooted::{self, RootedCall};
 use oxccl_core::{params, CollKind, DataType, Scalar};
-use oxccl_cuda::capi::{self as cuda, DevComm, Memory};
+use oxccl_cuda::exec::{self as cuda, DevComm, Memory};
 use oxccl_cuda::ring as cuda_ring;
 use oxccl_env::Subsys;
 use std::ffi::c_void;
@@ -396,7 +396,7 @@ impl DeviceLaunch {
         if self.rooted.is_some() {
             return launch_all(vec![self]);
         }
-        self.launch.go()
+        self.launch.enqueue()
     }
 }
 

@@ -6,7 +6,7 @@
 //! only through here, so its internal layout can change under them; these
 //! follow the executor's own shape and carry no stability promise.
 
-pub use oxccl_cuda::loader::{nvrtc, probe_driver, DriverInfo, NvrtcInfo, Unavailable};
 /// Device memory, streams, events and graphs for timing (`oxccl perf`).
-pub use oxccl_cuda::perfio as timing;
+pub use oxccl_cuda::bench_gpu as timing;
+pub use oxccl_cuda::loader::{nvrtc, probe_driver, DriverInfo, NvrtcInfo, Unavailable};
 pub use oxccl_cuda::{compile, kernels};

@@ -1,7 +1,8 @@
-//! What NCCL's C API (`oxccl-nccl`, `libnccl.so.2`) needs from CUDA: where a
-//! pointer lives, the calling thread's current device, `ncclMemAlloc`'s device
-//! memory, and a communicator's GPU state ([`DevComm`]) that launches the
-//! one-shot all-reduce on the caller's stream.
+//! The CUDA executor's device communicator: a rank's GPU state
+//! ([`DevComm`]) that checks a collective into a [`Launch`] and queues it on
+//! the caller's stream, and what `oxccl::gpu` asks of CUDA besides (where a
+//! pointer lives, the calling thread's current device, `ncclMemAlloc`'s
+//! device memory).
 //!
 //! Contexts: the caller's CUDA runtime keeps its current device as the
 //! driver's current context (the device's primary context after
@@ -30,11 +31,11 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use cudarc::driver::sys::{self, CUresult};
 use oxccl_core::{DataType, Error, ErrorKind, RedOp, Result};
 
 use crate::allreduce::{self, ArArgs, CpArgs, FLAG_BYTES};
-use crate::device::{check, CtxScope};
+use crate::device::CtxScope;
+use crate::driver::{self as cu, CUdevice_attribute, CUresult};
 use crate::kernels::KernelSource;
 use crate::loader::{self, guarded};
 use crate::ring::{self, Ring, RingBoot, RingConfig};
@@ -110,17 +111,11 @@ fn cliques() -> MutexGuard<'static, HashMap<Vec<u8>, Clique>> {
 
 /// Enables `from`'s context to read `to`'s memory (once: already enabled is fine).
 fn enable_peer(from: &Member, to: &Member) -> Result<()> {
-    let mut can = 0;
-    guarded("cuDeviceCanAccessPeer", || {
-        // SAFETY: writes one int; both are valid device ordinals.
-        unsafe {
-            check(
-                sys::cuDeviceCanAccessPeer(&mut can, from.ordinal, to.ordinal),
-                "cuDeviceCanAccessPeer",
-            )
-        }
+    // Both are valid device ordinals (an ordinal is its device handle).
+    let can = guarded("cuDeviceCanAccessPeer", || {
+        Ok(cu::device_can_access_peer(from.ordinal, to.ordinal)?)
     })?;
-    if can == 0 {
+    if !can {
         return Err(Error::new(
             ErrorKind::UnhandledCuda,
             format!(
@@ -129,14 +124,13 @@ fn enable_peer(from: &Member, to: &Member) -> Result<()> {
             ),
         ));
     }
-    let _scope = CtxScope::enter(from.ctx as sys::CUcontext)?;
+    let _scope = CtxScope::enter(from.ctx as cu::CUcontext)?;
     guarded("cuCtxEnablePeerAccess", || {
         // SAFETY: `from`'s context is current; `to`'s context is retained by its DevComm.
-        let r = unsafe { sys::cuCtxEnablePeerAccess(to.ctx as sys::CUcontext, 0) };
-        if r == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-            return Ok(());
+        match unsafe { cu::ctx_enable_peer_access(to.ctx as cu::CUcontext) } {
+            Err(e) if e.code == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+            r => Ok(r?),
         }
-        check(r, "cuCtxEnablePeerAccess")
     })
 }
 
@@ -151,8 +145,8 @@ impl KernelFn {
     const NONE: KernelFn = KernelFn(0);
 
     /// The driver's handle.
-    fn raw(self) -> sys::CUfunction {
-        self.0 as sys::CUfunction
+    fn raw(self) -> cu::CUfunction {
+        self.0 as cu::CUfunction
     }
 }
 
@@ -167,40 +161,64 @@ fn modules() -> MutexGuard<'static, HashMap<(i32, &'static str), Loaded>> {
     lock(M.get_or_init(|| Mutex::new(HashMap::new())))
 }
 
-/// One rank's GPU state: its device's primary context (retained), a flags
-/// buffer from `cuMemAlloc` (flags + mailbox, zeroed), the barrier sequence.
+/// One rank's GPU state, by concern: its GPU and context
+/// (`GpuContext`), what its launches carry between calls
+/// (`LaunchState`), its peers in this process (`InProcessPeers`), the
+/// ring path (windows, peers' mappings, network proxies: [`Ring`]), the
+/// copy engines (`CopyEngineState`) and the channel with a peer process
+/// (`two_process_io`).
 #[derive(Debug)]
 pub struct DevComm {
     key: Vec<u8>,
     rank: usize,
     nranks: usize,
-    ordinal: i32,
-    dev: sys::CUdevice,
-    ctx: sys::CUcontext,
-    flags: u64,
-    /// The first barrier value of the next call (only grows).
-    seq: Mutex<u64>,
-    /// The ring path ([`DevComm::setup_ring`]); unset for a rank that never
-    /// set it up (one rank, or ranks without GPUs).
+    /// Its GPU and the primary context it retained.
+    gpu: GpuContext,
+    /// What its launches carry from one call to the next.
+    launches: LaunchState,
+    /// Its clique's state that every call reads (the ranks of its
+    /// communicator in this process).
+    in_process: InProcessPeers,
+    /// The ring path ([`DevComm::setup_ring`]): windows, the kernels' peers,
+    /// network proxies; unset for a rank that never set it up (one rank, or
+    /// ranks without GPUs).
     ring: OnceLock<std::result::Result<Ring, Error>>,
     /// Every operation with peers takes the ring path (NCCL_P2P_DISABLE=1,
     /// `NCCL_ALGO` without OneShot/TwoShot, or `OXCCL_CUDA_RING=1`: see
     /// `RingConfig::force`).
     ring_only: std::sync::atomic::AtomicBool,
-    /// Whether both ranks are in this process on two GPUs (its clique's
-    /// `pair`): a call asks this instead of the process-wide clique table,
-    /// whose lock and hash of the 128-byte key cost ~0.1 us of the ~1 us a
-    /// call spent around its launch (one H200, 2026-12-01).
-    pair: Arc<std::sync::atomic::AtomicBool>,
-    /// Its clique's ranks in this process and their GPUs (`local`).
-    local: Arc<Local>,
     /// The settings read from the parameters when it was created (the
     /// small kernel, the one-launch kernel, the pair kernels' blocks, the
     /// copy engines' bounds).
     config: DeviceConfig,
+    /// The copy engines' streams and scratch in this process.
+    copy_engines: CopyEngineState,
+    /// The copy-engine channel with a peer in another process of this host
+    /// (2 ranks; set up with the ring: [`two_process`]).
+    two_process: OnceLock<two_process_io::TwoProcessChannel>,
+}
+
+/// A rank's GPU: its ordinal, device and primary context (retained by
+/// [`DevComm::new`], released by its drop).
+#[derive(Debug)]
+struct GpuContext {
+    ordinal: i32,
+    dev: cu::CUdevice,
+    ctx: cu::CUcontext,
+}
+
+/// What a rank's launches carry from one call to the next: the pair
+/// kernels' flags, the barrier sequence, and what a call looked up once.
+#[derive(Debug)]
+struct LaunchState {
+    /// The pair kernels' flags buffer (flags + mailbox, zeroed; see
+    /// `kernels/allreduce.cu`), from `cuMemAlloc`.
+    flags: u64,
+    /// The first barrier value of the next call (only grows).
+    seq: Mutex<u64>,
     /// The event that orders the ranks' streams around a one-launch kernel
-    /// ([`enqueue_joint`]; 0: not created yet).
-    joint_event: Mutex<usize>,
+    /// ([`enqueue_one_launch`]; 0: not created yet).
+    one_launch_event: Mutex<usize>,
     /// The last stream found to belong to this communicator's context
     /// (calls on one stream, the usual case, ask the driver once; a
     /// destroyed stream's handle reused on another context is caught by
@@ -213,16 +231,49 @@ pub struct DevComm {
     /// 1.84 us a call spent before its launch (2xH200, a host profile,
     /// 2026-11-30; the lookup's own share was not measured apart).
     typed: [std::sync::atomic::AtomicUsize; TYPED_SLOTS],
-    /// The copy-engine path's side stream and its fork/join events
-    /// (created at its first use; see [`crate::ce`]).
-    ce_side: Mutex<[Option<CeSide>; 2]>,
+}
+
+impl LaunchState {
+    /// Frees the flags buffer and destroys the one-launch event.
+    ///
+    /// # Safety
+    /// This rank's context is current and synchronised, nothing queued uses
+    /// them any more, and this runs once (the communicator's drop).
+    unsafe fn release(&self) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let _ = cu::mem_free(self.flags);
+            let e = std::mem::take(&mut *lock(&self.one_launch_event));
+            if e != 0 {
+                let _ = cu::event_destroy(e as cu::CUevent);
+            }
+        }
+    }
+}
+
+/// A rank's view of its clique (the ranks of its communicator in this
+/// process), shared with the clique table.
+#[derive(Debug, Default)]
+struct InProcessPeers {
+    /// Whether both ranks are in this process on two GPUs (its clique's
+    /// `pair`): a call asks this instead of the process-wide clique table,
+    /// whose lock and hash of the 128-byte key cost ~0.1 us of the ~1 us a
+    /// call spent around its launch (one H200, 2026-12-01).
+    pair: Arc<std::sync::atomic::AtomicBool>,
+    /// Its clique's ranks in this process and their GPUs (`local`).
+    local: Arc<Local>,
+}
+
+/// The copy engines' state of a rank (created at first use, freed with
+/// the communicator).
+#[derive(Debug)]
+struct CopyEngineState {
+    /// The copy-engine path's side streams and their fork/join events
+    /// (see [`crate::ce`]).
+    side: Mutex<[Option<CeSide>; 2]>,
     /// The copy-engine reduction's scratch ring and flags
-    /// ([`ce_reduce::SCRATCH_BYTES`], 256 MiB + 256 B of this GPU's memory,
-    /// allocated at the first such call, freed with the communicator).
-    ce_scratch: Mutex<Option<u64>>,
-    /// The copy-engine channel with a peer in another process of this host
-    /// (2 ranks; set up with the ring: [`two_process`]).
-    xp: OnceLock<two_process_io::XpState>,
+    /// ([`ce_reduce::SCRATCH_BYTES`], 256 MiB + 256 B of this GPU's memory).
+    scratch: Mutex<Option<u64>>,
 }
 
 /// A non-blocking stream of this rank's context for the local copies of a
@@ -242,7 +293,7 @@ unsafe impl Send for DevComm {}
 // SAFETY: as above.
 unsafe impl Sync for DevComm {}
 
-/// What a launch needs, checked; [`Launch::go`] launches it.
+/// What a launch needs, checked; [`Launch::enqueue`] queues it on the stream.
 #[derive(Debug)]
 pub struct Launch {
     comm: Arc<DevComm>,
@@ -253,7 +304,7 @@ pub struct Launch {
     what: Option<(&'static str, u64)>,
     /// This rank's side of the call as the one-launch kernel would take it
     /// with the other ranks' ([`launch_all`], [`one_launch`]).
-    joint: Option<one_launch::RankCall>,
+    one_launch: Option<one_launch::RankCall>,
 }
 
 #[derive(Debug)]
@@ -294,7 +345,7 @@ enum LaunchKind {
         args: ring::RingArgs,
         /// The call as the copy engines with a peer process would take it
         /// ([`DevComm::enqueue_two_process`]; the kernel runs it when they do not).
-        xp: Option<two_process::Call>,
+        two_process: Option<two_process::Call>,
     },
     /// A copy-engine call (paired with the peer's by [`launch_all`]): a
     /// barrier (`f` is `oxccl_pcopy`, copying nothing), the plan's copies,
@@ -329,50 +380,44 @@ impl DevComm {
             )));
         }
         let (dev, ctx) = guarded("cuDevicePrimaryCtxRetain", || {
-            let mut dev: sys::CUdevice = 0;
-            let mut ctx: sys::CUcontext = std::ptr::null_mut();
-            // SAFETY: out-pointers are valid; the driver was probed.
-            unsafe {
-                check(sys::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
-                check(
-                    sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-                    "cuDevicePrimaryCtxRetain",
-                )?;
-            }
+            // The driver was probed.
+            let dev = cu::device_get(ordinal)?;
+            let ctx = cu::primary_ctx_retain(dev)?;
             Ok((dev, ctx))
         })?;
         let mut me = DevComm {
             key: key.to_vec(),
             rank,
             nranks,
-            ordinal,
-            dev,
-            ctx,
-            flags: 0,
-            seq: Mutex::new(1),
+            gpu: GpuContext { ordinal, dev, ctx },
+            launches: LaunchState {
+                flags: 0,
+                seq: Mutex::new(1),
+                one_launch_event: Mutex::new(0),
+                checked_stream: std::sync::atomic::AtomicUsize::new(0),
+                typed: std::array::from_fn(|_| std::sync::atomic::AtomicUsize::new(0)),
+            },
+            in_process: InProcessPeers::default(),
             ring: OnceLock::new(),
             ring_only: std::sync::atomic::AtomicBool::new(false),
-            pair: Arc::default(),
-            local: Arc::default(),
             config: DeviceConfig::from_params(oxccl_env::params()),
-            joint_event: Mutex::new(0),
-            typed: std::array::from_fn(|_| std::sync::atomic::AtomicUsize::new(0)),
-            checked_stream: std::sync::atomic::AtomicUsize::new(0),
-            ce_side: Mutex::new([None; 2]),
-            ce_scratch: Mutex::new(None),
-            xp: OnceLock::new(),
+            copy_engines: CopyEngineState {
+                side: Mutex::new([None; 2]),
+                scratch: Mutex::new(None),
+            },
+            two_process: OnceLock::new(),
         };
         {
             let _scope = CtxScope::enter(ctx)?;
             // The whole flag buffer starts at zero (barrier values only grow).
             let flags = alloc_zeroed(FLAG_BYTES, 0, FLAG_BYTES, "flags")?;
-            me.flags = flags;
+            me.launches.flags = flags;
         } // Drop of `me` from here on frees the flags and releases the context.
         let m = Member {
             rank,
             ordinal,
             ctx: ctx as usize,
-            flags: me.flags,
+            flags: me.launches.flags,
         };
         let joined = {
             let mut cl = cliques();
@@ -391,8 +436,8 @@ impl DevComm {
             if r.is_ok() {
                 clique.members.push(m);
                 clique.update_pair();
-                me.pair = clique.pair.clone();
-                me.local = clique.local.clone();
+                me.in_process.pair = clique.pair.clone();
+                me.in_process.local = clique.local.clone();
             }
             r
         }; // the clique lock is released before `me` can drop
@@ -404,27 +449,23 @@ impl DevComm {
     /// per-thread default streams (0, 1, 2) belong to whatever is current.
     fn check_stream(&self, stream: usize) -> Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
-        if stream <= 2 || self.checked_stream.load(Relaxed) == stream {
+        if stream <= 2 || self.launches.checked_stream.load(Relaxed) == stream {
             return Ok(());
         }
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
         let r = guarded("cuStreamGetCtx", || {
-            // SAFETY: the caller's stream handle; writes one handle.
-            unsafe {
-                check(
-                    sys::cuStreamGetCtx(stream as sys::CUstream, &mut ctx),
-                    "cuStreamGetCtx",
-                )
-            }
+            // SAFETY: the caller's stream handle.
+            Ok(unsafe { cu::stream_get_ctx(stream as cu::CUstream) }?)
         });
         match r {
-            Ok(()) if !ctx.is_null() && ctx != self.ctx => Err(Error::invalid_argument(format!(
-                "stream {stream:#x} belongs to another CUDA context than this communicator's \
+            Ok(ctx) if !ctx.is_null() && ctx != self.gpu.ctx => {
+                Err(Error::invalid_argument(format!(
+                    "stream {stream:#x} belongs to another CUDA context than this communicator's \
                  (GPU {}): pass a stream created on GPU {}",
-                self.ordinal, self.ordinal
-            ))),
-            Ok(()) => {
-                self.checked_stream.store(stream, Relaxed);
+                    self.gpu.ordinal, self.gpu.ordinal
+                )))
+            }
+            Ok(_) => {
+                self.launches.checked_stream.store(stream, Relaxed);
                 Ok(())
             }
             Err(e) => Err(Error::invalid_argument(format!(
@@ -436,7 +477,7 @@ impl DevComm {
 
     /// The device ordinal.
     pub fn ordinal(&self) -> i32 {
-        self.ordinal
+        self.gpu.ordinal
     }
 
     /// The peer rank's entry, for two ranks in this process.
@@ -454,11 +495,11 @@ impl DevComm {
                 1 - self.rank
             )));
         };
-        if p.ordinal == self.ordinal {
+        if p.ordinal == self.gpu.ordinal {
             return Err(Error::invalid_usage(format!(
                 "both ranks of this communicator use GPU {}: two ranks on one GPU are not \
                  supported by oxccl's GPU path yet",
-                self.ordinal
+                self.gpu.ordinal
             )));
         }
         Ok(*p)
@@ -475,7 +516,7 @@ impl DevComm {
         load: impl FnOnce() -> Result<KernelFn>,
     ) -> Result<KernelFn> {
         use std::sync::atomic::Ordering::Relaxed;
-        let slot = &self.typed[typed_slot(family, t, op)];
+        let slot = &self.launches.typed[typed_slot(family, t, op)];
         match slot.load(Relaxed) {
             0 => {
                 let f = load()?;
@@ -493,30 +534,18 @@ impl DevComm {
     /// Loads (once per device) the module of `src` and returns kernel `name`.
     fn function_in(&self, src: &KernelSource, name: &str) -> Result<KernelFn> {
         let mut mods = modules();
-        let key = (self.ordinal, src.name);
-        let first_on_device = !mods.keys().any(|(o, _)| *o == self.ordinal);
+        let key = (self.gpu.ordinal, src.name);
+        let first_on_device = !mods.keys().any(|(o, _)| *o == self.gpu.ordinal);
         if let std::collections::hash_map::Entry::Vacant(slot) = mods.entry(key) {
             let arch = guarded("cuDeviceGetAttribute", || {
-                let (mut major, mut minor) = (0, 0);
-                // SAFETY: each writes one int for a valid device.
-                unsafe {
-                    check(
-                        sys::cuDeviceGetAttribute(
-                            &mut major,
-                            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                            self.dev,
-                        ),
-                        "cuDeviceGetAttribute",
-                    )?;
-                    check(
-                        sys::cuDeviceGetAttribute(
-                            &mut minor,
-                            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                            self.dev,
-                        ),
-                        "cuDeviceGetAttribute",
-                    )?;
-                }
+                let major = cu::device_attribute(
+                    self.gpu.dev,
+                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                )?;
+                let minor = cu::device_attribute(
+                    self.gpu.dev,
+                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                )?;
                 Ok((major * 10 + minor) as u32)
             })?;
             let img = compile::compile(src, arch)?;
@@ -524,31 +553,17 @@ impl DevComm {
             // primary context for the process (the CUDA runtime does the same):
             // when the last holder released it, the driver reset the context,
             // its modules went with it and the next communicator's launches of
-            // these cached handles failed with CUDA_ERROR_INVALID_HANDLE.
+            // these cached handles failed with CUDA_ERROR_INVALID_HANDLE. The
+            // retain is never released.
             if first_on_device {
                 guarded("cuDevicePrimaryCtxRetain", || {
-                    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-                    // SAFETY: an out-pointer and this communicator's device;
-                    // the retain is never released (held for the process).
-                    unsafe {
-                        check(
-                            sys::cuDevicePrimaryCtxRetain(&mut ctx, self.dev),
-                            "cuDevicePrimaryCtxRetain",
-                        )
-                    }
+                    cu::primary_ctx_retain(self.gpu.dev).map_err(Into::into)
                 })?;
             }
-            let _scope = CtxScope::enter(self.ctx)?;
+            let _scope = CtxScope::enter(self.gpu.ctx)?;
             let module = guarded("cuModuleLoadData", || {
-                let mut m: sys::CUmodule = std::ptr::null_mut();
                 // SAFETY: a complete CUBIN that outlives the call; our context is current.
-                unsafe {
-                    check(
-                        sys::cuModuleLoadData(&mut m, img.image.as_ptr() as *const c_void),
-                        "cuModuleLoadData",
-                    )?
-                };
-                Ok(m)
+                Ok(unsafe { cu::module_load_data(&img.image) }?)
             })?;
             slot.insert(Loaded {
                 module: module as usize,
@@ -564,15 +579,10 @@ impl DevComm {
         let c = std::ffi::CString::new(name)
             .map_err(|_| Error::invalid_argument("NUL in a kernel name"))?;
         let f = guarded("cuModuleGetFunction", || {
-            let mut f: sys::CUfunction = std::ptr::null_mut();
-            // SAFETY: the module is loaded (never unloaded); `c` is NUL-terminated.
-            unsafe {
-                check(
-                    sys::cuModuleGetFunction(&mut f, l.module as sys::CUmodule, c.as_ptr()),
-                    &format!("cuModuleGetFunction({name})"),
-                )?
-            };
-            Ok(f as usize)
+            // SAFETY: the module is loaded (never unloaded).
+            unsafe { cu::module_get_function(l.module as cu::CUmodule, &c) }
+                .map(|f| f as usize)
+                .map_err(|e| e.context(&format!("cuModuleGetFunction({name})")))
         })?;
         l.functions.insert(name.to_string(), f);
         Ok(KernelFn(f))
@@ -585,7 +595,7 @@ impl DevComm {
             kind,
             stream,
             what: None,
-            joint: None,
+            one_launch: None,
         })
     }
 
@@ -632,7 +642,7 @@ impl DevComm {
         } else {
             recv
         };
-        l.joint = self.joint_part(
+        l.one_launch = self.one_launch_call(
             what.collective(),
             t,
             op,
@@ -649,7 +659,7 @@ impl DevComm {
     /// This rank's side of a call for the one-launch kernel of every rank
     /// ([`oxccl_core::gpu::one_launch`]), when this communicator and the call allow it.
     #[allow(clippy::too_many_arguments)]
-    fn joint_part(
+    fn one_launch_call(
         &self,
         collective: Collective,
         t: DataType,
@@ -665,8 +675,8 @@ impl DevComm {
         let bytes = one_launch::largest_buffer(collective, count, t.size() as u64, self.nranks);
         let eligibility = one_launch::Eligibility {
             nranks: self.nranks,
-            local_ranks: self.local.ranks.load(Acquire),
-            spread: self.local.spread.load(Acquire),
+            local_ranks: self.in_process.local.ranks.load(Acquire),
+            spread: self.in_process.local.spread.load(Acquire),
             peers: self.config.joint_peers,
             ring_only: self.ring_only.load(Relaxed),
             max: self.config.joint_max,
@@ -793,7 +803,7 @@ impl DevComm {
                     Reduction::Reduce { .. } => None,
                 };
                 if let (Some(coll), Some(op), None) = (coll, ce_reduce::Op::of(op), scalar_ptr) {
-                    l.set_xp(two_process::Call {
+                    l.set_two_process_call(two_process::Call {
                         coll,
                         count: count as u64,
                         dtype: t,
@@ -866,7 +876,7 @@ impl DevComm {
         let mut args = ArArgs::all_reduce(
             send,
             recv,
-            self.flags,
+            self.launches.flags,
             peer_flags,
             count as u64,
             self.rank as u32,
@@ -896,7 +906,7 @@ impl DevComm {
         };
         let mut l = self.prepare_copying(what, send, recv, bytes, stream)?;
         let root = what.root();
-        l.joint = self.joint_part(
+        l.one_launch = self.one_launch_call(
             what.collective(),
             DataType::Uint8,
             RedOp::Sum,
@@ -952,7 +962,7 @@ impl DevComm {
                         two_process::Coll::Broadcast { root: root as u32 }
                     }
                 };
-                l.set_xp(two_process::Call {
+                l.set_two_process_call(two_process::Call {
                     coll,
                     count: bytes as u64,
                     dtype: DataType::Uint8,
@@ -973,7 +983,7 @@ impl DevComm {
                         args: CpArgs {
                             input: send,
                             output: recv,
-                            my_flags: self.flags,
+                            my_flags: self.launches.flags,
                             peer_flags: peer.flags,
                             bytes: bytes as u64,
                             seq: 0,
@@ -1031,18 +1041,13 @@ fn capturing(stream: usize) -> bool {
     if stream == 0 {
         return false;
     }
-    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    guarded("cuStreamIsCapturing", || {
-        // SAFETY: a stream handle of the caller's; writes one enum.
-        unsafe {
-            check(
-                sys::cuStreamIsCapturing(stream as sys::CUstream, &mut st),
-                "cuStreamIsCapturing",
-            )
-        }
-    })
-    .is_ok()
-        && st == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+    matches!(
+        guarded("cuStreamIsCapturing", || {
+            // SAFETY: a stream handle of the caller's.
+            Ok(unsafe { cu::stream_is_capturing(stream as cu::CUstream) }?)
+        }),
+        Ok(cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    )
 }
 
 /// The element type a copying collective of `bytes` per rank moves through
@@ -1131,9 +1136,9 @@ impl CopyKind {
 impl Launch {
     /// Launches on the stream (this rank's context made current for the
     /// call); returns without waiting for the GPU.
-    pub fn go(self) -> Result<()> {
+    pub fn enqueue(self) -> Result<()> {
         let c = &self.comm;
-        let stream = self.stream as sys::CUstream;
+        let stream = self.stream as cu::CUstream;
         let tune =
             |algo: &str, proto: &str, blocks: u32| c.log_tuning(self.what, algo, proto, blocks);
         match &self.kind {
@@ -1143,7 +1148,7 @@ impl Launch {
             LaunchKind::Ring {
                 kernel,
                 blocks,
-                xp: None,
+                two_process: None,
                 ..
             } => {
                 let (algo, proto) = kernel.tuning_names();
@@ -1158,19 +1163,14 @@ impl Launch {
         match self.kind {
             LaunchKind::Nothing => Ok(()),
             LaunchKind::Copy { dst, src, bytes } => {
-                let _scope = CtxScope::enter(c.ctx)?;
+                let _scope = CtxScope::enter(c.gpu.ctx)?;
                 guarded("cuMemcpyDtoDAsync", || {
                     // SAFETY: both ranges are device memory of this GPU (checked by the caller).
-                    unsafe {
-                        check(
-                            sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream),
-                            "cuMemcpyDtoDAsync",
-                        )
-                    }
+                    Ok(unsafe { cu::memcpy_dtod_async(dst, src, bytes, stream) }?)
                 })
             }
             LaunchKind::Scale { f, blocks, args } => {
-                let _scope = CtxScope::enter(c.ctx)?;
+                let _scope = CtxScope::enter(c.gpu.ctx)?;
                 // SAFETY: the buffers were checked to be this GPU's device
                 // memory of `count` elements; the kernel reads only the
                 // buffers and the scalar fields of `args`.
@@ -1183,8 +1183,8 @@ impl Launch {
                 mut args,
                 ..
             } => {
-                let _scope = CtxScope::enter(c.ctx)?;
-                let mut seq = lock(&c.seq);
+                let _scope = CtxScope::enter(c.gpu.ctx)?;
+                let mut seq = lock(&c.launches.seq);
                 args.seq = *seq;
                 // SAFETY: the pointers were checked to be this GPU's device
                 // memory, the flags are both ranks' FLAG_BYTES buffers with
@@ -1199,8 +1199,8 @@ impl Launch {
                 blocks,
                 mut args,
             } => {
-                let _scope = CtxScope::enter(c.ctx)?;
-                let mut seq = lock(&c.seq);
+                let _scope = CtxScope::enter(c.gpu.ctx)?;
+                let mut seq = lock(&c.launches.seq);
                 args.seq = *seq;
                 // SAFETY: as for Half: this GPU's buffers (checked by the
                 // caller), both flag buffers with peer access; the peer's
@@ -1214,9 +1214,9 @@ impl Launch {
                 kernel,
                 blocks,
                 args,
-                xp,
+                two_process,
             } => {
-                if let Some(x) = xp {
+                if let Some(x) = two_process {
                     if c.enqueue_two_process(&x, self.stream)? {
                         let reduction = matches!(
                             x.coll,
@@ -1230,7 +1230,7 @@ impl Launch {
                     tune(algo, proto, blocks);
                 }
                 let pdl = c.ring()?.may_pdl(blocks);
-                let _scope = CtxScope::enter(c.ctx)?;
+                let _scope = CtxScope::enter(c.gpu.ctx)?;
                 // SAFETY: the buffers were checked to be this GPU's device
                 // memory of the sizes the mode uses; the ring is live (held
                 // by `c`), and every rank makes the matching call.
@@ -1241,7 +1241,7 @@ impl Launch {
                 // (two_process::p2p_call); a copy to itself runs beside.
                 if let Some(x) = c.xp_p2p(&sends, &recvs, self.stream) {
                     let selfs = c.self_xfers(&sends, &recvs)?;
-                    let _scope = CtxScope::enter(c.ctx)?;
+                    let _scope = CtxScope::enter(c.gpu.ctx)?;
                     // The copies to itself by SMs on a side stream of
                     // their own (the engines' work uses the stream and side
                     // stream 0), forked before it. Queued after it, they
@@ -1251,11 +1251,11 @@ impl Launch {
                     let side = if selfs.is_empty() {
                         None
                     } else {
-                        Some(c.ce_side_at(1)?)
+                        Some(c.copy_engines.side_at(1)?)
                     };
                     if let Some(sd) = side {
                         c.fork_side(sd, stream)?;
-                        c.copy_kernels(&selfs, sd.stream as sys::CUstream, SELF_COPY_XP_BLOCKS)?;
+                        c.copy_kernels(&selfs, sd.stream as cu::CUstream, SELF_COPY_XP_BLOCKS)?;
                     }
                     let went = c.enqueue_two_process(&x, self.stream);
                     if let Some(sd) = side {
@@ -1289,11 +1289,11 @@ impl Launch {
     }
 
     /// Offers a ring launch to the copy engines with a peer process
-    /// ([`DevComm::xp_call`] decides whether the call may take them).
-    fn set_xp(&mut self, call: two_process::Call) {
-        let x = self.comm.xp_call(call, self.stream);
-        if let LaunchKind::Ring { xp, .. } = &mut self.kind {
-            *xp = x;
+    /// ([`DevComm::two_process_call`] decides whether the call may take them).
+    fn set_two_process_call(&mut self, call: two_process::Call) {
+        let x = self.comm.two_process_call(call, self.stream);
+        if let LaunchKind::Ring { two_process, .. } = &mut self.kind {
+            *two_process = x;
         }
     }
 
@@ -1312,7 +1312,14 @@ impl DevComm {
             self.ring_only
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        let r = Ring::setup(self.dev, self.ctx, self.rank, self.nranks, cfg, boot);
+        let r = Ring::setup(
+            self.gpu.dev,
+            self.gpu.ctx,
+            self.rank,
+            self.nranks,
+            cfg,
+            boot,
+        );
         let out = r.as_ref().map(|_| ()).map_err(Clone::clone);
         let _ = self.ring.set(r);
         out?;
@@ -1322,10 +1329,10 @@ impl DevComm {
             let timeout = x.timeout_ns();
             let mut b = x.ctrl_device().to_le_bytes().to_vec();
             b.extend_from_slice(&timeout.to_le_bytes());
-            let _scope = CtxScope::enter(self.ctx)?;
-            copy_to_device(self.flags + 8 * allreduce::CTL_WORD as u64, &b)?;
+            let _scope = CtxScope::enter(self.gpu.ctx)?;
+            copy_to_device(self.launches.flags + 8 * allreduce::CTL_WORD as u64, &b)?;
         }
-        if let Err(e) = self.setup_xp(boot) {
+        if let Err(e) = self.setup_two_process(boot) {
             // Both ranks' channel setups fail together (one's failure
             // closes the connection the other reads), and without it every
             // call keeps the ring kernels.
@@ -1469,7 +1476,7 @@ impl DevComm {
         route::Placement {
             nranks: self.nranks,
             ring_only: self.ring_only.load(Relaxed),
-            pair: self.pair.load(Acquire),
+            pair: self.in_process.pair.load(Acquire),
         }
     }
 
@@ -1522,7 +1529,7 @@ impl DevComm {
                 kernel,
                 blocks,
                 args,
-                xp: None,
+                two_process: None,
             },
             stream,
         )
@@ -1606,10 +1613,10 @@ impl DevComm {
         f: KernelFn,
         sends: Vec<(usize, u64, usize)>,
         recvs: Vec<(usize, u64, usize)>,
-        stream: sys::CUstream,
+        stream: cu::CUstream,
     ) -> Result<()> {
         let selfs = self.self_xfers(&sends, &recvs)?;
-        let _scope = CtxScope::enter(self.ctx)?;
+        let _scope = CtxScope::enter(self.gpu.ctx)?;
         // Transfers of 0 bytes move nothing (the peer's matching one is
         // empty too, so both sides drop the same ones) and launch nothing.
         let others = |v: &[(usize, u64, usize)]| -> Vec<(usize, u64, usize)> {
@@ -1669,17 +1676,17 @@ impl DevComm {
     /// forked onto the side stream when one is at least
     /// [`SELF_COPY_SIDE_MIN`] (the returned side must be joined), else
     /// copy kernels on `stream`.
-    fn self_copies(&self, selfs: &[ce::Xfer], stream: sys::CUstream) -> Result<Option<CeSide>> {
+    fn self_copies(&self, selfs: &[ce::Xfer], stream: cu::CUstream) -> Result<Option<CeSide>> {
         if selfs.is_empty() {
             return Ok(None);
         }
         if selfs.iter().any(|x| x.bytes >= SELF_COPY_SIDE_MIN) {
-            let sd = self.ce_side()?;
+            let sd = self.copy_engines.side_at(0)?;
             self.fork_side(sd, stream)?;
             for x in selfs {
                 // SAFETY: both ranges are this GPU's device memory of
                 // x.bytes (checked by the caller's prepare).
-                unsafe { copy_async(x, sd.stream as sys::CUstream)? };
+                unsafe { copy_async(x, sd.stream as cu::CUstream)? };
             }
             return Ok(Some(sd));
         }
@@ -1692,7 +1699,7 @@ impl DevComm {
     fn copy_kernels(
         &self,
         selfs: &[ce::Xfer],
-        stream: sys::CUstream,
+        stream: cu::CUstream,
         max_blocks: u32,
     ) -> Result<()> {
         let f = self.function_in(&kernels::COPY, "oxccl_copy")?;
@@ -1723,17 +1730,17 @@ impl DevComm {
     }
 
     /// `stream`'s work so far, then the side stream's next operations.
-    fn fork_side(&self, sd: CeSide, stream: sys::CUstream) -> Result<()> {
+    fn fork_side(&self, sd: CeSide, stream: cu::CUstream) -> Result<()> {
         // An event and a stream of this context (made current by the
         // caller), created by ce_side.
-        record_event(sd.fork as sys::CUevent, stream)?;
-        wait_event(sd.stream as sys::CUstream, sd.fork as sys::CUevent)
+        record_event(sd.fork as cu::CUevent, stream)?;
+        wait_event(sd.stream as cu::CUstream, sd.fork as cu::CUevent)
     }
 
     /// `stream` waits for the side stream's operations so far.
-    fn join_side(&self, sd: CeSide, stream: sys::CUstream) -> Result<()> {
-        record_event(sd.join as sys::CUevent, sd.stream as sys::CUstream)?;
-        wait_event(stream, sd.join as sys::CUevent)
+    fn join_side(&self, sd: CeSide, stream: cu::CUstream) -> Result<()> {
+        record_event(sd.join as cu::CUevent, sd.stream as cu::CUstream)?;
+        wait_event(stream, sd.join as cu::CUevent)
     }
 
     /// The transfers with other ranks of [`Self::enqueue_p2p`] (none of 0
@@ -1744,7 +1751,7 @@ impl DevComm {
         sends: &[(usize, u64, usize)],
         recvs: &[(usize, u64, usize)],
         self_copy: Option<ce::Xfer>,
-        stream: sys::CUstream,
+        stream: cu::CUstream,
     ) -> Result<()> {
         if sends.is_empty() && recvs.is_empty() {
             return Ok(());
@@ -1775,11 +1782,11 @@ impl DevComm {
                 src: 0,
                 bytes: 0,
             });
-            let mut seq = lock(&self.seq);
+            let mut seq = lock(&self.launches.seq);
             let args = CpArgs {
                 input,
                 output,
-                my_flags: self.flags,
+                my_flags: self.launches.flags,
                 peer_flags: peer.flags,
                 bytes: rb as u64,
                 seq: *seq,
@@ -1808,20 +1815,17 @@ impl DevComm {
 fn alloc_zeroed(bytes: usize, zero_at: u64, zero_len: usize, what: &str) -> Result<u64> {
     debug_assert!(zero_at as usize + zero_len <= bytes);
     guarded("cuMemAlloc", || {
-        let mut p: sys::CUdeviceptr = 0;
-        // SAFETY: the caller made a context current; writes one pointer; the
-        // memset stays inside the allocation (zero_at + zero_len <= bytes,
-        // the callers' constants); the synchronize makes it complete.
+        // The caller made a context current.
+        let p = cu::mem_alloc(bytes)
+            .map_err(|e| e.context(&format!("cuMemAlloc({what}, {bytes} bytes)")))?;
+        // SAFETY: the memset stays inside the allocation (zero_at + zero_len
+        // <= bytes, the callers' constants); the synchronize makes it
+        // complete; on failure it is freed once, with nothing queued.
         unsafe {
-            check(
-                sys::cuMemAlloc_v2(&mut p, bytes),
-                &format!("cuMemAlloc({what}, {bytes} bytes)"),
-            )?;
-            let r = check(sys::cuMemsetD8_v2(p + zero_at, 0, zero_len), "cuMemsetD8")
-                .and_then(|_| check(sys::cuCtxSynchronize(), "cuCtxSynchronize"));
+            let r = cu::memset_d8(p + zero_at, 0, zero_len).and_then(|_| cu::ctx_synchronize());
             if let Err(e) = r {
-                sys::cuMemFree_v2(p);
-                return Err(e);
+                let _ = cu::mem_free(p);
+                return Err(e.into());
             }
         }
         Ok(p)
@@ -1833,20 +1837,10 @@ fn alloc_zeroed(bytes: usize, zero_at: u64, zero_len: usize, what: &str) -> Resu
 ///
 /// # Safety
 /// `addr` must be a live device word of this context until the wait ran.
-unsafe fn stream_wait32(stream: sys::CUstream, addr: u64, value: u32) -> Result<()> {
+unsafe fn stream_wait32(stream: cu::CUstream, addr: u64, value: u32) -> Result<()> {
     guarded("cuStreamWaitValue32", || {
         // SAFETY: the caller's contract.
-        unsafe {
-            check(
-                sys::cuStreamWaitValue32_v2(
-                    stream,
-                    addr,
-                    value,
-                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
-                ),
-                "cuStreamWaitValue32",
-            )
-        }
+        Ok(unsafe { cu::stream_wait_value32(stream, addr, value) }?)
     })
 }
 
@@ -1855,20 +1849,10 @@ unsafe fn stream_wait32(stream: sys::CUstream, addr: u64, value: u32) -> Result<
 ///
 /// # Safety
 /// As [`stream_wait32`].
-unsafe fn stream_write32(stream: sys::CUstream, addr: u64, value: u32) -> Result<()> {
+unsafe fn stream_write32(stream: cu::CUstream, addr: u64, value: u32) -> Result<()> {
     guarded("cuStreamWriteValue32", || {
         // SAFETY: the caller's contract.
-        unsafe {
-            check(
-                sys::cuStreamWriteValue32_v2(
-                    stream,
-                    addr,
-                    value,
-                    sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
-                ),
-                "cuStreamWriteValue32",
-            )
-        }
+        Ok(unsafe { cu::stream_write_value32(stream, addr, value) }?)
     })
 }
 
@@ -1885,7 +1869,7 @@ enum Family {
     Scale = 3,
     /// `oxccl_joint_*` (every rank of a group of one process in one
     /// launch, in the ring's program).
-    Joint = 4,
+    OneLaunch = 4,
 }
 
 /// Reduction ops per type in [`typed_slot`]'s table (sum, prod, max, min,
@@ -1925,33 +1909,23 @@ impl Drop for DevComm {
         // would then run in a context that may be gone).
         drop(self.ring.take());
         if let Some(clique) = cliques().get_mut(&self.key) {
-            clique.members.retain(|m| m.flags != self.flags);
+            clique.members.retain(|m| m.flags != self.launches.flags);
             clique.update_pair();
         }
-        // SAFETY: our flags and our retained context, freed/released once;
-        // errors are ignored in drop.
+        // SAFETY: our flags, copy-engine objects and retained context, each
+        // freed or released once, the frees after our context was made
+        // current and synchronised (the releases' contract); errors are
+        // ignored in drop.
         unsafe {
-            let mut saved: sys::CUcontext = std::ptr::null_mut();
-            sys::cuCtxGetCurrent(&mut saved);
-            if self.flags != 0 && sys::cuCtxSetCurrent(self.ctx) == CUresult::CUDA_SUCCESS {
-                sys::cuCtxSynchronize();
-                self.close_xp();
-                sys::cuMemFree_v2(self.flags);
-                if let Some(p) = lock(&self.ce_scratch).take() {
-                    sys::cuMemFree_v2(p);
-                }
-                let e = std::mem::take(&mut *lock(&self.joint_event));
-                if e != 0 {
-                    sys::cuEventDestroy_v2(e as sys::CUevent);
-                }
-                for sd in lock(&self.ce_side).iter_mut().filter_map(Option::take) {
-                    sys::cuEventDestroy_v2(sd.fork as sys::CUevent);
-                    sys::cuEventDestroy_v2(sd.join as sys::CUevent);
-                    sys::cuStreamDestroy_v2(sd.stream as sys::CUstream);
-                }
+            let saved = cu::ctx_get_current().unwrap_or(std::ptr::null_mut());
+            if self.launches.flags != 0 && cu::ctx_set_current(self.gpu.ctx).is_ok() {
+                let _ = cu::ctx_synchronize();
+                self.close_two_process();
+                self.launches.release();
+                self.copy_engines.release();
             }
-            sys::cuCtxSetCurrent(saved);
-            sys::cuDevicePrimaryCtxRelease_v2(self.dev);
+            let _ = cu::ctx_set_current(saved);
+            let _ = cu::primary_ctx_release(self.gpu.dev);
         }
         let mut cl = cliques();
         if cl.get(&self.key).is_some_and(|c| c.members.is_empty()) {
@@ -2007,7 +1981,7 @@ mod tests {
             Family::Ring,
             Family::Small,
             Family::Scale,
-            Family::Joint,
+            Family::OneLaunch,
         ] {
             for t in DataType::ALL {
                 for op in ops {

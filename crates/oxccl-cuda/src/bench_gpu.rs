@@ -6,7 +6,7 @@
 //! (oxccl's `libnccl.so` or NVIDIA's), so all it needs from CUDA is what
 //! nccl-tests takes from the runtime: `cudaSetDevice`, `cudaStreamCreate`,
 //! `cudaMalloc`, `cudaMemcpy`, events and graphs. Here they are the driver's
-//! calls (`cudarc::driver::sys`), each behind [`crate::loader::driver`]'s
+//! calls (`crate::driver`), each behind [`crate::loader::driver`]'s
 //! probe, a check of the extra symbols this module uses ([`require`]), and a
 //! panic guard.
 //!
@@ -19,15 +19,14 @@
 //! buffer, stream, event or graph can outlive the handle it came from and
 //! the context is released last. None is `Send`: one thread drives its GPUs.
 
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::c_void;
 use std::rc::Rc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{self, CUresult};
 use oxccl_core::{Error, ErrorKind, Result};
 
-use crate::device::check;
+use crate::driver::{self as cu, CUdevice_attribute, CUresult, DriverResult};
 use crate::loader::{self, guarded};
 
 /// Driver functions used here beyond those the loader's probe checked.
@@ -53,9 +52,8 @@ pub fn require() -> Result<&'static loader::DriverInfo> {
                 .iter()
                 .copied()
                 .filter(|name| {
-                    // SAFETY: the probe opened the driver library, so culib()
-                    // finds it; looking a symbol up has no side effect.
-                    unsafe { sys::culib().get::<*const c_void>(name.as_bytes()).is_err() }
+                    // SAFETY: the probe opened the driver library.
+                    unsafe { !cu::has_symbol(name) }
                 })
                 .collect()
         })
@@ -103,47 +101,17 @@ pub fn device_info(ordinal: usize) -> Result<DeviceInfo> {
         )));
     }
     guarded("cuDeviceGetName", || {
-        let mut dev: sys::CUdevice = 0;
-        let mut buf = [0 as c_char; 256];
-        // SAFETY: out-pointers are valid; the buffer holds 256 chars and the
-        // driver NUL-terminates what it writes.
-        unsafe {
-            check(sys::cuDeviceGet(&mut dev, ordinal as i32), "cuDeviceGet")?;
-            check(
-                sys::cuDeviceGetName(buf.as_mut_ptr(), 256, dev),
-                "cuDeviceGetName",
-            )?;
-        }
-        // SAFETY: NUL-terminated by the driver (and the buffer was zeroed).
-        let name = unsafe { CStr::from_ptr(buf.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
-        let attr = |a: sys::CUdevice_attribute| -> Result<i32> {
-            let mut v = 0;
-            // SAFETY: writes one int for a valid device.
-            unsafe {
-                check(
-                    sys::cuDeviceGetAttribute(&mut v, a, dev),
-                    "cuDeviceGetAttribute",
-                )?
-            };
-            Ok(v)
-        };
-        use sys::CUdevice_attribute as A;
+        let dev = cu::device_get(ordinal as i32)?;
+        let name = cu::device_name(dev)?;
+        let attr = |a: CUdevice_attribute| cu::device_attribute(dev, a);
+        use CUdevice_attribute as A;
         let pci = format!(
             "{:04x}:{:02x}:{:02x}",
             attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
             attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
             attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
         );
-        let mut memory = 0usize;
-        // SAFETY: writes one size for a valid device.
-        unsafe {
-            check(
-                sys::cuDeviceTotalMem_v2(&mut memory, dev),
-                "cuDeviceTotalMem",
-            )?
-        };
+        let memory = cu::device_total_mem(dev)?;
         Ok(DeviceInfo {
             ordinal,
             name,
@@ -155,14 +123,14 @@ pub fn device_info(ordinal: usize) -> Result<DeviceInfo> {
 
 struct GpuInner {
     ordinal: usize,
-    dev: sys::CUdevice,
-    ctx: sys::CUcontext,
+    dev: cu::CUdevice,
+    ctx: cu::CUcontext,
 }
 
 impl GpuInner {
     fn bind(&self) -> Result<()> {
         // SAFETY: the context is retained for the life of `self`.
-        unsafe { check(sys::cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent") }
+        Ok(unsafe { cu::ctx_set_current(self.ctx) }?)
     }
 }
 
@@ -171,7 +139,7 @@ impl Drop for GpuInner {
         // SAFETY: the primary context was retained once by `PerfGpu::open`
         // and is released once here; errors are ignored in drop.
         unsafe {
-            sys::cuDevicePrimaryCtxRelease_v2(self.dev);
+            let _ = cu::primary_ctx_release(self.dev);
         }
     }
 }
@@ -198,16 +166,9 @@ impl PerfGpu {
             )));
         }
         guarded("cuDevicePrimaryCtxRetain", || {
-            let mut dev: sys::CUdevice = 0;
-            let mut ctx: sys::CUcontext = std::ptr::null_mut();
-            // SAFETY: out-pointers are valid; the driver was initialised by the probe.
-            unsafe {
-                check(sys::cuDeviceGet(&mut dev, ordinal as i32), "cuDeviceGet")?;
-                check(
-                    sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-                    "cuDevicePrimaryCtxRetain",
-                )?;
-            }
+            // The driver was initialised by the probe.
+            let dev = cu::device_get(ordinal as i32)?;
+            let ctx = cu::primary_ctx_retain(dev)?;
             let g = PerfGpu(Rc::new(GpuInner { ordinal, dev, ctx }));
             g.0.bind()?;
             Ok(g)
@@ -228,9 +189,8 @@ impl PerfGpu {
     pub fn stream(&self) -> Result<PerfStream> {
         guarded("cuStreamCreate", || {
             self.0.bind()?;
-            let mut s: sys::CUstream = std::ptr::null_mut();
-            // SAFETY: the context is current; 1 = CU_STREAM_NON_BLOCKING.
-            unsafe { check(sys::cuStreamCreate(&mut s, 1), "cuStreamCreate")? };
+            // The context is current; 1 = CU_STREAM_NON_BLOCKING.
+            let s = cu::stream_create(1)?;
             Ok(PerfStream {
                 gpu: self.0.clone(),
                 raw: s,
@@ -242,10 +202,9 @@ impl PerfGpu {
     pub fn alloc(&self, bytes: usize) -> Result<PerfMem> {
         guarded("cuMemAlloc", || {
             self.0.bind()?;
-            let mut p: sys::CUdeviceptr = 0;
-            // SAFETY: writes one pointer; a zero-byte request is rounded up to 1.
-            let r = unsafe { sys::cuMemAlloc_v2(&mut p, bytes.max(1)) };
-            if r == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            // A zero-byte request is rounded up to 1.
+            let r = cu::mem_alloc(bytes.max(1));
+            if r.is_err_and(|e| e.code == CUresult::CUDA_ERROR_OUT_OF_MEMORY) {
                 return Err(Error::new(
                     ErrorKind::UnhandledCuda,
                     format!(
@@ -254,7 +213,7 @@ impl PerfGpu {
                     ),
                 ));
             }
-            check(r, "cuMemAlloc")?;
+            let p = r?;
             Ok(PerfMem {
                 gpu: self.0.clone(),
                 ptr: p,
@@ -267,9 +226,8 @@ impl PerfGpu {
     pub fn event(&self) -> Result<PerfEvent> {
         guarded("cuEventCreate", || {
             self.0.bind()?;
-            let mut e: sys::CUevent = std::ptr::null_mut();
-            // SAFETY: writes one handle; flags 0 = default (timing enabled).
-            unsafe { check(sys::cuEventCreate(&mut e, 0), "cuEventCreate")? };
+            // Flags 0 = default (timing enabled).
+            let e = cu::event_create(0)?;
             Ok(PerfEvent {
                 gpu: self.0.clone(),
                 raw: e,
@@ -281,12 +239,16 @@ impl PerfGpu {
 /// Polls `query` (a `cuStreamQuery`/`cuEventQuery`) until it is not
 /// `CUDA_ERROR_NOT_READY` or `deadline` passes: `Ok(true)` done, `Ok(false)`
 /// timed out. Sleeps grow from 0 to 1 ms so short waits stay short.
-fn poll(what: &str, deadline: Instant, mut query: impl FnMut() -> CUresult) -> Result<bool> {
+fn poll(
+    what: &str,
+    deadline: Instant,
+    mut query: impl FnMut() -> DriverResult<()>,
+) -> Result<bool> {
     let mut nap = Duration::ZERO;
     loop {
         let r = guarded(what, || Ok(query()))?;
-        if r != CUresult::CUDA_ERROR_NOT_READY {
-            guarded(what, || check(r, what))?;
+        if !r.is_err_and(|e| e.code == CUresult::CUDA_ERROR_NOT_READY) {
+            r.map_err(|e| e.context(what))?;
             return Ok(true);
         }
         if Instant::now() >= deadline {
@@ -305,7 +267,7 @@ fn poll(what: &str, deadline: Instant, mut query: impl FnMut() -> CUresult) -> R
 /// A stream of one GPU.
 pub struct PerfStream {
     gpu: Rc<GpuInner>,
-    raw: sys::CUstream,
+    raw: cu::CUstream,
 }
 
 impl PerfStream {
@@ -324,9 +286,7 @@ impl PerfStream {
     pub fn wait(&self, deadline: Instant) -> Result<bool> {
         let s = self.raw;
         // SAFETY: the stream is live until drop.
-        poll("cuStreamQuery", deadline, || unsafe {
-            sys::cuStreamQuery(s)
-        })
+        poll("cuStreamQuery", deadline, || unsafe { cu::stream_query(s) })
     }
 
     /// Starts capturing the work queued on this stream into a graph
@@ -336,15 +296,12 @@ impl PerfStream {
         guarded("cuStreamBeginCapture", || {
             self.gpu.bind()?;
             // SAFETY: the stream is live; the mode is a valid enum value.
-            unsafe {
-                check(
-                    sys::cuStreamBeginCapture_v2(
-                        self.raw,
-                        sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                    ),
-                    "cuStreamBeginCapture",
+            Ok(unsafe {
+                cu::stream_begin_capture(
+                    self.raw,
+                    cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                 )
-            }
+            }?)
         })
     }
 
@@ -359,19 +316,19 @@ impl PerfStream {
     pub fn end_capture(&self) -> Result<PerfGraph> {
         guarded("cuStreamEndCapture", || {
             self.gpu.bind()?;
-            let mut g: sys::CUgraph = std::ptr::null_mut();
-            // SAFETY: the stream is live and capturing; writes one handle.
-            let r = unsafe { sys::cuStreamEndCapture(self.raw, &mut g) };
-            if let Err(e) = check(
-                r,
-                "cuStreamEndCapture (the library's calls could not be captured)",
-            ) {
-                if !g.is_null() {
-                    // SAFETY: a graph handed back with an error is still ours to destroy.
-                    unsafe { sys::cuGraphDestroy(g) };
+            // SAFETY: the stream is live and capturing.
+            let g = match unsafe { cu::stream_end_capture(self.raw) } {
+                Ok(g) => g,
+                Err((e, g)) => {
+                    if !g.is_null() {
+                        // SAFETY: a graph handed back with an error is still ours to destroy.
+                        let _ = unsafe { cu::graph_destroy(g) };
+                    }
+                    return Err(e.context(
+                        "cuStreamEndCapture (the library's calls could not be captured)",
+                    ));
                 }
-                return Err(e);
-            }
+            };
             Ok(PerfGraph {
                 gpu: self.gpu.clone(),
                 graph: g,
@@ -386,8 +343,8 @@ impl Drop for PerfStream {
         // SAFETY: created once by cuStreamCreate, destroyed once; the driver
         // lets queued work finish first. Errors are ignored in drop.
         unsafe {
-            if sys::cuCtxSetCurrent(self.gpu.ctx) == CUresult::CUDA_SUCCESS {
-                sys::cuStreamDestroy_v2(self.raw);
+            if cu::ctx_set_current(self.gpu.ctx).is_ok() {
+                let _ = cu::stream_destroy(self.raw);
             }
         }
     }
@@ -396,8 +353,8 @@ impl Drop for PerfStream {
 /// An instantiated graph of captured work.
 pub struct PerfGraph {
     gpu: Rc<GpuInner>,
-    graph: sys::CUgraph,
-    exec: sys::CUgraphExec,
+    graph: cu::CUgraph,
+    exec: cu::CUgraphExec,
 }
 
 impl PerfGraph {
@@ -409,11 +366,8 @@ impl PerfGraph {
         }
         guarded("cuGraphInstantiate", || {
             self.gpu.bind()?;
-            let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-            // SAFETY: `graph` is a complete graph from a capture; writes one handle.
-            let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, self.graph, 0) };
-            check(r, "cuGraphInstantiate")?;
-            self.exec = exec;
+            // SAFETY: `graph` is a complete graph from a capture.
+            self.exec = unsafe { cu::graph_instantiate(self.graph) }?;
             Ok(())
         })
     }
@@ -427,7 +381,7 @@ impl PerfGraph {
             self.gpu.bind()?;
             // SAFETY: the executable graph and the stream are live and belong
             // to the same context.
-            unsafe { check(sys::cuGraphLaunch(self.exec, stream.raw), "cuGraphLaunch") }
+            Ok(unsafe { cu::graph_launch(self.exec, stream.raw) }?)
         })
     }
 }
@@ -437,11 +391,11 @@ impl Drop for PerfGraph {
         // SAFETY: both handles were made once by end_capture and are
         // destroyed once; errors are ignored in drop.
         unsafe {
-            if sys::cuCtxSetCurrent(self.gpu.ctx) == CUresult::CUDA_SUCCESS {
+            if cu::ctx_set_current(self.gpu.ctx).is_ok() {
                 if !self.exec.is_null() {
-                    sys::cuGraphExecDestroy(self.exec);
+                    let _ = cu::graph_exec_destroy(self.exec);
                 }
-                sys::cuGraphDestroy(self.graph);
+                let _ = cu::graph_destroy(self.graph);
             }
         }
     }
@@ -450,7 +404,7 @@ impl Drop for PerfGraph {
 /// Device memory from `cuMemAlloc`, freed on drop.
 pub struct PerfMem {
     gpu: Rc<GpuInner>,
-    ptr: sys::CUdeviceptr,
+    ptr: cu::CUdeviceptr,
     bytes: usize,
 }
 
@@ -497,16 +451,13 @@ impl PerfMem {
             // all-reduce check read the timed loop's results once in four
             // (2xH200, 2026-12-01).
             unsafe {
-                check(
-                    sys::cuMemcpyHtoD_v2(
-                        self.ptr + offset as u64,
-                        src.as_ptr() as *const c_void,
-                        src.len(),
-                    ),
-                    "cuMemcpyHtoD",
-                )?;
-                check(sys::cuCtxSynchronize(), "cuCtxSynchronize")
-            }
+                cu::memcpy_htod(
+                    self.ptr + offset as u64,
+                    src.as_ptr() as *const c_void,
+                    src.len(),
+                )
+            }?;
+            Ok(cu::ctx_synchronize()?)
         })
     }
 
@@ -519,16 +470,13 @@ impl PerfMem {
         guarded("cuMemcpyDtoH", || {
             self.gpu.bind()?;
             // SAFETY: the range is inside the allocation (checked); `dst` is writable.
-            unsafe {
-                check(
-                    sys::cuMemcpyDtoH_v2(
-                        dst.as_mut_ptr() as *mut c_void,
-                        self.ptr + offset as u64,
-                        dst.len(),
-                    ),
-                    "cuMemcpyDtoH",
+            Ok(unsafe {
+                cu::memcpy_dtoh(
+                    dst.as_mut_ptr() as *mut c_void,
+                    self.ptr + offset as u64,
+                    dst.len(),
                 )
-            }
+            }?)
         })
     }
 }
@@ -538,8 +486,8 @@ impl Drop for PerfMem {
         // SAFETY: allocated by cuMemAlloc in this context, freed once; errors
         // are ignored in drop.
         unsafe {
-            if sys::cuCtxSetCurrent(self.gpu.ctx) == CUresult::CUDA_SUCCESS {
-                sys::cuMemFree_v2(self.ptr);
+            if cu::ctx_set_current(self.gpu.ctx).is_ok() {
+                let _ = cu::mem_free(self.ptr);
             }
         }
     }
@@ -548,7 +496,7 @@ impl Drop for PerfMem {
 /// A timing event.
 pub struct PerfEvent {
     gpu: Rc<GpuInner>,
-    raw: sys::CUevent,
+    raw: cu::CUevent,
 }
 
 impl PerfEvent {
@@ -563,7 +511,7 @@ impl PerfEvent {
         guarded("cuEventRecord", || {
             self.gpu.bind()?;
             // SAFETY: the event and the stream are live, of the same device.
-            unsafe { check(sys::cuEventRecord(self.raw, stream.raw), "cuEventRecord") }
+            Ok(unsafe { cu::event_record(self.raw, stream.raw) }?)
         })
     }
 
@@ -571,22 +519,15 @@ impl PerfEvent {
     pub fn wait(&self, deadline: Instant) -> Result<bool> {
         let e = self.raw;
         // SAFETY: the event is live until drop.
-        poll("cuEventQuery", deadline, || unsafe { sys::cuEventQuery(e) })
+        poll("cuEventQuery", deadline, || unsafe { cu::event_query(e) })
     }
 
     /// Milliseconds from `start` to `self`; both must have happened (see
     /// [`wait`](Self::wait)).
     pub fn elapsed_ms_since(&self, start: &PerfEvent) -> Result<f32> {
         guarded("cuEventElapsedTime", || {
-            let mut ms = 0f32;
-            // SAFETY: both events are live and recorded; writes one float.
-            unsafe {
-                check(
-                    sys::cuEventElapsedTime_v2(&mut ms, start.raw, self.raw),
-                    "cuEventElapsedTime",
-                )?
-            };
-            Ok(ms)
+            // SAFETY: both events are live and recorded.
+            Ok(unsafe { cu::event_elapsed_ms(start.raw, self.raw) }?)
         })
     }
 }
@@ -595,7 +536,7 @@ impl Drop for PerfEvent {
     fn drop(&mut self) {
         // SAFETY: created once, destroyed once; errors are ignored in drop.
         unsafe {
-            sys::cuEventDestroy_v2(self.raw);
+            let _ = cu::event_destroy(self.raw);
         }
     }
 }

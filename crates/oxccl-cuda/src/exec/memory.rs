@@ -11,16 +11,11 @@ use super::*;
 pub fn current_device() -> Option<i32> {
     loader::driver().ok()?;
     guarded("cuCtxGetCurrent", || {
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: writes one handle.
-        unsafe { check(sys::cuCtxGetCurrent(&mut ctx), "cuCtxGetCurrent")? };
-        if ctx.is_null() {
+        if cu::ctx_get_current()?.is_null() {
             return Ok(None);
         }
-        let mut dev: sys::CUdevice = 0;
-        // SAFETY: a context is current; writes one int.
-        unsafe { check(sys::cuCtxGetDevice(&mut dev), "cuCtxGetDevice")? };
-        Ok(Some(dev))
+        // A context is current.
+        Ok(Some(cu::ctx_get_device()?))
     })
     .ok()
     .flatten()
@@ -50,7 +45,7 @@ pub fn locate(ptr: *const c_void) -> Result<(Memory, Extent)> {
         return Ok((Memory::Host, None));
     }
     guarded("cuPointerGetAttributes", || {
-        use sys::CUpointer_attribute as A;
+        use cu::CUpointer_attribute as A;
         let (mut kind, mut ord, mut base, mut size) = (0u32, -1i32, 0u64, 0usize);
         let mut attrs = [
             A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
@@ -66,19 +61,12 @@ pub fn locate(ptr: *const c_void) -> Result<(Memory, Extent)> {
         ];
         // SAFETY: four attributes, each written into a value of its size
         // (a 32-bit enum, an int, a CUdeviceptr, a size_t).
-        let r = unsafe {
-            sys::cuPointerGetAttributes(
-                4,
-                attrs.as_mut_ptr(),
-                data.as_mut_ptr(),
-                ptr as sys::CUdeviceptr,
-            )
-        };
-        if r == CUresult::CUDA_ERROR_INVALID_VALUE {
+        let r = unsafe { cu::pointer_attributes(&mut attrs, &mut data, ptr as cu::CUdeviceptr) };
+        if r.is_err_and(|e| e.code == CUresult::CUDA_ERROR_INVALID_VALUE) {
             return Ok((Memory::Host, None));
         }
-        check(r, "cuPointerGetAttributes")?;
-        if kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+        r?;
+        if kind != cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
             return Ok((Memory::Host, None));
         }
         let extent = (size > 0).then_some((base, size as u64));
@@ -127,13 +115,9 @@ pub fn mem_alloc_current(bytes: usize) -> Result<Option<u64>> {
         return Ok(None);
     }
     guarded("cuMemAlloc", || {
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        let mut p: sys::CUdeviceptr = 0;
-        // SAFETY: writes a handle and a pointer; a context is current.
-        unsafe {
-            check(sys::cuCtxGetCurrent(&mut ctx), "cuCtxGetCurrent")?;
-            check(sys::cuMemAlloc_v2(&mut p, bytes.max(1)), "cuMemAlloc")?;
-        }
+        // A context is current.
+        let ctx = cu::ctx_get_current()?;
+        let p = cu::mem_alloc(bytes.max(1))?;
         device_allocations().insert(p, ctx as usize);
         Ok(Some(p))
     })
@@ -144,10 +128,10 @@ pub fn mem_free(ptr: u64) -> Result<bool> {
     let Some(ctx) = device_allocations().remove(&ptr) else {
         return Ok(false);
     };
-    let _scope = CtxScope::enter(ctx as sys::CUcontext)?;
+    let _scope = CtxScope::enter(ctx as cu::CUcontext)?;
     guarded("cuMemFree", || {
         // SAFETY: allocated by cuMemAlloc in this context, freed once (removed above).
-        unsafe { check(sys::cuMemFree_v2(ptr), "cuMemFree")? };
+        unsafe { cu::mem_free(ptr) }?;
         Ok(true)
     })
 }
@@ -159,17 +143,11 @@ pub fn mem_free(ptr: u64) -> Result<bool> {
 pub fn use_device(ordinal: i32) -> Result<()> {
     loader::driver()?;
     guarded("cuDevicePrimaryCtxRetain", || {
-        let mut dev: sys::CUdevice = 0;
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: out-pointers are valid; the driver was probed.
-        unsafe {
-            check(sys::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
-            check(
-                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-                "cuDevicePrimaryCtxRetain",
-            )?;
-            check(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-        }
+        // The driver was probed.
+        let dev = cu::device_get(ordinal)?;
+        let ctx = cu::primary_ctx_retain(dev)?;
+        // SAFETY: the context was just retained (for the life of the process).
+        Ok(unsafe { cu::ctx_set_current(ctx) }?)
     })
 }
 
@@ -182,13 +160,8 @@ pub fn copy_to_device(dst: u64, src: &[u8]) -> Result<()> {
     loader::driver()?;
     guarded("cuMemcpyHtoD", || {
         // SAFETY: the caller passes device memory of at least src.len() bytes.
-        unsafe {
-            check(
-                sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()),
-                "cuMemcpyHtoD",
-            )?;
-            check(sys::cuCtxSynchronize(), "cuCtxSynchronize")
-        }
+        unsafe { cu::memcpy_htod(dst, src.as_ptr() as *const c_void, src.len()) }?;
+        Ok(cu::ctx_synchronize()?)
     })
 }
 
@@ -197,12 +170,7 @@ pub fn copy_from_device(dst: &mut [u8], src: u64) -> Result<()> {
     loader::driver()?;
     guarded("cuMemcpyDtoH", || {
         // SAFETY: the caller passes device memory of at least dst.len() bytes.
-        unsafe {
-            check(
-                sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()),
-                "cuMemcpyDtoH",
-            )
-        }
+        Ok(unsafe { cu::memcpy_dtoh(dst.as_mut_ptr() as *mut c_void, src, dst.len()) }?)
     })
 }
 
@@ -229,8 +197,5 @@ pub fn release_allocation(ordinal: i32, mapped: u64) {
 
 pub fn synchronize_current() -> Result<()> {
     loader::driver()?;
-    // SAFETY: no arguments.
-    guarded("cuCtxSynchronize", || unsafe {
-        check(sys::cuCtxSynchronize(), "cuCtxSynchronize")
-    })
+    guarded("cuCtxSynchronize", || Ok(cu::ctx_synchronize()?))
 }

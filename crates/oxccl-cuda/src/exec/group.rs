@@ -12,9 +12,9 @@ use super::*;
 /// their large copies go to the copy engines (`pair_for_copy_engines`).
 pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
     let used = |l: &Launch| StreamUse {
-        clique: Arc::as_ptr(&l.comm.pair) as usize,
+        clique: Arc::as_ptr(&l.comm.in_process.pair) as usize,
         rank: l.comm.rank,
-        ctx: l.comm.ctx as usize,
+        ctx: l.comm.gpu.ctx as usize,
         stream: l.stream,
     };
     if let Some((a, b)) = shared_stream(&launches, used) {
@@ -23,11 +23,11 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
             "ranks {} and {} of one communicator were given the same stream {s:#x} on GPU {}: \
              each rank's kernel would wait for the other's, queued behind it, until the \
              timeout; give every rank its own stream",
-            c.rank, launches[b].comm.rank, c.ordinal
+            c.rank, launches[b].comm.rank, c.gpu.ordinal
         )));
     }
-    if let Some(calls) = joint_groups(&launches) {
-        return enqueue_joint(&launches, &calls);
+    if let Some(calls) = one_launch_groups(&launches) {
+        return enqueue_one_launch(&launches, &calls);
     }
     let mut ops: Vec<Launch> = Vec::with_capacity(launches.len());
     let mut p2p: Vec<Launch> = Vec::new();
@@ -65,21 +65,27 @@ pub fn launch_all(launches: Vec<Launch>) -> Result<()> {
         pair_for_copy_engines(&mut ops, cfg.ce_min, cfg.ce_ar_min());
     }
     for l in ops {
-        l.go()?;
+        l.enqueue()?;
     }
     Ok(())
 }
 
 /// Whether a group runs as one-launch kernels of every rank
 /// ([`one_launch::group_up`]), and its calls' launches, rank 0's first.
-pub(super) fn joint_groups(ls: &[Launch]) -> Option<Vec<Vec<usize>>> {
+pub(super) fn one_launch_groups(ls: &[Launch]) -> Option<Vec<Vec<usize>>> {
     // Most groups have a launch that cannot: no list built for them.
-    if ls.len() < 2 || ls.iter().any(|l| l.joint.is_none()) {
+    if ls.len() < 2 || ls.iter().any(|l| l.one_launch.is_none()) {
         return None;
     }
     let parts: Vec<_> = ls
         .iter()
-        .map(|l| (Arc::as_ptr(&l.comm.pair) as usize, l.comm.rank, l.joint))
+        .map(|l| {
+            (
+                Arc::as_ptr(&l.comm.in_process.pair) as usize,
+                l.comm.rank,
+                l.one_launch,
+            )
+        })
         .collect();
     one_launch::group_up(&parts, ls[0].comm.nranks)
 }
@@ -89,7 +95,7 @@ pub(super) fn joint_groups(ls: &[Launch]) -> Option<Vec<Vec<usize>>> {
 /// which rank 0's stream waits for (every input is ready); the kernel
 /// runs; every other rank's stream waits for an event recorded after it
 /// (every output is written). Returns without waiting for the GPUs.
-pub(super) fn enqueue_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
+pub(super) fn enqueue_one_launch(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
     for call in calls {
         let l0 = &ls[call[0]];
         let c0 = &l0.comm;
@@ -97,50 +103,50 @@ pub(super) fn enqueue_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
         for &i in call {
             ls[i].comm.healthy()?;
             let p = ls[i]
-                .joint
+                .one_launch
                 .ok_or_else(|| Error::internal("a one-launch call without every rank's part"))?;
             parts.push(p);
         }
         let p0 = parts[0];
-        let f = c0.typed_function(Family::Joint, p0.dtype, p0.op, || {
+        let f = c0.typed_function(Family::OneLaunch, p0.dtype, p0.op, || {
             c0.function_in(
                 &kernels::ring_variant(p0.dtype, p0.op),
-                &ring::joint_kernel_name(p0.dtype, p0.op),
+                &ring::one_launch_kernel_name(p0.dtype, p0.op),
             )
         })?;
         let n = call.len();
         let elem = p0.dtype.size() as u64;
         let blocks =
             one_launch::blocks(one_launch::largest_buffer(p0.collective, p0.count, elem, n));
-        let s0 = l0.stream as sys::CUstream;
+        let s0 = l0.stream as cu::CUstream;
         let mut ready = Vec::with_capacity(n - 1);
         for &i in &call[1..] {
             let l = &ls[i];
-            let _scope = CtxScope::enter(l.comm.ctx)?;
-            let e = l.comm.joint_event()?;
-            record_event(e, l.stream as sys::CUstream)?;
+            let _scope = CtxScope::enter(l.comm.gpu.ctx)?;
+            let e = l.comm.launches.one_launch_event()?;
+            record_event(e, l.stream as cu::CUstream)?;
             ready.push(e);
         }
         let e0 = {
-            let _scope = CtxScope::enter(c0.ctx)?;
+            let _scope = CtxScope::enter(c0.gpu.ctx)?;
             for &e in &ready {
                 wait_event(s0, e)?;
             }
             // SAFETY: every part comes from a checked call of this group
-            // (joint_part: every rank in this process, so each rank's
+            // (one_launch_call: every rank in this process, so each rank's
             // buffers are on rank 0's GPU or on a peer that it can access,
             // enabled when the communicator was created); `f` is of rank
             // 0's context, current here.
-            unsafe { ring::launch_joint(f.raw(), blocks, s0, one_launch::args(&parts))? };
+            unsafe { ring::launch_one_launch(f.raw(), blocks, s0, one_launch::args(&parts))? };
             JOINT_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let e = c0.joint_event()?;
+            let e = c0.launches.one_launch_event()?;
             record_event(e, s0)?;
             e
         };
         for &i in &call[1..] {
             let l = &ls[i];
-            let _scope = CtxScope::enter(l.comm.ctx)?;
-            wait_event(l.stream as sys::CUstream, e0)?;
+            let _scope = CtxScope::enter(l.comm.gpu.ctx)?;
+            wait_event(l.stream as cu::CUstream, e0)?;
         }
         c0.log_tuning(l0.what, "Joint", "Simple", blocks);
     }
@@ -148,21 +154,21 @@ pub(super) fn enqueue_joint(ls: &[Launch], calls: &[Vec<usize>]) -> Result<()> {
 }
 
 /// `cuEventRecord(e, stream)`; the event's context is current.
-pub(super) fn record_event(e: sys::CUevent, stream: sys::CUstream) -> Result<()> {
+pub(super) fn record_event(e: cu::CUevent, stream: cu::CUstream) -> Result<()> {
     guarded("cuEventRecord", || {
         // SAFETY: the callers pass an event of the current context
-        // (DevComm::joint_event, ce_side) and a stream of it (check_stream
+        // (DevComm::one_launch_event, ce_side) and a stream of it (check_stream
         // at prepare, or ce_side's own).
-        unsafe { check(sys::cuEventRecord(e, stream), "cuEventRecord") }
+        Ok(unsafe { cu::event_record(e, stream) }?)
     })
 }
 
 /// `cuStreamWaitEvent(stream, e)`; the stream's context is current (the
 /// event may be another's).
-pub(super) fn wait_event(stream: sys::CUstream, e: sys::CUevent) -> Result<()> {
+pub(super) fn wait_event(stream: cu::CUstream, e: cu::CUevent) -> Result<()> {
     guarded("cuStreamWaitEvent", || {
         // SAFETY: a stream of the current context and a live event.
-        unsafe { check(sys::cuStreamWaitEvent(stream, e, 0), "cuStreamWaitEvent") }
+        Ok(unsafe { cu::stream_wait_event(stream, e) }?)
     })
 }
 
@@ -199,15 +205,10 @@ pub(super) fn shared_stream<T>(
 /// # Safety
 /// Both ranges must be device memory this context can reach, live until the
 /// copy ran.
-pub(super) unsafe fn copy_async(x: &ce::Xfer, on: sys::CUstream) -> Result<()> {
+pub(super) unsafe fn copy_async(x: &ce::Xfer, on: cu::CUstream) -> Result<()> {
     guarded("cuMemcpyAsync", || {
         // SAFETY: the caller's contract.
-        unsafe {
-            check(
-                sys::cuMemcpyAsync(x.dst, x.src, x.bytes as usize, on),
-                "cuMemcpyAsync",
-            )
-        }
+        Ok(unsafe { cu::memcpy_async(x.dst, x.src, x.bytes as usize, on) }?)
     })
 }
 
@@ -216,14 +217,14 @@ pub(super) unsafe fn copy_async(x: &ce::Xfer, on: sys::CUstream) -> Result<()> {
 pub(super) static CE_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Peer allocations this process holds open for the copy engines between
-/// processes (`xp`): what tests read to see that freed ones are let go.
+/// processes (`two_process_io`): what tests read to see that freed ones are let go.
 pub fn peer_mappings() -> usize {
     two_process_io::open_mappings()
 }
 
 /// How many calls of this process ran as one-launch kernels of every rank
 /// so far (every rank's call counts once together; [`oxccl_core::gpu::one_launch`]).
-pub fn joint_calls() -> u64 {
+pub fn one_launch_calls() -> u64 {
     JOINT_CALLS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
@@ -409,20 +410,18 @@ pub(super) fn copying(a: &CpArgs) -> ce::Copying {
     }
 }
 
-impl DevComm {
-    /// The event of [`enqueue_joint`], created on first use (this rank's context
+impl LaunchState {
+    /// The event of [`enqueue_one_launch`], created on first use (this rank's context
     /// current).
-    pub(super) fn joint_event(&self) -> Result<sys::CUevent> {
-        let mut e = lock(&self.joint_event);
+    pub(super) fn one_launch_event(&self) -> Result<cu::CUevent> {
+        let mut e = lock(&self.one_launch_event);
         if *e == 0 {
             *e = guarded("cuEventCreate", || {
-                let mut ev: sys::CUevent = std::ptr::null_mut();
-                // SAFETY: this rank's context is current (the caller's
-                // scope); writes one handle. 2: CU_EVENT_DISABLE_TIMING.
-                unsafe { check(sys::cuEventCreate(&mut ev, 2), "cuEventCreate")? };
-                Ok(ev as usize)
+                // This rank's context is current (the caller's scope).
+                // 2: CU_EVENT_DISABLE_TIMING.
+                Ok(cu::event_create(2)? as usize)
             })?;
         }
-        Ok(*e as sys::CUevent)
+        Ok(*e as cu::CUevent)
     }
 }

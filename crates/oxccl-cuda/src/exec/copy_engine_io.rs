@@ -12,13 +12,13 @@ impl DevComm {
         &self,
         f: KernelFn,
         peer_flags: u64,
-        stream: sys::CUstream,
+        stream: cu::CUstream,
     ) -> Result<()> {
-        let mut seq = lock(&self.seq);
+        let mut seq = lock(&self.launches.seq);
         let args = CpArgs {
             input: 0,
             output: 0,
-            my_flags: self.flags,
+            my_flags: self.launches.flags,
             peer_flags,
             bytes: 0,
             seq: *seq,
@@ -36,48 +36,6 @@ impl DevComm {
         Ok(())
     }
 
-    /// The side stream and events, created on first use (context current).
-    pub(super) fn ce_side(&self) -> Result<CeSide> {
-        self.ce_side_at(0)
-    }
-
-    /// Side stream `i` (0 or 1) and its events, created on first use.
-    pub(super) fn ce_side_at(&self, i: usize) -> Result<CeSide> {
-        let mut sides = lock(&self.ce_side);
-        let side = &mut sides[i];
-        if let Some(sd) = *side {
-            return Ok(sd);
-        }
-        let sd = guarded("cuStreamCreate", || {
-            let mut st: sys::CUstream = std::ptr::null_mut();
-            let mut ev = [std::ptr::null_mut(); 2];
-            // SAFETY: this rank's context is current (the caller's scope);
-            // each call writes one handle; on a failure the ones made are
-            // destroyed before returning.
-            unsafe {
-                // 1: CU_STREAM_NON_BLOCKING (no implicit sync with stream 0).
-                check(sys::cuStreamCreate(&mut st, 1), "cuStreamCreate")?;
-                for e in ev.iter_mut() {
-                    // 2: CU_EVENT_DISABLE_TIMING (ordering only).
-                    if let Err(err) = check(sys::cuEventCreate(e, 2), "cuEventCreate") {
-                        for made in ev.iter().filter(|x| !x.is_null()) {
-                            sys::cuEventDestroy_v2(*made);
-                        }
-                        sys::cuStreamDestroy_v2(st);
-                        return Err(err);
-                    }
-                }
-            }
-            Ok(CeSide {
-                stream: st as usize,
-                fork: ev[0] as usize,
-                join: ev[1] as usize,
-            })
-        })?;
-        *side = Some(sd);
-        Ok(sd)
-    }
-
     /// Runs this rank's half of a copy-engine call on `stream`: barrier,
     /// the local copies on the side stream beside the pulls from the peer on
     /// `stream`, join, barrier. Returns without waiting.
@@ -85,10 +43,10 @@ impl DevComm {
         &self,
         f: KernelFn,
         plan: &ce::Plan,
-        stream: sys::CUstream,
+        stream: cu::CUstream,
     ) -> Result<()> {
         let peer = self.peer()?;
-        let _scope = CtxScope::enter(self.ctx)?;
+        let _scope = CtxScope::enter(self.gpu.ctx)?;
         self.queue_ce(&|| self.ce_barrier(f, peer.flags, stream), plan, stream)
     }
 
@@ -99,10 +57,10 @@ impl DevComm {
         &self,
         barrier: &dyn Fn() -> Result<()>,
         plan: &ce::Plan,
-        stream: sys::CUstream,
+        stream: cu::CUstream,
     ) -> Result<()> {
         barrier()?;
-        let copy = |x: &ce::Xfer, on: sys::CUstream| {
+        let copy = |x: &ce::Xfer, on: cu::CUstream| {
             // SAFETY: the plan's ranges were checked by both ranks' prepare
             // calls to be device memory of their GPUs, which have peer
             // access to each other (unified addressing routes the copy); the
@@ -120,10 +78,10 @@ impl DevComm {
         let side = if plan.local.is_empty() && !pulls_on_side {
             None
         } else {
-            Some(self.ce_side()?)
+            Some(self.copy_engines.side_at(0)?)
         };
         if let Some(sd) = side {
-            let st = sd.stream as sys::CUstream;
+            let st = sd.stream as cu::CUstream;
             self.fork_side(sd, stream)?;
             for x in &plan.local {
                 copy(x, st)?;
@@ -153,11 +111,11 @@ impl DevComm {
     /// ([`ce_reduce::SCRATCH_BYTES`]), allocated on first use. Call it
     /// before the group launches anything (it synchronises the context).
     pub(super) fn ce_scratch(&self) -> Result<u64> {
-        let mut sc = lock(&self.ce_scratch);
+        let mut sc = lock(&self.copy_engines.scratch);
         if let Some(p) = *sc {
             return Ok(p);
         }
-        let _scope = CtxScope::enter(self.ctx)?;
+        let _scope = CtxScope::enter(self.gpu.ctx)?;
         // Only the flags must start at zero; the slots are written before read.
         let p = alloc_zeroed(
             ce_reduce::SCRATCH_BYTES as usize,
@@ -179,10 +137,10 @@ impl DevComm {
         f: KernelFn,
         fr: KernelFn,
         plan: &ce_reduce::RankPlan,
-        stream: sys::CUstream,
+        stream: cu::CUstream,
     ) -> Result<()> {
         let peer = self.peer()?;
-        let _scope = CtxScope::enter(self.ctx)?;
+        let _scope = CtxScope::enter(self.gpu.ctx)?;
         // Two copy streams (odd slots on the second): 2 GiB all-reduce 5,794
         // µs against 5,939 with one (370.7 against 361.6 GB/s busbw), 4 GiB
         // 375.9 against 364.4, 1 GiB 361.1 against 355.4; reduce-scatter
@@ -206,13 +164,13 @@ impl DevComm {
         barrier: &dyn Fn() -> Result<()>,
         fr: KernelFn,
         plan: &ce_reduce::RankPlan,
-        stream: sys::CUstream,
+        stream: cu::CUstream,
         two_streams: bool,
     ) -> Result<()> {
-        let scratch = (*lock(&self.ce_scratch))
+        let scratch = (*lock(&self.copy_engines.scratch))
             .ok_or_else(|| Error::internal("copy-engine reduction without its scratch"))?;
-        let sd = self.ce_side()?;
-        let side = sd.stream as sys::CUstream;
+        let sd = self.copy_engines.side_at(0)?;
+        let side = sd.stream as cu::CUstream;
         let flags = scratch + ce_reduce::FLAGS_OFFSET;
         let word = |w: u32| flags + 4 * w as u64;
         barrier()?;
@@ -222,14 +180,14 @@ impl DevComm {
             // Each slot's steps stay in order on one stream (its waits,
             // copies and flags), so the schedule holds with two.
             let sd2 = if two_streams {
-                let s2 = self.ce_side_at(1)?;
+                let s2 = self.copy_engines.side_at(1)?;
                 self.fork_side(s2, stream)?;
                 Some(s2)
             } else {
                 None
             };
             let side_of = |slot: u32| match sd2 {
-                Some(s2) if slot % 2 == 1 => s2.stream as sys::CUstream,
+                Some(s2) if slot % 2 == 1 => s2.stream as cu::CUstream,
                 _ => side,
             };
             // The kernel is queued before the copies it waits for: were the
@@ -310,7 +268,7 @@ impl DevComm {
     pub(super) unsafe fn queue_gather(
         &self,
         gather: &[ce::Xfer],
-        stream: sys::CUstream,
+        stream: cu::CUstream,
         sd: CeSide,
     ) -> Result<()> {
         if gather.is_empty() {
@@ -319,7 +277,7 @@ impl DevComm {
         let on_side = (stream as usize) <= 2;
         let on = if on_side {
             self.fork_side(sd, stream)?;
-            sd.stream as sys::CUstream
+            sd.stream as cu::CUstream
         } else {
             stream
         };
@@ -351,7 +309,7 @@ impl DevComm {
         barrier: &dyn Fn() -> Result<()>,
         fr: KernelFn,
         plan: &ce_reduce::PushedPlan,
-        stream: sys::CUstream,
+        stream: cu::CUstream,
         ring: &ring::Ring,
         peer: usize,
     ) -> Result<()> {
@@ -386,7 +344,7 @@ impl DevComm {
         };
         // Pushes alternate on `streams` side streams (ce_reduce::counter_slot).
         let sides = (0..plan.streams.clamp(1, 2) as usize)
-            .map(|i| self.ce_side_at(i))
+            .map(|i| self.copy_engines.side_at(i))
             .collect::<Result<Vec<_>>>()?;
         let sd = sides[0];
         barrier()?;
@@ -440,7 +398,7 @@ impl DevComm {
             // Queued after the kernel, as in queue_ce_reduce.
             for (k, x) in plan.pushes.iter().enumerate() {
                 let (h, v) = ce_reduce::counter_slot(k as u64, plan.streams);
-                let side = sides[h as usize].stream as sys::CUstream;
+                let side = sides[h as usize].stream as cu::CUstream;
                 if let Some(&w) = plan.waits.get(k).filter(|&&w| w > 0) {
                     // In place: this piece lands on values the peer's own
                     // push w - 1 reads, or in a slot whose piece the peer's
@@ -514,5 +472,66 @@ impl DevComm {
         }
         CE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+}
+
+impl CopyEngineState {
+    /// Side stream `i` (0 or 1) and its events, created on first use (this
+    /// rank's context current).
+    pub(super) fn side_at(&self, i: usize) -> Result<CeSide> {
+        let mut sides = lock(&self.side);
+        let side = &mut sides[i];
+        if let Some(sd) = *side {
+            return Ok(sd);
+        }
+        let sd = guarded("cuStreamCreate", || {
+            let mut ev: [cu::CUevent; 2] = [std::ptr::null_mut(); 2];
+            // This rank's context is current (the caller's scope).
+            // 1: CU_STREAM_NON_BLOCKING (no implicit sync with stream 0).
+            let st = cu::stream_create(1)?;
+            for i in 0..ev.len() {
+                // 2: CU_EVENT_DISABLE_TIMING (ordering only).
+                match cu::event_create(2) {
+                    Ok(e) => ev[i] = e,
+                    Err(err) => {
+                        // SAFETY: on a failure the ones made are destroyed
+                        // before returning, once, with nothing queued.
+                        unsafe {
+                            for made in ev.iter().filter(|x| !x.is_null()) {
+                                let _ = cu::event_destroy(*made);
+                            }
+                            let _ = cu::stream_destroy(st);
+                        }
+                        return Err(err.into());
+                    }
+                }
+            }
+            Ok(CeSide {
+                stream: st as usize,
+                fork: ev[0] as usize,
+                join: ev[1] as usize,
+            })
+        })?;
+        *side = Some(sd);
+        Ok(sd)
+    }
+
+    /// Frees the scratch and destroys the side streams and their events.
+    ///
+    /// # Safety
+    /// This rank's context is current and synchronised, and nothing queued
+    /// uses them any more.
+    pub(super) unsafe fn release(&self) {
+        // SAFETY: the caller's contract; each is freed once (taken out).
+        unsafe {
+            if let Some(p) = lock(&self.scratch).take() {
+                let _ = cu::mem_free(p);
+            }
+            for sd in lock(&self.side).iter_mut().filter_map(Option::take) {
+                let _ = cu::event_destroy(sd.fork as cu::CUevent);
+                let _ = cu::event_destroy(sd.join as cu::CUevent);
+                let _ = cu::stream_destroy(sd.stream as cu::CUstream);
+            }
+        }
     }
 }

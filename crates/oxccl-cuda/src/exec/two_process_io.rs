@@ -14,7 +14,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// A communicator's per-call channel with its peer in another process,
 /// and the peer allocations it opened.
 #[derive(Debug)]
-pub(super) struct XpState {
+pub(super) struct TwoProcessChannel {
     peer: usize,
     /// The byte bounds both ranks agreed on.
     bounds: two_process::Bounds,
@@ -58,25 +58,15 @@ pub(super) fn import(ordinal: i32, handle: &[u8; 64]) -> Result<u64> {
         return Ok(e.0);
     }
     let p = guarded("cuIpcOpenMemHandle", || {
-        let mut p: sys::CUdeviceptr = 0;
-        let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        let mut h = cu::CUipcMemHandle_st { reserved: [0; 64] };
         for (o, c) in h.reserved.iter_mut().zip(handle.iter()) {
             *o = *c as _;
         }
         // SAFETY: a handle the peer made with cuIpcGetMemHandle for an
         // allocation it passed to this very call (live until the call's
-        // last barrier); writes one pointer.
-        unsafe {
-            check(
-                sys::cuIpcOpenMemHandle_v2(
-                    &mut p,
-                    h,
-                    sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
-                ),
-                "cuIpcOpenMemHandle (the peer's buffer)",
-            )?
-        };
-        Ok(p)
+        // last barrier).
+        unsafe { cu::ipc_open_mem_handle(h) }
+            .map_err(|e| e.context("cuIpcOpenMemHandle (the peer's buffer)"))
     })?;
     m.insert((ordinal, *handle), (p, 1));
     Ok(p)
@@ -98,7 +88,7 @@ pub(super) fn release(ordinal: i32, mapped: u64) {
         if last == Some(true) {
             m.remove(&k);
             // SAFETY: opened by `import`, no reference left, no work queued on it.
-            unsafe { sys::cuIpcCloseMemHandle(mapped) };
+            let _ = unsafe { cu::ipc_close_mem_handle(mapped) };
         }
     }
 }
@@ -106,19 +96,11 @@ pub(super) fn release(ordinal: i32, mapped: u64) {
 /// `CU_POINTER_ATTRIBUTE_BUFFER_ID` of a device pointer.
 fn buffer_id(ptr: u64) -> Result<u64> {
     guarded("cuPointerGetAttribute", || {
-        let mut id: u64 = 0;
-        // SAFETY: the attribute is an unsigned long long, written into `id`.
+        // SAFETY: the attribute is an unsigned long long.
         unsafe {
-            check(
-                sys::cuPointerGetAttribute(
-                    &mut id as *mut u64 as *mut c_void,
-                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
-                    ptr,
-                ),
-                "cuPointerGetAttribute(BUFFER_ID)",
-            )?
-        };
-        Ok(id)
+            cu::pointer_attribute_u64(cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr)
+        }
+        .map_err(|e| e.context("cuPointerGetAttribute(BUFFER_ID)"))
     })
 }
 
@@ -126,9 +108,8 @@ fn buffer_id(ptr: u64) -> Result<u64> {
 /// exported (a VMM allocation, or memory from another allocator).
 pub(super) fn ipc_handle(base: u64) -> Option<[u8; 64]> {
     guarded("cuIpcGetMemHandle", || {
-        let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
-        // SAFETY: writes one handle; `base` is an allocation's start.
-        unsafe { check(sys::cuIpcGetMemHandle(&mut h, base), "cuIpcGetMemHandle")? };
+        // SAFETY: `base` is an allocation's start.
+        let h = unsafe { cu::ipc_get_mem_handle(base) }?;
         let mut out = [0u8; 64];
         for (o, c) in out.iter_mut().zip(h.reserved.iter()) {
             *o = *c as u8;
@@ -224,7 +205,7 @@ impl DevComm {
     /// see the same facts, so both connect or neither): the bootstrap's
     /// connection [`two_process::STREAM_INDEX`], then both ranks' byte bounds
     /// ([`two_process::agree_bounds`]).
-    pub(super) fn setup_xp(&self, boot: &RingBoot) -> Result<()> {
+    pub(super) fn setup_two_process(&self, boot: &RingBoot) -> Result<()> {
         let Some(Ok(r)) = self.ring.get() else {
             return Ok(());
         };
@@ -300,7 +281,7 @@ impl DevComm {
                 "pulled"
             }
         );
-        let _ = self.xp.set(XpState {
+        let _ = self.two_process.set(TwoProcessChannel {
             peer,
             bounds,
             chan: Mutex::new(chan),
@@ -314,21 +295,21 @@ impl DevComm {
     /// process: the channel is up, the shape is [`two_process::eligible`], and the
     /// stream is not being captured (the reduction's stream memory
     /// operations are not captured; every rank captures alike).
-    pub(super) fn xp_call(
+    pub(super) fn two_process_call(
         &self,
         call: two_process::Call,
         stream: usize,
     ) -> Option<two_process::Call> {
-        let xs = self.xp.get()?;
+        let xs = self.two_process.get()?;
         (two_process::eligible(&call, &xs.bounds) && !capturing(stream)).then_some(call)
     }
 
     /// This rank's buffer at `ptr` as the peer may open it.
-    fn export(&self, xs: &XpState, ptr: u64) -> two_process::Buf {
+    fn export(&self, xs: &TwoProcessChannel, ptr: u64) -> two_process::Buf {
         let Ok((Memory::Device(o), Some((base, size)))) = locate(ptr as *const c_void) else {
             return two_process::Buf::NONE;
         };
-        if o != self.ordinal || ptr < base {
+        if o != self.gpu.ordinal || ptr < base {
             return two_process::Buf::NONE;
         }
         let Ok(id) = buffer_id(ptr) else {
@@ -359,7 +340,7 @@ impl DevComm {
     /// Closes the mappings of the peer's allocations that its message says
     /// it freed (never one this call shares), after synchronising the
     /// context: no queued copy may still use them.
-    fn close_dead(&self, xs: &XpState, theirs: &two_process::Msg) -> Result<()> {
+    fn close_dead(&self, xs: &TwoProcessChannel, theirs: &two_process::Msg) -> Result<()> {
         let mut cache = lock(&xs.cache);
         let ids: Vec<u64> = theirs
             .dead
@@ -378,7 +359,7 @@ impl DevComm {
         if !gone.is_empty() {
             synchronize_current()?;
             for m in gone {
-                release(self.ordinal, m);
+                release(self.gpu.ordinal, m);
             }
         }
         Ok(())
@@ -386,7 +367,7 @@ impl DevComm {
 
     /// Where the peer's two allocations are mapped here (opened now when
     /// not yet; an evicted one closed after synchronising the context).
-    fn open_peer(&self, xs: &XpState, bufs: &[two_process::Buf; 2]) -> Result<[u64; 2]> {
+    fn open_peer(&self, xs: &TwoProcessChannel, bufs: &[two_process::Buf; 2]) -> Result<[u64; 2]> {
         let mut cache = lock(&xs.cache);
         let mut out = [0u64; 2];
         for (i, b) in bufs.iter().enumerate() {
@@ -398,11 +379,11 @@ impl DevComm {
                 out[i] = m;
                 continue;
             }
-            let m = import(self.ordinal, &b.handle)?;
+            let m = import(self.gpu.ordinal, &b.handle)?;
             if let Some(ev) = cache.insert(b.id, m) {
                 // Earlier calls' copies may still read the evicted mapping.
                 synchronize_current()?;
-                release(self.ordinal, ev);
+                release(self.gpu.ordinal, ev);
             }
             out[i] = m;
         }
@@ -418,11 +399,11 @@ impl DevComm {
         call: &two_process::Call,
         stream: usize,
     ) -> Result<bool> {
-        let Some(xs) = self.xp.get() else {
+        let Some(xs) = self.two_process.get() else {
             return Ok(false);
         };
         let r = self.ring()?;
-        let _scope = CtxScope::enter(self.ctx)?;
+        let _scope = CtxScope::enter(self.gpu.ctx)?;
         let bufs = [self.export(xs, call.input), self.export(xs, call.output)];
         // An in-place reduction shares this rank's scratch, where the peer
         // may push (two_process::in_place_pushable).
@@ -544,7 +525,7 @@ impl DevComm {
                 return Ok(false);
             }
         };
-        let st = stream as sys::CUstream;
+        let st = stream as cu::CUstream;
         let args = r.barrier_args(xs.peer);
         // SAFETY: the barrier of this live ring with its peer, which queues
         // the same barriers (it decided alike from the same messages).
@@ -572,18 +553,18 @@ impl DevComm {
         recvs: &[(usize, u64, usize)],
         stream: usize,
     ) -> Option<two_process::Call> {
-        let xs = self.xp.get()?;
-        self.xp_call(
+        let xs = self.two_process.get()?;
+        self.two_process_call(
             two_process::p2p_call(sends, recvs, self.rank, xs.peer)?,
             stream,
         )
     }
 
     /// Lets go of the peer allocations (the context current and synchronised).
-    pub(super) fn close_xp(&self) {
-        if let Some(xs) = self.xp.get() {
+    pub(super) fn close_two_process(&self) {
+        if let Some(xs) = self.two_process.get() {
             for m in lock(&xs.cache).drain() {
-                release(self.ordinal, m);
+                release(self.gpu.ordinal, m);
             }
         }
     }
