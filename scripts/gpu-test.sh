@@ -101,8 +101,14 @@ run() { # name, command...  (OXCCL_GPU_ONLY="name ..." runs only those rows)
 
 B=$TESTS_DIR
 # Every row runs ignored tests too (`--include-ignored`); tests with a row of
-# their own are `--skip`ped in the others.
+# their own are `--skip`ped in the others. With one GPU the tests that need
+# two (`two_gpus_*`) are skipped too, and a row says so.
 ALL=--include-ignored
+NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$NGPUS" -lt 2 ]; then
+  ALL="$ALL --skip two_gpus"
+  rows+=("two_gpus_* tests: not run ($NGPUS GPU visible)  SKIP")
+fi
 PAIR=two_gpus_a_missing_partner_times_out
 run no_driver        "$B/no_driver" --nocapture --test-threads=1 $ALL
 run kernels_compile  "$B/kernels_compile" --nocapture $ALL
@@ -137,7 +143,7 @@ run gpu_abi_ce       env OXCCL_CUDA_CE_MIN=1 "$B/gpu_abi" --nocapture --test-thr
 OXCCL_TEST_TIMEOUT=300 run gpu_abi_ce_ar env OXCCL_CUDA_CE_AR_MIN=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 # A pair kernel whose partner never launches ends at the timeout (the test
 # runs it in a child process with OXCCL_TIMEOUT_MS=2000).
-run gpu_abi_pair_timeout "$B/gpu_abi" --nocapture --test-threads=1 --ignored --exact $PAIR
+[ "$NGPUS" -ge 2 ] && run gpu_abi_pair_timeout "$B/gpu_abi" --nocapture --test-threads=1 --ignored --exact $PAIR
 # One process per GPU (CUDA IPC), 3 and 4 ranks, host memory, a missing peer.
 # (child_rank is each rank's half: the tests start it themselves.)
 OXCCL_TEST_TIMEOUT=600 run gpu_procs env OXCCL_TEST_NET_PLUGIN="$B/libnccl-net-oxtest.so" \

@@ -5,10 +5,19 @@
 # doctor --help`, `python -m oxccl perf`), `oxccl run` on a program that
 # loads libnccl.so.2, and examples/c/allreduce.c built against
 # `oxccl.include_dir()` and `oxccl.lib_dir()`. Prints the wheel's size and
-# the seconds each step took.
-# Needs python3 with venv, cc, strip. Usage: scripts/wheel-check.sh
+# the seconds each step took. With --kernels DIR (a folder `oxccl kernels
+# --out` wrote for sm_80, sm_90 and sm_100 with --ptx: scripts/kernels-ci.sh)
+# the wheel carries it, and `oxccl kernels --list` from the environment must
+# find every program for each of those GPUs and PTX for a newer one, in
+# the folder beside the installed libnccl.so.2.
+# Needs python3 with venv, cc, strip.
+# Usage: scripts/wheel-check.sh [--kernels DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+kernels=()
+if [ "${1:-}" = --kernels ]; then
+  kernels=(--kernels "${2:?--kernels needs a folder}")
+fi
 
 fail() {
   echo "wheel-check: $*" >&2
@@ -22,7 +31,7 @@ if [ ! -x "$build_env/bin/maturin" ]; then
   "$build_env/bin/pip" install -q --disable-pip-version-check 'maturin>=1.5,<2'
 fi
 rm -f target/wheels/oxccl-*.whl
-MATURIN=$PWD/$build_env/bin/maturin scripts/wheel.sh
+MATURIN=$PWD/$build_env/bin/maturin scripts/wheel.sh "${kernels[@]}"
 wheel=$(ls target/wheels/oxccl-*.whl)
 t_build=$((SECONDS - t0))
 
@@ -59,6 +68,23 @@ res=$(LD_LIBRARY_PATH=$libdir "$work/allreduce") || fail "allreduce against the 
 [[ $res == *": OK" ]] || fail "allreduce printed '$res'"
 LD_LIBRARY_PATH=$libdir ldd "$work/allreduce" | grep -q "libnccl.so.2 => $libdir/libnccl.so.2" ||
   fail "allreduce does not load $libdir/libnccl.so.2"
+
+# The kernels: in the folder the installed library looks in (oxccl-kernels
+# beside it), each program as a CUBIN for sm_80 (which an sm_86 GPU takes
+# too), sm_90 and sm_100, and as PTX for a GPU newer than all of them (sm_120).
+if [ ${#kernels[@]} -gt 0 ]; then
+  "$ox" kernels --list --arch 80,86,90,100,120 >"$work/list.txt" 2>&1 ||
+    fail "oxccl kernels --list: a program is not prebuilt: $(grep -E 'not prebuilt|^oxccl' "$work/list.txt" | head -5)"
+  grep -qxF "prebuilt kernels in $(readlink -f "$libdir/oxccl-kernels")" "$work/list.txt" ||
+    fail "the kernels listed are not the ones beside $lib: $(head -1 "$work/list.txt")"
+  for a in 80 86 90 100; do
+    grep -Eq "^sm_$a: [0-9]+ programs: [0-9]+ CUBIN, 0 PTX, 0 to compile\$" "$work/list.txt" ||
+      fail "sm_$a: not every program has a CUBIN: $(grep "^sm_$a:" "$work/list.txt")"
+  done
+  grep -Eq "^sm_120: [0-9]+ programs: 0 CUBIN, [0-9]+ PTX, 0 to compile\$" "$work/list.txt" ||
+    fail "sm_120: not every program has PTX: $(grep '^sm_120:' "$work/list.txt")"
+  echo "wheel-check: kernels: $(grep -E '^sm_[0-9]+:' "$work/list.txt" | tr '\n' ';')"
+fi
 
 size=$(stat -c %s "$wheel")
 echo "wheel-check: OK: $(basename "$wheel"), $((size / 1024)) KiB; build ${t_build} s, install and checks $((SECONDS - t0 - t_build)) s"
