@@ -109,10 +109,12 @@ if [ "$NGPUS" -lt 2 ]; then
   ALL="$ALL --skip two_gpus"
   rows+=("two_gpus_* tests: not run ($NGPUS GPU visible)  SKIP")
 fi
+# Processes for the PyTorch rows: one per GPU, two at most.
+NPROC=$(( NGPUS < 2 ? 1 : 2 ))
 PAIR=two_gpus_a_missing_partner_times_out
 run no_driver        "$B/no_driver" --nocapture --test-threads=1 $ALL
 run kernels_compile  "$B/kernels_compile" --nocapture $ALL
-run gpu_first_start  "$B/gpu" --nocapture --test-threads=1 $ALL --skip timing_one_shot_all_reduce
+run gpu_first_start  "$B/gpu" --nocapture --test-threads=1 $ALL --skip two_gpus_timing_one_shot_all_reduce
 # A second process start: every kernel must come from the disk cache.
 run gpu_second_start "$B/gpu" --nocapture --test-threads=1 $ALL --exact device_memory_round_trip_and_copy_kernel
 if [ -f "$OUTDIR/gpu_second_start.log" ]; then
@@ -152,18 +154,24 @@ OXCCL_TEST_TIMEOUT=600 run gpu_procs env OXCCL_TEST_NET_PLUGIN="$B/libnccl-net-o
 # NVIDIA's NCCL from the PyTorch wheel for the comparisons.
 OXCCL_TEST_TIMEOUT=600 run perf_gpu env OXCCL_BIN="$BUNDLE/oxccl-cli/oxccl" \
   OXCCL_PERF_LIB="$BUNDLE/oxccl-nccl/lib/libnccl.so.2" "$B/perf_gpu" --nocapture --test-threads=1 $ALL
-run timing           "$B/gpu" --nocapture --ignored --test-threads=1 --exact timing_one_shot_all_reduce
+[ "$NGPUS" -ge 2 ] && run timing "$B/gpu" --nocapture --ignored --test-threads=1 --exact two_gpus_timing_one_shot_all_reduce
 
 if [ -z "${OXCCL_SKIP_TORCH:-}" ] && [ -x /opt/torch/.venv/bin/python3 ] && [ -f scripts/nccl_allreduce_timing.py ]; then
-  OXCCL_TEST_TIMEOUT=120 run nccl_reference /opt/torch/.venv/bin/python3 -m torch.distributed.run --standalone --nproc-per-node=2 scripts/nccl_allreduce_timing.py
+  OXCCL_TEST_TIMEOUT=120 run nccl_reference /opt/torch/.venv/bin/python3 -m torch.distributed.run --standalone --nproc-per-node=$NPROC scripts/nccl_allreduce_timing.py
 fi
 
 # PyTorch, one process per GPU, NVIDIA's NCCL then oxccl (LD_PRELOAD): the
-# digests of every output must be equal.
+# digests of every output must be equal (each run also checks every output
+# against values computed on the host). NCCL refuses two ranks on one GPU,
+# so with one GPU the pair is one process each, and a third row runs oxccl
+# with two processes sharing the GPU.
 TR=/opt/torch/.venv/bin/python3
 if [ -z "${OXCCL_SKIP_TORCH:-}" ] && [ -x $TR ]; then
-  OXCCL_TEST_TIMEOUT=300 run torch_nccl $TR -m torch.distributed.run --standalone --nproc-per-node=2 scripts/torch_check.py
+  OXCCL_TEST_TIMEOUT=300 run torch_nccl $TR -m torch.distributed.run --standalone --nproc-per-node=$NPROC scripts/torch_check.py
   OXCCL_TEST_TIMEOUT=300 run torch_oxccl env LD_PRELOAD="$BUNDLE/oxccl-nccl/lib/libnccl.so.2" \
+    $TR -m torch.distributed.run --standalone --nproc-per-node=$NPROC scripts/torch_check.py
+  [ "$NGPUS" -lt 2 ] && OXCCL_TEST_TIMEOUT=300 run torch_oxccl_shared env \
+    LD_PRELOAD="$BUNDLE/oxccl-nccl/lib/libnccl.so.2" \
     $TR -m torch.distributed.run --standalone --nproc-per-node=2 scripts/torch_check.py
   if [ -f "$OUTDIR/torch_nccl.log" ] && [ -f "$OUTDIR/torch_oxccl.log" ]; then
     a=$(grep '^digest' "$OUTDIR/torch_nccl.log"); b=$(grep '^digest' "$OUTDIR/torch_oxccl.log")

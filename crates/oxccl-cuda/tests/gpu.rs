@@ -131,8 +131,8 @@ fn device_memory_round_trip_and_copy_kernel() {
 
 #[test]
 #[ignore = "needs 2 GPUs: peer access between two GPUs"]
-fn peer_access_between_two_gpus() {
-    require_gpus("peer_access_between_two_gpus", 2);
+fn two_gpus_peer_access() {
+    require_gpus("two_gpus_peer_access", 2);
     let (a, b) = (Gpu::new(0).unwrap(), Gpu::new(1).unwrap());
     let ab = a.can_access_peer(&b).unwrap();
     let ba = b.can_access_peer(&a).unwrap();
@@ -161,8 +161,8 @@ fn peer_access_between_two_gpus() {
 
 #[test]
 #[ignore = "needs 2 GPUs: one shot all reduce matches host reference"]
-fn one_shot_all_reduce_matches_host_reference() {
-    require_gpus("one_shot_all_reduce_matches_host_reference", 2);
+fn two_gpus_one_shot_all_reduce_matches_host_reference() {
+    require_gpus("two_gpus_one_shot_all_reduce_matches_host_reference", 2);
     let (g0, g1) = (Gpu::new(0).unwrap(), Gpu::new(1).unwrap());
     let mut ar = OneShot2::new([&g0, &g1]).unwrap();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -234,8 +234,8 @@ fn one_shot_all_reduce_matches_host_reference() {
 
 #[test]
 #[ignore = "needs 2 GPUs: one shot all reduce back to back"]
-fn one_shot_all_reduce_back_to_back() {
-    require_gpus("one_shot_all_reduce_back_to_back", 2);
+fn two_gpus_one_shot_all_reduce_back_to_back() {
+    require_gpus("two_gpus_one_shot_all_reduce_back_to_back", 2);
     // Many calls queued without host waits: the flag sequence must keep the
     // two GPUs paired, and each call must see the previous one's output.
     let (g0, g1) = (Gpu::new(0).unwrap(), Gpu::new(1).unwrap());
@@ -267,8 +267,8 @@ fn one_shot_all_reduce_back_to_back() {
 
 #[test]
 #[ignore = "needs 2 GPUs: timing of the one-shot all-reduce (its own row in scripts/gpu-test.sh)"]
-fn timing_one_shot_all_reduce() {
-    require_gpus("timing_one_shot_all_reduce", 2);
+fn two_gpus_timing_one_shot_all_reduce() {
+    require_gpus("two_gpus_timing_one_shot_all_reduce", 2);
     let (g0, g1) = (Gpu::new(0).unwrap(), Gpu::new(1).unwrap());
     let t0 = std::time::Instant::now();
     let mut ar = OneShot2::new([&g0, &g1]).unwrap();
