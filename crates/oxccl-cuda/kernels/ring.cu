@@ -665,23 +665,79 @@ __device__ __noinline__ bool ll_step(LLChan& k, const RingCommon& c, u32 f, bool
     return true;
 }
 
-// The ring all-reduce of ring_run, over LL slots.
-template <typename E, int OP>
-__device__ void ring_run_ll(const RingArgs& a) {
+// ---- Protocols: how a ring algorithm moves a slot ----
+// A ring algorithm is written once (ring_allreduce below) over a protocol's
+// channel type and four operations: open and close a block's channel (its
+// step counters live in the window between launches), the elements one step
+// carries, and one step. Simple moves 16-byte packs through c.slot-byte
+// slots, a tail per step published with one system-scope release (rstep);
+// LL moves 8-byte values with a flag in each 16-byte line (half of each
+// ll_bytes slot is data) and needs no fence (ll_step). A third protocol
+// (LL128's 120 data bytes per 128-byte line, say) supplies the same four.
+struct ProtoSimple {
+    typedef Chan Channel;
+    template <typename S>
+    static __device__ __forceinline__ u64 pack() { return 16 / sizeof(S); }
+    template <typename S>
+    static __device__ __forceinline__ u64 slot_elems(const RingCommon& c) {
+        return (c.slot / sizeof(S)) / pack<S>() * pack<S>();
+    }
+    static __device__ __forceinline__ void open(Chan& k, const RingCommon& c, u32 prev, u32 next) {
+        chan_open(k, c, prev, next);
+    }
+    static __device__ __forceinline__ void close(const Chan& k, const RingCommon& c) { chan_close(k, c); }
+    template <typename E, int OP>
+    static __device__ __forceinline__ bool step(Chan& k, const RingCommon& c, u32 f, bool send,
+                                                const typename E::S* in, typename E::S* out, u64 n,
+                                                typename E::A s) {
+        return rstep<E, OP>(k, c, f, send, in, out, n, s);
+    }
+};
+
+struct ProtoLL {
+    typedef LLChan Channel;
+    template <typename S>
+    static __device__ __forceinline__ u64 pack() { return 8 / sizeof(S); }
+    template <typename S>
+    static __device__ __forceinline__ u64 slot_elems(const RingCommon& c) {
+        return (c.ll_bytes / 2 / sizeof(S)) / pack<S>() * pack<S>();
+    }
+    static __device__ __forceinline__ void open(LLChan& k, const RingCommon& c, u32 prev, u32 next) {
+        ll_open(k, c, prev, next);
+    }
+    static __device__ __forceinline__ void close(const LLChan& k, const RingCommon& c) {
+        *counter(c, 3, k.prev, blockIdx.x) = k.rstep;
+        *counter(c, 2, k.next, blockIdx.x) = k.sstep;
+    }
+    template <typename E, int OP>
+    static __device__ __forceinline__ bool step(LLChan& k, const RingCommon& c, u32 f, bool send,
+                                                const typename E::S* in, typename E::S* out, u64 n,
+                                                typename E::A s) {
+        return ll_step<E, OP>(k, c, f, send, in, out, n, s);
+    }
+};
+
+// This block's part [lo, hi) of [0, count), in whole packs of protocol P.
+template <typename P, typename S>
+__device__ __forceinline__ void channel_part(u64 count, u64& lo, u64& hi) {
+    const u64 pack = P::template pack<S>();
+    const u64 per = ((count + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
+    lo = umin((u64)blockIdx.x * per, count);
+    hi = umin(lo + per, count);
+}
+
+// The ring all-reduce of elements [lo, hi) over this block's channel k of
+// protocol P: per round, n chunks (the last round's shrunk to fit, in whole
+// packs); n - 1 reduce-and-send steps, the step that finishes this rank's
+// chunk, n - 2 forwarding steps, and a last receive. Returns false when the
+// channel failed (every thread).
+template <typename P, typename E, int OP>
+__device__ bool ring_allreduce(typename P::Channel& k, const RingCommon& c, const typename E::S* in,
+                               typename E::S* out, u64 lo, u64 hi, typename E::A s) {
     typedef typename E::S S;
-    typedef typename E::A A;
-    const RingCommon& c = a.c;
-    __shared__ LLChan k;
     const u32 n = c.nranks, q = c.pos;
-    if (threadIdx.x == 0) ll_open(k, c, ring_at(c, (q + n - 1) % n), ring_at(c, (q + 1) % n));
-    __syncthreads();
-    const A s = ring_scale<E>(a);
-    const u64 pack = 8 / sizeof(S);
-    const u64 E_ = (c.ll_bytes / 2 / sizeof(S)) / pack * pack;  // elements per LL slot
-    const u64 per = ((a.count + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
-    const u64 lo = umin((u64)blockIdx.x * per, a.count), hi = umin(lo + per, a.count);
-    const S* in = (const S*)a.in;
-    S* out = (S*)a.out;
+    const u64 pack = P::template pack<S>();
+    const u64 E_ = P::template slot_elems<S>(c);
     bool ok = true;
     for (u64 base = lo; ok && base < hi; base += (u64)n * E_) {
         const u64 rem = hi - base;
@@ -689,30 +745,42 @@ __device__ void ring_run_ll(const RingArgs& a) {
 #define CH(kk) (base + (u64)(kk) * cs)
 #define CL(kk) (CH(kk) >= hi ? 0 : umin(cs, hi - CH(kk)))
         u32 kk = mod((long long)q - 1, n);
-        ok = ll_step<E, OP>(k, c, F_IN | F_PRE, true, in + CH(kk), nullptr, CL(kk), s);
+        ok = P::template step<E, OP>(k, c, F_IN | F_PRE, true, in + CH(kk), nullptr, CL(kk), s);
         for (u32 st = 1; ok && st + 1 < n; st++) {
             kk = mod((long long)q - 1 - st, n);
-            ok = ll_step<E, OP>(k, c, F_RECV | F_IN | F_PRE, true, in + CH(kk), nullptr, CL(kk), s);
+            ok = P::template step<E, OP>(k, c, F_RECV | F_IN | F_PRE, true, in + CH(kk), nullptr, CL(kk), s);
         }
         if (!ok) break;
         kk = q;
-        ok = ll_step<E, OP>(k, c, F_RECV | F_IN | F_PRE | F_POST, true, in + CH(kk), out + CH(kk),
-                            CL(kk), s);
+        ok = P::template step<E, OP>(k, c, F_RECV | F_IN | F_PRE | F_POST, true, in + CH(kk),
+                                     out + CH(kk), CL(kk), s);
         for (u32 j = 1; ok && j + 1 < n; j++) {
             kk = mod((long long)q - j, n);
-            ok = ll_step<E, OP>(k, c, F_RECV, true, nullptr, out + CH(kk), CL(kk), s);
+            ok = P::template step<E, OP>(k, c, F_RECV, true, nullptr, out + CH(kk), CL(kk), s);
         }
         if (!ok) break;
         kk = (q + 1) % n;
-        ok = ll_step<E, OP>(k, c, F_RECV, false, nullptr, out + CH(kk), CL(kk), s);
+        ok = P::template step<E, OP>(k, c, F_RECV, false, nullptr, out + CH(kk), CL(kk), s);
 #undef CH
 #undef CL
     }
+    return ok;
+}
+
+// The ring all-reduce over LL slots (ring_run's RM_ALLREDUCE_LL).
+template <typename E, int OP>
+__device__ void ring_run_ll(const RingArgs& a) {
+    typedef typename E::S S;
+    const RingCommon& c = a.c;
+    __shared__ LLChan k;
+    const u32 n = c.nranks, q = c.pos;
+    if (threadIdx.x == 0) ProtoLL::open(k, c, ring_at(c, (q + n - 1) % n), ring_at(c, (q + 1) % n));
     __syncthreads();
-    if (ok && threadIdx.x == 0) {
-        *counter(c, 3, k.prev, blockIdx.x) = k.rstep;
-        *counter(c, 2, k.next, blockIdx.x) = k.sstep;
-    }
+    u64 lo, hi;
+    channel_part<ProtoLL, S>(a.count, lo, hi);
+    const bool ok = ring_allreduce<ProtoLL, E, OP>(k, c, (const S*)a.in, (S*)a.out, lo, hi, ring_scale<E>(a));
+    __syncthreads();
+    if (ok && threadIdx.x == 0) ProtoLL::close(k, c);
 }
 
 // One-shot all-reduce over LL slots (small messages, at most
@@ -1689,45 +1757,17 @@ __device__ void ring_run(const RingArgs& a) {
     // all-reduce took 97 us with 32 channels, 68 with 16, 38 with 8). The
     // host launches nothing once an error or abort is recorded, and waits
     // look at the word while they spin.
-    if (threadIdx.x == 0) {
-        chan_open(k, c, ring_at(c, (q + n - 1) % n), ring_at(c, (q + 1) % n));
-    }
+    if (threadIdx.x == 0) ProtoSimple::open(k, c, ring_at(c, (q + n - 1) % n), ring_at(c, (q + 1) % n));
     __syncthreads();
     const A s = ring_scale<E>(a);
-    const u64 pack = 16 / sizeof(S);
-    const u64 E_ = (c.slot / sizeof(S)) / pack * pack;  // elements per slot
-    // This channel's part of [0, count), in whole packs.
-    const u64 per = ((a.count + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
-    const u64 lo = umin((u64)blockIdx.x * per, a.count), hi = umin(lo + per, a.count);
+    const u64 E_ = ProtoSimple::slot_elems<S>(c);
+    u64 lo, hi;
+    channel_part<ProtoSimple, S>(a.count, lo, hi);
     const S* in = (const S*)a.in;
     S* out = (S*)a.out;
     bool ok = true;
     if (a.mode == RM_ALLREDUCE) {
-        for (u64 base = lo; ok && base < hi; base += (u64)n * E_) {
-            const u64 rem = hi - base;
-            const u64 cs = rem >= (u64)n * E_ ? E_ : ((rem + n - 1) / n + pack - 1) / pack * pack;
-#define CH(kk) (base + (u64)(kk) * cs)
-#define CL(kk) (CH(kk) >= hi ? 0 : umin(cs, hi - CH(kk)))
-            u32 kk = mod((long long)q - 1, n);
-            ok = rstep<E, OP>(k, c, F_IN | F_PRE, true, in + CH(kk), nullptr, CL(kk), s);
-            for (u32 st = 1; ok && st + 1 < n; st++) {
-                kk = mod((long long)q - 1 - st, n);
-                ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE, true, in + CH(kk), nullptr, CL(kk), s);
-            }
-            if (!ok) break;
-            kk = q;
-            ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE | F_POST, true, in + CH(kk), out + CH(kk),
-                              CL(kk), s);
-            for (u32 j = 1; ok && j + 1 < n; j++) {
-                kk = mod((long long)q - j, n);
-                ok = rstep<E, OP>(k, c, F_RECV, true, nullptr, out + CH(kk), CL(kk), s);
-            }
-            if (!ok) break;
-            kk = (q + 1) % n;
-            ok = rstep<E, OP>(k, c, F_RECV, false, nullptr, out + CH(kk), CL(kk), s);
-#undef CH
-#undef CL
-        }
+        ok = ring_allreduce<ProtoSimple, E, OP>(k, c, in, out, lo, hi, s);
     } else if (a.mode == RM_REDUCE_SCATTER) {
         const u64 M = a.count;
         for (u64 base = lo; ok && base < hi; base += E_) {
@@ -1779,7 +1819,7 @@ __device__ void ring_run(const RingArgs& a) {
         }
     }
     __syncthreads();
-    if (ok && threadIdx.x == 0) chan_close(k, c);
+    if (ok && threadIdx.x == 0) ProtoSimple::close(k, c);
 }
 
 // The point-to-point kernels and the barrier are untyped: they live in
