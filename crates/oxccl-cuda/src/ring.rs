@@ -183,25 +183,8 @@ impl P2pArgs {
     }
 }
 
-/// Where the windows live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowKind {
-    /// Device memory, mapped by peers through CUDA IPC or peer access.
-    Device,
-    /// Pinned host memory in /dev/shm (no peer-to-peer, or NCCL_P2P_DISABLE=1).
-    Host,
-}
-
-impl WindowKind {
-    /// How NCCL's INFO lines name the transport.
-    pub fn transport(self, same_process: bool) -> &'static str {
-        match (self, same_process) {
-            (WindowKind::Device, true) => "P2P/direct pointer",
-            (WindowKind::Device, false) => "P2P/IPC",
-            (WindowKind::Host, _) => "SHM/host memory",
-        }
-    }
-}
+pub use oxccl_core::gpu::window::WindowKind;
+use oxccl_core::gpu::window::{peer_path, PeerPath, PeerSite, WindowDescriptor};
 
 #[derive(Debug)]
 enum Mapping {
@@ -900,9 +883,7 @@ impl Ring {
         self.common.ctrl = dctrl;
         self.common.state = self.state;
         let len = self.bytes.max(16) as usize;
-        // Descriptor: kind, address (for ranks of this process), IPC handle, shm name.
-        let mut d = vec![0u8; 1 + 8 + 64 + 64];
-        match self.windows.kind {
+        let desc = match self.windows.kind {
             WindowKind::Device => {
                 let p = dev_alloc_zeroed(len)?;
                 self.windows.local = Local::Device(p);
@@ -910,11 +891,7 @@ impl Ring {
                     // SAFETY: `p` is a cuMemAlloc allocation of this context.
                     Ok(unsafe { cu::ipc_get_mem_handle(p) }?)
                 })?;
-                d[0] = 1;
-                d[1..9].copy_from_slice(&p.to_le_bytes());
-                for (o, c) in d[9..73].iter_mut().zip(h.reserved.iter()) {
-                    *o = *c as u8;
-                }
+                WindowDescriptor::device(p, h.reserved.map(|c| c as u8))
             }
             WindowKind::Host => {
                 let name = shm_name();
@@ -927,13 +904,10 @@ impl Ring {
                 };
                 let dp = host_register(addr, len)?;
                 self.net.window = (addr, dp);
-                d[0] = 2;
-                d[1..9].copy_from_slice(&dp.to_le_bytes());
-                let nb = name.as_bytes();
-                d[73..73 + nb.len().min(63)].copy_from_slice(&nb[..nb.len().min(63)]);
+                WindowDescriptor::host(dp, name.as_bytes())?
             }
-        }
-        Ok(d)
+        };
+        Ok(desc.encode())
     }
 
     /// Maps every peer's window and writes the device table of window
@@ -948,76 +922,50 @@ impl Ring {
         let n = who.len();
         let rank = self.common.rank as usize;
         let mut table = vec![0u64; 2 * n];
+        if same_host.len() != n || all.len() != n {
+            return Err(Error::internal(
+                "GPU ring setup: host table, descriptors and records differ in length",
+            ));
+        }
         let len = self.bytes.max(16) as usize;
         if self.windows.kind == WindowKind::Device && same_host.iter().any(|x| !x) {
             // Device window and peers on other hosts: the proxies' regions
             // go in a host window of their own (only this process maps it).
             let a = anon_map(len)?;
-            match host_register(a, len) {
-                Ok(dp) => {
-                    self.windows.mappings.push(Mapping::Shm { addr: a, len });
-                    self.net.window = (a, dp);
-                }
-                Err(e) => {
-                    // SAFETY: our mapping of `len` bytes, unused.
-                    unsafe { libc::munmap(a as *mut c_void, len) };
-                    return Err(e);
-                }
-            }
+            self.net.window = (a, self.register_mapping(a, len)?);
         }
-        let own = all
-            .get(rank)
-            .and_then(|d| d.get(1..9))
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
-            .unwrap_or(0);
-        if same_host.len() != n {
-            return Err(Error::internal(
-                "GPU ring setup: host table and records differ in length",
-            ));
-        }
-        table[n..].copy_from_slice(&own_regions(same_host, own, self.net.window.1));
-        for (i, d) in all.iter().enumerate() {
-            if d.len() != 137 {
-                return Err(Error::internal(format!(
-                    "GPU ring setup: rank {i}'s window descriptor has {} bytes",
-                    d.len()
-                )));
-            }
-            let addr = u64::from_le_bytes(d[1..9].try_into().unwrap_or_default());
-            if i == rank {
-                table[i] = addr;
-                continue;
-            }
-            if !same_host[i] {
-                // Another host: a local shadow of its window (netproxy.rs).
-                let a = anon_map(len)?;
-                match host_register(a, len) {
-                    Ok(dp) => {
-                        self.windows.mappings.push(Mapping::Shm { addr: a, len });
-                        self.net.shadows.push((i, a));
-                        table[i] = dp;
-                        continue;
-                    }
-                    Err(e) => {
-                        // SAFETY: our mapping of `len` bytes, unused.
-                        unsafe { libc::munmap(a as *mut c_void, len) };
-                        return Err(e);
-                    }
-                }
-            }
-            table[i] = match (d[0], self.same_process[i]) {
-                (1, true) => {
-                    // Another rank of this process: its pointer, with peer access.
-                    if who[i].ordinal != who[rank].ordinal {
+        let descs = all
+            .iter()
+            .enumerate()
+            .map(|(i, d)| WindowDescriptor::decode(d, i))
+            .collect::<Result<Vec<_>>>()?;
+        table[n..].copy_from_slice(&own_regions(same_host, descs[rank].addr, self.net.window.1));
+        for (i, d) in descs.iter().enumerate() {
+            let site = PeerSite {
+                is_self: i == rank,
+                same_host: same_host[i],
+                same_process: self.same_process[i],
+                same_gpu: who[i].ordinal == who[rank].ordinal,
+            };
+            table[i] = match peer_path(d.kind, site) {
+                PeerPath::Own => d.addr,
+                PeerPath::Pointer { peer_access } => {
+                    if peer_access {
                         self.enable_peer(who[i].ordinal)?;
                     }
-                    addr
+                    d.addr
                 }
-                (1, false) => {
-                    let mut h = cu::CUipcMemHandle_st { reserved: [0; 64] };
-                    for (o, c) in h.reserved.iter_mut().zip(d[9..73].iter()) {
-                        *o = *c as std::ffi::c_char;
-                    }
+                PeerPath::Network => {
+                    // A local shadow of the peer's window (netproxy.rs).
+                    let a = anon_map(len)?;
+                    let dp = self.register_mapping(a, len)?;
+                    self.net.shadows.push((i, a));
+                    dp
+                }
+                PeerPath::Ipc => {
+                    let h = cu::CUipcMemHandle_st {
+                        reserved: d.ipc_handle.map(|c| c as std::ffi::c_char),
+                    };
                     let p = guarded("cuIpcOpenMemHandle", || {
                         // SAFETY: a handle from cuIpcGetMemHandle of another
                         // process on this host.
@@ -1028,28 +976,11 @@ impl Ring {
                     self.windows.mappings.push(Mapping::Ipc(p));
                     p
                 }
-                (2, true) => addr,
-                (2, false) => {
-                    let end = d[73..].iter().position(|&c| c == 0).unwrap_or(64);
-                    let name = CString::new(&d[73..73 + end])
+                PeerPath::SharedMemory => {
+                    let name = CString::new(d.shm_name.clone())
                         .map_err(|_| Error::internal("shm name with NUL"))?;
                     let a = shm_map(&name, len, false)?;
-                    match host_register(a, len) {
-                        Ok(dp) => {
-                            self.windows.mappings.push(Mapping::Shm { addr: a, len });
-                            dp
-                        }
-                        Err(e) => {
-                            // SAFETY: our mapping of `len` bytes, unused.
-                            unsafe { libc::munmap(a as *mut c_void, len) };
-                            return Err(e);
-                        }
-                    }
-                }
-                (k, _) => {
-                    return Err(Error::internal(format!(
-                        "GPU ring setup: rank {i} sent window kind {k}"
-                    )))
+                    self.register_mapping(a, len)?
                 }
             };
         }
@@ -1069,6 +1000,23 @@ impl Ring {
             unsafe { cu::memcpy_htod(p, bytes.as_ptr() as *const c_void, bytes.len()) }?;
             Ok(cu::ctx_synchronize()?)
         })
+    }
+
+    /// Registers `len` bytes mapped at `a` (anonymous or a peer's /dev/shm
+    /// file) for the GPU and keeps the mapping until drop; its device
+    /// address. Unmaps it when registration fails.
+    fn register_mapping(&mut self, a: usize, len: usize) -> Result<u64> {
+        match host_register(a, len) {
+            Ok(dp) => {
+                self.windows.mappings.push(Mapping::Shm { addr: a, len });
+                Ok(dp)
+            }
+            Err(e) => {
+                // SAFETY: our mapping of `len` bytes, unused.
+                unsafe { libc::munmap(a as *mut c_void, len) };
+                Err(e)
+            }
+        }
     }
 
     /// Opens the plugin's listens for every peer on another host, swaps the

@@ -17,7 +17,10 @@
 //! - [`config`]: the settings a device communicator reads once when it is
 //!   created;
 //! - [`rooted`]: the record ranks trade so that rooted collectives on
-//!   device buffers whose roots differ are refused at the call.
+//!   device buffers whose roots differ are refused at the call;
+//! - [`window`]: the ring windows' descriptors and the transport each
+//!   peer's window is reached by (peer access, CUDA IPC, shared host
+//!   memory, the network path).
 //!
 //! Nothing here touches CUDA: oxccl-cuda calls these functions and turns
 //! their answers into launches, so every choice is tested without a GPU.
@@ -32,5 +35,6 @@ pub mod ring;
 pub mod rooted;
 pub mod route;
 pub mod two_process;
+pub mod window;
 
 pub use kernel::{Collective, PairKernel, RingKernel};
