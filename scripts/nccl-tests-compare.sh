@@ -16,6 +16,10 @@
 # CHECK_COLLS (default: COLLS) and CHECK_ARGS (default `-d all -o all -b 8
 # -e 4M -f 8 -g 2 -c 1`): the correctness sweep, run on oxccl only (N/A in
 # a #wrong column: nccl-tests has no in-place variant of that test).
+# LAUNCH (default none): a command that every run starts under, e.g.
+# `mpirun -np 2 -x NCCL_TESTS_DEVICE=0` for two processes sharing GPU 0
+# (binaries built with MPI=1; oxccl allows ranks to share a GPU, NCCL does
+# not, so such runs check oxccl alone: COLLS="" for no timing sweep).
 # Writes perf_<coll>_<lib>_<round>.log, check_<coll>.log and summary.txt into
 # $OUT (or /tmp/nccl-tests-compare). NVLink multicast stays off (shared/gpu.md).
 set -uo pipefail
@@ -29,6 +33,7 @@ CHECK_COLLS=${CHECK_COLLS-$COLLS}
 PERF_ARGS=${PERF_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1 -n 20 -w 5}
 CHECK_ARGS=${CHECK_ARGS:--d all -o all -b 8 -e 4M -f 8 -g 2 -c 1}
 T=${OXCCL_TEST_TIMEOUT:-150}
+read -ra LAUNCH <<< "${LAUNCH:-}"
 
 bin() { # build-or-binary coll
   if [ -d "$1" ]; then echo "$1/$2_perf"; else echo "$1"; fi
@@ -38,7 +43,7 @@ perf() { # coll label bin libdir round
   local log="$OUTDIR/perf_$1_$2_$5.log"
   echo "== $1 $2 round $5: $3 $PERF_ARGS"
   local t0=$(date +%s.%N)
-  LD_LIBRARY_PATH="$4:$LD_LIBRARY_PATH" timeout "$T" "$3" $PERF_ARGS >"$log" 2>&1
+  LD_LIBRARY_PATH="$4:$LD_LIBRARY_PATH" timeout "$T" "${LAUNCH[@]}" "$3" $PERF_ARGS >"$log" 2>&1
   local rc=$?
   echo "   rc=$rc wall=$(python3 -c "print(f'{$(date +%s.%N)-$t0:.1f}')")s $(grep -m1 'nccl-library' "$log")"
   grep -E 'Avg bus bandwidth|Out of bounds' "$log" | sed 's/^/   /'
@@ -48,7 +53,7 @@ perf() { # coll label bin libdir round
 for c in $CHECK_COLLS; do
   log="$OUTDIR/check_$c.log"
   echo "== oxccl correctness: ${c}_perf $CHECK_ARGS"
-  LD_LIBRARY_PATH="$OURS_LIB:$LD_LIBRARY_PATH" timeout "$T" "$(bin "$OURS" "$c")" $CHECK_ARGS >"$log" 2>&1
+  LD_LIBRARY_PATH="$OURS_LIB:$LD_LIBRARY_PATH" timeout "$T" "${LAUNCH[@]}" "$(bin "$OURS" "$c")" $CHECK_ARGS >"$log" 2>&1
   echo "   rc=$? lines=$(grep -cE '^ +[0-9]+ ' "$log") nonzero-#wrong=$(awk '/^ +[0-9]+ /{ a = NF - 4; b = NF; if (($a != 0 && $a != "N/A") || ($b != 0 && $b != "N/A")) n++ } END { print n+0 }' "$log")"
   grep -E 'Out of bounds|failure|WARN|rror' "$log" | head -5 | sed 's/^/   /'
 done
