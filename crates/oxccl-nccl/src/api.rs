@@ -9,7 +9,8 @@ use crate::abi::*;
 use crate::config;
 use crate::group::{self, Desc, OpSpec};
 use crate::handle::{self, lock, null_arg, Comm, PreMul, State};
-use oxccl::gpu::{self, DeviceOp, DeviceRedOp, GpuChoice};
+use oxccl::gpu::raw::{self as gpu_raw, DeviceOp, DeviceRedOp};
+use oxccl::gpu::{self, GpuChoice};
 use oxccl::{CollKind, Communicator, Config, DataType, Error, ErrorKind, RedOp, Result, UniqueId};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -137,7 +138,7 @@ pub(crate) unsafe fn collective(
         if count == 0 && !matches!(kind, CollKind::Send | CollKind::Recv) {
             return Ok(());
         }
-        if let Some(bufs) = gpu::locate_buffers(send, recv)? {
+        if let Some(bufs) = gpu_raw::locate_buffers(send, recv)? {
             let comm = match c.ready_now() {
                 Some(x) => x,
                 None if group::in_group() => {
@@ -769,7 +770,7 @@ pub(crate) unsafe fn red_op_create_pre_mul_sum(
     let p = match residence {
         ncclScalarHostImmediate => {
             // SAFETY: the caller passes a readable value of type `datatype`.
-            PreMul::Immediate(unsafe { gpu::read_scalar(scalar as usize, t) }, t)
+            PreMul::Immediate(unsafe { gpu_raw::read_scalar(scalar as usize, t) }, t)
         }
         ncclScalarDevice => PreMul::Device(scalar as usize, t),
         _ => {
@@ -840,7 +841,7 @@ pub(crate) unsafe fn mem_alloc(ptr: *mut *mut c_void, size: usize) -> Result<()>
         return Err(null_arg("ptr"));
     }
     // Device memory of the current CUDA device when a context is current.
-    if let Some(p) = gpu::alloc_on_current_device(size)? {
+    if let Some(p) = gpu_raw::alloc_on_current_device(size)? {
         // SAFETY: checked non-NULL.
         unsafe { ptr.write(p as *mut c_void) };
         return Ok(());
@@ -867,7 +868,7 @@ pub(crate) fn mem_free(ptr: *mut c_void) -> Result<()> {
     }
     let host = allocations().remove(&(ptr as usize));
     let Some(layout) = host else {
-        if gpu::free_device_allocation(ptr as u64)? {
+        if gpu_raw::free_device_allocation(ptr as u64)? {
             return Ok(());
         }
         return Err(Error::invalid_argument(format!(

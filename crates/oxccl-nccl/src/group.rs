@@ -58,7 +58,7 @@ struct GroupState {
     ops: Vec<(Arc<Comm>, Desc)>,
     /// Operations on device buffers, checked, launched at the outermost end
     /// in issue order (before the host operations, which block).
-    dev_ops: Vec<(Arc<Comm>, oxccl::gpu::DeviceLaunch)>,
+    dev_ops: Vec<(Arc<Comm>, oxccl::gpu::raw::DeviceLaunch)>,
     inits: Vec<Deferred>,
     error: Option<Error>,
     /// What `ncclGroupSimulateEnd` estimates: each queued operation's kind,
@@ -91,7 +91,7 @@ pub(crate) fn note(comm: &Arc<Comm>, kind: CollKind, bytes: usize, device: bool)
     });
 }
 
-pub(crate) fn enqueue_device(comm: Arc<Comm>, l: oxccl::gpu::DeviceLaunch) {
+pub(crate) fn enqueue_device(comm: Arc<Comm>, l: oxccl::gpu::raw::DeviceLaunch) {
     GROUP.with(|g| g.borrow_mut().dev_ops.push((comm, l)));
 }
 
@@ -156,7 +156,7 @@ pub(crate) fn end() -> Result<()> {
         touch(&c);
         launches.push(l);
     }
-    oxccl::gpu::launch_all(launches)?;
+    oxccl::gpu::raw::launch_all(launches)?;
     if st.ops.is_empty() {
         return Ok(());
     }
@@ -273,7 +273,7 @@ pub(crate) fn execute(ops: Vec<(Arc<Comm>, Desc)>) -> Result<()> {
             OpSpec::DeviceScalar(a, t) => {
                 // SAFETY: the caller of ncclRedOpCreatePreMulSum(ncclScalarDevice)
                 // keeps the scalar valid while the op is used.
-                let scalar = unsafe { oxccl::gpu::read_scalar(a, t) };
+                let scalar = unsafe { oxccl::gpu::raw::read_scalar(a, t) };
                 RedOp::PreMulSum(scalar)
             }
         };

@@ -87,8 +87,12 @@ fn host_buffers_never_route_to_the_gpu() {
     let a = [1u8; 64];
     let mut b = [0u8; 64];
     let (s, r) = (a.as_ptr().cast(), b.as_mut_ptr().cast_const().cast());
-    assert!(gpu::locate_buffers(s, r).unwrap().is_none());
+    assert!(gpu::raw::locate_buffers(s, r).unwrap().is_none());
     // NULL on one side (a send, a receive) is no device memory either.
-    assert!(gpu::locate_buffers(s, std::ptr::null()).unwrap().is_none());
-    assert!(gpu::locate_buffers(std::ptr::null(), r).unwrap().is_none());
+    assert!(gpu::raw::locate_buffers(s, std::ptr::null())
+        .unwrap()
+        .is_none());
+    assert!(gpu::raw::locate_buffers(std::ptr::null(), r)
+        .unwrap()
+        .is_none());
 }

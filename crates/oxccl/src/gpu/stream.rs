@@ -8,7 +8,8 @@
 //! after the launch: so the collective is ordered with the buffer's other
 //! work on any stream, as cudarc's own kernels are.
 
-use super::{bad_root, launch_all, lengths, locate_buffers, DeviceLaunch, DeviceOp, DeviceRedOp};
+use super::raw::{launch_all, locate_buffers, DeviceLaunch, DeviceOp, DeviceRedOp};
+use super::{bad_root, lengths};
 use super::{CudaStream, DevicePtr, DevicePtrMut};
 use crate::{CollKind, Communicator, Element, Error, RedOp, Result};
 use cudarc::driver::SyncOnDrop;
