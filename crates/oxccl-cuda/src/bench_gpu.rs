@@ -159,12 +159,7 @@ impl PerfGpu {
     /// Retains GPU `ordinal`'s primary context and makes it current here.
     pub fn open(ordinal: usize) -> Result<PerfGpu> {
         let info = require()?;
-        if ordinal >= info.devices {
-            return Err(Error::invalid_argument(format!(
-                "GPU {ordinal} does not exist ({} visible)",
-                info.devices
-            )));
-        }
+        info.check_ordinal(ordinal)?;
         guarded("cuDevicePrimaryCtxRetain", || {
             // The driver was initialised by the probe.
             let dev = cu::device_get(ordinal as i32)?;

@@ -159,12 +159,7 @@ impl Gpu {
     /// Opens GPU `ordinal`.
     pub fn new(ordinal: usize) -> Result<Gpu> {
         let info = loader::driver()?;
-        if ordinal >= info.devices {
-            return Err(Error::invalid_argument(format!(
-                "GPU {ordinal} does not exist ({} visible)",
-                info.devices
-            )));
-        }
+        info.check_ordinal(ordinal)?;
         guarded("opening a GPU", || {
             // The driver was initialised by the probe.
             let dev = cu::device_get(ordinal as i32)?;

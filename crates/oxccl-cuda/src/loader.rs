@@ -116,6 +116,19 @@ pub struct DriverInfo {
     pub devices: usize,
 }
 
+impl DriverInfo {
+    /// `ordinal` as a GPU of this driver, or the error naming it.
+    pub fn check_ordinal(&self, ordinal: usize) -> Result<()> {
+        if ordinal >= self.devices {
+            return Err(Error::invalid_argument(format!(
+                "GPU {ordinal} does not exist ({} visible)",
+                self.devices
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Why GPU work cannot run here.
 #[derive(Debug, Clone)]
 pub enum Unavailable {
