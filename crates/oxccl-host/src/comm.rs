@@ -14,6 +14,7 @@ mod eager;
 use crate::connect::{connect_peers, install, Connecting, Connector};
 use crate::exec::{drive, SlotTask, Streams, Task, WaitPolicy, Work, SLOT_STREAM};
 use crate::oneshot::{self, Progress, ShmOneShot, SlotCall};
+use crate::pool::{Links, Pool};
 use crate::transport::net::slot_bytes;
 use crate::transport::{LinkKind, PeerControl, RecvHalf, SendHalf, ShmRingLayout, ShmSegment};
 pub use eager::EAGER_MAX_BYTES;
@@ -56,6 +57,9 @@ pub struct HostConfig {
     pub tuner_plugin: Option<String>,
     /// `NCCL_PROFILER_PLUGIN` (unset: `libnccl-profiler.so` when there is one).
     pub profiler_plugin: Option<String>,
+    /// Most connections made on first use that a rank keeps
+    /// (`OXCCL_P2P_MAX_PEERS`, at least 1; see `crate::pool`).
+    pub max_peers: usize,
 }
 
 impl Default for HostConfig {
@@ -75,6 +79,7 @@ impl Default for HostConfig {
             net: oxccl_net::NetSettings::default(),
             tuner_plugin: None,
             profiler_plugin: None,
+            max_peers: 32,
         }
     }
 }
@@ -130,6 +135,8 @@ pub struct HostComm {
     failed: Option<Error>,
     /// How peers not connected yet are connected on first use.
     connector: Connector,
+    /// The bound on those connections (`OXCCL_P2P_MAX_PEERS`).
+    pool: Pool,
     /// Small collectives' one-shot slots, when every rank is another process
     /// of this host (at most ONE_SHOT_MAX_RANKS of them).
     oneshot: Option<ShmOneShot>,
@@ -290,7 +297,7 @@ impl HostComm {
         let tuner_lib =
             oxccl_net::tuner::load_tuner(cfg.tuner_plugin.as_deref(), net_library.as_deref());
         let settings = format!(
-            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}, network {}{}{}",
+            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}, OXCCL_P2P_MAX_PEERS={}, network {}{}{}",
             cfg.capacity,
             cfg.algos,
             cfg.protos,
@@ -298,6 +305,7 @@ impl HostComm {
             cfg.max_channels,
             u8::from(cfg.shm_disable),
             u8::from(cfg.p2p_disable),
+            cfg.max_peers.max(1),
             network.name(),
             net_slot.map(|s| format!(" ({s}-byte slots)")).unwrap_or_default(),
             tuner_lib
@@ -330,7 +338,7 @@ impl HostComm {
         if root.get(8..) != Some(settings.as_bytes()) {
             let theirs = &root;
             return Err(Error::invalid_usage(format!(
-                "rank 0 runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE, the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET) and the same tuner (NCCL_TUNER_PLUGIN)",
+                "rank 0 runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE, NCCL_P2P_DISABLE and OXCCL_P2P_MAX_PEERS, the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET) and the same tuner (NCCL_TUNER_PLUGIN)",
                 String::from_utf8_lossy(theirs.get(8..).unwrap_or(&[]))
             )));
         }
@@ -475,6 +483,7 @@ impl HostComm {
                 );
             }
         }
+        let pool = Pool::new(rank, n, cfg.max_peers, &eager);
         Ok(Box::new(move |bootstrap| HostComm {
             rank,
             nranks: n,
@@ -491,6 +500,7 @@ impl HostComm {
             abort,
             failed: None,
             connector,
+            pool,
             oneshot,
             net_plugin: match &network {
                 oxccl_net::Network::Plugin { net, dev, .. } => Some((net.clone(), *dev)),
@@ -528,6 +538,12 @@ impl HostComm {
         (0..self.nranks)
             .filter(|&q| self.controls[q].is_some())
             .collect()
+    }
+    /// The most connections made on first use that this rank held at once
+    /// (at most `OXCCL_P2P_MAX_PEERS` unless a call needed more at once
+    /// than could be released; see `pool.rs`).
+    pub fn first_use_peak(&self) -> usize {
+        self.pool.peak()
     }
     /// The error that put this communicator in its error state, if any.
     pub fn async_error(&self) -> Option<&Error> {
@@ -1153,11 +1169,31 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
             ));
         }
     }
+    for (comm, _) in items.iter_mut() {
+        comm.service_pool(&|_| false, true);
+    }
+    // All-to-all, gather and scatter when first-use connections are
+    // bounded: one peer at a time (every rank decides alike).
+    if let [(comm, [op])] = items {
+        if comm.pool.bounded()
+            && matches!(
+                op.kind,
+                CollKind::AllToAll | CollKind::Gather | CollKind::Scatter
+            )
+        {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { run_rounds(comm, op) };
+        }
+    }
     // Small sends and receives alone: straight through the rings.
     if let [(comm, ops)] = items {
         if eager::takes(comm, ops) {
             // SAFETY: forwarded from this function's contract.
-            return unsafe { eager::run(comm, ops) };
+            let r = unsafe { eager::run(comm, ops) };
+            if r.is_ok() {
+                comm.service_pool(&|_| false, true);
+            }
+            return r;
         }
     }
     // One small collective alone: the slots, without the group machinery
@@ -1227,6 +1263,33 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
         }
         return Err(e);
     }
+    // Room in the pool of first-use connections (`pool.rs`) first: it may
+    // release pairs, which the call then connects anew.
+    let mut room: Result<()> = Ok(());
+    let mut in_calls: Vec<Vec<usize>> = Vec::with_capacity(items.len());
+    for ((comm, _), tasks) in items.iter_mut().zip(groups.iter()) {
+        let mut in_call: Vec<usize> = tasks
+            .iter()
+            .flat_map(|t| t.streams.iter().map(|k| k.0))
+            .filter(|&q| q < comm.nranks && q != comm.rank)
+            .collect();
+        in_call.sort_unstable();
+        in_call.dedup();
+        comm.pool.touch(in_call.iter().copied());
+        if room.is_ok() {
+            room = comm.make_room(&in_call);
+        }
+        in_calls.push(in_call);
+    }
+    if let Err(e) = room {
+        oxccl_env::warn!("{e}");
+        drop(groups);
+        for (comm, _) in items.iter_mut() {
+            comm.failed = Some(e.clone());
+            comm.poison_all(&e);
+        }
+        return Err(e);
+    }
     // Peers this group talks to that are not connected yet (all-to-all,
     // gather, scatter, send/receive, a forced one-shot): connected now, by
     // both ends of each pair in this same call.
@@ -1247,10 +1310,30 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
     if needed.iter().any(|v| !v.is_empty()) {
         let made = {
             let mut connecting: Vec<Connecting<'_>> = items
-                .iter()
+                .iter_mut()
                 .zip(&needed)
-                .map(|((comm, _), peers)| {
-                    Connecting::new(&comm.connector, &comm.bootstrap, &comm.abort, peers)
+                .zip(&in_calls)
+                .map(|(((comm, _), peers), in_call)| {
+                    let c: &mut HostComm = comm;
+                    let conn = Connecting::new(&c.connector, &c.bootstrap, &c.abort, peers);
+                    if !c.pool.bounded() {
+                        return conn;
+                    }
+                    // Offers are answered while the connections wait (a
+                    // peer may need the answer before it dials); the pairs
+                    // of this call are kept.
+                    let (tx, rx, controls, seqs, pool) =
+                        (&mut c.tx, &mut c.rx, &mut c.controls, &c.seqs, &mut c.pool);
+                    let limit = c.cfg.timeout;
+                    conn.serving(Box::new(move || {
+                        let mut links = Links {
+                            tx,
+                            rx,
+                            controls,
+                            seqs,
+                        };
+                        pool.service(&mut links, &|q| in_call.contains(&q), None, false, limit);
+                    }))
                 })
                 .collect();
             connect_peers(&mut connecting)
@@ -1262,6 +1345,7 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
                         crate::connect::log_lazy(comm.rank, &link);
                         install(&mut comm.tx, &mut comm.rx, &mut comm.controls, link);
                     }
+                    comm.pool.note_peak(&comm.controls);
                 }
             }
             Err(e) => {
@@ -1296,12 +1380,24 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
                 abort: &comm.abort,
                 oneshot: comm.oneshot.as_mut(),
                 who,
+                pool: comm.pool.bounded().then_some(crate::exec::PoolRef {
+                    pool: &mut comm.pool,
+                    seqs: &comm.seqs,
+                    limit: comm.cfg.timeout,
+                }),
             }
         })
         .collect();
     let result = drive(&mut streams, &mut groups, WaitPolicy { timeout, spin });
     drop(streams);
     drop(groups);
+    if result.is_ok() {
+        // Offers deferred while this call used their pairs: answered now,
+        // not at the next call, which may be far off.
+        for (comm, _) in items.iter_mut() {
+            comm.service_pool(&|_| false, true);
+        }
+    }
     if let Err(e) = &result {
         oxccl_env::warn!("{e}");
         for (comm, _) in items.iter_mut() {
@@ -1312,6 +1408,49 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
 }
 
 impl HostComm {
+    /// Answers the release messages that came (`pool.rs`), without waiting.
+    fn service_pool(&mut self, busy: &dyn Fn(usize) -> bool, defer: bool) {
+        if !self.pool.bounded() {
+            return;
+        }
+        let mut links = Links {
+            tx: &mut self.tx,
+            rx: &mut self.rx,
+            controls: &mut self.controls,
+            seqs: &self.seqs,
+        };
+        self.pool
+            .service(&mut links, busy, None, defer, self.cfg.timeout);
+    }
+
+    /// Releases the first-use connection to `q` after a round of
+    /// [`run_rounds`], which `q` does at the same point (`pool.rs`).
+    fn release_round(&mut self, q: usize) -> Result<()> {
+        let mut links = Links {
+            tx: &mut self.tx,
+            rx: &mut self.rx,
+            controls: &mut self.controls,
+            seqs: &self.seqs,
+        };
+        self.pool
+            .release_now(&mut links, q, &self.abort, self.cfg.timeout)
+            .map_err(|e| e.context(format!("rank {} of {}", self.rank, self.nranks)))
+    }
+
+    /// Releases idle first-use connections until the peers of `in_call`
+    /// (those this call uses) fit (`pool.rs`).
+    fn make_room(&mut self, in_call: &[usize]) -> Result<()> {
+        let mut links = Links {
+            tx: &mut self.tx,
+            rx: &mut self.rx,
+            controls: &mut self.controls,
+            seqs: &self.seqs,
+        };
+        self.pool
+            .make_room(&mut links, in_call, &self.abort, self.cfg.timeout)
+            .map_err(|e| e.context(format!("rank {} of {}", self.rank, self.nranks)))
+    }
+
     /// Puts the communicator in its error state after `e` and tells the peers.
     fn fail(&mut self, e: &Error) {
         self.failed = Some(e.clone());
@@ -1324,6 +1463,114 @@ impl HostComm {
             self.poison_all(e);
         }
     }
+}
+
+/// All-to-all, gather or scatter as rounds of sends and receives when
+/// first-use connections are bounded: one peer per round
+/// (`oxccl_core::peers::round_partner`), so that the call needs at most one
+/// connection beyond those of creation, whatever the rank count. Every rank
+/// takes this path for the same calls (the bound and the rank count are
+/// the same on all), so their sends and receives pair up round by round.
+///
+/// A round's connection to a first-use peer is released by both ends as
+/// soon as the round is done (`pool.rs`): the next call's sends then wait
+/// for the peer's round instead of filling its ring ahead of it, which
+/// would keep the pair from being released (its counts would differ).
+///
+/// # Safety
+/// As [`HostComm::run`].
+unsafe fn run_rounds(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
+    // The generic path's argument checks; nothing is sent, and the stream
+    // numbers its program took are given back.
+    let saved = comm.seqs.clone();
+    let mut scratch = Vec::new();
+    // SAFETY: forwarded from this function's contract.
+    let checked = unsafe { prepare(comm, op, &mut scratch) }.map(|_| ());
+    comm.seqs = saved;
+    checked?;
+    let (n, rank, root) = (comm.nranks, comm.rank, op.root);
+    // Fits: `prepare` checked count x ranks x element size.
+    let blk = op.count * op.dtype.size();
+    if blk == 0 {
+        return Ok(());
+    }
+    let own = match op.kind {
+        CollKind::AllToAll => Some((
+            op.send.wrapping_add(rank * blk),
+            op.recv.wrapping_add(rank * blk),
+        )),
+        CollKind::Gather if rank == root => Some((op.send, op.recv.wrapping_add(root * blk))),
+        CollKind::Scatter if rank == root => Some((op.send.wrapping_add(root * blk), op.recv)),
+        _ => None,
+    };
+    if let Some((src, dst)) = own {
+        // SAFETY: both lie in the caller's buffers for these bytes (checked
+        // by `prepare`); `copy` allows them to overlap (in place).
+        unsafe { std::ptr::copy(src, dst, blk) };
+    }
+    let p2p = |kind: CollKind, send: *const u8, recv: *mut u8, peer: usize| OpDesc {
+        kind,
+        send,
+        recv,
+        count: op.count,
+        dtype: op.dtype,
+        op: op.op,
+        root: peer,
+    };
+    let null_r = std::ptr::null_mut::<u8>();
+    let null_s = std::ptr::null::<u8>();
+    for r in 0..oxccl_core::peers::rounds(n) {
+        let Some(p) = oxccl_core::peers::round_partner(rank, n, r) else {
+            continue;
+        };
+        let mut ops: Vec<OpDesc> = Vec::with_capacity(2);
+        match op.kind {
+            CollKind::AllToAll => {
+                ops.push(p2p(
+                    CollKind::Send,
+                    op.send.wrapping_add(p * blk),
+                    null_r,
+                    p,
+                ));
+                ops.push(p2p(
+                    CollKind::Recv,
+                    null_s,
+                    op.recv.wrapping_add(p * blk),
+                    p,
+                ));
+            }
+            CollKind::Gather if rank == root => {
+                ops.push(p2p(
+                    CollKind::Recv,
+                    null_s,
+                    op.recv.wrapping_add(p * blk),
+                    p,
+                ));
+            }
+            CollKind::Scatter if rank == root => {
+                ops.push(p2p(
+                    CollKind::Send,
+                    op.send.wrapping_add(p * blk),
+                    null_r,
+                    p,
+                ));
+            }
+            CollKind::Gather if p == root => ops.push(p2p(CollKind::Send, op.send, null_r, p)),
+            CollKind::Scatter if p == root => ops.push(p2p(CollKind::Recv, null_s, op.recv, p)),
+            _ => {}
+        }
+        if ops.is_empty() {
+            continue;
+        }
+        // SAFETY: each block lies in the caller's buffers (checked above).
+        unsafe { run_group_inner(&mut [(&mut *comm, &ops)]) }?;
+        if let Err(e) = comm.release_round(p) {
+            oxccl_env::warn!("{e}");
+            comm.fail(&e);
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// `op` as the one-shot slots see it.

@@ -21,6 +21,16 @@ pub struct Streams<'c> {
     pub oneshot: Option<&'c mut ShmOneShot>,
     /// Names the communicator in messages ("rank 2 of 4").
     pub who: String,
+    /// The communicator's pool of first-use connections, whose release
+    /// messages the loop answers while it waits (`crate::pool`).
+    pub(crate) pool: Option<PoolRef<'c>>,
+}
+
+/// What answering release messages needs.
+pub(crate) struct PoolRef<'c> {
+    pub pool: &'c mut crate::pool::Pool,
+    pub seqs: &'c oxccl_core::engine::StreamSeqs,
+    pub limit: Duration,
 }
 
 /// The stream key of one-shot slot calls: no real stream, but it keeps a
@@ -234,6 +244,28 @@ pub fn drive(
                 waits.dedup();
                 let mut peers: Vec<usize> = waits.iter().map(|w| w.0).collect();
                 peers.dedup();
+                if let Some(p) = s.pool.as_mut() {
+                    // A pair stays busy while a task of this call still
+                    // uses it or bytes for it wait to be flushed.
+                    let mut busy: HashSet<usize> = tasks
+                        .iter()
+                        .filter(|t| !t.engine.is_done())
+                        .flat_map(|t| t.streams.iter().map(|k| k.0))
+                        .collect();
+                    for (q, chans) in s.tx.iter().enumerate() {
+                        if chans.iter().any(|c| c.unflushed() > 0) {
+                            busy.insert(q);
+                        }
+                    }
+                    let mut links = crate::pool::Links {
+                        tx: &mut *s.tx,
+                        rx: &mut *s.rx,
+                        controls: &mut *s.controls,
+                        seqs: p.seqs,
+                    };
+                    p.pool
+                        .service(&mut links, &|q| busy.contains(&q), None, true, p.limit);
+                }
                 for p in peers {
                     if let Some(Some(c)) = s.controls.get_mut(p) {
                         if let Err(e) = c.check_while_waiting() {

@@ -11,6 +11,7 @@ pub mod comm;
 mod connect;
 pub mod exec;
 pub mod oneshot;
+mod pool;
 pub mod stream_copy;
 pub mod transport;
 
