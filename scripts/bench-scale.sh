@@ -19,7 +19,8 @@
 # deep), a bootstrap listener and accept thread, message channels to at most
 # 3 tree peers (a reader thread each), and transport connections to at most
 # 8 peers (none are sockets between threads): about 8 descriptors and 5
-# threads per rank. The script raises the descriptor limit to the hard limit
+# threads per rank. COLL=all_to_all adds at most OXCCL_P2P_MAX_PEERS (32)
+# peers made on first use; beyond 33 ranks it runs one peer a round. The script raises the descriptor limit to the hard limit
 # and skips rank counts that would not fit under it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
