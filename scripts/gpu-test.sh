@@ -132,7 +132,7 @@ run gpu_device_api   "$B/gpu_device_api" --nocapture --test-threads=1 $ALL
 run gpu_abi_ring     env OXCCL_CUDA_RING=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 run gpu_abi_host     env NCCL_P2P_DISABLE=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 # Small calls of both ranks of one process: as two kernels on one GPU
-# (before the one-launch kernel, joint.rs, took them there by default), and
+# (before the one-launch kernel, oxccl_core::gpu::one_launch, took them there by default), and
 # as one launch on two GPUs (off by default until timed there).
 run gpu_abi_nojoint  env OXCCL_CUDA_JOINT_MAX=0 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 run gpu_abi_joint_peers env OXCCL_CUDA_JOINT_PEERS=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR

@@ -677,9 +677,9 @@ impl DevComm {
             nranks: self.nranks,
             local_ranks: self.in_process.local.ranks.load(Acquire),
             spread: self.in_process.local.spread.load(Acquire),
-            peers: self.config.joint_peers,
+            peers: self.config.one_launch_peers,
             ring_only: self.ring_only.load(Relaxed),
-            max: self.config.joint_max,
+            max: self.config.one_launch_max,
         };
         let ce = one_launch::ce_bound(collective, self.config.ce_min, self.config.ce_ar_min());
         // Captured calls never (one_launch::may_take says why); asked last.
@@ -1863,11 +1863,11 @@ enum Family {
     Pair = 0,
     /// `oxccl_ring_*`.
     Ring = 1,
-    /// `oxccl_ll1_*` (the small one-shot all-reduce, in the ring's program).
+    /// `oxccl_small_*` (the small one-shot all-reduce, in the ring's program).
     Small = 2,
     /// `oxccl_scale_*` (a one-rank PreMulSum, in the ring's program).
     Scale = 3,
-    /// `oxccl_joint_*` (every rank of a group of one process in one
+    /// `oxccl_one_launch_*` (every rank of a group of one process in one
     /// launch, in the ring's program).
     OneLaunch = 4,
 }
