@@ -138,7 +138,7 @@ pub struct HostComm {
     net_plugin: Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)>,
     /// The tuner plugin's context for this communicator, when one loaded
     /// and its init succeeded: it gets the last word on each plan.
-    tuner: Option<std::sync::Mutex<oxccl_net::tuner::TunerComm>>,
+    tuner: Option<std::sync::Arc<std::sync::Mutex<oxccl_net::tuner::TunerComm>>>,
     /// The profiler plugin's context for this communicator, when one loaded
     /// and its init succeeded, with the collectives' sequence numbers.
     profiler: Option<(oxccl_net::profiler::ProfilerComm, SeqNumbers)>,
@@ -359,7 +359,7 @@ impl HostComm {
             let local_max = per_host.values().copied().max().unwrap_or(1);
             // The communicator's random key stands for NCCL's commHash.
             match oxccl_net::tuner::TunerComm::init(lib, key, n, per_host.len(), local_min, local_max) {
-                Ok(t) => Some(std::sync::Mutex::new(t)),
+                Ok(t) => Some(std::sync::Arc::new(std::sync::Mutex::new(t))),
                 Err(why) => {
                     oxccl_env::warn!(
                         "TUNER/Plugin: rank {rank}: {why}; this communicator runs on oxccl's own tuning"
@@ -509,6 +509,11 @@ impl HostComm {
     /// The network plugin and device chosen for peers on other hosts, if any.
     pub fn net_plugin(&self) -> Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)> {
         self.net_plugin.clone()
+    }
+    /// The tuner plugin's context for this communicator, when one loaded
+    /// (the GPU path asks it too).
+    pub fn tuner(&self) -> Option<std::sync::Arc<std::sync::Mutex<oxccl_net::tuner::TunerComm>>> {
+        self.tuner.clone()
     }
     /// Ranks in the communicator.
     pub fn nranks(&self) -> usize {

@@ -566,6 +566,11 @@ impl Communicator {
         self.with_comm(|c| Ok(c.net_plugin())).ok().flatten()
     }
 
+    /// The tuner plugin's context, if one loaded (`NCCL_TUNER_PLUGIN`).
+    pub(crate) fn tuner(&self) -> Option<oxccl_cuda::exec::Tuner> {
+        self.with_comm(|c| Ok(c.tuner())).ok().flatten()
+    }
+
     /// A TCP connection to `peer` through the bootstrap, for a layer above
     /// the host collectives (the GPU network path): both ranks call it for
     /// each other with the same `tag`; the lower rank connects.

@@ -156,6 +156,9 @@ pub(crate) fn setup(comm: &Communicator, choice: GpuChoice, timeout: Option<Dura
                     };
                     match dev.setup_ring(&cfg, &boot) {
                         Ok(()) => {
+                            if let Some(t) = comm.tuner() {
+                                dev.set_tuner(t);
+                            }
                             log_ring(dev, rank, nranks);
                             watch_peers(
                                 Arc::downgrade(&comm.inner),
