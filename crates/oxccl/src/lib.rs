@@ -321,6 +321,12 @@ impl Communicator {
             }),
         };
         gpu::setup(&c, choice, timeout);
+        if let Some(path) = oxccl_env::sysfs::topology_dump_path(p, rank) {
+            topo::dump(
+                &path,
+                !matches!(choice, GpuChoice::Off | GpuChoice::NoDevice),
+            );
+        }
         Ok(c)
     }
 
