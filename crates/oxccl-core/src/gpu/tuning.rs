@@ -16,7 +16,10 @@
 use super::kernel::{Collective, RingKernel};
 use super::ring::{coll_channels, ll_channels, Thresholds};
 use crate::algo::{Algo, Proto};
-use crate::tuner_plugin::{algo_from_id, algo_id, proto_from_id, proto_id, CostTable, Verdict};
+use crate::tuner_plugin::{
+    algo_from_id, algo_id, changed, lowest_runnable, proto_from_id, proto_id,
+};
+use crate::tuner_plugin::{CostTable, Verdict};
 use crate::tuner_plugin::{IGNORE, NUM_ALGORITHMS, NUM_PROTOCOLS};
 
 /// The model's time (µs) for `collective` of `bytes` over the ring in
@@ -78,30 +81,13 @@ pub fn apply(
         .ok()
         .filter(|&n| n > 0)
         .map(|n| n.min(t.channels.max(1)));
-    let changed = given
-        .iter()
-        .flatten()
-        .zip(returned.iter().flatten())
-        .any(|(a, b)| a.to_bits() != b.to_bits());
-    if !changed {
+    if !changed(given, returned) {
         return match channels {
             None => (own, Verdict::Unchanged),
             Some(n) => ((own.0, n), Verdict::ChannelsOnly),
         };
     }
-    let mut best: Option<(f32, usize, usize)> = None;
-    for (a, row) in returned.iter().enumerate() {
-        for (p, &cost) in row.iter().enumerate() {
-            // NaN and negative costs are "not this one", as in NCCL.
-            if given[a][p] < 0.0 || cost.is_nan() || cost < 0.0 {
-                continue;
-            }
-            if best.is_none_or(|(c, _, _)| cost < c) {
-                best = Some((cost, a, p));
-            }
-        }
-    }
-    let picked = best.and_then(|(_, a, p)| {
+    let picked = lowest_runnable(given, returned).and_then(|(a, p)| {
         let (algo, proto) = (algo_from_id(a)?, proto_from_id(p)?);
         let k = RingKernel::new(collective, algo, proto)?;
         runnable(collective, t)
