@@ -2046,14 +2046,8 @@ mod tests {
 
     #[test]
     fn every_typed_kernel_has_its_own_slot() {
-        let ops = [
-            RedOp::Sum,
-            RedOp::Prod,
-            RedOp::Max,
-            RedOp::Min,
-            RedOp::Avg,
-            RedOp::PreMulSum(oxccl_core::Scalar::F64(2.0)),
-        ];
+        let premul = RedOp::PreMulSum(oxccl_core::Scalar::F64(2.0));
+        let ops = || RedOp::BUILTIN.into_iter().chain([premul]);
         let mut seen = std::collections::HashSet::new();
         for f in [
             Family::Pair,
@@ -2063,7 +2057,7 @@ mod tests {
             Family::OneLaunch,
         ] {
             for t in DataType::ALL {
-                for op in ops {
+                for op in ops() {
                     let s = typed_slot(f, t, op);
                     assert!(s < TYPED_SLOTS, "{f:?} {t:?} {op:?}: slot {s}");
                     assert!(seen.insert(s), "{f:?} {t:?} {op:?}: slot {s} taken twice");
