@@ -1395,22 +1395,32 @@ unsafe fn run_oneshot(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
     let Some(slots) = comm.oneshot.as_mut() else {
         return Err(Error::internal("one-shot collective without slots"));
     };
-    let seq = {
-        let posted = call.posted_bytes(rank, n);
-        let input = if posted > 0 {
-            // SAFETY: the posted bytes are the ones this rank's send buffer
-            // holds for the call (valid by the caller's contract, checked
-            // non-null above); dropped before the output slice (which may be
-            // the same memory, in place) is made.
-            unsafe { std::slice::from_raw_parts(op.send, posted) }
-        } else {
-            &[]
-        };
-        slots.post(&call, input, red.as_ref())?
+    let seq = slots.next_seq();
+    let posted = call.posted_bytes(rank, n);
+    let input = if posted > 0 {
+        // SAFETY: the posted bytes are the ones this rank's send buffer
+        // holds for the call (valid by the caller's contract, checked
+        // non-null above); dropped before the output slice (which may be
+        // the same memory, in place) is made.
+        unsafe { std::slice::from_raw_parts(op.send, posted) }
+    } else {
+        &[]
     };
+    // First until every peer posted the call before (this rank's slot is
+    // free), then post, then until the posts this rank reads are there.
+    let mut is_posted = false;
     let waited = wait_slots(
         slots,
-        seq,
+        |slots, from| {
+            if !is_posted {
+                if let w @ Progress::Waiting { .. } = slots.clear_to_post(from)? {
+                    return Ok(w);
+                }
+                slots.post(&call, input, red.as_ref())?;
+                is_posted = true;
+            }
+            slots.progress(seq, &call, from)
+        },
         rank,
         n,
         &comm.abort,
@@ -1444,11 +1454,12 @@ unsafe fn run_oneshot(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
     }
 }
 
-/// Waits until every peer posted call `seq` of `slots`.
+/// Polls `step` (given the peer to look at first) until it says
+/// [`Progress::Ready`].
 #[allow(clippy::too_many_arguments)]
 fn wait_slots(
-    slots: &ShmOneShot,
-    seq: u64,
+    slots: &mut ShmOneShot,
+    mut step: impl FnMut(&mut ShmOneShot, usize) -> Result<Progress>,
     rank: usize,
     n: usize,
     abort: &AtomicBool,
@@ -1462,10 +1473,16 @@ fn wait_slots(
     let mut since: Option<std::time::Instant> = None;
     let mut last_check = None;
     loop {
-        match slots.progress(seq, waiting_for)? {
+        let seq = match step(slots, waiting_for)? {
             Progress::Ready => return Ok(()),
-            Progress::Waiting { waiting_for: q } => waiting_for = q,
-        }
+            Progress::Waiting {
+                waiting_for: q,
+                seq,
+            } => {
+                waiting_for = q;
+                seq
+            }
+        };
         // Ranks that outnumber the CPUs (no spin) yield from the first miss:
         // the peer they wait for may need this very CPU.
         if polls < FREE_POLLS && !policy.spin.is_zero() {

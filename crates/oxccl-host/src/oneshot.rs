@@ -12,12 +12,31 @@
 //! updates through each peer's ring and the step engine around them.
 //!
 //! Slots and their reuse: a rank has two slots, used by sequence number
-//! parity. A rank writes slot `s % 2` for call `s` only after it finished
-//! call `s - 1`, which needed every peer's post of `s - 1`; a peer posts
-//! `s - 1` only after it finished call `s - 2`, its last read of that slot.
-//! So a slot is never rewritten while a peer may still read it, and no
-//! acknowledgement is needed. Calls of one communicator must run one after
-//! another (the executor keeps them in issue order).
+//! parity, and a call needs only the posts it reads: an all-reduce,
+//! all-gather and reduce-scatter every rank's, a reduce's root every rank's
+//! and the other ranks none, a broadcast's receivers the root's and the
+//! root none. So ranks may be a call apart, and reuse has a rule of its
+//! own: before posting call `s` a rank waits until every peer has posted
+//! call `s - 1` ([`ShmOneShot::clear_to_post`]). A peer posts `s - 1` only
+//! after it finished call `s - 2`, its last read of the slot that call `s`
+//! rewrites, so a slot is never rewritten while a peer may still read it,
+//! and no acknowledgement beyond the posts is needed. A broadcast root then
+//! returns once its input is in its slot and waits, at its next call, only
+//! for the receivers' posts of this one; back-to-back broadcasts overlap.
+//! After a call that read every rank's post the wait costs nothing.
+//!
+//! Why two slots and not three: with three, a rank would wait only for the
+//! peers' posts of `s - 2` and could run two calls ahead, but a peer's slot
+//! `(s - 2) % 3` could then already hold `s + 1`, so the wait could no longer
+//! compare the peers' record of call `s - 2` with its own, and mismatched
+//! calls that the rank did not read (a broadcast root's view of the
+//! receivers) would go unseen. With two, the slot a rank waits on holds
+//! exactly `s - 1` or the older `s - 3` (a peer cannot post `s + 1` before
+//! this rank posts `s`), so the check is exact; one call of slack is what
+//! lets a root's return overlap its receivers' reads.
+//!
+//! Calls of one communicator must run one after another (the executor keeps
+//! them in issue order).
 //!
 //! Slot layout (64-byte aligned, `stride` bytes each):
 //!
@@ -64,6 +83,8 @@ pub struct ShmOneShot {
     stride: usize,
     /// The sequence number of the last call posted.
     seq: u64,
+    /// Every peer is known to have posted calls up to this one.
+    clear: u64,
     /// Keep the mappings alive.
     _segments: Vec<Arc<ShmSegment>>,
 }
@@ -83,13 +104,25 @@ impl std::fmt::Debug for ShmOneShot {
     }
 }
 
-/// How far a call has come.
+/// How far a wait has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
-    /// Some peer has not posted this call yet: `waiting_for` names one.
-    Waiting { waiting_for: usize },
-    /// Every peer posted it: reduce with [`ShmOneShot::finish`].
+    /// Peer `waiting_for` has not posted call `seq` yet.
+    Waiting { waiting_for: usize, seq: u64 },
+    /// Every post waited for is there.
     Ready,
+}
+
+/// Whether `rank` reads `q`'s post of `call` (`q != rank`): reductions to
+/// every rank and gathers read every post, a reduce's root every post, a
+/// broadcast's receivers the root's; a reduce's other ranks and a
+/// broadcast's root read none.
+pub fn reads(call: &SlotCall, rank: usize, q: usize) -> bool {
+    match call.kind {
+        CollKind::Broadcast => rank != call.root && q == call.root,
+        CollKind::Reduce => rank == call.root,
+        _ => true,
+    }
 }
 
 impl ShmOneShot {
@@ -123,6 +156,7 @@ impl ShmOneShot {
             max,
             stride: slot_stride(max),
             seq: 0,
+            clear: 0,
             _segments: segments,
         })
     }
@@ -140,6 +174,11 @@ impl ShmOneShot {
     /// Ranks.
     pub fn nranks(&self) -> usize {
         self.areas.len()
+    }
+
+    /// The sequence number the next call posts.
+    pub fn next_seq(&self) -> u64 {
+        self.seq + 1
     }
 
     fn slot(&self, q: usize, seq: u64) -> *mut u8 {
@@ -170,9 +209,17 @@ impl ShmOneShot {
             )));
         }
         let seq = self.seq + 1;
+        if self.clear < self.seq {
+            return Err(Error::internal(format!(
+                "one-shot {}: call {seq} posted before every peer posted call {}",
+                call.kind.snake_name(),
+                self.seq
+            )));
+        }
         // SAFETY: the data part of this rank's slot `seq % 2`, inside the
-        // area; no peer reads it now (they finished call `seq - 2`, see the
-        // module's notes) and it does not overlap the atomic words.
+        // area; no peer reads it now (every peer posted call `seq - 1`, so
+        // finished call `seq - 2`, checked above; see the module's notes)
+        // and it does not overlap the atomic words.
         let data = unsafe {
             std::slice::from_raw_parts_mut(self.slot(self.rank, seq).add(SLOT_HEAD), input.len())
         };
@@ -187,33 +234,80 @@ impl ShmOneShot {
         Ok(seq)
     }
 
-    /// Whether every peer posted call `seq`, or one it is waiting for; a
-    /// peer that posted a different call is an error naming both.
-    pub fn progress(&self, seq: u64, from: usize) -> Result<Progress> {
+    /// Whether this rank may post its next call: every peer has posted the
+    /// call before it (see the module's notes), or one it is waiting for,
+    /// looking at `from` first. A peer whose record of that call differs
+    /// from this rank's is an error naming both.
+    pub fn clear_to_post(&mut self, from: usize) -> Result<Progress> {
+        let last = self.seq;
+        if self.clear >= last {
+            return Ok(Progress::Ready);
+        }
         let n = self.areas.len();
-        let mine = self.words(self.rank, seq)[1].load(Ordering::Relaxed);
+        let mine = self.words(self.rank, last)[1].load(Ordering::Relaxed);
         for i in 0..n {
             let q = (from + i) % n;
             if q == self.rank {
                 continue;
             }
-            let w = self.words(q, seq);
-            if w[0].load(Ordering::Acquire) != seq {
-                return Ok(Progress::Waiting { waiting_for: q });
+            if !self.posted(q, last) {
+                return Ok(Progress::Waiting {
+                    waiting_for: q,
+                    seq: last,
+                });
             }
-            let theirs = w[1].load(Ordering::Relaxed);
-            if theirs != mine {
-                return Err(Error::invalid_usage(format!(
-                    "mismatched collectives: rank {q} called {}, rank {} {} \
-                     (every rank must call the same collectives in the same order, with \
-                     the same count, datatype, op and root)",
-                    describe_meta(theirs),
-                    self.rank,
-                    describe_meta(mine)
-                )));
+            self.check_post(q, last, mine)?;
+        }
+        self.clear = last;
+        Ok(Progress::Ready)
+    }
+
+    /// Whether every peer whose post of call `seq` this rank reads
+    /// ([`reads`]) posted it, or one it is waiting for, looking at `from`
+    /// first; a peer that posted a different call is an error naming both.
+    /// Then [`ShmOneShot::finish`] takes the result.
+    pub fn progress(&mut self, seq: u64, call: &SlotCall, from: usize) -> Result<Progress> {
+        let n = self.areas.len();
+        let mine = self.words(self.rank, seq)[1].load(Ordering::Relaxed);
+        let mut all = true;
+        for i in 0..n {
+            let q = (from + i) % n;
+            if q == self.rank {
+                continue;
             }
+            if !reads(call, self.rank, q) {
+                all = false;
+                continue;
+            }
+            if !self.posted(q, seq) {
+                return Ok(Progress::Waiting {
+                    waiting_for: q,
+                    seq,
+                });
+            }
+            self.check_post(q, seq, mine)?;
+        }
+        if all {
+            self.clear = self.clear.max(seq);
         }
         Ok(Progress::Ready)
+    }
+
+    /// An error if peer `q`'s post of call `seq` (seen posted) records
+    /// another call than `mine`.
+    fn check_post(&self, q: usize, seq: u64, mine: u64) -> Result<()> {
+        let theirs = self.words(q, seq)[1].load(Ordering::Relaxed);
+        if theirs != mine {
+            return Err(Error::invalid_usage(format!(
+                "mismatched collectives: rank {q} called {}, rank {} {} \
+                 (every rank must call the same collectives in the same order, with \
+                 the same count, datatype, op and root)",
+                describe_meta(theirs),
+                self.rank,
+                describe_meta(mine)
+            )));
+        }
+        Ok(())
     }
 
     /// Whether peer `q` posted call `seq`.
@@ -224,7 +318,8 @@ impl ShmOneShot {
     /// Takes this rank's result of call `seq` from every rank's slot into
     /// `out` (`call.output_bytes(rank, nranks)` bytes; ignored when 0).
     /// Reductions combine the slots in rank order, so every rank gets the
-    /// same bits. Only after [`Progress::Ready`].
+    /// same bits. Only after [`ShmOneShot::progress`] said
+    /// [`Progress::Ready`] for it.
     pub fn finish(&self, seq: u64, call: &SlotCall, out: &mut [u8], red: Option<&Reduction>) {
         let n = self.areas.len();
         let e = call.dtype.size();
@@ -235,9 +330,10 @@ impl ShmOneShot {
         }
         let out = &mut out[..want];
         // SAFETY: bytes `off..off + len` of the data part of rank q's slot
-        // `seq % 2`, which q posted (seen with acquire in `progress`) and
-        // does not rewrite before this rank posts `seq + 1` (see the
-        // module's notes); `off + len` is within what q posted.
+        // `seq % 2`, which q posted (seen with acquire in `progress`; only
+        // the slots of peers `reads` names are read below) and does not
+        // rewrite before this rank posts `seq + 1` (see the module's notes);
+        // `off + len` is within what q posted.
         let data = |q: usize, off: usize, len: usize| unsafe {
             std::slice::from_raw_parts(self.slot(q, seq).add(SLOT_HEAD + off).cast_const(), len)
         };
