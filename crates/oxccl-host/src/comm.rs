@@ -1350,12 +1350,15 @@ const FREE_POLLS: u32 = 64;
 /// wait (the step engine's) made 8 B calls take 58-87 us at a load average of
 /// 4.5 on 2 cores.
 const YIELD_FOR: Duration = Duration::from_millis(2);
+/// The longest sleep of a slot wait before it looks at abort, the timeout
+/// and the peers' liveness again (a post wakes it earlier).
+const SLOT_CHECK_EVERY: Duration = Duration::from_micros(200);
 
 /// One small collective over the one-shot slots, blocking: argument
 /// checks (as [`prepare`]'s, formatting only on failure), post, wait (spin,
-/// then yield, then sleep; observing abort, the timeout, the peers'
-/// liveness, and a peer that started another operation on the streams),
-/// take the result.
+/// yield, then sleep until the awaited peer's post wakes it; observing
+/// abort, the timeout, the peers' liveness, and a peer that started another
+/// operation on the streams), take the result.
 ///
 /// # Safety
 /// As [`HostComm::run`].
@@ -1499,7 +1502,7 @@ fn wait_slots(
         // miss of every call it made 4 ranks on 2 CPUs pay 3 of them per
         // call, on the CPUs their peers needed.
         let l = *last_check.get_or_insert(now);
-        if now.duration_since(l) >= Duration::from_micros(200) {
+        if now.duration_since(l) >= SLOT_CHECK_EVERY {
             last_check = Some(now);
             if abort.load(std::sync::atomic::Ordering::Acquire) {
                 return Err(Error::new(
@@ -1543,13 +1546,23 @@ fn wait_slots(
                 )));
             }
         }
+        // Spin, then yield (under load the awaited rank may need this very
+        // CPU), then sleep until its post wakes this rank (see
+        // crate::oneshot) or the next check is due. A sleep from the first
+        // miss measured worse under load: a rank woken by a post waits its
+        // turn on a busy CPU (4 ranks on 2 CPUs, 8 B broadcast: 43-50 us a
+        // call sleeping, 3-6 us yielding; 2 ranks beside 2 busy processes,
+        // 20-100 us a call after spins of 10-200 us against about 1 us
+        // after 2 ms).
         let waited = now.duration_since(t0);
         if waited < policy.spin {
             std::hint::spin_loop();
         } else if waited < policy.spin + YIELD_FOR {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(50));
+            let l = last_check.unwrap_or(now);
+            let left = SLOT_CHECK_EVERY.saturating_sub(now.duration_since(l));
+            slots.sleep_until_posted(waiting_for, seq, left.max(Duration::from_micros(10)));
         }
     }
 }
