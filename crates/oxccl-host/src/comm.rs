@@ -1552,8 +1552,7 @@ fn wait_slots(
         // miss measured worse under load: a rank woken by a post waits its
         // turn on a busy CPU (4 ranks on 2 CPUs, 8 B broadcast: 43-50 us a
         // call sleeping, 3-6 us yielding; 2 ranks beside 2 busy processes,
-        // 20-100 us a call after spins of 10-200 us against about 1 us
-        // after 2 ms).
+        // 16-100 us a call after spins of 10-200 us, 0.4-16 us after 2 ms).
         let waited = now.duration_since(t0);
         if waited < policy.spin {
             std::hint::spin_loop();
