@@ -648,7 +648,7 @@ params! {
     // all-reduces took 59-100 us with 50 us spins and 0.6-3.6 us with 2 ms
     // (Open MPI, which spins without end: 0.8-7.4 us; same run, alternated).
     SPIN_US: U64 = "OXCCL_SPIN_US", "2000", honoured,
-        "How long a waiting rank spins before yielding its thread, in microseconds. Where a host has more local ranks than CPUs, waiting ranks yield at once whatever this says.";
+        "How long a waiting rank spins before yielding its thread, in microseconds. Where a host has more local ranks than CPUs, waiting ranks yield at once whatever this says. A small collective over the one-shot slots yields for 2 ms more, then sleeps until the post it awaits wakes it.";
     KERNEL_DIR: Opt<Str> = "OXCCL_KERNEL_DIR", "", honoured,
         "Folder of prebuilt GPU kernels (written by `oxccl kernels --out DIR`), looked at before the kernel cache. Unset: oxccl-kernels/ beside libnccl.so.2 (or the oxccl program), when it exists.";
     CACHE_DIR: Opt<Str> = "OXCCL_CACHE_DIR", "", honoured,
