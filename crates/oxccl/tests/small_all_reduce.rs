@@ -73,15 +73,13 @@ fn small_cases(nranks: usize) -> Vec<Case> {
     v
 }
 
-fn sweep(test: &str, n: usize) {
+/// Runs `test` as `n` processes, each a rank that runs `body` on its
+/// communicator between init and destroy; every rank must succeed.
+fn on_processes(test: &str, n: usize, body: impl FnOnce(&Communicator)) {
     if let Some(ctx) = child_ctx() {
         let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
             .unwrap();
-        for case in small_cases(ctx.nranks) {
-            if let Err(f) = run_case(&c, &case) {
-                panic!("rank {}: {case}: {f}", ctx.rank);
-            }
-        }
+        body(&c);
         c.destroy().unwrap();
         return;
     }
@@ -89,6 +87,16 @@ fn sweep(test: &str, n: usize) {
     let id = UniqueId::new().unwrap();
     let mut p = Procs::spawn(test, n, &id, &[]);
     p.expect_success(Duration::from_secs(180));
+}
+
+fn sweep(test: &str, n: usize) {
+    on_processes(test, n, |c| {
+        for case in small_cases(c.size()) {
+            if let Err(f) = run_case(c, &case) {
+                panic!("rank {}: {case}: {f}", c.rank());
+            }
+        }
+    });
 }
 
 #[test]
@@ -555,17 +563,7 @@ fn rooted_mix(c: &Communicator, calls: u64) -> Result<(), String> {
 }
 
 fn rooted_back_to_back(test: &str, n: usize) {
-    if let Some(ctx) = child_ctx() {
-        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
-            .unwrap();
-        rooted_mix(&c, 3000).unwrap();
-        c.destroy().unwrap();
-        return;
-    }
-    let _w = Watchdog::new(test, Duration::from_secs(200));
-    let id = UniqueId::new().unwrap();
-    let mut p = Procs::spawn(test, n, &id, &[]);
-    p.expect_success(Duration::from_secs(180));
+    on_processes(test, n, |c| rooted_mix(c, 3000).unwrap());
 }
 
 #[test]
