@@ -20,6 +20,9 @@
 #     ms per 8-byte all_reduce under load, so a full sweep can take hours)
 #   GLOO_PYTHON [python3]  OXCCL (the oxccl binary) [built: target/release/oxccl]
 #   SUMMARY_ONLY: set to summarise the raw runs already in OUTDIR again
+#   LOAD_PROCS [0]: busy processes (`yes > /dev/null`) started after the
+#     idle gate and stopped right after each run, so every library meets
+#     the same fixed background load
 # Needs: apt-get install -y libopenmpi-dev openmpi-bin libmpich-dev mpich
 # Writes OUTDIR/results.md (tables: median time in us, out of place and in
 # place, per library), OUTDIR/<ranks>r/<lib>.<coll>.txt (the medians in
@@ -39,6 +42,7 @@ LOAD_MAX=${LOAD_MAX:-0.5}
 LOAD_WAIT=${LOAD_WAIT:-120}
 RUN_LIMIT=${RUN_LIMIT:-600}
 LIBS=${LIBS:-"oxccl openmpi mpich gloo"}
+LOAD_PROCS=${LOAD_PROCS:-0}
 PY=${GLOO_PYTHON:-python3}
 mkdir -p "$OUT/raw"
 
@@ -103,6 +107,24 @@ run_one() { # lib ranks coll file
   esac > "$f"
 }
 
+# The background load of one run: LOAD_PROCS busy processes.
+load_pids=()
+start_load() {
+  local i
+  for ((i = 0; i < LOAD_PROCS; i++)); do
+    yes > /dev/null &
+    load_pids+=($!)
+  done
+}
+stop_load() {
+  if ((${#load_pids[@]})); then
+    kill "${load_pids[@]}" 2>/dev/null || true
+    wait "${load_pids[@]}" 2>/dev/null || true
+  fi
+  load_pids=()
+}
+trap stop_load EXIT
+
 [[ -n ${SUMMARY_ONLY:-} ]] && ROUNDS_TO_RUN=0 || ROUNDS_TO_RUN=$ROUNDS
 for r in $(seq 1 "$ROUNDS_TO_RUN"); do
   for n in $RANKS; do
@@ -111,9 +133,11 @@ for r in $(seq 1 "$ROUNDS_TO_RUN"); do
         [[ $lib == gloo && $coll != all_reduce ]] && continue
         f="$OUT/raw/$lib.${n}r.$coll.$r.txt"
         load=$(wait_idle)
-        echo "# round $r/$ROUNDS: $lib $coll, $n ranks, load $load" >&2
+        echo "# round $r/$ROUNDS: $lib $coll, $n ranks, load $load, $LOAD_PROCS busy processes" >&2
         rc=0
+        start_load
         run_one "$lib" "$n" "$coll" "$f" || rc=$?
+        stop_load
         if (( rc == 124 )); then
           echo "# $lib $coll, $n ranks: stopped after RUN_LIMIT=$RUN_LIMIT s; sizes so far kept" | tee -a "$f" >&2
         elif (( rc != 0 )); then
@@ -126,9 +150,10 @@ for r in $(seq 1 "$ROUNDS_TO_RUN"); do
   done
 done
 
-python3 - "$OUT" "$ROUNDS" "${libs[*]}" "$RANKS" "$COLLS" <<'PY'
+python3 - "$OUT" "$ROUNDS" "${libs[*]}" "$RANKS" "$COLLS" "$LOAD_PROCS" <<'PY'
 import os, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
+busy = int(sys.argv[6])
 libs, ranks, colls = sys.argv[3].split(), sys.argv[4].split(), sys.argv[5].split()
 med = statistics.median
 
@@ -163,7 +188,9 @@ for line in open(os.path.join(out, "raw", "loads.txt")):
 md = [f"# oxccl host collectives beside MPI\n",
       f"Median of {rounds} alternated rounds; time per call in µs, float32 (sum where reducing); "
       f"out of place / in place. Load: the 1-minute load average at the start of each run "
-      f"(median, max). Every result checked (#wrong 0) unless marked.\n"]
+      f"(median, max)"
+      + (f", before {busy} busy processes (`yes > /dev/null`) started for each run" if busy else "")
+      + ". Every result checked (#wrong 0) unless marked.\n"]
 bad = []
 for n in ranks:
     os.makedirs(os.path.join(out, f"{n}r"), exist_ok=True)

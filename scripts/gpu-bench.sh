@@ -16,6 +16,10 @@
 #                                            kernels (KERNELS, default
 #                                            BUNDLE/kernels from `oxccl
 #                                            kernels --out`) when they exist
+#   scripts/gpu-bench.sh share               memory, threads and descriptors per
+#                                            process with ranks sharing GPU 0:
+#                                            oxccl at 1 2 4 8 16 ranks
+#                                            (RANKS_LIST), NCCL at 1
 #   scripts/gpu-bench.sh first [N]           process start to the first finished
 #                                            all-reduce of five dtype/op pairs
 #                                            (torch_first_calls.py), empty home
@@ -109,6 +113,16 @@ init)
       launch oxccl 1 "OXCCL_CACHE_DIR=$d,OXCCL_KERNEL_DIR=$K,INIT_TAG=prebuilt-start" scripts/torch_init_mem.py | grep '^INIT'
       echo "prebuilt-start: $(find "$d" -type f | wc -l) kernels compiled into the empty cache (0: all came from $K)"
     fi
+  done
+  ;;
+share)
+  # Memory per process with ranks sharing GPU 0 (torch_init_mem.py,
+  # SHARE_GPU=1): oxccl with each rank count in RANKS_LIST, NCCL with one
+  # rank (it refuses two on one GPU).
+  NPROC=1 launch NCCL 0 "SHARE_GPU=1" scripts/torch_init_mem.py | grep -e '^INIT' -e '^MEM'
+  for n in ${RANKS_LIST:-1 2 4 8 16}; do
+    NPROC=$n launch oxccl 1 "SHARE_GPU=1,OXCCL_KERNEL_DIR=${KERNELS:-$BUNDLE/kernels}" scripts/torch_init_mem.py |
+      grep -e '^INIT' -e '^MEM'
   done
   ;;
 first)

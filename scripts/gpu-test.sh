@@ -27,7 +27,7 @@ if [ "${1:-}" = "--build" ]; then
   # the C API's GPU tests, the Rust device API's tests and `oxccl perf`'s GPU tests.
   { cargo test --release -p oxccl-cuda --no-run --message-format=json 2>/dev/null
     cargo test --release -p oxccl-nccl --test gpu_abi --test gpu_procs --no-run --message-format=json 2>/dev/null
-    cargo test --release -p oxccl --test gpu_example --test gpu_device_api --no-run --message-format=json 2>/dev/null
+    cargo test --release -p oxccl --test gpu_example --test gpu_device_api --test gpu_tuner --no-run --message-format=json 2>/dev/null
     cargo test --release -p oxccl-cli --test perf_gpu --no-run --message-format=json 2>/dev/null; } |
     python3 -c '
 import json, sys
@@ -127,12 +127,14 @@ run gpu_abi          "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 # and every collective with two ranks as threads.
 run gpu_example      "$B/gpu_example" --nocapture --test-threads=1 $ALL
 run gpu_device_api   "$B/gpu_device_api" --nocapture --test-threads=1 $ALL
+# A tuner plugin (compiled here with cc) forcing the GPU ring kernels.
+run gpu_tuner        "$B/gpu_tuner" --nocapture --test-threads=1 $ALL
 # The same in-process tests through the ring path: forced over peer memory,
 # and through pinned host memory (NCCL_P2P_DISABLE=1).
 run gpu_abi_ring     env OXCCL_CUDA_RING=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 run gpu_abi_host     env NCCL_P2P_DISABLE=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 # Small calls of both ranks of one process: as two kernels on one GPU
-# (before the one-launch kernel, joint.rs, took them there by default), and
+# (before the one-launch kernel, oxccl_core::gpu::one_launch, took them there by default), and
 # as one launch on two GPUs (off by default until timed there).
 run gpu_abi_nojoint  env OXCCL_CUDA_JOINT_MAX=0 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR
 run gpu_abi_joint_peers env OXCCL_CUDA_JOINT_PEERS=1 "$B/gpu_abi" --nocapture --test-threads=1 $ALL --skip $PAIR

@@ -325,7 +325,7 @@ if [ "$MODE" = push_variants ]; then
   done
 fi
 if [ "$MODE" = small ]; then
-  # The one-shot all-reduce in its own small kernel (ll1_fast), 2 processes, under graphs and
+  # The one-shot all-reduce in its own small kernel (oxccl_small_*), 2 processes, under graphs and
   # eager, against the ring kernel's one-shot path, two rounds
   # alternated, NCCL beside each.
   R="all_reduce --backend cuda --ranks 2 -b 8 -e 1M -f 2 -n 500 -w 50 -c 1 --compare $NCCL"
@@ -345,7 +345,7 @@ if [ "$MODE" = small ]; then
 fi
 
 if [ "$MODE" = joint ]; then
-  # The one-launch kernel of every rank (joint.rs) on the GPUs of one
+  # The one-launch kernel of every rank (oxccl_core::gpu::one_launch) on the GPUs of one
   # process (-g N, every GPU; eager: captured calls never take it), so far
   # timed only with ranks sharing one GPU: OXCCL_CUDA_JOINT_PEERS=1 against
   # the default (a kernel per GPU), three rounds alternated, NCCL beside

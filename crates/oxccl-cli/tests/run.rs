@@ -53,11 +53,13 @@ fn text(o: &Output) -> String {
 /// A program that loads libnccl.so.2 by name, prints its ncclGetVersion
 /// code and stays alive long enough for a few polls of `--check`.
 const PROG: &str = r#"
-import ctypes, time
+import ctypes, os, time
 lib = ctypes.CDLL("libnccl.so.2")
 v = ctypes.c_int(0)
 assert lib.ncclGetVersion(ctypes.byref(v)) == 0
-print("version", v.value, flush=True)
+# One write of the whole line: processes that share the pipe may not
+# interleave it (print writes its pieces separately when unbuffered).
+os.write(1, f"version {v.value}\n".encode())
 time.sleep(0.6)
 "#;
 

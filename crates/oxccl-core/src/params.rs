@@ -657,7 +657,7 @@ params! {
     // all-reduces took 59-100 us with 50 us spins and 0.6-3.6 us with 2 ms
     // (Open MPI, which spins without end: 0.8-7.4 us; same run, alternated).
     SPIN_US: U64 = "OXCCL_SPIN_US", "2000", honoured,
-        "How long a waiting rank spins before yielding its thread, in microseconds. Where a host has more local ranks than CPUs, waiting ranks yield at once whatever this says.";
+        "How long a waiting rank spins before yielding its thread, in microseconds. Where a host has more local ranks than CPUs, waiting ranks yield at once whatever this says. A small collective over the one-shot slots yields for 2 ms more, then sleeps until the post it awaits wakes it.";
     KERNEL_DIR: Opt<Str> = "OXCCL_KERNEL_DIR", "", honoured,
         "Folder of prebuilt GPU kernels (written by `oxccl kernels --out DIR`), looked at before the kernel cache. Unset: oxccl-kernels/ beside libnccl.so.2 (or the oxccl program), when it exists.";
     CACHE_DIR: Opt<Str> = "OXCCL_CACHE_DIR", "", honoured,
@@ -730,9 +730,9 @@ params! {
     MAX_NRINGS: Opt<I64> = "NCCL_MAX_NRINGS", "", recognised, "Old name of NCCL_MAX_NCHANNELS.";
     LL_BUFFSIZE: Opt<I64> = "NCCL_LL_BUFFSIZE", "", recognised, "Buffer size for the LL protocol.";
     LL128_BUFFSIZE: Opt<I64> = "NCCL_LL128_BUFFSIZE", "", recognised, "Buffer size for the LL128 protocol.";
-    TOPO_FILE: Opt<Str> = "NCCL_TOPO_FILE", "", recognised, "XML topology to load.";
-    TOPO_DUMP_FILE: Opt<Str> = "NCCL_TOPO_DUMP_FILE", "", recognised, "Where to dump the detected XML topology.";
-    TOPO_DUMP_FILE_RANK: Opt<I64> = "NCCL_TOPO_DUMP_FILE_RANK", "", recognised, "Rank that dumps the topology (NCCL default 0).";
+    TOPO_FILE: Opt<Str> = "NCCL_TOPO_FILE", "", honoured, "XML topology (NCCL's format) used instead of the machine's sysfs tree: where GPUs and NICs sit, which the GPU ring's order follows. A file that cannot be read or parsed is named in a WARN and the machine's tree is used.";
+    TOPO_DUMP_FILE: Opt<Str> = "NCCL_TOPO_DUMP_FILE", "", honoured, "At communicator creation, the dumping rank (NCCL_TOPO_DUMP_FILE_RANK) writes the topology it uses to this file as XML (NVML's NVLinks merged in where a GPU was chosen): the format NCCL_TOPO_FILE reads.";
+    TOPO_DUMP_FILE_RANK: Opt<I64> = "NCCL_TOPO_DUMP_FILE_RANK", "", honoured, "The rank that writes NCCL_TOPO_DUMP_FILE (unset: 0).";
     GRAPH_FILE: Opt<Str> = "NCCL_GRAPH_FILE", "", recognised, "Search graphs to load.";
     GRAPH_DUMP_FILE: Opt<Str> = "NCCL_GRAPH_DUMP_FILE", "", recognised, "Where to dump search graphs.";
     NVLS_ENABLE: Opt<I64> = "NCCL_NVLS_ENABLE", "", recognised, "NVLink SHARP: 0 off, 1 on, 2 auto (NCCL default 2).";
@@ -1166,7 +1166,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 58);
+        assert_eq!(honoured.len(), 61);
         assert!(ALL.iter().all(|p| !(p.honoured && p.internal)));
         assert!(ALL.len() > 80);
     }

@@ -171,6 +171,33 @@ pub enum Verdict {
     NothingRunnable,
 }
 
+/// Whether the plugin wrote anything into the table it was given.
+pub fn changed(given: &CostTable, returned: &CostTable) -> bool {
+    given
+        .iter()
+        .flatten()
+        .zip(returned.iter().flatten())
+        .any(|(a, b)| a.to_bits() != b.to_bits())
+}
+
+/// The (algorithm, protocol) ids of the lowest entry of `returned` that
+/// `given` offered (not [`IGNORE`]d there); NaN and negative costs are "not
+/// this one", as in NCCL. `None` when no offered entry is left.
+pub fn lowest_runnable(given: &CostTable, returned: &CostTable) -> Option<(usize, usize)> {
+    let mut best: Option<(f32, usize, usize)> = None;
+    for (a, row) in returned.iter().enumerate() {
+        for (p, &cost) in row.iter().enumerate() {
+            if given[a][p] < 0.0 || cost.is_nan() || cost < 0.0 {
+                continue;
+            }
+            if best.is_none_or(|(c, _, _)| cost < c) {
+                best = Some((cost, a, p));
+            }
+        }
+    }
+    best.map(|(_, a, p)| (a, p))
+}
+
 /// The plan for `input` after a plugin returned `returned` (from `given`,
 /// made by [`cost_table`]) and `nchannels` (0 or less: unset). Entries that
 /// `given` ignored stay impossible whatever the plugin wrote there.
@@ -182,12 +209,7 @@ pub fn apply(
 ) -> crate::error::Result<(Plan, Verdict)> {
     let own = choose(input)?;
     let channels = usize::try_from(nchannels).ok().filter(|&n| n > 0);
-    let changed = given
-        .iter()
-        .flatten()
-        .zip(returned.iter().flatten())
-        .any(|(a, b)| a.to_bits() != b.to_bits());
-    if !changed {
+    if !changed(given, returned) {
         return Ok(match channels {
             None => (own, Verdict::Unchanged),
             Some(n) => (
@@ -196,19 +218,7 @@ pub fn apply(
             ),
         });
     }
-    let mut best: Option<(f32, usize, usize)> = None;
-    for (a, row) in returned.iter().enumerate() {
-        for (p, &cost) in row.iter().enumerate() {
-            // NaN and negative costs are "not this one", as in NCCL.
-            if given[a][p] < 0.0 || cost.is_nan() || cost < 0.0 {
-                continue;
-            }
-            if best.is_none_or(|(c, _, _)| cost < c) {
-                best = Some((cost, a, p));
-            }
-        }
-    }
-    let Some((_, a, p)) = best else {
+    let Some((a, p)) = lowest_runnable(given, returned) else {
         return Ok((own, Verdict::NothingRunnable));
     };
     let (Some(algo), Some(proto)) = (algo_from_id(a), proto_from_id(p)) else {

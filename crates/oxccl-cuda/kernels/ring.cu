@@ -42,25 +42,25 @@
 #include "elem.cuh"
 
 enum {
-    RM_ALLREDUCE = 0,
-    RM_REDUCE_SCATTER = 1,
-    RM_ALLGATHER = 2,
-    RM_BROADCAST = 3,
-    RM_REDUCE = 4,
-    RM_ALLREDUCE_LL = 5,
-    RM_ALLREDUCE_LL1 = 6,
-    RM_ALLREDUCE_1S = 7,
-    RM_ALLGATHER_LL1 = 8,
-    RM_REDUCE_SCATTER_LL1 = 9,
-    RM_BROADCAST_LL1 = 10,
-    RM_REDUCE_LL1 = 11,
-    RM_ALLREDUCE_LL2 = 12,
-    RM_ALLGATHER_1S = 13,
-    RM_REDUCE_SCATTER_1S = 14,
-    RM_ALLREDUCE_2S = 15
+    KERNEL_ALLREDUCE_RING_SIMPLE = 0,
+    KERNEL_REDUCE_SCATTER_RING_SIMPLE = 1,
+    KERNEL_ALLGATHER_RING_SIMPLE = 2,
+    KERNEL_BROADCAST_RING_SIMPLE = 3,
+    KERNEL_REDUCE_RING_SIMPLE = 4,
+    KERNEL_ALLREDUCE_RING_LL = 5,
+    KERNEL_ALLREDUCE_ONESHOT_LL = 6,
+    KERNEL_ALLREDUCE_ONESHOT_SIMPLE = 7,
+    KERNEL_ALLGATHER_ONESHOT_LL = 8,
+    KERNEL_REDUCE_SCATTER_ONESHOT_LL = 9,
+    KERNEL_BROADCAST_ONESHOT_LL = 10,
+    KERNEL_REDUCE_ONESHOT_LL = 11,
+    KERNEL_ALLREDUCE_TWOSHOT_LL = 12,
+    KERNEL_ALLGATHER_ONESHOT_SIMPLE = 13,
+    KERNEL_REDUCE_SCATTER_ONESHOT_SIMPLE = 14,
+    KERNEL_ALLREDUCE_TWOSHOT_SIMPLE = 15
 };
-// Most ranks of the one-shot LL all-reduce (a channel per peer in shared memory).
-#define RING_LL1_MAX_RANKS 8
+// Most ranks of the one-shot and two-shot kernels (a channel per peer in shared memory).
+#define DIRECT_MAX_RANKS 8
 enum { RERR_TIMEOUT = 1, RERR_ABORT = 2 };
 #define RING_HDR 384
 #define RING_HEAD 128
@@ -113,7 +113,7 @@ struct RingArgs {
     double scale;      // float avg / PreMulSum multiplier
     u64 iscale;        // integer PreMulSum multiplier
     u64 scalar_ptr;    // PreMulSum scalar in device memory, else 0
-    u32 mode;          // RM_*
+    u32 mode;          // KERNEL_* (oxccl_core::gpu::kernel::RingKernel::mode)
     u32 root;          // broadcast, reduce: the root's ring position
 };
 
@@ -503,18 +503,18 @@ __device__ __forceinline__ bool ll_wait(const RingCommon& c, const uint4* p, u32
 // 1024 polls, with the wait's start `t0` (0 at the first check); returns
 // the start, or 0 when the wait must give up (timeout, the host's abort,
 // another block's error), recorded.
-__device__ __noinline__ u64 ll1_bounds(u32* ctrl, u64 timeout_ns, u64 t0, u32 peer) {
+__device__ __noinline__ u64 ll_wait_bounds(u32* ctrl, u64 timeout_ns, u64 t0, u32 peer) {
     return wait_check(ctrl, timeout_ns, t0, peer) == 0 ? t0 : 0;
 }
 
 // One thread: waits for the line at `l` to carry flag `fl` (from `peer`)
-// and takes its 8 data bytes; false when the wait gave up (ll1_bounds).
-__device__ __forceinline__ bool ll1_take(const RingCommon& c, const uint4* l, u32 fl, u32 peer,
+// and takes its 8 data bytes; false when the wait gave up (ll_wait_bounds).
+__device__ __forceinline__ bool ll_take(const RingCommon& c, const uint4* l, u32 fl, u32 peer,
                                          u64& v) {
     u64 spins = 0, t0 = 0;
     uint4 x = ld_line(l);
     while (x.y != fl || x.w != fl) {
-        if ((++spins & 1023) == 0 && (t0 = ll1_bounds(c.ctrl, c.timeout_ns, t0, peer)) == 0)
+        if ((++spins & 1023) == 0 && (t0 = ll_wait_bounds(c.ctrl, c.timeout_ns, t0, peer)) == 0)
             return false;
         x = ld_line(l);
     }
@@ -767,7 +767,7 @@ __device__ bool ring_allreduce(typename P::Channel& k, const RingCommon& c, cons
     return ok;
 }
 
-// The ring all-reduce over LL slots (ring_run's RM_ALLREDUCE_LL).
+// The ring all-reduce over LL slots (ring_run's KERNEL_ALLREDUCE_RING_LL).
 template <typename E, int OP>
 __device__ void ring_run_ll(const RingArgs& a) {
     typedef typename E::S S;
@@ -784,38 +784,38 @@ __device__ void ring_run_ll(const RingArgs& a) {
 }
 
 // One-shot all-reduce over LL slots (small messages, at most
-// RING_LL1_MAX_RANKS ranks): each rank writes its part of the input, as LL
+// DIRECT_MAX_RANKS ranks): each rank writes its part of the input, as LL
 // lines, straight into every other rank's slots, then reduces the n
 // contributions in rank order (0, 1, ..., n-1: the same order, so the same
 // bits, on every rank). One NVLink crossing instead of the ring's 2(n-1)
 // dependent ones; each rank sends (n-1) x its input, which is why this is for
 // small messages only (RingConfig::oneshot_max). The LL counters per (peer,
 // channel) advance by the same number of steps at both ends, as in the ring.
-// The same kernel serves small all-gathers (RM_ALLGATHER_LL1: every rank's
+// The same kernel serves small all-gathers (KERNEL_ALLGATHER_ONESHOT_LL: every rank's
 // block goes to every rank, no reduction; count is the per-rank block) and
-// reduce-scatters (RM_REDUCE_SCATTER_LL1: rank p gets this rank's block p,
+// reduce-scatters (KERNEL_REDUCE_SCATTER_ONESHOT_LL: rank p gets this rank's block p,
 // and reduces the n blocks it receives in rank order; count is the per-rank
 // output): one crossing instead of the ring's n - 1 dependent ones.
-// Small broadcasts (RM_BROADCAST_LL1: only the root sends, to every rank)
-// and reduces (RM_REDUCE_LL1: every rank but the root sends to the root,
+// Small broadcasts (KERNEL_BROADCAST_ONESHOT_LL: only the root sends, to every rank)
+// and reduces (KERNEL_REDUCE_ONESHOT_LL: every rank but the root sends to the root,
 // which reduces in rank order as the all-reduce does) take it too: one
 // crossing instead of the ring's n - 1 dependent Simple steps, each with
 // its system fences.
-__device__ __forceinline__ bool ll1_sends(u32 mode, u32 q, u32 p, u32 root) {
+__device__ __forceinline__ bool direct_sends(u32 mode, u32 q, u32 p, u32 root) {
     if (p == q) return false;
-    if (mode == RM_BROADCAST_LL1) return q == root;
-    if (mode == RM_REDUCE_LL1) return p == root;
+    if (mode == KERNEL_BROADCAST_ONESHOT_LL) return q == root;
+    if (mode == KERNEL_REDUCE_ONESHOT_LL) return p == root;
     return true;
 }
-__device__ __forceinline__ bool ll1_recvs(u32 mode, u32 q, u32 p, u32 root) {
-    return ll1_sends(mode, p, q, root);
+__device__ __forceinline__ bool direct_recvs(u32 mode, u32 q, u32 p, u32 root) {
+    return direct_sends(mode, p, q, root);
 }
 
 // Rank p's line `v` of a one-shot receive, taken in rank order (both
 // one-shot kernels): an all-gather puts it at `at` in its output; the
 // reductions fold it into `acc` (F_POST with the last rank's) and return it.
 template <typename E, int OP>
-__device__ __forceinline__ u64 ll1_fold(bool ag, typename E::S* out, u64 at, u64 avail, u32 p, u32 n,
+__device__ __forceinline__ u64 direct_fold(bool ag, typename E::S* out, u64 at, u64 avail, u32 p, u32 n,
                                         u64 acc, u64 v, typename E::A s) {
     if (ag) {
         ll_unpack<E>(out + at, v, avail);
@@ -826,11 +826,11 @@ __device__ __forceinline__ u64 ll1_fold(bool ag, typename E::S* out, u64 at, u64
 }
 
 template <typename E, int OP>
-__device__ void ring_run_ll1(const RingArgs& a) {
+__device__ void run_oneshot_ll(const RingArgs& a) {
     typedef typename E::S S;
     typedef typename E::A A;
     const RingCommon& c = a.c;
-    __shared__ LLChan k[RING_LL1_MAX_RANKS];
+    __shared__ LLChan k[DIRECT_MAX_RANKS];
     __shared__ int fail;
     const u32 n = c.nranks, q = c.rank;
     ll_open_peers(k, c);
@@ -843,8 +843,8 @@ __device__ void ring_run_ll1(const RingArgs& a) {
     const S* in = (const S*)a.in;
     S* out = (S*)a.out;
     const u32 md = a.mode;
-    const bool ag = md == RM_ALLGATHER_LL1, rs = md == RM_REDUCE_SCATTER_LL1;
-    const bool bc = md == RM_BROADCAST_LL1, rd = md == RM_REDUCE_LL1;
+    const bool ag = md == KERNEL_ALLGATHER_ONESHOT_LL, rs = md == KERNEL_REDUCE_SCATTER_ONESHOT_LL;
+    const bool bc = md == KERNEL_BROADCAST_ONESHOT_LL, rd = md == KERNEL_REDUCE_ONESHOT_LL;
     // The host passes a broadcast's or reduce's root as its ring position.
     const u32 root = (bc || rd) ? ring_at(c, a.root) : 0;
     const u64 M = a.count;  // all-gather, reduce-scatter: elements per rank
@@ -862,7 +862,7 @@ __device__ void ring_run_ll1(const RingArgs& a) {
         const u64 nn = umin(E_, hi - base);
         if (threadIdx.x == 0) {
             for (u32 p = 0; p < n; p++)
-                if (ll1_sends(md, q, p, root) && !ll_room(k[p], c)) {
+                if (direct_sends(md, q, p, root) && !ll_room(k[p], c)) {
                     fail = 1;
                     break;
                 }
@@ -885,7 +885,7 @@ __device__ void ring_run_ll1(const RingArgs& a) {
                              : (pre && base == lo && u == threadIdx.x) ? first
                                                                        : ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + e0, hi - e0), s, n);
             for (u32 p = 0; p < n; p++) {
-                if (!ll1_sends(md, q, p, root)) continue;
+                if (!direct_sends(md, q, p, root)) continue;
                 uint4* sl = ll_slot(c, k[p].sll, k[p].sstep);
                 const u64 v =
                     rs ? ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + p * M + e0, hi - e0), s, n) : mine;
@@ -923,7 +923,7 @@ __device__ void ring_run_ll1(const RingArgs& a) {
                         break;
                     }
                 }
-                acc = ll1_fold<E, OP>(ag, out, p * M + e0, avail, p, n, acc, v, s);
+                acc = direct_fold<E, OP>(ag, out, p * M + e0, avail, p, n, acc, v, s);
             }
             if (fail) break;
             if (!ag) ll_unpack<E>(out + e0, acc, avail);
@@ -934,8 +934,8 @@ __device__ void ring_run_ll1(const RingArgs& a) {
             // Every line from this peer was read (used above, before the
             // barrier): it may reuse the slot.
             LLChan& kp = k[threadIdx.x];
-            if (ll1_sends(md, q, threadIdx.x, root)) kp.sstep++;
-            if (ll1_recvs(md, q, threadIdx.x, root)) {
+            if (direct_sends(md, q, threadIdx.x, root)) kp.sstep++;
+            if (direct_recvs(md, q, threadIdx.x, root)) {
                 kp.rstep++;
                 st_relaxed_sys(kp.rhead, kp.rstep);
             }
@@ -945,7 +945,7 @@ __device__ void ring_run_ll1(const RingArgs& a) {
     if (!fail) ll_close_peers(k, c);
 }
 
-// Two-shot all-reduce over LL slots (3..RING_LL1_MAX_RANKS ranks of one
+// Two-shot all-reduce over LL slots (3..DIRECT_MAX_RANKS ranks of one
 // host): the count is cut into n rank blocks of B elements (the last ones
 // shorter or empty); rank q sends block p of its input, pre-scaled, to
 // rank p (a one-shot reduce-scatter), reduces the n lines of block q it
@@ -958,7 +958,7 @@ __device__ void ring_run_ll1(const RingArgs& a) {
 // a thread sends its all-gather line as soon as it has reduced it, so a
 // round has one barrier. Lines past a block's end are neither sent nor
 // waited for (both ends know the block's length).
-__device__ __forceinline__ u64 ll2_len(u64 count, u64 B, u32 p) {
+__device__ __forceinline__ u64 twoshot_len(u64 count, u64 B, u32 p) {
     const u64 b = (u64)p * B;
     return b >= count ? 0 : umin(B, count - b);
 }
@@ -967,14 +967,14 @@ __device__ __forceinline__ u64 ll2_len(u64 count, u64 B, u32 p) {
 // fills entry p): s[p][i] is peer p's slot for my step i of the round (0:
 // reduce-scatter, 1: all-gather), r[p][i] mine for p's; flags of step 0
 // (step 1's are one more).
-struct LL2Round {
-    uint4* s[RING_LL1_MAX_RANKS][2];
-    const uint4* r[RING_LL1_MAX_RANKS][2];
-    u32 sfl[RING_LL1_MAX_RANKS], rfl[RING_LL1_MAX_RANKS];
+struct TwoShotLLRound {
+    uint4* s[DIRECT_MAX_RANKS][2];
+    const uint4* r[DIRECT_MAX_RANKS][2];
+    u32 sfl[DIRECT_MAX_RANKS], rfl[DIRECT_MAX_RANKS];
 };
 
 // Thread p's entry of R for its peer p: its send and receive steps now.
-__device__ __forceinline__ void ll2_slots(LL2Round& R, const RingCommon& c, u32 p, char* sbase,
+__device__ __forceinline__ void twoshot_ll_slots(TwoShotLLRound& R, const RingCommon& c, u32 p, char* sbase,
                                           const char* rbase, u64 ss, u64 rs) {
     R.s[p][0] = ll_slot(c, sbase, ss);
     R.s[p][1] = ll_slot(c, sbase, ss + 1);
@@ -992,7 +992,7 @@ __device__ __forceinline__ void ll2_slots(LL2Round& R, const RingCommon& c, u32 
 // as each line is reduced, then the other blocks taken. False when a wait
 // gave up (recorded).
 template <typename E, int OP>
-__device__ __forceinline__ bool ll2_round(const RingArgs& a, const LL2Round& R, u64 B, u64 base,
+__device__ __forceinline__ bool twoshot_ll_round(const RingArgs& a, const TwoShotLLRound& R, u64 B, u64 base,
                                           u64 units, typename E::A s) {
     typedef typename E::S S;
     const RingCommon& c = a.c;
@@ -1000,7 +1000,7 @@ __device__ __forceinline__ bool ll2_round(const RingArgs& a, const LL2Round& R, 
     constexpr u64 pack = 8 / sizeof(S);
     const S* in = (const S*)a.in;
     S* out = (S*)a.out;
-    const u64 lq = ll2_len(a.count, B, q);
+    const u64 lq = twoshot_len(a.count, B, q);
     // The reduce-scatter's lines: block p's to rank p.
 #pragma unroll
     for (int j = 0; j < 2; j++) {
@@ -1008,7 +1008,7 @@ __device__ __forceinline__ bool ll2_round(const RingArgs& a, const LL2Round& R, 
         if (u >= units) break;
         const u64 e0 = base + u * pack;
         for (u32 p = 0; p < n; p++) {
-            const u64 lp = ll2_len(a.count, B, p);
+            const u64 lp = twoshot_len(a.count, B, p);
             if (p == q || e0 >= lp) continue;
             const u64 v = ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + (u64)p * B + e0, lp - e0), s, n);
             st_line(R.s[p][0] + u, v, R.sfl[p]);
@@ -1024,8 +1024,8 @@ __device__ __forceinline__ bool ll2_round(const RingArgs& a, const LL2Round& R, 
         u64 acc = 0;
         for (u32 p = 0; p < n; p++) {
             u64 v = mine;
-            if (p != q && !ll1_take(c, R.r[p][0] + u, R.rfl[p], p, v)) return false;
-            acc = ll1_fold<E, OP>(false, nullptr, 0, 0, p, n, acc, v, s);
+            if (p != q && !ll_take(c, R.r[p][0] + u, R.rfl[p], p, v)) return false;
+            acc = direct_fold<E, OP>(false, nullptr, 0, 0, p, n, acc, v, s);
         }
         ll_unpack<E>(out + (u64)q * B + e0, acc, lq - e0);
         for (u32 p = 0; p < n; p++)
@@ -1038,10 +1038,10 @@ __device__ __forceinline__ bool ll2_round(const RingArgs& a, const LL2Round& R, 
         if (u >= units) break;
         const u64 e0 = base + u * pack;
         for (u32 p = 0; p < n; p++) {
-            const u64 lp = ll2_len(a.count, B, p);
+            const u64 lp = twoshot_len(a.count, B, p);
             if (p == q || e0 >= lp) continue;
             u64 v;
-            if (!ll1_take(c, R.r[p][1] + u, R.rfl[p] + 1, p, v)) return false;
+            if (!ll_take(c, R.r[p][1] + u, R.rfl[p] + 1, p, v)) return false;
             ll_unpack<E>(out + (u64)p * B + e0, v, lp - e0);
         }
     }
@@ -1049,13 +1049,13 @@ __device__ __forceinline__ bool ll2_round(const RingArgs& a, const LL2Round& R, 
 }
 
 // The two-shot in the ring kernel, for parts of more than one LL slot per
-// block (fewer channels than ll2_fast wants): a round per slot.
+// block (fewer channels than fits_small_two_shot wants): a round per slot.
 template <typename E, int OP>
-__device__ void ring_run_ll2(const RingArgs& a) {
+__device__ void run_twoshot_ll(const RingArgs& a) {
     typedef typename E::S S;
     const RingCommon& c = a.c;
-    __shared__ LLChan k[RING_LL1_MAX_RANKS];
-    __shared__ LL2Round R;
+    __shared__ LLChan k[DIRECT_MAX_RANKS];
+    __shared__ TwoShotLLRound R;
     __shared__ int fail;
     const u32 n = c.nranks, q = c.rank, t = threadIdx.x;
     const bool pt = t < n && t != q;
@@ -1073,11 +1073,11 @@ __device__ void ring_run_ll2(const RingArgs& a) {
         if (pt) {
             // Room for both of the round's steps in t's slots.
             if (!ll_room(k[t], c, 2)) fail = 1;
-            ll2_slots(R, c, t, k[t].sll, k[t].rll, k[t].sstep, k[t].rstep);
+            twoshot_ll_slots(R, c, t, k[t].sll, k[t].rll, k[t].sstep, k[t].rstep);
         }
         __syncthreads();
         if (fail) break;
-        if (!ll2_round<E, OP>(a, R, B, base, (umin(E_, hi - base) + pack - 1) / pack, s)) fail = 1;
+        if (!twoshot_ll_round<E, OP>(a, R, B, base, (umin(E_, hi - base) + pack - 1) / pack, s)) fail = 1;
         __syncthreads();
         if (fail) break;
         if (pt) {
@@ -1095,14 +1095,14 @@ __device__ void ring_run_ll2(const RingArgs& a) {
 
 // The one-shot LL collectives (all-reduce, all-gather, reduce-scatter,
 // broadcast, reduce) when every block's part fits one LL slot (the host
-// checks the same arithmetic: ring.rs, ll1_fast), as their own small
-// kernel: ring_run_ll1 without its slot loop or 64-bit divisions after
+// checks the same arithmetic: oxccl_core::gpu::ring, fits_small_one_shot), as their own small
+// kernel: run_oneshot_ll without its slot loop or 64-bit divisions after
 // the wait, and a two-rank all-reduce without loops over peers. Why: two ranks sharing one H200 (no link in
 // the way), 8-byte all-reduces under CUDA graphs took 3.5 us per call in
-// the ring kernel (120 KB of code) and 3.2 in ring_run_ll1 alone (27 KB),
+// the ring kernel (120 KB of code) and 3.2 in run_oneshot_ll alone (27 KB),
 // where a probe kernel doing the same exchange of one 16-byte line took
 // 1.0 (scripts/probes/ll_probe.cu); clock64 stamps put 500-1,400 cycles
-// on each phase of ring_run_ll1 however little it did (opening the
+// on each phase of run_oneshot_ll however little it did (opening the
 // channels, the room check, the send), as instruction fetches and
 // dependent loads would. So this kernel keeps its path short and
 // contiguous, and does its loads of fixed or only-growing words (the
@@ -1117,31 +1117,31 @@ __device__ void ring_run_ll2(const RingArgs& a) {
 // against 3.29-3.44, all-gathers 2.19-2.28 against 3.64-3.77,
 // reduce-scatters 2.32-2.52 against 3.76-3.91; 4 ranks sharing the GPU
 // 2.3-4.2 against 4.3-6.8.
-// Semantics as ring_run_ll1's: the same slots, steps, flags and heads
+// Semantics as run_oneshot_ll's: the same slots, steps, flags and heads
 // (only the directions that carry lines advance), contributions combined
 // in rank order (every rank's bits equal).
 
 template <typename E, int OP>
-__device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
+__device__ __forceinline__ void small_oneshot_ll_run(const RingArgs& a) {
     typedef typename E::S S;
     typedef typename E::A A;
     const RingCommon& c = a.c;
     const u32 n = c.nranks, q = c.rank, t = threadIdx.x, ch = blockIdx.x;
-    __shared__ uint4* sl[RING_LL1_MAX_RANKS];        // peer p's slot for my lines
-    __shared__ const uint4* rl[RING_LL1_MAX_RANKS];  // my slot for p's lines
-    __shared__ u32 sfl[RING_LL1_MAX_RANKS], rfl[RING_LL1_MAX_RANKS];
+    __shared__ uint4* sl[DIRECT_MAX_RANKS];        // peer p's slot for my lines
+    __shared__ const uint4* rl[DIRECT_MAX_RANKS];  // my slot for p's lines
+    __shared__ u32 sfl[DIRECT_MAX_RANKS], rfl[DIRECT_MAX_RANKS];
     __shared__ int fail;
     // Before the previous kernel is done: the tables never change after
     // setup, a head only grows (so what we read is a lower bound), the
     // rest is arithmetic on the arguments (64-bit divisions included).
     const u32 md = a.mode;
-    const bool ar = md == RM_ALLREDUCE_LL1, ag = md == RM_ALLGATHER_LL1;
-    const bool rsc = md == RM_REDUCE_SCATTER_LL1, bc = md == RM_BROADCAST_LL1;
-    const bool rd = md == RM_REDUCE_LL1;
+    const bool ar = md == KERNEL_ALLREDUCE_ONESHOT_LL, ag = md == KERNEL_ALLGATHER_ONESHOT_LL;
+    const bool rsc = md == KERNEL_REDUCE_SCATTER_ONESHOT_LL, bc = md == KERNEL_BROADCAST_ONESHOT_LL;
+    const bool rd = md == KERNEL_REDUCE_ONESHOT_LL;
     // The host passes a broadcast's or reduce's root as its ring position.
     const u32 root = (bc || rd) ? ring_at(c, a.root) : 0;
     const bool pt = t < n && t != q;
-    const bool snd = pt && ll1_sends(md, q, t, root), rcv = pt && ll1_recvs(md, q, t, root);
+    const bool snd = pt && direct_sends(md, q, t, root), rcv = pt && direct_recvs(md, q, t, root);
     if (t == 0) fail = 0;
     constexpr u64 pack = 8 / sizeof(S);
     // All-gather, reduce-scatter: count is one rank's block.
@@ -1193,7 +1193,7 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
         if (ss + 1 > hseen + c.ll_nslots) {
             u64 spins = 0, t0 = 0;
             while (ld_relaxed_sys(shead) + c.ll_nslots < ss + 1)
-                if ((++spins & 1023) == 0 && (t0 = ll1_bounds(c.ctrl, c.timeout_ns, t0, t)) == 0) {
+                if ((++spins & 1023) == 0 && (t0 = ll_wait_bounds(c.ctrl, c.timeout_ns, t0, t)) == 0) {
                     fail = 1;
                     break;
                 }
@@ -1227,7 +1227,7 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
             const u64 u = t + (u64)j * blockDim.x;
             if (u >= units) break;
             u64 v;
-            if (!ll1_take(c, rp + u, rf, p, v)) {
+            if (!ll_take(c, rp + u, rf, p, v)) {
                 fail = 1;
                 break;
             }
@@ -1248,7 +1248,7 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
                 if (u >= units) break;
                 const u64 e0 = lo + u * pack;
                 for (u32 p = 0; p < n; p++) {
-                    if (!ll1_sends(md, q, p, root)) continue;
+                    if (!direct_sends(md, q, p, root)) continue;
                     const u64 v =
                         rsc ? ll_elem<E, OP>(F_IN | F_PRE, 0, ll_pack<E>(in + p * M + e0, hi - e0), s, n)
                             : mine[j];
@@ -1269,7 +1269,7 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
                     u64 v = mine[j];
                     if (q == root) {
                         if (in == out) continue;
-                    } else if (!ll1_take(c, rl[root] + u, rfl[root], root, v)) {
+                    } else if (!ll_take(c, rl[root] + u, rfl[root], root, v)) {
                         fail = 1;
                         break;
                     }
@@ -1280,11 +1280,11 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
                 bool ok = true;
                 for (u32 p = 0; p < n; p++) {
                     u64 v = mine[j];
-                    if (p != q && !ll1_take(c, rl[p] + u, rfl[p], p, v)) {
+                    if (p != q && !ll_take(c, rl[p] + u, rfl[p], p, v)) {
                         ok = false;
                         break;
                     }
-                    acc = ll1_fold<E, OP>(ag, out, p * M + e0, avail, p, n, acc, v, s);
+                    acc = direct_fold<E, OP>(ag, out, p * M + e0, avail, p, n, acc, v, s);
                 }
                 if (!ok) {
                     fail = 1;
@@ -1298,27 +1298,27 @@ __device__ __forceinline__ void ll1_fast_run(const RingArgs& a) {
     if (fail || !pt) return;
     // Every line from t was read (above the barrier): t may reuse the slot.
     // Only the directions that carried lines advance (a broadcast's and a
-    // reduce's other pairs keep their steps, as in ring_run_ll1).
+    // reduce's other pairs keep their steps, as in run_oneshot_ll).
     if (rcv) st_relaxed_sys(rhead, rs + 1);
     *counter(c, 3, t, ch) = rs + (rcv ? 1 : 0);
     *counter(c, 2, t, ch) = ss + (snd ? 1 : 0);
 }
 
-// The two-shot LL all-reduce (ring_run_ll2) when every block's part of a
-// rank block fits one LL slot (ring.rs, ll2_fast), in the small kernel's
+// The two-shot LL all-reduce (run_twoshot_ll) when every block's part of a
+// rank block fits one LL slot (oxccl_core::gpu::ring, fits_small_two_shot), in the small kernel's
 // way: pointers and the peers' heads before griddepcontrol.wait, one round
 // of two steps, no slot loop. Out of line, so the one-shot kernel it
 // shares a launch entry with keeps its short path. Same semantics as
-// ring_run_ll2: the same slots, steps, flags and heads. Ranks sharing one
+// run_twoshot_ll: the same slots, steps, flags and heads. Ranks sharing one
 // H200, CUDA graphs, three rounds against OXCCL_CUDA_LL1_FAST=0
 // (2026-12-01): 4 ranks 64-256 KiB 6.0-6.8 us against 8.5-8.9 in the ring
 // kernel, 8 ranks 32-128 KiB 10.7-11.4 against 14.8-15.8; 512 KiB within 5%.
 template <typename E, int OP>
-__device__ __noinline__ void ll2_fast_run(const RingArgs& a) {
+__device__ __noinline__ void small_twoshot_ll_run(const RingArgs& a) {
     typedef typename E::S S;
     const RingCommon& c = a.c;
     const u32 n = c.nranks, q = c.rank, t = threadIdx.x, ch = blockIdx.x;
-    __shared__ LL2Round R;
+    __shared__ TwoShotLLRound R;
     __shared__ int fail;
     const bool pt = t < n && t != q;
     if (t == 0) fail = 0;
@@ -1350,17 +1350,17 @@ __device__ __noinline__ void ll2_fast_run(const RingArgs& a) {
         if (ss + 2 > hseen + c.ll_nslots) {
             u64 spins = 0, t0 = 0;
             while (ld_relaxed_sys(shead) + c.ll_nslots < ss + 2)
-                if ((++spins & 1023) == 0 && (t0 = ll1_bounds(c.ctrl, c.timeout_ns, t0, t)) == 0) {
+                if ((++spins & 1023) == 0 && (t0 = ll_wait_bounds(c.ctrl, c.timeout_ns, t0, t)) == 0) {
                     fail = 1;
                     break;
                 }
         }
-        ll2_slots(R, c, t, sbase, rbase, ss, rs);
+        twoshot_ll_slots(R, c, t, sbase, rbase, ss, rs);
     }
     const typename E::A s = ring_scale<E>(a);
     __syncthreads();
     if (fail) return;
-    if (!ll2_round<E, OP>(a, R, B, lo, (hi - lo + pack - 1) / pack, s)) fail = 1;
+    if (!twoshot_ll_round<E, OP>(a, R, B, lo, (hi - lo + pack - 1) / pack, s)) fail = 1;
     __syncthreads();
     if (fail || !pt) return;
     // Both of this round's slots from t were read (above the barrier).
@@ -1369,8 +1369,8 @@ __device__ __noinline__ void ll2_fast_run(const RingArgs& a) {
     *counter(c, 2, t, ch) = ss + 2;
 }
 
-// One-shot all-reduce over Simple slots (at most RING_LL1_MAX_RANKS ranks):
-// as ring_run_ll1, with tails, heads and sizes instead of flags in the
+// One-shot all-reduce over Simple slots (at most DIRECT_MAX_RANKS ranks):
+// as run_oneshot_ll, with tails, heads and sizes instead of flags in the
 // lines, so slots can cross the network proxies (which move whole slots).
 // Across hosts this is one network crossing instead of the ring's 2(n-1)
 // dependent ones; with 2 ranks it also sends no more than the ring (S each
@@ -1380,7 +1380,7 @@ __device__ void ring_run_1s(const RingArgs& a) {
     typedef typename E::S S;
     typedef typename E::A A;
     const RingCommon& c = a.c;
-    __shared__ Chan k[RING_LL1_MAX_RANKS];
+    __shared__ Chan k[DIRECT_MAX_RANKS];
     __shared__ int fail;
     const u32 n = c.nranks, q = c.rank;
     if (threadIdx.x < n && threadIdx.x != q) chan_open(k[threadIdx.x], c, threadIdx.x, threadIdx.x);
@@ -1491,7 +1491,7 @@ __device__ __forceinline__ void block_copy(char* dst, const char* src, u64 n) {
     }
 }
 
-// ---- Direct collectives over Simple slots (3 to RING_LL1_MAX_RANKS ranks of one host) ----
+// ---- Direct collectives over Simple slots (3 to DIRECT_MAX_RANKS ranks of one host) ----
 //
 // All-gathers and reduce-scatters in one crossing (each rank writes its
 // piece for rank p straight into p's slots, every peer at once) and
@@ -1515,16 +1515,16 @@ template <typename E, int OP>
 __device__ __forceinline__ void dfold(const uint4* const* src, uint4* const* dst, uint4* out, u32 n, u32 q,
                                       u64 units, typename E::A s) {
     for (u64 i = threadIdx.x; i < units; i += blockDim.x) {
-        uint4 v[RING_LL1_MAX_RANKS];
+        uint4 v[DIRECT_MAX_RANKS];
 #pragma unroll
-        for (u32 p = 0; p < RING_LL1_MAX_RANKS; p++)
+        for (u32 p = 0; p < DIRECT_MAX_RANKS; p++)
             if (p < n) v[p] = ldcg(src[p] + i);
         // This rank's own, pre-scaled once here, not in each unrolled step
         // (the e5m2 premulsum module: 576 KB that way, 558 this way).
         const uint4 mine = relem<E, OP>(F_IN | F_PRE, v[0], ldcg(src[q] + i), s, n);
         uint4 acc = mine;
 #pragma unroll
-        for (u32 p = 0; p < RING_LL1_MAX_RANKS; p++) {
+        for (u32 p = 0; p < DIRECT_MAX_RANKS; p++) {
             if (p >= n) break;
             const uint4 x = p == q ? mine : v[p];
             acc = p == 0 ? x : relem<E, OP>(F_RECV | F_IN, acc, x, s, n);
@@ -1532,7 +1532,7 @@ __device__ __forceinline__ void dfold(const uint4* const* src, uint4* const* dst
         acc = relem<E, OP>(F_RECV | F_POST, acc, acc, s, n);
         if (out) out[i] = acc;
 #pragma unroll
-        for (u32 p = 0; p < RING_LL1_MAX_RANKS; p++)
+        for (u32 p = 0; p < DIRECT_MAX_RANKS; p++)
             if (p < n && dst[p]) dst[p][i] = acc;
     }
 }
@@ -1606,9 +1606,9 @@ __device__ __forceinline__ void dsend(void* slot, const typename E::S* in, u64 m
 // This block's connections with every peer and the slots of the current
 // step (thread p keeps entry p): ss[p] mine in p's window, rs[p] p's in mine.
 struct Direct {
-    Chan k[RING_LL1_MAX_RANKS];
-    char* ss[RING_LL1_MAX_RANKS];
-    const char* rs[RING_LL1_MAX_RANKS];
+    Chan k[DIRECT_MAX_RANKS];
+    char* ss[DIRECT_MAX_RANKS];
+    const char* rs[DIRECT_MAX_RANKS];
     int fail;
 };
 
@@ -1631,8 +1631,8 @@ __device__ __forceinline__ void direct_post_take(Direct& D, const RingCommon& c,
     D.rs[p] = k.rdata + (k.rstep % c.nslots) * c.slot;
 }
 
-// Modes RM_ALLGATHER_1S, RM_REDUCE_SCATTER_1S (count: elements per rank)
-// and RM_ALLREDUCE_2S (count: elements; rank p's block [p B, (p + 1) B),
+// Modes KERNEL_ALLGATHER_ONESHOT_SIMPLE, KERNEL_REDUCE_SCATTER_ONESHOT_SIMPLE (count: elements per rank)
+// and KERNEL_ALLREDUCE_TWOSHOT_SIMPLE (count: elements; rank p's block [p B, (p + 1) B),
 // B = count / n in whole packs, the last ones shorter or empty). Each block
 // takes its part of [0, B) a slot at a time; both ends step every
 // connection once per slot and crossing, empty pieces included.
@@ -1641,8 +1641,8 @@ __device__ void ring_run_direct(const RingArgs& a) {
     typedef typename E::S S;
     const RingCommon& c = a.c;
     __shared__ Direct D;
-    __shared__ const char* src[RING_LL1_MAX_RANKS];
-    __shared__ char* dst[RING_LL1_MAX_RANKS];
+    __shared__ const char* src[DIRECT_MAX_RANKS];
+    __shared__ char* dst[DIRECT_MAX_RANKS];
     const u32 n = c.nranks, q = c.rank, t = threadIdx.x;
     const bool pt = t < n && t != q;
     if (pt) chan_open(D.k[t], c, t, t);
@@ -1650,7 +1650,7 @@ __device__ void ring_run_direct(const RingArgs& a) {
     const typename E::A s = ring_scale<E>(a);
     constexpr u64 pack = 16 / sizeof(S);
     const u64 E_ = (c.slot / sizeof(S)) / pack * pack;  // elements per slot
-    const bool ar = a.mode == RM_ALLREDUCE_2S, ag = a.mode == RM_ALLGATHER_1S;
+    const bool ar = a.mode == KERNEL_ALLREDUCE_TWOSHOT_SIMPLE, ag = a.mode == KERNEL_ALLGATHER_ONESHOT_SIMPLE;
     const u64 B = ar ? ((a.count + n - 1) / n + pack - 1) / pack * pack : a.count;
     const u64 per = ((B + gridDim.x - 1) / gridDim.x + pack - 1) / pack * pack;
     const u64 lo = umin((u64)blockIdx.x * per, B), hi = umin(lo + per, B);
@@ -1660,7 +1660,7 @@ __device__ void ring_run_direct(const RingArgs& a) {
     // an all-reduce's last blocks).
     auto piece = [&](u32 p, u64 base, u64 nn) -> u64 {
         if (!ar) return nn;
-        const u64 len = ll2_len(a.count, B, p);
+        const u64 len = twoshot_len(a.count, B, p);
         return base >= len ? 0 : umin(nn, len - base);
     };
     __syncthreads();
@@ -1726,24 +1726,24 @@ __device__ void ring_run_direct(const RingArgs& a) {
 
 template <typename E, int OP>
 __device__ void ring_run(const RingArgs& a) {
-    if (a.mode == RM_ALLREDUCE_LL) {
+    if (a.mode == KERNEL_ALLREDUCE_RING_LL) {
         ring_run_ll<E, OP>(a);
         return;
     }
-    if (a.mode == RM_ALLREDUCE_LL1 || a.mode == RM_ALLGATHER_LL1 || a.mode == RM_REDUCE_SCATTER_LL1 ||
-        a.mode == RM_BROADCAST_LL1 || a.mode == RM_REDUCE_LL1) {
-        ring_run_ll1<E, OP>(a);
+    if (a.mode == KERNEL_ALLREDUCE_ONESHOT_LL || a.mode == KERNEL_ALLGATHER_ONESHOT_LL || a.mode == KERNEL_REDUCE_SCATTER_ONESHOT_LL ||
+        a.mode == KERNEL_BROADCAST_ONESHOT_LL || a.mode == KERNEL_REDUCE_ONESHOT_LL) {
+        run_oneshot_ll<E, OP>(a);
         return;
     }
-    if (a.mode == RM_ALLREDUCE_LL2) {
-        ring_run_ll2<E, OP>(a);
+    if (a.mode == KERNEL_ALLREDUCE_TWOSHOT_LL) {
+        run_twoshot_ll<E, OP>(a);
         return;
     }
-    if (a.mode == RM_ALLREDUCE_1S) {
+    if (a.mode == KERNEL_ALLREDUCE_ONESHOT_SIMPLE) {
         ring_run_1s<E, OP>(a);
         return;
     }
-    if (a.mode == RM_ALLGATHER_1S || a.mode == RM_REDUCE_SCATTER_1S || a.mode == RM_ALLREDUCE_2S) {
+    if (a.mode == KERNEL_ALLGATHER_ONESHOT_SIMPLE || a.mode == KERNEL_REDUCE_SCATTER_ONESHOT_SIMPLE || a.mode == KERNEL_ALLREDUCE_TWOSHOT_SIMPLE) {
         ring_run_direct<E, OP>(a);
         return;
     }
@@ -1766,9 +1766,9 @@ __device__ void ring_run(const RingArgs& a) {
     const S* in = (const S*)a.in;
     S* out = (S*)a.out;
     bool ok = true;
-    if (a.mode == RM_ALLREDUCE) {
+    if (a.mode == KERNEL_ALLREDUCE_RING_SIMPLE) {
         ok = ring_allreduce<ProtoSimple, E, OP>(k, c, in, out, lo, hi, s);
-    } else if (a.mode == RM_REDUCE_SCATTER) {
+    } else if (a.mode == KERNEL_REDUCE_SCATTER_RING_SIMPLE) {
         const u64 M = a.count;
         for (u64 base = lo; ok && base < hi; base += E_) {
             const u64 cs = umin(E_, hi - base);
@@ -1784,7 +1784,7 @@ __device__ void ring_run(const RingArgs& a) {
                 ok = rstep<E, OP>(k, c, F_RECV | F_IN | F_PRE | F_POST, false, in + (u64)c.rank * M + base,
                                   out + base, cs, s);
         }
-    } else if (a.mode == RM_ALLGATHER) {
+    } else if (a.mode == KERNEL_ALLGATHER_RING_SIMPLE) {
         const u64 M = a.count;
         S* mine = out + (u64)c.rank * M;
         for (u64 base = lo; ok && base < hi; base += E_) {
@@ -1795,7 +1795,7 @@ __device__ void ring_run(const RingArgs& a) {
                 ok = rstep<E, OP>(k, c, F_RECV, j + 1 < n, nullptr, out + (u64)ring_at(c, kk) * M + base, cs, s);
             }
         }
-    } else if (a.mode == RM_BROADCAST) {
+    } else if (a.mode == KERNEL_BROADCAST_RING_SIMPLE) {
         const u32 p = mod((long long)q - a.root, n);
         for (u64 base = lo; ok && base < hi; base += E_) {
             const u64 cs = umin(E_, hi - base);
@@ -1805,7 +1805,7 @@ __device__ void ring_run(const RingArgs& a) {
                 ok = rstep<E, OP>(k, c, F_RECV, p + 1 < n, nullptr, out + base, cs, s);
             }
         }
-    } else if (a.mode == RM_REDUCE) {
+    } else if (a.mode == KERNEL_REDUCE_RING_SIMPLE) {
         const u32 p = mod((long long)q - a.root - 1, n);
         for (u64 base = lo; ok && base < hi; base += E_) {
             const u64 cs = umin(E_, hi - base);
@@ -2134,23 +2134,23 @@ __device__ __forceinline__ void scale_run(const RingArgs& a) {
 // 0's GPU, which reads every rank's input and writes every rank's output
 // (through the peer mappings across GPUs): one launch per call instead of
 // one per rank, and no exchange of lines between kernels. The host orders
-// the other ranks' streams around it with events (capi.rs, go_joint). Why:
+// the other ranks' streams around it with events (exec/group.rs, enqueue_one_launch). Why:
 // an eager call is bound by the host's launches, ~3.2-3.5 us each on the
 // GPU machine's host; two streams of one H200 took 6.9-7.8 us per op for
 // two empty launches against 4.3-5.7 for one launch with an event each way
 // (scripts/launch-probe.sh); the eager calls measured through it:
-// joint.rs. No waits: nothing here can hang.
-#define JOINT_MAX_RANKS 8
-struct JointArgs {
-    u64 in[JOINT_MAX_RANKS];
-    u64 out[JOINT_MAX_RANKS];        // 0: that rank has no output (a reduce's non-roots)
-    double scale[JOINT_MAX_RANKS];   // float avg / PreMulSum: each rank's multiplier
-    u64 iscale[JOINT_MAX_RANKS];     // integer PreMulSum: each rank's scalar's bits
-    u64 scalar_ptr[JOINT_MAX_RANKS]; // PreMulSum with a device scalar: its address, else 0
+// oxccl_core::gpu::one_launch. No waits: nothing here can hang.
+#define ONE_LAUNCH_MAX_RANKS 8
+struct OneLaunchArgs {
+    u64 in[ONE_LAUNCH_MAX_RANKS];
+    u64 out[ONE_LAUNCH_MAX_RANKS];        // 0: that rank has no output (a reduce's non-roots)
+    double scale[ONE_LAUNCH_MAX_RANKS];   // float avg / PreMulSum: each rank's multiplier
+    u64 iscale[ONE_LAUNCH_MAX_RANKS];     // integer PreMulSum: each rank's scalar's bits
+    u64 scalar_ptr[ONE_LAUNCH_MAX_RANKS]; // PreMulSum with a device scalar: its address, else 0
     u64 count;   // elements: all-reduce, reduce, broadcast; per rank: all-gather, reduce-scatter
-    u32 mode;    // RM_ALLREDUCE, RM_REDUCE_SCATTER, RM_ALLGATHER, RM_BROADCAST, RM_REDUCE
+    u32 mode;    // KERNEL_ALLREDUCE_RING_SIMPLE, KERNEL_REDUCE_SCATTER_RING_SIMPLE, KERNEL_ALLGATHER_RING_SIMPLE, KERNEL_BROADCAST_RING_SIMPLE, KERNEL_REDUCE_RING_SIMPLE
     u32 root;    // broadcast's or reduce's root rank
-    u32 nranks;  // 2..JOINT_MAX_RANKS
+    u32 nranks;  // 2..ONE_LAUNCH_MAX_RANKS
     u32 pad;
 };
 
@@ -2158,22 +2158,22 @@ struct JointArgs {
 // own scalar; rank 0's value only pre-scaled. In rank order, as the ring's
 // one-shot kernels fold them (the same bits).
 template <typename E, int OP>
-__device__ __forceinline__ typename E::S joint_fold(u32 r, typename E::S acc, typename E::S x,
+__device__ __forceinline__ typename E::S one_launch_fold(u32 r, typename E::S acc, typename E::S x,
                                                     typename E::A s) {
     const typename E::S v = rpre<E, OP>(x, s);
     return r == 0 ? v : rcomb<E, OP>(acc, v);
 }
 template <typename E, int OP>
-__device__ __forceinline__ uint4 joint_fold(u32 r, uint4 acc, uint4 x, typename E::A s) {
+__device__ __forceinline__ uint4 one_launch_fold(u32 r, uint4 acc, uint4 x, typename E::A s) {
     typedef typename E::S S;
-    return per_elem<S>(acc, x, [&](S a, S b) { return joint_fold<E, OP>(r, a, b, s); });
+    return per_elem<S>(acc, x, [&](S a, S b) { return one_launch_fold<E, OP>(r, a, b, s); });
 }
 template <typename E, int OP>
-__device__ __forceinline__ typename E::S joint_post(typename E::S x, u32 n) {
+__device__ __forceinline__ typename E::S one_launch_post(typename E::S x, u32 n) {
     return rpost<E, OP>(x, n);
 }
 template <typename E, int OP>
-__device__ __forceinline__ uint4 joint_post(uint4 x, u32 n) {
+__device__ __forceinline__ uint4 one_launch_post(uint4 x, u32 n) {
     typedef typename E::S S;
     return per_elem<S>(x, x, [&](S a, S) { return rpost<E, OP>(a, n); });
 }
@@ -2184,7 +2184,7 @@ __device__ __forceinline__ uint4 joint_post(uint4 x, u32 n) {
 // loads its units from every input before it stores any, so an output may
 // be one of the inputs (in place).
 template <typename E, int OP, typename Unit>
-__device__ __forceinline__ void joint_move(const JointArgs& a, const typename E::A* s, u64 at,
+__device__ __forceinline__ void one_launch_move(const OneLaunchArgs& a, const typename E::A* s, u64 at,
                                            Unit* only, u64 n) {
     const u32 nr = a.nranks;
     const u64 stride = (u64)gridDim.x * blockDim.x;
@@ -2195,14 +2195,14 @@ __device__ __forceinline__ void joint_move(const JointArgs& a, const typename E:
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const u64 i = base + (u64)j * stride;
-                if (i < n) v[j] = joint_fold<E, OP>(r, v[j], ldcg(x + i), s[r]);
+                if (i < n) v[j] = one_launch_fold<E, OP>(r, v[j], ldcg(x + i), s[r]);
             }
         }
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const u64 i = base + (u64)j * stride;
             if (i >= n) continue;
-            const Unit w = joint_post<E, OP>(v[j], nr);
+            const Unit w = one_launch_post<E, OP>(v[j], nr);
             if (only) {
                 only[i] = w;
             } else {
@@ -2213,11 +2213,11 @@ __device__ __forceinline__ void joint_move(const JointArgs& a, const typename E:
     }
 }
 
-// joint_move over n elements from element `at` of every input: 16-byte
+// one_launch_move over n elements from element `at` of every input: 16-byte
 // packs when every pointer involved is 16-byte aligned, the rest (or all,
 // when one is not) element by element.
 template <typename E, int OP>
-__device__ __forceinline__ void joint_reduce(const JointArgs& a, const typename E::A* s, u64 at,
+__device__ __forceinline__ void one_launch_reduce(const OneLaunchArgs& a, const typename E::A* s, u64 at,
                                              void* only, u64 n) {
     typedef typename E::S S;
     constexpr u64 N = 16 / sizeof(S);
@@ -2226,44 +2226,44 @@ __device__ __forceinline__ void joint_reduce(const JointArgs& a, const typename 
     u64 done = 0;
     if ((mis & 15) == 0) {
         const u64 packs = n / N;
-        joint_move<E, OP, uint4>(a, s, at / N, (uint4*)only, packs);
+        one_launch_move<E, OP, uint4>(a, s, at / N, (uint4*)only, packs);
         done = packs * N;
     }
     if (done < n) {
         // The tail: inputs from at + done; outputs moved by `done` (`only`,
         // or every rank's, in a copy of the arguments).
         if (only) {
-            joint_move<E, OP, S>(a, s, at + done, (S*)only + done, n - done);
+            one_launch_move<E, OP, S>(a, s, at + done, (S*)only + done, n - done);
         } else {
-            JointArgs b = a;
+            OneLaunchArgs b = a;
             for (u32 r = 0; r < a.nranks; r++)
                 if (b.out[r]) b.out[r] += done * sizeof(S);
-            joint_move<E, OP, S>(b, s, at + done, nullptr, n - done);
+            one_launch_move<E, OP, S>(b, s, at + done, nullptr, n - done);
         }
     }
 }
 
 template <typename E, int OP>
-__device__ __forceinline__ void joint_run(const JointArgs& a) {
+__device__ __forceinline__ void one_launch_run(const OneLaunchArgs& a) {
     typedef typename E::S S;
     const u32 nr = a.nranks;
-    typename E::A s[JOINT_MAX_RANKS];
+    typename E::A s[ONE_LAUNCH_MAX_RANKS];
     for (u32 r = 0; r < nr; r++) s[r] = scale_of<E>(a.scalar_ptr[r], a.scale[r], a.iscale[r]);
     const u64 m = a.count;
     switch (a.mode) {
-    case RM_ALLREDUCE:
-        joint_reduce<E, OP>(a, s, 0, nullptr, m);
+    case KERNEL_ALLREDUCE_RING_SIMPLE:
+        one_launch_reduce<E, OP>(a, s, 0, nullptr, m);
         break;
-    case RM_REDUCE:
-        joint_reduce<E, OP>(a, s, 0, (void*)a.out[a.root], m);
+    case KERNEL_REDUCE_RING_SIMPLE:
+        one_launch_reduce<E, OP>(a, s, 0, (void*)a.out[a.root], m);
         break;
-    case RM_REDUCE_SCATTER:
+    case KERNEL_REDUCE_SCATTER_RING_SIMPLE:
         // Rank p's part of every input into rank p's output; in place
         // (out_p = in_p + p m) a part's values are read only by the threads
         // that write them.
-        for (u32 p = 0; p < nr; p++) joint_reduce<E, OP>(a, s, p * m, (void*)a.out[p], m);
+        for (u32 p = 0; p < nr; p++) one_launch_reduce<E, OP>(a, s, p * m, (void*)a.out[p], m);
         break;
-    case RM_ALLGATHER: {
+    case KERNEL_ALLGATHER_RING_SIMPLE: {
         // In place (in_p = out_p + p b) the copies that would read a block
         // another copy writes are the copies to self, which copy_bytes skips.
         const u64 b = m * sizeof(S);
@@ -2271,7 +2271,7 @@ __device__ __forceinline__ void joint_run(const JointArgs& a) {
             for (u32 p = 0; p < nr; p++) copy_bytes((char*)a.out[r] + p * b, (const char*)a.in[p], b);
         break;
     }
-    case RM_BROADCAST:
+    case KERNEL_BROADCAST_RING_SIMPLE:
         for (u32 r = 0; r < nr; r++)
             copy_bytes((char*)a.out[r], (const char*)a.in[a.root], m * sizeof(S));
         break;
@@ -2279,24 +2279,24 @@ __device__ __forceinline__ void joint_run(const JointArgs& a) {
 }
 
 // Each (type, op): the ring kernel, the small one-shot and two-shot LL
-// collectives (ll1_fast_run, ll2_fast_run: each calls kernel_entry itself,
+// collectives (small_oneshot_ll_run, small_twoshot_ll_run: each calls kernel_entry itself,
 // after its early loads),
-// every rank of a group of one process in one launch (joint_run) and the one-rank
+// every rank of a group of one process in one launch (one_launch_run) and the one-rank
 // scaling (used for PreMulSum only).
 #define OXCCL_RING(TN, E, ON, OP)                                                         \
     extern "C" __global__ void __launch_bounds__(512) oxccl_ring_##TN##_##ON(RingArgs a) { \
         kernel_entry();                                                                   \
         ring_run<E, OP>(a);                                                               \
     }                                                                                     \
-    extern "C" __global__ void __launch_bounds__(512) oxccl_ll1_##TN##_##ON(RingArgs a) {  \
-        if (a.mode == RM_ALLREDUCE_LL2)                                                   \
-            ll2_fast_run<E, OP>(a);                                                       \
+    extern "C" __global__ void __launch_bounds__(512) oxccl_small_##TN##_##ON(RingArgs a) {  \
+        if (a.mode == KERNEL_ALLREDUCE_TWOSHOT_LL)                                                   \
+            small_twoshot_ll_run<E, OP>(a);                                                       \
         else                                                                              \
-            ll1_fast_run<E, OP>(a);                                                       \
+            small_oneshot_ll_run<E, OP>(a);                                                       \
     }                                                                                     \
-    extern "C" __global__ void __launch_bounds__(512) oxccl_joint_##TN##_##ON(JointArgs a) { \
+    extern "C" __global__ void __launch_bounds__(512) oxccl_one_launch_##TN##_##ON(OneLaunchArgs a) { \
         kernel_entry();                                                                   \
-        joint_run<E, OP>(a);                                                              \
+        one_launch_run<E, OP>(a);                                                              \
     }                                                                                     \
     extern "C" __global__ void __launch_bounds__(512) oxccl_scale_##TN##_##ON(RingArgs a) { \
         kernel_entry();                                                                   \

@@ -196,7 +196,26 @@ pub struct DevComm {
     /// The copy-engine channel with a peer in another process of this host
     /// (2 ranks; set up with the ring: [`two_process`]).
     two_process: OnceLock<two_process_io::TwoProcessChannel>,
+    /// The communicator's tuner plugin (`NCCL_TUNER_PLUGIN`), which has a
+    /// say on ring collectives ([`oxccl_core::gpu::tuning`]).
+    tuner: OnceLock<Tuner>,
 }
+
+/// Ring launches whose kernel a tuner plugin's answer chose, by
+/// [`RingKernel::mode`] (for tests: which kernel the plugin's choice ran).
+static TUNED_CALLS: [std::sync::atomic::AtomicU64; RingKernel::ALL.len()] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; RingKernel::ALL.len()];
+
+/// Ring launches in this process whose kernel, `kernel`, a tuner plugin's
+/// answer chose.
+pub fn tuned_calls(kernel: RingKernel) -> u64 {
+    TUNED_CALLS
+        .get(kernel.mode() as usize)
+        .map_or(0, |n| n.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// A tuner plugin's context as the GPU path asks it.
+pub type Tuner = std::sync::Arc<std::sync::Mutex<oxccl_net::tuner::TunerComm>>;
 
 /// A rank's GPU: its ordinal, device and primary context (retained by
 /// [`DevComm::new`], released by its drop).
@@ -399,6 +418,7 @@ impl DevComm {
             },
             in_process: InProcessPeers::default(),
             ring: OnceLock::new(),
+            tuner: OnceLock::new(),
             ring_only: std::sync::atomic::AtomicBool::new(false),
             config: DeviceConfig::from_params(oxccl_env::params()),
             copy_engines: CopyEngineState {
@@ -677,9 +697,9 @@ impl DevComm {
             nranks: self.nranks,
             local_ranks: self.in_process.local.ranks.load(Acquire),
             spread: self.in_process.local.spread.load(Acquire),
-            peers: self.config.joint_peers,
+            peers: self.config.one_launch_peers,
             ring_only: self.ring_only.load(Relaxed),
-            max: self.config.joint_max,
+            max: self.config.one_launch_max,
         };
         let ce = one_launch::ce_bound(collective, self.config.ce_min, self.config.ce_ar_min());
         // Captured calls never (one_launch::may_take says why); asked last.
@@ -1499,7 +1519,9 @@ impl DevComm {
         let f = self.typed_function(Family::Ring, t, op, || {
             self.function_in(&kernels::ring_variant(t, op), &ring::kernel_name(t, op))
         })?;
-        let (kernel, blocks) = ring::plan(collective, link_bytes, &r.thresholds());
+        let thresholds = r.thresholds();
+        let own = ring::plan(collective, link_bytes, &thresholds);
+        let (kernel, blocks) = self.tuned(collective, link_bytes, &thresholds, own);
         let mut args = r.args(kernel, send, recv, count as u64, root as u32);
         if let RedOp::PreMulSum(s) = op {
             args.scale = s.as_f64();
@@ -1533,6 +1555,63 @@ impl DevComm {
             },
             stream,
         )
+    }
+
+    /// Gives the communicator's tuner plugin a say on ring collectives
+    /// (once, after [`DevComm::setup_ring`]).
+    pub fn set_tuner(&self, tuner: Tuner) {
+        let _ = self.tuner.set(tuner);
+    }
+
+    /// The kernel and blocks of a ring collective after the tuner plugin,
+    /// if there is one, answered on `own` (oxccl's plan): rank 0 logs the
+    /// plugin's verdict on `TUNING`; a failing plugin call leaves `own`.
+    fn tuned(
+        &self,
+        collective: Collective,
+        bytes: u64,
+        t: &ring::Thresholds,
+        own: (RingKernel, u32),
+    ) -> (RingKernel, u32) {
+        use oxccl_core::gpu::tuning;
+        use oxccl_core::tuner_plugin::Verdict;
+        use oxccl_env::log::Subsys;
+        let Some(tuner) = self.tuner.get() else {
+            return own;
+        };
+        let given = tuning::cost_table(collective, bytes, t);
+        let mut returned = given;
+        let mut plugin = tuner.lock().unwrap_or_else(|p| p.into_inner());
+        let func = oxccl_core::tuner_plugin::func_id(collective.kind());
+        let nch = match plugin.get_coll_info(func, bytes as usize, &mut returned) {
+            Ok(n) => n,
+            Err(why) => {
+                oxccl_env::info!(Subsys::TUNING, "{why}: oxccl's own plan");
+                return own;
+            }
+        };
+        let (chosen, verdict) = tuning::apply(collective, bytes, t, own, &given, &returned, nch);
+        if self.rank == 0 {
+            let (algo, proto) = chosen.0.tuning_names();
+            oxccl_env::info!(
+                Subsys::TUNING,
+                "{} (GPU, tuner {}: {verdict:?})",
+                oxccl_core::logfmt::tuning_line(
+                    collective.kind().nccl_name(),
+                    bytes,
+                    algo,
+                    proto,
+                    chosen.1
+                ),
+                plugin.lib().name()
+            );
+        }
+        if verdict == Verdict::Applied {
+            if let Some(n) = TUNED_CALLS.get(chosen.0.mode() as usize) {
+                n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        chosen
     }
 
     /// This rank's index in its communicator.
@@ -1863,11 +1942,11 @@ enum Family {
     Pair = 0,
     /// `oxccl_ring_*`.
     Ring = 1,
-    /// `oxccl_ll1_*` (the small one-shot all-reduce, in the ring's program).
+    /// `oxccl_small_*` (the small one-shot all-reduce, in the ring's program).
     Small = 2,
     /// `oxccl_scale_*` (a one-rank PreMulSum, in the ring's program).
     Scale = 3,
-    /// `oxccl_joint_*` (every rank of a group of one process in one
+    /// `oxccl_one_launch_*` (every rank of a group of one process in one
     /// launch, in the ring's program).
     OneLaunch = 4,
 }
@@ -1967,14 +2046,8 @@ mod tests {
 
     #[test]
     fn every_typed_kernel_has_its_own_slot() {
-        let ops = [
-            RedOp::Sum,
-            RedOp::Prod,
-            RedOp::Max,
-            RedOp::Min,
-            RedOp::Avg,
-            RedOp::PreMulSum(oxccl_core::Scalar::F64(2.0)),
-        ];
+        let premul = RedOp::PreMulSum(oxccl_core::Scalar::F64(2.0));
+        let ops = || RedOp::BUILTIN.into_iter().chain([premul]);
         let mut seen = std::collections::HashSet::new();
         for f in [
             Family::Pair,
@@ -1984,7 +2057,7 @@ mod tests {
             Family::OneLaunch,
         ] {
             for t in DataType::ALL {
-                for op in ops {
+                for op in ops() {
                     let s = typed_slot(f, t, op);
                     assert!(s < TYPED_SLOTS, "{f:?} {t:?} {op:?}: slot {s}");
                     assert!(seen.insert(s), "{f:?} {t:?} {op:?}: slot {s} taken twice");

@@ -68,7 +68,7 @@ pub fn ring_kernel_of(t: DataType, op: RedOp) -> (DataType, RedOp) {
     }
 }
 
-/// The ring kernels of one type, `oxccl_{ring,ll1,joint,scale}_<type>_<op>`
+/// The ring kernels of one type, `oxccl_{ring,small,one_launch,scale}_<type>_<op>`
 /// for every op that [`ring_kernel_of`] does not send to another type or op
 /// (ring.cu's text with `OXCCL_RING_TYPED`, which leaves out the untyped
 /// kernels of [`ring_p2p`]), as one NVRTC program cached on disk as
@@ -315,26 +315,28 @@ mod tests {
         }
     }
 
-    /// ring.cu's `RM_*` integers are the ones `RingKernel` gives: each
-    /// name's collective, algorithm and protocol (no suffix: the Simple
-    /// ring; `_LL`: the LL ring; `_LL1`/`_1S`: one-shot over LL/Simple;
-    /// `_LL2`/`_2S`: two-shot over LL/Simple) at its value, and no more.
+    /// ring.cu's `KERNEL_<collective>_<algorithm>_<protocol>` integers are
+    /// the ones `RingKernel` gives: each name's collective, algorithm
+    /// (`RING`, `ONESHOT`, `TWOSHOT`) and protocol (`SIMPLE`, `LL`) at its
+    /// value, and no more.
     #[test]
     fn ring_modes_match_the_kernel_source() {
-        let modes = c_enum(RING.source, "RM_ALLREDUCE = 0");
+        let modes = c_enum(RING.source, "KERNEL_ALLREDUCE_RING_SIMPLE = 0");
         assert_eq!(modes.len(), RingKernel::ALL.len());
         for (name, value) in modes {
-            let rest = name.strip_prefix("RM_").expect("an RM_ name");
-            let (coll, algo, proto) = [
-                ("_LL1", Algo::OneShot, Proto::LL),
-                ("_1S", Algo::OneShot, Proto::Simple),
-                ("_LL2", Algo::TwoShot, Proto::LL),
-                ("_2S", Algo::TwoShot, Proto::Simple),
-                ("_LL", Algo::Ring, Proto::LL),
+            let rest = name.strip_prefix("KERNEL_").expect("a KERNEL_ name");
+            let (rest, proto) = [("_SIMPLE", Proto::Simple), ("_LL", Proto::LL)]
+                .into_iter()
+                .find_map(|(suffix, p)| Some((rest.strip_suffix(suffix)?, p)))
+                .unwrap_or_else(|| panic!("{name} names no protocol"));
+            let (coll, algo) = [
+                ("_RING", Algo::Ring),
+                ("_ONESHOT", Algo::OneShot),
+                ("_TWOSHOT", Algo::TwoShot),
             ]
             .into_iter()
-            .find_map(|(suffix, a, p)| Some((rest.strip_suffix(suffix)?, a, p)))
-            .unwrap_or((rest, Algo::Ring, Proto::Simple));
+            .find_map(|(suffix, a)| Some((rest.strip_suffix(suffix)?, a)))
+            .unwrap_or_else(|| panic!("{name} names no algorithm"));
             let k = RingKernel::new(collective(coll), algo, proto)
                 .unwrap_or_else(|| panic!("{name} has no RingKernel"));
             assert_eq!(k.mode(), value, "{name}");

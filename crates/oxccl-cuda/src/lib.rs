@@ -45,6 +45,7 @@ pub mod netproxy;
 pub mod nvml;
 pub mod ring;
 pub mod topo;
+mod transport;
 
 pub use allreduce::OneShot2;
 // The copy-engine schedules are pure decisions of the core; these names

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use oxccl_core::{DataType, Error, ErrorKind, RedOp, Result};
 
-use crate::driver::{self as cu, CUresult};
+use crate::driver as cu;
 use crate::loader::guarded;
 
 // The ring program's decisions (settings, thresholds, kernel choice,
@@ -73,17 +73,17 @@ pub fn scale_args(
     }
 }
 
-/// The small one-shot all-reduce kernel of (`t`, `op`), `oxccl_ll1_*`, in
-/// the same program as [`kernel_name`]'s (ring.cu, `ll1_fast_run`).
+/// The small one-shot all-reduce kernel of (`t`, `op`), `oxccl_small_*`, in
+/// the same program as [`kernel_name`]'s (ring.cu, `small_oneshot_ll_run`).
 pub fn small_kernel_name(t: DataType, op: RedOp) -> String {
-    kernel_name(t, op).replacen("oxccl_ring_", "oxccl_ll1_", 1)
+    kernel_name(t, op).replacen("oxccl_ring_", "oxccl_small_", 1)
 }
 
-/// Every rank of a group of one process in one launch, `oxccl_joint_*`
-/// (ring.cu, `joint_run`; [`oxccl_core::gpu::one_launch`]), in the same program as
+/// Every rank of a group of one process in one launch, `oxccl_one_launch_*`
+/// (ring.cu, `one_launch_run`; [`oxccl_core::gpu::one_launch`]), in the same program as
 /// [`kernel_name`]'s.
 pub fn one_launch_kernel_name(t: DataType, op: RedOp) -> String {
-    kernel_name(t, op).replacen("oxccl_ring_", "oxccl_joint_", 1)
+    kernel_name(t, op).replacen("oxccl_ring_", "oxccl_one_launch_", 1)
 }
 
 /// `oxccl_ring_<type>_<op>` of the pair whose kernels compute (`t`, `op`)
@@ -186,15 +186,9 @@ impl P2pArgs {
 pub use oxccl_core::gpu::window::WindowKind;
 use oxccl_core::gpu::window::{peer_path, PeerPath, PeerSite, WindowDescriptor};
 
-#[derive(Debug)]
-enum Mapping {
-    /// cuIpcOpenMemHandle's pointer.
-    Ipc(u64),
-    /// A peer's /dev/shm window mapped and registered here.
-    Shm { addr: usize, len: usize },
-    /// A peer context retained for peer access (released at drop).
-    Ctx(cu::CUdevice),
-}
+use crate::transport::{
+    host_register, open_peer_window, shm_map, HostMapping, NetworkLink, WindowMapping,
+};
 
 #[derive(Debug)]
 enum Local {
@@ -243,8 +237,9 @@ struct Windows {
     local: Local,
     /// The kernels' window table in device memory.
     peers_buf: u64,
-    /// The peers' windows as mapped here (undone at drop).
-    mappings: Vec<Mapping>,
+    /// The peers' windows as mapped here, and the network path's host
+    /// window (closed at drop, with this ring's context current).
+    mappings: Vec<Box<dyn WindowMapping>>,
     /// The kernels' window table as uploaded ([`region_at`]).
     table: Vec<u64>,
 }
@@ -253,14 +248,12 @@ struct Windows {
 /// and from peers on other hosts while its kernels fill and drain them.
 #[derive(Debug)]
 struct NetProxies {
-    /// The proxies over oxccl's own sockets.
-    proxies: Vec<crate::netproxy::Proxy>,
+    /// The proxies, over oxccl's own sockets or a network plugin.
+    links: Vec<Box<dyn NetworkLink>>,
     /// (peer, host address of its shadow window).
     shadows: Vec<(usize, usize)>,
     /// Connections per peer of another host (agreed by every rank).
     streams: u32,
-    /// The proxies over a network plugin (instead of `proxies`).
-    plugin_proxies: Vec<crate::netplugin::PluginProxy>,
     /// Host and device addresses of the window the network proxies fill
     /// (this rank's regions for peers on other hosts): the window itself
     /// when it is host memory, else a second, host-memory window beside the
@@ -459,107 +452,6 @@ fn shm_name() -> CString {
         process_nonce() & 0xffff_ffff
     ))
     .unwrap_or_default()
-}
-
-/// Maps `len` bytes of the shm file `name` (created when `create`) read-write.
-fn shm_map(name: &CString, len: usize, create: bool) -> Result<usize> {
-    let flags = if create {
-        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL
-    } else {
-        libc::O_RDWR
-    };
-    let show = name.to_string_lossy();
-    // SAFETY: NUL-terminated name; plain flags.
-    let fd = unsafe { libc::shm_open(name.as_ptr(), flags, 0o600) };
-    if fd < 0 {
-        return Err(Error::system(format!(
-            "shm_open(/dev/shm{show}): {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    let r = (|| {
-        if create {
-            // SAFETY: fd is ours; reserves the blocks so a full /dev/shm fails
-            // here, not with SIGBUS on first touch.
-            let e = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
-            if e != 0 {
-                return Err(Error::system(format!(
-                    "cannot reserve {len} bytes in /dev/shm for the GPU ring's host window ({}): \
-                     /dev/shm is too small (containers: --shm-size or --ipc=host)",
-                    std::io::Error::from_raw_os_error(e)
-                )));
-            }
-        }
-        // SAFETY: maps a file we hold open; len is its size.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::system(format!(
-                "mmap of /dev/shm{show} ({len} bytes): {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        Ok(p as usize)
-    })();
-    // SAFETY: fd is ours; the mapping (if any) stays valid after close.
-    unsafe { libc::close(fd) };
-    if r.is_err() && create {
-        // SAFETY: NUL-terminated name of the file we created.
-        unsafe { libc::shm_unlink(name.as_ptr()) };
-    }
-    r
-}
-
-/// `len` bytes of zeroed anonymous memory (a shadow window).
-fn anon_map(len: usize) -> Result<usize> {
-    // SAFETY: a fresh private anonymous mapping; no file, no fixed address.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(Error::system(format!(
-            "mmap of {len} bytes for the GPU network path's shadow window: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(p as usize)
-}
-
-/// Registers host memory with CUDA (portable, device-mapped); its device address.
-fn host_register(addr: usize, len: usize) -> Result<u64> {
-    guarded("cuMemHostRegister", || {
-        // SAFETY: [addr, addr+len) is a live mapping we own; registered once
-        // in this process (peers in this process use the owner's address).
-        unsafe {
-            cu::mem_host_register(
-                addr as *mut c_void,
-                len,
-                cu::CU_MEMHOSTREGISTER_PORTABLE | cu::CU_MEMHOSTREGISTER_DEVICEMAP,
-            )?;
-            match cu::mem_host_device_pointer(addr as *mut c_void) {
-                Ok(d) => Ok(d),
-                Err(e) => {
-                    let _ = cu::mem_host_unregister(addr as *mut c_void);
-                    Err(e.into())
-                }
-            }
-        }
-    })
 }
 
 fn dev_alloc_zeroed(bytes: usize) -> Result<u64> {
@@ -802,10 +694,9 @@ impl Ring {
                 ..Thresholds::of(cfg, nranks, cross)
             },
             net: NetProxies {
-                proxies: Vec::new(),
+                links: Vec::new(),
                 shadows: Vec::new(),
                 streams: 1,
-                plugin_proxies: Vec::new(),
                 window: (0, 0),
             },
             order,
@@ -931,8 +822,9 @@ impl Ring {
         if self.windows.kind == WindowKind::Device && same_host.iter().any(|x| !x) {
             // Device window and peers on other hosts: the proxies' regions
             // go in a host window of their own (only this process maps it).
-            let a = anon_map(len)?;
-            self.net.window = (a, self.register_mapping(a, len)?);
+            let w = HostMapping::anonymous(len)?;
+            self.net.window = (w.host_addr().unwrap_or(0), w.device_addr());
+            self.windows.mappings.push(Box::new(w));
         }
         let descs = all
             .iter()
@@ -947,40 +839,17 @@ impl Ring {
                 same_process: self.same_process[i],
                 same_gpu: who[i].ordinal == who[rank].ordinal,
             };
-            table[i] = match peer_path(d.kind, site) {
-                PeerPath::Own => d.addr,
-                PeerPath::Pointer { peer_access } => {
-                    if peer_access {
-                        self.enable_peer(who[i].ordinal)?;
+            let path = peer_path(d.kind, site);
+            table[i] = match open_peer_window(path, d, i, who[i].ordinal, len)? {
+                None => d.addr,
+                Some(m) => {
+                    if path == PeerPath::Network {
+                        // The proxies keep this shadow of the peer's window in step.
+                        self.net.shadows.push((i, m.host_addr().unwrap_or(0)));
                     }
-                    d.addr
-                }
-                PeerPath::Network => {
-                    // A local shadow of the peer's window (netproxy.rs).
-                    let a = anon_map(len)?;
-                    let dp = self.register_mapping(a, len)?;
-                    self.net.shadows.push((i, a));
-                    dp
-                }
-                PeerPath::Ipc => {
-                    let h = cu::CUipcMemHandle_st {
-                        reserved: d.ipc_handle.map(|c| c as std::ffi::c_char),
-                    };
-                    let p = guarded("cuIpcOpenMemHandle", || {
-                        // SAFETY: a handle from cuIpcGetMemHandle of another
-                        // process on this host.
-                        unsafe { cu::ipc_open_mem_handle(h) }.map_err(|e| {
-                            e.context(&format!("cuIpcOpenMemHandle (rank {i}'s window)"))
-                        })
-                    })?;
-                    self.windows.mappings.push(Mapping::Ipc(p));
-                    p
-                }
-                PeerPath::SharedMemory => {
-                    let name = CString::new(d.shm_name.clone())
-                        .map_err(|_| Error::internal("shm name with NUL"))?;
-                    let a = shm_map(&name, len, false)?;
-                    self.register_mapping(a, len)?
+                    let at = m.device_addr();
+                    self.windows.mappings.push(m);
+                    at
                 }
             };
         }
@@ -1000,23 +869,6 @@ impl Ring {
             unsafe { cu::memcpy_htod(p, bytes.as_ptr() as *const c_void, bytes.len()) }?;
             Ok(cu::ctx_synchronize()?)
         })
-    }
-
-    /// Registers `len` bytes mapped at `a` (anonymous or a peer's /dev/shm
-    /// file) for the GPU and keeps the mapping until drop; its device
-    /// address. Unmaps it when registration fails.
-    fn register_mapping(&mut self, a: usize, len: usize) -> Result<u64> {
-        match host_register(a, len) {
-            Ok(dp) => {
-                self.windows.mappings.push(Mapping::Shm { addr: a, len });
-                Ok(dp)
-            }
-            Err(e) => {
-                // SAFETY: our mapping of `len` bytes, unused.
-                unsafe { libc::munmap(a as *mut c_void, len) };
-                Err(e)
-            }
-        }
     }
 
     /// Opens the plugin's listens for every peer on another host, swaps the
@@ -1085,17 +937,17 @@ impl Ring {
             // which stops every proxy (and so closes every link) first.
             let links =
                 unsafe { PluginLink::connect_all(net, dev, layout, me, window, plans, deadline) }?;
-            let mut ps = Vec::new();
+            let mut ps: Vec<Box<dyn NetworkLink>> = Vec::new();
             for link in links {
                 let st = stopper.clone();
-                ps.push(PluginProxy::start(
+                ps.push(Box::new(PluginProxy::start(
                     link,
                     std::sync::Arc::new(move |e: Error| st.fail(e)),
-                )?);
+                )?));
             }
             Ok(ps)
         })?;
-        self.net.plugin_proxies = proxies;
+        self.net.links = proxies;
         Ok(())
     }
 
@@ -1134,25 +986,10 @@ impl Ring {
                         on,
                     )
                 }?;
-                self.net.proxies.push(p);
+                self.net.links.push(Box::new(p));
             }
         }
         Ok(())
-    }
-
-    fn enable_peer(&mut self, ordinal: i32) -> Result<()> {
-        // A device of this process (its ordinal is its device handle).
-        let pctx = guarded("cuDevicePrimaryCtxRetain", || {
-            Ok(cu::primary_ctx_retain(ordinal)?)
-        })?;
-        self.windows.mappings.push(Mapping::Ctx(ordinal));
-        guarded("cuCtxEnablePeerAccess", || {
-            // SAFETY: our context is current (setup's scope); pctx is retained.
-            match unsafe { cu::ctx_enable_peer_access(pctx) } {
-                Err(e) if e.code == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
-                r => Ok(r?),
-            }
-        })
     }
 
     /// Where the windows live.
@@ -1498,7 +1335,7 @@ pub unsafe fn launch_ring(
     }
 }
 
-/// Launches `oxccl_joint_*` on rank 0's stream.
+/// Launches `oxccl_one_launch_*` on rank 0's stream.
 ///
 /// # Safety
 /// `args` from [`oxccl_core::gpu::one_launch::args`] of every rank's checked call: each
@@ -1509,9 +1346,9 @@ pub unsafe fn launch_one_launch(
     f: cu::CUfunction,
     blocks: u32,
     stream: cu::CUstream,
-    args: oxccl_core::gpu::one_launch::JointArgs,
+    args: oxccl_core::gpu::one_launch::OneLaunchArgs,
 ) -> Result<()> {
-    // SAFETY: one JointArgs (repr(C), the kernel's layout, 344 bytes); the
+    // SAFETY: one OneLaunchArgs (repr(C), the kernel's layout, 344 bytes); the
     // caller vouches for its pointers.
     unsafe {
         crate::device::launch_struct(
@@ -1584,20 +1421,7 @@ impl Drop for Ring {
                 // they read or write is freed.
                 let _ = cu::ctx_synchronize();
                 self.stop_proxies();
-                for m in self.windows.mappings.drain(..) {
-                    match m {
-                        Mapping::Ipc(p) => {
-                            let _ = cu::ipc_close_mem_handle(p);
-                        }
-                        Mapping::Shm { addr, len } => {
-                            let _ = cu::mem_host_unregister(addr as *mut c_void);
-                            libc::munmap(addr as *mut c_void, len);
-                        }
-                        Mapping::Ctx(d) => {
-                            let _ = cu::primary_ctx_release(d);
-                        }
-                    }
-                }
+                self.windows.mappings.clear();
                 match &self.windows.local {
                     Local::Device(p) if *p != 0 => {
                         let _ = cu::mem_free(*p);
@@ -1636,23 +1460,14 @@ impl Ring {
         // What the finished kernels wrote must cross before the connection
         // closes (5 s at most: a dead peer cannot hold destroy longer).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        for p in &self.net.proxies {
-            p.drain(deadline);
+        for l in &self.net.links {
+            l.drain(deadline);
         }
-        for p in &self.net.plugin_proxies {
-            p.drain(deadline);
+        for l in &self.net.links {
+            l.halt();
         }
-        for p in &self.net.plugin_proxies {
-            p.halt();
-        }
-        for mut p in self.net.plugin_proxies.drain(..) {
-            p.stop();
-        }
-        for p in &self.net.proxies {
-            p.halt();
-        }
-        for mut p in self.net.proxies.drain(..) {
-            p.stop();
+        for mut l in self.net.links.drain(..) {
+            l.stop();
         }
     }
 }
@@ -1673,11 +1488,11 @@ mod tests {
         assert!(std::mem::size_of::<P2pArgs>() <= 4096);
         assert_eq!(
             small_kernel_name(DataType::Float32, RedOp::Sum),
-            "oxccl_ll1_f32_sum"
+            "oxccl_small_f32_sum"
         );
         assert_eq!(
             one_launch_kernel_name(DataType::Int8, RedOp::Max),
-            "oxccl_joint_i8_max"
+            "oxccl_one_launch_i8_max"
         );
     }
 

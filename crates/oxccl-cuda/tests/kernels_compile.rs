@@ -206,7 +206,7 @@ fn copy_engine_reductions_compile_a_type_at_a_time() {
 }
 
 /// A ring program holds one type's kernels for every op (the ring, small
-/// one-shot, joint and one-rank scaling kernels of each) and nothing of the
+/// one-shot, one-launch and one-rank scaling kernels of each) and nothing of the
 /// other types or of the untyped point-to-point program.
 #[test]
 #[ignore = "needs NVRTC: ring kernels compile a type at a time"]

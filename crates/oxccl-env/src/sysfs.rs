@@ -2,7 +2,8 @@
 //! access behind [`oxccl_core::topo::SysfsView`], rooted at `/` (the machine)
 //! or at a folder holding a recorded machine; the walk itself is pure
 //! ([`oxccl_core::topo::read_topology`]). [`machine_topology`] is what the
-//! library uses: the machine's tree, read once per process.
+//! library uses: `NCCL_TOPO_FILE`'s topology or the machine's tree, read
+//! once per process.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -66,17 +67,108 @@ impl SysfsView for SysRoot {
     }
 }
 
-/// The machine's topology from sysfs (no NVLink or P2P: NVML adds those),
-/// read on first use and kept for the process: hardware does not move
-/// under a running job, and a big server's tree is a few thousand files.
+/// The topology the library uses, read on first use and kept for the
+/// process (hardware does not move under a running job, and a big server's
+/// tree is a few thousand files): the XML file `NCCL_TOPO_FILE` names (the
+/// format `oxccl topo --xml` and `NCCL_TOPO_DUMP_FILE` write) when it is
+/// set, else the machine's sysfs tree (no NVLink or P2P: NVML adds those).
+/// A file that cannot be read or parsed is named in a WARN, and the
+/// machine's tree is used.
 pub fn machine_topology() -> &'static Topology {
     static TOPOLOGY: OnceLock<Topology> = OnceLock::new();
-    TOPOLOGY.get_or_init(|| read_topology(&SysRoot::machine()))
+    TOPOLOGY.get_or_init(|| {
+        let file = crate::params().get(&oxccl_core::params::TOPO_FILE);
+        let (t, warning) = topology_from(
+            file.as_deref(),
+            |p| std::fs::read_to_string(p),
+            || read_topology(&SysRoot::machine()),
+        );
+        if let Some(w) = warning {
+            crate::warn!("{w}");
+        }
+        t
+    })
+}
+
+/// The topology of `file` (read by `read`) when one is named, else
+/// `walk()`'s; with a warning naming the file when it was named and could
+/// not be used.
+pub fn topology_from(
+    file: Option<&str>,
+    read: impl FnOnce(&str) -> std::io::Result<String>,
+    walk: impl FnOnce() -> Topology,
+) -> (Topology, Option<String>) {
+    let Some(path) = file.filter(|f| !f.is_empty()) else {
+        return (walk(), None);
+    };
+    let why = match read(path) {
+        Ok(text) => match Topology::from_xml(&text) {
+            Ok(t) => return (t, None),
+            Err(e) => format!("line {}: {}", e.line, e.msg),
+        },
+        Err(e) => e.to_string(),
+    };
+    (
+        walk(),
+        Some(format!(
+            "NCCL_TOPO_FILE={path} cannot be used ({why}): the machine's own topology is used instead"
+        )),
+    )
+}
+
+/// Where `rank` writes the topology (`NCCL_TOPO_DUMP_FILE`), when it is
+/// the dumping rank (`NCCL_TOPO_DUMP_FILE_RANK`, 0 unless set).
+pub fn topology_dump_path(p: &oxccl_core::params::Params, rank: usize) -> Option<PathBuf> {
+    let file = p
+        .get(&oxccl_core::params::TOPO_DUMP_FILE)
+        .filter(|f| !f.is_empty())?;
+    let dumper = p.get(&oxccl_core::params::TOPO_DUMP_FILE_RANK).unwrap_or(0);
+    (i64::try_from(rank).ok() == Some(dumper)).then(|| PathBuf::from(file))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_topology_file_is_used_when_it_reads_and_named_when_it_does_not() {
+        let xml = "<system version=\"1\"><cpu numaid=\"3\"/></system>";
+        let walked = || Topology::default();
+        let (t, w) = topology_from(Some("/t.xml"), |_| Ok(xml.to_string()), walked);
+        assert_eq!((t.cpus.len(), t.cpus[0].numaid, w), (1, 3, None));
+        let (t, w) = topology_from(None, |_| panic!("no file named"), walked);
+        assert_eq!((t, w), (Topology::default(), None));
+        let (t, w) = topology_from(Some(""), |_| panic!("empty is unset"), walked);
+        assert_eq!((t, w), (Topology::default(), None));
+        let missing = || Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        let (t, w) = topology_from(Some("/gone.xml"), |_| missing(), walked);
+        assert_eq!(t, Topology::default());
+        let w = w.expect("a warning");
+        assert!(
+            w.contains("NCCL_TOPO_FILE=/gone.xml") && w.contains("not found"),
+            "{w}"
+        );
+        let (_, w) = topology_from(Some("/bad.xml"), |_| Ok("<gpu/>".into()), walked);
+        assert!(w.expect("a warning").contains("<system>"));
+    }
+
+    #[test]
+    fn only_the_dumping_rank_dumps() {
+        use oxccl_core::params::Params;
+        let p = Params::from_pairs(&[("NCCL_TOPO_DUMP_FILE", "/tmp/t.xml")]);
+        assert_eq!(topology_dump_path(&p, 0), Some(PathBuf::from("/tmp/t.xml")));
+        assert_eq!(topology_dump_path(&p, 1), None);
+        let p = Params::from_pairs(&[
+            ("NCCL_TOPO_DUMP_FILE", "/tmp/t.xml"),
+            ("NCCL_TOPO_DUMP_FILE_RANK", "2"),
+        ]);
+        assert_eq!(topology_dump_path(&p, 0), None);
+        assert_eq!(topology_dump_path(&p, 2), Some(PathBuf::from("/tmp/t.xml")));
+        assert_eq!(
+            topology_dump_path(&Params::from_pairs(&[] as &[(&str, &str)]), 0),
+            None
+        );
+    }
 
     #[test]
     fn reads_files_folders_and_links_under_the_root() {

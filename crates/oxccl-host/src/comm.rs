@@ -145,7 +145,7 @@ pub struct HostComm {
     net_plugin: Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)>,
     /// The tuner plugin's context for this communicator, when one loaded
     /// and its init succeeded: it gets the last word on each plan.
-    tuner: Option<std::sync::Mutex<oxccl_net::tuner::TunerComm>>,
+    tuner: Option<std::sync::Arc<std::sync::Mutex<oxccl_net::tuner::TunerComm>>>,
     /// The profiler plugin's context for this communicator, when one loaded
     /// and its init succeeded, with the collectives' sequence numbers.
     profiler: Option<(oxccl_net::profiler::ProfilerComm, SeqNumbers)>,
@@ -367,7 +367,7 @@ impl HostComm {
             let local_max = per_host.values().copied().max().unwrap_or(1);
             // The communicator's random key stands for NCCL's commHash.
             match oxccl_net::tuner::TunerComm::init(lib, key, n, per_host.len(), local_min, local_max) {
-                Ok(t) => Some(std::sync::Mutex::new(t)),
+                Ok(t) => Some(std::sync::Arc::new(std::sync::Mutex::new(t))),
                 Err(why) => {
                     oxccl_env::warn!(
                         "TUNER/Plugin: rank {rank}: {why}; this communicator runs on oxccl's own tuning"
@@ -519,6 +519,11 @@ impl HostComm {
     /// The network plugin and device chosen for peers on other hosts, if any.
     pub fn net_plugin(&self) -> Option<(std::sync::Arc<dyn oxccl_net::Net>, usize)> {
         self.net_plugin.clone()
+    }
+    /// The tuner plugin's context for this communicator, when one loaded
+    /// (the GPU path asks it too).
+    pub fn tuner(&self) -> Option<std::sync::Arc<std::sync::Mutex<oxccl_net::tuner::TunerComm>>> {
+        self.tuner.clone()
     }
     /// Ranks in the communicator.
     pub fn nranks(&self) -> usize {
@@ -1597,12 +1602,15 @@ const FREE_POLLS: u32 = 64;
 /// wait (the step engine's) made 8 B calls take 58-87 us at a load average of
 /// 4.5 on 2 cores.
 const YIELD_FOR: Duration = Duration::from_millis(2);
+/// The longest sleep of a slot wait before it looks at abort, the timeout
+/// and the peers' liveness again (a post wakes it earlier).
+const SLOT_CHECK_EVERY: Duration = Duration::from_micros(200);
 
 /// One small collective over the one-shot slots, blocking: argument
 /// checks (as [`prepare`]'s, formatting only on failure), post, wait (spin,
-/// then yield, then sleep; observing abort, the timeout, the peers'
-/// liveness, and a peer that started another operation on the streams),
-/// take the result.
+/// yield, then sleep until the awaited peer's post wakes it; observing
+/// abort, the timeout, the peers' liveness, and a peer that started another
+/// operation on the streams), take the result.
 ///
 /// # Safety
 /// As [`HostComm::run`].
@@ -1642,22 +1650,32 @@ unsafe fn run_oneshot(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
     let Some(slots) = comm.oneshot.as_mut() else {
         return Err(Error::internal("one-shot collective without slots"));
     };
-    let seq = {
-        let posted = call.posted_bytes(rank, n);
-        let input = if posted > 0 {
-            // SAFETY: the posted bytes are the ones this rank's send buffer
-            // holds for the call (valid by the caller's contract, checked
-            // non-null above); dropped before the output slice (which may be
-            // the same memory, in place) is made.
-            unsafe { std::slice::from_raw_parts(op.send, posted) }
-        } else {
-            &[]
-        };
-        slots.post(&call, input, red.as_ref())?
+    let seq = slots.next_seq();
+    let posted = call.posted_bytes(rank, n);
+    let input = if posted > 0 {
+        // SAFETY: the posted bytes are the ones this rank's send buffer
+        // holds for the call (valid by the caller's contract, checked
+        // non-null above); dropped before the output slice (which may be
+        // the same memory, in place) is made.
+        unsafe { std::slice::from_raw_parts(op.send, posted) }
+    } else {
+        &[]
     };
+    // First until every peer posted the call before (this rank's slot is
+    // free), then post, then until the posts this rank reads are there.
+    let mut is_posted = false;
     let waited = wait_slots(
         slots,
-        seq,
+        |slots, from| {
+            if !is_posted {
+                if let w @ Progress::Waiting { .. } = slots.clear_to_post(from)? {
+                    return Ok(w);
+                }
+                slots.post(&call, input, red.as_ref())?;
+                is_posted = true;
+            }
+            slots.progress(seq, &call, from)
+        },
         rank,
         n,
         &comm.abort,
@@ -1691,11 +1709,12 @@ unsafe fn run_oneshot(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
     }
 }
 
-/// Waits until every peer posted call `seq` of `slots`.
+/// Polls `step` (given the peer to look at first) until it says
+/// [`Progress::Ready`].
 #[allow(clippy::too_many_arguments)]
 fn wait_slots(
-    slots: &ShmOneShot,
-    seq: u64,
+    slots: &mut ShmOneShot,
+    mut step: impl FnMut(&mut ShmOneShot, usize) -> Result<Progress>,
     rank: usize,
     n: usize,
     abort: &AtomicBool,
@@ -1709,10 +1728,16 @@ fn wait_slots(
     let mut since: Option<std::time::Instant> = None;
     let mut last_check = None;
     loop {
-        match slots.progress(seq, waiting_for)? {
+        let seq = match step(slots, waiting_for)? {
             Progress::Ready => return Ok(()),
-            Progress::Waiting { waiting_for: q } => waiting_for = q,
-        }
+            Progress::Waiting {
+                waiting_for: q,
+                seq,
+            } => {
+                waiting_for = q;
+                seq
+            }
+        };
         // Ranks that outnumber the CPUs (no spin) yield from the first miss:
         // the peer they wait for may need this very CPU.
         if polls < FREE_POLLS && !policy.spin.is_zero() {
@@ -1729,7 +1754,7 @@ fn wait_slots(
         // miss of every call it made 4 ranks on 2 CPUs pay 3 of them per
         // call, on the CPUs their peers needed.
         let l = *last_check.get_or_insert(now);
-        if now.duration_since(l) >= Duration::from_micros(200) {
+        if now.duration_since(l) >= SLOT_CHECK_EVERY {
             last_check = Some(now);
             if abort.load(std::sync::atomic::Ordering::Acquire) {
                 return Err(Error::new(
@@ -1773,13 +1798,22 @@ fn wait_slots(
                 )));
             }
         }
+        // Spin, then yield (under load the awaited rank may need this very
+        // CPU), then sleep until its post wakes this rank (see
+        // crate::oneshot) or the next check is due. A sleep from the first
+        // miss measured worse under load: a rank woken by a post waits its
+        // turn on a busy CPU (4 ranks on 2 CPUs, 8 B broadcast: 43-50 us a
+        // call sleeping, 3-6 us yielding; 2 ranks beside 2 busy processes,
+        // 16-100 us a call after spins of 10-200 us, 0.4-16 us after 2 ms).
         let waited = now.duration_since(t0);
         if waited < policy.spin {
             std::hint::spin_loop();
         } else if waited < policy.spin + YIELD_FOR {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(50));
+            let l = last_check.unwrap_or(now);
+            let left = SLOT_CHECK_EVERY.saturating_sub(now.duration_since(l));
+            slots.sleep_until_posted(waiting_for, seq, left.max(Duration::from_micros(10)));
         }
     }
 }

@@ -35,7 +35,8 @@ pub(crate) struct PoolRef<'c> {
 
 /// The stream key of one-shot slot calls: no real stream, but it keeps a
 /// communicator's slot calls in issue order, one at a time (their slots
-/// are reused by parity, see [`crate::oneshot`]).
+/// are reused by parity once every peer posted the call before, see
+/// [`crate::oneshot`]).
 pub const SLOT_STREAM: (usize, usize, bool) = (usize::MAX, usize::MAX, true);
 
 /// A small collective over the one-shot slots, as a task of a group.
@@ -94,6 +95,14 @@ impl Work {
                 let seq = match s.seq {
                     Some(seq) => seq,
                     None => {
+                        // This rank's slot is free once every peer posted
+                        // the call before (see crate::oneshot).
+                        if let Progress::Waiting { waiting_for, .. } =
+                            slots.clear_to_post(s.waiting_for)?
+                        {
+                            s.waiting_for = waiting_for;
+                            return Ok(false);
+                        }
                         // In place the executor holds one buffer: the
                         // input is this rank's block of an all-gather's
                         // output, else its start (the whole input of a
@@ -110,8 +119,8 @@ impl Work {
                         seq
                     }
                 };
-                match slots.progress(seq, s.waiting_for)? {
-                    Progress::Waiting { waiting_for } => s.waiting_for = waiting_for,
+                match slots.progress(seq, &s.call, s.waiting_for)? {
+                    Progress::Waiting { waiting_for, .. } => s.waiting_for = waiting_for,
                     Progress::Ready => {
                         let out: &mut [u8] = match (bufs.send, s.call.kind) {
                             (None, CollKind::ReduceScatter) => &mut bufs.recv[rank * blk..][..blk],

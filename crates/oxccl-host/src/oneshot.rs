@@ -12,12 +12,32 @@
 //! updates through each peer's ring and the step engine around them.
 //!
 //! Slots and their reuse: a rank has two slots, used by sequence number
-//! parity. A rank writes slot `s % 2` for call `s` only after it finished
-//! call `s - 1`, which needed every peer's post of `s - 1`; a peer posts
-//! `s - 1` only after it finished call `s - 2`, its last read of that slot.
-//! So a slot is never rewritten while a peer may still read it, and no
-//! acknowledgement is needed. Calls of one communicator must run one after
-//! another (the executor keeps them in issue order).
+//! parity, and a call needs only the posts it reads: an all-reduce,
+//! all-gather and reduce-scatter every rank's, a reduce's root every rank's
+//! and the other ranks none, a broadcast's receivers the root's and the
+//! root none. So ranks may be a call apart, and reuse has a rule of its
+//! own: before posting call `s` a rank waits until every peer has posted
+//! call `s - 1` ([`ShmOneShot::clear_to_post`]). A peer posts `s - 1` only
+//! after it finished call `s - 2`, its last read of the slot that call `s`
+//! rewrites, so a slot is never rewritten while a peer may still read it,
+//! and no acknowledgement beyond the posts is needed. A broadcast root then
+//! returns once its input is in its slot and waits, at its next call, only
+//! for the receivers' posts of this one; back-to-back broadcasts overlap.
+//! After a call that read every rank's post the wait costs nothing.
+//!
+//! Why two slots and not three: with three, a rank would wait only for the
+//! peers' posts of `s - 2` and could run two calls ahead, but a peer may
+//! then already be rewriting the slot of `s - 2` with call `s + 1`, so the
+//! comparison of its record of `s - 2` with this rank's races with that
+//! write (tried: false mismatch reports in the rooted tests), and a
+//! broadcast whose roots differ between ranks is caught only two calls
+//! later. With two, the slot a rank compares holds exactly `s - 1` or the
+//! older `s - 3` and stays so until this rank posts `s` (a peer cannot post
+//! `s + 1` before that), so the check is exact; one call of slack is what
+//! lets a root's return overlap its receivers' reads.
+//!
+//! Calls of one communicator must run one after another (the executor keeps
+//! them in issue order).
 //!
 //! Slot layout (64-byte aligned, `stride` bytes each):
 //!
@@ -26,10 +46,17 @@
 //! 8   what was posted: count, root, collective, datatype, op (to catch mismatched calls)
 //! 16  data (the first 48 bytes share the sequence number's cache line)
 //! ```
+//!
+//! After a rank's two slots, a cache line of its own counts the peers that
+//! sleep on its posts ([`ShmOneShot::sleep_until_posted`]): a peer whose
+//! wait outlasted its spin and yields counts itself there and sleeps in the
+//! kernel (futex) on the sequence number it awaits, and a post that finds
+//! the count non-zero wakes the sleepers on the word it wrote.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use oxccl_core::slots::describe_meta;
 pub use oxccl_core::slots::SlotCall;
@@ -45,14 +72,19 @@ pub const ONESHOT_MAX_BYTES: usize = 4096;
 
 const SLOT_HEAD: usize = 16;
 
+/// Slots per rank, used in turn by sequence number (why two: the module's
+/// notes).
+const SLOTS: u64 = 2;
+
 /// Bytes between slots for inputs of up to `max` bytes.
 pub fn slot_stride(max: usize) -> usize {
     (SLOT_HEAD + max).next_multiple_of(64)
 }
 
-/// Bytes of a rank's slot area (two slots, by parity).
+/// Bytes of a rank's slot area (two slots, by parity, and the line that
+/// counts the peers sleeping on its posts).
 pub fn area_bytes(max: usize) -> usize {
-    2 * slot_stride(max)
+    SLOTS as usize * slot_stride(max) + 64
 }
 
 /// One rank's view of every rank's slot area on this host.
@@ -64,6 +96,8 @@ pub struct ShmOneShot {
     stride: usize,
     /// The sequence number of the last call posted.
     seq: u64,
+    /// Every peer is known to have posted calls up to this one.
+    clear: u64,
     /// Keep the mappings alive.
     _segments: Vec<Arc<ShmSegment>>,
 }
@@ -83,13 +117,25 @@ impl std::fmt::Debug for ShmOneShot {
     }
 }
 
-/// How far a call has come.
+/// How far a wait has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
-    /// Some peer has not posted this call yet: `waiting_for` names one.
-    Waiting { waiting_for: usize },
-    /// Every peer posted it: reduce with [`ShmOneShot::finish`].
+    /// Peer `waiting_for` has not posted call `seq` yet.
+    Waiting { waiting_for: usize, seq: u64 },
+    /// Every post waited for is there.
     Ready,
+}
+
+/// Whether `rank` reads `q`'s post of `call` (`q != rank`): reductions to
+/// every rank and gathers read every post, a reduce's root every post, a
+/// broadcast's receivers the root's; a reduce's other ranks and a
+/// broadcast's root read none.
+pub fn reads(call: &SlotCall, rank: usize, q: usize) -> bool {
+    match call.kind {
+        CollKind::Broadcast => rank != call.root && q == call.root,
+        CollKind::Reduce => rank == call.root,
+        _ => true,
+    }
 }
 
 impl ShmOneShot {
@@ -123,6 +169,7 @@ impl ShmOneShot {
             max,
             stride: slot_stride(max),
             seq: 0,
+            clear: 0,
             _segments: segments,
         })
     }
@@ -142,10 +189,25 @@ impl ShmOneShot {
         self.areas.len()
     }
 
+    /// The call every peer must have posted before this rank posts its next
+    /// one (0: none).
+    fn must_be_clear(&self) -> u64 {
+        (self.seq + 2).saturating_sub(SLOTS)
+    }
+
+    /// The sequence number the next call posts.
+    pub fn next_seq(&self) -> u64 {
+        self.seq + 1
+    }
+
     fn slot(&self, q: usize, seq: u64) -> *mut u8 {
         // SAFETY: the offset lies within rank q's slot area (two slots of
         // `stride` bytes, checked in `new`).
-        unsafe { self.areas[q].as_ptr().add((seq % 2) as usize * self.stride) }
+        unsafe {
+            self.areas[q]
+                .as_ptr()
+                .add((seq % SLOTS) as usize * self.stride)
+        }
     }
 
     fn words(&self, q: usize, seq: u64) -> &[AtomicU64; 2] {
@@ -153,6 +215,37 @@ impl ShmOneShot {
         // its first 16 bytes are only accessed through atomics in every
         // process.
         unsafe { &*self.slot(q, seq).cast::<[AtomicU64; 2]>() }
+    }
+
+    /// How many peers sleep on rank q's posts (the line after its slots).
+    fn sleepers(&self, q: usize) -> &AtomicU32 {
+        // SAFETY: the line after the two slots lies within rank q's area
+        // (area_bytes, checked in `new`), is 64-byte aligned, mapped as long
+        // as self and only accessed through atomics in every process.
+        unsafe {
+            &*self.areas[q]
+                .as_ptr()
+                .add(SLOTS as usize * self.stride)
+                .cast::<AtomicU32>()
+        }
+    }
+
+    /// Sleeps until peer `q` posts call `seq`, it is woken for another
+    /// reason, or `limit` passes, whichever comes first; returns at once if
+    /// the post is there. The caller looks again ([`ShmOneShot::posted`]).
+    pub fn sleep_until_posted(&self, q: usize, seq: u64, limit: Duration) {
+        let sleepers = self.sleepers(q);
+        let word = &self.words(q, seq)[0];
+        // With the poster's fence between its store of the sequence number
+        // and its read of the count: either this load sees the post, or the
+        // poster sees this rank counted and wakes it (and a post between this
+        // load and the sleep changes the word, which the kernel compares).
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        let now = word.load(Ordering::SeqCst);
+        if now < seq {
+            futex::wait(word, now, limit);
+        }
+        sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Posts this rank's input for the next call: `input` (pre-scaled by
@@ -170,9 +263,17 @@ impl ShmOneShot {
             )));
         }
         let seq = self.seq + 1;
+        let need = self.must_be_clear();
+        if self.clear < need {
+            return Err(Error::internal(format!(
+                "one-shot {}: call {seq} posted before every peer posted call {need}",
+                call.kind.snake_name(),
+            )));
+        }
         // SAFETY: the data part of this rank's slot `seq % 2`, inside the
-        // area; no peer reads it now (they finished call `seq - 2`, see the
-        // module's notes) and it does not overlap the atomic words.
+        // area; no peer reads it now (every peer posted call `seq - 1`, so
+        // finished call `seq - 2`, checked above; see the module's notes)
+        // and it does not overlap the atomic words.
         let data = unsafe {
             std::slice::from_raw_parts_mut(self.slot(self.rank, seq).add(SLOT_HEAD), input.len())
         };
@@ -183,48 +284,104 @@ impl ShmOneShot {
         let w = self.words(self.rank, seq);
         w[1].store(call.meta(), Ordering::Relaxed);
         w[0].store(seq, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if self.sleepers(self.rank).load(Ordering::Relaxed) != 0 {
+            futex::wake(&w[0]);
+        }
         self.seq = seq;
         Ok(seq)
     }
 
-    /// Whether every peer posted call `seq`, or one it is waiting for; a
-    /// peer that posted a different call is an error naming both.
-    pub fn progress(&self, seq: u64, from: usize) -> Result<Progress> {
+    /// Whether this rank may post its next call: every peer has posted the
+    /// call before it (see the module's notes), or one it is waiting for,
+    /// looking at `from` first. A peer whose record of that call differs
+    /// from this rank's is an error naming both.
+    pub fn clear_to_post(&mut self, from: usize) -> Result<Progress> {
+        let last = self.must_be_clear();
+        if self.clear >= last {
+            return Ok(Progress::Ready);
+        }
         let n = self.areas.len();
-        let mine = self.words(self.rank, seq)[1].load(Ordering::Relaxed);
+        let mine = self.words(self.rank, last)[1].load(Ordering::Relaxed);
         for i in 0..n {
             let q = (from + i) % n;
             if q == self.rank {
                 continue;
             }
-            let w = self.words(q, seq);
-            if w[0].load(Ordering::Acquire) != seq {
-                return Ok(Progress::Waiting { waiting_for: q });
+            let theirs = self.words(q, last)[0].load(Ordering::Acquire);
+            if theirs < last {
+                return Ok(Progress::Waiting {
+                    waiting_for: q,
+                    seq: last,
+                });
             }
-            let theirs = w[1].load(Ordering::Relaxed);
-            if theirs != mine {
-                return Err(Error::invalid_usage(format!(
-                    "mismatched collectives: rank {q} called {}, rank {} {} \
-                     (every rank must call the same collectives in the same order, with \
-                     the same count, datatype, op and root)",
-                    describe_meta(theirs),
-                    self.rank,
-                    describe_meta(mine)
-                )));
+            if theirs == last {
+                self.check_post(q, last, mine)?;
             }
+        }
+        self.clear = last;
+        Ok(Progress::Ready)
+    }
+
+    /// Whether every peer whose post of call `seq` this rank reads
+    /// ([`reads`]) posted it, or one it is waiting for, looking at `from`
+    /// first; a peer that posted a different call is an error naming both.
+    /// Then [`ShmOneShot::finish`] takes the result.
+    pub fn progress(&mut self, seq: u64, call: &SlotCall, from: usize) -> Result<Progress> {
+        let n = self.areas.len();
+        let mine = self.words(self.rank, seq)[1].load(Ordering::Relaxed);
+        let mut all = true;
+        for i in 0..n {
+            let q = (from + i) % n;
+            if q == self.rank {
+                continue;
+            }
+            if !reads(call, self.rank, q) {
+                all = false;
+                continue;
+            }
+            if !self.posted(q, seq) {
+                return Ok(Progress::Waiting {
+                    waiting_for: q,
+                    seq,
+                });
+            }
+            self.check_post(q, seq, mine)?;
+        }
+        if all {
+            self.clear = self.clear.max(seq);
         }
         Ok(Progress::Ready)
     }
 
-    /// Whether peer `q` posted call `seq`.
+    /// An error if peer `q`'s post of call `seq` (seen posted) records
+    /// another call than `mine`.
+    fn check_post(&self, q: usize, seq: u64, mine: u64) -> Result<()> {
+        let theirs = self.words(q, seq)[1].load(Ordering::Relaxed);
+        if theirs != mine {
+            return Err(Error::invalid_usage(format!(
+                "mismatched collectives: rank {q} called {}, rank {} {} \
+                 (every rank must call the same collectives in the same order, with \
+                 the same count, datatype, op and root)",
+                describe_meta(theirs),
+                self.rank,
+                describe_meta(mine)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether peer `q` posted call `seq` (its slot for `seq` holds it or,
+    /// where the peer may be ahead, a later call).
     pub fn posted(&self, q: usize, seq: u64) -> bool {
-        self.words(q, seq)[0].load(Ordering::Acquire) == seq
+        self.words(q, seq)[0].load(Ordering::Acquire) >= seq
     }
 
     /// Takes this rank's result of call `seq` from every rank's slot into
     /// `out` (`call.output_bytes(rank, nranks)` bytes; ignored when 0).
     /// Reductions combine the slots in rank order, so every rank gets the
-    /// same bits. Only after [`Progress::Ready`].
+    /// same bits. Only after [`ShmOneShot::progress`] said
+    /// [`Progress::Ready`] for it.
     pub fn finish(&self, seq: u64, call: &SlotCall, out: &mut [u8], red: Option<&Reduction>) {
         let n = self.areas.len();
         let e = call.dtype.size();
@@ -235,9 +392,10 @@ impl ShmOneShot {
         }
         let out = &mut out[..want];
         // SAFETY: bytes `off..off + len` of the data part of rank q's slot
-        // `seq % 2`, which q posted (seen with acquire in `progress`) and
-        // does not rewrite before this rank posts `seq + 1` (see the
-        // module's notes); `off + len` is within what q posted.
+        // `seq % 2`, which q posted (seen with acquire in `progress`; only
+        // the slots of peers `reads` names are read below) and does not
+        // rewrite before this rank posts `seq + 1` (see the module's notes);
+        // `off + len` is within what q posted.
         let data = |q: usize, off: usize, len: usize| unsafe {
             std::slice::from_raw_parts(self.slot(q, seq).add(SLOT_HEAD + off).cast_const(), len)
         };
@@ -262,5 +420,300 @@ impl ShmOneShot {
             // One rank: its input, posted pre-scaled, with no finishing step.
             _ => out.copy_from_slice(data(0, off, blk)),
         }
+    }
+}
+
+/// Sleeping on a sequence number in shared memory until its writer wakes
+/// the sleepers: Linux futexes on the word's low 32 bits, shared between
+/// processes (no private flag: the mappings' addresses differ).
+mod futex {
+    use std::sync::atomic::AtomicU64;
+    use std::time::Duration;
+
+    #[cfg(target_os = "linux")]
+    fn low_half(word: &AtomicU64) -> *const u32 {
+        let p = word.as_ptr().cast::<u32>();
+        if cfg!(target_endian = "big") {
+            // SAFETY: the second half of the same 8-byte word.
+            unsafe { p.add(1) }
+        } else {
+            p
+        }
+    }
+
+    /// Sleeps while `word` holds `seen`, at most `limit`.
+    #[cfg(target_os = "linux")]
+    pub fn wait(word: &AtomicU64, seen: u64, limit: Duration) {
+        let ts = libc::timespec {
+            tv_sec: limit.as_secs() as libc::time_t,
+            tv_nsec: limit.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: a futex wait on an aligned u32 inside a live shared
+        // mapping, with a relative timeout; it only reads the word. Its
+        // result (woken, timed out, interrupted, the value already changed)
+        // does not matter: the caller looks at the word again.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                low_half(word),
+                libc::FUTEX_WAIT,
+                seen as u32,
+                &ts as *const libc::timespec,
+                std::ptr::null::<u32>(),
+                0u32,
+            );
+        }
+    }
+
+    /// Wakes every sleeper on `word`.
+    #[cfg(target_os = "linux")]
+    pub fn wake(word: &AtomicU64) {
+        // SAFETY: a futex wake on an aligned u32 inside a live shared
+        // mapping; it does not touch the memory.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                low_half(word),
+                libc::FUTEX_WAKE,
+                i32::MAX,
+                std::ptr::null::<libc::timespec>(),
+                std::ptr::null::<u32>(),
+                0u32,
+            );
+        }
+    }
+
+    /// Without futexes: a short sleep; the caller looks again.
+    #[cfg(not(target_os = "linux"))]
+    pub fn wait(_word: &AtomicU64, _seen: u64, limit: Duration) {
+        std::thread::sleep(limit.min(Duration::from_micros(50)));
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn wake(_word: &AtomicU64) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::ShmRingLayout;
+    use oxccl_core::{DataType, RedOp};
+    use std::sync::atomic::AtomicBool;
+
+    const MAX: usize = 256;
+
+    /// `n` ranks' views of `n` slot segments (one segment per rank, all
+    /// shared by the views, as the mappings of processes would be).
+    fn views(n: usize) -> Vec<ShmOneShot> {
+        let layout = ShmRingLayout {
+            npeers: 0,
+            nchannels: 1,
+            capacity: 64,
+        };
+        let segs: Vec<_> = (0..n)
+            .map(|_| {
+                ShmSegment::create_rings_and_slots(layout, "oneshot-test", area_bytes(MAX)).unwrap()
+            })
+            .collect();
+        (0..n)
+            .map(|r| ShmOneShot::new(r, segs.clone(), MAX).unwrap())
+            .collect()
+    }
+
+    fn bcast(count: usize, root: usize) -> SlotCall {
+        SlotCall {
+            kind: CollKind::Broadcast,
+            count,
+            dtype: DataType::Uint8,
+            op: RedOp::Sum,
+            root,
+        }
+    }
+
+    /// Runs one call on view `v`: waits until it may post, posts, waits for
+    /// what it reads, takes its result (yielding: there may be more
+    /// threads than CPUs). Gives up when `failed` is set: a peer failed and
+    /// will not post again.
+    fn run(v: &mut ShmOneShot, call: &SlotCall, input: &[u8], out: &mut [u8], failed: &AtomicBool) {
+        let me = v.rank();
+        let give_up = || assert!(!failed.load(Ordering::Relaxed), "rank {me}: a peer failed");
+        while v.clear_to_post(0).unwrap() != Progress::Ready {
+            give_up();
+            std::thread::yield_now();
+        }
+        let seq = v.post(call, input, None).unwrap();
+        while v.progress(seq, call, 0).unwrap() != Progress::Ready {
+            give_up();
+            std::thread::yield_now();
+        }
+        v.finish(seq, call, out, None);
+    }
+
+    #[test]
+    fn who_reads_whom() {
+        let b = bcast(1, 1);
+        assert!(reads(&b, 0, 1) && reads(&b, 2, 1));
+        assert!(!reads(&b, 0, 2) && !reads(&b, 1, 0) && !reads(&b, 1, 2));
+        let r = SlotCall {
+            kind: CollKind::Reduce,
+            ..b
+        };
+        assert!(reads(&r, 1, 0) && reads(&r, 1, 2));
+        assert!(!reads(&r, 0, 1) && !reads(&r, 2, 0));
+        for kind in [
+            CollKind::AllReduce,
+            CollKind::AllGather,
+            CollKind::ReduceScatter,
+        ] {
+            let c = SlotCall { kind, ..b };
+            assert!(
+                reads(&c, 0, 1) && reads(&c, 1, 0) && reads(&c, 2, 1),
+                "{kind:?}"
+            );
+        }
+    }
+
+    /// A broadcast root posts and is done without its receivers; its next
+    /// post waits until every receiver posted the call before.
+    #[test]
+    fn a_root_runs_one_call_ahead_and_no_further() {
+        let mut v = views(3);
+        let call = bcast(4, 0);
+        let mut out = [0u8; 4];
+        let seq = v[0].post(&call, &[1, 2, 3, 4], None).unwrap();
+        assert_eq!(v[0].progress(seq, &call, 0).unwrap(), Progress::Ready);
+        v[0].finish(seq, &call, &mut out, None);
+        assert_eq!(out, [1, 2, 3, 4]);
+        // Call 2 waits for rank 1, then rank 2, to post call 1.
+        assert_eq!(
+            v[0].clear_to_post(1).unwrap(),
+            Progress::Waiting {
+                waiting_for: 1,
+                seq: 1
+            }
+        );
+        assert!(
+            v[0].post(&call, &[5; 4], None).is_err(),
+            "posted over a slot a peer may read"
+        );
+        let mut got = [0u8; 4];
+        let s1 = v[1].post(&call, &[], None).unwrap();
+        assert_eq!(v[1].progress(s1, &call, 0).unwrap(), Progress::Ready);
+        v[1].finish(s1, &call, &mut got, None);
+        assert_eq!(got, [1, 2, 3, 4]);
+        assert_eq!(
+            v[0].clear_to_post(1).unwrap(),
+            Progress::Waiting {
+                waiting_for: 2,
+                seq: 1
+            }
+        );
+        v[2].post(&call, &[], None).unwrap();
+        assert_eq!(v[0].clear_to_post(1).unwrap(), Progress::Ready);
+        // A receiver waits for the root only.
+        let s2 = v[1].next_seq();
+        assert_eq!(v[1].clear_to_post(0).unwrap(), Progress::Ready);
+        v[1].post(&call, &[], None).unwrap();
+        assert_eq!(
+            v[1].progress(s2, &call, 2).unwrap(),
+            Progress::Waiting {
+                waiting_for: 0,
+                seq: 2
+            }
+        );
+    }
+
+    /// A peer whose record of the call before differs is caught before the
+    /// slot is reused, though neither rank read the other's post.
+    #[test]
+    fn roots_that_differ_are_caught_at_the_next_post() {
+        let mut v = views(2);
+        for (r, x) in v.iter_mut().enumerate() {
+            let call = bcast(2, r);
+            let seq = x.post(&call, &[r as u8; 2], None).unwrap();
+            assert_eq!(x.progress(seq, &call, 0).unwrap(), Progress::Ready);
+        }
+        for x in v.iter_mut() {
+            let e = x.clear_to_post(0).unwrap_err();
+            assert!(e.message().contains("mismatched collectives"), "{e}");
+        }
+    }
+
+    /// Sets the flag when its thread panics, so that the other threads stop
+    /// waiting for posts that will not come.
+    struct TellPeers<'a>(&'a AtomicBool);
+
+    impl Drop for TellPeers<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Threads run thousands of broadcasts back to back, the root moving
+    /// and the size changing every call, each value naming its call: a
+    /// slot rewritten while a peer still reads it shows as another call's
+    /// bytes.
+    #[test]
+    fn back_to_back_broadcasts_read_their_own_call() {
+        for n in 2..=4usize {
+            let views = views(n);
+            let failed = &AtomicBool::new(false);
+            std::thread::scope(|s| {
+                for mut v in views {
+                    s.spawn(move || {
+                        let _tell = TellPeers(failed);
+                        let me = v.rank();
+                        for i in 0..3000usize {
+                            let count = 1 + (i * 31) % MAX;
+                            let root = (i / 2 + i % 3) % n;
+                            let byte = |j: usize| (i * 7 + j * 13 + root) as u8;
+                            let input: Vec<u8> = (0..count).map(byte).collect();
+                            let call = bcast(count, root);
+                            let posted = if me == root { &input[..] } else { &[][..] };
+                            let mut out = vec![0u8; count];
+                            run(&mut v, &call, posted, &mut out, failed);
+                            for (j, x) in out.iter().enumerate() {
+                                if *x != byte(j) {
+                                    panic!(
+                                        "rank {me} of {n}, call {i}: byte {j} is {x}, not {}",
+                                        byte(j)
+                                    );
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+        }
+    }
+
+    /// A peer asleep on a post is woken by it, however long its limit.
+    #[test]
+    fn a_post_wakes_its_sleepers() {
+        let mut v = views(3);
+        let call = bcast(1, 0);
+        let root = v.remove(0);
+        std::thread::scope(|s| {
+            let mut root = root;
+            let sleepers: Vec<_> = v
+                .into_iter()
+                .map(|x| {
+                    s.spawn(move || {
+                        while !x.posted(0, 1) {
+                            x.sleep_until_posted(0, 1, Duration::from_secs(3600));
+                        }
+                    })
+                })
+                .collect();
+            while root.sleepers(0).load(Ordering::SeqCst) < 2 {
+                std::thread::yield_now();
+            }
+            root.post(&call, &[9], None).unwrap();
+            for h in sleepers {
+                h.join().unwrap();
+            }
+        });
     }
 }

@@ -489,7 +489,7 @@ fn every_collective(ords: [i32; 2]) {
         let expect_ce =
             std::env::var("OXCCL_CUDA_CE_MIN").as_deref() == Ok("1") && ords[0] != ords[1];
         // Calls of at most 256 KiB per rank buffer run as one launch of both
-        // ranks (joint.rs) by default on one GPU, on two with
+        // ranks (oxccl_core::gpu::one_launch) by default on one GPU, on two with
         // OXCCL_CUDA_JOINT_PEERS=1; never with it off or the ring forced.
         let set = |v: &str| std::env::var(v).ok();
         let peers = set("OXCCL_CUDA_JOINT_PEERS").as_deref() == Some("1");

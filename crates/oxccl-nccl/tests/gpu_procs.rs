@@ -1870,7 +1870,9 @@ fn across_hosts_through_a_network_plugin() {
             .display()
             .to_string(),
     };
-    run_ranks(
+    // Each rank's ring link to the other host is named after the plugin's
+    // network, as NCCL names it ("via NET/<network>/<device>").
+    let links = logged_lines(
         2,
         "1,4099,300007",
         &[
@@ -1878,6 +1880,12 @@ fn across_hosts_through_a_network_plugin() {
             ("NCCL_NET_PLUGIN", so.as_str()),
             ("OXCCL_TEST_TYPES", "float32,bfloat16,int8"),
         ],
+        "INIT",
+        "Channel 00/0 :",
+    );
+    assert!(
+        !links.is_empty() && links.iter().all(|l| l.contains("via NET/oxtest/")),
+        "{links:?}"
     );
     // Three hosts: a rank may leave while the others still work (its
     // zero-byte goodbye keeps that from looking like a death).

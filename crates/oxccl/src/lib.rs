@@ -324,6 +324,12 @@ impl Communicator {
             }),
         };
         gpu::setup(&c, choice, timeout);
+        if let Some(path) = oxccl_env::sysfs::topology_dump_path(p, rank) {
+            topo::dump(
+                &path,
+                !matches!(choice, GpuChoice::Off | GpuChoice::NoDevice),
+            );
+        }
         Ok(c)
     }
 
@@ -579,6 +585,11 @@ impl Communicator {
     /// other hosts, if it chose one (`NCCL_NET_PLUGIN`).
     pub(crate) fn net_plugin(&self) -> Option<(Arc<dyn oxccl_net::Net>, usize)> {
         self.with_comm(|c| Ok(c.net_plugin())).ok().flatten()
+    }
+
+    /// The tuner plugin's context, if one loaded (`NCCL_TUNER_PLUGIN`).
+    pub(crate) fn tuner(&self) -> Option<oxccl_cuda::exec::Tuner> {
+        self.with_comm(|c| Ok(c.tuner())).ok().flatten()
     }
 
     /// A TCP connection to `peer` through the bootstrap, for a layer above

@@ -32,3 +32,28 @@ pub fn read_sysfs(root: &std::path::Path) -> Topology {
 pub fn nvml(with_p2p: bool) -> std::result::Result<NvmlReport, String> {
     oxccl_cuda::nvml::probe(with_p2p)
 }
+
+/// Writes the topology this process uses (`NCCL_TOPO_FILE`'s or the
+/// machine's, with NVML's links merged in when `with_gpu`) to `path` as
+/// XML (`NCCL_TOPO_DUMP_FILE`); says where at INFO, or why not in a WARN.
+pub(crate) fn dump(path: &std::path::Path, with_gpu: bool) {
+    let mut t = oxccl_env::sysfs::machine_topology().clone();
+    if with_gpu {
+        if let Ok(r) = nvml(false) {
+            t.merge_nvml(&r);
+        }
+    }
+    match std::fs::write(path, t.to_xml()) {
+        Ok(()) => oxccl_env::info!(
+            oxccl_env::log::Subsys::GRAPH,
+            "NCCL_TOPO_DUMP_FILE: wrote the topology ({} GPUs, {} NICs) to {}",
+            t.gpus().len(),
+            t.nics().len(),
+            path.display()
+        ),
+        Err(e) => oxccl_env::warn!(
+            "NCCL_TOPO_DUMP_FILE={}: cannot write the topology there: {e}",
+            path.display()
+        ),
+    }
+}

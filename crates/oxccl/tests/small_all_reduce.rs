@@ -73,15 +73,13 @@ fn small_cases(nranks: usize) -> Vec<Case> {
     v
 }
 
-fn sweep(test: &str, n: usize) {
+/// Runs `test` as `n` processes, each a rank that runs `body` on its
+/// communicator between init and destroy; every rank must succeed.
+fn on_processes(test: &str, n: usize, body: impl FnOnce(&Communicator)) {
     if let Some(ctx) = child_ctx() {
         let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
             .unwrap();
-        for case in small_cases(ctx.nranks) {
-            if let Err(f) = run_case(&c, &case) {
-                panic!("rank {}: {case}: {f}", ctx.rank);
-            }
-        }
+        body(&c);
         c.destroy().unwrap();
         return;
     }
@@ -89,6 +87,16 @@ fn sweep(test: &str, n: usize) {
     let id = UniqueId::new().unwrap();
     let mut p = Procs::spawn(test, n, &id, &[]);
     p.expect_success(Duration::from_secs(180));
+}
+
+fn sweep(test: &str, n: usize) {
+    on_processes(test, n, |c| {
+        for case in small_cases(c.size()) {
+            if let Err(f) = run_case(c, &case) {
+                panic!("rank {}: {case}: {f}", c.rank());
+            }
+        }
+    });
 }
 
 #[test]
@@ -416,4 +424,220 @@ fn shm_small_all_reduce_observes_abort() {
 #[test]
 fn shm_small_all_reduce_observes_its_timeout() {
     late_peer("shm_small_all_reduce_observes_its_timeout", false);
+}
+
+/// One rank's part of a run of rooted calls back to back: broadcasts (in
+/// place and out of place) and reduces whose root moves, all-gathers and
+/// all-reduces between them, and every ninth step a group of three
+/// broadcasts from different roots and a reduce. Every value names its call,
+/// rank and element, and every result is checked exactly. A broadcast root
+/// and a reduce's other ranks return once their input is posted and may be
+/// a call ahead of their peers, so a slot rewritten while a peer still reads
+/// it shows here as another call's value (or as a wait on a sequence number
+/// that was overwritten, which fails at the timeout). Now and then one rank
+/// sleeps, so that the others run ahead and wait before reusing a slot.
+fn rooted_mix(c: &Communicator, calls: u64) -> Result<(), String> {
+    let (me, n) = (c.rank(), c.size());
+    let e = |what: &str, err: oxccl::Error| format!("rank {me}: {what}: {err}");
+    for i in 0..calls {
+        let count = 1 + ((i * 37) % 500) as usize;
+        let root = ((i * 5 + i / 3) % n as u64) as usize;
+        let v = |r: usize, j: usize| i as i64 * 1_000_003 + r as i64 * 10_007 + j as i64;
+        let mine: Vec<i64> = (0..count).map(|j| v(me, j)).collect();
+        let ctx = |what: &str| format!("rank {me}, call {i} ({what}, count {count}, root {root})");
+        match i % 9 {
+            0..=3 => {
+                let mut out = vec![-1i64; count];
+                if i % 2 == 0 {
+                    c.broadcast(&mine, &mut out, root)
+                        .map_err(|x| e(&ctx("broadcast"), x))?;
+                } else {
+                    if me == root {
+                        out.copy_from_slice(&mine);
+                    }
+                    c.broadcast_in_place(&mut out, root)
+                        .map_err(|x| e(&ctx("broadcast in place"), x))?;
+                }
+                for (j, x) in out.iter().enumerate() {
+                    if *x != v(root, j) {
+                        return Err(format!(
+                            "{}: element {j} is {x}, not {}",
+                            ctx("broadcast"),
+                            v(root, j)
+                        ));
+                    }
+                }
+            }
+            4 | 5 => {
+                let mut out = vec![-1i64; count];
+                c.reduce(&mine, &mut out, RedOp::Sum, root)
+                    .map_err(|x| e(&ctx("reduce"), x))?;
+                for (j, x) in out.iter().enumerate() {
+                    let want = if me == root {
+                        (0..n).map(|r| v(r, j)).sum()
+                    } else {
+                        -1
+                    };
+                    if *x != want {
+                        return Err(format!("{}: element {j} is {x}, not {want}", ctx("reduce")));
+                    }
+                }
+            }
+            6 => {
+                let blk = count.min(4096 / 8 / n);
+                let mut out = vec![-1i64; n * blk];
+                c.all_gather(&mine[..blk], &mut out)
+                    .map_err(|x| e(&ctx("all_gather"), x))?;
+                for (k, x) in out.iter().enumerate() {
+                    if *x != v(k / blk, k % blk) {
+                        return Err(format!("{}: element {k} is {x}", ctx("all_gather")));
+                    }
+                }
+            }
+            7 => {
+                let mut out = vec![-1i64; count];
+                c.all_reduce(&mine, &mut out, RedOp::Sum)
+                    .map_err(|x| e(&ctx("all_reduce"), x))?;
+                for (j, x) in out.iter().enumerate() {
+                    let want: i64 = (0..n).map(|r| v(r, j)).sum();
+                    if *x != want {
+                        return Err(format!(
+                            "{}: element {j} is {x}, not {want}",
+                            ctx("all_reduce")
+                        ));
+                    }
+                }
+            }
+            _ => {
+                let roots = [root, (root + 1) % n, (root + 2) % n];
+                let mut outs = [vec![-1i64; count], vec![-2i64; count], vec![-3i64; count]];
+                let mut red = vec![-1i64; count];
+                let red_root = (root + n - 1) % n;
+                let d = |kind, recv: *mut i64, root| OpDesc {
+                    kind,
+                    send: mine.as_ptr().cast(),
+                    recv: recv.cast(),
+                    count,
+                    dtype: DataType::Int64,
+                    op: RedOp::Sum,
+                    root,
+                };
+                let [o0, o1, o2] = &mut outs;
+                let ops = [
+                    d(CollKind::Broadcast, o0.as_mut_ptr(), roots[0]),
+                    d(CollKind::Broadcast, o1.as_mut_ptr(), roots[1]),
+                    d(CollKind::Reduce, red.as_mut_ptr(), red_root),
+                    d(CollKind::Broadcast, o2.as_mut_ptr(), roots[2]),
+                ];
+                // SAFETY: every buffer is valid for its operation (count
+                // elements) and unused elsewhere until the call returns.
+                unsafe { oxccl::raw::run(c, &ops) }.map_err(|x| e(&ctx("group"), x))?;
+                for (out, &r) in outs.iter().zip(&roots) {
+                    for (j, x) in out.iter().enumerate() {
+                        if *x != v(r, j) {
+                            return Err(format!(
+                                "{}: root {r}, element {j} is {x}",
+                                ctx("grouped broadcast")
+                            ));
+                        }
+                    }
+                }
+                if me == red_root {
+                    for (j, x) in red.iter().enumerate() {
+                        let want: i64 = (0..n).map(|r| v(r, j)).sum();
+                        if *x != want {
+                            return Err(format!(
+                                "{}: element {j} is {x}, not {want}",
+                                ctx("grouped reduce")
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if i % 61 == (me as u64 * 17) % 61 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    Ok(())
+}
+
+fn rooted_back_to_back(test: &str, n: usize) {
+    on_processes(test, n, |c| rooted_mix(c, 3000).unwrap());
+}
+
+#[test]
+fn shm_small_rooted_calls_back_to_back_2() {
+    rooted_back_to_back("shm_small_rooted_calls_back_to_back_2", 2);
+}
+
+#[test]
+fn shm_small_rooted_calls_back_to_back_3() {
+    rooted_back_to_back("shm_small_rooted_calls_back_to_back_3", 3);
+}
+
+#[test]
+fn shm_small_rooted_calls_back_to_back_4() {
+    rooted_back_to_back("shm_small_rooted_calls_back_to_back_4", 4);
+}
+
+/// The same with ranks as threads of one process forced onto shared
+/// memory (NCCL_P2P_DISABLE), which take the slots too.
+#[test]
+fn shm_small_rooted_calls_back_to_back_threads() {
+    let _w = Watchdog::new(
+        "shm_small_rooted_calls_back_to_back_threads",
+        Duration::from_secs(200),
+    );
+    for n in 2..=4 {
+        let comms = init_threads(n, &test_config(|h| h.p2p_disable = true)).unwrap();
+        std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .map(|c| s.spawn(move || rooted_mix(c, 2000)))
+                .collect();
+            for h in hs {
+                h.join().unwrap().unwrap();
+            }
+        });
+        for c in comms {
+            c.destroy().unwrap();
+        }
+    }
+}
+
+/// Broadcasts whose roots differ between ranks: each rank is the root in
+/// its own view, so neither reads the other's post and both may return;
+/// the next call must then fail on every rank with the mismatch (the record
+/// of the call before is compared before a slot is reused), not wait for
+/// the timeout.
+#[test]
+fn shm_small_broadcasts_with_different_roots_fail_at_the_next_call() {
+    const TEST: &str = "shm_small_broadcasts_with_different_roots_fail_at_the_next_call";
+    if let Some(ctx) = child_ctx() {
+        let c = Communicator::init_rank_config(ctx.nranks, &ctx.id, ctx.rank, test_config(|_| {}))
+            .unwrap();
+        c.all_reduce_in_place(&mut [1u8; 8], RedOp::Sum).unwrap();
+        let mut b = [ctx.rank as u32; 4];
+        let r = c
+            .broadcast_in_place(&mut b, ctx.rank)
+            .and_then(|()| c.all_reduce_in_place(&mut [1f32; 2], RedOp::Sum));
+        let e = r.expect_err("mismatched broadcasts and the call after succeeded");
+        assert!(
+            matches!(e.kind(), ErrorKind::InvalidUsage | ErrorKind::Remote),
+            "rank {}: {e}",
+            ctx.rank
+        );
+        eprintln!("rank {}: {e}", ctx.rank);
+        return;
+    }
+    let _w = Watchdog::new(TEST, Duration::from_secs(120));
+    let id = UniqueId::new().unwrap();
+    let mut p = Procs::spawn(TEST, 2, &id, &[]);
+    p.expect_success(Duration::from_secs(100));
+    assert!(
+        p.all_logs().contains("mismatched collectives: rank"),
+        "no rank named the mismatch:\n{}",
+        p.all_logs()
+    );
 }

@@ -54,9 +54,9 @@ pub struct DeviceConfig {
     pub small_kernel: bool,
     /// Calls of every local rank up to this many bytes per rank run as one
     /// launch (`OXCCL_CUDA_JOINT_MAX`; 0: never).
-    pub joint_max: u64,
+    pub one_launch_max: u64,
     /// ... also where those ranks are on several GPUs (`OXCCL_CUDA_JOINT_PEERS`).
-    pub joint_peers: bool,
+    pub one_launch_peers: bool,
     /// Most blocks of a pair kernel launch (`OXCCL_CUDA_AR_BLOCKS`,
     /// 1..=[`PAIR_MAX_BLOCKS`]).
     pub pair_blocks: u32,
@@ -84,8 +84,8 @@ impl DeviceConfig {
     pub fn from_params(p: &Params) -> DeviceConfig {
         DeviceConfig {
             small_kernel: p.get(&params::CUDA_LL1_FAST),
-            joint_max: p.get(&params::CUDA_JOINT_MAX),
-            joint_peers: p.get(&params::CUDA_JOINT_PEERS),
+            one_launch_max: p.get(&params::CUDA_JOINT_MAX),
+            one_launch_peers: p.get(&params::CUDA_JOINT_PEERS),
             pair_blocks: p
                 .get(&params::CUDA_AR_BLOCKS)
                 .map(|v| v.clamp(1, PAIR_MAX_BLOCKS))
@@ -245,8 +245,8 @@ mod tests {
             d,
             DeviceConfig {
                 small_kernel: true,
-                joint_max: 256 << 10,
-                joint_peers: false,
+                one_launch_max: 256 << 10,
+                one_launch_peers: false,
                 pair_blocks: 128,
                 pair_two_shot_min: 0,
                 ce_min: DEFAULT_CE_MIN,
@@ -270,8 +270,8 @@ mod tests {
             ("OXCCL_CUDA_CE_PUSH_STREAMS", "7"),
             ("OXCCL_CUDA_CE_PUSH_IN_PLACE", "1"),
         ]));
-        assert!(!d.small_kernel && d.joint_peers && d.ce_push_in_place);
-        assert_eq!((d.joint_max, d.ce_min), (0, 0));
+        assert!(!d.small_kernel && d.one_launch_peers && d.ce_push_in_place);
+        assert_eq!((d.one_launch_max, d.ce_min), (0, 0));
         assert_eq!(d.pair_blocks, PAIR_MAX_BLOCKS);
         assert_eq!((d.ce_ar_min_set, d.ce_ar_min()), (Some(1 << 20), 1 << 20));
         assert_eq!((d.ce_push, d.ce_push_streams), (16 << 20, 2));

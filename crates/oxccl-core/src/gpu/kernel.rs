@@ -160,7 +160,7 @@ impl RingKernel {
         Self::ALL.get(mode as usize).copied()
     }
 
-    /// The integer the kernels take (`RingArgs.mode`, `JointArgs.mode`).
+    /// The integer the kernels take (`RingArgs.mode`, `OneLaunchArgs.mode`).
     pub const fn mode(self) -> u32 {
         self.mode
     }
@@ -187,7 +187,7 @@ impl RingKernel {
     }
 
     /// Whether it is a one-shot over LL lines (what the small kernel,
-    /// `oxccl_ll1_*`, may run: [`crate::gpu::ring::small_kernel_fits`]).
+    /// `oxccl_small_*`, may run: [`crate::gpu::ring::small_kernel_fits`]).
     pub fn is_one_shot_ll(self) -> bool {
         self.algorithm == Algo::OneShot && self.protocol == Proto::LL
     }

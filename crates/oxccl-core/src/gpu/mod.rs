@@ -34,6 +34,7 @@ pub mod pair;
 pub mod ring;
 pub mod rooted;
 pub mod route;
+pub mod tuning;
 pub mod two_process;
 pub mod window;
 

@@ -3,7 +3,7 @@
 //! When one group holds every rank's calls of a communicator whose ranks
 //! all live in this process (ranks sharing a GPU; nccl-tests `-g N` with
 //! `OXCCL_CUDA_JOINT_PEERS=1`), a small collective runs as one kernel on
-//! rank 0's GPU (`oxccl_joint_*`, ring.cu `joint_run`) that reads every
+//! rank 0's GPU (`oxccl_one_launch_*`, ring.cu `one_launch_run`) that reads every
 //! rank's input and writes every rank's output (through the peer mappings
 //! across GPUs), and the other ranks' streams are ordered around it with
 //! events (oxccl-cuda's `exec.rs`, `launch_one_launch`). Why: an eager call is bound by the
@@ -32,13 +32,13 @@
 use super::kernel::{Collective, RingKernel};
 use crate::types::{DataType, RedOp};
 
-/// Most ranks one launch takes (`JOINT_MAX_RANKS` of ring.cu).
+/// Most ranks one launch takes (`ONE_LAUNCH_MAX_RANKS` of ring.cu).
 pub const MAX_RANKS: usize = 8;
 
-/// `struct JointArgs` of `ring.cu` (344 bytes).
+/// `struct OneLaunchArgs` of `ring.cu` (344 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct JointArgs {
+pub struct OneLaunchArgs {
     /// Each rank's input.
     pub input: [u64; MAX_RANKS],
     /// Each rank's output (0: none, a reduce's non-roots).
@@ -178,7 +178,7 @@ pub fn blocks(bytes: u64) -> u32 {
     bytes.div_ceil(8 << 10).clamp(1, 32) as u32
 }
 
-/// Which launches of a group run as joint kernels: `parts[i]` is launch
+/// Which launches of a group run as one-launch kernels: `parts[i]` is launch
 /// i's communicator (any identity: its clique), rank and [`RankCall`] (`None`:
 /// it cannot), for a communicator of `nranks` ranks. Some(one list per
 /// call, rank 0's launch first: the k-th call of every rank together) only
@@ -218,8 +218,8 @@ pub fn group_up(
 
 /// The kernel's arguments from every rank's part, rank order (equal keys;
 /// at most [`MAX_RANKS`], as [`group_up`] and [`fits`] ensure).
-pub fn args(parts: &[RankCall]) -> JointArgs {
-    let mut a = JointArgs::default();
+pub fn args(parts: &[RankCall]) -> OneLaunchArgs {
+    let mut a = OneLaunchArgs::default();
     for (r, p) in parts.iter().take(MAX_RANKS).enumerate() {
         a.input[r] = p.input;
         a.output[r] = p.output;
@@ -258,12 +258,12 @@ mod tests {
 
     #[test]
     fn args_match_the_kernels_layout() {
-        // ring.cu's JointArgs: 5 arrays of 8 eight-byte words, the count,
+        // ring.cu's OneLaunchArgs: 5 arrays of 8 eight-byte words, the count,
         // then four u32s.
-        assert_eq!(std::mem::size_of::<JointArgs>(), 344);
-        assert_eq!(std::mem::align_of::<JointArgs>(), 8);
-        assert_eq!(std::mem::offset_of!(JointArgs, count), 320);
-        assert_eq!(std::mem::offset_of!(JointArgs, nranks), 336);
+        assert_eq!(std::mem::size_of::<OneLaunchArgs>(), 344);
+        assert_eq!(std::mem::align_of::<OneLaunchArgs>(), 8);
+        assert_eq!(std::mem::offset_of!(OneLaunchArgs, count), 320);
+        assert_eq!(std::mem::offset_of!(OneLaunchArgs, nranks), 336);
     }
 
     #[test]

@@ -76,7 +76,7 @@ pub const P2P_MAX_BLOCKS: u32 = 128;
 /// Most channels a window has (a collective launches one block per channel).
 pub const MAX_CHANNELS: u32 = 32;
 
-/// Most ranks of the one-shot all-reduces (`RING_LL1_MAX_RANKS`).
+/// Most ranks of the one-shot and two-shot kernels (`DIRECT_MAX_RANKS` of ring.cu).
 pub const ONE_SHOT_MAX_RANKS: usize = 8;
 
 /// Settings of the ring path (from the communicator's parameters).
@@ -184,7 +184,7 @@ pub fn pdl_fits(blocks: u32, sharing: u32, sms: u32) -> bool {
 /// Blocks of a ring kernel (`oxccl_ring_*`) one SM holds at once: one. The
 /// CUBINs' register counts (sm_90): 128 a thread for
 /// `oxccl_ring_*` (512 threads: all of an SM's 65,536 registers), 64 for
-/// `oxccl_ring_p2p`, `oxccl_ll1_*` and `oxccl_joint_*` (two blocks).
+/// `oxccl_ring_p2p`, `oxccl_small_*` and `oxccl_one_launch_*` (two blocks).
 pub const RING_BLOCKS_PER_SM: u32 = 1;
 /// Blocks of the send/receive kernel (`oxccl_ring_p2p`) one SM holds: two.
 pub const P2P_BLOCKS_PER_SM: u32 = 2;
@@ -804,7 +804,7 @@ pub fn fits_small_one_shot(count: u64, elem: u64, blocks: u32, ll_bytes: u64) ->
 
 /// Whether a two-shot LL all-reduce (two-shot over LL) of `count`
 /// elements of `elem` bytes among `nranks` ranks over `blocks` blocks fits
-/// the small kernel (ring.cu `ll2_fast_run`): as [`fits_small_one_shot`] for one
+/// the small kernel (ring.cu `small_twoshot_ll_run`): as [`fits_small_one_shot`] for one
 /// rank's block, `count / nranks` rounded up to whole 8-byte lines as the
 /// kernel cuts it. With the default channels that is every two-shot size
 /// (512 KiB for 4 ranks: 32 blocks of 4 KiB of each rank block).
@@ -818,7 +818,7 @@ pub fn fits_small_two_shot(count: u64, elem: u64, nranks: u32, blocks: u32, ll_b
 }
 
 /// Whether a launch of `kernel` (as [`plan`] chose it) runs in the small
-/// kernel (`oxccl_ll1_*`): a one-shot over LL that fits [`fits_small_one_shot`], or a
+/// kernel (`oxccl_small_*`): a one-shot over LL that fits [`fits_small_one_shot`], or a
 /// two-shot over LL that fits [`fits_small_two_shot`].
 pub fn small_kernel_fits(
     kernel: RingKernel,
@@ -836,7 +836,7 @@ pub fn small_kernel_fits(
     }
 }
 
-// ring.cu's ll1_fast_run takes a step's slot with a mask.
+// ring.cu's small_oneshot_ll_run takes a step's slot with a mask.
 const _: () = assert!(LL_NSLOTS.is_power_of_two());
 
 #[cfg(test)]

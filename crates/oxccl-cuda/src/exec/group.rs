@@ -90,7 +90,7 @@ pub(super) fn one_launch_groups(ls: &[Launch]) -> Option<Vec<Vec<usize>>> {
     one_launch::group_up(&parts, ls[0].comm.nranks)
 }
 
-/// Runs each call (its launches, rank 0's first) as one `oxccl_joint_*`
+/// Runs each call (its launches, rank 0's first) as one `oxccl_one_launch_*`
 /// kernel on rank 0's stream: every other rank's stream records its event,
 /// which rank 0's stream waits for (every input is ready); the kernel
 /// runs; every other rank's stream waits for an event recorded after it
@@ -138,7 +138,7 @@ pub(super) fn enqueue_one_launch(ls: &[Launch], calls: &[Vec<usize>]) -> Result<
             // enabled when the communicator was created); `f` is of rank
             // 0's context, current here.
             unsafe { ring::launch_one_launch(f.raw(), blocks, s0, one_launch::args(&parts))? };
-            JOINT_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ONE_LAUNCH_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let e = c0.launches.one_launch_event()?;
             record_event(e, s0)?;
             e
@@ -148,7 +148,7 @@ pub(super) fn enqueue_one_launch(ls: &[Launch], calls: &[Vec<usize>]) -> Result<
             let _scope = CtxScope::enter(l.comm.gpu.ctx)?;
             wait_event(l.stream as cu::CUstream, e0)?;
         }
-        c0.log_tuning(l0.what, "Joint", "Simple", blocks);
+        c0.log_tuning(l0.what, "OneLaunch", "Simple", blocks);
     }
     Ok(())
 }
@@ -225,10 +225,11 @@ pub fn peer_mappings() -> usize {
 /// How many calls of this process ran as one-launch kernels of every rank
 /// so far (every rank's call counts once together; [`oxccl_core::gpu::one_launch`]).
 pub fn one_launch_calls() -> u64 {
-    JOINT_CALLS.load(std::sync::atomic::Ordering::Relaxed)
+    ONE_LAUNCH_CALLS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-pub(super) static JOINT_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(super) static ONE_LAUNCH_CALLS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
 
 /// How many rank calls of this process took the copy engines so far.
 pub fn ce_calls() -> u64 {

@@ -148,15 +148,19 @@ pub(crate) fn setup(comm: &Communicator, choice: GpuChoice, timeout: Option<Dura
             Ok(v) if v.iter().all(|b| b.first() == Some(&1)) => {
                 if let Ok(dev) = &r {
                     let cfg = ring_config(comm, nranks, timeout);
+                    let net = comm.net_plugin();
                     let boot = cuda_ring::RingBoot {
                         exchange: &|b| comm.exchange(b),
                         same_host: (0..nranks).map(|r| comm.is_same_host(r)).collect(),
                         stream: &|p, s| comm.peer_stream(p, TAG_GPU_NET + s),
-                        net: comm.net_plugin(),
+                        net: net.clone(),
                     };
                     match dev.setup_ring(&cfg, &boot) {
                         Ok(()) => {
-                            log_ring(dev, rank, nranks);
+                            if let Some(t) = comm.tuner() {
+                                dev.set_tuner(t);
+                            }
+                            log_ring(dev, rank, nranks, net.as_ref());
                             watch_peers(
                                 Arc::downgrade(&comm.inner),
                                 Arc::downgrade(dev),
@@ -235,19 +239,29 @@ fn watch_peers(comm: Weak<Inner>, dev: Weak<DevComm>, rank: usize, nranks: usize
 }
 
 /// NCCL-style INFO lines for the ring: the channels and each link's transport.
-fn log_ring(dev: &DevComm, rank: usize, nranks: usize) {
+fn log_ring(
+    dev: &DevComm,
+    rank: usize,
+    nranks: usize,
+    net: Option<&(Arc<dyn oxccl_net::Net>, usize)>,
+) {
     let Some((kind, nch, bytes, ring)) = dev.ring_info() else {
         return;
     };
     let order: String = ring.iter().map(|r| format!(" {r:>3}")).collect();
     let pos = ring.iter().position(|&r| r == rank).unwrap_or(rank);
     let next = ring.get((pos + 1) % nranks.max(1)).copied().unwrap_or(rank);
-    // A peer on another host is the network path's (NCCL names its socket
-    // transport this way), whatever the window kind.
+    // A peer on another host is the network path's, named as NCCL names
+    // its network transports (the plugin's network and device, else its
+    // sockets), whatever the window kind; the data is staged in host
+    // memory, so never "/GDRDMA".
     let via = if dev.same_host(next) {
-        kind.transport(dev.same_process(next))
+        kind.transport(dev.same_process(next)).to_string()
     } else {
-        "NET/Socket/0"
+        match net {
+            Some((n, d)) => format!("NET/{}/{d}", n.name()),
+            None => "NET/Socket/0".to_string(),
+        }
     };
     for ch in 0..nch {
         oxccl_env::info!(Subsys::INIT, "Channel {ch:02}/{nch:02} :{order}");

@@ -8,5 +8,8 @@
 
 /// Device memory, streams, events and graphs for timing (`oxccl perf`).
 pub use oxccl_cuda::bench_gpu as timing;
+/// Ring launches in this process whose kernel a tuner plugin's answer
+/// chose (`NCCL_TUNER_PLUGIN`), for tests that check what a plugin forced.
+pub use oxccl_cuda::exec::tuned_calls;
 pub use oxccl_cuda::loader::{nvrtc, probe_driver, DriverInfo, NvrtcInfo, Unavailable};
 pub use oxccl_cuda::{compile, kernels};
