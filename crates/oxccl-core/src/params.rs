@@ -651,7 +651,7 @@ params! {
     // reconnection, all-to-all in one step). Beyond that each pair costs
     // a connection per use when the pool turns over (peers.rs, pool.rs).
     P2P_MAX_PEERS: U64 = "OXCCL_P2P_MAX_PEERS", "32", honoured,
-        "Most connections a rank keeps to peers beyond those of creation (its ring and tree peers), made on first use by all-to-all, gather, scatter and send/receive: when a new one would pass this, the least recently used idle one is released (both ends agree, no data is lost), and with more ranks than this plus one, all-to-all, gather and scatter talk to one peer at a time (a round-robin over the peers). Every rank must set the same value; at least 1 (0 counts as 1). Default 32 (ranks up to 33 keep every connection).";
+        "Most connections a rank keeps to peers beyond those of creation (its ring and tree peers), made on first use by all-to-all, gather, scatter and send/receive: when a new one would pass this, the least recently used idle one is released (both ends agree, no data is lost), and with more ranks than this plus one, all-to-all, gather and scatter talk to at most this many peers at a time (batches of rounds of a round-robin over the peers, each batch's connections released at its end). Every rank must set the same value; at least 1 (0 counts as 1). Default 32 (ranks up to 33 keep every connection).";
     // A yield hands the CPU away for a scheduler slice: beside other busy
     // processes (load average 16 on 2 cores), 2-rank 8 B - 4 KiB host
     // all-reduces took 59-100 us with 50 us spins and 0.6-3.6 us with 2 ms

@@ -1178,7 +1178,8 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
         comm.service_pool(&|_| false, true);
     }
     // All-to-all, gather and scatter when first-use connections are
-    // bounded: one peer at a time (every rank decides alike).
+    // bounded: in batches of rounds, at most OXCCL_P2P_MAX_PEERS peers at
+    // a time (every rank decides alike).
     if let [(comm, [op])] = items {
         if comm.pool.bounded()
             && matches!(
@@ -1428,17 +1429,26 @@ impl HostComm {
             .service(&mut links, busy, None, defer, self.cfg.timeout);
     }
 
-    /// Releases the first-use connection to `q` after a round of
-    /// [`run_rounds`], which `q` does at the same point (`pool.rs`).
-    fn release_round(&mut self, q: usize) -> Result<()> {
+    /// After a batch of [`run_rounds`]: offers the release of the
+    /// first-use connections of `batch` (those this rank received on; each
+    /// peer does the same at the same point), then waits for the answers to
+    /// the offers of `settle` and for the peers of `settle` this rank only
+    /// sent to to release theirs (`pool.rs`).
+    fn release_batch(&mut self, batch: &Batch, settle: &Batch) -> Result<()> {
         let mut links = Links {
             tx: &mut self.tx,
             rx: &mut self.rx,
             controls: &mut self.controls,
             seqs: &self.seqs,
         };
+        let limit = self.cfg.timeout;
+        self.pool.offer_all(&mut links, &batch.offer, limit);
         self.pool
-            .release_now(&mut links, q, &self.abort, self.cfg.timeout)
+            .settle(&mut links, &settle.offer, &self.abort, limit)
+            .and_then(|()| {
+                self.pool
+                    .await_released(&mut links, &settle.sent_only, &self.abort, limit)
+            })
             .map_err(|e| e.context(format!("rank {} of {}", self.rank, self.nranks)))
     }
 
@@ -1470,17 +1480,28 @@ impl HostComm {
     }
 }
 
-/// All-to-all, gather or scatter as rounds of sends and receives when
-/// first-use connections are bounded: one peer per round
-/// (`oxccl_core::peers::round_partner`), so that the call needs at most one
-/// connection beyond those of creation, whatever the rank count. Every rank
-/// takes this path for the same calls (the bound and the rank count are
-/// the same on all), so their sends and receives pair up round by round.
+/// All-to-all, gather or scatter as batches of rounds of sends and
+/// receives when first-use connections are bounded: the rounds of a
+/// round-robin (`oxccl_core::peers::round_partner`, one peer per rank a
+/// round) taken `M / 2` at a time (`M` = `OXCCL_P2P_MAX_PEERS`; 1 when `M`
+/// is 1), each batch one group, so that the call holds at most `M`
+/// connections beyond those of creation, whatever the rank count. Every
+/// rank takes this path for the same calls (the bound and the rank count
+/// are the same on all) and cuts the rounds into the same batches, so a
+/// pair meets in the same batch on both ends and their sends and receives
+/// pair up.
 ///
-/// A round's connection to a first-use peer is released by both ends as
-/// soon as the round is done (`pool.rs`): the next call's sends then wait
-/// for the peer's round instead of filling its ring ahead of it, which
-/// would keep the pair from being released (its counts would differ).
+/// A batch's first-use connections are released by both ends once the
+/// batch is done (`pool.rs`): each end offers the release of those it
+/// received on at the end of the batch, without waiting (a pair used one
+/// way, gather and scatter, is offered by the receiving end alone, whose
+/// receive comes after the sender's part), and reads the answers while
+/// the next batch runs (two batches fit in the pool); it waits only for
+/// those still missing at the end of the next batch, and for the last
+/// batch's at the end of the call. So no connection of the call outlives
+/// it: the next call's sends wait for the peer's batch instead of filling
+/// its ring ahead of it, which would keep the pair from being released
+/// (its counts would differ).
 ///
 /// # Safety
 /// As [`HostComm::run`].
@@ -1524,58 +1545,102 @@ unsafe fn run_rounds(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
     };
     let null_r = std::ptr::null_mut::<u8>();
     let null_s = std::ptr::null::<u8>();
-    for r in 0..oxccl_core::peers::rounds(n) {
-        let Some(p) = oxccl_core::peers::round_partner(rank, n, r) else {
-            continue;
-        };
-        let mut ops: Vec<OpDesc> = Vec::with_capacity(2);
-        match op.kind {
-            CollKind::AllToAll => {
-                ops.push(p2p(
-                    CollKind::Send,
-                    op.send.wrapping_add(p * blk),
-                    null_r,
-                    p,
-                ));
-                ops.push(p2p(
-                    CollKind::Recv,
-                    null_s,
-                    op.recv.wrapping_add(p * blk),
-                    p,
-                ));
+    let total = oxccl_core::peers::rounds(n);
+    // With room for two batches, a batch's releases are answered while the
+    // next batch runs (its offers go out at its end, their answers are
+    // awaited at the end of the next one): no wait between batches.
+    let max = comm.pool.max();
+    let (batch, overlap) = if max >= 2 {
+        (max / 2, true)
+    } else {
+        (1, false)
+    };
+    let mut prev = Batch::default();
+    let mut first = 0;
+    while first < total {
+        let last = (first + batch).min(total);
+        let mut ops: Vec<OpDesc> = Vec::with_capacity(2 * (last - first));
+        let mut partners = Batch::default();
+        for r in first..last {
+            let Some(p) = oxccl_core::peers::round_partner(rank, n, r) else {
+                continue;
+            };
+            let before = ops.len();
+            match op.kind {
+                CollKind::AllToAll => {
+                    ops.push(p2p(
+                        CollKind::Send,
+                        op.send.wrapping_add(p * blk),
+                        null_r,
+                        p,
+                    ));
+                    ops.push(p2p(
+                        CollKind::Recv,
+                        null_s,
+                        op.recv.wrapping_add(p * blk),
+                        p,
+                    ));
+                }
+                CollKind::Gather if rank == root => {
+                    ops.push(p2p(
+                        CollKind::Recv,
+                        null_s,
+                        op.recv.wrapping_add(p * blk),
+                        p,
+                    ));
+                }
+                CollKind::Scatter if rank == root => {
+                    ops.push(p2p(
+                        CollKind::Send,
+                        op.send.wrapping_add(p * blk),
+                        null_r,
+                        p,
+                    ));
+                }
+                CollKind::Gather if p == root => ops.push(p2p(CollKind::Send, op.send, null_r, p)),
+                CollKind::Scatter if p == root => ops.push(p2p(CollKind::Recv, null_s, op.recv, p)),
+                _ => {}
             }
-            CollKind::Gather if rank == root => {
-                ops.push(p2p(
-                    CollKind::Recv,
-                    null_s,
-                    op.recv.wrapping_add(p * blk),
-                    p,
-                ));
+            if ops[before..].iter().any(|o| o.kind == CollKind::Recv) {
+                partners.offer.push(p);
+            } else if ops.len() > before {
+                partners.sent_only.push(p);
             }
-            CollKind::Scatter if rank == root => {
-                ops.push(p2p(
-                    CollKind::Send,
-                    op.send.wrapping_add(p * blk),
-                    null_r,
-                    p,
-                ));
-            }
-            CollKind::Gather if p == root => ops.push(p2p(CollKind::Send, op.send, null_r, p)),
-            CollKind::Scatter if p == root => ops.push(p2p(CollKind::Recv, null_s, op.recv, p)),
-            _ => {}
         }
+        first = last;
         if ops.is_empty() {
             continue;
         }
         // SAFETY: each block lies in the caller's buffers (checked above).
         unsafe { run_group_inner(&mut [(&mut *comm, &ops)]) }?;
-        if let Err(e) = comm.release_round(p) {
+        let rb = if overlap {
+            comm.release_batch(&partners, &prev)
+        } else {
+            comm.release_batch(&partners, &partners)
+        };
+        prev = partners;
+        if let Err(e) = rb {
             oxccl_env::warn!("{e}");
             comm.fail(&e);
             return Err(e);
         }
     }
+    if let Err(e) = comm.release_batch(&Batch::default(), &prev) {
+        oxccl_env::warn!("{e}");
+        comm.fail(&e);
+        return Err(e);
+    }
     Ok(())
+}
+
+/// The first-use peers of one batch of [`run_rounds`], by how their
+/// release goes: `offer`, those this rank received from (it offers once
+/// its receives are done, which come after the peer's part); `sent_only`,
+/// those it only sent to (the peer offers once it has received).
+#[derive(Default)]
+struct Batch {
+    offer: Vec<usize>,
+    sent_only: Vec<usize>,
 }
 
 /// `op` as the one-shot slots see it.

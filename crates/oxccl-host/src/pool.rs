@@ -35,8 +35,8 @@
 //! timeout and names the peer; a peer that said goodbye counts as released.
 //! When no connection can be released (every one is used by the call, or
 //! declined), the call connects past the bound and says so in the log;
-//! all-to-all, gather and scatter never need that (they run one peer at a
-//! time when the pool is bounded, `comm.rs`).
+//! all-to-all, gather and scatter never need that (when the pool is
+//! bounded they run in batches of at most `max` peers, `comm.rs`).
 
 use crate::transport::control::Release;
 use crate::transport::{PeerControl, RecvHalf, SendHalf};
@@ -94,6 +94,10 @@ pub(crate) struct Pool {
     /// `creation[q]`: connected at creation, never released.
     creation: Vec<bool>,
     last_use: Vec<u64>,
+    /// The first-use peers connected when last looked (a superset of those
+    /// connected now: pairs dropped since are pruned at the next look), so
+    /// that the waits' answering looks at these few, not every rank.
+    linked: Vec<usize>,
     tick: u64,
     /// Peers whose matching offer waits for this rank's call to be done
     /// with the pair.
@@ -126,6 +130,7 @@ impl Pool {
             bounded: oxccl_core::peers::first_use_bounded(nranks, max.max(1)),
             creation: c,
             last_use: vec![0; nranks],
+            linked: Vec::new(),
             tick: 0,
             deferred: Vec::new(),
             pending: Vec::new(),
@@ -139,6 +144,11 @@ impl Pool {
         self.bounded
     }
 
+    /// The bound: most first-use connections held at once.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
     /// Whether this rank offered to release its pair with `q` and has not
     /// read the answer: the pair must be settled before a call uses it.
     pub fn is_pending(&self, q: usize) -> bool {
@@ -147,10 +157,9 @@ impl Pool {
 
     /// First-use connections held now.
     pub fn held(&self, controls: &[Option<PeerControl>]) -> usize {
-        controls
+        self.linked
             .iter()
-            .enumerate()
-            .filter(|(q, c)| c.is_some() && !self.creation[*q])
+            .filter(|&&q| controls.get(q).is_some_and(Option::is_some))
             .count()
     }
 
@@ -159,8 +168,15 @@ impl Pool {
         self.peak
     }
 
+    /// Notes the first-use connections just made (and the peak).
     pub fn note_peak(&mut self, controls: &[Option<PeerControl>]) {
-        self.peak = self.peak.max(self.held(controls));
+        self.linked = controls
+            .iter()
+            .enumerate()
+            .filter(|(q, c)| c.is_some() && !self.creation[*q])
+            .map(|(q, _)| q)
+            .collect();
+        self.peak = self.peak.max(self.linked.len());
     }
 
     /// Marks `peers` as used now (least recently used goes first).
@@ -189,8 +205,11 @@ impl Pool {
         if !self.bounded {
             return;
         }
-        for q in 0..links.controls.len() {
-            if self.creation[q] || Some(q) == skip || links.controls[q].is_none() {
+        self.linked
+            .retain(|&q| links.controls.get(q).is_some_and(Option::is_some));
+        for i in 0..self.linked.len() {
+            let q = self.linked[i];
+            if Some(q) == skip || links.controls[q].is_none() {
                 continue;
             }
             if self.is_pending(q) {
@@ -344,7 +363,10 @@ impl Pool {
         let rank = self.rank;
         let mut tried: Vec<usize> = Vec::new();
         while self.held(links.controls) + need > self.max {
-            let victim = (0..links.controls.len())
+            let victim = self
+                .linked
+                .iter()
+                .copied()
                 .filter(|&q| {
                     links.controls[q].is_some()
                         && !self.creation[q]
@@ -372,26 +394,93 @@ impl Pool {
         Ok(())
     }
 
-    /// Releases the first-use pair with `q` where `q` does the same at the
-    /// same point of the pair's traffic (the end of a round of
-    /// all-to-all, gather or scatter): both offer, each offer is the
-    /// other's answer. A pair of creation, or one already released (`q`'s
-    /// offer came first and was answered), is left alone.
-    pub fn release_now(
+    /// Offers the release of the first-use pairs with `peers`, each of
+    /// which does the same at the same point of the pair's traffic (the
+    /// end of a batch of rounds of all-to-all, gather or scatter): both
+    /// ends offer, each offer is the other's answer. Nothing is awaited
+    /// here: the answers are read by the next waits ([`Pool::service`],
+    /// [`Pool::settle`]), so a caller may go on with other pairs while they
+    /// come. Pairs of creation, and those already released (the peer's
+    /// offer came first and was answered), are left alone.
+    pub fn offer_all(&mut self, links: &mut Links<'_>, peers: &[usize], limit: Duration) {
+        for &q in peers {
+            let first_use = !self.creation.get(q).copied().unwrap_or(true);
+            if first_use && links.controls[q].is_some() && !self.is_pending(q) {
+                self.offer(links, q, limit);
+            }
+        }
+    }
+
+    /// Waits for the answers to this rank's pending offers to `peers`,
+    /// answering the others meanwhile; every wait observes `abort` and
+    /// `limit`, and an error names the peer.
+    pub fn settle(
         &mut self,
         links: &mut Links<'_>,
-        q: usize,
+        peers: &[usize],
         abort: &AtomicBool,
         limit: Duration,
     ) -> Result<()> {
-        if self.creation.get(q).copied().unwrap_or(true) || links.controls[q].is_none() {
-            return Ok(());
+        for &q in peers {
+            if self.is_pending(q) {
+                self.await_answer(links, q, &|_| false, abort, limit, limit)?;
+            }
         }
-        if !self.is_pending(q) {
-            self.offer(links, q, limit);
-        }
-        if self.is_pending(q) {
-            self.await_answer(links, q, &|_| false, abort, limit, limit)?;
+        Ok(())
+    }
+
+    /// Waits until each first-use pair with `peers` is released by the
+    /// peer's offer, answered here: for pairs this rank only sent on, whose
+    /// peer offers once it has received (an offer from this end could come
+    /// before the peer took its receive and be declined). Answers the
+    /// others meanwhile; observes `abort` and `limit`, and an error names
+    /// the peer. A peer that destroyed its communicator counts as released.
+    pub fn await_released(
+        &mut self,
+        links: &mut Links<'_>,
+        peers: &[usize],
+        abort: &AtomicBool,
+        limit: Duration,
+    ) -> Result<()> {
+        let rank = self.rank;
+        for &q in peers {
+            if self.creation.get(q).copied().unwrap_or(true) {
+                continue;
+            }
+            let start = Instant::now();
+            let mut polls = 0u32;
+            loop {
+                self.service(links, &|_| false, None, false, limit);
+                let Some(c) = links.controls[q].as_mut() else {
+                    break;
+                };
+                if let Err(e) = c.check_while_waiting() {
+                    if c.left() {
+                        links.drop_pair(rank, q);
+                        break;
+                    }
+                    return Err(e.context(format!(
+                        "rank {rank}: waiting for rank {q} to release their connection"
+                    )));
+                }
+                if abort.load(Ordering::Acquire) {
+                    return Err(Error::remote(format!(
+                        "rank {rank}: waiting for rank {q} to release their connection: aborted (ncclCommAbort or ncclCommRevoke)"
+                    )));
+                }
+                if start.elapsed() >= limit {
+                    return Err(Error::timeout(format!(
+                        "rank {rank}: rank {q} did not release their connection within {:.1} s (OXCCL_TIMEOUT_MS)",
+                        limit.as_secs_f64()
+                    )));
+                }
+                polls += 1;
+                if polls < 200 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
         }
         Ok(())
     }

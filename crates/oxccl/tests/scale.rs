@@ -217,15 +217,24 @@ fn abort_and_revoke_end_a_first_use_connection_in_progress() {
 const POOL: usize = 2;
 
 fn pool_config(p2p_disable: bool, shm_disable: bool) -> Config {
+    pool_config_of(p2p_disable, shm_disable, POOL)
+}
+
+fn pool_config_of(p2p_disable: bool, shm_disable: bool, pool: usize) -> Config {
     test_config(|h| {
         h.p2p_disable = p2p_disable;
         h.shm_disable = shm_disable;
-        h.max_peers = POOL;
+        h.max_peers = pool;
     })
 }
 
 /// Asserts that `c` never held more first-use connections than the pool.
 fn assert_bound(c: &Communicator, n: usize, after: &str) {
+    assert_bound_of(c, n, POOL, after);
+}
+
+/// Asserts that `c` never held more first-use connections than `pool`.
+fn assert_bound_of(c: &Communicator, n: usize, pool: usize, after: &str) {
     let r = c.rank();
     let creation = init_peers(r, n);
     let now = c
@@ -234,8 +243,8 @@ fn assert_bound(c: &Communicator, n: usize, after: &str) {
         .filter(|q| !creation.contains(q))
         .count();
     assert!(
-        now <= POOL && c.first_use_peak() <= POOL,
-        "rank {r} after {after}: {now} first-use connections now, {} at most, bound {POOL}",
+        now <= pool && c.first_use_peak() <= pool,
+        "rank {r} after {after}: {now} first-use connections now, {} at most, bound {pool}",
         c.first_use_peak()
     );
     // Those of creation are never released.
@@ -250,6 +259,12 @@ fn assert_bound(c: &Communicator, n: usize, after: &str) {
 /// All-to-all, gather, scatter and send/recv to every peer, `reps` times,
 /// counts 0 and odd, each result checked exactly and the bound after each.
 fn pooled_workload(c: &Communicator, n: usize, reps: usize, what: &str) {
+    pooled_workload_of(c, n, POOL, reps, what);
+}
+
+/// [`pooled_workload`] with a pool of `pool`.
+fn pooled_workload_of(c: &Communicator, n: usize, pool: usize, reps: usize, what: &str) {
+    let assert_bound = |c: &Communicator, n: usize, after: &str| assert_bound_of(c, n, pool, after);
     let r = c.rank();
     for rep in 0..reps {
         for count in [0usize, 1, 7, 1001] {
@@ -394,6 +409,29 @@ fn a_small_pool_bounds_first_use_connections_with_exact_results_threads() {
         on_ranks(&comms, |c| shifted_sends(c, n, 2, what));
         for c in comms {
             c.destroy().unwrap();
+        }
+    }
+}
+
+/// Pools of 1 (one round at a time, each batch's releases awaited before
+/// the next) and 5 (batches of two rounds, whose releases are answered
+/// while the next batch runs) over 14 ranks (even: no rank sits a round
+/// out), and 7 over 17 (three rounds a batch, the last batch shorter):
+/// exact results and the bound after every call.
+#[test]
+fn pools_of_other_sizes_run_all_to_all_in_batches_threads() {
+    let _w = Watchdog::new(
+        "scale: pools of 1, 5 and 7, threads",
+        Duration::from_secs(400),
+    );
+    for (n, pool) in [(14, 1), (14, 5), (17, 7)] {
+        for (what, p2p, shm) in LINKS {
+            let what = format!("{what}, {n} ranks, pool of {pool}");
+            let comms = init_threads(n, &pool_config_of(p2p, shm, pool)).unwrap();
+            on_ranks(&comms, |c| pooled_workload_of(c, n, pool, 1, &what));
+            for c in comms {
+                c.destroy().unwrap();
+            }
         }
     }
 }
