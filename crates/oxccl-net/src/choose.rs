@@ -367,6 +367,7 @@ mod tests {
             max_comms: 1024,
             max_recvs: 1,
             max_p2p_bytes: 1 << 30,
+            force_flush: false,
         }
     }
 
