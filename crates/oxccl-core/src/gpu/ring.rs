@@ -129,6 +129,8 @@ pub struct RingConfig {
     /// ring order, instead of the order the topology picks
     /// ([`crate::topo::rank_ring`]). Empty: none.
     pub ring_order: Vec<u32>,
+    /// GPUDirect RDMA settings for a network plugin's path ([`super::gdr`]).
+    pub gdr: super::gdr::GdrSettings,
 }
 
 /// Connections per peer on another host when the user set none: as many as
@@ -327,6 +329,7 @@ impl RingConfig {
             p2p_ll_max: default_p2p_ll_max(nranks),
             force: false,
             net_streams: 0,
+            gdr: Default::default(),
             channels_set: min_channels.is_some() || max_channels.is_some(),
             ring_order: Vec::new(),
         }

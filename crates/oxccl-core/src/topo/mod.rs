@@ -432,6 +432,22 @@ pub fn site_path(a: &GpuSite, b: &GpuSite) -> Path {
     }
 }
 
+/// A PCI device given by its sysfs path (a network plugin's `pciPath`,
+/// e.g. `/sys/devices/pci0000:17/0000:17:01.0/0000:18:00.0`) as a site:
+/// the last PCI address in the path is the device, the ones before it the
+/// bridges above it; `None` when the path names no PCI address. Compared
+/// with a GPU's site by [`site_path`], this is the GPU-to-NIC distance.
+pub fn pci_path_site(path: &str, numaid: u32) -> Option<GpuSite> {
+    let mut ids: Vec<String> = path.split('/').filter_map(normalize_busid).collect();
+    let busid = ids.pop()?;
+    Some(GpuSite {
+        busid,
+        numaid,
+        bridges: ids,
+        nvlinks: Vec::new(),
+    })
+}
+
 /// The ring order over ranks whose GPUs are `sites`, with `host[r]` naming
 /// rank r's host: hosts in the order of their first rank, each host's ranks
 /// together (one network crossing per host boundary), and within a host the
@@ -1054,5 +1070,34 @@ mod tests {
         // Unknown elements (NCCL's own) are skipped.
         let t = Topology::from_xml("<system version='1'><cpu numaid='0'><pcilink/><pci busid='0000:01:00.0' class='0x030200'><gpu dev='0'/></pci></cpu></system>").unwrap();
         assert_eq!(t.gpus().len(), 1);
+    }
+
+    #[test]
+    fn nic_sites_from_sysfs_paths() {
+        let gpu = GpuSite {
+            busid: "0000:19:00.0".into(),
+            numaid: 0,
+            bridges: vec![
+                "0000:16:01.0".into(),
+                "0000:17:00.0".into(),
+                "0000:18:00.0".into(),
+            ],
+            nvlinks: Vec::new(),
+        };
+        let nic = |p: &str| pci_path_site(p, 0).unwrap();
+        // Under the same switch as the GPU.
+        let same =
+            nic("/sys/devices/pci0000:16/0000:16:01.0/0000:17:00.0/0000:18:01.0/0000:1a:00.0");
+        assert_eq!(same.busid, "0000:1a:00.0");
+        assert_eq!(same.bridges.len(), 3);
+        assert_eq!(site_path(&gpu, &same), Path::Pix);
+        // Another root port of the same host bridge: through the CPU.
+        let far = nic("/sys/devices/pci0000:16/0000:16:02.0/0000:40:00.0");
+        assert_eq!(site_path(&gpu, &far), Path::Phb);
+        // Another NUMA node.
+        let other = pci_path_site("/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0", 1).unwrap();
+        assert_eq!(site_path(&gpu, &other), Path::Sys);
+        assert_eq!(pci_path_site("/sys/devices/virtual/net/lo", 0), None);
+        assert_eq!(pci_path_site("", 0), None);
     }
 }
