@@ -133,14 +133,15 @@ pub struct Listens {
 }
 
 impl Listens {
-    /// Opens one listen per channel on `dev`; the handles go to the peer.
-    pub fn open(net: Arc<dyn Net>, dev: usize, nch: u32) -> Result<(Listens, Vec<Handle>)> {
+    /// Opens one listen per channel, channel `c` on device `devs[c]`; the
+    /// handles go to the peer.
+    pub fn open(net: Arc<dyn Net>, devs: &[usize]) -> Result<(Listens, Vec<Handle>)> {
         let mut l = Listens {
             net,
             comms: Vec::new(),
         };
         let mut handles = Vec::new();
-        for _ in 0..nch {
+        for &dev in devs {
             let (h, c) = l.net.listen(dev)?;
             handles.push(h);
             l.comms.push(c);
@@ -181,8 +182,8 @@ pub struct PeerPlan<'a> {
 }
 
 impl PluginLink {
-    /// Connects to every peer's listens and accepts every peer's
-    /// connections, all at once and without blocking (a rank waiting for one
+    /// Connects (channel `c` from device `devs[c]`) to every peer's listens
+    /// and accepts every peer's connections, all at once and without blocking (a rank waiting for one
     /// peer while that peer waits for another would deadlock), until
     /// `deadline`; then registers each link's shadow and window slots.
     ///
@@ -194,7 +195,7 @@ impl PluginLink {
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn connect_all(
         net: &Arc<dyn Net>,
-        dev: usize,
+        devs: &[usize],
         layout: Layout,
         me: u32,
         window: usize,
@@ -203,6 +204,9 @@ impl PluginLink {
         ctx: crate::driver::CUcontext,
     ) -> Result<Vec<PluginLink>> {
         let n = layout.nch as usize;
+        if devs.len() != n {
+            return Err(Error::internal("GPU plugin path: a device per channel"));
+        }
         for p in &plans {
             if p.mine.comms.len() != n || p.theirs.len() != n {
                 return Err(Error::internal("GPU plugin path: handle count"));
@@ -221,7 +225,7 @@ impl PluginLink {
             for (k, p) in plans.iter_mut().enumerate() {
                 for c in 0..n {
                     if sends[k][c].is_none() {
-                        sends[k][c] = net.connect(dev, &mut p.theirs[c])?;
+                        sends[k][c] = net.connect(devs[c], &mut p.theirs[c])?;
                         left += sends[k][c].is_none() as usize;
                     }
                     if recvs[k][c].is_none() {
@@ -686,6 +690,20 @@ mod tests {
         through_a_plugin(true);
     }
 
+    /// Channels spread over every device of the plugin (the test plugin's
+    /// interfaces: loopback and whichever are up), as ring setup spreads
+    /// them over equally near NICs.
+    fn spread(net: &dyn Net, nch: u32) -> Vec<usize> {
+        let nics: Vec<(usize, Option<oxccl_core::topo::GpuSite>)> =
+            oxccl_net::usable_devices(net, None)
+                .into_iter()
+                .map(|(d, _)| (d, None))
+                .collect();
+        let devs = oxccl_core::topo::nic_per_channel(&Default::default(), &nics, 0, nch);
+        assert_eq!(devs.len(), nch as usize);
+        devs
+    }
+
     fn through_a_plugin(one_leaves_first: bool) {
         let net = plugin();
         let TwoRanks {
@@ -695,14 +713,16 @@ mod tests {
             sh0,
             sh1,
         } = TwoRanks::new();
-        let (l0, h0) = Listens::open(net.clone(), 0, layout.nch).unwrap();
-        let (l1, h1) = Listens::open(net.clone(), 0, layout.nch).unwrap();
+        let devs = spread(net.as_ref(), layout.nch);
+        let (l0, h0) = Listens::open(net.clone(), &devs).unwrap();
+        let (l1, h1) = Listens::open(net.clone(), &devs).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         let (w0a, w1a, sh0a, sh1a) = (w0.addr(), w1.addr(), sh0.addr(), sh1.addr());
         let errs = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         // Rank 0 in a thread of its own (it owns its listens: they are not
         // shared between threads), rank 1 here, both at once.
         let n0 = net.clone();
+        let d0 = devs.clone();
         let t0 = std::thread::spawn(move || {
             let plan = PeerPlan {
                 peer: 1,
@@ -715,7 +735,7 @@ mod tests {
             let r = unsafe {
                 PluginLink::connect_all(
                     &n0,
-                    0,
+                    &d0,
                     layout,
                     0,
                     w0a,
@@ -737,7 +757,7 @@ mod tests {
         let links1 = unsafe {
             PluginLink::connect_all(
                 &net,
-                0,
+                &devs,
                 layout,
                 1,
                 w1a,

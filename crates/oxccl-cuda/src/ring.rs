@@ -321,31 +321,48 @@ impl Stopper {
     }
 }
 
-/// GPUDirect RDMA for this rank's GPU (the current context's) and the
-/// plugin's device `dev` ([`oxccl_core::gpu::gdr::decide`]), logged on NET
-/// as NCCL does.
-fn gdr_choice(
-    net: &dyn oxccl_net::Net,
-    dev: usize,
-    cfg: &RingConfig,
-) -> Result<oxccl_core::gpu::gdr::GdrChoice> {
-    use cu::CUdevice_attribute as A;
-    use oxccl_core::gpu::gdr::{decide, GdrFacts, GdrLevel};
-    let props = net.properties(dev)?;
-    let gpu = cu::ctx_get_device()?;
-    let attr = |a| cu::device_attribute(gpu, a).unwrap_or(0);
-    let busid = bus_id(gpu).map(|b| bus_text(&b)).unwrap_or_default();
-    let site = crate::topo::local_record(&busid, 0, Vec::new()).site;
-    let nic = props.pci_path.as_deref().and_then(|p| {
-        let at = oxccl_core::topo::pci_path_site(p, site.numaid)?;
-        // The NIC's NUMA node, where sysfs says (-1 or absent: the GPU's).
+/// Where this rank's GPU sits, for choosing NICs by PCI distance.
+struct GpuPlace {
+    gpu: cu::CUdevice,
+    busid: String,
+    site: oxccl_core::topo::GpuSite,
+}
+
+impl GpuPlace {
+    /// The current context's GPU.
+    fn current() -> Result<GpuPlace> {
+        let gpu = cu::ctx_get_device()?;
+        let busid = bus_id(gpu).map(|b| bus_text(&b)).unwrap_or_default();
+        let site = crate::topo::local_record(&busid, 0, Vec::new()).site;
+        Ok(GpuPlace { gpu, busid, site })
+    }
+
+    /// A plugin device's place from its PCI path (its NUMA node from sysfs;
+    /// -1 or absent: the GPU's); `None` without a path.
+    fn nic_site(&self, props: &oxccl_net::Properties) -> Option<oxccl_core::topo::GpuSite> {
+        let at = oxccl_core::topo::pci_path_site(props.pci_path.as_deref()?, self.site.numaid)?;
         let numa = std::fs::read_to_string(format!("/sys/bus/pci/devices/{}/numa_node", at.busid))
             .ok()
             .and_then(|t| t.trim().parse::<i64>().ok())
             .filter(|v| *v >= 0)
-            .map_or(site.numaid, |v| v as u32);
+            .map_or(self.site.numaid, |v| v as u32);
         Some(oxccl_core::topo::GpuSite { numaid: numa, ..at })
-    });
+    }
+}
+
+/// GPUDirect RDMA for this rank's GPU and the plugin's device `dev`
+/// ([`oxccl_core::gpu::gdr::decide`]), logged on NET as NCCL does.
+fn gdr_choice(
+    net: &dyn oxccl_net::Net,
+    dev: usize,
+    cfg: &RingConfig,
+    gpu: &GpuPlace,
+) -> Result<oxccl_core::gpu::gdr::GdrChoice> {
+    use cu::CUdevice_attribute as A;
+    use oxccl_core::gpu::gdr::{decide, GdrFacts, GdrLevel};
+    let props = net.properties(dev)?;
+    let attr = |a| cu::device_attribute(gpu.gpu, a).unwrap_or(0);
+    let nic = gpu.nic_site(&props);
     let facts = GdrFacts {
         net_cuda: props.supports_cuda(),
         net_dmabuf: props.supports_dmabuf(),
@@ -357,13 +374,14 @@ fn gdr_choice(
             attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) as u32,
             attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) as u32,
         ),
-        distance: GdrLevel::of_path(nic.map(|n| oxccl_core::topo::site_path(&site, &n))),
+        distance: GdrLevel::of_path(nic.map(|n| oxccl_core::topo::site_path(&gpu.site, &n))),
     };
     let c = decide(&facts, &cfg.gdr).map_err(Error::invalid_usage)?;
     oxccl_env::info!(
         oxccl_env::log::Subsys::NET,
-        "GPU Direct RDMA {} for GPU {busid} / NET/{}/{dev} ({})",
+        "GPU Direct RDMA {} for GPU {} / NET/{}/{dev} ({})",
         if c.any() { "Enabled" } else { "Disabled" },
+        gpu.busid,
         net.name(),
         c.why
     );
@@ -956,10 +974,44 @@ impl Ring {
         }
         let mut listens: Vec<Option<Listens>> = (0..n).map(|_| None).collect();
         let shadows = self.net.shadows.clone();
+        // Channel c on devs[c]: the NICs nearest this rank's GPU, spread
+        // (oxccl_core::topo::nic_per_channel); the communicator's device
+        // when the plugin's devices cannot be listed.
+        let place = GpuPlace::current()?;
+        let local = (0..self.common.rank as usize)
+            .filter(|&r| self.same_host(r))
+            .count();
+        let devs = {
+            let nics: Vec<_> = oxccl_net::usable_devices(net.as_ref(), cfg.ib_hca.as_deref())
+                .into_iter()
+                .map(|(d, p)| (d, place.nic_site(&p)))
+                .collect();
+            let d = oxccl_core::topo::nic_per_channel(&place.site, &nics, local, nch as u32);
+            if d.len() == nch {
+                d
+            } else {
+                vec![dev; nch]
+            }
+        };
+        let mut used: Vec<usize> = devs.clone();
+        used.sort_unstable();
+        used.dedup();
+        oxccl_env::info!(
+            oxccl_env::log::Subsys::NET,
+            "GPU {} ({} channels) uses NET/{} device{} {}",
+            place.busid,
+            nch,
+            net.name(),
+            if used.len() == 1 { "" } else { "s" },
+            used.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let blob = agree("plugin listen", exchange, || {
             let mut blob = vec![0u8; n * nch * H];
             for &(peer, _) in &shadows {
-                let (l, hs) = Listens::open(net.clone(), dev, nch as u32)?;
+                let (l, hs) = Listens::open(net.clone(), &devs)?;
                 for (c, h) in hs.iter().enumerate() {
                     blob[(peer * nch + c) * H..][..H].copy_from_slice(h);
                 }
@@ -978,7 +1030,7 @@ impl Ring {
         let mut gpu: Vec<GpuSlots> = vec![GpuSlots::default(); n];
         let ctx = self.ctx;
         let proxies = agree("plugin connect", exchange, || {
-            let choice = gdr_choice(net.as_ref(), dev, cfg)?;
+            let choice = gdr_choice(net.as_ref(), devs[0], cfg, &place)?;
             if choice.any() {
                 let len = crate::netplugin::gpu_slots_bytes(&layout);
                 let mut table = vec![0u64; 2 * n];
@@ -1035,7 +1087,7 @@ impl Ring {
             // until Drop, which stops every proxy (and so closes every
             // link) first; our context is current (setup's scope).
             let links = unsafe {
-                PluginLink::connect_all(net, dev, layout, me, window, plans, deadline, ctx)
+                PluginLink::connect_all(net, &devs, layout, me, window, plans, deadline, ctx)
             }?;
             let mut ps: Vec<Box<dyn NetworkLink>> = Vec::new();
             for link in links {

@@ -37,7 +37,7 @@ pub mod profiler;
 pub mod testing;
 pub mod tuner;
 
-pub use choose::{choose, library_candidates, HcaSpec, NetSettings, Network};
+pub use choose::{choose, library_candidates, usable_devices, HcaSpec, NetSettings, Network};
 pub use loader::{load, LoadOutcome, Plugin, Version};
 
 /// The opaque connection handle (`NCCL_NET_HANDLE_MAXSIZE` bytes) that
