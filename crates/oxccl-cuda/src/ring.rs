@@ -367,7 +367,7 @@ fn gdr_choice(
         net_cuda: props.supports_cuda(),
         net_dmabuf: props.supports_dmabuf(),
         net_force_flush: props.force_flush,
-        net_has_flush: true,
+        net_has_flush: net.has_iflush(),
         gpu_rdma: attr(A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED) != 0,
         gpu_dmabuf: attr(A::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED) != 0,
         gpu_cc: (

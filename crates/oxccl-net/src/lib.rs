@@ -225,6 +225,10 @@ pub trait Net: Send + Sync {
             self.name()
         )))
     }
+    /// Whether the plugin exports `iflush`.
+    fn has_iflush(&self) -> bool {
+        false
+    }
     /// Starts a flush of a completed receive into GPU memory (`iflush`),
     /// so the GPU reads what the NIC wrote; `None`: nothing to wait for
     /// (the plugin has no flush, or needed none).

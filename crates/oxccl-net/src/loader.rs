@@ -904,6 +904,18 @@ impl Net for Plugin {
         })
     }
 
+    fn has_iflush(&self) -> bool {
+        match self.table {
+            Table::V6(t) => t.iflush.is_some(),
+            Table::V7(t) => t.iflush.is_some(),
+            Table::V8(t) => t.iflush.is_some(),
+            Table::V9(t) => t.iflush.is_some(),
+            Table::V10(t) => t.iflush.is_some(),
+            Table::V11(t) => t.iflush.is_some(),
+            Table::V12(t) => t.iflush.is_some(),
+        }
+    }
+
     unsafe fn iflush(
         &self,
         comm: &RecvComm,
