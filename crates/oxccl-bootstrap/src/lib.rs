@@ -63,6 +63,7 @@ mod gate;
 pub mod id;
 pub mod ifname;
 mod root;
+mod route;
 mod sys;
 mod wire;
 

@@ -1,4 +1,6 @@
-//! The root: collects one join per rank and hands every rank the table.
+//! The root: collects one join per rank, then sends the whole table to
+//! rank 0 and every other rank its route (its parent's and children's
+//! entries: [`route`]); the table travels down the tree from rank 0.
 //!
 //! [`Rendezvous`] is the pure decision (checks and completion); [`spawn_root`]
 //! is the driver: an accept thread that runs the [`gate`] (handshakes and
@@ -27,8 +29,9 @@ use oxccl_env::log::Waiting;
 use oxccl_env::{info, warn, Subsys};
 
 use crate::gate;
+use crate::route;
 use crate::sys;
-use crate::wire::{self, Dec, Enc, Limits, POLL, T_JOIN, T_TABLE};
+use crate::wire::{self, Dec, Enc, Limits, POLL, T_JOIN, T_ROUTE, T_TABLE};
 use crate::PeerInfo;
 
 /// What a rank tells the root.
@@ -100,6 +103,54 @@ pub(crate) fn encode_table(t: &[PeerInfo]) -> Vec<u8> {
         encode_peer(&mut m, p);
     }
     m.0
+}
+
+/// Where a rank's table comes from: its parent's entry, and its children's
+/// (whom it tells if it gives up before the table came).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Route {
+    pub parent: PeerInfo,
+    pub children: Vec<PeerInfo>,
+}
+
+impl Route {
+    /// Rank `rank`'s route in `table` (`None` for a rank the root sends
+    /// the table to).
+    pub fn of(rank: usize, table: &[PeerInfo]) -> Option<Route> {
+        let n = table.len();
+        let parent = route::table_parent(rank, n)?;
+        Some(Route {
+            parent: table[parent].clone(),
+            children: route::table_children(rank, n)
+                .into_iter()
+                .map(|c| table[c].clone())
+                .collect(),
+        })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut m = Enc::new(T_ROUTE);
+        encode_peer(&mut m, &self.parent);
+        m.u8(self.children.len() as u8);
+        for c in &self.children {
+            encode_peer(&mut m, c);
+        }
+        m.0
+    }
+
+    /// Decodes a route (type byte already consumed).
+    pub fn decode(d: &mut Dec) -> Result<Route> {
+        let parent = decode_peer(d)?;
+        let k = d.u8()? as usize;
+        if k > 2 {
+            return Err(Error::remote(format!(
+                "bootstrap: a route with {k} children (at most 2)"
+            )));
+        }
+        let children = (0..k).map(|_| decode_peer(d)).collect::<Result<_>>()?;
+        d.end()?;
+        Ok(Route { parent, children })
+    }
 }
 
 /// Decodes a table (type byte already consumed).
@@ -422,10 +473,16 @@ fn coordinate(
             }
             Verdict::Complete(table) => {
                 conns.push((rank, s));
+                // The table to the rank(s) that start the tree first, then
+                // each other rank its route (about 300 bytes).
+                conns.sort_by_key(|(r, _)| route::table_parent(*r, table.len()).is_some());
                 let p = encode_table(&table);
                 let lim = Limits::new(t, abort);
-                for (_, c) in &mut conns {
-                    let _ = wire::write_frame(c, &p, &lim);
+                for (r, c) in &mut conns {
+                    let _ = match Route::of(*r, &table) {
+                        None => wire::write_frame(c, &p, &lim),
+                        Some(route) => wire::write_frame(c, &route.encode(), &lim),
+                    };
                 }
                 info!(
                     Subsys::BOOTSTRAP,
@@ -554,5 +611,30 @@ mod tests {
         let mut d = Dec::new(&b[1..], "table");
         assert_eq!(decode_table(&mut d).unwrap(), t);
         assert!(Join::decode(&b[..10]).is_err());
+    }
+
+    #[test]
+    fn routes_name_the_parent_and_children() {
+        let table: Vec<PeerInfo> = (0..6).map(|r| j(r, 6, 1).info).collect();
+        assert_eq!(Route::of(0, &table), None);
+        let r2 = Route::of(2, &table).unwrap();
+        assert_eq!(r2.parent.rank, 0);
+        assert_eq!(r2.children.iter().map(|p| p.rank).collect::<Vec<_>>(), [5]);
+        let r1 = Route::of(1, &table).unwrap();
+        assert_eq!(
+            r1.children.iter().map(|p| p.rank).collect::<Vec<_>>(),
+            [3, 4]
+        );
+        assert!(Route::of(5, &table).unwrap().children.is_empty());
+        for r in [r1, r2] {
+            let b = r.encode();
+            assert_eq!(b[0], T_ROUTE);
+            let mut d = Dec::new(&b[1..], "route");
+            assert_eq!(Route::decode(&mut d).unwrap(), r);
+            // Truncated or padded: refused.
+            assert!(Route::decode(&mut Dec::new(&b[1..b.len() - 1], "route")).is_err());
+            let padded = [&b[1..], &[0]].concat();
+            assert!(Route::decode(&mut Dec::new(&padded, "route")).is_err());
+        }
     }
 }
