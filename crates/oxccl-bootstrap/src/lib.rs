@@ -13,10 +13,16 @@
 //! 2. [`Bootstrap::init`]: every rank binds its own listener, connects to the
 //!    root (refused connects are retried with backoff until `init_timeout`),
 //!    authenticates, sends its rank, nranks, run id, listener
-//!    address, host name, host hash, pid and process token, and receives the
-//!    table of all ranks. The root checks ranks and nranks; a
-//!    violation reaches every connected rank as `InvalidUsage`; ranks that never
-//!    arrive are named in a `Timeout` sent to everyone who did.
+//!    address, host name, host hash, pid and process token. The root checks
+//!    ranks and nranks; a violation reaches every connected rank as
+//!    `InvalidUsage`; ranks that never arrive are named in a `Timeout` sent
+//!    to everyone who did. Once all have joined, the root sends the table
+//!    of all ranks to rank 0 and each other rank its parent's and
+//!    children's entries; the table then goes down the binary tree rooted
+//!    at rank 0, each rank forwarding it to its children (at most two), so
+//!    the root sends one table and the last rank has it after
+//!    `⌊log2 n⌋ + 1` rounds. A rank whose parent dies before forwarding
+//!    fails naming it, and tells its own children.
 //! 3. Afterwards ranks talk directly: [`Bootstrap::send`]/[`Bootstrap::recv`]
 //!    (tagged messages), [`Bootstrap::allgather`] (a ring), [`Bootstrap::barrier`]
 //!    and [`Bootstrap::broadcast`] (binary trees: O(log n) rounds, at most 3

@@ -129,13 +129,20 @@ pub struct ScalePlan {
     pub barrier_rounds: usize,
     /// Connections the root accepts: one join per rank.
     pub root_joins: usize,
-    /// Bytes of the rank table each rank receives from the root:
+    /// Bytes of the rank table every rank receives:
     /// `n · (TABLE_ENTRY_BYTES + host name)`.
     pub table_bytes: usize,
-    /// Bytes the root sends in all: the table to every rank, `n` times
-    /// [`table_bytes`](Self::table_bytes). The one cost of start-up that
-    /// grows with the square of the rank count.
+    /// Bytes of entries the root sends in all: the table to rank 0, and
+    /// every other rank its route (its parent's entry and its children's in
+    /// the binary tree rooted at rank 0): `table_bytes + (2n - 2 -
+    /// min(2, n - 1)) · entry`, under `3 · table_bytes`, linear in `n`.
     pub root_bytes: usize,
+    /// Most bytes of table any rank forwards: the table to each of its (at
+    /// most two) children in that tree.
+    pub forward_bytes: usize,
+    /// Rounds until the last rank has the table: the root to rank 0, then
+    /// one per level of the tree, `⌊log2 n⌋ + 1` (at most `⌈log2 n⌉ + 1`).
+    pub table_rounds: usize,
 }
 
 /// Plans `layout` with `channels` streams per peer of `capacity` bytes each
@@ -164,7 +171,11 @@ pub fn plan_scale(
     } else {
         (usize::BITS - n.leading_zeros()) as usize - 1
     };
-    let table_bytes = n * (TABLE_ENTRY_BYTES + hostname_len);
+    let entry = TABLE_ENTRY_BYTES + hostname_len;
+    let table_bytes = n * entry;
+    // Rank 0's children (min(2, n - 1)) and those of the others, n - 1 in all.
+    let rank0_children = 2.min(n.saturating_sub(1));
+    let route_entries = n.saturating_sub(1) + n.saturating_sub(1) - rank0_children;
     ScalePlan {
         nranks: n,
         init_peers: init,
@@ -175,7 +186,9 @@ pub fn plan_scale(
         barrier_rounds: 2 * depth,
         root_joins: n,
         table_bytes,
-        root_bytes: n * table_bytes,
+        root_bytes: table_bytes + route_entries * entry,
+        forward_bytes: rank0_children * table_bytes,
+        table_rounds: if n == 0 { 0 } else { depth + 1 },
     }
 }
 
@@ -286,10 +299,16 @@ mod tests {
         assert_eq!(p.bootstrap_peers, 3);
         // ⌈log2(8193)⌉ - 1 = 13 rounds of broadcast, 26 of barrier.
         assert_eq!((p.broadcast_rounds, p.barrier_rounds), (13, 26));
-        // The root: one join per rank, 8192 · 88 bytes of table to each.
+        // The root: one join per rank, the 8192 · 88-byte table to rank 0
+        // and a route (1 + its children entries) to each other rank: about
+        // 2.2 MB, where a table to every rank was 5.9 GB.
         assert_eq!(p.root_joins, 8192);
         assert_eq!(p.table_bytes, 8192 * 88);
-        assert_eq!(p.root_bytes, 8192 * 8192 * 88);
+        assert_eq!(p.root_bytes, (8192 + 8191 + 8189) * 88);
+        assert!(p.root_bytes < 3 * p.table_bytes);
+        // A rank forwards at most two tables; 14 rounds (⌈log2 8192⌉ + 1).
+        assert_eq!(p.forward_bytes, 2 * 8192 * 88);
+        assert_eq!(p.table_rounds, 14);
         // Against a job 8 times smaller: the same per-rank cost, a tree 3
         // rounds shallower.
         let small = plan_scale(
@@ -304,6 +323,31 @@ mod tests {
         assert_eq!(small.init_peers, p.init_peers);
         assert_eq!(small.ring_bytes, p.ring_bytes);
         assert_eq!(small.broadcast_rounds + 3, p.broadcast_rounds);
+        assert_eq!(small.table_rounds + 3, p.table_rounds);
+    }
+
+    /// The root's bytes grow linearly and the table's rounds as ⌈log2 n⌉ + 1
+    /// at most, for every rank count up to 64 and a few beyond.
+    #[test]
+    fn the_root_sends_linear_bytes_and_the_table_takes_log_rounds() {
+        for n in (1..=64).chain([127, 128, 129, 1000, 1024, 1025, 4097]) {
+            let p = plan_scale(
+                Layout {
+                    nodes: n,
+                    ranks_per_node: 1,
+                },
+                1,
+                1,
+                8,
+            );
+            let entry = TABLE_ENTRY_BYTES + 8;
+            assert!(p.root_bytes <= 3 * n * entry, "n {n}: {p:?}");
+            assert!(p.root_bytes >= p.table_bytes, "n {n}");
+            assert!(p.forward_bytes <= 2 * p.table_bytes, "n {n}");
+            let ceil_log2 = (usize::BITS - (n - 1).leading_zeros()) as usize;
+            assert!(p.table_rounds <= ceil_log2 + 1, "n {n}: {p:?}");
+            assert_eq!(p.table_rounds, p.broadcast_rounds + 1, "n {n}");
+        }
     }
 
     #[test]
@@ -331,6 +375,7 @@ mod tests {
             (0, 0, 0, 0)
         );
         assert_eq!(p.root_bytes, TABLE_ENTRY_BYTES);
+        assert_eq!((p.forward_bytes, p.table_rounds), (0, 1));
         // 8 ranks on one host: every peer (one-shot), none over the network.
         let p = one(1, 8);
         assert_eq!((p.init_peers, p.network_peers), (7, 0));
