@@ -555,7 +555,8 @@ mod tests {
     }
 
     /// Rank 1 of 10 joins with a listener of its own, takes the table from
-    /// rank 0, then goes away (its listener and channels close) without
+    /// rank 0, sees a stranger holding another key refused at its child's
+    /// listener, then goes away (its listener and channels close) without
     /// forwarding it: its children (3, 4) see it gone themselves and fail
     /// naming it; their children (7, 8, 9) hear it from them; rank 0 and
     /// the other subtree (2, 5, 6) finish init.
@@ -612,6 +613,25 @@ mod tests {
                     g = shared.cv.wait_timeout(g, POLL).unwrap().0;
                 };
                 drop(g);
+                // A stranger (another key) at rank 3's listener while it
+                // waits is refused; rank 3 goes on waiting for rank 1.
+                let RootReply::Route(route) = &reply else {
+                    panic!("rank 1 got the table from the root")
+                };
+                let never = AtomicBool::new(false);
+                let lim = Limits::new(Duration::from_secs(10), &never);
+                let c3 = &route.children[0];
+                assert_eq!(c3.rank, 3);
+                let stranger = connect_authenticated(
+                    c3.listen_addr,
+                    &[7; 32],
+                    &lim,
+                    "rank 3",
+                    false,
+                    false,
+                    None,
+                );
+                assert!(stranger.is_err(), "a stranger authenticated at rank 3");
                 shared.stop.store(true, Ordering::Relaxed);
                 shared.cv.notify_all();
                 acceptor.join().unwrap();
