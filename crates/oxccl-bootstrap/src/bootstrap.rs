@@ -230,7 +230,7 @@ impl UniqueId {
             .map_err(|e| Error::system(format!("bootstrap: local_addr failed: {e}")))?;
         let secret = auth::nonce()?;
         let run_id = random_u64()?;
-        root::spawn_root(l, secret, run_id, cfg.init_timeout, cfg.abort.clone())?;
+        root::spawn_root(l, secret, run_id, cfg)?;
         Ok(UniqueId::new(addr, run_id, &secret, 0))
     }
 }
@@ -545,7 +545,7 @@ impl Bootstrap {
                 Subsys::BOOTSTRAP,
                 "bootstrap: rank 0 started the root at {addr}"
             );
-            root::spawn_root(l, key, run_id, cfg.init_timeout, cfg.abort.clone())?;
+            root::spawn_root(l, key, run_id, cfg)?;
         }
         let me = PeerInfo {
             rank,
@@ -556,11 +556,12 @@ impl Bootstrap {
             listen_addr,
             data_addr,
         };
-        boot.peers = match join_root(id, nranks, me.clone(), cfg, start)? {
-            RootReply::Table(t) => t,
-            RootReply::Route(route) => boot.table_from(&route, &me, start)?,
+        let (peers, direct) = match join_root(id, nranks, me.clone(), cfg, start)? {
+            RootReply::Table(t, direct) => (t, direct),
+            RootReply::Route(route) => (boot.table_from(&route, &me, start)?, route.direct),
         };
-        boot.forward_table()?;
+        boot.peers = peers;
+        boot.forward_table(direct)?;
         Ok(boot)
     }
 
@@ -1196,21 +1197,22 @@ fn join_root(
     };
     let reply = decode_root_reply(&frame, root)?;
     let ok = match &reply {
-        RootReply::Table(table) => {
-            crate::route::table_parent(rank, nranks).is_none()
-                && table::consistent(table, nranks, &me)
+        RootReply::Table(table, direct) => {
+            rank < *direct && *direct <= nranks && table::consistent(table, nranks, &me)
         }
+        // The parent in the tree; children of it that the root does not serve.
         RootReply::Route(r) => {
-            let children: Vec<usize> = r.children.iter().map(|p| p.rank).collect();
-            crate::route::table_parent(rank, nranks) == Some(r.parent.rank)
-                && crate::route::table_children(rank, nranks) == children
+            let (parent, children) = tree_of(rank, nranks, 0);
+            rank >= r.direct
+                && parent == Some(r.parent.rank)
+                && r.children.iter().all(|c| children.contains(&c.rank))
         }
     };
     if !ok {
         return Err(Error::internal(format!(
             "bootstrap: the root at {root} sent rank {rank} of {nranks} an inconsistent answer ({})",
             match &reply {
-                RootReply::Table(t) => format!("a table of {} entries", t.len()),
+                RootReply::Table(t, _) => format!("a table of {} entries", t.len()),
                 RootReply::Route(r) => format!("parent {}", r.parent.rank),
             }
         )));
@@ -1221,8 +1223,8 @@ fn join_root(
 /// The root's answer to a join.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RootReply {
-    /// The whole table (rank 0).
-    Table(Vec<PeerInfo>),
+    /// The whole table, and how many ranks (`0..k`) the root sends it to.
+    Table(Vec<PeerInfo>, usize),
     /// Where the table comes from (every other rank).
     Route(Route),
 }
@@ -1396,7 +1398,10 @@ fn read_messages(mut s: TcpStream, from: usize, shared: &Shared, abort: &AtomicB
 pub(crate) fn decode_root_reply(frame: &[u8], root: SocketAddr) -> Result<RootReply> {
     let mut d = Dec::new(frame, "root reply");
     match d.u8()? {
-        wire::T_TABLE => decode_table(&mut d).map(RootReply::Table),
+        wire::T_TOP => {
+            let direct = d.u32()? as usize;
+            decode_table(&mut d).map(|t| RootReply::Table(t, direct))
+        }
         wire::T_ROUTE => Route::decode(&mut d).map(RootReply::Route),
         wire::T_ERROR => Err(wire::decode_error(&mut d)?),
         t => Err(Error::remote(format!(

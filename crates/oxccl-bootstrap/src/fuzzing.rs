@@ -13,7 +13,7 @@ use oxccl_core::Result;
 use crate::auth;
 use crate::bootstrap::{decode_hello, decode_message, decode_root_reply, RootReply};
 use crate::bootstrap::{encode_hello, encode_message};
-use crate::root::{encode_table, Join};
+use crate::root::{encode_top, Join};
 use crate::wire::{self, Dec, Limits, CTRL_CAP};
 
 /// A join frame as the root reads it (payload, without the length).
@@ -38,7 +38,7 @@ pub fn root_reply(b: &[u8]) -> Result<()> {
     }
     let reply = decode_root_reply(b, root)?;
     let sent = match &reply {
-        RootReply::Table(t) => encode_table(t),
+        RootReply::Table(t, direct) => encode_top(t, *direct),
         RootReply::Route(r) => r.encode(),
     };
     let again = decode_root_reply(&sent, root).expect("an encoded reply decodes");

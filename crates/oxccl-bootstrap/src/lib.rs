@@ -156,6 +156,12 @@ pub struct BootstrapConfig {
     pub timeout: Duration,
     /// Set to make every wait return `Remote("bootstrap: aborted ...")` within ~50 ms.
     pub abort: Arc<AtomicBool>,
+    /// Bytes of rank tables the root sends at most (it sends one table
+    /// whatever this says): the ranks past it get the table from their
+    /// parent in the tree (`oxccl_core::peers::table_direct_ranks`). Only
+    /// the root's process reads it. Default 8 MiB; not a setting of the
+    /// environment (tests lower it to send every table down the tree).
+    pub root_table_budget: usize,
 }
 
 impl Default for BootstrapConfig {
@@ -172,6 +178,7 @@ impl Default for BootstrapConfig {
             init_timeout: Duration::from_secs(120),
             timeout: Duration::from_secs(600),
             abort: Arc::new(AtomicBool::new(false)),
+            root_table_budget: oxccl_core::peers::ROOT_TABLE_BUDGET,
         }
     }
 }

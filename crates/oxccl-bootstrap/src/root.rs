@@ -31,7 +31,7 @@ use oxccl_env::{info, warn, Subsys};
 use crate::gate;
 use crate::route;
 use crate::sys;
-use crate::wire::{self, Dec, Enc, Limits, POLL, T_JOIN, T_ROUTE, T_TABLE};
+use crate::wire::{self, Dec, Enc, Limits, POLL, T_JOIN, T_ROUTE, T_TABLE, T_TOP};
 use crate::PeerInfo;
 
 /// What a rank tells the root.
@@ -97,7 +97,17 @@ impl Join {
 }
 
 pub(crate) fn encode_table(t: &[PeerInfo]) -> Vec<u8> {
-    let mut m = Enc::new(T_TABLE);
+    table_frame(Enc::new(T_TABLE), t)
+}
+
+/// The root's reply to the ranks `0..direct` it sends the table to.
+pub(crate) fn encode_top(t: &[PeerInfo], direct: usize) -> Vec<u8> {
+    let mut m = Enc::new(T_TOP);
+    m.u32(direct as u32);
+    table_frame(m, t)
+}
+
+fn table_frame(mut m: Enc, t: &[PeerInfo]) -> Vec<u8> {
     m.u32(t.len() as u32);
     for p in t {
         encode_peer(&mut m, p);
@@ -109,19 +119,22 @@ pub(crate) fn encode_table(t: &[PeerInfo]) -> Vec<u8> {
 /// (whom it tells if it gives up before the table came).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Route {
+    /// Ranks `0..direct` have the table from the root.
+    pub direct: usize,
     pub parent: PeerInfo,
     pub children: Vec<PeerInfo>,
 }
 
 impl Route {
-    /// Rank `rank`'s route in `table` (`None` for a rank the root sends
-    /// the table to).
-    pub fn of(rank: usize, table: &[PeerInfo]) -> Option<Route> {
+    /// Rank `rank`'s route in `table` when the root sends the table to
+    /// `direct` ranks (`None` for those).
+    pub fn of(rank: usize, table: &[PeerInfo], direct: usize) -> Option<Route> {
         let n = table.len();
-        let parent = route::table_parent(rank, n)?;
+        let parent = route::table_parent(rank, n, direct)?;
         Some(Route {
+            direct,
             parent: table[parent].clone(),
-            children: route::table_children(rank, n)
+            children: route::table_children(rank, n, direct)
                 .into_iter()
                 .map(|c| table[c].clone())
                 .collect(),
@@ -130,6 +143,7 @@ impl Route {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut m = Enc::new(T_ROUTE);
+        m.u32(self.direct as u32);
         encode_peer(&mut m, &self.parent);
         m.u8(self.children.len() as u8);
         for c in &self.children {
@@ -140,6 +154,7 @@ impl Route {
 
     /// Decodes a route (type byte already consumed).
     pub fn decode(d: &mut Dec) -> Result<Route> {
+        let direct = d.u32()? as usize;
         let parent = decode_peer(d)?;
         let k = d.u8()? as usize;
         if k > 2 {
@@ -149,7 +164,11 @@ impl Route {
         }
         let children = (0..k).map(|_| decode_peer(d)).collect::<Result<_>>()?;
         d.end()?;
-        Ok(Route { parent, children })
+        Ok(Route {
+            direct,
+            parent,
+            children,
+        })
     }
 }
 
@@ -317,9 +336,10 @@ pub(crate) fn spawn_root(
     listener: TcpListener,
     secret: [u8; 32],
     run_id: u64,
-    init_timeout: Duration,
-    abort: Arc<AtomicBool>,
+    cfg: &crate::BootstrapConfig,
 ) -> Result<()> {
+    let (init_timeout, abort, budget) =
+        (cfg.init_timeout, cfg.abort.clone(), cfg.root_table_budget);
     let addr = listener
         .local_addr()
         .map_err(|e| Error::system(format!("bootstrap root: local_addr failed: {e}")))?;
@@ -335,7 +355,7 @@ pub(crate) fn spawn_root(
     std::thread::Builder::new()
         .name("oxccl-root".into())
         .spawn(move || {
-            coordinate(addr, run_id, init_timeout, &abort, rx);
+            coordinate(addr, run_id, init_timeout, budget, &abort, rx);
             done.store(true, Ordering::Relaxed);
         })
         .map_err(|e| Error::system(format!("bootstrap root: cannot spawn a thread: {e}")))?;
@@ -384,6 +404,7 @@ fn coordinate(
     addr: SocketAddr,
     run_id: u64,
     t: Duration,
+    budget: usize,
     abort: &AtomicBool,
     rx: mpsc::Receiver<Arrival>,
 ) {
@@ -473,13 +494,16 @@ fn coordinate(
             }
             Verdict::Complete(table) => {
                 conns.push((rank, s));
-                // The table to the rank(s) that start the tree first, then
-                // each other rank its route (about 300 bytes).
-                conns.sort_by_key(|(r, _)| route::table_parent(*r, table.len()).is_some());
-                let p = encode_table(&table);
+                // The table to the top of the tree first (rank order is
+                // level order), then each other rank its route (one to
+                // three entries).
+                let len = encode_table(&table).len();
+                let direct = route::table_direct_ranks_within(table.len(), len, budget);
+                let p = encode_top(&table, direct);
+                conns.sort_by_key(|(r, _)| (*r >= direct, *r));
                 let lim = Limits::new(t, abort);
                 for (r, c) in &mut conns {
-                    let _ = match Route::of(*r, &table) {
+                    let _ = match Route::of(*r, &table, direct) {
                         None => wire::write_frame(c, &p, &lim),
                         Some(route) => wire::write_frame(c, &route.encode(), &lim),
                     };
@@ -616,16 +640,20 @@ mod tests {
     #[test]
     fn routes_name_the_parent_and_children() {
         let table: Vec<PeerInfo> = (0..6).map(|r| j(r, 6, 1).info).collect();
-        assert_eq!(Route::of(0, &table), None);
-        let r2 = Route::of(2, &table).unwrap();
+        assert_eq!(Route::of(0, &table, 1), None);
+        let r2 = Route::of(2, &table, 1).unwrap();
         assert_eq!(r2.parent.rank, 0);
         assert_eq!(r2.children.iter().map(|p| p.rank).collect::<Vec<_>>(), [5]);
-        let r1 = Route::of(1, &table).unwrap();
+        let r1 = Route::of(1, &table, 1).unwrap();
         assert_eq!(
             r1.children.iter().map(|p| p.rank).collect::<Vec<_>>(),
             [3, 4]
         );
-        assert!(Route::of(5, &table).unwrap().children.is_empty());
+        assert!(Route::of(5, &table, 1).unwrap().children.is_empty());
+        // The root serving ranks 0..3: rank 1 forwards to 3 and 4; 2 gets
+        // the table from the root.
+        assert_eq!(Route::of(2, &table, 3), None);
+        assert_eq!(Route::of(3, &table, 3).unwrap().parent.rank, 1);
         for r in [r1, r2] {
             let b = r.encode();
             assert_eq!(b[0], T_ROUTE);

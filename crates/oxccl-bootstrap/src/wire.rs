@@ -50,8 +50,12 @@ pub const T_TABLE: u8 = 2;
 pub const T_ERROR: u8 = 3;
 pub const T_HELLO: u8 = 4;
 pub const T_MSG: u8 = 5;
-/// The root's reply to a rank other than rank 0: where its table comes from.
+/// The root's reply to a rank it does not send the table to: where its
+/// table comes from.
 pub const T_ROUTE: u8 = 6;
+/// The root's reply to a rank it sends the table to: how many ranks it
+/// serves so, then the table.
+pub const T_TOP: u8 = 7;
 
 /// The error an aborted wait returns.
 pub fn aborted() -> Error {

@@ -18,11 +18,14 @@ use oxccl_bootstrap::{Bootstrap, BootstrapConfig, PeerInfo, UniqueId};
 
 const CHILD: &str = "OXBOOT_TREE_CHILD";
 
+/// With a root table budget of one byte, the root sends the table to rank
+/// 0 only and every other rank has it from its parent.
 fn cfg(init: Duration) -> BootstrapConfig {
     BootstrapConfig {
         ifname: Some("lo".into()),
         init_timeout: init,
         timeout: Duration::from_secs(30),
+        root_table_budget: 1,
         ..Default::default()
     }
 }
@@ -45,8 +48,21 @@ fn ranks_as_threads_get_identical_tables() {
     if std::env::var_os(CHILD).is_some() {
         return;
     }
-    for n in [1usize, 2, 3, 5, 17, 301] {
-        let c = cfg(Duration::from_secs(60));
+    // All down the tree from rank 0; the top 3 levels from the root; the
+    // default (all from the root up to a few hundred ranks).
+    let cases = [1usize, 2, 3, 5, 17, 301]
+        .into_iter()
+        .map(|n| (n, 1))
+        .chain([
+            (17, 7 * 17 * 80),
+            (301, 7 * 301 * 80),
+            (301, oxccl_core::peers::ROOT_TABLE_BUDGET),
+        ]);
+    for (n, budget) in cases {
+        let c = BootstrapConfig {
+            root_table_budget: budget,
+            ..cfg(Duration::from_secs(60))
+        };
         let id = UniqueId::generate(&c).unwrap();
         let got: Vec<(String, Vec<u8>)> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..n)

@@ -319,7 +319,10 @@ impl Bootstrap {
                 table.len()
             )));
         }
-        let same = table[p.rank] == *p && route.children.iter().all(|c| table[c.rank] == *c);
+        let children: Vec<usize> = route.children.iter().map(|c| c.rank).collect();
+        let same = table[p.rank] == *p
+            && route.children.iter().all(|c| table[c.rank] == *c)
+            && children == route::table_children(self.rank, self.nranks, route.direct);
         if !same {
             return Err(bad("its entries differ from the root's".into()));
         }
@@ -330,12 +333,13 @@ impl Bootstrap {
     /// (a child that hangs does not hold up its sibling); a child that
     /// cannot be reached fails this rank's init, naming it, and every rank
     /// hears why.
-    pub(super) fn forward_table(&self) -> Result<()> {
-        let children = route::table_children(self.rank, self.nranks);
+    pub(super) fn forward_table(&self, direct: usize) -> Result<()> {
+        let table = root::encode_table(&self.peers);
+        let children = route::table_children(self.rank, self.nranks, direct);
         if children.is_empty() {
             return Ok(());
         }
-        let parts = split(&root::encode_table(&self.peers), chunk());
+        let parts = split(&table, chunk());
         let results: Vec<Result<()>> = std::thread::scope(|s| {
             let hs: Vec<_> = children
                 .iter()
@@ -505,6 +509,8 @@ mod tests {
         let cfg = BootstrapConfig {
             ifname: Some("lo".into()),
             init_timeout: Duration::from_secs(60),
+            // Every table but rank 0's down the tree.
+            root_table_budget: 1,
             ..Default::default()
         };
         let id = UniqueId::generate(&cfg).unwrap();
@@ -565,6 +571,8 @@ mod tests {
         let cfg = BootstrapConfig {
             ifname: Some("lo".into()),
             init_timeout: Duration::from_secs(60),
+            // Every table but rank 0's down the tree.
+            root_table_budget: 1,
             ..Default::default()
         };
         let id = UniqueId::generate(&cfg).unwrap();
@@ -690,6 +698,7 @@ mod tests {
         let cfg = BootstrapConfig {
             ifname: Some("lo".into()),
             init_timeout: Duration::from_secs(20),
+            root_table_budget: 1,
             ..Default::default()
         };
         let id = UniqueId::generate(&cfg).unwrap();
