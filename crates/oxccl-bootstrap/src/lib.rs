@@ -17,12 +17,13 @@
 //!    ranks and nranks; a violation reaches every connected rank as
 //!    `InvalidUsage`; ranks that never arrive are named in a `Timeout` sent
 //!    to everyone who did. Once all have joined, the root sends the table
-//!    of all ranks to rank 0 and each other rank its parent's and
-//!    children's entries; the table then goes down the binary tree rooted
-//!    at rank 0, each rank forwarding it to its children (at most two), so
-//!    the root sends one table and the last rank has it after
-//!    `⌊log2 n⌋ + 1` rounds. A rank whose parent dies before forwarding
-//!    fails naming it, and tells its own children.
+//!    of all ranks to the top levels of the binary tree rooted at rank 0
+//!    that fit in 8 MiB of tables (`root_table_budget`) and each other rank
+//!    its parent's and children's entries; the table then goes down the
+//!    tree, each rank forwarding it to its children (at most two), so the
+//!    root's bytes grow linearly with `n` and the last rank has the table
+//!    within `⌈log2 n⌉ + 1` rounds. A rank whose parent dies before
+//!    forwarding fails naming it, and tells its own children.
 //! 3. Afterwards ranks talk directly: [`Bootstrap::send`]/[`Bootstrap::recv`]
 //!    (tagged messages), [`Bootstrap::allgather`] (a ring), [`Bootstrap::barrier`]
 //!    and [`Bootstrap::broadcast`] (binary trees: O(log n) rounds, at most 3

@@ -1,6 +1,7 @@
 //! The root: collects one join per rank, then sends the whole table to
-//! rank 0 and every other rank its route (its parent's and children's
-//! entries: [`route`]); the table travels down the tree from rank 0.
+//! the top levels of the tree that fit in `root_table_budget` (rank 0 at
+//! least) and every other rank its route (its parent's and children's
+//! entries: [`route`]); the table travels down the tree from there.
 //!
 //! [`Rendezvous`] is the pure decision (checks and completion); [`spawn_root`]
 //! is the driver: an accept thread that runs the [`gate`] (handshakes and

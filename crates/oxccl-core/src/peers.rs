@@ -354,7 +354,7 @@ mod tests {
         assert_eq!((p.broadcast_rounds, p.barrier_rounds), (13, 26));
         // The root: one join per rank, the 8192 · 88-byte table to ranks
         // 0..7 (the 8 MiB budget holds 11) and a route (parent and children
-        // entries) to each other rank: 6.4 MB, where a table to every rank
+        // entries) to each other rank: 6.5 MB, where a table to every rank
         // was 5.9 GB. Ranks 7..14 have children 2·r+1, 2·r+2 ≥ 15 and a
         // parent: routes of 3 entries, as every rank with two children.
         assert_eq!(p.root_joins, 8192);
