@@ -18,7 +18,7 @@
 //!    `InvalidUsage`; ranks that never arrive are named in a `Timeout` sent
 //!    to everyone who did. Once all have joined, the root sends the table
 //!    of all ranks to the top levels of the binary tree rooted at rank 0
-//!    that fit in 8 MiB of tables (`root_table_budget`) and each other rank
+//!    that fit in 128 MiB of tables (`root_table_budget`) and each other rank
 //!    its parent's and children's entries; the table then goes down the
 //!    tree, each rank forwarding it to its children (at most two), so the
 //!    root's bytes grow linearly with `n` and the last rank has the table
@@ -160,7 +160,7 @@ pub struct BootstrapConfig {
     /// Bytes of rank tables the root sends at most (it sends one table
     /// whatever this says): the ranks past it get the table from their
     /// parent in the tree (`oxccl_core::peers::table_direct_ranks`). Only
-    /// the root's process reads it. Default 8 MiB; not a setting of the
+    /// the root's process reads it. Default 128 MiB; not a setting of the
     /// environment (tests lower it to send every table down the tree).
     pub root_table_budget: usize,
 }

@@ -106,15 +106,21 @@ impl Layout {
 pub const TABLE_ENTRY_BYTES: usize = 72;
 
 /// Bytes of rank tables the bootstrap's root sends at most (one table when
-/// a single table is larger).
-pub const ROOT_TABLE_BUDGET: usize = 8 << 20;
+/// a single table is larger). 128 MiB: every rank of a job up to 1,023
+/// ranks (88-byte entries) gets its table from the root, as before the
+/// tree, because on one host each level of the tree costs thread wake-ups:
+/// 1,024 ranks as threads on 2 vCPUs took 5.0–5.4 s to the first
+/// all-reduce with an 8 MiB budget (63 ranks served by the root) against
+/// 3.9–4.1 s with every table from the root. At 8,192 ranks the root sends
+/// 127 tables (92 MB) where every rank's was 5.9 GB.
+pub const ROOT_TABLE_BUDGET: usize = 128 << 20;
 
 /// How many ranks get the bootstrap's rank table (`table_len` bytes) from
 /// the root itself: ranks `0..k`, the top levels of the binary tree rooted
 /// at rank 0 (`k = 2^m - 1`) whose tables fit in [`ROOT_TABLE_BUDGET`], at
 /// least 1 and at most `nranks`. Every other rank gets the table from its
-/// parent in that tree. 64 ranks with 16-byte host names: all of them;
-/// 1,024: 63; 8,192: 7.
+/// parent in that tree. 1,000 ranks with 16-byte host names: all of them;
+/// 1,024: 1,023; 8,192: 127.
 pub fn table_direct_ranks(nranks: usize, table_len: usize) -> usize {
     table_direct_ranks_within(nranks, table_len, ROOT_TABLE_BUDGET)
 }
@@ -353,20 +359,22 @@ mod tests {
         // ⌈log2(8193)⌉ - 1 = 13 rounds of broadcast, 26 of barrier.
         assert_eq!((p.broadcast_rounds, p.barrier_rounds), (13, 26));
         // The root: one join per rank, the 8192 · 88-byte table to ranks
-        // 0..7 (the 8 MiB budget holds 11) and a route (parent and children
-        // entries) to each other rank: 6.5 MB, where a table to every rank
-        // was 5.9 GB. Ranks 7..14 have children 2·r+1, 2·r+2 ≥ 15 and a
-        // parent: routes of 3 entries, as every rank with two children.
+        // 0..127 (the 128 MiB budget holds 186: 7 whole levels) and a route
+        // (parent and children entries) to each other rank: 93 MB, where a
+        // table to every rank was 5.9 GB. Ranks 127..254 have children
+        // 2·r+1, 2·r+2 ≥ 255 and a parent: routes of 3 entries, as every
+        // rank with two children.
         assert_eq!(p.root_joins, 8192);
         assert_eq!(p.table_bytes, 8192 * 88);
-        assert_eq!(p.root_tables, 7);
-        let routes = (8192 - 7) + (8191 - 14);
-        assert_eq!(p.root_bytes, 7 * 8192 * 88 + routes * 88);
-        assert!(p.root_bytes < 10 * p.table_bytes);
-        // A rank forwards at most two tables; the root reaches 3 levels,
-        // 11 more below them: 12 rounds (within ⌈log2 8192⌉ + 1 = 14).
+        assert_eq!(p.root_tables, 127);
+        let routes = (8192 - 127) + (8191 - 254);
+        assert_eq!(p.root_bytes, 127 * 8192 * 88 + routes * 88);
+        assert!(p.root_bytes < 200 * p.table_bytes);
+        assert!(p.root_bytes <= ROOT_TABLE_BUDGET + 3 * 8192 * 88);
+        // A rank forwards at most two tables; the root reaches 7 levels,
+        // 7 more below them: 8 rounds (within ⌈log2 8192⌉ + 1 = 14).
         assert_eq!(p.forward_bytes, 2 * 8192 * 88);
-        assert_eq!(p.table_rounds, 12);
+        assert_eq!(p.table_rounds, 8);
         // Against a job 8 times smaller: the same per-rank cost, a tree 3
         // rounds shallower.
         let small = plan_scale(
@@ -381,8 +389,8 @@ mod tests {
         assert_eq!(small.init_peers, p.init_peers);
         assert_eq!(small.ring_bytes, p.ring_bytes);
         assert_eq!(small.broadcast_rounds + 3, p.broadcast_rounds);
-        // 1,024 ranks: 63 from the root (6 levels), 5 more below.
-        assert_eq!((small.root_tables, small.table_rounds), (63, 6));
+        // 1,024 ranks: 1,023 from the root (10 levels), rank 1,023 below.
+        assert_eq!((small.root_tables, small.table_rounds), (1023, 2));
     }
 
     /// The root's bytes grow linearly and the table's rounds as ⌈log2 n⌉ + 1
