@@ -12,7 +12,7 @@
 //!   failure falls back to oxccl's own sockets.
 //! * [`tuner`]: `NCCL_TUNER_PLUGIN`, `ncclTunerPlugin_v6` down to `_v2`, a
 //!   context per communicator and `getCollInfo` over oxccl's cost table.
-//! * [`profiler`]: `NCCL_PROFILER_PLUGIN`, `ncclProfiler_v6` and `_v5`, a
+//! * [`profiler`]: `NCCL_PROFILER_PLUGIN`, `ncclProfiler_v6` down to `_v1`, a
 //!   context per communicator and its events.
 //!
 //! Why a crate of its own: the host executor (`oxccl-host`) uses plugins for
