@@ -13,6 +13,11 @@
 //!   `accept_peer` asks for it.
 //!
 //! Outgoing message channels are opened on first use and kept per peer.
+//!
+//! The rank table reaches rank 0 from the root and every other rank from
+//! its parent in the tree of [`route`](crate::route) ([`table`]).
+
+mod table;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
@@ -28,7 +33,8 @@ use oxccl_env::{info, warn, Subsys};
 use crate::auth::{self, HandshakeError};
 use crate::gate;
 use crate::id::{derived_secret, parse_comm_id, UniqueId};
-use crate::root::{self, decode_table, Join};
+use crate::root::{self, decode_table, Join, Route};
+use crate::route::tree_of;
 use crate::wire::{self, Dec, Enc, Limits, DATA_CAP, MAX_FRAME, POLL};
 use crate::{ifname, sys, BootstrapConfig, PeerInfo};
 
@@ -39,6 +45,8 @@ const NS_BARRIER: u8 = 2;
 const NS_FAILED: u8 = 3;
 /// Tree broadcast ([`Bootstrap::broadcast`]).
 const NS_BROADCAST: u8 = 4;
+/// The rank table, from a rank's parent during init ([`table`]).
+const NS_TABLE: u8 = 5;
 /// The barrier's two directions (tags in `NS_BARRIER`).
 const BARRIER_UP: u32 = 0;
 const BARRIER_DOWN: u32 = 1;
@@ -222,7 +230,7 @@ impl UniqueId {
             .map_err(|e| Error::system(format!("bootstrap: local_addr failed: {e}")))?;
         let secret = auth::nonce()?;
         let run_id = random_u64()?;
-        root::spawn_root(l, secret, run_id, cfg.init_timeout, cfg.abort.clone())?;
+        root::spawn_root(l, secret, run_id, cfg)?;
         Ok(UniqueId::new(addr, run_id, &secret, 0))
     }
 }
@@ -537,7 +545,7 @@ impl Bootstrap {
                 Subsys::BOOTSTRAP,
                 "bootstrap: rank 0 started the root at {addr}"
             );
-            root::spawn_root(l, key, run_id, cfg.init_timeout, cfg.abort.clone())?;
+            root::spawn_root(l, key, run_id, cfg)?;
         }
         let me = PeerInfo {
             rank,
@@ -548,7 +556,12 @@ impl Bootstrap {
             listen_addr,
             data_addr,
         };
-        boot.peers = join_root(id, nranks, me, cfg, start)?;
+        let (peers, direct) = match join_root(id, nranks, me.clone(), cfg, start)? {
+            RootReply::Table(t, direct) => (t, direct),
+            RootReply::Route(route) => (boot.table_from(&route, &me, start)?, route.direct),
+        };
+        boot.peers = peers;
+        boot.forward_table(direct)?;
         Ok(boot)
     }
 
@@ -1102,21 +1115,6 @@ impl Watch {
     }
 }
 
-/// Rank `rank`'s parent and children in the heap-ordered binary tree of
-/// `nranks` ranks rooted at `root` (positions counted from the root).
-fn tree_of(rank: usize, nranks: usize, root: usize) -> (Option<usize>, Vec<usize>) {
-    let n = nranks.max(1);
-    let pos = (rank + n - root % n) % n;
-    let at = |p: usize| (p + root) % n;
-    let parent = (pos > 0).then(|| at((pos - 1) / 2));
-    let children = [2 * pos + 1, 2 * pos + 2]
-        .into_iter()
-        .filter(|&c| c < n)
-        .map(at)
-        .collect();
-    (parent, children)
-}
-
 /// What a rank's receive in namespace `ns` waits for: "bootstrap allgather:
 /// rank 0 of 2 waiting for rank 1".
 fn recv_wait_text(me: usize, nranks: usize, peer: usize, ns: u8, tag: u32) -> String {
@@ -1162,13 +1160,15 @@ fn blocking(s: TcpStream) -> Result<TcpStream> {
     Ok(s)
 }
 
+/// Joins at the root; its answer: the table (rank 0) or where the table
+/// comes from (every other rank).
 fn join_root(
     id: &UniqueId,
     nranks: usize,
     me: PeerInfo,
     cfg: &BootstrapConfig,
     start: Instant,
-) -> Result<Vec<PeerInfo>> {
+) -> Result<RootReply> {
     let root = id.root_addr();
     let rank = me.rank;
     let lim = Limits {
@@ -1198,7 +1198,7 @@ fn join_root(
     let ready = wait_readable(&s, &wait, || {
         waiting.tick(cfg.init_timeout, || {
             format!(
-                "bootstrap: rank {rank} of {nranks} waiting for the root at {root} to send the rank table, which comes once all {nranks} ranks have connected"
+                "bootstrap: rank {rank} of {nranks} waiting for the root at {root} to send the rank table (or, to ranks other than 0, where it comes from), which comes once all {nranks} ranks have connected"
             )
         })
     });
@@ -1218,17 +1218,38 @@ fn join_root(
         }
         Err(e) => return Err(e.context(format!("bootstrap: waiting for the root at {root}"))),
     };
-    let table = decode_root_reply(&frame, root)?;
-    let ok = table.len() == nranks
-        && table.iter().enumerate().all(|(i, p)| p.rank == i)
-        && table[rank] == me;
+    let reply = decode_root_reply(&frame, root)?;
+    let ok = match &reply {
+        RootReply::Table(table, direct) => {
+            rank < *direct && *direct <= nranks && table::consistent(table, nranks, &me)
+        }
+        // The parent in the tree; children of it that the root does not serve.
+        RootReply::Route(r) => {
+            let (parent, children) = tree_of(rank, nranks, 0);
+            rank >= r.direct
+                && parent == Some(r.parent.rank)
+                && r.children.iter().all(|c| children.contains(&c.rank))
+        }
+    };
     if !ok {
         return Err(Error::internal(format!(
-            "bootstrap: the root at {root} sent an inconsistent rank table ({} entries for nranks={nranks})",
-            table.len()
+            "bootstrap: the root at {root} sent rank {rank} of {nranks} an inconsistent answer ({})",
+            match &reply {
+                RootReply::Table(t, _) => format!("a table of {} entries", t.len()),
+                RootReply::Route(r) => format!("parent {}", r.parent.rank),
+            }
         )));
     }
-    Ok(table)
+    Ok(reply)
+}
+
+/// The root's answer to a join.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RootReply {
+    /// The whole table, and how many ranks (`0..k`) the root sends it to.
+    Table(Vec<PeerInfo>, usize),
+    /// Where the table comes from (every other rank).
+    Route(Route),
 }
 
 /// What a listener takes: the rendezvous listener everything, a separate
@@ -1394,12 +1415,17 @@ fn read_messages(mut s: TcpStream, from: usize, shared: &Shared, abort: &AtomicB
     }
 }
 
-/// Decodes the root's reply to a join: the rank table, or the error the root
-/// sent (as that error), or a `Remote` error for a malformed reply.
-pub(crate) fn decode_root_reply(frame: &[u8], root: SocketAddr) -> Result<Vec<PeerInfo>> {
+/// Decodes the root's reply to a join: the rank table or a route, or the
+/// error the root sent (as that error), or a `Remote` error for a malformed
+/// reply.
+pub(crate) fn decode_root_reply(frame: &[u8], root: SocketAddr) -> Result<RootReply> {
     let mut d = Dec::new(frame, "root reply");
     match d.u8()? {
-        wire::T_TABLE => decode_table(&mut d),
+        wire::T_TOP => {
+            let direct = d.u32()? as usize;
+            decode_table(&mut d).map(|t| RootReply::Table(t, direct))
+        }
+        wire::T_ROUTE => Route::decode(&mut d).map(RootReply::Route),
         wire::T_ERROR => Err(wire::decode_error(&mut d)?),
         t => Err(Error::remote(format!(
             "bootstrap: unexpected message type {t} from the root at {root}"
@@ -1462,36 +1488,6 @@ mod tests {
         assert_eq!((e.kind(), e.message()), (ErrorKind::InvalidUsage, "nranks"));
         let e = decode_root_reply(&[9], root).unwrap_err();
         assert!(e.message().contains("unexpected message type 9"), "{e}");
-    }
-
-    #[test]
-    fn trees_cover_every_rank_once_with_at_most_3_peers() {
-        for n in [1usize, 2, 3, 7, 8, 100, 1024] {
-            for root in [0, n / 2, n - 1] {
-                let mut reached = vec![0; n];
-                let mut depth = 0;
-                for r in 0..n {
-                    let (p, ch) = tree_of(r, n, root);
-                    assert_eq!(p.is_none(), r == root, "n {n} root {root} rank {r}");
-                    assert!(ch.len() <= 2);
-                    for c in ch {
-                        assert_eq!(tree_of(c, n, root).0, Some(r));
-                        reached[c] += 1;
-                    }
-                    let (mut x, mut d) = (r, 0);
-                    while let Some(p) = tree_of(x, n, root).0 {
-                        x = p;
-                        d += 1;
-                    }
-                    depth = depth.max(d);
-                }
-                reached[root] += 1;
-                assert!(reached.iter().all(|&k| k == 1), "n {n} root {root}");
-                // ⌈log2(n+1)⌉ - 1 levels below the root.
-                let levels = (usize::BITS - n.leading_zeros()) as usize - 1;
-                assert_eq!(depth, levels, "n {n}");
-            }
-        }
     }
 
     #[test]

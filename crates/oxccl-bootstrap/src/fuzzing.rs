@@ -11,9 +11,9 @@ use std::time::Duration;
 use oxccl_core::Result;
 
 use crate::auth;
-use crate::bootstrap::{decode_hello, decode_message, decode_root_reply};
+use crate::bootstrap::{decode_hello, decode_message, decode_root_reply, RootReply};
 use crate::bootstrap::{encode_hello, encode_message};
-use crate::root::{encode_table, Join};
+use crate::root::{encode_top, Join};
 use crate::wire::{self, Dec, Limits, CTRL_CAP};
 
 /// A join frame as the root reads it (payload, without the length).
@@ -24,7 +24,8 @@ pub fn join(b: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// The root's reply to a join as a rank reads it: a table or an error.
+/// The root's reply to a join as a rank reads it: a table, a route or an
+/// error.
 pub fn root_reply(b: &[u8]) -> Result<()> {
     let root: SocketAddr = ([127, 0, 0, 1], 1).into();
     if b.first() == Some(&wire::T_ERROR) {
@@ -35,9 +36,13 @@ pub fn root_reply(b: &[u8]) -> Result<()> {
             assert_eq!(back, e, "error round trip");
         }
     }
-    let t = decode_root_reply(b, root)?;
-    let again = decode_root_reply(&encode_table(&t), root).expect("an encoded table decodes");
-    assert_eq!(again, t, "table round trip");
+    let reply = decode_root_reply(b, root)?;
+    let sent = match &reply {
+        RootReply::Table(t, direct) => encode_top(t, *direct),
+        RootReply::Route(r) => r.encode(),
+    };
+    let again = decode_root_reply(&sent, root).expect("an encoded reply decodes");
+    assert_eq!(again, reply, "root reply round trip");
     Ok(())
 }
 

@@ -13,10 +13,17 @@
 //! 2. [`Bootstrap::init`]: every rank binds its own listener, connects to the
 //!    root (refused connects are retried with backoff until `init_timeout`),
 //!    authenticates, sends its rank, nranks, run id, listener
-//!    address, host name, host hash, pid and process token, and receives the
-//!    table of all ranks. The root checks ranks and nranks; a
-//!    violation reaches every connected rank as `InvalidUsage`; ranks that never
-//!    arrive are named in a `Timeout` sent to everyone who did.
+//!    address, host name, host hash, pid and process token. The root checks
+//!    ranks and nranks; a violation reaches every connected rank as
+//!    `InvalidUsage`; ranks that never arrive are named in a `Timeout` sent
+//!    to everyone who did. Once all have joined, the root sends the table
+//!    of all ranks to the top levels of the binary tree rooted at rank 0
+//!    that fit in 128 MiB of tables (`root_table_budget`) and each other rank
+//!    its parent's and children's entries; the table then goes down the
+//!    tree, each rank forwarding it to its children (at most two), so the
+//!    root's bytes grow linearly with `n` and the last rank has the table
+//!    within `⌈log2 n⌉ + 1` rounds. A rank whose parent dies before
+//!    forwarding fails naming it, and tells its own children.
 //! 3. Afterwards ranks talk directly: [`Bootstrap::send`]/[`Bootstrap::recv`]
 //!    (tagged messages), [`Bootstrap::allgather`] (a ring), [`Bootstrap::barrier`]
 //!    and [`Bootstrap::broadcast`] (binary trees: O(log n) rounds, at most 3
@@ -63,6 +70,7 @@ mod gate;
 pub mod id;
 pub mod ifname;
 mod root;
+mod route;
 mod sys;
 mod wire;
 
@@ -149,6 +157,12 @@ pub struct BootstrapConfig {
     pub timeout: Duration,
     /// Set to make every wait return `Remote("bootstrap: aborted ...")` within ~50 ms.
     pub abort: Arc<AtomicBool>,
+    /// Bytes of rank tables the root sends at most (it sends one table
+    /// whatever this says): the ranks past it get the table from their
+    /// parent in the tree (`oxccl_core::peers::table_direct_ranks`). Only
+    /// the root's process reads it. Default 128 MiB; not a setting of the
+    /// environment (tests lower it to send every table down the tree).
+    pub root_table_budget: usize,
 }
 
 impl Default for BootstrapConfig {
@@ -165,6 +179,7 @@ impl Default for BootstrapConfig {
             init_timeout: Duration::from_secs(120),
             timeout: Duration::from_secs(600),
             abort: Arc::new(AtomicBool::new(false)),
+            root_table_budget: oxccl_core::peers::ROOT_TABLE_BUDGET,
         }
     }
 }

@@ -1,4 +1,7 @@
-//! The root: collects one join per rank and hands every rank the table.
+//! The root: collects one join per rank, then sends the whole table to
+//! the top levels of the tree that fit in `root_table_budget` (rank 0 at
+//! least) and every other rank its route (its parent's and children's
+//! entries: [`route`]); the table travels down the tree from there.
 //!
 //! [`Rendezvous`] is the pure decision (checks and completion); [`spawn_root`]
 //! is the driver: an accept thread that runs the [`gate`] (handshakes and
@@ -27,8 +30,9 @@ use oxccl_env::log::Waiting;
 use oxccl_env::{info, warn, Subsys};
 
 use crate::gate;
+use crate::route;
 use crate::sys;
-use crate::wire::{self, Dec, Enc, Limits, POLL, T_JOIN, T_TABLE};
+use crate::wire::{self, Dec, Enc, Limits, POLL, T_JOIN, T_ROUTE, T_TABLE, T_TOP};
 use crate::PeerInfo;
 
 /// What a rank tells the root.
@@ -94,12 +98,79 @@ impl Join {
 }
 
 pub(crate) fn encode_table(t: &[PeerInfo]) -> Vec<u8> {
-    let mut m = Enc::new(T_TABLE);
+    table_frame(Enc::new(T_TABLE), t)
+}
+
+/// The root's reply to the ranks `0..direct` it sends the table to.
+pub(crate) fn encode_top(t: &[PeerInfo], direct: usize) -> Vec<u8> {
+    let mut m = Enc::new(T_TOP);
+    m.u32(direct as u32);
+    table_frame(m, t)
+}
+
+fn table_frame(mut m: Enc, t: &[PeerInfo]) -> Vec<u8> {
     m.u32(t.len() as u32);
     for p in t {
         encode_peer(&mut m, p);
     }
     m.0
+}
+
+/// Where a rank's table comes from: its parent's entry, and its children's
+/// (whom it tells if it gives up before the table came).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// Ranks `0..direct` have the table from the root.
+    pub direct: usize,
+    pub parent: PeerInfo,
+    pub children: Vec<PeerInfo>,
+}
+
+impl Route {
+    /// Rank `rank`'s route in `table` when the root sends the table to
+    /// `direct` ranks (`None` for those).
+    pub fn of(rank: usize, table: &[PeerInfo], direct: usize) -> Option<Route> {
+        let n = table.len();
+        let parent = route::table_parent(rank, n, direct)?;
+        Some(Route {
+            direct,
+            parent: table[parent].clone(),
+            children: route::table_children(rank, n, direct)
+                .into_iter()
+                .map(|c| table[c].clone())
+                .collect(),
+        })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut m = Enc::new(T_ROUTE);
+        m.u32(self.direct as u32);
+        encode_peer(&mut m, &self.parent);
+        m.u8(self.children.len() as u8);
+        for c in &self.children {
+            encode_peer(&mut m, c);
+        }
+        m.0
+    }
+
+    /// Decodes a route (type byte already consumed).
+    pub fn decode(d: &mut Dec) -> Result<Route> {
+        let direct = d.u32()? as usize;
+        let parent = decode_peer(d)?;
+        let k = d.u8()? as usize;
+        if k > 2 {
+            return Err(Error::remote(format!(
+                "bootstrap: a route with {k} children (at most 2)"
+            )));
+        }
+        let children = (0..k).map(|_| decode_peer(d)).collect::<Result<_>>()?;
+        d.end()?;
+        Ok(Route {
+            direct,
+            parent,
+            children,
+        })
+    }
 }
 
 /// Decodes a table (type byte already consumed).
@@ -266,9 +337,10 @@ pub(crate) fn spawn_root(
     listener: TcpListener,
     secret: [u8; 32],
     run_id: u64,
-    init_timeout: Duration,
-    abort: Arc<AtomicBool>,
+    cfg: &crate::BootstrapConfig,
 ) -> Result<()> {
+    let (init_timeout, abort, budget) =
+        (cfg.init_timeout, cfg.abort.clone(), cfg.root_table_budget);
     let addr = listener
         .local_addr()
         .map_err(|e| Error::system(format!("bootstrap root: local_addr failed: {e}")))?;
@@ -284,7 +356,7 @@ pub(crate) fn spawn_root(
     std::thread::Builder::new()
         .name("oxccl-root".into())
         .spawn(move || {
-            coordinate(addr, run_id, init_timeout, &abort, rx);
+            coordinate(addr, run_id, init_timeout, budget, &abort, rx);
             done.store(true, Ordering::Relaxed);
         })
         .map_err(|e| Error::system(format!("bootstrap root: cannot spawn a thread: {e}")))?;
@@ -333,6 +405,7 @@ fn coordinate(
     addr: SocketAddr,
     run_id: u64,
     t: Duration,
+    budget: usize,
     abort: &AtomicBool,
     rx: mpsc::Receiver<Arrival>,
 ) {
@@ -422,10 +495,19 @@ fn coordinate(
             }
             Verdict::Complete(table) => {
                 conns.push((rank, s));
-                let p = encode_table(&table);
+                // The table to the top of the tree first (rank order is
+                // level order), then each other rank its route (one to
+                // three entries).
+                let len = encode_table(&table).len();
+                let direct = route::table_direct_ranks_within(table.len(), len, budget);
+                let p = encode_top(&table, direct);
+                conns.sort_by_key(|(r, _)| (*r >= direct, *r));
                 let lim = Limits::new(t, abort);
-                for (_, c) in &mut conns {
-                    let _ = wire::write_frame(c, &p, &lim);
+                for (r, c) in &mut conns {
+                    let _ = match Route::of(*r, &table, direct) {
+                        None => wire::write_frame(c, &p, &lim),
+                        Some(route) => wire::write_frame(c, &route.encode(), &lim),
+                    };
                 }
                 info!(
                     Subsys::BOOTSTRAP,
@@ -554,5 +636,34 @@ mod tests {
         let mut d = Dec::new(&b[1..], "table");
         assert_eq!(decode_table(&mut d).unwrap(), t);
         assert!(Join::decode(&b[..10]).is_err());
+    }
+
+    #[test]
+    fn routes_name_the_parent_and_children() {
+        let table: Vec<PeerInfo> = (0..6).map(|r| j(r, 6, 1).info).collect();
+        assert_eq!(Route::of(0, &table, 1), None);
+        let r2 = Route::of(2, &table, 1).unwrap();
+        assert_eq!(r2.parent.rank, 0);
+        assert_eq!(r2.children.iter().map(|p| p.rank).collect::<Vec<_>>(), [5]);
+        let r1 = Route::of(1, &table, 1).unwrap();
+        assert_eq!(
+            r1.children.iter().map(|p| p.rank).collect::<Vec<_>>(),
+            [3, 4]
+        );
+        assert!(Route::of(5, &table, 1).unwrap().children.is_empty());
+        // The root serving ranks 0..3: rank 1 forwards to 3 and 4; 2 gets
+        // the table from the root.
+        assert_eq!(Route::of(2, &table, 3), None);
+        assert_eq!(Route::of(3, &table, 3).unwrap().parent.rank, 1);
+        for r in [r1, r2] {
+            let b = r.encode();
+            assert_eq!(b[0], T_ROUTE);
+            let mut d = Dec::new(&b[1..], "route");
+            assert_eq!(Route::decode(&mut d).unwrap(), r);
+            // Truncated or padded: refused.
+            assert!(Route::decode(&mut Dec::new(&b[1..b.len() - 1], "route")).is_err());
+            let padded = [&b[1..], &[0]].concat();
+            assert!(Route::decode(&mut Dec::new(&padded, "route")).is_err());
+        }
     }
 }

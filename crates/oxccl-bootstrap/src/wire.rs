@@ -33,7 +33,8 @@ pub const DATA_CAP: usize = 16 << 20;
 /// host hash 8, pid 4, token 8, two addresses 23 each.
 const TABLE_ENTRY_MAX: usize = 4 + 2 + 255 + 8 + 4 + 8 + 23 + 23;
 
-/// Cap on the root's reply to a rank of `nranks`: the table at its largest.
+/// Cap on the rank table of `nranks` ranks at its largest (the root's reply
+/// to rank 0, a table forwarded down the tree).
 pub fn table_cap(nranks: usize) -> usize {
     nranks
         .saturating_mul(TABLE_ENTRY_MAX)
@@ -49,6 +50,12 @@ pub const T_TABLE: u8 = 2;
 pub const T_ERROR: u8 = 3;
 pub const T_HELLO: u8 = 4;
 pub const T_MSG: u8 = 5;
+/// The root's reply to a rank it does not send the table to: where its
+/// table comes from.
+pub const T_ROUTE: u8 = 6;
+/// The root's reply to a rank it sends the table to: how many ranks it
+/// serves so, then the table.
+pub const T_TOP: u8 = 7;
 
 /// The error an aborted wait returns.
 pub fn aborted() -> Error {

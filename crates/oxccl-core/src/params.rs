@@ -543,7 +543,7 @@ params! {
     TUNER_PLUGIN: Opt<Str> = "NCCL_TUNER_PLUGIN", "", honoured,
         "Tuner plugin (ncclTunerPlugin v2-v6) whose cost table decides the host path's algorithm, protocol and channel count: foo loads foo, then libnccl-tuner-foo.so; a path is used as is; none disables. Unset: libnccl-tuner.so if present. A plugin that cannot be used: a WARN and oxccl's own tuning.";
     PROFILER_PLUGIN: Opt<Str> = "NCCL_PROFILER_PLUGIN", "", honoured,
-        "Profiler plugin (ncclProfiler v5-v6) that receives group, collective and point-to-point events of host-path calls: foo loads foo, then libnccl-profiler-foo.so; a path is used as is; none disables. Unset: libnccl-profiler.so if present. A plugin that cannot be used: a WARN and no profiler.";
+        "Profiler plugin (ncclProfiler v1-v6) that receives group, collective and point-to-point events of host-path calls: foo loads foo, then libnccl-profiler-foo.so; a path is used as is; none disables. Unset: libnccl-profiler.so if present. A plugin that cannot be used: a WARN and no profiler.";
     // ---- honoured: transports and tuning
     SHM_DISABLE: Bool = "NCCL_SHM_DISABLE", "0", honoured,
         "1 disables the shared-memory transport.";
@@ -742,8 +742,9 @@ params! {
     TUNER_CONFIG_FILE: Opt<Str> = "NCCL_TUNER_CONFIG_FILE", "", recognised, "Configuration of the example tuner plugin.";
     LAUNCH_MODE: Opt<Str> = "NCCL_LAUNCH_MODE", "", recognised, "PARALLEL or GROUP (deprecated).";
     CGA_CLUSTER_SIZE: Opt<I64> = "NCCL_CGA_CLUSTER_SIZE", "", recognised, "CUDA cluster size, 0-8.";
-    NET_GDR_LEVEL: Opt<Str> = "NCCL_NET_GDR_LEVEL", "", recognised, "Furthest distance for GPUDirect RDMA.";
-    NET_GDR_READ: Opt<I64> = "NCCL_NET_GDR_READ", "", recognised, "GPUDirect RDMA for sends.";
+    NET_GDR_LEVEL: Opt<Str> = "NCCL_NET_GDR_LEVEL", "", honoured, "Furthest PCI distance from a GPU to the network plugin's NIC at which the GPU ring hands the plugin GPU memory (GPUDirect RDMA, where the device declares NCCL_PTR_CUDA): LOC, NVL, PIX, PXB, PHB or SYS, or 0-4 (LOC, PIX, PXB, PHB, SYS). A NIC whose PCI path the plugin does not give counts as SYS. Unset: off (NCCL's default is PXB; oxccl's GPUDirect path is opt-in until it has run on an RDMA NIC).";
+    NET_GDR_READ: Opt<I64> = "NCCL_NET_GDR_READ", "", honoured, "With GPUDirect RDMA, whether sends read GPU memory too (1) or go through pinned host memory (0). Unset: on for compute capability 8.0 and later.";
+    NET_FORCE_FLUSH: Opt<I64> = "NCCL_NET_FORCE_FLUSH", "", honoured, "1: flush (the plugin's iflush) every receive into GPU memory before the kernel reads it. Unset: only on GPUs before compute capability 9.0, or where the device's properties say forceFlush.";
     NET_SHARED_BUFFERS: Opt<I64> = "NCCL_NET_SHARED_BUFFERS", "", recognised, "Shared network buffers.";
     NCHANNELS_PER_NET_PEER: Opt<I64> = "NCCL_NCHANNELS_PER_NET_PEER", "", recognised, "Channels per remote peer for point-to-point.";
     CROSS_NIC: Opt<I64> = "NCCL_CROSS_NIC", "", recognised, "Rings/trees across NICs: 0, 1 or 2 (NCCL default 2).";
@@ -777,7 +778,7 @@ params! {
     UID_STAGGER_RATE: Opt<I64> = "NCCL_UID_STAGGER_RATE", "", recognised, "Staggered connects per second (NCCL default 7000).";
     OOB_NET_ENABLE: Opt<I64> = "NCCL_OOB_NET_ENABLE", "", recognised, "Bootstrap over the network plugin (NCCL default 0).";
     OOB_NET_IFNAME: Opt<Str> = "NCCL_OOB_NET_IFNAME", "", recognised, "Interface for network-plugin bootstrap.";
-    DMABUF_ENABLE: Opt<I64> = "NCCL_DMABUF_ENABLE", "", recognised, "DMA-BUF registration (NCCL default 1).";
+    DMABUF_ENABLE: Opt<I64> = "NCCL_DMABUF_ENABLE", "", honoured, "0: never register GPU memory with a network plugin through DMA-BUF (regMrDmaBuf); registration by address (regMr with NCCL_PTR_CUDA) then needs the GPU's GPUDirect RDMA support. Unset: 1 (DMA-BUF where the plugin declares NCCL_PTR_DMABUF and the GPU exports DMA-BUFs).";
     MEM_SYNC_DOMAIN: Opt<I64> = "NCCL_MEM_SYNC_DOMAIN", "", recognised, "CUDA memory synchronisation domain (NCCL default 1).";
     SET_STACK_SIZE: Opt<I64> = "NCCL_SET_STACK_SIZE", "", recognised, "Set the CUDA stack size (NCCL default 0).";
     LAUNCH_ORDER_IMPLICIT: Opt<I64> = "NCCL_LAUNCH_ORDER_IMPLICIT", "", recognised, "Implicit launch ordering (NCCL default 0).";
@@ -1166,7 +1167,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 61);
+        assert_eq!(honoured.len(), 65);
         assert!(ALL.iter().all(|p| !(p.honoured && p.internal)));
         assert!(ALL.len() > 80);
     }

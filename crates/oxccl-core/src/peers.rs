@@ -148,6 +148,51 @@ impl Layout {
 /// token (8), two socket addresses (23 each).
 pub const TABLE_ENTRY_BYTES: usize = 72;
 
+/// Bytes of rank tables the bootstrap's root sends at most (one table when
+/// a single table is larger). 128 MiB: every rank of a job up to 1,023
+/// ranks (88-byte entries) gets its table from the root, as before the
+/// tree, because on one host each level of the tree costs thread wake-ups:
+/// 1,024 ranks as threads on 2 vCPUs took 5.0–5.4 s to the first
+/// all-reduce with an 8 MiB budget (63 ranks served by the root) against
+/// 3.9–4.1 s with every table from the root. At 8,192 ranks the root sends
+/// 127 tables (92 MB) where every rank's was 5.9 GB.
+pub const ROOT_TABLE_BUDGET: usize = 128 << 20;
+
+/// How many ranks get the bootstrap's rank table (`table_len` bytes) from
+/// the root itself: ranks `0..k`, the top levels of the binary tree rooted
+/// at rank 0 (`k = 2^m - 1`) whose tables fit in [`ROOT_TABLE_BUDGET`], at
+/// least 1 and at most `nranks`. Every other rank gets the table from its
+/// parent in that tree. 1,000 ranks with 16-byte host names: all of them;
+/// 1,024: 1,023; 8,192: 127.
+pub fn table_direct_ranks(nranks: usize, table_len: usize) -> usize {
+    table_direct_ranks_within(nranks, table_len, ROOT_TABLE_BUDGET)
+}
+
+/// [`table_direct_ranks`] with a budget of `budget` bytes of tables.
+pub fn table_direct_ranks_within(nranks: usize, table_len: usize, budget: usize) -> usize {
+    let fit = (budget / table_len.max(1)).max(1);
+    // floor(log2(fit + 1)) levels.
+    let levels = usize::BITS - (fit + 1).leading_zeros() - 1;
+    ((1usize << levels) - 1).clamp(1, nranks.max(1))
+}
+
+/// Where rank `rank` of `nranks` gets the table when the root sends it to
+/// `direct` ranks ([`table_direct_ranks`]): `None` from the root, `Some(p)`
+/// from its parent `p` in the binary tree rooted at rank 0.
+pub fn table_parent(rank: usize, nranks: usize, direct: usize) -> Option<usize> {
+    (rank >= direct && rank < nranks && rank > 0).then(|| (rank - 1) / 2)
+}
+
+/// The ranks that rank `rank` of `nranks` forwards the table to: its
+/// children in the binary tree rooted at rank 0 that do not have it from
+/// the root.
+pub fn table_children(rank: usize, nranks: usize, direct: usize) -> Vec<usize> {
+    [2 * rank + 1, 2 * rank + 2]
+        .into_iter()
+        .filter(|&c| c < nranks && c >= direct)
+        .collect()
+}
+
 /// What each rank of a job holds and what start-up costs, by model: the
 /// figures behind the cost formulas of docs/architecture.md, for any
 /// layout (1,024 nodes x 8 GPUs plans in a test).
@@ -172,13 +217,23 @@ pub struct ScalePlan {
     pub barrier_rounds: usize,
     /// Connections the root accepts: one join per rank.
     pub root_joins: usize,
-    /// Bytes of the rank table each rank receives from the root:
+    /// Bytes of the rank table every rank receives:
     /// `n · (TABLE_ENTRY_BYTES + host name)`.
     pub table_bytes: usize,
-    /// Bytes the root sends in all: the table to every rank, `n` times
-    /// [`table_bytes`](Self::table_bytes). The one cost of start-up that
-    /// grows with the square of the rank count.
+    /// Ranks the root sends the whole table to ([`table_direct_ranks`]).
+    pub root_tables: usize,
+    /// Bytes of entries the root sends in all: the table to
+    /// [`root_tables`](Self::root_tables) ranks (at most
+    /// [`ROOT_TABLE_BUDGET`] of tables, or one), and every other rank its
+    /// route (its parent's entry and its children's in the binary tree
+    /// rooted at rank 0): linear in `n`.
     pub root_bytes: usize,
+    /// Most bytes of table any rank forwards: the table to each of its (at
+    /// most two) children in that tree.
+    pub forward_bytes: usize,
+    /// Rounds until the last rank has the table: the root to the top levels
+    /// of the tree, then one per level below them (at most `⌈log2 n⌉ + 1`).
+    pub table_rounds: usize,
 }
 
 /// Plans `layout` with `channels` streams per peer of `capacity` bytes each
@@ -207,7 +262,21 @@ pub fn plan_scale(
     } else {
         (usize::BITS - n.leading_zeros()) as usize - 1
     };
-    let table_bytes = n * (TABLE_ENTRY_BYTES + hostname_len);
+    let entry = TABLE_ENTRY_BYTES + hostname_len;
+    let table_bytes = n * entry;
+    let direct = table_direct_ranks(n, table_bytes);
+    // Each rank below the root's: a route of its parent and children; a
+    // hop more than its parent.
+    let (mut route_entries, mut most_children) = (0, 0);
+    let mut hops = vec![1usize; n];
+    for r in 0..n {
+        let ch = table_children(r, n, direct);
+        most_children = most_children.max(ch.len());
+        if let Some(p) = table_parent(r, n, direct) {
+            route_entries += 1 + ch.len();
+            hops[r] = hops[p] + 1;
+        }
+    }
     ScalePlan {
         nranks: n,
         init_peers: init,
@@ -218,7 +287,10 @@ pub fn plan_scale(
         barrier_rounds: 2 * depth,
         root_joins: n,
         table_bytes,
-        root_bytes: n * table_bytes,
+        root_tables: direct.min(n),
+        root_bytes: direct.min(n) * table_bytes + route_entries * entry,
+        forward_bytes: most_children * table_bytes,
+        table_rounds: hops.iter().copied().max().unwrap_or(0),
     }
 }
 
@@ -355,10 +427,23 @@ mod tests {
         assert_eq!(p.bootstrap_peers, 3);
         // ⌈log2(8193)⌉ - 1 = 13 rounds of broadcast, 26 of barrier.
         assert_eq!((p.broadcast_rounds, p.barrier_rounds), (13, 26));
-        // The root: one join per rank, 8192 · 88 bytes of table to each.
+        // The root: one join per rank, the 8192 · 88-byte table to ranks
+        // 0..127 (the 128 MiB budget holds 186: 7 whole levels) and a route
+        // (parent and children entries) to each other rank: 93 MB, where a
+        // table to every rank was 5.9 GB. Ranks 127..254 have children
+        // 2·r+1, 2·r+2 ≥ 255 and a parent: routes of 3 entries, as every
+        // rank with two children.
         assert_eq!(p.root_joins, 8192);
         assert_eq!(p.table_bytes, 8192 * 88);
-        assert_eq!(p.root_bytes, 8192 * 8192 * 88);
+        assert_eq!(p.root_tables, 127);
+        let routes = (8192 - 127) + (8191 - 254);
+        assert_eq!(p.root_bytes, 127 * 8192 * 88 + routes * 88);
+        assert!(p.root_bytes < 200 * p.table_bytes);
+        assert!(p.root_bytes <= ROOT_TABLE_BUDGET + 3 * 8192 * 88);
+        // A rank forwards at most two tables; the root reaches 7 levels,
+        // 7 more below them: 8 rounds (within ⌈log2 8192⌉ + 1 = 14).
+        assert_eq!(p.forward_bytes, 2 * 8192 * 88);
+        assert_eq!(p.table_rounds, 8);
         // Against a job 8 times smaller: the same per-rank cost, a tree 3
         // rounds shallower.
         let small = plan_scale(
@@ -373,6 +458,37 @@ mod tests {
         assert_eq!(small.init_peers, p.init_peers);
         assert_eq!(small.ring_bytes, p.ring_bytes);
         assert_eq!(small.broadcast_rounds + 3, p.broadcast_rounds);
+        // 1,024 ranks: 1,023 from the root (10 levels), rank 1,023 below.
+        assert_eq!((small.root_tables, small.table_rounds), (1023, 2));
+    }
+
+    /// The root's bytes grow linearly and the table's rounds as ⌈log2 n⌉ + 1
+    /// at most, for every rank count up to 64 and a few beyond.
+    #[test]
+    fn the_root_sends_linear_bytes_and_the_table_takes_log_rounds() {
+        for n in (1..=64).chain([127, 128, 129, 1000, 1024, 1025, 4097]) {
+            let p = plan_scale(
+                Layout {
+                    nodes: n,
+                    ranks_per_node: 1,
+                },
+                1,
+                1,
+                8,
+            );
+            let entry = TABLE_ENTRY_BYTES + 8;
+            let tables = p.root_tables * p.table_bytes;
+            assert!(
+                tables <= ROOT_TABLE_BUDGET.max(p.table_bytes),
+                "n {n}: {p:?}"
+            );
+            assert!(p.root_bytes <= tables + 3 * n * entry, "n {n}: {p:?}");
+            assert!(p.root_bytes >= p.table_bytes, "n {n}");
+            assert!(p.forward_bytes <= 2 * p.table_bytes, "n {n}");
+            let ceil_log2 = (usize::BITS - (n - 1).leading_zeros()) as usize;
+            assert!(p.table_rounds <= ceil_log2 + 1, "n {n}: {p:?}");
+            assert!(p.table_rounds <= p.broadcast_rounds + 1, "n {n}");
+        }
     }
 
     #[test]
@@ -400,6 +516,7 @@ mod tests {
             (0, 0, 0, 0)
         );
         assert_eq!(p.root_bytes, TABLE_ENTRY_BYTES);
+        assert_eq!((p.forward_bytes, p.table_rounds), (0, 1));
         // 8 ranks on one host: every peer (one-shot), none over the network.
         let p = one(1, 8);
         assert_eq!((p.init_peers, p.network_peers), (7, 0));

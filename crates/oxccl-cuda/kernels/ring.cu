@@ -92,6 +92,7 @@ struct RingCommon {
     u64 ll_bytes;      // bytes per low-latency slot (16-byte lines, half of them flags)
     u32 ll_nslots;
     u32 pos;           // this rank's ring position: order[pos] == rank
+    const u64* data;   // [2 x nranks] Simple slots kept apart (see slots_of), or null
 };
 
 // The rank at ring position p (positions are what the ring's chunk
@@ -127,6 +128,19 @@ __device__ __forceinline__ char* region_of(const RingCommon& c, u32 owner, u32 o
     const u32 idx = other < owner ? other : other - 1;
     const u64 base = owner == c.rank ? c.peers[c.nranks + other] : c.peers[owner];
     return (char*)base + ((u64)idx * c.nch + ch) * c.region;
+}
+
+// Where (owner, other, ch)'s Simple slots are: after the region's header,
+// or, for a peer the network path serves with GPUDirect RDMA, in GPU memory
+// of their own (`data`, indexed as `peers`; 0 where the slots follow the
+// header; nch x nslots x slot bytes each) while the header stays in the
+// host-mapped window the proxies watch.
+__device__ __forceinline__ char* slots_of(const RingCommon& c, u32 owner, u32 other, u32 ch) {
+    if (c.data) {
+        const u64 d = owner == c.rank ? c.data[c.nranks + other] : c.data[owner];
+        if (d) return (char*)d + (u64)ch * c.nslots * c.slot;
+    }
+    return region_of(c, owner, other, ch) + RING_HDR;
 }
 
 __device__ __forceinline__ u64 gtimer() {
@@ -352,11 +366,11 @@ __device__ __forceinline__ void chan_open(Chan& k, const RingCommon& c, u32 prev
     const u32 me = c.rank, ch = blockIdx.x;
     char* rr = region_of(c, me, prev, ch);
     k.rtail = (const u64*)rr;
-    k.rdata = rr + RING_HDR;
+    k.rdata = slots_of(c, me, prev, ch);
     k.rhead = (u64*)(region_of(c, prev, me, ch) + RING_HEAD);
     char* sr = region_of(c, next, me, ch);
     k.stail = (u64*)sr;
-    k.sdata = sr + RING_HDR;
+    k.sdata = slots_of(c, next, me, ch);
     k.shead = (const u64*)(region_of(c, me, next, ch) + RING_HEAD);
     k.rstep = *counter(c, 1, prev, ch);
     k.sstep = *counter(c, 0, next, ch);
@@ -1995,12 +2009,12 @@ extern "C" __global__ void __launch_bounds__(512) oxccl_ring_p2p(P2pArgs a) {
                 if (op.recv) {
                     x.wait = (const u64*)mine;
                     x.post = (u64*)(theirs + RING_HEAD);
-                    x.slots = mine + RING_HDR;
+                    x.slots = slots_of(c, c.rank, op.peer, ch);
                     x.step = *counter(c, 1, op.peer, ch);
                 } else {
                     x.wait = (const u64*)(mine + RING_HEAD);
                     x.post = (u64*)theirs;
-                    x.slots = theirs + RING_HDR;
+                    x.slots = slots_of(c, op.peer, c.rank, ch);
                     x.step = *counter(c, 0, op.peer, ch);
                 }
             }

@@ -231,6 +231,27 @@ pub unsafe fn mem_free(p: CUdeviceptr) -> DriverResult<()> {
     ok(r, "cuMemFree", ())
 }
 
+/// `cuMemGetHandleForAddressRange` for a DMA-BUF: a file descriptor of
+/// `bytes` device bytes at `p` (both multiples of the host page), which the
+/// caller closes.
+///
+/// # Safety
+/// `p..p + bytes` lies in one live allocation of the current context.
+pub unsafe fn dmabuf_fd(p: CUdeviceptr, bytes: usize) -> DriverResult<i32> {
+    let mut fd: i32 = -1;
+    // SAFETY: writes one int; the range is the caller's contract.
+    let r = unsafe {
+        sys::cuMemGetHandleForAddressRange(
+            (&mut fd as *mut i32).cast(),
+            p,
+            bytes,
+            sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+            0,
+        )
+    };
+    ok(r, "cuMemGetHandleForAddressRange", fd)
+}
+
 /// `cuMemsetD8`: `bytes` bytes at `p` set to `v`.
 ///
 /// # Safety

@@ -1410,6 +1410,15 @@ impl DevComm {
         }
     }
 
+    /// GPUDirect RDMA on the ring's plugin path: (sends read GPU memory,
+    /// receives land in it); (false, false) without a ring or a plugin.
+    pub fn gpu_direct(&self) -> (bool, bool) {
+        match self.ring.get() {
+            Some(Ok(x)) => x.gpu_direct(),
+            _ => (false, false),
+        }
+    }
+
     /// Whether rank `r` is on this rank's host (true without a ring).
     pub fn same_host(&self, r: usize) -> bool {
         match self.ring.get() {

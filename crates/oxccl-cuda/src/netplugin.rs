@@ -18,6 +18,16 @@
 //! A sender's `isend` of step `s + nslots` therefore lands only in a slot its
 //! receiver has freed. One thread per peer drives every channel's requests.
 //!
+//! With GPUDirect RDMA (`oxccl_core::gpu::gdr` decides) a link's slots move
+//! to GPU memory of their own ([`GpuSlots`]; the kernels find them through
+//! `slots_of` in ring.cu) and are registered with the plugin as such: the
+//! plugin sends from and receives into GPU memory, nothing is copied
+//! through pinned host memory. The header words (tails, heads, sizes) stay
+//! in the host-mapped windows the proxy watches. A receive into GPU memory
+//! is flushed (`iflush`) before its tail is written when the decision says
+//! so. The proxy thread runs with the ring's context current, as plugins
+//! that touch GPU memory expect.
+//!
 //! A rank that tears down in order sends a zero-byte message on every
 //! channel (no slot is ever empty: a step moves at least one element), its
 //! goodbye: a peer may leave while the others still work with each other,
@@ -30,7 +40,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use oxccl_core::{Error, Result};
-use oxccl_net::{CommRef, Handle, ListenComm, MrHandle, Net, Poll, RecvComm, Request, SendComm};
+use oxccl_net::{
+    CommRef, DeviceMemory, Handle, ListenComm, MrHandle, Net, Poll, RecvComm, Request, SendComm,
+};
 
 use crate::netproxy::{Layout, OnError, HEAD, SIZES, SLOTS, TAIL};
 
@@ -44,6 +56,29 @@ struct Chan {
     rmr: MrHandle,
 }
 
+/// GPU memory a peer's slots live in instead of the windows (GPUDirect
+/// RDMA): each buffer holds `nch x nslots x slot` bytes, channel `c` at
+/// `c x nslots x slot` ([`gpu_slots_bytes`] to allocate).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuSlots {
+    /// Device address of the slots this rank sends from; 0: the shadow's.
+    pub send: u64,
+    /// Device address of the slots the plugin receives into; 0: the window's.
+    pub recv: u64,
+    /// Register through DMA-BUF descriptors (else by address).
+    pub dmabuf: bool,
+    /// Flush each receive into GPU memory before the kernel reads it.
+    pub flush: bool,
+}
+
+/// Bytes to allocate for one [`GpuSlots`] buffer: the slots of every
+/// channel, rounded up to 2 MiB (DMA-BUF export takes whole pages, and
+/// allocations this size start on a 2 MiB boundary).
+pub fn gpu_slots_bytes(layout: &Layout) -> usize {
+    let b = layout.nch as u64 * layout.nslots as u64 * layout.slot;
+    b.div_ceil(2 << 20).max(1) as usize * (2 << 20)
+}
+
 /// The connections of one peer, set up and ready for [`PluginProxy::start`].
 pub struct PluginLink {
     net: Arc<dyn Net>,
@@ -52,7 +87,31 @@ pub struct PluginLink {
     peer: u32,
     shadow: usize,
     window: usize,
+    gpu: GpuSlots,
+    /// The ring's context, current in the proxy thread (as usize: the raw
+    /// pointer is not Send; 0: none).
+    ctx: usize,
     chans: Vec<Chan>,
+}
+
+impl PluginLink {
+    /// Where channel `c`'s send slots start.
+    fn send_slots(&self, c: u32) -> usize {
+        if self.gpu.send != 0 {
+            (self.gpu.send + c as u64 * self.layout.nslots as u64 * self.layout.slot) as usize
+        } else {
+            slots(&self.layout, self.shadow, self.peer, self.me, c).0
+        }
+    }
+
+    /// Where channel `c`'s receive slots start.
+    fn recv_slots(&self, c: u32) -> usize {
+        if self.gpu.recv != 0 {
+            (self.gpu.recv + c as u64 * self.layout.nslots as u64 * self.layout.slot) as usize
+        } else {
+            slots(&self.layout, self.window, self.me, self.peer, c).0
+        }
+    }
 }
 
 impl std::fmt::Debug for PluginLink {
@@ -74,14 +133,15 @@ pub struct Listens {
 }
 
 impl Listens {
-    /// Opens one listen per channel on `dev`; the handles go to the peer.
-    pub fn open(net: Arc<dyn Net>, dev: usize, nch: u32) -> Result<(Listens, Vec<Handle>)> {
+    /// Opens one listen per channel, channel `c` on device `devs[c]`; the
+    /// handles go to the peer.
+    pub fn open(net: Arc<dyn Net>, devs: &[usize]) -> Result<(Listens, Vec<Handle>)> {
         let mut l = Listens {
             net,
             comms: Vec::new(),
         };
         let mut handles = Vec::new();
-        for _ in 0..nch {
+        for &dev in devs {
             let (h, c) = l.net.listen(dev)?;
             handles.push(h);
             l.comms.push(c);
@@ -117,27 +177,36 @@ pub struct PeerPlan<'a> {
     pub mine: &'a Listens,
     /// The peer's listen handles for this rank.
     pub theirs: Vec<Handle>,
+    /// GPU memory for this peer's slots (GPUDirect RDMA), or none.
+    pub gpu: GpuSlots,
 }
 
 impl PluginLink {
-    /// Connects to every peer's listens and accepts every peer's
-    /// connections, all at once and without blocking (a rank waiting for one
+    /// Connects (channel `c` from device `devs[c]`) to every peer's listens
+    /// and accepts every peer's connections, all at once and without blocking (a rank waiting for one
     /// peer while that peer waits for another would deadlock), until
     /// `deadline`; then registers each link's shadow and window slots.
     ///
     /// # Safety
     /// `window` and every plan's `shadow` stay mapped (and `layout`-shaped)
-    /// until the links and their proxies are gone.
+    /// until the links and their proxies are gone, and so do the plans'
+    /// GPU buffers ([`gpu_slots_bytes`] each, allocated in `ctx`, which is
+    /// current). `ctx` is the ring's context (null: none).
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn connect_all(
         net: &Arc<dyn Net>,
-        dev: usize,
+        devs: &[usize],
         layout: Layout,
         me: u32,
         window: usize,
         mut plans: Vec<PeerPlan>,
         deadline: Instant,
+        ctx: crate::driver::CUcontext,
     ) -> Result<Vec<PluginLink>> {
         let n = layout.nch as usize;
+        if devs.len() != n {
+            return Err(Error::internal("GPU plugin path: a device per channel"));
+        }
         for p in &plans {
             if p.mine.comms.len() != n || p.theirs.len() != n {
                 return Err(Error::internal("GPU plugin path: handle count"));
@@ -156,7 +225,7 @@ impl PluginLink {
             for (k, p) in plans.iter_mut().enumerate() {
                 for c in 0..n {
                     if sends[k][c].is_none() {
-                        sends[k][c] = net.connect(dev, &mut p.theirs[c])?;
+                        sends[k][c] = net.connect(devs[c], &mut p.theirs[c])?;
                         left += sends[k][c].is_none() as usize;
                     }
                     if recvs[k][c].is_none() {
@@ -185,20 +254,50 @@ impl PluginLink {
                 peer: p.peer,
                 shadow: p.shadow,
                 window,
+                gpu: p.gpu,
+                ctx: ctx as usize,
                 chans: Vec::new(),
             };
+            // One DMA-BUF descriptor per GPU buffer, closed once every
+            // channel's slice is registered (the plugin keeps what it needs).
+            let fds = DmaBufs::open(&layout, &p.gpu)?;
+            let per = layout.nslots as u64 * layout.slot;
             for (c, (s, r)) in ss.into_iter().zip(rs).enumerate() {
                 let (Some(send), Some(recv)) = (s, r) else {
                     return Err(Error::internal("GPU plugin path: connection lost"));
                 };
                 let c = c as u32;
-                let (sa, sl) = slots(&layout, p.shadow, p.peer, me, c);
-                let (wa, wl) = slots(&layout, window, me, p.peer, c);
-                // SAFETY: the caller keeps both windows mapped while the link
-                // lives; the registrations are released in Drop before that.
-                let smr = unsafe { net.reg_mr(CommRef::Send(&send), sa as *mut u8, sl) };
+                let len = per as usize;
+                let how = |fd: i32| {
+                    if p.gpu.dmabuf {
+                        DeviceMemory::DmaBuf {
+                            fd,
+                            offset: c as u64 * per,
+                        }
+                    } else {
+                        DeviceMemory::Address
+                    }
+                };
+                let sa = link.send_slots(c);
+                let wa = link.recv_slots(c);
+                // SAFETY: the caller keeps the windows and GPU buffers
+                // alive while the link lives; the registrations are released
+                // in Drop before that.
+                let smr = unsafe {
+                    if p.gpu.send != 0 {
+                        net.reg_mr_device(CommRef::Send(&send), sa as *mut u8, len, how(fds.send))
+                    } else {
+                        net.reg_mr(CommRef::Send(&send), sa as *mut u8, len)
+                    }
+                };
                 // SAFETY: as above.
-                let rmr = unsafe { net.reg_mr(CommRef::Recv(&recv), wa as *mut u8, wl) };
+                let rmr = unsafe {
+                    if p.gpu.recv != 0 {
+                        net.reg_mr_device(CommRef::Recv(&recv), wa as *mut u8, len, how(fds.recv))
+                    } else {
+                        net.reg_mr(CommRef::Recv(&recv), wa as *mut u8, len)
+                    }
+                };
                 match (smr, rmr) {
                     (Ok(smr), Ok(rmr)) => link.chans.push(Chan {
                         send,
@@ -207,6 +306,11 @@ impl PluginLink {
                         rmr,
                     }),
                     (a, b) => {
+                        let why = [&a, &b]
+                            .iter()
+                            .filter_map(|r| r.as_ref().err().map(|e| e.message().to_string()))
+                            .collect::<Vec<_>>()
+                            .join("; ");
                         if let Ok(m) = a {
                             let _ = net.dereg_mr(CommRef::Send(&send), m);
                         }
@@ -216,8 +320,13 @@ impl PluginLink {
                         let _ = net.close_send(send);
                         let _ = net.close_recv(recv);
                         return Err(Error::system(format!(
-                            "GPU plugin path: {} could not register host memory for rank {}",
+                            "GPU plugin path: {} could not register {} memory for rank {}: {why}",
                             net.name(),
+                            if p.gpu.send != 0 || p.gpu.recv != 0 {
+                                "GPU and host"
+                            } else {
+                                "host"
+                            },
                             p.peer
                         )));
                     }
@@ -226,6 +335,41 @@ impl PluginLink {
             links.push(link);
         }
         Ok(links)
+    }
+}
+
+/// The DMA-BUF descriptors of a link's GPU buffers (-1: none), closed on drop.
+struct DmaBufs {
+    send: i32,
+    recv: i32,
+}
+
+impl DmaBufs {
+    fn open(layout: &Layout, gpu: &GpuSlots) -> Result<DmaBufs> {
+        let mut d = DmaBufs { send: -1, recv: -1 };
+        if !gpu.dmabuf {
+            return Ok(d);
+        }
+        let len = gpu_slots_bytes(layout);
+        for (at, fd) in [(gpu.send, &mut d.send), (gpu.recv, &mut d.recv)] {
+            if at != 0 {
+                // SAFETY: `at` is a live allocation of `len` bytes in the
+                // current context (connect_all's contract).
+                *fd = unsafe { crate::driver::dmabuf_fd(at, len) }.map_err(Error::from)?;
+            }
+        }
+        Ok(d)
+    }
+}
+
+impl Drop for DmaBufs {
+    fn drop(&mut self) {
+        for fd in [self.send, self.recv] {
+            if fd >= 0 {
+                // SAFETY: a descriptor the driver gave us, closed once.
+                unsafe { libc::close(fd) };
+            }
+        }
     }
 }
 
@@ -281,6 +425,11 @@ impl PluginProxy {
         let t = std::thread::Builder::new()
             .name("oxccl-gpu-netplugin".into())
             .spawn(move || {
+                if link.ctx != 0 {
+                    // SAFETY: the ring's context outlives its proxies (the
+                    // ring stops them before it releases the context).
+                    let _ = unsafe { crate::driver::ctx_set_current(link.ctx as _) };
+                }
                 // SAFETY: the link's windows stay mapped until the ring joined
                 // this thread (PluginProxy::stop, before the ring frees them).
                 if let Err(e) = unsafe { drive(&link, &s, &ip) } {
@@ -344,7 +493,9 @@ unsafe fn drive(link: &PluginLink, stop: &AtomicBool, idle_passes: &AtomicU64) -
         peer,
         shadow,
         window,
+        gpu,
         ref chans,
+        ..
     } = *link;
     let nslots = layout.nslots as u64;
     let mut st: Vec<Progress> = (0..chans.len()).map(|_| Progress::default()).collect();
@@ -366,8 +517,8 @@ unsafe fn drive(link: &PluginLink, stop: &AtomicBool, idle_passes: &AtomicU64) -
                 let len = unsafe { w32(sbase + SIZES as usize + 4 * slot as usize) }
                     .load(Ordering::Acquire)
                     .min(layout.slot as u32) as usize;
-                let at = sbase + (SLOTS + slot * layout.slot) as usize;
-                // SAFETY: slot `slot` of the registered shadow slots; the
+                let at = link.send_slots(c) + (slot * layout.slot) as usize;
+                // SAFETY: slot `slot` of the registered send slots; the
                 // kernel does not rewrite it before this send completes
                 // (the head written below says when).
                 let r = unsafe { net.isend(&ch.send, at as *const u8, len, 0, &ch.smr) }
@@ -397,8 +548,8 @@ unsafe fn drive(link: &PluginLink, stop: &AtomicBool, idle_passes: &AtomicU64) -
             let drained = unsafe { w64(sbase + HEAD as usize) }.load(Ordering::Acquire);
             while p.posted_r < drained + nslots && (p.rreqs.len() as u64) < nslots {
                 let slot = p.posted_r % nslots;
-                let at = wbase + (SLOTS + slot * layout.slot) as usize;
-                // SAFETY: slot `slot` of our registered window slots, which
+                let at = link.recv_slots(c) + (slot * layout.slot) as usize;
+                // SAFETY: slot `slot` of our registered receive slots, which
                 // the kernel has drained (head) and reads again only after
                 // the tail below.
                 let r =
@@ -416,7 +567,16 @@ unsafe fn drive(link: &PluginLink, stop: &AtomicBool, idle_passes: &AtomicU64) -
                         // nothing more from us.
                         return Ok(());
                     }
-                    Poll::Done(_) => {
+                    Poll::Done(n) => {
+                        if gpu.recv != 0 && gpu.flush {
+                            let slot = p.done_r % nslots;
+                            let at = link.recv_slots(c) + (slot * layout.slot) as usize;
+                            // SAFETY: the receive just completed into this
+                            // registered slot; the kernel reads it only
+                            // after the tail below.
+                            unsafe { flush(net.as_ref(), ch, at, n, stop) }
+                                .map_err(|e| net_err(peer, "iflush", e))?;
+                        }
                         p.done_r += 1;
                         // SAFETY: the window region's tail word, inside the live window.
                         unsafe { w64(wbase + TAIL as usize) }.store(p.done_r, Ordering::Release);
@@ -444,6 +604,28 @@ unsafe fn drive(link: &PluginLink, stop: &AtomicBool, idle_passes: &AtomicU64) -
     Ok(())
 }
 
+/// Flushes `n` received bytes at `at` and waits for the flush (short: the
+/// NIC's last writes reaching GPU memory), or until `stop`.
+///
+/// # Safety
+/// `at..at+n` is a completed receive's slot, registered as `ch.rmr`.
+unsafe fn flush(net: &dyn Net, ch: &Chan, at: usize, n: usize, stop: &AtomicBool) -> Result<()> {
+    // SAFETY: forwarded.
+    let Some(mut r) = (unsafe { net.iflush(&ch.recv, at as *mut u8, n, &ch.rmr) })? else {
+        return Ok(());
+    };
+    loop {
+        match net.test(r)? {
+            Poll::Done(_) => return Ok(()),
+            Poll::Pending(x) if !stop.load(Ordering::Acquire) => {
+                r = x;
+                std::hint::spin_loop();
+            }
+            Poll::Pending(_) => return Ok(()),
+        }
+    }
+}
+
 /// Stopped in order (the ring drained us first): a zero-byte message on
 /// every channel. 500 ms at most: a peer that does not receive cannot hold
 /// teardown longer, and a failure here changes nothing (we are leaving).
@@ -451,7 +633,7 @@ fn goodbye(link: &PluginLink) {
     let until = Instant::now() + Duration::from_millis(500);
     let mut reqs = Vec::new();
     for (c, ch) in link.chans.iter().enumerate() {
-        let at = link.shadow + (link.layout.offset(link.peer, link.me, c as u32) + SLOTS) as usize;
+        let at = link.send_slots(c as u32);
         loop {
             // SAFETY: zero bytes at the start of this channel's registered
             // shadow slots (nothing is read).
@@ -508,6 +690,20 @@ mod tests {
         through_a_plugin(true);
     }
 
+    /// Channels spread over every device of the plugin (the test plugin's
+    /// interfaces: loopback and whichever are up), as ring setup spreads
+    /// them over equally near NICs.
+    fn spread(net: &dyn Net, nch: u32) -> Vec<usize> {
+        let nics: Vec<(usize, Option<oxccl_core::topo::GpuSite>)> =
+            oxccl_net::usable_devices(net, None)
+                .into_iter()
+                .map(|(d, _)| (d, None))
+                .collect();
+        let devs = oxccl_core::topo::nic_per_channel(&Default::default(), &nics, 0, nch);
+        assert_eq!(devs.len(), nch as usize);
+        devs
+    }
+
     fn through_a_plugin(one_leaves_first: bool) {
         let net = plugin();
         let TwoRanks {
@@ -517,24 +713,37 @@ mod tests {
             sh0,
             sh1,
         } = TwoRanks::new();
-        let (l0, h0) = Listens::open(net.clone(), 0, layout.nch).unwrap();
-        let (l1, h1) = Listens::open(net.clone(), 0, layout.nch).unwrap();
+        let devs = spread(net.as_ref(), layout.nch);
+        let (l0, h0) = Listens::open(net.clone(), &devs).unwrap();
+        let (l1, h1) = Listens::open(net.clone(), &devs).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         let (w0a, w1a, sh0a, sh1a) = (w0.addr(), w1.addr(), sh0.addr(), sh1.addr());
         let errs = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         // Rank 0 in a thread of its own (it owns its listens: they are not
         // shared between threads), rank 1 here, both at once.
         let n0 = net.clone();
+        let d0 = devs.clone();
         let t0 = std::thread::spawn(move || {
             let plan = PeerPlan {
                 peer: 1,
                 shadow: sh0a,
                 mine: &l0,
                 theirs: h1,
+                gpu: GpuSlots::default(),
             };
             // SAFETY: the buffers outlive the links (stopped below).
-            let r =
-                unsafe { PluginLink::connect_all(&n0, 0, layout, 0, w0a, vec![plan], deadline) };
+            let r = unsafe {
+                PluginLink::connect_all(
+                    &n0,
+                    &d0,
+                    layout,
+                    0,
+                    w0a,
+                    vec![plan],
+                    deadline,
+                    std::ptr::null_mut(),
+                )
+            };
             (r, l0)
         });
         let plan = PeerPlan {
@@ -542,10 +751,21 @@ mod tests {
             shadow: sh1a,
             mine: &l1,
             theirs: h0,
+            gpu: GpuSlots::default(),
         };
         // SAFETY: as above.
-        let links1 =
-            unsafe { PluginLink::connect_all(&net, 0, layout, 1, w1a, vec![plan], deadline) };
+        let links1 = unsafe {
+            PluginLink::connect_all(
+                &net,
+                &devs,
+                layout,
+                1,
+                w1a,
+                vec![plan],
+                deadline,
+                std::ptr::null_mut(),
+            )
+        };
         let (links0, l0) = t0.join().unwrap();
         let on = |errs: Arc<std::sync::Mutex<Vec<String>>>| -> OnError {
             Arc::new(move |e: Error| errs.lock().unwrap().push(e.message().to_string()))

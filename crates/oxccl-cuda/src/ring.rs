@@ -97,7 +97,7 @@ pub fn kernel_name(t: DataType, op: RedOp) -> String {
     )
 }
 
-/// `struct RingCommon` of `ring.cu`, field for field (64 bytes).
+/// `struct RingCommon` of `ring.cu`, field for field (96 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RingCommon {
@@ -117,9 +117,12 @@ pub struct RingCommon {
     ll_nslots: u32,
     /// This rank's ring position.
     pos: u32,
+    /// Device table of Simple slots kept apart from the windows (GPUDirect
+    /// RDMA; `slots_of` in ring.cu), or 0.
+    data: u64,
 }
 
-/// `struct RingArgs` of `ring.cu` (144 bytes).
+/// `struct RingArgs` of `ring.cu` (152 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct RingArgs {
@@ -259,6 +262,11 @@ struct NetProxies {
     /// when it is host memory, else a second, host-memory window beside the
     /// device one (ranks of this host then stay peer-to-peer). (0, 0): none.
     window: (usize, u64),
+    /// GPUDirect RDMA through the plugin, as decided (None: no plugin path).
+    gdr: Option<oxccl_core::gpu::gdr::GdrChoice>,
+    /// GPU memory for the plugin links' slots and the kernels' table of
+    /// it (`RingCommon::data`), freed after the proxies stop.
+    gpu_bufs: Vec<u64>,
 }
 
 // SAFETY: the raw pointers are driver allocations owned by this value; every
@@ -311,6 +319,73 @@ impl Stopper {
             unsafe { std::ptr::write_volatile(c as *mut u32, 1) };
         }
     }
+}
+
+/// Where this rank's GPU sits, for choosing NICs by PCI distance.
+struct GpuPlace {
+    gpu: cu::CUdevice,
+    busid: String,
+    site: oxccl_core::topo::GpuSite,
+}
+
+impl GpuPlace {
+    /// The current context's GPU.
+    fn current() -> Result<GpuPlace> {
+        let gpu = cu::ctx_get_device()?;
+        let busid = bus_id(gpu).map(|b| bus_text(&b)).unwrap_or_default();
+        let site = crate::topo::local_record(&busid, 0, Vec::new()).site;
+        Ok(GpuPlace { gpu, busid, site })
+    }
+
+    /// A plugin device's place from its PCI path (its NUMA node from sysfs;
+    /// -1 or absent: the GPU's); `None` without a path.
+    fn nic_site(&self, props: &oxccl_net::Properties) -> Option<oxccl_core::topo::GpuSite> {
+        let at = oxccl_core::topo::pci_path_site(props.pci_path.as_deref()?, self.site.numaid)?;
+        let numa = std::fs::read_to_string(format!("/sys/bus/pci/devices/{}/numa_node", at.busid))
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .filter(|v| *v >= 0)
+            .map_or(self.site.numaid, |v| v as u32);
+        Some(oxccl_core::topo::GpuSite { numaid: numa, ..at })
+    }
+}
+
+/// GPUDirect RDMA for this rank's GPU and the plugin's device `dev`
+/// ([`oxccl_core::gpu::gdr::decide`]), logged on NET as NCCL does.
+fn gdr_choice(
+    net: &dyn oxccl_net::Net,
+    dev: usize,
+    cfg: &RingConfig,
+    gpu: &GpuPlace,
+) -> Result<oxccl_core::gpu::gdr::GdrChoice> {
+    use cu::CUdevice_attribute as A;
+    use oxccl_core::gpu::gdr::{decide, GdrFacts, GdrLevel};
+    let props = net.properties(dev)?;
+    let attr = |a| cu::device_attribute(gpu.gpu, a).unwrap_or(0);
+    let nic = gpu.nic_site(&props);
+    let facts = GdrFacts {
+        net_cuda: props.supports_cuda(),
+        net_dmabuf: props.supports_dmabuf(),
+        net_force_flush: props.force_flush,
+        net_has_flush: net.has_iflush(),
+        gpu_rdma: attr(A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED) != 0,
+        gpu_dmabuf: attr(A::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED) != 0,
+        gpu_cc: (
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) as u32,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) as u32,
+        ),
+        distance: GdrLevel::of_path(nic.map(|n| oxccl_core::topo::site_path(&gpu.site, &n))),
+    };
+    let c = decide(&facts, &cfg.gdr).map_err(Error::invalid_usage)?;
+    oxccl_env::info!(
+        oxccl_env::log::Subsys::NET,
+        "GPU Direct RDMA {} for GPU {} / NET/{}/{dev} ({})",
+        if c.any() { "Enabled" } else { "Disabled" },
+        gpu.busid,
+        net.name(),
+        c.why
+    );
+    Ok(c)
 }
 
 /// A number that tells this process from every other one on the host (PID
@@ -669,6 +744,7 @@ impl Ring {
             ll_bytes: LL_SLOT_BYTES,
             ll_nslots: LL_NSLOTS,
             pos: pos as u32,
+            data: 0,
         };
         let bytes = cfg.window_bytes(nranks);
         let mut me = Ring {
@@ -698,6 +774,8 @@ impl Ring {
                 shadows: Vec::new(),
                 streams: 1,
                 window: (0, 0),
+                gdr: None,
+                gpu_bufs: Vec::new(),
             },
             order,
         };
@@ -735,7 +813,7 @@ impl Ring {
         if let (true, Some((net, dev))) = (cross, &boot.net) {
             // Rounds 5 and 6: the plugin's connections (every rank takes
             // part: `cross` and `net` are the same on every rank).
-            me.start_plugin(net, *dev, exchange, cfg.timeout)?;
+            me.start_plugin(net, *dev, exchange, cfg)?;
         }
         if let Local::Shm { name, unlinked, .. } = &mut me.windows.local {
             // Every peer has mapped it: the name is no longer needed, and a
@@ -878,9 +956,10 @@ impl Ring {
         net: &std::sync::Arc<dyn oxccl_net::Net>,
         dev: usize,
         exchange: Exchange,
-        timeout: Duration,
+        cfg: &RingConfig,
     ) -> Result<()> {
-        use crate::netplugin::{Listens, PeerPlan, PluginLink, PluginProxy};
+        use crate::netplugin::{GpuSlots, Listens, PeerPlan, PluginLink, PluginProxy};
+        let timeout = cfg.timeout;
         let window = self.net.window.0;
         if window == 0 {
             return Err(Error::internal("GPU plugin path without a host window"));
@@ -895,10 +974,44 @@ impl Ring {
         }
         let mut listens: Vec<Option<Listens>> = (0..n).map(|_| None).collect();
         let shadows = self.net.shadows.clone();
+        // Channel c on devs[c]: the NICs nearest this rank's GPU, spread
+        // (oxccl_core::topo::nic_per_channel); the communicator's device
+        // when the plugin's devices cannot be listed.
+        let place = GpuPlace::current()?;
+        let local = (0..self.common.rank as usize)
+            .filter(|&r| self.same_host(r))
+            .count();
+        let devs = {
+            let nics: Vec<_> = oxccl_net::usable_devices(net.as_ref(), cfg.ib_hca.as_deref())
+                .into_iter()
+                .map(|(d, p)| (d, place.nic_site(&p)))
+                .collect();
+            let d = oxccl_core::topo::nic_per_channel(&place.site, &nics, local, nch as u32);
+            if d.len() == nch {
+                d
+            } else {
+                vec![dev; nch]
+            }
+        };
+        let mut used: Vec<usize> = devs.clone();
+        used.sort_unstable();
+        used.dedup();
+        oxccl_env::info!(
+            oxccl_env::log::Subsys::NET,
+            "GPU {} ({} channels) uses NET/{} device{} {}",
+            place.busid,
+            nch,
+            net.name(),
+            if used.len() == 1 { "" } else { "s" },
+            used.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let blob = agree("plugin listen", exchange, || {
             let mut blob = vec![0u8; n * nch * H];
             for &(peer, _) in &shadows {
-                let (l, hs) = Listens::open(net.clone(), dev, nch as u32)?;
+                let (l, hs) = Listens::open(net.clone(), &devs)?;
                 for (c, h) in hs.iter().enumerate() {
                     blob[(peer * nch + c) * H..][..H].copy_from_slice(h);
                 }
@@ -911,7 +1024,43 @@ impl Ring {
         let me = self.common.rank;
         let deadline = std::time::Instant::now() + timeout.min(Duration::from_secs(120));
         let stopper = self.stopper.clone();
+        // GPUDirect RDMA: a local choice (each end registers its own
+        // memory as it likes); made inside the agreed step, so a failure
+        // here fails every rank's setup at the same round.
+        let mut gpu: Vec<GpuSlots> = vec![GpuSlots::default(); n];
+        let ctx = self.ctx;
         let proxies = agree("plugin connect", exchange, || {
+            let choice = gdr_choice(net.as_ref(), devs[0], cfg, &place)?;
+            if choice.any() {
+                let len = crate::netplugin::gpu_slots_bytes(&layout);
+                let mut table = vec![0u64; 2 * n];
+                for &(peer, _) in &shadows {
+                    let g = &mut gpu[peer];
+                    g.dmabuf = choice.registration == oxccl_core::gpu::gdr::Registration::DmaBuf;
+                    g.flush = choice.flush;
+                    if choice.send {
+                        g.send = dev_alloc_zeroed(len)?;
+                        self.net.gpu_bufs.push(g.send);
+                        table[peer] = g.send;
+                    }
+                    if choice.recv {
+                        g.recv = dev_alloc_zeroed(len)?;
+                        self.net.gpu_bufs.push(g.recv);
+                        table[n + peer] = g.recv;
+                    }
+                }
+                let t = dev_alloc_zeroed(2 * n * 8)?;
+                self.net.gpu_bufs.push(t);
+                let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+                guarded("cuMemcpyHtoD", || {
+                    // SAFETY: `t` holds 2 * n * 8 bytes, `bytes` as many;
+                    // synchronized (see map_peers).
+                    unsafe { cu::memcpy_htod(t, bytes.as_ptr() as *const c_void, bytes.len()) }?;
+                    Ok(cu::ctx_synchronize()?)
+                })?;
+                self.common.data = t;
+            }
+            self.net.gdr = Some(choice);
             let mut plans = Vec::new();
             for &(peer, shadow) in &shadows {
                 let theirs = all
@@ -931,12 +1080,15 @@ impl Ring {
                         .as_ref()
                         .ok_or_else(|| Error::internal("GPU plugin path: no listens"))?,
                     theirs: hs,
+                    gpu: gpu[peer],
                 });
             }
-            // SAFETY: the window and the shadows stay mapped until Drop,
-            // which stops every proxy (and so closes every link) first.
-            let links =
-                unsafe { PluginLink::connect_all(net, dev, layout, me, window, plans, deadline) }?;
+            // SAFETY: the window, the shadows and the GPU buffers stay
+            // until Drop, which stops every proxy (and so closes every
+            // link) first; our context is current (setup's scope).
+            let links = unsafe {
+                PluginLink::connect_all(net, &devs, layout, me, window, plans, deadline, ctx)
+            }?;
             let mut ps: Vec<Box<dyn NetworkLink>> = Vec::new();
             for link in links {
                 let st = stopper.clone();
@@ -1033,6 +1185,15 @@ impl Ring {
     pub fn ce_consumed_word(&self, owner: usize, other: usize) -> Option<u64> {
         self.ce_landed_word(owner, other)
             .map(|a| a - CE_LANDED + CE_CONSUMED)
+    }
+
+    /// GPUDirect RDMA on the plugin path: (sends read GPU memory,
+    /// receives land in it).
+    pub fn gpu_direct(&self) -> (bool, bool) {
+        self.net
+            .gdr
+            .as_ref()
+            .map_or((false, false), |g| (g.send, g.recv))
     }
 
     /// Whether rank `r` is on this rank's host (else the network path serves it).
@@ -1440,7 +1601,10 @@ impl Drop for Ring {
                     }
                     _ => {}
                 }
-                for p in [self.windows.peers_buf, self.state] {
+                for p in [self.windows.peers_buf, self.state]
+                    .into_iter()
+                    .chain(self.net.gpu_bufs.drain(..))
+                {
                     if p != 0 {
                         let _ = cu::mem_free(p);
                     }
@@ -1478,12 +1642,12 @@ mod tests {
 
     #[test]
     fn layouts_match_the_kernel() {
-        assert_eq!(std::mem::size_of::<RingCommon>(), 88);
-        assert_eq!(std::mem::size_of::<RingArgs>(), 144);
+        assert_eq!(std::mem::size_of::<RingCommon>(), 96);
+        assert_eq!(std::mem::size_of::<RingArgs>(), 152);
         assert_eq!(std::mem::size_of::<P2pOp>(), 32);
         assert_eq!(
             std::mem::size_of::<P2pArgs>(),
-            88 + 8 + 32 * P2P_MAX_OPS + 24
+            96 + 8 + 32 * P2P_MAX_OPS + 24
         );
         assert!(std::mem::size_of::<P2pArgs>() <= 4096);
         assert_eq!(

@@ -1862,14 +1862,7 @@ fn across_hosts_with_several_connections_per_peer() {
 #[ignore = "needs a GPU: across hosts through a network plugin"]
 fn across_hosts_through_a_network_plugin() {
     require_gpu();
-    // The repo's test plugin: OXCCL_TEST_NET_PLUGIN (scripts/gpu-test.sh
-    // carries it to the GPU machine, which has no cargo), else built here.
-    let so = match std::env::var("OXCCL_TEST_NET_PLUGIN") {
-        Ok(p) => p,
-        Err(_) => oxccl_net::testing::build_test_plugin("", "gpu-procs")
-            .display()
-            .to_string(),
-    };
+    let so = test_plugin();
     // Each rank's ring link to the other host is named after the plugin's
     // network, as NCCL names it ("via NET/<network>/<device>").
     let links = logged_lines(
@@ -1898,6 +1891,171 @@ fn across_hosts_through_a_network_plugin() {
             ("OXCCL_TEST_TYPES", "float32,int64"),
         ],
     );
+}
+
+/// The plugin the GPU tests load: OXCCL_TEST_NET_PLUGIN (scripts/gpu-test.sh
+/// carries it to the GPU machine, which has no cargo), else built here.
+fn test_plugin() -> String {
+    match std::env::var("OXCCL_TEST_NET_PLUGIN") {
+        Ok(p) => p,
+        Err(_) => oxccl_net::testing::build_test_plugin("", "gpu-procs")
+            .display()
+            .to_string(),
+    }
+}
+
+/// Sums the byte counts of the test plugin's "closed: N bytes from|into GPU
+/// memory" lines, and their flushes and registrations.
+#[derive(Debug, Default)]
+struct PluginGpuCounts {
+    from_gpu: u64,
+    into_gpu: u64,
+    flushes: u64,
+    dmabuf_regs: u64,
+    address_regs: u64,
+}
+
+fn plugin_gpu_counts(lines: &[String]) -> PluginGpuCounts {
+    let mut c = PluginGpuCounts::default();
+    for l in lines {
+        let Some(rest) = l.split(" closed: ").nth(1) else {
+            continue;
+        };
+        let w: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| w.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+        // "N bytes from|into GPU memory, F flushes, D DMA-BUF and A address registrations ..."
+        if rest.contains("bytes from GPU") {
+            c.from_gpu += num(0);
+        } else {
+            c.into_gpu += num(0);
+        }
+        c.flushes += num(5);
+        c.dmabuf_regs += num(7);
+        c.address_regs += num(10);
+    }
+    c
+}
+
+#[test]
+#[ignore = "needs a GPU: the GPUDirect RDMA decision through a network plugin that declares GPU memory"]
+fn across_hosts_gpudirect_decision_is_logged() {
+    require_gpu();
+    let so = test_plugin();
+    let base = [
+        ("OXCCL_TEST_HOSTS", "0,1"),
+        ("NCCL_NET_PLUGIN", so.as_str()),
+        ("OXCCL_TEST_TYPES", "float32,int8"),
+        ("OXTEST_NET_PTR", "cuda,dmabuf"),
+    ];
+    // Unset level: off (opt-in), and the log says so; a level nearer than
+    // the NIC (the test plugin gives no PCI path: SYS) is off too. Either
+    // way the plugin never sees GPU memory and the results agree.
+    for (level, why) in [
+        (None, "NCCL_NET_GDR_LEVEL unset"),
+        (Some("PXB"), "SYS > NCCL_NET_GDR_LEVEL PXB"),
+    ] {
+        let mut env = base.to_vec();
+        if let Some(l) = level {
+            env.push(("NCCL_NET_GDR_LEVEL", l));
+        }
+        let lines = logged_lines(2, "1,4099,65537", &env, "INIT,NET", "");
+        let gdr: Vec<_> = lines
+            .iter()
+            .filter(|l| l.contains("GPU Direct RDMA"))
+            .collect();
+        assert!(
+            gdr.len() == 2
+                && gdr
+                    .iter()
+                    .all(|l| l.contains("Disabled") && l.contains(why)),
+            "{gdr:?}"
+        );
+        let links: Vec<_> = lines
+            .iter()
+            .filter(|l| l.contains("Channel 00/0 :"))
+            .collect();
+        assert!(
+            !links.is_empty() && links.iter().all(|l| !l.contains("GDRDMA")),
+            "{links:?}"
+        );
+        let c = plugin_gpu_counts(&lines);
+        assert!(c.from_gpu == 0 && c.into_gpu == 0, "{c:?}");
+    }
+}
+
+/// Two ranks on two GPUs as two "hosts", through the test plugin with GPU
+/// memory. Not on one GPU: processes sharing it take turns in time slices,
+/// and each step waits for the plugin's copies in its own process's slice
+/// (~80 ms a copy on one H200 with both ranks' kernels resident: a sweep
+/// does not finish in minutes).
+#[test]
+#[ignore = "needs two GPUs: GPUDirect RDMA through a network plugin that declares GPU memory"]
+fn two_gpus_across_hosts_with_gpudirect_through_a_network_plugin() {
+    require_gpu();
+    assert!(
+        oxccl_cuda::Gpu::count().unwrap() >= 2,
+        "needs two GPUs (one process each)"
+    );
+    let so = test_plugin();
+    let base = [
+        ("OXCCL_TEST_HOSTS", "0,1"),
+        ("NCCL_NET_PLUGIN", so.as_str()),
+        ("OXCCL_TEST_TYPES", "float32,bfloat16,int8"),
+        ("NCCL_NET_GDR_LEVEL", "SYS"),
+    ];
+    // DMA-BUF registration, sends and receives in GPU memory: the plugin
+    // moves every byte from and into GPU memory, and the results agree
+    // with the reference (run_ranks checks them).
+    let mut env = base.to_vec();
+    env.push(("OXTEST_NET_PTR", "cuda,dmabuf"));
+    let lines = logged_lines(2, "1,4099,300007", &env, "INIT,NET", "");
+    let gdr: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains("GPU Direct RDMA"))
+        .collect();
+    assert!(
+        gdr.len() == 2
+            && gdr
+                .iter()
+                .all(|l| l.contains("Enabled") && l.contains("DMA-BUF")),
+        "{gdr:?}"
+    );
+    let links: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains("Channel 00/0 :"))
+        .collect();
+    assert!(
+        !links.is_empty() && links.iter().all(|l| l.contains("via NET/oxtest/0/GDRDMA")),
+        "{links:?}"
+    );
+    let c = plugin_gpu_counts(&lines);
+    assert!(c.from_gpu > 300_007 && c.into_gpu > 300_007, "{c:?}");
+    assert!(c.dmabuf_regs > 0 && c.address_regs == 0, "{c:?}");
+    assert_eq!(c.flushes, 0, "no flush on Hopper unless asked: {c:?}");
+    // Registration by address, sends staged (NCCL_NET_GDR_READ=0), every
+    // receive flushed (NCCL_NET_FORCE_FLUSH=1).
+    let mut env = base.to_vec();
+    env.extend([
+        ("OXTEST_NET_PTR", "cuda"),
+        ("NCCL_NET_GDR_READ", "0"),
+        ("NCCL_NET_FORCE_FLUSH", "1"),
+    ]);
+    let lines = logged_lines(2, "1,4099,300007", &env, "INIT,NET", "");
+    let links: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains("Channel 00/0 :"))
+        .collect();
+    assert!(
+        !links.is_empty()
+            && links
+                .iter()
+                .all(|l| l.contains("via NET/oxtest/0") && !l.contains("GDRDMA")),
+        "{links:?}"
+    );
+    let c = plugin_gpu_counts(&lines);
+    assert!(c.from_gpu == 0 && c.into_gpu > 300_007, "{c:?}");
+    assert!(c.address_regs > 0 && c.dmabuf_regs == 0, "{c:?}");
+    assert!(c.flushes > 0, "{c:?}");
 }
 
 /// Runs `n` ranks' sweep of `counts` under `env` (checked against the

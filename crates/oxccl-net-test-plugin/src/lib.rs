@@ -26,7 +26,20 @@
 //!
 //! Test switches (environment, read by `init`): `OXTEST_NET_NAME` (the
 //! network's name, default `oxtest`; `IB` makes oxccl apply `NCCL_IB_*`),
-//! `OXTEST_NET_FAIL_INIT=1` (`init` logs a WARN and fails).
+//! `OXTEST_NET_FAIL_INIT=1` (`init` logs a WARN and fails),
+//! `OXTEST_NET_PTR` (`cuda` or `cuda,dmabuf`: the devices also declare
+//! `NCCL_PTR_CUDA`, and `NCCL_PTR_DMABUF`), `OXTEST_NET_FORCE_FLUSH=1`
+//! (v9+ properties say `forceFlush`).
+//!
+//! GPU memory (`OXTEST_NET_PTR`): `regMr` with `NCCL_PTR_CUDA` and
+//! `regMrDmaBuf` check, through libcuda (loaded at run time), that the range
+//! is device memory (and that the descriptor is open); a send from GPU
+//! memory copies it out on a non-blocking stream of the caller's current
+//! context when posted, a receive into GPU memory copies in when the bytes
+//! are there: what a NIC's DMA would do, so the caller hands over GPU
+//! memory and never stages it. `iflush` completes at once and is counted.
+//! When a connection closes it logs (INFO) the bytes it moved from and into
+//! GPU memory, its flushes and registrations, for tests to check.
 
 #![allow(non_upper_case_globals)]
 // The one-version builds leave the other versions' entries unused.
@@ -37,6 +50,7 @@ use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_ulong, c_void, CString};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -46,6 +60,8 @@ const SYSTEM_ERROR: R = 2;
 const INTERNAL_ERROR: R = 3;
 const INVALID_ARGUMENT: R = 4;
 const PTR_HOST: c_int = 1;
+const PTR_CUDA: c_int = 2;
+const PTR_DMABUF: c_int = 4;
 const LOG_WARN: c_int = 2;
 const LOG_INFO: c_int = 3;
 const SUBSYS_INIT: c_ulong = 0x1;
@@ -58,6 +74,8 @@ const MAX_REQUESTS: usize = 32;
 type Logger = unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
 type Vp = *mut c_void;
 type Vpp = *mut *mut c_void;
+type RegMrDmaBuf = unsafe extern "C" fn(Vp, Vp, usize, c_int, u64, c_int, Vpp) -> R;
+type IFlush = unsafe extern "C" fn(Vp, c_int, Vpp, *mut c_int, Vpp, Vpp) -> R;
 
 // ------------------------------------------------------------------ layouts
 
@@ -108,11 +126,11 @@ pub struct NetV8 {
     connect: unsafe extern "C" fn(c_int, Vp, Vpp, Vpp) -> R,
     accept: unsafe extern "C" fn(Vp, Vpp, Vpp) -> R,
     reg_mr: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vpp) -> R,
-    reg_mr_dma_buf: Option<unsafe extern "C" fn()>,
+    reg_mr_dma_buf: Option<RegMrDmaBuf>,
     dereg_mr: unsafe extern "C" fn(Vp, Vp) -> R,
     isend: unsafe extern "C" fn(Vp, Vp, c_int, c_int, Vp, Vpp) -> R,
     irecv: unsafe extern "C" fn(Vp, c_int, Vpp, *mut c_int, *mut c_int, Vpp, Vpp) -> R,
-    iflush: Option<unsafe extern "C" fn()>,
+    iflush: Option<IFlush>,
     test: unsafe extern "C" fn(Vp, *mut c_int, *mut c_int) -> R,
     close_send: unsafe extern "C" fn(Vp) -> R,
     close_recv: unsafe extern "C" fn(Vp) -> R,
@@ -131,11 +149,11 @@ pub struct NetV9 {
     connect: unsafe extern "C" fn(c_int, Vp, Vpp, Vpp) -> R,
     accept: unsafe extern "C" fn(Vp, Vpp, Vpp) -> R,
     reg_mr: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vpp) -> R,
-    reg_mr_dma_buf: Option<unsafe extern "C" fn()>,
+    reg_mr_dma_buf: Option<RegMrDmaBuf>,
     dereg_mr: unsafe extern "C" fn(Vp, Vp) -> R,
     isend: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vp, Vpp) -> R,
     irecv: unsafe extern "C" fn(Vp, c_int, Vpp, *mut usize, *mut c_int, Vpp, Vpp) -> R,
-    iflush: Option<unsafe extern "C" fn()>,
+    iflush: Option<IFlush>,
     test: unsafe extern "C" fn(Vp, *mut c_int, *mut c_int) -> R,
     close_send: unsafe extern "C" fn(Vp) -> R,
     close_recv: unsafe extern "C" fn(Vp) -> R,
@@ -155,11 +173,11 @@ pub struct NetV10 {
     connect: unsafe extern "C" fn(c_int, Vp, Vp, Vpp, Vpp) -> R,
     accept: unsafe extern "C" fn(Vp, Vpp, Vpp) -> R,
     reg_mr: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vpp) -> R,
-    reg_mr_dma_buf: Option<unsafe extern "C" fn()>,
+    reg_mr_dma_buf: Option<RegMrDmaBuf>,
     dereg_mr: unsafe extern "C" fn(Vp, Vp) -> R,
     isend: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vp, Vp, Vpp) -> R,
     irecv: unsafe extern "C" fn(Vp, c_int, Vpp, *mut usize, *mut c_int, Vpp, Vpp, Vpp) -> R,
-    iflush: Option<unsafe extern "C" fn()>,
+    iflush: Option<IFlush>,
     test: unsafe extern "C" fn(Vp, *mut c_int, *mut c_int) -> R,
     close_send: unsafe extern "C" fn(Vp) -> R,
     close_recv: unsafe extern "C" fn(Vp) -> R,
@@ -220,11 +238,11 @@ pub struct NetCtx<P> {
     connect: unsafe extern "C" fn(Vp, c_int, Vp, Vpp, Vpp) -> R,
     accept: unsafe extern "C" fn(Vp, Vpp, Vpp) -> R,
     reg_mr: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vpp) -> R,
-    reg_mr_dma_buf: Option<unsafe extern "C" fn()>,
+    reg_mr_dma_buf: Option<RegMrDmaBuf>,
     dereg_mr: unsafe extern "C" fn(Vp, Vp) -> R,
     isend: unsafe extern "C" fn(Vp, Vp, usize, c_int, Vp, Vp, Vpp) -> R,
     irecv: unsafe extern "C" fn(Vp, c_int, Vpp, *mut usize, *mut c_int, Vpp, Vpp, Vpp) -> R,
-    iflush: Option<unsafe extern "C" fn()>,
+    iflush: Option<IFlush>,
     test: unsafe extern "C" fn(Vp, *mut c_int, *mut c_int) -> R,
     close_send: unsafe extern "C" fn(Vp) -> R,
     close_recv: unsafe extern "C" fn(Vp) -> R,
@@ -265,11 +283,11 @@ pub static ncclNetPlugin_v8: NetV8 = NetV8 {
     connect: connect_v8,
     accept,
     reg_mr,
-    reg_mr_dma_buf: None,
+    reg_mr_dma_buf: Some(reg_mr_dma_buf),
     dereg_mr,
     isend: isend_v8,
     irecv: irecv_v8,
-    iflush: None,
+    iflush: Some(iflush),
     test,
     close_send,
     close_recv,
@@ -289,11 +307,11 @@ pub static ncclNetPlugin_v9: NetV9 = NetV9 {
     connect: connect_v8,
     accept,
     reg_mr,
-    reg_mr_dma_buf: None,
+    reg_mr_dma_buf: Some(reg_mr_dma_buf),
     dereg_mr,
     isend: isend_v9,
     irecv: irecv_v9,
-    iflush: None,
+    iflush: Some(iflush),
     test,
     close_send,
     close_recv,
@@ -314,11 +332,11 @@ pub static ncclNetPlugin_v10: NetV10 = NetV10 {
     connect: connect_v10,
     accept,
     reg_mr,
-    reg_mr_dma_buf: None,
+    reg_mr_dma_buf: Some(reg_mr_dma_buf),
     dereg_mr,
     isend: isend_v10,
     irecv: irecv_v10,
-    iflush: None,
+    iflush: Some(iflush),
     test,
     close_send,
     close_recv,
@@ -339,11 +357,11 @@ pub static ncclNetPlugin_v11: NetCtx<PropsV11> = NetCtx {
     connect: connect_v11,
     accept,
     reg_mr,
-    reg_mr_dma_buf: None,
+    reg_mr_dma_buf: Some(reg_mr_dma_buf),
     dereg_mr,
     isend: isend_v10,
     irecv: irecv_v10,
-    iflush: None,
+    iflush: Some(iflush),
     test,
     close_send,
     close_recv,
@@ -366,11 +384,11 @@ pub static ncclNetPlugin_v12: NetCtx<PropsV12> = NetCtx {
     connect: connect_v11,
     accept,
     reg_mr,
-    reg_mr_dma_buf: None,
+    reg_mr_dma_buf: Some(reg_mr_dma_buf),
     dereg_mr,
     isend: isend_v10,
     irecv: irecv_v10,
-    iflush: None,
+    iflush: Some(iflush),
     test,
     close_send,
     close_recv,
@@ -410,6 +428,173 @@ fn log(level: c_int, text: &str) {
             msg.as_ptr(),
         )
     };
+}
+
+static PTR_SUPPORT: AtomicI32 = AtomicI32::new(PTR_HOST);
+static FORCE_FLUSH: AtomicBool = AtomicBool::new(false);
+
+fn ptr_support() -> c_int {
+    PTR_SUPPORT.load(Ordering::Relaxed)
+}
+
+/// The few libcuda entries GPU memory needs, loaded on first use.
+struct Cuda {
+    pointer_get_attribute: unsafe extern "C" fn(Vp, c_int, u64) -> c_int,
+    stream_create: unsafe extern "C" fn(Vpp, u32) -> c_int,
+    stream_destroy: unsafe extern "C" fn(Vp) -> c_int,
+    stream_synchronize: unsafe extern "C" fn(Vp) -> c_int,
+    memcpy_dtoh_async: unsafe extern "C" fn(Vp, u64, usize, Vp) -> c_int,
+    memcpy_htod_async: unsafe extern "C" fn(u64, *const c_void, usize, Vp) -> c_int,
+    mem_host_alloc: unsafe extern "C" fn(Vpp, usize, u32) -> c_int,
+    mem_free_host: unsafe extern "C" fn(Vp) -> c_int,
+}
+
+fn cuda() -> Option<&'static Cuda> {
+    static CUDA: OnceLock<Option<Cuda>> = OnceLock::new();
+    CUDA.get_or_init(|| {
+        // SAFETY: dlopen/dlsym with NUL-terminated names; each symbol is
+        // cast to its documented C signature.
+        unsafe {
+            let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+            if h.is_null() {
+                return None;
+            }
+            macro_rules! sym {
+                ($n:literal, $t:ty) => {{
+                    let p = libc::dlsym(h, $n.as_ptr());
+                    if p.is_null() {
+                        return None;
+                    }
+                    std::mem::transmute::<*mut c_void, $t>(p)
+                }};
+            }
+            type Attr = unsafe extern "C" fn(Vp, c_int, u64) -> c_int;
+            type Create = unsafe extern "C" fn(Vpp, u32) -> c_int;
+            type OnStream = unsafe extern "C" fn(Vp) -> c_int;
+            type DtoH = unsafe extern "C" fn(Vp, u64, usize, Vp) -> c_int;
+            type HtoD = unsafe extern "C" fn(u64, *const c_void, usize, Vp) -> c_int;
+            type HostAlloc = unsafe extern "C" fn(Vpp, usize, u32) -> c_int;
+            Some(Cuda {
+                pointer_get_attribute: sym!(c"cuPointerGetAttribute", Attr),
+                stream_create: sym!(c"cuStreamCreate", Create),
+                stream_destroy: sym!(c"cuStreamDestroy_v2", OnStream),
+                stream_synchronize: sym!(c"cuStreamSynchronize", OnStream),
+                memcpy_dtoh_async: sym!(c"cuMemcpyDtoHAsync_v2", DtoH),
+                memcpy_htod_async: sym!(c"cuMemcpyHtoDAsync_v2", HtoD),
+                mem_host_alloc: sym!(c"cuMemHostAlloc", HostAlloc),
+                mem_free_host: sym!(c"cuMemFreeHost", OnStream),
+            })
+        }
+    })
+    .as_ref()
+}
+
+/// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` and `CU_MEMORYTYPE_DEVICE`.
+const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
+const CU_MEMORYTYPE_DEVICE: u32 = 2;
+
+/// Both ends of the range are device memory.
+fn check_device_range(p: u64, size: usize) -> Result<(), String> {
+    let cu = cuda().ok_or("libcuda.so.1 could not be loaded")?;
+    for a in [p, p + size.saturating_sub(1) as u64] {
+        let mut t: u32 = 0;
+        // SAFETY: writes one unsigned int.
+        let rc = unsafe {
+            (cu.pointer_get_attribute)(
+                (&mut t as *mut u32).cast(),
+                CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                a,
+            )
+        };
+        if rc != 0 || t != CU_MEMORYTYPE_DEVICE {
+            return Err(format!(
+                "{a:#x} is not device memory (cuPointerGetAttribute {rc}, type {t})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A pinned buffer of at least `size` bytes (1 MiB at least, so slots of
+/// any size reuse them) from the connection's pool, or a new one.
+fn take_pinned(c: &mut Conn, size: usize) -> Result<Pinned, String> {
+    if let Some(i) = c.pool.iter().position(|b| b.len >= size) {
+        return Ok(c.pool.swap_remove(i));
+    }
+    let cu = cuda().ok_or("libcuda.so.1 could not be loaded")?;
+    let len = size.max(1 << 20);
+    let mut p: Vp = std::ptr::null_mut();
+    // SAFETY: writes one pointer; flags 0.
+    let rc = unsafe { (cu.mem_host_alloc)(&mut p, len, 0) };
+    if rc != 0 {
+        return Err(format!("cuMemHostAlloc of {len} bytes returned {rc}"));
+    }
+    Ok(Pinned { ptr: p.cast(), len })
+}
+
+/// Copies `size` bytes between GPU memory at `dev` and `host`, into the
+/// GPU when `to_gpu`, on the connection's non-blocking stream (never the
+/// legacy stream, which would wait for the caller's running kernels).
+fn gpu_copy(
+    c: &mut Conn,
+    to_gpu: bool,
+    dev: u64,
+    host: *mut u8,
+    size: usize,
+) -> Result<(), String> {
+    let cu = cuda().ok_or("libcuda.so.1 could not be loaded")?;
+    if std::env::var("OXTEST_NET_TRACE").is_ok() {
+        log(
+            LOG_INFO,
+            &format!(
+                "copy of {size} bytes {} starts",
+                if to_gpu { "in" } else { "out" }
+            ),
+        );
+    }
+    if c.stream == 0 {
+        let mut s: Vp = std::ptr::null_mut();
+        // SAFETY: writes one stream; CU_STREAM_NON_BLOCKING is 1.
+        let rc = unsafe { (cu.stream_create)(&mut s, 1) };
+        if rc != 0 {
+            return Err(format!(
+                "cuStreamCreate returned {rc} (no current context in the caller's thread?)"
+            ));
+        }
+        c.stream = s as usize;
+    }
+    let s = c.stream as Vp;
+    let t0 = std::time::Instant::now();
+    // SAFETY: `host` holds `size` bytes; `dev` is registered device memory
+    // the caller keeps valid; the synchronize ends the copy before return.
+    let rc = unsafe {
+        let r = if to_gpu {
+            (cu.memcpy_htod_async)(dev, host as *const c_void, size, s)
+        } else {
+            (cu.memcpy_dtoh_async)(host.cast(), dev, size, s)
+        };
+        if r != 0 {
+            r
+        } else {
+            (cu.stream_synchronize)(s)
+        }
+    };
+    if rc != 0 {
+        return Err(format!("GPU copy of {size} bytes returned {rc}"));
+    }
+    static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let k = COPIES.fetch_add(1, Ordering::Relaxed);
+    let dt = t0.elapsed();
+    if std::env::var("OXTEST_NET_TRACE").is_ok() && (dt.as_millis() > 50 || k % 256 == 0) {
+        log(
+            LOG_INFO,
+            &format!(
+                "copy {k}: {size} bytes {} in {dt:?}",
+                if to_gpu { "in" } else { "out" }
+            ),
+        );
+    }
+    Ok(())
 }
 
 fn interfaces() -> Vec<Dev> {
@@ -460,6 +645,20 @@ unsafe extern "C" fn init_v8(logger: Logger) -> R {
         log(LOG_WARN, "init fails on purpose (OXTEST_NET_FAIL_INIT=1)");
         return SYSTEM_ERROR;
     }
+    let ptr = std::env::var("OXTEST_NET_PTR").unwrap_or_default();
+    let mut bits = PTR_HOST;
+    for w in ptr.split(',').map(str::trim) {
+        match w {
+            "cuda" => bits |= PTR_CUDA,
+            "dmabuf" => bits |= PTR_DMABUF,
+            _ => {}
+        }
+    }
+    PTR_SUPPORT.store(bits, Ordering::Relaxed);
+    FORCE_FLUSH.store(
+        std::env::var("OXTEST_NET_FORCE_FLUSH").is_ok_and(|v| v == "1"),
+        Ordering::Relaxed,
+    );
     if let Ok(name) = std::env::var("OXTEST_NET_NAME") {
         let b = name.as_bytes();
         let n = b.len().min(31);
@@ -557,7 +756,7 @@ unsafe extern "C" fn get_properties_v8(d: c_int, p: *mut PropsV8) -> R {
             name: dv.name.as_ptr() as *mut c_char,
             pci_path: std::ptr::null_mut(),
             guid: d as u64,
-            ptr_support: PTR_HOST,
+            ptr_support: ptr_support(),
             reg_is_global: 0,
             speed: 10_000,
             port: 1,
@@ -576,9 +775,9 @@ fn props_v9_head(d: c_int, dv: &Dev) -> PropsV9Head {
         name: dv.name.as_ptr() as *mut c_char,
         pci_path: std::ptr::null_mut(),
         guid: d as u64,
-        ptr_support: PTR_HOST,
+        ptr_support: ptr_support(),
         reg_is_global: 0,
-        force_flush: 0,
+        force_flush: FORCE_FLUSH.load(Ordering::Relaxed) as c_int,
         speed: 10_000,
         port: 1,
         latency: 0.0,
@@ -637,9 +836,9 @@ unsafe extern "C" fn get_properties_v9(d: c_int, p: *mut PropsV9) -> R {
             name: dv.name.as_ptr() as *mut c_char,
             pci_path: std::ptr::null_mut(),
             guid: d as u64,
-            ptr_support: PTR_HOST,
+            ptr_support: ptr_support(),
             reg_is_global: 0,
-            force_flush: 0,
+            force_flush: FORCE_FLUSH.load(Ordering::Relaxed) as c_int,
             speed: 10_000,
             port: 1,
             latency: 0.0,
@@ -703,11 +902,27 @@ struct Req {
     done_bytes: usize,
     done: bool,
     comm: *mut Conn,
+    /// GPU memory: the caller's device address (a receive copies the
+    /// bytes there when they are in `bounce`; a send copied them out).
+    dev: u64,
+    /// Pinned host copy of a GPU-memory request's bytes (`data` points
+    /// into it; back to the connection's pool when the request ends).
+    /// Pinned: a copy from pageable memory may wait on the legacy stream,
+    /// where the caller's kernels run.
+    bounce: Option<Pinned>,
+}
+
+/// A pinned host buffer from `cuMemHostAlloc`.
+struct Pinned {
+    ptr: *mut u8,
+    len: usize,
 }
 
 struct Mr {
     start: usize,
     len: usize,
+    /// Registered as GPU memory.
+    device: bool,
 }
 
 struct Conn {
@@ -716,6 +931,15 @@ struct Conn {
     queue: VecDeque<*mut Req>,
     /// Set after an I/O error: every later test fails.
     failed: Option<String>,
+    /// Non-blocking stream for GPU copies (0: none yet).
+    stream: usize,
+    /// Pinned buffers of finished GPU-memory requests, for the next ones.
+    pool: Vec<Pinned>,
+    /// Bytes moved from (sends) or into (receives) GPU memory.
+    gpu_bytes: u64,
+    flushes: u64,
+    regs_address: u64,
+    regs_dmabuf: u64,
 }
 
 unsafe fn connect_common(d: c_int, handle: Vp, out: Vpp) -> R {
@@ -755,6 +979,12 @@ unsafe fn connect_common(d: c_int, handle: Vp, out: Vpp) -> R {
         recv: false,
         queue: VecDeque::new(),
         failed: None,
+        stream: 0,
+        pool: Vec::new(),
+        gpu_bytes: 0,
+        flushes: 0,
+        regs_address: 0,
+        regs_dmabuf: 0,
     };
     // SAFETY: caller's out-pointer.
     unsafe { *out = Box::into_raw(Box::new(c)).cast() };
@@ -786,6 +1016,12 @@ unsafe extern "C" fn accept(l: Vp, out: Vpp, _dev: Vpp) -> R {
                 recv: true,
                 queue: VecDeque::new(),
                 failed: None,
+                stream: 0,
+                pool: Vec::new(),
+                gpu_bytes: 0,
+                flushes: 0,
+                regs_address: 0,
+                regs_dmabuf: 0,
             };
             // SAFETY: caller's out-pointer.
             unsafe { *out = Box::into_raw(Box::new(c)).cast() };
@@ -799,20 +1035,120 @@ unsafe extern "C" fn accept(l: Vp, out: Vpp, _dev: Vpp) -> R {
     }
 }
 
-unsafe extern "C" fn reg_mr(_comm: Vp, data: Vp, size: usize, kind: c_int, out: Vpp) -> R {
-    if kind != PTR_HOST {
-        log(
-            LOG_WARN,
-            &format!("regMr: type {kind} is not NCCL_PTR_HOST"),
-        );
-        return INTERNAL_ERROR;
+unsafe extern "C" fn reg_mr(comm: Vp, data: Vp, size: usize, kind: c_int, out: Vpp) -> R {
+    let device = match kind {
+        PTR_HOST => false,
+        PTR_CUDA if ptr_support() & PTR_CUDA != 0 => {
+            if let Err(e) = check_device_range(data as u64, size) {
+                log(LOG_WARN, &format!("regMr(NCCL_PTR_CUDA): {e}"));
+                return INVALID_ARGUMENT;
+            }
+            true
+        }
+        _ => {
+            log(
+                LOG_WARN,
+                &format!("regMr: type {kind} is not a memory type this device declared"),
+            );
+            return INTERNAL_ERROR;
+        }
+    };
+    if device && !comm.is_null() {
+        // SAFETY: a connection made by connect/accept.
+        unsafe { (*(comm as *mut Conn)).regs_address += 1 };
     }
     let mr = Mr {
         start: data as usize,
         len: size,
+        device,
     };
     // SAFETY: caller's out-pointer.
     unsafe { *out = Box::into_raw(Box::new(mr)).cast() };
+    OK
+}
+
+unsafe extern "C" fn reg_mr_dma_buf(
+    comm: Vp,
+    data: Vp,
+    size: usize,
+    kind: c_int,
+    _offset: u64,
+    fd: c_int,
+    out: Vpp,
+) -> R {
+    if ptr_support() & PTR_DMABUF == 0 || kind != PTR_CUDA {
+        log(
+            LOG_WARN,
+            &format!("regMrDmaBuf: type {kind}, and the device declared no NCCL_PTR_DMABUF"),
+        );
+        return INTERNAL_ERROR;
+    }
+    // SAFETY: fcntl on a caller's descriptor only reads its flags.
+    if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        log(
+            LOG_WARN,
+            &format!("regMrDmaBuf: descriptor {fd} is not open"),
+        );
+        return INVALID_ARGUMENT;
+    }
+    if let Err(e) = check_device_range(data as u64, size) {
+        log(LOG_WARN, &format!("regMrDmaBuf: {e}"));
+        return INVALID_ARGUMENT;
+    }
+    if !comm.is_null() {
+        // SAFETY: a connection made by connect/accept.
+        unsafe { (*(comm as *mut Conn)).regs_dmabuf += 1 };
+    }
+    let mr = Mr {
+        start: data as usize,
+        len: size,
+        device: true,
+    };
+    // SAFETY: caller's out-pointer.
+    unsafe { *out = Box::into_raw(Box::new(mr)).cast() };
+    OK
+}
+
+/// Completes at once (this device's copies are done when a receive is),
+/// counted on the connection.
+unsafe extern "C" fn iflush(
+    comm: Vp,
+    n: c_int,
+    _data: Vpp,
+    _sizes: *mut c_int,
+    mhs: Vpp,
+    out: Vpp,
+) -> R {
+    // SAFETY: caller's out-pointer.
+    unsafe { *out = std::ptr::null_mut() };
+    if comm.is_null() || n != 1 {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: a connection made by connect/accept.
+    let c = unsafe { &mut *(comm as *mut Conn) };
+    // SAFETY: one registration, made by reg_mr or reg_mr_dma_buf.
+    let mh = unsafe { *mhs };
+    // SAFETY: as above (non-NULL checked first).
+    if !c.recv || mh.is_null() || !unsafe { &*(mh as *const Mr) }.device {
+        log(LOG_WARN, "iflush: not a receive into GPU memory");
+        return INVALID_ARGUMENT;
+    }
+    c.flushes += 1;
+    let r = Box::new(Req {
+        recv: true,
+        data: std::ptr::null_mut(),
+        size: 0,
+        tag: 0,
+        hdr: [0; 16],
+        hdr_done: 16,
+        done_bytes: 0,
+        done: true,
+        comm: c,
+        dev: 0,
+        bounce: None,
+    });
+    // SAFETY: caller's out-pointer; `test` frees it.
+    unsafe { *out = Box::into_raw(r).cast() };
     OK
 }
 
@@ -824,14 +1160,16 @@ unsafe extern "C" fn dereg_mr(_comm: Vp, mh: Vp) -> R {
     OK
 }
 
-fn in_mr(mh: Vp, data: *const u8, size: usize) -> bool {
+/// Whether `data..data+size` lies in the registration, and if so whether
+/// it is GPU memory.
+fn in_mr(mh: Vp, data: *const u8, size: usize) -> Option<bool> {
     if mh.is_null() {
-        return false;
+        return None;
     }
     // SAFETY: made by reg_mr and not yet deregistered (caller's contract).
     let mr = unsafe { &*(mh as *const Mr) };
     let a = data as usize;
-    a >= mr.start && a.saturating_add(size) <= mr.start + mr.len
+    (a >= mr.start && a.saturating_add(size) <= mr.start + mr.len).then_some(mr.device)
 }
 
 unsafe fn post(comm: Vp, recv: bool, data: Vp, size: usize, tag: c_int, mh: Vp, out: Vpp) -> R {
@@ -846,7 +1184,7 @@ unsafe fn post(comm: Vp, recv: bool, data: Vp, size: usize, tag: c_int, mh: Vp, 
         );
         return INVALID_ARGUMENT;
     }
-    if !in_mr(mh, data as *const u8, size) {
+    let Some(device) = in_mr(mh, data as *const u8, size) else {
         log(
             LOG_WARN,
             &format!(
@@ -855,7 +1193,7 @@ unsafe fn post(comm: Vp, recv: bool, data: Vp, size: usize, tag: c_int, mh: Vp, 
             ),
         );
         return INVALID_ARGUMENT;
-    }
+    };
     if c.queue.len() >= MAX_REQUESTS {
         // No room: the caller tries again later.
         return OK;
@@ -870,7 +1208,30 @@ unsafe fn post(comm: Vp, recv: bool, data: Vp, size: usize, tag: c_int, mh: Vp, 
         done_bytes: 0,
         done: false,
         comm: c,
+        dev: 0,
+        bounce: None,
     });
+    if device {
+        r.dev = data as u64;
+        let b = match take_pinned(c, size) {
+            Ok(b) => b,
+            Err(e) => {
+                log(LOG_WARN, &format!("GPU memory request: {e}"));
+                return SYSTEM_ERROR;
+            }
+        };
+        r.data = b.ptr;
+        r.bounce = Some(b);
+        if !recv && size > 0 {
+            // What the NIC would read now: the caller may reuse the memory
+            // only once the send completes, and it has not yet.
+            if let Err(e) = gpu_copy(c, false, r.dev, r.data, size) {
+                log(LOG_WARN, &format!("isend from GPU memory: {e}"));
+                return SYSTEM_ERROR;
+            }
+            c.gpu_bytes += size as u64;
+        }
+    }
     if !recv {
         r.hdr[..8].copy_from_slice(&(size as u64).to_le_bytes());
         r.hdr[8..12].copy_from_slice(&(tag as u32).to_le_bytes());
@@ -977,7 +1338,8 @@ fn progress(c: &mut Conn) -> Result<(), String> {
 }
 
 fn progress_inner(c: &mut Conn) -> Result<(), String> {
-    for &p in c.queue.iter() {
+    for i in 0..c.queue.len() {
+        let p = c.queue[i];
         // SAFETY: queued requests are live until test frees them.
         let r = unsafe { &mut *p };
         if r.done {
@@ -1023,6 +1385,10 @@ fn progress_inner(c: &mut Conn) -> Result<(), String> {
                 }
             }
             if r.done_bytes == r.size {
+                if r.recv && r.dev != 0 && r.size > 0 {
+                    gpu_copy(c, true, r.dev, r.data, r.size)?;
+                    c.gpu_bytes += r.size as u64;
+                }
                 r.done = true;
                 break;
             }
@@ -1073,7 +1439,11 @@ unsafe extern "C" fn test(req: Vp, done: *mut c_int, size: *mut c_int) -> R {
     let n = r.size;
     c.queue.retain(|&q| q != p);
     // SAFETY: made by Box::into_raw in post; no longer queued.
-    drop(unsafe { Box::from_raw(p) });
+    let mut done_req = unsafe { Box::from_raw(p) };
+    if let Some(b) = done_req.bounce.take() {
+        c.pool.push(b);
+    }
+    drop(done_req);
     // SAFETY: caller's out-pointers (size may be NULL).
     unsafe {
         *done = 1;
@@ -1089,7 +1459,41 @@ unsafe fn close_conn(c: Vp) -> R {
         return OK;
     }
     // SAFETY: a connection from connect/accept; its requests die with it.
-    let c = unsafe { Box::from_raw(c.cast::<Conn>()) };
+    let mut c = unsafe { Box::from_raw(c.cast::<Conn>()) };
+    if c.gpu_bytes > 0 || c.regs_address > 0 || c.regs_dmabuf > 0 {
+        log(
+            LOG_INFO,
+            &format!(
+                "{} closed: {} bytes {} GPU memory, {} flushes, {} DMA-BUF and {} address registrations of GPU memory",
+                if c.recv { "receive" } else { "send" },
+                c.gpu_bytes,
+                if c.recv { "into" } else { "from" },
+                c.flushes,
+                c.regs_dmabuf,
+                c.regs_address
+            ),
+        );
+    }
+    if let Some(cu) = cuda() {
+        if c.stream != 0 {
+            // SAFETY: a stream this connection created; its copies ended.
+            unsafe { (cu.stream_destroy)(c.stream as Vp) };
+        }
+        let queued = c.queue.iter().filter_map(|&p| {
+            // SAFETY: queued requests are live until freed below.
+            unsafe { (*p).bounce.take() }
+        });
+        for b in c
+            .pool
+            .drain(..)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .chain(queued.collect::<Vec<_>>())
+        {
+            // SAFETY: allocated by cuMemHostAlloc, freed once.
+            unsafe { (cu.mem_free_host)(b.ptr.cast()) };
+        }
+    }
     for p in c.queue.iter() {
         // SAFETY: queued requests were made by Box::into_raw.
         drop(unsafe { Box::from_raw(*p) });

@@ -18,7 +18,9 @@
 //! * `NCCL_IB_HCA` (for a network named `IB`): devices by name, `name[:port]`
 //!   items, `^` to exclude, `=` for exact names, prefixes otherwise.
 //! * The device: the first (after `NCCL_IB_HCA`) that supports host memory
-//!   (`NCCL_PTR_HOST`). oxccl uses one device per process for now.
+//!   (`NCCL_PTR_HOST`), which the host path uses. The GPU ring spreads its
+//!   channels over the usable devices nearest its GPU ([`usable_devices`],
+//!   `oxccl_core::topo::nic_per_channel`).
 
 use std::sync::Arc;
 
@@ -163,6 +165,24 @@ pub fn pick_device(
         .copied()
         .find(|&i| devs[i].supports_host())
         .ok_or_else(|| "none of its devices supports host memory (NCCL_PTR_HOST)".to_string())
+}
+
+/// The devices of a chosen plugin a rank may spread its channels over:
+/// those `NCCL_IB_HCA` allows (for a network named IB) that support host
+/// memory, in index order, with their properties; the first is the one
+/// [`choose`] picked. A device whose properties fail is left out.
+pub fn usable_devices(net: &dyn Net, ib_hca: Option<&str>) -> Vec<(usize, Properties)> {
+    let hca = if net.name().eq_ignore_ascii_case("IB") {
+        ib_hca.map(HcaSpec::parse)
+    } else {
+        None
+    };
+    (0..net.devices().unwrap_or(0))
+        .filter_map(|d| net.properties(d).ok().map(|p| (d, p)))
+        .filter(|(_, p)| {
+            hca.as_ref().is_none_or(|h| h.allows(&p.name, p.port)) && p.supports_host()
+        })
+        .collect()
 }
 
 fn not_there(forced: &str, why: &str) -> Error {
@@ -367,6 +387,7 @@ mod tests {
             max_comms: 1024,
             max_recvs: 1,
             max_p2p_bytes: 1 << 30,
+            force_flush: false,
         }
     }
 

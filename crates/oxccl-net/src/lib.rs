@@ -12,7 +12,7 @@
 //!   failure falls back to oxccl's own sockets.
 //! * [`tuner`]: `NCCL_TUNER_PLUGIN`, `ncclTunerPlugin_v6` down to `_v2`, a
 //!   context per communicator and `getCollInfo` over oxccl's cost table.
-//! * [`profiler`]: `NCCL_PROFILER_PLUGIN`, `ncclProfiler_v6` and `_v5`, a
+//! * [`profiler`]: `NCCL_PROFILER_PLUGIN`, `ncclProfiler_v6` down to `_v1`, a
 //!   context per communicator and its events.
 //!
 //! Why a crate of its own: the host executor (`oxccl-host`) uses plugins for
@@ -37,7 +37,7 @@ pub mod profiler;
 pub mod testing;
 pub mod tuner;
 
-pub use choose::{choose, library_candidates, HcaSpec, NetSettings, Network};
+pub use choose::{choose, library_candidates, usable_devices, HcaSpec, NetSettings, Network};
 pub use loader::{load, LoadOutcome, Plugin, Version};
 
 /// The opaque connection handle (`NCCL_NET_HANDLE_MAXSIZE` bytes) that
@@ -131,6 +131,9 @@ pub struct Properties {
     pub max_recvs: i32,
     /// Largest single transfer (v9+; before: NCCL's 1 GiB default).
     pub max_p2p_bytes: usize,
+    /// The device needs a flush after every receive into GPU memory
+    /// (`forceFlush`, v9+; before: false).
+    pub force_flush: bool,
 }
 
 impl Properties {
@@ -138,6 +141,26 @@ impl Properties {
     pub fn supports_host(&self) -> bool {
         self.ptr_support & ffi::NCCL_PTR_HOST != 0
     }
+    /// Whether the device can send from and receive into GPU memory
+    /// (GPUDirect RDMA, `NCCL_PTR_CUDA`).
+    pub fn supports_cuda(&self) -> bool {
+        self.ptr_support & ffi::NCCL_PTR_CUDA != 0
+    }
+    /// Whether the device registers GPU memory from a DMA-BUF file
+    /// descriptor (`NCCL_PTR_DMABUF`).
+    pub fn supports_dmabuf(&self) -> bool {
+        self.ptr_support & ffi::NCCL_PTR_DMABUF != 0
+    }
+}
+
+/// GPU memory to register with [`Net::reg_mr_device`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceMemory {
+    /// By address (`regMr` with `NCCL_PTR_CUDA`).
+    Address,
+    /// Through a DMA-BUF file descriptor of the range (`regMrDmaBuf`):
+    /// `offset` is where the range starts in the exported buffer.
+    DmaBuf { fd: i32, offset: u64 },
 }
 
 /// An error a plugin call returned: which call, and its `ncclResult_t`.
@@ -183,6 +206,45 @@ pub trait Net: Send + Sync {
     /// # Safety
     /// `data` must stay valid for `len` bytes until [`Net::dereg_mr`].
     unsafe fn reg_mr(&self, comm: CommRef<'_>, data: *mut u8, len: usize) -> Result<MrHandle>;
+    /// Registers GPU memory for transfers on `comm` (GPUDirect RDMA). A
+    /// network without it answers with an error.
+    ///
+    /// # Safety
+    /// `data` must be device memory valid for `len` bytes until
+    /// [`Net::dereg_mr`]; a DMA-BUF descriptor must describe that range.
+    unsafe fn reg_mr_device(
+        &self,
+        comm: CommRef<'_>,
+        data: *mut u8,
+        len: usize,
+        how: DeviceMemory,
+    ) -> Result<MrHandle> {
+        let _ = (comm, data, len, how);
+        Err(oxccl_core::Error::internal(format!(
+            "NET/{}: no GPU memory registration",
+            self.name()
+        )))
+    }
+    /// Whether the plugin exports `iflush`.
+    fn has_iflush(&self) -> bool {
+        false
+    }
+    /// Starts a flush of a completed receive into GPU memory (`iflush`),
+    /// so the GPU reads what the NIC wrote; `None`: nothing to wait for
+    /// (the plugin has no flush, or needed none).
+    ///
+    /// # Safety
+    /// `data..data+len` is a completed receive's buffer, registered as `mr`.
+    unsafe fn iflush(
+        &self,
+        comm: &RecvComm,
+        data: *mut u8,
+        len: usize,
+        mr: &MrHandle,
+    ) -> Result<Option<Request>> {
+        let _ = (comm, data, len, mr);
+        Ok(None)
+    }
     /// Releases a registration.
     fn dereg_mr(&self, comm: CommRef<'_>, mr: MrHandle) -> Result<()>;
     /// Starts sending `len` bytes at `data`; `None`: the plugin cannot take

@@ -17,8 +17,8 @@ use oxccl_env::{Level, Subsys};
 
 use crate::ffi::{self, NcclResult};
 use crate::{
-    CallError, CommRef, Handle, ListenComm, MrHandle, Net, Poll, Properties, RecvComm, Request,
-    SendComm,
+    CallError, CommRef, DeviceMemory, Handle, ListenComm, MrHandle, Net, Poll, Properties,
+    RecvComm, Request, SendComm,
 };
 
 /// An ABI version oxccl can drive.
@@ -621,6 +621,9 @@ impl Net for Plugin {
         // Fields a version lacks take NCCL's assumption for it.
         macro_rules! base {
             ($p:expr, $max:expr) => {
+                base!($p, $max, false)
+            };
+            ($p:expr, $max:expr, $flush:expr) => {
                 Properties {
                     name: cstr_opt($p.name).unwrap_or_else(|| format!("dev{dev}")),
                     pci_path: cstr_opt($p.pci_path),
@@ -632,6 +635,7 @@ impl Net for Plugin {
                     max_comms: $p.max_comms,
                     max_recvs: $p.max_recvs,
                     max_p2p_bytes: $max,
+                    force_flush: $flush,
                 }
             };
         }
@@ -671,7 +675,7 @@ impl Net for Plugin {
                 } else {
                     p.max_p2p_bytes
                 };
-                base!(p, max)
+                base!(p, max, p.force_flush != 0)
             }
             Table::V10(t) => {
                 // SAFETY: as above.
@@ -684,7 +688,7 @@ impl Net for Plugin {
                 } else {
                     p.max_p2p_bytes
                 };
-                base!(p, max)
+                base!(p, max, p.force_flush != 0)
             }
             Table::V11(t) => {
                 // SAFETY: as above.
@@ -697,7 +701,7 @@ impl Net for Plugin {
                 } else {
                     p.max_p2p_bytes
                 };
-                base!(p, max)
+                base!(p, max, p.force_flush != 0)
             }
             Table::V12(t) => {
                 // SAFETY: as above.
@@ -710,7 +714,7 @@ impl Net for Plugin {
                 } else {
                     p.max_p2p_bytes
                 };
-                base!(p, max)
+                base!(p, max, p.force_flush != 0)
             }
         };
         Ok(props)
@@ -824,6 +828,120 @@ impl Net for Plugin {
         // a dangling non-NULL marker keeps the type simple, and is passed back
         // as NULL (see `mr_ptr`).
         Ok(MrHandle::from_raw(mh).unwrap_or(MrHandle(std::ptr::NonNull::dangling())))
+    }
+
+    unsafe fn reg_mr_device(
+        &self,
+        comm: CommRef<'_>,
+        data: *mut u8,
+        len: usize,
+        how: DeviceMemory,
+    ) -> Result<MrHandle> {
+        let c = comm.as_ptr();
+        let p = data.cast::<c_void>();
+        let mut mh: *mut c_void = ptr::null_mut();
+        let cuda = ffi::NCCL_PTR_CUDA;
+        let rc = match how {
+            // SAFETY: in each arm the entry was checked present at load;
+            // memory validity is the caller's contract.
+            DeviceMemory::Address => unsafe {
+                match self.table {
+                    Table::V6(t) => (t.reg_mr.unwrap_unchecked())(
+                        c,
+                        p,
+                        to_int(len, "registration")?,
+                        cuda,
+                        &mut mh,
+                    ),
+                    Table::V7(t) => (t.reg_mr.unwrap_unchecked())(
+                        c,
+                        p,
+                        to_int(len, "registration")?,
+                        cuda,
+                        &mut mh,
+                    ),
+                    Table::V8(t) => (t.reg_mr.unwrap_unchecked())(c, p, len, cuda, &mut mh),
+                    Table::V9(t) => (t.reg_mr.unwrap_unchecked())(c, p, len, cuda, &mut mh),
+                    Table::V10(t) => (t.reg_mr.unwrap_unchecked())(c, p, len, cuda, &mut mh),
+                    Table::V11(t) => (t.reg_mr.unwrap_unchecked())(c, p, len, cuda, &mut mh),
+                    Table::V12(t) => (t.reg_mr.unwrap_unchecked())(c, p, len, cuda, &mut mh),
+                }
+            },
+            DeviceMemory::DmaBuf { fd, offset } => {
+                let f = match self.table {
+                    Table::V6(t) => t.reg_mr_dma_buf,
+                    Table::V7(t) => t.reg_mr_dma_buf,
+                    Table::V8(t) => t.reg_mr_dma_buf,
+                    Table::V9(t) => t.reg_mr_dma_buf,
+                    Table::V10(t) => t.reg_mr_dma_buf,
+                    Table::V11(t) => t.reg_mr_dma_buf,
+                    Table::V12(t) => t.reg_mr_dma_buf,
+                };
+                let Some(f) = f else {
+                    return Err(Error::new(
+                        ErrorKind::Internal,
+                        format!("NET/{}: regMrDmaBuf is NULL", self.name),
+                    ));
+                };
+                // SAFETY: the plugin's entry; the range and the descriptor
+                // are valid (the caller's contract).
+                unsafe { f(c, p, len, cuda, offset, fd, &mut mh) }
+            }
+        };
+        check(
+            match how {
+                DeviceMemory::Address => "regMr(NCCL_PTR_CUDA)",
+                DeviceMemory::DmaBuf { .. } => "regMrDmaBuf",
+            },
+            rc,
+            self,
+        )?;
+        MrHandle::from_raw(mh).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("NET/{}: GPU memory registration returned NULL", self.name),
+            )
+        })
+    }
+
+    fn has_iflush(&self) -> bool {
+        match self.table {
+            Table::V6(t) => t.iflush.is_some(),
+            Table::V7(t) => t.iflush.is_some(),
+            Table::V8(t) => t.iflush.is_some(),
+            Table::V9(t) => t.iflush.is_some(),
+            Table::V10(t) => t.iflush.is_some(),
+            Table::V11(t) => t.iflush.is_some(),
+            Table::V12(t) => t.iflush.is_some(),
+        }
+    }
+
+    unsafe fn iflush(
+        &self,
+        comm: &RecvComm,
+        data: *mut u8,
+        len: usize,
+        mr: &MrHandle,
+    ) -> Result<Option<Request>> {
+        let f = match self.table {
+            Table::V6(t) => t.iflush,
+            Table::V7(t) => t.iflush,
+            Table::V8(t) => t.iflush,
+            Table::V9(t) => t.iflush,
+            Table::V10(t) => t.iflush,
+            Table::V11(t) => t.iflush,
+            Table::V12(t) => t.iflush,
+        };
+        let Some(f) = f else { return Ok(None) };
+        let mut p = data.cast::<c_void>();
+        let mut size = to_int(len, "flush")?;
+        let mut m = mr_ptr(mr);
+        let mut req: *mut c_void = ptr::null_mut();
+        // SAFETY: one element in each array; the buffer is a completed
+        // receive's (the caller's contract).
+        let rc = unsafe { f(comm.as_ptr(), 1, &mut p, &mut size, &mut m, &mut req) };
+        check("iflush", rc, self)?;
+        Ok(Request::from_raw(req))
     }
 
     fn dereg_mr(&self, comm: CommRef<'_>, mr: MrHandle) -> Result<()> {

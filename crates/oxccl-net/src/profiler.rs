@@ -1,13 +1,22 @@
-//! NCCL's profiler plugins (`ncclProfiler_v6` and `_v5`): finding the
-//! library by `NCCL_PROFILER_PLUGIN`'s rules, and [`ProfilerComm`], one
-//! plugin context per communicator (`init` returns the events the plugin
-//! wants, `startEvent` / `stopEvent` / `recordEventState` per event,
-//! `finalize` when dropped).
+//! NCCL's profiler plugins (`ncclProfiler_v6` down to `_v1`, the versions
+//! NCCL 2.30 loads, newest first): finding the library by
+//! `NCCL_PROFILER_PLUGIN`'s rules, and [`ProfilerComm`], one plugin context
+//! per communicator (`init` returns the events the plugin wants,
+//! `startEvent` / `stopEvent` / `recordEventState` per event, `finalize`
+//! when dropped).
 //!
-//! v5 and v6 share their entry points and the event descriptor up to v5's
-//! members; v6 adds copy-engine members to the descriptor's union (oxccl
-//! passes the v6 size, which a v5 plugin reads a prefix of). NCCL 2.30 also
-//! loads v4, whose descriptor differs; oxccl refuses it with a WARN.
+//! Callers describe events in the newest descriptor ([`EventDescr`], v6).
+//! v5 and v6 share their entry points and the descriptor up to v5's
+//! members; v6 adds copy-engine members to the union (oxccl passes the v6
+//! size, which a v5 plugin reads a prefix of). Older versions get their own
+//! descriptor, translated by [`to_v4`], [`to_v3`], [`to_v2`] and [`to_v1`]:
+//! a one-byte `type`; the collective's or point-to-point's parent is its
+//! group (`parentObj`, where v5 added `parentGroup`); v1-v3 have `name` and
+//! `commHash` members NCCL leaves NULL and 0; v1 numbers the function,
+//! datatype, algorithm and protocol instead of naming them. Event kinds a
+//! version does not know are not started, and bits it does not know are
+//! cleared from its activation mask. v1-v3's `init` takes only the context
+//! and the mask; v4's takes the communicator's hash after its name.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -140,7 +149,202 @@ pub struct EventDescr {
     pub u: DescrUnion,
 }
 
-type InitFn = unsafe extern "C" fn(
+/// `coll` member of `ncclProfilerEventDescr_v4_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CollDescrV4 {
+    pub seq_number: u64,
+    pub func: *const c_char,
+    pub send_buff: *const c_void,
+    pub recv_buff: Vp,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub n_channels: u8,
+    pub n_warps: u8,
+    pub algo: *const c_char,
+    pub proto: *const c_char,
+}
+
+/// `p2p` member of `ncclProfilerEventDescr_v4_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct P2pDescrV4 {
+    pub func: *const c_char,
+    pub buff: Vp,
+    pub datatype: *const c_char,
+    pub count: usize,
+    pub peer: c_int,
+    pub n_channels: u8,
+}
+
+/// The union of `ncclProfilerEventDescr_v4_t` with the members oxccl
+/// fills (the proxy, kernel-channel and net-plugin members are smaller).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnionV4 {
+    pub coll: CollDescrV4,
+    pub p2p: P2pDescrV4,
+}
+
+/// `ncclProfilerEventDescr_v4_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EventDescrV4 {
+    pub kind: u8,
+    pub parent_obj: Vp,
+    pub rank: c_int,
+    pub u: DescrUnionV4,
+}
+
+/// `coll` member of `ncclProfilerEventDescr_v3_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CollDescrV3 {
+    pub name: *const c_char,
+    pub comm_hash: u64,
+    pub seq_number: u64,
+    pub func: *const c_char,
+    pub send_buff: *const c_void,
+    pub recv_buff: Vp,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub n_max_channels: u8,
+    pub n_warps: u8,
+    pub algo: *const c_char,
+    pub proto: *const c_char,
+}
+
+/// `p2p` member of `ncclProfilerEventDescr_v2_t` and `_v3_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct P2pDescrV2 {
+    pub name: *const c_char,
+    pub comm_hash: u64,
+    pub func: *const c_char,
+    pub buff: Vp,
+    pub datatype: *const c_char,
+    pub count: usize,
+    pub peer: c_int,
+}
+
+/// The union of `ncclProfilerEventDescr_v3_t` with the members oxccl fills.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnionV3 {
+    pub coll: CollDescrV3,
+    pub p2p: P2pDescrV2,
+}
+
+/// `ncclProfilerEventDescr_v3_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EventDescrV3 {
+    pub kind: u8,
+    pub parent_obj: Vp,
+    pub rank: c_int,
+    pub u: DescrUnionV3,
+}
+
+/// `coll` member of `ncclProfilerEventDescr_v2_t` (v3's with
+/// `trafficBytes`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CollDescrV2 {
+    pub name: *const c_char,
+    pub comm_hash: u64,
+    pub seq_number: u64,
+    pub func: *const c_char,
+    pub send_buff: *const c_void,
+    pub recv_buff: Vp,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub traffic_bytes: usize,
+    pub n_max_channels: u8,
+    pub n_warps: u8,
+    pub algo: *const c_char,
+    pub proto: *const c_char,
+}
+
+/// The union of `ncclProfilerEventDescr_v2_t` with the members oxccl fills.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnionV2 {
+    pub coll: CollDescrV2,
+    pub p2p: P2pDescrV2,
+}
+
+/// `ncclProfilerEventDescr_v2_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EventDescrV2 {
+    pub kind: u8,
+    pub parent_obj: Vp,
+    pub rank: c_int,
+    pub u: DescrUnionV2,
+}
+
+/// `coll` member of `ncclProfilerEventDescr_v1_t`: function, datatype,
+/// algorithm and protocol as numbers (`ncclFunc_t`, `ncclDataType_t`,
+/// `NCCL_ALGO_*`, `NCCL_PROTO_*`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CollDescrV1 {
+    pub name: *const c_char,
+    pub comm_hash: u64,
+    pub seq_number: u64,
+    pub func: u8,
+    pub send_buff: *const c_void,
+    pub recv_buff: Vp,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: u8,
+    pub op: u32,
+    pub traffic_bytes: usize,
+    pub n_max_channels: u8,
+    pub n_warps: u8,
+    pub algo: u8,
+    pub proto: u8,
+    pub is_collnet: c_int,
+    pub is_nvls: c_int,
+}
+
+/// `p2p` member of `ncclProfilerEventDescr_v1_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct P2pDescrV1 {
+    pub name: *const c_char,
+    pub comm_hash: u64,
+    pub func: u8,
+    pub buff: Vp,
+    pub datatype: u8,
+    pub count: usize,
+    pub peer: c_int,
+}
+
+/// The union of `ncclProfilerEventDescr_v1_t` with the members oxccl fills.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnionV1 {
+    pub coll: CollDescrV1,
+    pub p2p: P2pDescrV1,
+}
+
+/// `ncclProfilerEventDescr_v1_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EventDescrV1 {
+    pub kind: u8,
+    pub parent_obj: Vp,
+    pub rank: c_int,
+    pub u: DescrUnionV1,
+}
+
+/// `init` of v5 and v6: `(context, commId, eActivationMask, commName,
+/// nNodes, nranks, rank, logfn)`.
+pub type InitFn = unsafe extern "C" fn(
     *mut Vp,
     u64,
     *mut c_int,
@@ -151,35 +355,465 @@ type InitFn = unsafe extern "C" fn(
     Logger,
 ) -> NcclResult;
 
-/// `ncclProfiler_v6_t` and `ncclProfiler_v5_t` (the same entries).
+/// `init` of v4: `(context, eActivationMask, commName, commHash, nNodes,
+/// nranks, rank, logfn)`.
+pub type InitFnV4 = unsafe extern "C" fn(
+    *mut Vp,
+    *mut c_int,
+    *const c_char,
+    u64,
+    c_int,
+    c_int,
+    c_int,
+    Logger,
+) -> NcclResult;
+
+/// `init` of v1 to v3: `(context, eActivationMask)`.
+pub type InitFnV1 = unsafe extern "C" fn(*mut Vp, *mut c_int) -> NcclResult;
+
+/// `proxyOp` member of `ncclProfilerEventStateArgs_v1_t` (v1 to v3).
 #[repr(C)]
-pub struct ProfilerTable {
+#[derive(Clone, Copy, Debug)]
+pub struct ProxyOpStateV1 {
+    pub trans_size: usize,
+    pub steps: c_int,
+}
+
+/// `ncclProfilerEventStateArgs_v1_t`, also v2's and v3's.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union StateArgsV1 {
+    pub proxy_op: ProxyOpStateV1,
+    /// `proxyCtrl.appendedProxyOps`.
+    pub appended_proxy_ops: c_int,
+}
+
+/// `ncclProfilerEventStateArgs_v4_t`, also v5's and v6's: one member each
+/// (`proxyStep.transSize`, `proxyCtrl.appendedProxyOps`,
+/// `netPlugin.data`, `kernelCh.pTimer`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union StateArgsV4 {
+    pub trans_size: usize,
+    pub appended_proxy_ops: c_int,
+    pub net_plugin_data: Vp,
+    pub p_timer: u64,
+}
+
+/// An `ncclProfiler_vN_t` table: `init` of type `I`, `startEvent` taking a
+/// descriptor `D`, `recordEventState` taking the state (an
+/// `ncclProfilerEventState_t`, an int) and arguments `A`. oxccl records
+/// no states yet: `recordEventState` is checked present, never called.
+#[repr(C)]
+pub struct Table<I, D, A> {
     pub name: *const c_char,
-    pub init: Option<InitFn>,
-    pub start_event: Option<unsafe extern "C" fn(Vp, *mut Vp, *mut EventDescr) -> NcclResult>,
+    pub init: Option<I>,
+    pub start_event: Option<unsafe extern "C" fn(Vp, *mut Vp, *mut D) -> NcclResult>,
     pub stop_event: Option<unsafe extern "C" fn(Vp) -> NcclResult>,
-    pub record_event_state: Option<unsafe extern "C" fn(Vp, c_int, Vp) -> NcclResult>,
+    pub record_event_state: Option<unsafe extern "C" fn(Vp, c_int, *mut A) -> NcclResult>,
     pub finalize: Option<unsafe extern "C" fn(Vp) -> NcclResult>,
+}
+
+/// `ncclProfiler_v6_t` and `ncclProfiler_v5_t` (the same entries).
+pub type ProfilerTable = Table<InitFn, EventDescr, StateArgsV4>;
+/// `ncclProfiler_v4_t`.
+pub type ProfilerTableV4 = Table<InitFnV4, EventDescrV4, StateArgsV4>;
+/// `ncclProfiler_v3_t`.
+pub type ProfilerTableV3 = Table<InitFnV1, EventDescrV3, StateArgsV1>;
+/// `ncclProfiler_v2_t`.
+pub type ProfilerTableV2 = Table<InitFnV1, EventDescrV2, StateArgsV1>;
+/// `ncclProfiler_v1_t`.
+pub type ProfilerTableV1 = Table<InitFnV1, EventDescrV1, StateArgsV1>;
+
+impl<I, D, A> Table<I, D, A> {
+    /// The entries that are NULL, by NCCL's names.
+    fn missing(&self) -> Vec<&'static str> {
+        [
+            ("init", self.init.is_some()),
+            ("startEvent", self.start_event.is_some()),
+            ("stopEvent", self.stop_event.is_some()),
+            ("recordEventState", self.record_event_state.is_some()),
+            ("finalize", self.finalize.is_some()),
+        ]
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| *n)
+        .collect()
+    }
 }
 
 /// A profiler ABI version oxccl can drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ProfilerVersion {
+    V1 = 1,
+    V2 = 2,
+    V3 = 3,
+    V4 = 4,
     V5 = 5,
     V6 = 6,
 }
 
 impl ProfilerVersion {
     /// Newest first: the order symbols are looked for.
-    pub const NEWEST_FIRST: [ProfilerVersion; 2] = [ProfilerVersion::V6, ProfilerVersion::V5];
+    pub const NEWEST_FIRST: [ProfilerVersion; 6] = [
+        ProfilerVersion::V6,
+        ProfilerVersion::V5,
+        ProfilerVersion::V4,
+        ProfilerVersion::V3,
+        ProfilerVersion::V2,
+        ProfilerVersion::V1,
+    ];
 
     /// The exported symbol of this version's table.
     pub fn symbol(self) -> &'static str {
         match self {
+            ProfilerVersion::V1 => "ncclProfiler_v1",
+            ProfilerVersion::V2 => "ncclProfiler_v2",
+            ProfilerVersion::V3 => "ncclProfiler_v3",
+            ProfilerVersion::V4 => "ncclProfiler_v4",
             ProfilerVersion::V5 => "ncclProfiler_v5",
             ProfilerVersion::V6 => "ncclProfiler_v6",
         }
     }
+
+    /// The event kinds this version defines (`ncclProfileGroup` ..): the
+    /// bits of a plugin's activation mask that are kept.
+    pub fn known_kinds(self) -> u64 {
+        match self {
+            // Group, Coll, P2p, ProxyOp, ProxyStep, ProxyCtrl.
+            ProfilerVersion::V1 | ProfilerVersion::V2 => (1 << 6) - 1,
+            // ... KernelCh, NetPlugin.
+            ProfilerVersion::V3 | ProfilerVersion::V4 => (1 << 8) - 1,
+            // ... GroupApi, CollApi, P2pApi, KernelLaunch.
+            ProfilerVersion::V5 => (1 << 12) - 1,
+            // ... CeColl, CeSync, CeBatch.
+            ProfilerVersion::V6 => (1 << 15) - 1,
+        }
+    }
+}
+
+/// A loaded table, by version.
+#[derive(Clone, Copy)]
+enum AnyTable {
+    V1(&'static ProfilerTableV1),
+    V2(&'static ProfilerTableV2),
+    V3(&'static ProfilerTableV3),
+    V4(&'static ProfilerTableV4),
+    /// v5 and v6.
+    V5(&'static ProfilerTable),
+}
+
+impl AnyTable {
+    fn name(self) -> *const c_char {
+        match self {
+            AnyTable::V1(t) => t.name,
+            AnyTable::V2(t) => t.name,
+            AnyTable::V3(t) => t.name,
+            AnyTable::V4(t) => t.name,
+            AnyTable::V5(t) => t.name,
+        }
+    }
+    fn missing(self) -> Vec<&'static str> {
+        match self {
+            AnyTable::V1(t) => t.missing(),
+            AnyTable::V2(t) => t.missing(),
+            AnyTable::V3(t) => t.missing(),
+            AnyTable::V4(t) => t.missing(),
+            AnyTable::V5(t) => t.missing(),
+        }
+    }
+    /// `stopEvent` (the same type in every version; checked at load).
+    fn stop_event(self) -> Option<unsafe extern "C" fn(Vp) -> NcclResult> {
+        match self {
+            AnyTable::V1(t) => t.stop_event,
+            AnyTable::V2(t) => t.stop_event,
+            AnyTable::V3(t) => t.stop_event,
+            AnyTable::V4(t) => t.stop_event,
+            AnyTable::V5(t) => t.stop_event,
+        }
+    }
+    /// `finalize` (the same type in every version; checked at load).
+    fn finalize(self) -> Option<unsafe extern "C" fn(Vp) -> NcclResult> {
+        match self {
+            AnyTable::V1(t) => t.finalize,
+            AnyTable::V2(t) => t.finalize,
+            AnyTable::V3(t) => t.finalize,
+            AnyTable::V4(t) => t.finalize,
+            AnyTable::V5(t) => t.finalize,
+        }
+    }
+}
+
+/// The v4 descriptor of `d`; `None` for kinds v4 does not have (the API
+/// and copy-engine events). Operations take their group as `parentObj`.
+pub fn to_v4(d: &EventDescr) -> Option<EventDescrV4> {
+    let kind = u8::try_from(d.kind)
+        .ok()
+        .filter(|&k| u64::from(k) & ProfilerVersion::V4.known_kinds() == d.kind)?;
+    let mut out = EventDescrV4 {
+        kind,
+        parent_obj: d.parent_obj,
+        rank: d.rank,
+        // SAFETY: all-zero is a valid value of these plain C structs
+        // (NULL pointers, zero numbers).
+        u: unsafe { std::mem::zeroed() },
+    };
+    match d.kind {
+        PROFILE_COLL => {
+            // SAFETY: the kind says `coll` is the member in use.
+            let c = unsafe { d.u.coll };
+            out.parent_obj = c.parent_group;
+            out.u.coll = CollDescrV4 {
+                seq_number: c.seq_number,
+                func: c.func,
+                send_buff: c.send_buff,
+                recv_buff: c.recv_buff,
+                count: c.count,
+                root: c.root,
+                datatype: c.datatype,
+                n_channels: c.n_channels,
+                n_warps: c.n_warps,
+                algo: c.algo,
+                proto: c.proto,
+            };
+        }
+        PROFILE_P2P => {
+            // SAFETY: the kind says `p2p` is the member in use.
+            let p = unsafe { d.u.p2p };
+            out.parent_obj = p.parent_group;
+            out.u.p2p = P2pDescrV4 {
+                func: p.func,
+                buff: p.buff,
+                datatype: p.datatype,
+                count: p.count,
+                peer: p.peer,
+                n_channels: p.n_channels,
+            };
+        }
+        // Group: no members. Other kinds oxccl does not describe.
+        _ => {}
+    }
+    Some(out)
+}
+
+/// The v3 descriptor of `d` (`name` NULL and `commHash` 0, as NCCL fills
+/// them since v4 dropped them); `None` for kinds v3 does not have.
+pub fn to_v3(d: &EventDescr) -> Option<EventDescrV3> {
+    let v4 = to_v4(d)?;
+    // SAFETY: all-zero is a valid value of these plain C structs.
+    let mut u: DescrUnionV3 = unsafe { std::mem::zeroed() };
+    match d.kind {
+        PROFILE_COLL => {
+            // SAFETY: to_v4 filled `coll` for this kind.
+            let c = unsafe { v4.u.coll };
+            u.coll = CollDescrV3 {
+                name: ptr::null(),
+                comm_hash: 0,
+                seq_number: c.seq_number,
+                func: c.func,
+                send_buff: c.send_buff,
+                recv_buff: c.recv_buff,
+                count: c.count,
+                root: c.root,
+                datatype: c.datatype,
+                n_max_channels: c.n_channels,
+                n_warps: c.n_warps,
+                algo: c.algo,
+                proto: c.proto,
+            };
+        }
+        PROFILE_P2P => u.p2p = p2p_v2(&v4),
+        _ => {}
+    }
+    Some(EventDescrV3 {
+        kind: v4.kind,
+        parent_obj: v4.parent_obj,
+        rank: v4.rank,
+        u,
+    })
+}
+
+fn p2p_v2(v4: &EventDescrV4) -> P2pDescrV2 {
+    // SAFETY: called for point-to-point kinds, whose `p2p` to_v4 filled.
+    let p = unsafe { v4.u.p2p };
+    P2pDescrV2 {
+        name: ptr::null(),
+        comm_hash: 0,
+        func: p.func,
+        buff: p.buff,
+        datatype: p.datatype,
+        count: p.count,
+        peer: p.peer,
+    }
+}
+
+/// The v2 descriptor of `d` (v3's plus `trafficBytes`, 0 as in NCCL);
+/// `None` for kinds v2 does not have (v3's kernel-channel and net-plugin
+/// events too).
+pub fn to_v2(d: &EventDescr) -> Option<EventDescrV2> {
+    if d.kind & ProfilerVersion::V2.known_kinds() != d.kind {
+        return None;
+    }
+    let v4 = to_v4(d)?;
+    // SAFETY: all-zero is a valid value of these plain C structs.
+    let mut u: DescrUnionV2 = unsafe { std::mem::zeroed() };
+    match d.kind {
+        PROFILE_COLL => {
+            // SAFETY: to_v4 filled `coll` for this kind.
+            let c = unsafe { v4.u.coll };
+            u.coll = CollDescrV2 {
+                name: ptr::null(),
+                comm_hash: 0,
+                seq_number: c.seq_number,
+                func: c.func,
+                send_buff: c.send_buff,
+                recv_buff: c.recv_buff,
+                count: c.count,
+                root: c.root,
+                datatype: c.datatype,
+                traffic_bytes: 0,
+                n_max_channels: c.n_channels,
+                n_warps: c.n_warps,
+                algo: c.algo,
+                proto: c.proto,
+            };
+        }
+        PROFILE_P2P => u.p2p = p2p_v2(&v4),
+        _ => {}
+    }
+    Some(EventDescrV2 {
+        kind: v4.kind,
+        parent_obj: v4.parent_obj,
+        rank: v4.rank,
+        u,
+    })
+}
+
+/// `ncclFunc_t` of a function name.
+pub fn func_code(name: &CStr) -> u8 {
+    match name.to_bytes() {
+        b"Broadcast" => 0,
+        b"Reduce" => 1,
+        b"AllGather" => 2,
+        b"ReduceScatter" => 3,
+        b"AllReduce" => 4,
+        b"SendRecv" => 5,
+        b"Send" => 6,
+        b"Recv" => 7,
+        b"AlltoAll" => 8,
+        b"Scatter" => 9,
+        b"Gather" => 10,
+        b"AllGatherV" => 11,
+        // Not an NCCL function: ncclNumFuncs.
+        _ => 15,
+    }
+}
+
+/// `ncclDataType_t` of a datatype name (`ncclFloat32`, ...).
+pub fn dtype_code(name: &CStr) -> u8 {
+    match name.to_bytes() {
+        b"ncclInt8" => 0,
+        b"ncclUint8" => 1,
+        b"ncclInt32" => 2,
+        b"ncclUint32" => 3,
+        b"ncclInt64" => 4,
+        b"ncclUint64" => 5,
+        b"ncclFloat16" => 6,
+        b"ncclFloat32" => 7,
+        b"ncclFloat64" => 8,
+        b"ncclBfloat16" => 9,
+        b"ncclFloat8e4m3" => 10,
+        b"ncclFloat8e5m2" => 11,
+        // Not an NCCL datatype: ncclNumTypes.
+        _ => 12,
+    }
+}
+
+/// `NCCL_ALGO_*` of an algorithm name; oxccl's own (`OneShot`,
+/// `TwoShot`) have none: `NCCL_ALGO_UNDEF` (-1, 255 in the byte).
+pub fn algo_code(name: &CStr) -> u8 {
+    match name.to_bytes() {
+        b"Tree" => 0,
+        b"Ring" => 1,
+        b"CollNetDirect" => 2,
+        b"CollNetChain" => 3,
+        b"NVLS" => 4,
+        b"NVLSTree" => 5,
+        b"PAT" => 6,
+        _ => u8::MAX,
+    }
+}
+
+/// `NCCL_PROTO_*` of a protocol name (`NCCL_PROTO_UNDEF`, 255, if none).
+pub fn proto_code(name: &CStr) -> u8 {
+    match name.to_bytes() {
+        b"LL" => 0,
+        b"LL128" => 1,
+        b"Simple" => 2,
+        _ => u8::MAX,
+    }
+}
+
+fn code_of(p: *const c_char, f: fn(&CStr) -> u8) -> u8 {
+    if p.is_null() {
+        return f(c"");
+    }
+    // SAFETY: descriptor strings are NUL-terminated (static names).
+    f(unsafe { CStr::from_ptr(p) })
+}
+
+/// The v1 descriptor of `d`: v2's with the names as NCCL's numbers,
+/// `op` and `trafficBytes` 0, `isCollnet` and `isNvls` from the algorithm.
+pub fn to_v1(d: &EventDescr) -> Option<EventDescrV1> {
+    let v2 = to_v2(d)?;
+    // SAFETY: all-zero is a valid value of these plain C structs.
+    let mut u: DescrUnionV1 = unsafe { std::mem::zeroed() };
+    match d.kind {
+        PROFILE_COLL => {
+            // SAFETY: to_v2 filled `coll` for this kind.
+            let c = unsafe { v2.u.coll };
+            let algo = code_of(c.algo, algo_code);
+            u.coll = CollDescrV1 {
+                name: ptr::null(),
+                comm_hash: 0,
+                seq_number: c.seq_number,
+                func: code_of(c.func, func_code),
+                send_buff: c.send_buff,
+                recv_buff: c.recv_buff,
+                count: c.count,
+                root: c.root,
+                datatype: code_of(c.datatype, dtype_code),
+                op: 0,
+                traffic_bytes: 0,
+                n_max_channels: c.n_max_channels,
+                n_warps: c.n_warps,
+                algo,
+                proto: code_of(c.proto, proto_code),
+                is_collnet: c_int::from(algo == 2 || algo == 3),
+                is_nvls: c_int::from(algo == 4 || algo == 5),
+            };
+        }
+        PROFILE_P2P => {
+            // SAFETY: to_v2 filled `p2p` for this kind.
+            let p = unsafe { v2.u.p2p };
+            u.p2p = P2pDescrV1 {
+                name: ptr::null(),
+                comm_hash: 0,
+                func: code_of(p.func, func_code),
+                buff: p.buff,
+                datatype: code_of(p.datatype, dtype_code),
+                count: p.count,
+                peer: p.peer,
+            };
+        }
+        _ => {}
+    }
+    Some(EventDescrV1 {
+        kind: v2.kind,
+        parent_obj: v2.parent_obj,
+        rank: v2.rank,
+        u,
+    })
 }
 
 /// A loaded profiler library (never unloaded).
@@ -187,7 +821,7 @@ pub struct ProfilerLib {
     library: String,
     version: ProfilerVersion,
     name: String,
-    table: &'static ProfilerTable,
+    table: AnyTable,
 }
 
 // SAFETY: the table is immutable after load; NCCL calls a profiler from
@@ -235,37 +869,42 @@ pub fn profiler_candidates(value: Option<&str>) -> Option<Vec<String>> {
     }
 }
 
+/// Versions after v6 that a plugin built for a later NCCL may export
+/// alone: named in the WARN.
+const NEWER: [&str; 3] = ["ncclProfiler_v7", "ncclProfiler_v8", "ncclProfiler_v9"];
+
 fn load_file(file: &str) -> std::result::Result<ProfilerLib, (bool, String)> {
     let lib = crate::loader::open(file).map_err(|e| (false, e))?;
     let Some((version, sym)) =
         crate::loader::find_symbol(lib, ProfilerVersion::NEWEST_FIRST.map(|v| (v, v.symbol())))
     else {
-        let v4 = crate::loader::find_symbol(lib, [((), "ncclProfiler_v4")]).is_some();
+        let newer = crate::loader::find_symbol(lib, NEWER.map(|s| (s, s))).map(|(s, _)| s);
         return Err((
             true,
-            if v4 {
-                "it exports only ncclProfiler_v4, which oxccl does not drive (v6 and v5 only)"
-                    .to_string()
-            } else {
-                "it exports none of the profiler versions oxccl knows (ncclProfiler_v6, ncclProfiler_v5)"
-                    .to_string()
+            match newer {
+                Some(s) => format!(
+                    "it exports {s}, newer than the versions oxccl drives (ncclProfiler_v6 down to ncclProfiler_v1), and none of those"
+                ),
+                None => "it exports none of the profiler versions oxccl knows (ncclProfiler_v6 down to ncclProfiler_v1)"
+                    .to_string(),
             },
         ));
     };
-    // SAFETY: `sym` is the plugin's exported table of this version, which
-    // lives as long as the library (never unloaded).
-    let table: &'static ProfilerTable = unsafe { &*(sym as *const ProfilerTable) };
-    let missing: Vec<&str> = [
-        ("init", table.init.is_some()),
-        ("startEvent", table.start_event.is_some()),
-        ("stopEvent", table.stop_event.is_some()),
-        ("recordEventState", table.record_event_state.is_some()),
-        ("finalize", table.finalize.is_some()),
-    ]
-    .iter()
-    .filter(|(_, ok)| !ok)
-    .map(|(n, _)| *n)
-    .collect();
+    // SAFETY: `sym` is the plugin's exported table of this version (the
+    // layout its symbol names), which lives as long as the library (never
+    // unloaded).
+    let table = unsafe {
+        match version {
+            ProfilerVersion::V1 => AnyTable::V1(&*(sym as *const ProfilerTableV1)),
+            ProfilerVersion::V2 => AnyTable::V2(&*(sym as *const ProfilerTableV2)),
+            ProfilerVersion::V3 => AnyTable::V3(&*(sym as *const ProfilerTableV3)),
+            ProfilerVersion::V4 => AnyTable::V4(&*(sym as *const ProfilerTableV4)),
+            ProfilerVersion::V5 | ProfilerVersion::V6 => {
+                AnyTable::V5(&*(sym as *const ProfilerTable))
+            }
+        }
+    };
+    let missing = table.missing();
     if !missing.is_empty() {
         return Err((
             true,
@@ -276,11 +915,11 @@ fn load_file(file: &str) -> std::result::Result<ProfilerLib, (bool, String)> {
             ),
         ));
     }
-    let name = if table.name.is_null() {
+    let name = if table.name().is_null() {
         "(unnamed)".to_string()
     } else {
         // SAFETY: the plugin's name is a NUL-terminated string in its table.
-        unsafe { CStr::from_ptr(table.name) }
+        unsafe { CStr::from_ptr(table.name()) }
             .to_string_lossy()
             .into_owned()
     };
@@ -400,20 +1039,36 @@ impl ProfilerComm {
         let mut mask: c_int = 0;
         let name = CString::new(comm_name.replace('\0', " ")).unwrap_or_default();
         let int = |v: usize| v.min(c_int::MAX as usize) as c_int;
+        let (nnodes, nranks, rank) = (int(nnodes), int(nranks), int(rank));
         // SAFETY: entries checked present at load; out-pointers writable;
         // the name is a C string that outlives the call; the logger is valid
         // for the process.
         let rc = unsafe {
-            (lib.table.init.unwrap_unchecked())(
-                &mut ctx,
-                comm_id,
-                &mut mask,
-                name.as_ptr(),
-                int(nnodes),
-                int(nranks),
-                int(rank),
-                logger,
-            )
+            match lib.table {
+                AnyTable::V5(t) => (t.init.unwrap_unchecked())(
+                    &mut ctx,
+                    comm_id,
+                    &mut mask,
+                    name.as_ptr(),
+                    nnodes,
+                    nranks,
+                    rank,
+                    logger,
+                ),
+                AnyTable::V4(t) => (t.init.unwrap_unchecked())(
+                    &mut ctx,
+                    &mut mask,
+                    name.as_ptr(),
+                    comm_id,
+                    nnodes,
+                    nranks,
+                    rank,
+                    logger,
+                ),
+                AnyTable::V3(t) => (t.init.unwrap_unchecked())(&mut ctx, &mut mask),
+                AnyTable::V2(t) => (t.init.unwrap_unchecked())(&mut ctx, &mut mask),
+                AnyTable::V1(t) => (t.init.unwrap_unchecked())(&mut ctx, &mut mask),
+            }
         };
         if rc != ffi::NCCL_SUCCESS {
             return Err(format!(
@@ -424,10 +1079,12 @@ impl ProfilerComm {
                 ffi::result_name(rc)
             ));
         }
+        // Bits for kinds this version does not define are dropped.
+        let known = lib.version.known_kinds();
         Ok(ProfilerComm {
             lib,
             ctx,
-            mask: mask as u32 as u64,
+            mask: mask as u32 as u64 & known,
         })
     }
 
@@ -453,10 +1110,32 @@ impl ProfilerComm {
             return None;
         }
         let mut h: Vp = ptr::null_mut();
-        // SAFETY: entry checked present at load; `descr` is a valid
-        // descriptor whose strings are static; `h` is writable.
-        let rc =
-            unsafe { (self.lib.table.start_event.unwrap_unchecked())(self.ctx, &mut h, descr) };
+        let (ctx, h_out) = (self.ctx, &mut h as *mut Vp);
+        // SAFETY: in every arm, the entry was checked present at load; the
+        // descriptor (this version's, translated) is valid for the call and
+        // its strings are static; `h` is writable. Kinds a version lacks
+        // are not started (no handle, no stop).
+        let rc = unsafe {
+            match self.lib.table {
+                AnyTable::V5(t) => (t.start_event.unwrap_unchecked())(ctx, h_out, descr),
+                AnyTable::V4(t) => match to_v4(descr) {
+                    Some(mut d) => (t.start_event.unwrap_unchecked())(ctx, h_out, &mut d),
+                    None => return None,
+                },
+                AnyTable::V3(t) => match to_v3(descr) {
+                    Some(mut d) => (t.start_event.unwrap_unchecked())(ctx, h_out, &mut d),
+                    None => return None,
+                },
+                AnyTable::V2(t) => match to_v2(descr) {
+                    Some(mut d) => (t.start_event.unwrap_unchecked())(ctx, h_out, &mut d),
+                    None => return None,
+                },
+                AnyTable::V1(t) => match to_v1(descr) {
+                    Some(mut d) => (t.start_event.unwrap_unchecked())(ctx, h_out, &mut d),
+                    None => return None,
+                },
+            }
+        };
         if rc != ffi::NCCL_SUCCESS {
             oxccl_env::info!(
                 Subsys::INIT,
@@ -473,7 +1152,7 @@ impl ProfilerComm {
     pub fn stop(&mut self, e: Event) {
         // SAFETY: entry checked present at load; the handle came from this
         // plugin's startEvent and is stopped once (moved in).
-        let rc = unsafe { (self.lib.table.stop_event.unwrap_unchecked())(e.as_ptr()) };
+        let rc = unsafe { (self.lib.table.stop_event().unwrap_unchecked())(e.as_ptr()) };
         if rc != ffi::NCCL_SUCCESS {
             oxccl_env::info!(
                 Subsys::INIT,
@@ -489,7 +1168,7 @@ impl Drop for ProfilerComm {
     fn drop(&mut self) {
         // SAFETY: entry checked present at load; `ctx` came from init and is
         // not used after this.
-        let rc = unsafe { (self.lib.table.finalize.unwrap_unchecked())(self.ctx) };
+        let rc = unsafe { (self.lib.table.finalize().unwrap_unchecked())(self.ctx) };
         if rc != ffi::NCCL_SUCCESS {
             oxccl_env::info!(
                 Subsys::INIT,
@@ -523,6 +1202,95 @@ mod tests {
         assert_eq!(size_of::<CeCollDescr>(), 88);
         assert_eq!(size_of::<EventDescr>(), 24 + 88);
         assert_eq!(size_of::<ProfilerTable>(), 8 * 6);
+        assert_eq!(size_of::<ProfilerTableV1>(), 8 * 6);
+        assert_eq!(size_of::<ProfilerTableV4>(), 8 * 6);
+        // v4: coll seq 0 .. nChannels 56, nWarps 57, algo 64, proto 72.
+        assert_eq!(size_of::<EventDescrV4>(), 24 + 80);
+        // v3: name, commHash before v4's coll (nMaxChannels 72).
+        assert_eq!(offset_of!(CollDescrV3, n_max_channels), 72);
+        assert_eq!(size_of::<EventDescrV3>(), 24 + 96);
+        // v2: trafficBytes 72 before nMaxChannels 80.
+        assert_eq!(offset_of!(CollDescrV2, n_max_channels), 80);
+        assert_eq!(size_of::<EventDescrV2>(), 24 + 104);
+        // v1: func 24 (a byte), datatype 60, op 64, isNvls 88.
+        assert_eq!(offset_of!(CollDescrV1, datatype), 60);
+        assert_eq!(offset_of!(CollDescrV1, is_nvls), 88);
+        assert_eq!(size_of::<EventDescrV1>(), 24 + 96);
+    }
+
+    fn coll() -> EventDescr {
+        // SAFETY: all-zero is a valid descriptor.
+        let mut d: EventDescr = unsafe { std::mem::zeroed() };
+        d.kind = PROFILE_COLL;
+        d.rank = 3;
+        d.parent_obj = 0x10 as Vp;
+        d.u.coll = CollDescr {
+            seq_number: 7,
+            func: c"ReduceScatter".as_ptr(),
+            send_buff: 0x20 as *const c_void,
+            recv_buff: 0x30 as Vp,
+            count: 1001,
+            root: 0,
+            datatype: c"ncclBfloat16".as_ptr(),
+            n_channels: 2,
+            n_warps: 0,
+            algo: c"NVLSTree".as_ptr(),
+            proto: c"LL128".as_ptr(),
+            parent_group: 0x40 as Vp,
+        };
+        d
+    }
+
+    #[test]
+    fn older_descriptors_translate() {
+        let d = coll();
+        let v4 = to_v4(&d).unwrap();
+        assert_eq!(v4.kind, PROFILE_COLL as u8);
+        // The operation's parent is its group.
+        assert_eq!(v4.parent_obj, 0x40 as Vp);
+        // SAFETY: a collective's descriptor.
+        let c4 = unsafe { v4.u.coll };
+        assert_eq!((c4.seq_number, c4.count, c4.n_channels), (7, 1001, 2));
+        let v3 = to_v3(&d).unwrap();
+        // SAFETY: as above.
+        let c3 = unsafe { v3.u.coll };
+        assert!(c3.name.is_null());
+        assert_eq!((c3.comm_hash, c3.count, c3.n_max_channels), (0, 1001, 2));
+        let v2 = to_v2(&d).unwrap();
+        // SAFETY: as above.
+        let c2 = unsafe { v2.u.coll };
+        assert_eq!((c2.traffic_bytes, c2.seq_number), (0, 7));
+        let v1 = to_v1(&d).unwrap();
+        // SAFETY: as above.
+        let c1 = unsafe { v1.u.coll };
+        assert_eq!(
+            (
+                c1.func,
+                c1.datatype,
+                c1.algo,
+                c1.proto,
+                c1.is_nvls,
+                c1.is_collnet
+            ),
+            (3, 9, 5, 1, 1, 0)
+        );
+        assert_eq!((c1.count, c1.seq_number, c1.root), (1001, 7, 0));
+        // A kind v1-v4 lack is not started.
+        let mut api = d;
+        api.kind = PROFILE_COLL_API;
+        assert!(to_v4(&api).is_none() && to_v1(&api).is_none());
+        // Kernel-channel events came with v3.
+        let mut kch = d;
+        kch.kind = 1 << 6;
+        assert!(to_v3(&kch).is_some() && to_v2(&kch).is_none());
+        assert_eq!(algo_code(c"OneShot"), u8::MAX);
+        assert_eq!(func_code(c"AlltoAll"), 8);
+        assert_eq!(dtype_code(c"ncclUint8"), 1);
+        assert_eq!(ProfilerVersion::V1.known_kinds() & PROFILE_P2P_API, 0);
+        assert_eq!(
+            ProfilerVersion::V5.known_kinds() & PROFILE_P2P_API,
+            PROFILE_P2P_API
+        );
     }
 
     #[test]

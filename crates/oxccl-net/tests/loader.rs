@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use oxccl_net::{choose, CommRef, Net, NetSettings, Network, Poll};
+use oxccl_net::{choose, CommRef, DeviceMemory, Net, NetSettings, Network, Poll};
 
 // ---------------------------------------------------------------- building
 
@@ -83,10 +83,8 @@ fn settings_from_env() -> NetSettings {
 
 // ---------------------------------------------------------------- worker side
 
-/// Connects one channel to itself through the plugin and moves messages of
-/// several sizes both ways, checking every byte; then a message larger than
-/// the posted receive must fail the receive.
-fn loopback_traffic(net: &dyn Net, dev: usize) {
+/// One channel connected to itself through the plugin: its two ends.
+fn loopback_pair(net: &dyn Net, dev: usize) -> (oxccl_net::SendComm, oxccl_net::RecvComm) {
     let (mut handle, listen) = net.listen(dev).expect("listen");
     let t0 = Instant::now();
     let (mut send, mut recv) = (None, None);
@@ -109,7 +107,65 @@ fn loopback_traffic(net: &dyn Net, dev: usize) {
         "the plugin's first connect returns NULL"
     );
     net.close_listen(listen).expect("closeListen");
-    let (send, recv) = (send.unwrap(), recv.unwrap());
+    (send.unwrap(), recv.unwrap())
+}
+
+/// The GPU-memory entries on host memory (this machine may have no GPU):
+/// the properties a plugin declares, and `regMr(NCCL_PTR_CUDA)`,
+/// `regMrDmaBuf` and `iflush` refused by the plugin with its code, named
+/// in the error.
+fn gpu_memory_entries(net: &dyn Net, dev: usize) {
+    let p = net.properties(dev).expect("properties");
+    println!(
+        "OXNET_PROPS cuda={} dmabuf={} host={} force_flush={}",
+        p.supports_cuda(),
+        p.supports_dmabuf(),
+        p.supports_host(),
+        p.force_flush
+    );
+    let (send, recv) = loopback_pair(net, dev);
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: `buf` is host memory the plugin must refuse as GPU memory;
+    // nothing is registered when it does.
+    let e = unsafe {
+        net.reg_mr_device(
+            CommRef::Send(&send),
+            buf.as_mut_ptr(),
+            buf.len(),
+            DeviceMemory::Address,
+        )
+    }
+    .expect_err("host memory registered as GPU memory");
+    println!("OXNET_REGCUDA {}", e.message());
+    // SAFETY: as above; the descriptor is not open.
+    let e = unsafe {
+        net.reg_mr_device(
+            CommRef::Recv(&recv),
+            buf.as_mut_ptr(),
+            buf.len(),
+            DeviceMemory::DmaBuf { fd: -1, offset: 0 },
+        )
+    }
+    .expect_err("a closed descriptor registered");
+    println!("OXNET_REGDMABUF {}", e.message());
+    // SAFETY: `buf` outlives the registration (deregistered below).
+    let mr = unsafe { net.reg_mr(CommRef::Recv(&recv), buf.as_mut_ptr(), buf.len()) }
+        .expect("regMr host");
+    // SAFETY: a host registration: the plugin refuses to flush it.
+    match unsafe { net.iflush(&recv, buf.as_mut_ptr(), 64, &mr) } {
+        Err(e) => println!("OXNET_FLUSH {}", e.message()),
+        Ok(r) => println!("OXNET_FLUSH accepted {}", r.is_some()),
+    }
+    net.dereg_mr(CommRef::Recv(&recv), mr).expect("deregMr");
+    net.close_send(send).expect("closeSend");
+    net.close_recv(recv).expect("closeRecv");
+}
+
+/// Connects one channel to itself through the plugin and moves messages of
+/// several sizes both ways, checking every byte; then a message larger than
+/// the posted receive must fail the receive.
+fn loopback_traffic(net: &dyn Net, dev: usize) {
+    let (send, recv) = loopback_pair(net, dev);
     let mut sbuf = vec![0u8; 1 << 20];
     let mut rbuf = vec![0u8; 1 << 20];
     // SAFETY: both buffers outlive their registrations (deregistered below).
@@ -226,6 +282,10 @@ fn loader_worker() {
             Network::Plugin { net, dev, .. } => loopback_traffic(&*net, dev),
             n => panic!("expected a plugin, got {n:?}"),
         },
+        "gpu_memory" => match choose(&s).expect("choose") {
+            Network::Plugin { net, dev, .. } => gpu_memory_entries(&*net, dev),
+            n => panic!("expected a plugin, got {n:?}"),
+        },
         other => panic!("unknown scenario {other}"),
     }
     println!("OXNET_DONE");
@@ -307,6 +367,52 @@ fn abi_data_path_v12_v11_and_v8() {
         let t = field(&out, "OXNET_TRUNCATION");
         assert!(t.contains("test returned 2"), "{f}: {out}");
         assert!(out.contains("larger than the posted receive"), "{f}: {out}");
+    }
+}
+
+/// The GPU-memory side of the ABI in every version the test plugin
+/// builds: what the device declares (`NCCL_PTR_CUDA`, `NCCL_PTR_DMABUF`,
+/// `forceFlush` from v9), and the plugin's refusals of host memory as GPU
+/// memory, of a closed DMA-BUF descriptor and of a flush of host memory,
+/// each an error naming the entry and the plugin's code.
+#[test]
+fn gpu_memory_entries_v12_v11_and_v8() {
+    for f in ["", "only-v11", "only-v8"] {
+        let so = plugin(f);
+        let plain = run("gpu_memory", &[("NCCL_NET_PLUGIN", so.to_str().unwrap())]);
+        assert!(
+            field(&plain, "OXNET_PROPS").starts_with("cuda=false dmabuf=false host=true"),
+            "{f}: {plain}"
+        );
+        let out = run(
+            "gpu_memory",
+            &[
+                ("NCCL_NET_PLUGIN", so.to_str().unwrap()),
+                ("OXTEST_NET_PTR", "cuda,dmabuf"),
+                ("OXTEST_NET_FORCE_FLUSH", "1"),
+            ],
+        );
+        let props = field(&out, "OXNET_PROPS");
+        assert!(
+            props.starts_with("cuda=true dmabuf=true host=true"),
+            "{f}: {out}"
+        );
+        // v8's properties have no forceFlush.
+        let flush = if f == "only-v8" { "false" } else { "true" };
+        assert!(
+            props.ends_with(&format!("force_flush={flush}")),
+            "{f}: {out}"
+        );
+        let reg = field(&out, "OXNET_REGCUDA");
+        assert!(
+            reg.contains("regMr(NCCL_PTR_CUDA) returned 4"),
+            "{f}: {reg}"
+        );
+        let dmabuf = field(&out, "OXNET_REGDMABUF");
+        assert!(dmabuf.contains("regMrDmaBuf returned 4"), "{f}: {dmabuf}");
+        assert!(out.contains("descriptor -1 is not open"), "{f}: {out}");
+        let fl = field(&out, "OXNET_FLUSH");
+        assert!(fl.contains("iflush returned 4"), "{f}: {fl}");
     }
 }
 

@@ -183,6 +183,7 @@ fn bootstrap_config(p: &Params, abort: Arc<AtomicBool>) -> BootstrapConfig {
         init_timeout: p.get(&params::INIT_TIMEOUT_MS),
         timeout: p.get(&params::TIMEOUT_MS),
         abort,
+        ..BootstrapConfig::default()
     }
 }
 

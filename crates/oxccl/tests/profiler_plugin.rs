@@ -3,9 +3,10 @@
 //! oxccl-net, compiled with cc, on four ranks as threads. The events it
 //! counted must match the calls made, per rank and kind, with NCCL's
 //! descriptor fields (function, count, datatype, root, peer, algorithm,
-//! protocol, channels, per-function sequence numbers); a plugin that asks
-//! for collectives only gets nothing else (and children without a parent
-//! group); one whose init fails is refused and the job runs.
+//! protocol, channels, per-function sequence numbers), for each ABI
+//! version from v6 down to v1 (v1's numbers checked as numbers); a plugin
+//! that asks for collectives only gets nothing else (and children without
+//! a parent group); one whose init fails is refused and the job runs.
 
 mod common;
 
@@ -107,55 +108,115 @@ fn make_calls(comms: &[Communicator]) -> (i32, i32, i32) {
     (5, 5, 2)
 }
 
-#[test]
-fn events_match_the_calls() {
-    let _w = Watchdog::new("profiler events", std::time::Duration::from_secs(180));
-    let so = profiler(&[], "oxccl-profiler-all");
-    let comms = comms_with(&so);
+/// `name[rank][i]` of an `int [MAX_RANKS][n]` array.
+fn code(file: &str, name: &str, n: usize, rank: usize, i: usize) -> i32 {
+    assert!(rank < MAX_RANKS && i < n);
+    // SAFETY: the plugin defines `int name[MAX_RANKS][n]`.
+    unsafe { *(sym(file, name) as *const i32).add(rank * n + i) }
+}
+
+/// Runs the calls with `so` loaded and checks what it received; returns
+/// the algorithm and protocol named for each rank's last collective.
+fn check_events(so: &str, version: i32) -> Vec<(String, String)> {
+    let comms = comms_with(so);
+    assert_eq!(int(so, "oxtest_prof_version"), version);
     let (groups, colls, p2ps) = make_calls(&comms);
+    let mut plans = Vec::new();
     for r in 0..NRANKS {
         for (k, want) in [groups, colls, p2ps].into_iter().enumerate() {
             assert_eq!(
-                per_kind(&so, "oxtest_prof_started", r, k),
+                per_kind(so, "oxtest_prof_started", r, k),
                 want,
                 "rank {r} kind {k}"
             );
             assert_eq!(
-                per_kind(&so, "oxtest_prof_stopped", r, k),
+                per_kind(so, "oxtest_prof_stopped", r, k),
                 want,
                 "rank {r} kind {k}"
             );
         }
-        assert_eq!(at::<i32>(&so, "oxtest_prof_bad", r), 0, "rank {r}");
+        assert_eq!(at::<i32>(so, "oxtest_prof_bad", r), 0, "rank {r}");
         // The last collective: the group's all-reduce of 5 doubles, the
         // fourth all-reduce of this communicator (sequence numbers from 0).
-        assert_eq!(text(&so, "oxtest_prof_coll_func", r), "AllReduce");
-        assert_eq!(text(&so, "oxtest_prof_coll_dtype", r), "ncclFloat64");
-        assert_eq!(at::<usize>(&so, "oxtest_prof_coll_count", r), 5);
-        assert_eq!(at::<u64>(&so, "oxtest_prof_coll_seq", r), 3);
-        let algo = text(&so, "oxtest_prof_coll_algo", r);
-        // 40 bytes on 4 ranks: the tuner picks one-shot (oxccl's own name).
-        assert!(
-            ["Ring", "Tree", "OneShot"].contains(&algo.as_str()),
-            "{algo}"
-        );
-        let proto = text(&so, "oxtest_prof_coll_proto", r);
+        assert_eq!(text(so, "oxtest_prof_coll_func", r), "AllReduce");
+        assert_eq!(text(so, "oxtest_prof_coll_dtype", r), "ncclFloat64");
+        assert_eq!(at::<usize>(so, "oxtest_prof_coll_count", r), 5);
+        assert_eq!(at::<u64>(so, "oxtest_prof_coll_seq", r), 3);
+        let algo = text(so, "oxtest_prof_coll_algo", r);
+        // 40 bytes on 4 ranks: the tuner picks one-shot (oxccl's own name,
+        // which v1's numbers have none for).
+        let unnamed = if version == 1 { "(unknown)" } else { "OneShot" };
+        assert!(["Ring", "Tree", unnamed].contains(&algo.as_str()), "{algo}");
+        let proto = text(so, "oxtest_prof_coll_proto", r);
         assert!(
             ["LL", "LL128", "Simple"].contains(&proto.as_str()),
             "{proto}"
         );
-        assert!(at::<i32>(&so, "oxtest_prof_coll_nch", r) >= 1);
+        assert!(at::<i32>(so, "oxtest_prof_coll_nch", r) >= 1);
         // The last point-to-point: the receive from the previous rank.
-        assert_eq!(text(&so, "oxtest_prof_p2p_func", r), "Recv");
+        assert_eq!(text(so, "oxtest_prof_p2p_func", r), "Recv");
         assert_eq!(
-            at::<i32>(&so, "oxtest_prof_p2p_peer", r) as usize,
+            at::<i32>(so, "oxtest_prof_p2p_peer", r) as usize,
             (r + NRANKS - 1) % NRANKS
         );
-        assert_eq!(at::<usize>(&so, "oxtest_prof_p2p_count", r), 17);
+        assert_eq!(at::<usize>(so, "oxtest_prof_p2p_count", r), 17);
+        assert_eq!(text(so, "oxtest_prof_p2p_dtype", r), "ncclUint8");
+        plans.push((algo, proto));
     }
-    assert_eq!(int(&so, "oxtest_prof_inits"), NRANKS as i32);
+    assert_eq!(int(so, "oxtest_prof_inits"), NRANKS as i32);
     drop(comms);
-    assert_eq!(int(&so, "oxtest_prof_finalizes"), NRANKS as i32);
+    assert_eq!(int(so, "oxtest_prof_finalizes"), NRANKS as i32);
+    plans
+}
+
+#[test]
+fn events_match_the_calls() {
+    let _w = Watchdog::new("profiler events", std::time::Duration::from_secs(180));
+    let so = profiler(&[], "oxccl-profiler-all");
+    check_events(&so, 6);
+}
+
+/// Each ABI version gets the same events through its own descriptor: the
+/// same counts and fields as v6 (the plan named the same), v1 as NCCL's
+/// numbers.
+#[test]
+fn every_version_gets_its_events() {
+    let _w = Watchdog::new("profiler versions", std::time::Duration::from_secs(600));
+    let so = profiler(&["PROFILER_VERSION=6"], "oxccl-profiler-v6");
+    let want = check_events(&so, 6);
+    for v in (1..=5).rev() {
+        let so = profiler(
+            &[&format!("PROFILER_VERSION={v}")],
+            &format!("oxccl-profiler-v{v}"),
+        );
+        let got = check_events(&so, v);
+        for r in 0..NRANKS {
+            let (algo, proto) = &want[r];
+            if v > 1 {
+                assert_eq!(&got[r], &want[r], "v{v} rank {r}");
+                continue;
+            }
+            // ncclFunc_t AllReduce 4, ncclFloat64 8; Recv 7, ncclUint8 1;
+            // NCCL_ALGO_* (oxccl's own: NCCL_ALGO_UNDEF as a byte) and
+            // NCCL_PROTO_*.
+            let algo_code = match algo.as_str() {
+                "Tree" => 0,
+                "Ring" => 1,
+                "OneShot" => 255,
+                other => panic!("v6 named algorithm {other}"),
+            };
+            let proto_code = ["LL", "LL128", "Simple"]
+                .iter()
+                .position(|p| p == proto)
+                .unwrap() as i32;
+            let codes: Vec<i32> = (0..4)
+                .map(|i| code(&so, "oxtest_prof_coll_codes", 4, r, i))
+                .collect();
+            assert_eq!(codes, vec![4, 8, algo_code, proto_code], "v1 rank {r}");
+            assert_eq!(code(&so, "oxtest_prof_p2p_codes", 2, r, 0), 7);
+            assert_eq!(code(&so, "oxtest_prof_p2p_codes", 2, r, 1), 1);
+        }
+    }
 }
 
 #[test]

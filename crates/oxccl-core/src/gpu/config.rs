@@ -184,6 +184,13 @@ impl RingConfig {
             cfg.p2p_ll_max = t.max(0) as u64;
         }
         cfg.force |= p.get(&params::CUDA_RING);
+        cfg.gdr = super::gdr::GdrSettings {
+            level: p.get(&params::NET_GDR_LEVEL),
+            read: p.get(&params::NET_GDR_READ),
+            dmabuf: p.get(&params::DMABUF_ENABLE),
+            force_flush: p.get(&params::NET_FORCE_FLUSH),
+        };
+        cfg.ib_hca = p.get(&params::IB_HCA);
         // The GPU network path's connections per peer, NCCL's way: threads x
         // sockets per thread (each connection here has its own two threads).
         // Neither set: 0, the ring picks by the number of peers on other

@@ -18,6 +18,8 @@
 //!   created;
 //! - [`rooted`]: the record ranks trade so that rooted collectives on
 //!   device buffers whose roots differ are refused at the call;
+//! - [`gdr`]: GPUDirect RDMA through a network plugin (GPU memory handed
+//!   to the plugin, registered how, flushed or not);
 //! - [`window`]: the ring windows' descriptors and the transport each
 //!   peer's window is reached by (peer access, CUDA IPC, shared host
 //!   memory, the network path).
@@ -28,6 +30,7 @@
 pub mod config;
 pub mod copy_engine;
 pub mod copy_engine_reduce;
+pub mod gdr;
 pub mod kernel;
 pub mod one_launch;
 pub mod pair;

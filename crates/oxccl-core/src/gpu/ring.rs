@@ -129,6 +129,11 @@ pub struct RingConfig {
     /// ring order, instead of the order the topology picks
     /// ([`crate::topo::rank_ring`]). Empty: none.
     pub ring_order: Vec<u32>,
+    /// GPUDirect RDMA settings for a network plugin's path ([`super::gdr`]).
+    pub gdr: super::gdr::GdrSettings,
+    /// `NCCL_IB_HCA`: the plugin devices (of a network named IB) the
+    /// channels may spread over.
+    pub ib_hca: Option<String>,
 }
 
 /// Connections per peer on another host when the user set none: as many as
@@ -327,6 +332,8 @@ impl RingConfig {
             p2p_ll_max: default_p2p_ll_max(nranks),
             force: false,
             net_streams: 0,
+            gdr: Default::default(),
+            ib_hca: None,
             channels_set: min_channels.is_some() || max_channels.is_some(),
             ring_order: Vec::new(),
         }

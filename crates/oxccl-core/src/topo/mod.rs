@@ -432,6 +432,50 @@ pub fn site_path(a: &GpuSite, b: &GpuSite) -> Path {
     }
 }
 
+/// A PCI device given by its sysfs path (a network plugin's `pciPath`,
+/// e.g. `/sys/devices/pci0000:17/0000:17:01.0/0000:18:00.0`) as a site:
+/// the last PCI address in the path is the device, the ones before it the
+/// bridges above it; `None` when the path names no PCI address. Compared
+/// with a GPU's site by [`site_path`], this is the GPU-to-NIC distance.
+pub fn pci_path_site(path: &str, numaid: u32) -> Option<GpuSite> {
+    let mut ids: Vec<String> = path.split('/').filter_map(normalize_busid).collect();
+    let busid = ids.pop()?;
+    Some(GpuSite {
+        busid,
+        numaid,
+        bridges: ids,
+        nvlinks: Vec::new(),
+    })
+}
+
+/// Which NIC each of a GPU's `nch` channels uses: the NICs nearest to the
+/// GPU (by [`site_path`]; a NIC without a known place counts as the
+/// farthest, `Sys`), channel `c` on the `(first + c)`-th of them, where
+/// `first` is `local` (the rank's index among its host's ranks) modulo
+/// their number, so ranks sharing a set of equally near NICs start on
+/// different ones and each rank's channels spread over all of them.
+/// `nics`: (device index, site or `None`). Empty when `nics` is.
+pub fn nic_per_channel(
+    gpu: &GpuSite,
+    nics: &[(usize, Option<GpuSite>)],
+    local: usize,
+    nch: u32,
+) -> Vec<usize> {
+    let dist = |s: &Option<GpuSite>| s.as_ref().map_or(Path::Sys, |n| site_path(gpu, n));
+    let Some(best) = nics.iter().map(|(_, s)| dist(s)).min() else {
+        return Vec::new();
+    };
+    let near: Vec<usize> = nics
+        .iter()
+        .filter(|(_, s)| dist(s) == best)
+        .map(|(d, _)| *d)
+        .collect();
+    let first = local % near.len();
+    (0..nch as usize)
+        .map(|c| near[(first + c) % near.len()])
+        .collect()
+}
+
 /// The ring order over ranks whose GPUs are `sites`, with `host[r]` naming
 /// rank r's host: hosts in the order of their first rank, each host's ranks
 /// together (one network crossing per host boundary), and within a host the
@@ -1054,5 +1098,96 @@ mod tests {
         // Unknown elements (NCCL's own) are skipped.
         let t = Topology::from_xml("<system version='1'><cpu numaid='0'><pcilink/><pci busid='0000:01:00.0' class='0x030200'><gpu dev='0'/></pci></cpu></system>").unwrap();
         assert_eq!(t.gpus().len(), 1);
+    }
+
+    #[test]
+    fn nic_sites_from_sysfs_paths() {
+        let gpu = GpuSite {
+            busid: "0000:19:00.0".into(),
+            numaid: 0,
+            bridges: vec![
+                "0000:16:01.0".into(),
+                "0000:17:00.0".into(),
+                "0000:18:00.0".into(),
+            ],
+            nvlinks: Vec::new(),
+        };
+        let nic = |p: &str| pci_path_site(p, 0).unwrap();
+        // Under the same switch as the GPU.
+        let same =
+            nic("/sys/devices/pci0000:16/0000:16:01.0/0000:17:00.0/0000:18:01.0/0000:1a:00.0");
+        assert_eq!(same.busid, "0000:1a:00.0");
+        assert_eq!(same.bridges.len(), 3);
+        assert_eq!(site_path(&gpu, &same), Path::Pix);
+        // Another root port of the same host bridge: through the CPU.
+        let far = nic("/sys/devices/pci0000:16/0000:16:02.0/0000:40:00.0");
+        assert_eq!(site_path(&gpu, &far), Path::Phb);
+        // Another NUMA node.
+        let other = pci_path_site("/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0", 1).unwrap();
+        assert_eq!(site_path(&gpu, &other), Path::Sys);
+        assert_eq!(pci_path_site("/sys/devices/virtual/net/lo", 0), None);
+        assert_eq!(pci_path_site("", 0), None);
+    }
+
+    #[test]
+    fn channels_take_the_nearest_nics_spread() {
+        let site = |bus: &str, bridges: &[&str], numa: u32| GpuSite {
+            busid: bus.into(),
+            numaid: numa,
+            bridges: bridges.iter().map(|b| b.to_string()).collect(),
+            nvlinks: Vec::new(),
+        };
+        // Two GPUs, each with a NIC under its own switch, one NIC on the
+        // other NUMA node, one whose place is unknown.
+        let g0 = site(
+            "0000:19:00.0",
+            &["0000:16:01.0", "0000:17:00.0", "0000:18:00.0"],
+            0,
+        );
+        let g1 = site(
+            "0000:29:00.0",
+            &["0000:26:01.0", "0000:27:00.0", "0000:28:00.0"],
+            0,
+        );
+        let nics = vec![
+            (
+                0,
+                Some(site(
+                    "0000:1a:00.0",
+                    &["0000:16:01.0", "0000:17:00.0", "0000:18:01.0"],
+                    0,
+                )),
+            ),
+            (
+                1,
+                Some(site(
+                    "0000:2a:00.0",
+                    &["0000:26:01.0", "0000:27:00.0", "0000:28:01.0"],
+                    0,
+                )),
+            ),
+            (2, Some(site("0000:81:00.0", &["0000:80:01.0"], 1))),
+            (3, None),
+        ];
+        assert_eq!(nic_per_channel(&g0, &nics, 0, 4), vec![0, 0, 0, 0]);
+        assert_eq!(nic_per_channel(&g1, &nics, 1, 3), vec![1, 1, 1]);
+        // Two equally near NICs (a dual-port card under the GPU's switch):
+        // channels alternate, and the second local rank starts on the other.
+        let mut two = nics.clone();
+        two.push((
+            4,
+            Some(site(
+                "0000:1b:00.0",
+                &["0000:16:01.0", "0000:17:00.0", "0000:18:01.0"],
+                0,
+            )),
+        ));
+        assert_eq!(nic_per_channel(&g0, &two, 0, 4), vec![0, 4, 0, 4]);
+        assert_eq!(nic_per_channel(&g0, &two, 1, 3), vec![4, 0, 4]);
+        // Nothing known about any NIC: all equally far, spread by rank.
+        let unknown = vec![(0, None), (1, None), (2, None)];
+        assert_eq!(nic_per_channel(&g0, &unknown, 0, 4), vec![0, 1, 2, 0]);
+        assert_eq!(nic_per_channel(&g0, &unknown, 4, 2), vec![1, 2]);
+        assert!(nic_per_channel(&g0, &[], 0, 4).is_empty());
     }
 }

@@ -253,13 +253,17 @@ fn log_ring(
     let next = ring.get((pos + 1) % nranks.max(1)).copied().unwrap_or(rank);
     // A peer on another host is the network path's, named as NCCL names
     // its network transports (the plugin's network and device, else its
-    // sockets), whatever the window kind; the data is staged in host
-    // memory, so never "/GDRDMA".
+    // sockets), whatever the window kind; "/GDRDMA" where the plugin reads
+    // the sends from GPU memory (GPUDirect RDMA), as NCCL marks it.
     let via = if dev.same_host(next) {
         kind.transport(dev.same_process(next)).to_string()
     } else {
         match net {
-            Some((n, d)) => format!("NET/{}/{d}", n.name()),
+            Some((n, d)) => format!(
+                "NET/{}/{d}{}",
+                n.name(),
+                if dev.gpu_direct().0 { "/GDRDMA" } else { "" }
+            ),
             None => "NET/Socket/0".to_string(),
         }
     };
