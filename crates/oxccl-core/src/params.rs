@@ -650,8 +650,8 @@ params! {
     // every connection it makes, as before the bound (no release, no
     // reconnection, all-to-all in one step). Beyond that each pair costs
     // a connection per use when the pool turns over (peers.rs, pool.rs).
-    P2P_MAX_PEERS: U64 = "OXCCL_P2P_MAX_PEERS", "32", honoured,
-        "Most connections a rank keeps to peers beyond those of creation (its ring and tree peers), made on first use by all-to-all, gather, scatter and send/receive: when a new one would pass this, the least recently used idle one is released (both ends agree, no data is lost), and with more ranks than this plus one, all-to-all, gather and scatter talk to at most this many peers at a time (batches of rounds of a round-robin over the peers, each batch's connections released at its end). Every rank must set the same value; at least 1 (0 counts as 1). Default 32 (ranks up to 33 keep every connection).";
+    P2P_MAX_PEERS: U64 = "OXCCL_P2P_MAX_PEERS", "65536", honoured,
+        "Most connections a rank keeps to peers beyond those of creation (its ring and tree peers), made on first use by all-to-all, gather, scatter and send/receive: when a new one would pass this, the least recently used idle one is released (both ends agree, no data is lost), and with more ranks than this plus one, all-to-all, gather and scatter talk to at most this many peers at a time (batches of rounds of a round-robin over the peers, each batch's connections released at its end). Every rank must set the same value; at least 1 (0 counts as 1). Default 65536: no bound in practice, every connection made is kept, as NCCL keeps them; 32 bounds a long job's memory per rank, at the cost of all-to-all time past 33 ranks when ranks outnumber CPUs (2-3x at 64 and 256 ranks on 2 CPUs).";
     // A yield hands the CPU away for a scheduler slice: beside other busy
     // processes (load average 16 on 2 cores), 2-rank 8 B - 4 KiB host
     // all-reduces took 59-100 us with 50 us spins and 0.6-3.6 us with 2 ms

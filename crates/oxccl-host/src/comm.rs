@@ -79,7 +79,7 @@ impl Default for HostConfig {
             net: oxccl_net::NetSettings::default(),
             tuner_plugin: None,
             profiler_plugin: None,
-            max_peers: 32,
+            max_peers: 65536,
         }
     }
 }
