@@ -804,7 +804,11 @@ pub fn fits_small_one_shot(count: u64, elem: u64, blocks: u32, ll_bytes: u64) ->
         return false;
     }
     let pack = 8 / elem;
-    let per = count.div_ceil(blocks as u64).div_ceil(pack) * pack;
+    // Saturating: a count near u64::MAX rounds up past it (and fits nothing).
+    let per = count
+        .div_ceil(blocks as u64)
+        .div_ceil(pack)
+        .saturating_mul(pack);
     let slot = (ll_bytes / 2 / elem) / pack * pack;
     per <= slot && per / pack <= 2 * THREADS as u64
 }
@@ -820,7 +824,10 @@ pub fn fits_small_two_shot(count: u64, elem: u64, nranks: u32, blocks: u32, ll_b
         return false;
     }
     let pack = 8 / elem;
-    let block = count.div_ceil(nranks as u64).div_ceil(pack) * pack;
+    let block = count
+        .div_ceil(nranks as u64)
+        .div_ceil(pack)
+        .saturating_mul(pack);
     fits_small_one_shot(block, elem, blocks, ll_bytes)
 }
 
@@ -1593,5 +1600,31 @@ mod tests {
         assert_eq!(ll_channels(1 << 30, 32), 32);
         // Every block serves at most 16 items (RING_P2P_MAX_ITEMS).
         assert!((P2P_MAX_OPS as u32 * 16).div_ceil(P2P_MAX_BLOCKS) <= 16);
+    }
+
+    /// Counts whose rounding up to whole lines passes u64::MAX fit no
+    /// small kernel (they overflowed before; the property test over every
+    /// plan found it with 1-byte elements).
+    #[test]
+    fn huge_counts_fit_no_small_kernel() {
+        for elem in [1, 2, 4, 8] {
+            for blocks in [1, 2, 32] {
+                assert!(!fits_small_one_shot(u64::MAX, elem, blocks, LL_SLOT_BYTES));
+                assert!(!fits_small_two_shot(
+                    u64::MAX,
+                    elem,
+                    1,
+                    blocks,
+                    LL_SLOT_BYTES
+                ));
+                assert!(!fits_small_two_shot(
+                    u64::MAX - 3,
+                    elem,
+                    3,
+                    blocks,
+                    LL_SLOT_BYTES
+                ));
+            }
+        }
     }
 }
