@@ -14,25 +14,18 @@
 # Usage: scripts/bench-scale.sh [N ...]        (default: 4 16 64 256 1024)
 # Env:   COLL=all_reduce|all_to_all (default all_reduce)
 #        PERF=1 (also the oxccl perf run), OXCCL=path (default target/release/oxccl)
-#        PROBE=path (default: target/release/examples/scale_probe, built here)
 #
 # Per rank the process holds a thread (its stack is touched a few pages
 # deep), a bootstrap listener and accept thread, message channels to at most
 # 3 tree peers (a reader thread each), and transport connections to at most
 # 8 peers (none are sockets between threads): about 8 descriptors and 5
-# threads per rank. COLL=all_to_all adds at most OXCCL_P2P_MAX_PEERS (32)
-# peers made on first use; beyond 33 ranks it runs in batches of 16 rounds
-# of a round-robin, one peer a round. The script raises the descriptor
-# limit to the hard limit and skips rank counts that would not fit under it.
-# PROBE=path runs another build of the probe (say, one built from main),
-# to compare two builds side by side.
+# threads per rank. The script raises the descriptor limit to the hard limit
+# and skips rank counts that would not fit under it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COLL=${COLL:-all_reduce}
-if [ -z "${PROBE:-}" ]; then
-    PROBE=target/release/examples/scale_probe
-    cargo build --release -p oxccl --example scale_probe >&2
-fi
+PROBE=target/release/examples/scale_probe
+cargo build --release -p oxccl --example scale_probe >&2
 if [ "${PERF:-0}" = 1 ]; then
     OXCCL=${OXCCL:-target/release/oxccl}
     [ -x "$OXCCL" ] || cargo build --release -p oxccl-cli >&2

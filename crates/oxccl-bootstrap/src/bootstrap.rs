@@ -995,25 +995,7 @@ impl Bootstrap {
         tag: u32,
         stop: Option<&AtomicBool>,
     ) -> Result<TcpStream> {
-        self.accept_peer_serving(peer, tag, stop, None)
-    }
-
-    /// [`Bootstrap::accept_peer_or_stop`] that calls `serve` every few
-    /// milliseconds while it waits (outside the bootstrap's lock): for a
-    /// caller that must keep answering its peers meanwhile.
-    pub fn accept_peer_serving(
-        &self,
-        peer: usize,
-        tag: u32,
-        stop: Option<&AtomicBool>,
-        mut serve: Option<&mut dyn FnMut()>,
-    ) -> Result<TcpStream> {
         self.check_peer(peer, "accept_peer")?;
-        let poll = if serve.is_some() {
-            POLL.min(Duration::from_millis(2))
-        } else {
-            POLL
-        };
         let lim = self.limits();
         let mut waiting = Waiting::new(Subsys::BOOTSTRAP);
         let mut watch = Watch::new(peer);
@@ -1048,14 +1030,9 @@ impl Bootstrap {
             g = self
                 .shared
                 .cv
-                .wait_timeout(g, poll)
+                .wait_timeout(g, POLL)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
-            if let Some(f) = serve.as_mut() {
-                drop(g);
-                f();
-                g = self.shared.lock();
-            }
             if watch.due() {
                 drop(g);
                 let gone = watch.look(self);

@@ -643,15 +643,6 @@ params! {
         "1: refuse to start a job that meets through NCCL_COMM_ID without OXCCL_AUTH_SECRET or OXCCL_AUTH_SECRET_FILE (init fails with InvalidUsage) instead of running open to anyone who can reach the root with one WARN. Ids from ncclGetUniqueId carry a random secret and are not affected.";
     HOST_NCHANNELS: Opt<U32> = "OXCCL_HOST_NCHANNELS", "", honoured,
         "Channels (parallel streams per peer) for host collectives. Unset: auto.";
-    // Why 32: first-use rings then hold at most 32 x C x B per rank (96 MiB
-    // of address space at the host defaults, 3 streams of 1 MiB; touched
-    // only where data flowed) and sockets at most 32 x (C + 1) on TCP,
-    // beside the at most 8 peers of creation; a job of up to 33 ranks keeps
-    // every connection it makes, as before the bound (no release, no
-    // reconnection, all-to-all in one step). Beyond that each pair costs
-    // a connection per use when the pool turns over (peers.rs, pool.rs).
-    P2P_MAX_PEERS: U64 = "OXCCL_P2P_MAX_PEERS", "65536", honoured,
-        "Most connections a rank keeps to peers beyond those of creation (its ring and tree peers), made on first use by all-to-all, gather, scatter and send/receive: when a new one would pass this, the least recently used idle one is released (both ends agree, no data is lost), and with more ranks than this plus one, all-to-all, gather and scatter talk to at most this many peers at a time (batches of rounds of a round-robin over the peers, each batch's connections released at its end). Every rank must set the same value; at least 1 (0 counts as 1). Default 65536: no bound in practice, every connection made is kept, as NCCL keeps them; 32 bounds a long job's memory per rank, at the cost of all-to-all time past 33 ranks when ranks outnumber CPUs (2-3x at 64 and 256 ranks on 2 CPUs).";
     // A yield hands the CPU away for a scheduler slice: beside other busy
     // processes (load average 16 on 2 cores), 2-rank 8 B - 4 KiB host
     // all-reduces took 59-100 us with 50 us spins and 0.6-3.6 us with 2 ms
@@ -1167,7 +1158,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 65);
+        assert_eq!(honoured.len(), 64);
         assert!(ALL.iter().all(|p| !(p.honoured && p.internal)));
         assert!(ALL.len() > 80);
     }

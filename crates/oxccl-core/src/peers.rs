@@ -54,49 +54,6 @@ pub fn init_peers(rank: usize, nranks: usize) -> Vec<usize> {
     v
 }
 
-/// Whether connections made on first use can outgrow a pool of
-/// `max_peers` (`OXCCL_P2P_MAX_PEERS`): only beyond [`ONE_SHOT_MAX_RANKS`]
-/// ranks (up to it every pair is connected at creation) and when a rank has
-/// more peers than the pool holds. Every rank decides alike (the bound is
-/// checked equal at creation), so all of them run the collectives that talk
-/// to every peer ([`round_partner`]) the same way.
-pub fn first_use_bounded(nranks: usize, max_peers: usize) -> bool {
-    nranks > ONE_SHOT_MAX_RANKS && nranks - 1 > max_peers
-}
-
-/// Rounds of [`round_partner`] for `nranks` ranks: every pair meets in
-/// exactly one of them.
-pub fn rounds(nranks: usize) -> usize {
-    if nranks < 2 {
-        0
-    } else {
-        nranks + (nranks % 2) - 1
-    }
-}
-
-/// The peer of `rank` in `round` of a round-robin tournament among
-/// `nranks` ranks (the circle method), or `None` when it sits the round out
-/// (odd rank counts). Symmetric: the partner's partner in the round is
-/// `rank`; every pair meets once in [`rounds`]`(nranks)` rounds. The
-/// collectives that talk to every peer run so when first-use connections
-/// are bounded: one new peer per round, whatever the rank count.
-pub fn round_partner(rank: usize, nranks: usize, round: usize) -> Option<usize> {
-    if rank >= nranks || round >= rounds(nranks) {
-        return None;
-    }
-    // An even count m; the last seat is fixed, the others turn around it.
-    let m = nranks + (nranks % 2);
-    let fixed = m - 1;
-    let p = if rank == fixed {
-        round
-    } else if rank == round {
-        fixed
-    } else {
-        (2 * round + 2 * fixed - rank) % fixed
-    };
-    (p < nranks).then_some(p)
-}
-
 /// What one rank's connections made at creation hold, for the docs' cost
 /// formula and its test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,32 +254,6 @@ pub fn plan_scale(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn round_robin_meets_every_pair_once_symmetrically() {
-        for n in 0..40 {
-            let mut met = vec![vec![0u32; n]; n];
-            for r in 0..rounds(n) {
-                for (i, row) in met.iter_mut().enumerate() {
-                    if let Some(p) = round_partner(i, n, r) {
-                        assert_ne!(p, i, "n {n} round {r}");
-                        assert_eq!(round_partner(p, n, r), Some(i), "n {n} round {r} rank {i}");
-                        row[p] += 1;
-                    }
-                }
-            }
-            for (i, row) in met.iter().enumerate() {
-                for (j, &k) in row.iter().enumerate() {
-                    assert_eq!(k, u32::from(i != j), "n {n}: {i} and {j}");
-                }
-            }
-            assert_eq!(round_partner(0, n, rounds(n)), None);
-        }
-        assert!(!first_use_bounded(8, 2));
-        assert!(first_use_bounded(9, 2));
-        assert!(!first_use_bounded(33, 32));
-        assert!(first_use_bounded(34, 32));
-    }
     use crate::schedule::{build, Request, Shape, Shaped};
     use crate::types::CollKind;
 

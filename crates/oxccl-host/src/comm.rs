@@ -14,7 +14,6 @@ mod eager;
 use crate::connect::{connect_peers, install, Connecting, Connector};
 use crate::exec::{drive, SlotTask, Streams, Task, WaitPolicy, Work, SLOT_STREAM};
 use crate::oneshot::{self, Progress, ShmOneShot, SlotCall};
-use crate::pool::{Links, Pool};
 use crate::transport::net::slot_bytes;
 use crate::transport::{LinkKind, PeerControl, RecvHalf, SendHalf, ShmRingLayout, ShmSegment};
 pub use eager::EAGER_MAX_BYTES;
@@ -57,9 +56,6 @@ pub struct HostConfig {
     pub tuner_plugin: Option<String>,
     /// `NCCL_PROFILER_PLUGIN` (unset: `libnccl-profiler.so` when there is one).
     pub profiler_plugin: Option<String>,
-    /// Most connections made on first use that a rank keeps
-    /// (`OXCCL_P2P_MAX_PEERS`, at least 1; see `crate::pool`).
-    pub max_peers: usize,
 }
 
 impl Default for HostConfig {
@@ -79,7 +75,6 @@ impl Default for HostConfig {
             net: oxccl_net::NetSettings::default(),
             tuner_plugin: None,
             profiler_plugin: None,
-            max_peers: 65536,
         }
     }
 }
@@ -135,8 +130,6 @@ pub struct HostComm {
     failed: Option<Error>,
     /// How peers not connected yet are connected on first use.
     connector: Connector,
-    /// The bound on those connections (`OXCCL_P2P_MAX_PEERS`).
-    pool: Pool,
     /// Small collectives' one-shot slots, when every rank is another process
     /// of this host (at most ONE_SHOT_MAX_RANKS of them).
     oneshot: Option<ShmOneShot>,
@@ -297,7 +290,7 @@ impl HostComm {
         let tuner_lib =
             oxccl_net::tuner::load_tuner(cfg.tuner_plugin.as_deref(), net_library.as_deref());
         let settings = format!(
-            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}, OXCCL_P2P_MAX_PEERS={}, network {}{}{}",
+            "{coll_channels}+{p2p_channels} channels, {}-byte rings (NCCL_BUFFSIZE), NCCL_ALGO={}, NCCL_PROTO={}, NCCL_MIN_NCHANNELS={:?}, NCCL_MAX_NCHANNELS={:?}, NCCL_SHM_DISABLE={}, NCCL_P2P_DISABLE={}, network {}{}{}",
             cfg.capacity,
             cfg.algos,
             cfg.protos,
@@ -305,7 +298,6 @@ impl HostComm {
             cfg.max_channels,
             u8::from(cfg.shm_disable),
             u8::from(cfg.p2p_disable),
-            cfg.max_peers.max(1),
             network.name(),
             net_slot.map(|s| format!(" ({s}-byte slots)")).unwrap_or_default(),
             tuner_lib
@@ -338,7 +330,7 @@ impl HostComm {
         if root.get(8..) != Some(settings.as_bytes()) {
             let theirs = &root;
             return Err(Error::invalid_usage(format!(
-                "rank 0 runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE, NCCL_P2P_DISABLE and OXCCL_P2P_MAX_PEERS, the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET) and the same tuner (NCCL_TUNER_PLUGIN)",
+                "rank 0 runs with {}, rank {rank} with {settings}: every rank needs the same NCCL_BUFFSIZE, NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, OXCCL_HOST_NCHANNELS, NCCL_SHM_DISABLE and NCCL_P2P_DISABLE, the same network for peers on other hosts (NCCL_NET_PLUGIN, NCCL_NET) and the same tuner (NCCL_TUNER_PLUGIN)",
                 String::from_utf8_lossy(theirs.get(8..).unwrap_or(&[]))
             )));
         }
@@ -483,7 +475,6 @@ impl HostComm {
                 );
             }
         }
-        let pool = Pool::new(rank, n, cfg.max_peers, &eager);
         Ok(Box::new(move |bootstrap| HostComm {
             rank,
             nranks: n,
@@ -500,7 +491,6 @@ impl HostComm {
             abort,
             failed: None,
             connector,
-            pool,
             oneshot,
             net_plugin: match &network {
                 oxccl_net::Network::Plugin { net, dev, .. } => Some((net.clone(), *dev)),
@@ -543,12 +533,6 @@ impl HostComm {
         (0..self.nranks)
             .filter(|&q| self.controls[q].is_some())
             .collect()
-    }
-    /// The most connections made on first use that this rank held at once
-    /// (at most `OXCCL_P2P_MAX_PEERS` unless a call needed more at once
-    /// than could be released; see `pool.rs`).
-    pub fn first_use_peak(&self) -> usize {
-        self.pool.peak()
     }
     /// The error that put this communicator in its error state, if any.
     pub fn async_error(&self) -> Option<&Error> {
@@ -1174,32 +1158,11 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
             ));
         }
     }
-    for (comm, _) in items.iter_mut() {
-        comm.service_pool(&|_| false, true);
-    }
-    // All-to-all, gather and scatter when first-use connections are
-    // bounded: in batches of rounds, at most OXCCL_P2P_MAX_PEERS peers at
-    // a time (every rank decides alike).
-    if let [(comm, [op])] = items {
-        if comm.pool.bounded()
-            && matches!(
-                op.kind,
-                CollKind::AllToAll | CollKind::Gather | CollKind::Scatter
-            )
-        {
-            // SAFETY: forwarded from this function's contract.
-            return unsafe { run_rounds(comm, op) };
-        }
-    }
     // Small sends and receives alone: straight through the rings.
     if let [(comm, ops)] = items {
         if eager::takes(comm, ops) {
             // SAFETY: forwarded from this function's contract.
-            let r = unsafe { eager::run(comm, ops) };
-            if r.is_ok() {
-                comm.service_pool(&|_| false, true);
-            }
-            return r;
+            return unsafe { eager::run(comm, ops) };
         }
     }
     // One small collective alone: the slots, without the group machinery
@@ -1269,33 +1232,6 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
         }
         return Err(e);
     }
-    // Room in the pool of first-use connections (`pool.rs`) first: it may
-    // release pairs, which the call then connects anew.
-    let mut room: Result<()> = Ok(());
-    let mut in_calls: Vec<Vec<usize>> = Vec::with_capacity(items.len());
-    for ((comm, _), tasks) in items.iter_mut().zip(groups.iter()) {
-        let mut in_call: Vec<usize> = tasks
-            .iter()
-            .flat_map(|t| t.streams.iter().map(|k| k.0))
-            .filter(|&q| q < comm.nranks && q != comm.rank)
-            .collect();
-        in_call.sort_unstable();
-        in_call.dedup();
-        comm.pool.touch(in_call.iter().copied());
-        if room.is_ok() {
-            room = comm.make_room(&in_call);
-        }
-        in_calls.push(in_call);
-    }
-    if let Err(e) = room {
-        oxccl_env::warn!("{e}");
-        drop(groups);
-        for (comm, _) in items.iter_mut() {
-            comm.failed = Some(e.clone());
-            comm.poison_all(&e);
-        }
-        return Err(e);
-    }
     // Peers this group talks to that are not connected yet (all-to-all,
     // gather, scatter, send/receive, a forced one-shot): connected now, by
     // both ends of each pair in this same call.
@@ -1316,30 +1252,10 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
     if needed.iter().any(|v| !v.is_empty()) {
         let made = {
             let mut connecting: Vec<Connecting<'_>> = items
-                .iter_mut()
+                .iter()
                 .zip(&needed)
-                .zip(&in_calls)
-                .map(|(((comm, _), peers), in_call)| {
-                    let c: &mut HostComm = comm;
-                    let conn = Connecting::new(&c.connector, &c.bootstrap, &c.abort, peers);
-                    if !c.pool.bounded() {
-                        return conn;
-                    }
-                    // Offers are answered while the connections wait (a
-                    // peer may need the answer before it dials); the pairs
-                    // of this call are kept.
-                    let (tx, rx, controls, seqs, pool) =
-                        (&mut c.tx, &mut c.rx, &mut c.controls, &c.seqs, &mut c.pool);
-                    let limit = c.cfg.timeout;
-                    conn.serving(Box::new(move || {
-                        let mut links = Links {
-                            tx,
-                            rx,
-                            controls,
-                            seqs,
-                        };
-                        pool.service(&mut links, &|q| in_call.contains(&q), None, false, limit);
-                    }))
+                .map(|((comm, _), peers)| {
+                    Connecting::new(&comm.connector, &comm.bootstrap, &comm.abort, peers)
                 })
                 .collect();
             connect_peers(&mut connecting)
@@ -1351,7 +1267,6 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
                         crate::connect::log_lazy(comm.rank, &link);
                         install(&mut comm.tx, &mut comm.rx, &mut comm.controls, link);
                     }
-                    comm.pool.note_peak(&comm.controls);
                 }
             }
             Err(e) => {
@@ -1386,24 +1301,12 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
                 abort: &comm.abort,
                 oneshot: comm.oneshot.as_mut(),
                 who,
-                pool: comm.pool.bounded().then_some(crate::exec::PoolRef {
-                    pool: &mut comm.pool,
-                    seqs: &comm.seqs,
-                    limit: comm.cfg.timeout,
-                }),
             }
         })
         .collect();
     let result = drive(&mut streams, &mut groups, WaitPolicy { timeout, spin });
     drop(streams);
     drop(groups);
-    if result.is_ok() {
-        // Offers deferred while this call used their pairs: answered now,
-        // not at the next call, which may be far off.
-        for (comm, _) in items.iter_mut() {
-            comm.service_pool(&|_| false, true);
-        }
-    }
     if let Err(e) = &result {
         oxccl_env::warn!("{e}");
         for (comm, _) in items.iter_mut() {
@@ -1414,58 +1317,6 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
 }
 
 impl HostComm {
-    /// Answers the release messages that came (`pool.rs`), without waiting.
-    fn service_pool(&mut self, busy: &dyn Fn(usize) -> bool, defer: bool) {
-        if !self.pool.bounded() {
-            return;
-        }
-        let mut links = Links {
-            tx: &mut self.tx,
-            rx: &mut self.rx,
-            controls: &mut self.controls,
-            seqs: &self.seqs,
-        };
-        self.pool
-            .service(&mut links, busy, None, defer, self.cfg.timeout);
-    }
-
-    /// After a batch of [`run_rounds`]: offers the release of the
-    /// first-use connections of `batch` (those this rank received on; each
-    /// peer does the same at the same point), then waits for the answers to
-    /// the offers of `settle` and for the peers of `settle` this rank only
-    /// sent to to release theirs (`pool.rs`).
-    fn release_batch(&mut self, batch: &Batch, settle: &Batch) -> Result<()> {
-        let mut links = Links {
-            tx: &mut self.tx,
-            rx: &mut self.rx,
-            controls: &mut self.controls,
-            seqs: &self.seqs,
-        };
-        let limit = self.cfg.timeout;
-        self.pool.offer_all(&mut links, &batch.offer, limit);
-        self.pool
-            .settle(&mut links, &settle.offer, &self.abort, limit)
-            .and_then(|()| {
-                self.pool
-                    .await_released(&mut links, &settle.sent_only, &self.abort, limit)
-            })
-            .map_err(|e| e.context(format!("rank {} of {}", self.rank, self.nranks)))
-    }
-
-    /// Releases idle first-use connections until the peers of `in_call`
-    /// (those this call uses) fit (`pool.rs`).
-    fn make_room(&mut self, in_call: &[usize]) -> Result<()> {
-        let mut links = Links {
-            tx: &mut self.tx,
-            rx: &mut self.rx,
-            controls: &mut self.controls,
-            seqs: &self.seqs,
-        };
-        self.pool
-            .make_room(&mut links, in_call, &self.abort, self.cfg.timeout)
-            .map_err(|e| e.context(format!("rank {} of {}", self.rank, self.nranks)))
-    }
-
     /// Puts the communicator in its error state after `e` and tells the peers.
     fn fail(&mut self, e: &Error) {
         self.failed = Some(e.clone());
@@ -1478,169 +1329,6 @@ impl HostComm {
             self.poison_all(e);
         }
     }
-}
-
-/// All-to-all, gather or scatter as batches of rounds of sends and
-/// receives when first-use connections are bounded: the rounds of a
-/// round-robin (`oxccl_core::peers::round_partner`, one peer per rank a
-/// round) taken `M / 2` at a time (`M` = `OXCCL_P2P_MAX_PEERS`; 1 when `M`
-/// is 1), each batch one group, so that the call holds at most `M`
-/// connections beyond those of creation, whatever the rank count. Every
-/// rank takes this path for the same calls (the bound and the rank count
-/// are the same on all) and cuts the rounds into the same batches, so a
-/// pair meets in the same batch on both ends and their sends and receives
-/// pair up.
-///
-/// A batch's first-use connections are released by both ends once the
-/// batch is done (`pool.rs`): each end offers the release of those it
-/// received on at the end of the batch, without waiting (a pair used one
-/// way, gather and scatter, is offered by the receiving end alone, whose
-/// receive comes after the sender's part), and reads the answers while
-/// the next batch runs (two batches fit in the pool); it waits only for
-/// those still missing at the end of the next batch, and for the last
-/// batch's at the end of the call. So no connection of the call outlives
-/// it: the next call's sends wait for the peer's batch instead of filling
-/// its ring ahead of it, which would keep the pair from being released
-/// (its counts would differ).
-///
-/// # Safety
-/// As [`HostComm::run`].
-unsafe fn run_rounds(comm: &mut HostComm, op: &OpDesc) -> Result<()> {
-    // The generic path's argument checks; nothing is sent, and the stream
-    // numbers its program took are given back.
-    let saved = comm.seqs.clone();
-    let mut scratch = Vec::new();
-    // SAFETY: forwarded from this function's contract.
-    let checked = unsafe { prepare(comm, op, &mut scratch) }.map(|_| ());
-    comm.seqs = saved;
-    checked?;
-    let (n, rank, root) = (comm.nranks, comm.rank, op.root);
-    // Fits: `prepare` checked count x ranks x element size.
-    let blk = op.count * op.dtype.size();
-    if blk == 0 {
-        return Ok(());
-    }
-    let own = match op.kind {
-        CollKind::AllToAll => Some((
-            op.send.wrapping_add(rank * blk),
-            op.recv.wrapping_add(rank * blk),
-        )),
-        CollKind::Gather if rank == root => Some((op.send, op.recv.wrapping_add(root * blk))),
-        CollKind::Scatter if rank == root => Some((op.send.wrapping_add(root * blk), op.recv)),
-        _ => None,
-    };
-    if let Some((src, dst)) = own {
-        // SAFETY: both lie in the caller's buffers for these bytes (checked
-        // by `prepare`); `copy` allows them to overlap (in place).
-        unsafe { std::ptr::copy(src, dst, blk) };
-    }
-    let p2p = |kind: CollKind, send: *const u8, recv: *mut u8, peer: usize| OpDesc {
-        kind,
-        send,
-        recv,
-        count: op.count,
-        dtype: op.dtype,
-        op: op.op,
-        root: peer,
-    };
-    let null_r = std::ptr::null_mut::<u8>();
-    let null_s = std::ptr::null::<u8>();
-    let total = oxccl_core::peers::rounds(n);
-    // With room for two batches, a batch's releases are answered while the
-    // next batch runs (its offers go out at its end, their answers are
-    // awaited at the end of the next one): no wait between batches.
-    let max = comm.pool.max();
-    let (batch, overlap) = if max >= 2 {
-        (max / 2, true)
-    } else {
-        (1, false)
-    };
-    let mut prev = Batch::default();
-    let mut first = 0;
-    while first < total {
-        let last = (first + batch).min(total);
-        let mut ops: Vec<OpDesc> = Vec::with_capacity(2 * (last - first));
-        let mut partners = Batch::default();
-        for r in first..last {
-            let Some(p) = oxccl_core::peers::round_partner(rank, n, r) else {
-                continue;
-            };
-            let before = ops.len();
-            match op.kind {
-                CollKind::AllToAll => {
-                    ops.push(p2p(
-                        CollKind::Send,
-                        op.send.wrapping_add(p * blk),
-                        null_r,
-                        p,
-                    ));
-                    ops.push(p2p(
-                        CollKind::Recv,
-                        null_s,
-                        op.recv.wrapping_add(p * blk),
-                        p,
-                    ));
-                }
-                CollKind::Gather if rank == root => {
-                    ops.push(p2p(
-                        CollKind::Recv,
-                        null_s,
-                        op.recv.wrapping_add(p * blk),
-                        p,
-                    ));
-                }
-                CollKind::Scatter if rank == root => {
-                    ops.push(p2p(
-                        CollKind::Send,
-                        op.send.wrapping_add(p * blk),
-                        null_r,
-                        p,
-                    ));
-                }
-                CollKind::Gather if p == root => ops.push(p2p(CollKind::Send, op.send, null_r, p)),
-                CollKind::Scatter if p == root => ops.push(p2p(CollKind::Recv, null_s, op.recv, p)),
-                _ => {}
-            }
-            if ops[before..].iter().any(|o| o.kind == CollKind::Recv) {
-                partners.offer.push(p);
-            } else if ops.len() > before {
-                partners.sent_only.push(p);
-            }
-        }
-        first = last;
-        if ops.is_empty() {
-            continue;
-        }
-        // SAFETY: each block lies in the caller's buffers (checked above).
-        unsafe { run_group_inner(&mut [(&mut *comm, &ops)]) }?;
-        let rb = if overlap {
-            comm.release_batch(&partners, &prev)
-        } else {
-            comm.release_batch(&partners, &partners)
-        };
-        prev = partners;
-        if let Err(e) = rb {
-            oxccl_env::warn!("{e}");
-            comm.fail(&e);
-            return Err(e);
-        }
-    }
-    if let Err(e) = comm.release_batch(&Batch::default(), &prev) {
-        oxccl_env::warn!("{e}");
-        comm.fail(&e);
-        return Err(e);
-    }
-    Ok(())
-}
-
-/// The first-use peers of one batch of [`run_rounds`], by how their
-/// release goes: `offer`, those this rank received from (it offers once
-/// its receives are done, which come after the peer's part); `sent_only`,
-/// those it only sent to (the peer offers once it has received).
-#[derive(Default)]
-struct Batch {
-    offer: Vec<usize>,
-    sent_only: Vec<usize>,
 }
 
 /// `op` as the one-shot slots see it.

@@ -95,10 +95,6 @@ pub(crate) struct Connecting<'a> {
     peers: Vec<usize>,
     dialed: Vec<Dialed>,
     done: Vec<Option<PeerLink>>,
-    /// Called while a pass waits on a peer: answers the release messages
-    /// of the connection pool (`crate::pool`), which a peer may be waiting
-    /// for before it can take its own part here.
-    serve: Option<Box<dyn FnMut() + 'a>>,
 }
 
 impl<'a> Connecting<'a> {
@@ -123,14 +119,7 @@ impl<'a> Connecting<'a> {
             peers,
             dialed: Vec::new(),
             done: Vec::new(),
-            serve: None,
         }
-    }
-
-    /// `serve` is called while the passes wait on a peer.
-    pub fn serving(mut self, serve: Box<dyn FnMut() + 'a>) -> Connecting<'a> {
-        self.serve = Some(serve);
-        self
     }
 
     fn kind(&self, q: usize) -> Result<LinkKind> {
@@ -222,12 +211,7 @@ impl<'a> Connecting<'a> {
             let ctx = self.context(q);
             let mut control = self
                 .boot
-                .accept_peer_serving(
-                    q,
-                    TAG_CONTROL,
-                    Some(self.abort),
-                    self.serve.as_mut().map(|f| &mut **f as &mut dyn FnMut()),
-                )
+                .accept_peer_or_stop(q, TAG_CONTROL, Some(self.abort))
                 .map_err(&ctx)?;
             let mut data = Vec::new();
             let mut segment = None;
@@ -248,22 +232,14 @@ impl<'a> Connecting<'a> {
                 }
                 _ => {}
             }
-            let mut serve = self.serve.take();
-            let link = self.finish(
-                Dialed {
+            let link = self
+                .finish(Dialed {
                     peer: q,
                     control,
                     data,
                     segment,
-                },
-                &mut || {
-                    if let Some(f) = serve.as_mut() {
-                        f();
-                    }
-                },
-            );
-            self.serve = serve;
-            let link = link.map_err(&ctx)?;
+                })
+                .map_err(&ctx)?;
             self.done.push(Some(link));
         }
         Ok(())
@@ -278,14 +254,7 @@ impl<'a> Connecting<'a> {
         while !self.dialed.is_empty() {
             let d = self.dialed.remove(0);
             let ctx = self.context(d.peer);
-            let mut serve = self.serve.take();
-            let link = self.finish(d, &mut || {
-                if let Some(f) = serve.as_mut() {
-                    f();
-                }
-            });
-            self.serve = serve;
-            let link = link.map_err(&ctx)?;
+            let link = self.finish(d).map_err(&ctx)?;
             self.done.push(Some(link));
         }
         Ok(())
@@ -293,7 +262,7 @@ impl<'a> Connecting<'a> {
 
     /// Both ends' last step: the peer's segment opened (shared memory), the
     /// plugin's connections made (network), the link assembled.
-    fn finish(&self, d: Dialed, serve: &mut dyn FnMut()) -> Result<PeerLink> {
+    fn finish(&self, d: Dialed) -> Result<PeerLink> {
         let q = d.peer;
         let kind = self.kind(q)?;
         let Dialed {
@@ -303,7 +272,7 @@ impl<'a> Connecting<'a> {
             segment,
         } = d;
         let theirs = if kind == LinkKind::Shm {
-            let name = read_name(&mut control, q, self.boot.wait_timeout(), self.abort, serve)?;
+            let name = read_name(&mut control, q, self.boot.wait_timeout(), self.abort)?;
             let seg = ShmSegment::open_rings(&name, self.layout()).map_err(|e| {
                 // Its creator unlinks it when it gives up (or its init's
                 // cleanup does): the peer's failure, not this rank's.
@@ -464,12 +433,11 @@ fn read_name(
     peer: usize,
     limit: Duration,
     abort: &AtomicBool,
-    serve: &mut dyn FnMut(),
 ) -> Result<String> {
     let mut len = [0u8; 1];
-    read_within(s, &mut len, peer, limit, abort, serve)?;
+    read_within(s, &mut len, peer, limit, abort)?;
     let mut name = vec![0u8; usize::from(len[0])];
-    read_within(s, &mut name, peer, limit, abort, serve)?;
+    read_within(s, &mut name, peer, limit, abort)?;
     String::from_utf8(name).map_err(|_| {
         Error::remote(format!(
             "rank {peer} sent a shared-memory segment name that is not UTF-8"
@@ -477,18 +445,17 @@ fn read_name(
     })
 }
 
-/// Fills `buf` from `s` within `limit`, in reads of at most 2 ms so that
-/// an abort is seen and `serve` runs between them.
+/// Fills `buf` from `s` within `limit`, in reads of at most 50 ms so that
+/// an abort is seen.
 fn read_within(
     s: &mut TcpStream,
     buf: &mut [u8],
     peer: usize,
     limit: Duration,
     abort: &AtomicBool,
-    serve: &mut dyn FnMut(),
 ) -> Result<()> {
     let deadline = Instant::now() + limit;
-    s.set_read_timeout(Some(Duration::from_millis(2)))
+    s.set_read_timeout(Some(Duration::from_millis(50)))
         .map_err(|e| Error::system(format!("connection to rank {peer}: {e}")))?;
     let mut got = 0;
     while got < buf.len() {
@@ -512,7 +479,6 @@ fn read_within(
                         | std::io::ErrorKind::Interrupted
                 ) =>
             {
-                serve();
                 if Instant::now() >= deadline {
                     return Err(Error::timeout(format!(
                         "rank {peer} did not answer within {:.1} s (OXCCL_TIMEOUT_MS)",

@@ -21,16 +21,6 @@ pub struct Streams<'c> {
     pub oneshot: Option<&'c mut ShmOneShot>,
     /// Names the communicator in messages ("rank 2 of 4").
     pub who: String,
-    /// The communicator's pool of first-use connections, whose release
-    /// messages the loop answers while it waits (`crate::pool`).
-    pub(crate) pool: Option<PoolRef<'c>>,
-}
-
-/// What answering release messages needs.
-pub(crate) struct PoolRef<'c> {
-    pub pool: &'c mut crate::pool::Pool,
-    pub seqs: &'c oxccl_core::engine::StreamSeqs,
-    pub limit: Duration,
 }
 
 /// The stream key of one-shot slot calls: no real stream, but it keeps a
@@ -167,30 +157,13 @@ pub fn drive(
     let mut idle_since: Option<Instant> = None;
     let mut last_check = Instant::now();
     let mut yields = 0u32;
-    // The peers each communicator has streams to, looked up once: the loop
-    // below visits these, not every rank (a call adds no connection while
-    // it runs; one released meanwhile leaves an empty entry).
-    let linked: Vec<Vec<usize>> = streams
-        .iter()
-        .map(|s| {
-            (0..s.tx.len().max(s.rx.len()))
-                .filter(|&q| {
-                    s.tx.get(q).is_some_and(|c| !c.is_empty())
-                        || s.rx.get(q).is_some_and(|c| !c.is_empty())
-                })
-                .collect()
-        })
-        .collect();
     loop {
         let mut moved = false;
         let mut all_done = true;
         for (ci, tasks) in groups.iter_mut().enumerate() {
             let s = &mut streams[ci];
             // TCP streams move bytes only when pumped.
-            for &peer in &linked[ci] {
-                let Some(chans) = s.rx.get_mut(peer) else {
-                    continue;
-                };
+            for (peer, chans) in s.rx.iter_mut().enumerate() {
                 for c in chans.iter_mut() {
                     moved |= c.fill().map_err(|e| {
                         reported_cause(s.controls, &[peer], e)
@@ -221,10 +194,7 @@ pub fn drive(
                     all_done = false;
                 }
             }
-            for &peer in &linked[ci] {
-                let Some(chans) = s.tx.get_mut(peer) else {
-                    continue;
-                };
+            for (peer, chans) in s.tx.iter_mut().enumerate() {
                 for c in chans.iter_mut() {
                     moved |= c.flush().map_err(|e| {
                         reported_cause(s.controls, &[peer], e)
@@ -235,12 +205,9 @@ pub fn drive(
         }
         if all_done
             && groups.iter().all(|g| g.iter().all(|t| t.engine.is_done()))
-            && streams.iter().zip(&linked).all(|(s, l)| {
-                l.iter()
-                    .filter_map(|&q| s.tx.get(q))
-                    .flatten()
-                    .all(|c| c.unflushed() == 0)
-            })
+            && streams
+                .iter()
+                .all(|s| s.tx.iter().flatten().all(|c| c.unflushed() == 0))
         {
             return Ok(());
         }
@@ -276,38 +243,6 @@ pub fn drive(
                 waits.dedup();
                 let mut peers: Vec<usize> = waits.iter().map(|w| w.0).collect();
                 peers.dedup();
-                if let Some(p) = s.pool.as_mut() {
-                    // A pair stays busy while a task of this call still
-                    // uses it or bytes for it wait to be flushed.
-                    let mut busy: Vec<usize> = tasks
-                        .iter()
-                        .filter(|t| !t.engine.is_done())
-                        .flat_map(|t| t.streams.iter().map(|k| k.0))
-                        .collect();
-                    for &q in &linked[ci] {
-                        if s.tx
-                            .get(q)
-                            .is_some_and(|c| c.iter().any(|c| c.unflushed() > 0))
-                        {
-                            busy.push(q);
-                        }
-                    }
-                    busy.sort_unstable();
-                    busy.dedup();
-                    let mut links = crate::pool::Links {
-                        tx: &mut *s.tx,
-                        rx: &mut *s.rx,
-                        controls: &mut *s.controls,
-                        seqs: p.seqs,
-                    };
-                    p.pool.service(
-                        &mut links,
-                        &|q| busy.binary_search(&q).is_ok(),
-                        None,
-                        true,
-                        p.limit,
-                    );
-                }
                 for p in peers {
                     if let Some(Some(c)) = s.controls.get_mut(p) {
                         if let Err(e) = c.check_while_waiting() {
@@ -335,11 +270,6 @@ pub fn drive(
     }
 }
 
-/// How long a rank that has waited `waited` sleeps between polls. 50 us;
-/// where ranks outnumber the CPUs (`spin` zero) an eighth of the wait so
-/// far, at most 1 ms: hundreds of ranks polling every 50 us would take the
-/// CPUs from the ranks they wait for, and a wait that has lasted `t`
-/// finishes at most `t / 8` late.
 /// Whether every wait of this rank on peer `p`, which said goodbye, is a
 /// receive whose stream still holds bytes: then its goodbye is no failure
 /// yet. A peer writes all it sends before its goodbye, so those bytes are

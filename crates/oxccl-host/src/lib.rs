@@ -11,7 +11,6 @@ pub mod comm;
 mod connect;
 pub mod exec;
 pub mod oneshot;
-mod pool;
 pub mod stream_copy;
 pub mod transport;
 

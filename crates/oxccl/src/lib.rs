@@ -216,9 +216,6 @@ pub(crate) fn host_config(p: &Params) -> HostConfig {
         },
         tuner_plugin: p.get(&params::TUNER_PLUGIN),
         profiler_plugin: p.get(&params::PROFILER_PLUGIN),
-        max_peers: usize::try_from(p.get(&params::P2P_MAX_PEERS))
-            .unwrap_or(usize::MAX)
-            .max(1),
     }
 }
 
@@ -396,23 +393,11 @@ impl Communicator {
     /// The peers this rank holds a host connection to, ascending: at
     /// creation only those of the collectives with a bounded fan-out (ring
     /// neighbours, tree links, every peer up to 8 ranks), others from the
-    /// first operation that talks to them, until released
-    /// (`OXCCL_P2P_MAX_PEERS`). Empty once destroyed or aborted.
+    /// first operation that talks to them. Empty once destroyed or aborted.
     pub fn connected_peers(&self) -> Vec<usize> {
         match self.inner.comm.lock() {
             Ok(g) => g.as_ref().map(|c| c.connected_peers()).unwrap_or_default(),
             Err(_) => Vec::new(),
-        }
-    }
-
-    /// The most connections made on first use (peers beyond those of
-    /// creation) this rank has held at once: at most `OXCCL_P2P_MAX_PEERS`,
-    /// unless one call needed more peers at once than could be released
-    /// (see docs/architecture.md). 0 once destroyed or aborted.
-    pub fn first_use_peak(&self) -> usize {
-        match self.inner.comm.lock() {
-            Ok(g) => g.as_ref().map_or(0, |c| c.first_use_peak()),
-            Err(_) => 0,
         }
     }
 

@@ -70,7 +70,6 @@ pub(super) fn takes(comm: &HostComm, ops: &[OpDesc]) -> bool {
             && bytes.is_some_and(|b| b <= EAGER_MAX_BYTES && (b == 0 || ptr_ok))
             && matches!(comm.kinds[q], Some(LinkKind::InProc | LinkKind::Shm))
             && comm.controls[q].is_some()
-            && !comm.pool.is_pending(q)
             && comm.tx[q].len() > ch
             && comm.rx[q].len() > ch
     };
@@ -134,7 +133,6 @@ impl Eager {
 /// # Safety
 /// As [`HostComm::run`].
 pub(super) unsafe fn run(comm: &mut HostComm, ops: &[OpDesc]) -> Result<()> {
-    comm.pool.touch(ops.iter().map(|op| op.root));
     let ch = comm.coll_channels;
     let mut work: Vec<Eager> = Vec::with_capacity(ops.len());
     for op in ops {
@@ -379,9 +377,6 @@ fn check(comm: &mut HostComm, work: &[Eager], ch: usize) -> Result<()> {
             "operation aborted (ncclCommAbort or ncclCommRevoke)",
         ));
     }
-    // Release messages (`pool.rs`): a pair this call still uses waits.
-    let busy = |q: usize| work.iter().any(|w| w.peer == q && !w.done());
-    comm.service_pool(&busy, true);
     for w in work.iter().filter(|w| !w.done()) {
         let q = w.peer;
         let Some(Some(c)) = comm.controls.get_mut(q) else {

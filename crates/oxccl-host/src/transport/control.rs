@@ -14,15 +14,8 @@
 //! followed by a write shutdown. A rank that destroys its communicator sends
 //! the same frame with kind 0 (`ncclSuccess`) and no text, a *goodbye*: its
 //! peers still fail a wait on it at once, but can tell it from a death
-//! ([`PeerControl::left`]).
-//!
-//! The only other frames are the two of a connection's release
-//! ([`Release`], `crate::pool`): kind [`RELEASE_OFFER`] with the sender's
-//! per-stream message counts as text (u32 LE each: the sends, then the
-//! receives), and kind [`RELEASE_DECLINE`] with none. Neither shuts the
-//! socket; in process the same messages go through a slot per side.
+//! ([`PeerControl::left`]). Nothing else is ever sent on the socket.
 
-use std::collections::VecDeque;
 use std::io::{ErrorKind as IoKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,57 +30,6 @@ const MAGIC: u32 = u32::from_le_bytes(*b"OXP1");
 /// The kind word of a goodbye frame (`ncclSuccess`).
 const GOODBYE: u32 = 0;
 const FRAME_HEADER: usize = 12;
-/// The kind word of a release offer (no `ncclResult_t` is this large).
-pub(crate) const RELEASE_OFFER: u32 = 0x0100;
-/// The kind word of a declined release.
-pub(crate) const RELEASE_DECLINE: u32 = 0x0101;
-
-/// A message of a connection's release handshake (see `crate::pool`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The sender releases the pair if the peer's counts match these:
-    /// messages it issued on each stream to the peer (`tx`) and from it (`rx`).
-    Offer { tx: Vec<u32>, rx: Vec<u32> },
-    /// The sender keeps the pair.
-    Decline,
-}
-
-impl Release {
-    fn encode(&self) -> Vec<u8> {
-        match self {
-            Release::Offer { tx, rx } => {
-                let text: Vec<u8> = tx.iter().chain(rx).flat_map(|v| v.to_le_bytes()).collect();
-                frame(RELEASE_OFFER, &text)
-            }
-            Release::Decline => frame(RELEASE_DECLINE, b""),
-        }
-    }
-
-    /// The message of a frame of kind `kind` with `text`, if it is one.
-    fn decode(kind: u32, text: &[u8]) -> Option<std::result::Result<Release, String>> {
-        match kind {
-            RELEASE_DECLINE => Some(Ok(Release::Decline)),
-            RELEASE_OFFER => {
-                if text.len() % 8 != 0 {
-                    return Some(Err(format!(
-                        "a release offer of {} bytes (not pairs of u32 counts)",
-                        text.len()
-                    )));
-                }
-                let words: Vec<u32> = text
-                    .chunks_exact(4)
-                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect();
-                let half = words.len() / 2;
-                Some(Ok(Release::Offer {
-                    tx: words[..half].to_vec(),
-                    rx: words[half..].to_vec(),
-                }))
-            }
-            _ => None,
-        }
-    }
-}
 /// Longest poison text carried (longer texts are cut at a char boundary).
 pub const MAX_POISON_TEXT: usize = 4096;
 /// The link timeout of a socket control until
@@ -104,8 +46,6 @@ pub(crate) struct InprocShared {
     reported: [Mutex<Option<Error>>; 2],
     /// `ranks[s]`: the rank of side `s`.
     ranks: [usize; 2],
-    /// `release[s]`: the release messages side `s` sent, not yet taken.
-    release: [Mutex<VecDeque<Release>>; 2],
 }
 
 impl InprocShared {
@@ -114,7 +54,6 @@ impl InprocShared {
             alive: AtomicBool::new(true),
             reported: [Mutex::new(None), Mutex::new(None)],
             ranks: [rank_a, rank_b],
-            release: [Mutex::new(VecDeque::new()), Mutex::new(VecDeque::new())],
         })
     }
 
@@ -164,8 +103,6 @@ struct SocketControl {
     closed: bool,
     /// Read a goodbye: the peer destroyed its communicator.
     left: bool,
-    /// Release messages read and not yet taken, oldest first.
-    release: VecDeque<Release>,
 }
 
 enum Inner {
@@ -274,7 +211,6 @@ impl PeerControl {
                 poison_sent: false,
                 closed: false,
                 left: false,
-                release: VecDeque::new(),
             }),
             failed: None,
             data_reports_close: false,
@@ -351,64 +287,6 @@ impl PeerControl {
         match &self.inner {
             Inner::Socket(s) => s.left,
             Inner::InProc { .. } => false,
-        }
-    }
-
-    /// Sends a release message to the peer (never blocks past `limit`; a
-    /// frame of a few dozen bytes normally goes into the socket at once).
-    pub(crate) fn send_release(&mut self, msg: &Release, limit: Duration) -> Result<()> {
-        let peer = self.peer;
-        match &mut self.inner {
-            Inner::InProc { shared, side } => {
-                shared.release[*side]
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push_back(msg.clone());
-                Ok(())
-            }
-            Inner::Socket(s) => s.write_all_within(&msg.encode(), limit).map_err(|why| {
-                Error::remote(format!(
-                    "releasing the connection to rank {peer}: {why} on the control connection to {}",
-                    s.who
-                ))
-            }),
-        }
-    }
-
-    /// The oldest release message the peer sent and this rank has not
-    /// taken, if any (non-blocking). A message sent before the peer closed
-    /// its end is still returned; the
-    /// failure of the connection after it comes from the next call.
-    pub(crate) fn take_release(&mut self) -> Result<Option<Release>> {
-        match &mut self.inner {
-            Inner::InProc { shared, side } => {
-                // The liveness first: a peer puts its message before it
-                // drops its end, so once the drop is seen the message is.
-                let status = shared.status(*side);
-                let got = shared.release[1 - *side]
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .pop_front();
-                match got {
-                    Some(m) => Ok(Some(m)),
-                    None => {
-                        if let Err(e) = &status {
-                            self.failed = Some(e.clone());
-                        }
-                        status.map(|()| None)
-                    }
-                }
-            }
-            Inner::Socket(_) => {
-                let r = self.check();
-                let Inner::Socket(s) = &mut self.inner else {
-                    return Ok(None);
-                };
-                match s.release.pop_front() {
-                    Some(m) => Ok(Some(m)),
-                    None => r.map(|()| None),
-                }
-            }
         }
     }
 
@@ -535,11 +413,6 @@ impl SocketControl {
                 }
                 Ok(n) => {
                     self.rbuf.extend_from_slice(&tmp[..n]);
-                    // Release messages come before anything else the peer
-                    // sends: take every whole one.
-                    while let Some(taken) = self.take_release_frame(peer)? {
-                        self.release.push_back(taken);
-                    }
                     match decode_frame(&self.rbuf) {
                         Ok(None) => {}
                         Ok(Some(_)) if self.rbuf[4..8] == GOODBYE.to_le_bytes() => {
@@ -578,62 +451,6 @@ impl SocketControl {
                 }
             }
         }
-    }
-
-    /// A whole release frame at the start of the buffer, removed from it.
-    fn take_release_frame(&mut self, peer: usize) -> Result<Option<Release>> {
-        if self.rbuf.len() < FRAME_HEADER || self.rbuf[..4] != MAGIC.to_le_bytes() {
-            return Ok(None);
-        }
-        let word = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let kind = word(&self.rbuf, 4);
-        let len = word(&self.rbuf, 8) as usize;
-        if !matches!(kind, RELEASE_OFFER | RELEASE_DECLINE) {
-            return Ok(None);
-        }
-        if len > MAX_POISON_TEXT {
-            return Err(Error::remote(format!(
-                "{} sent a release message of {len} bytes (at most {MAX_POISON_TEXT})",
-                self.who
-            )));
-        }
-        if self.rbuf.len() < FRAME_HEADER + len {
-            return Ok(None);
-        }
-        let text: Vec<u8> = self.rbuf[FRAME_HEADER..FRAME_HEADER + len].to_vec();
-        self.rbuf.drain(..FRAME_HEADER + len);
-        match Release::decode(kind, &text) {
-            Some(Ok(m)) => Ok(Some(m)),
-            Some(Err(why)) => Err(Error::remote(format!(
-                "rank {peer} sent a malformed release message ({why})"
-            ))),
-            None => Ok(None),
-        }
-    }
-
-    /// Writes `frame` whole within `limit` (the socket is non-blocking).
-    fn write_all_within(
-        &mut self,
-        frame: &[u8],
-        limit: Duration,
-    ) -> std::result::Result<(), String> {
-        let deadline = Instant::now() + limit;
-        let mut off = 0;
-        while off < frame.len() {
-            match self.stream.write(&frame[off..]) {
-                Ok(0) => return Err("the connection is closed".to_string()),
-                Ok(n) => off += n,
-                Err(e) if e.kind() == IoKind::Interrupted => {}
-                Err(e) if e.kind() == IoKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        return Err(format!("not written within {:.1} s", limit.as_secs_f64()));
-                    }
-                    std::thread::sleep(Duration::from_micros(50));
-                }
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Ok(())
     }
 
     fn poison(&mut self, err: &Error) {
