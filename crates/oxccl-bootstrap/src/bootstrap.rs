@@ -134,6 +134,20 @@ const NOTICE_BUDGET: Duration = Duration::from_secs(2);
 /// Longest notice: the error's kind (one byte) and its reason.
 const NOTICE_MAX: usize = 2048;
 
+/// The text of a failure notice: `e`'s message cut at a character boundary
+/// to leave room for the kind byte within [`NOTICE_MAX`].
+fn notice_text(e: &Error) -> String {
+    let mut why = e.message().to_string();
+    if why.len() > NOTICE_MAX - 1 {
+        let mut end = NOTICE_MAX - 1;
+        while !why.is_char_boundary(end) {
+            end -= 1;
+        }
+        why.truncate(end);
+    }
+    why
+}
+
 /// Selects the interface of the rendezvous per `cfg` (see [`ifname`]):
 /// `bootstrap_ifname`, else `ifname`.
 pub fn select_interface(cfg: &BootstrapConfig) -> Result<ifname::Selection> {
@@ -740,14 +754,7 @@ impl Bootstrap {
         if self.heard_notice.load(Ordering::Relaxed) || self.nranks < 2 {
             return;
         }
-        let mut why = e.message().to_string();
-        if why.len() > NOTICE_MAX - 1 {
-            let mut end = NOTICE_MAX - 1;
-            while !why.is_char_boundary(end) {
-                end -= 1;
-            }
-            why.truncate(end);
-        }
+        let why = notice_text(e);
         let lim = Limits::new(NOTICE_BUDGET, &self.cfg.abort);
         for q in (0..self.nranks).filter(|&q| q != self.rank) {
             if lim.check().is_err() {

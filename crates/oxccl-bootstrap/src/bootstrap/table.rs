@@ -269,14 +269,7 @@ impl Bootstrap {
         if route.children.is_empty() {
             return;
         }
-        let mut why = e.message().to_string();
-        if why.len() > NOTICE_MAX - 1 {
-            let mut end = NOTICE_MAX - 1;
-            while !why.is_char_boundary(end) {
-                end -= 1;
-            }
-            why.truncate(end);
-        }
+        let why = notice_text(e);
         let mut notice = vec![e.kind().code() as u8];
         notice.extend_from_slice(why.as_bytes());
         let msg = encode_message(NS_FAILED, 0, &notice);
