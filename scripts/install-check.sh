@@ -23,8 +23,12 @@ run_example() {
   out=$(LD_LIBRARY_PATH=$libdir "$exe") || fail "$exe exited $? (LD_LIBRARY_PATH=$libdir)"
   [[ $out == *": OK" ]] || fail "$exe printed '$out', not a line ending in ': OK'"
   # The program must load the library just installed, not some other copy.
-  LD_LIBRARY_PATH=$libdir ldd "$exe" | grep -q "libnccl.so.2 => $libdir/libnccl.so.2" ||
-    fail "$exe does not load $libdir/libnccl.so.2"
+  # (ldd's output is taken whole: `ldd | grep -q` under pipefail fails at
+  # random when grep exits on its match before ldd's last write.)
+  local libs
+  libs=$(LD_LIBRARY_PATH=$libdir ldd "$exe")
+  [[ $libs == *"libnccl.so.2 => $libdir/libnccl.so.2"* ]] ||
+    fail "$exe does not load $libdir/libnccl.so.2: $libs"
   echo "$exe: $out"
 }
 
@@ -43,7 +47,7 @@ cargo xtask install --prefix "$prefix" --debug
   fail "$prefix/lib/libnccl.so is not a symlink to libnccl.so.2"
 cmp -s crates/oxccl-nccl/include/nccl.h "$prefix/include/nccl.h" ||
   fail "$prefix/include/nccl.h differs from crates/oxccl-nccl/include/nccl.h"
-readelf -d "$prefix/lib/libnccl.so.2" | grep -q 'SONAME.*\[libnccl\.so\.2\]' ||
+grep -q 'SONAME.*\[libnccl\.so\.2\]' <<<"$(readelf -d "$prefix/lib/libnccl.so.2")" ||
   fail "$prefix/lib/libnccl.so.2 has no SONAME libnccl.so.2"
 
 cc examples/c/allreduce.c -I "$prefix/include" -L "$prefix/lib" -lnccl -o "$work/allreduce-flags"

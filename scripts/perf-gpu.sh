@@ -491,4 +491,6 @@ done
 
 echo; echo "== summary"
 printf '%s\n' "${rows[@]}" | tee "$OUTDIR/summary.txt"
-! printf '%s\n' "${rows[@]}" | grep -q FAIL
+# (No pipe into grep -q: under pipefail printf's SIGPIPE would turn a FAIL
+# into a pass.)
+! grep -q FAIL <<<"$(printf '%s\n' "${rows[@]}")"

@@ -42,7 +42,7 @@ python3 -m venv "$work/venv"
 py=$work/venv/bin/python
 ox=$work/venv/bin/oxccl
 
-"$ox" --version | grep -q '^oxccl ' || fail "oxccl --version from the venv failed"
+grep -q '^oxccl ' <<<"$("$ox" --version)" || fail "oxccl --version from the venv failed"
 "$ox" doctor --help >/dev/null || fail "oxccl doctor --help from the venv failed"
 lib=$("$py" -c 'import oxccl; print(oxccl.library_path())')
 inc=$("$py" -c 'import oxccl; print(oxccl.include_dir())')
@@ -50,7 +50,9 @@ libdir=$("$py" -c 'import oxccl; print(oxccl.lib_dir())')
 case $lib in "$work/venv/"*) ;; *) fail "oxccl.library_path() is $lib, outside the venv" ;; esac
 [ -f "$lib" ] && [ -f "$libdir/libnccl.so" ] && [ -f "$inc/nccl.h" ] ||
   fail "the package lacks libnccl.so.2, libnccl.so or include/nccl.h"
-readelf -d "$lib" | grep -q 'SONAME.*\[libnccl\.so\.2\]' || fail "$lib has no SONAME libnccl.so.2"
+# (Outputs are taken whole, not piped into `grep -q`: under pipefail the
+# writer's SIGPIPE after grep's early exit fails the check at random.)
+grep -q 'SONAME.*\[libnccl\.so\.2\]' <<<"$(readelf -d "$lib")" || fail "$lib has no SONAME libnccl.so.2"
 
 # The CLI through the module, on host memory (2 processes over shared memory).
 "$py" -m oxccl perf all_reduce --ranks 2 -b 8 -e 1K >"$work/perf.txt" ||
@@ -66,8 +68,9 @@ grep -q "bind to oxccl ($lib" "$work/check.txt" || fail "oxccl run --check did n
 cc examples/c/allreduce.c -I "$inc" -L "$libdir" -lnccl -o "$work/allreduce"
 res=$(LD_LIBRARY_PATH=$libdir "$work/allreduce") || fail "allreduce against the wheel's library exited $?"
 [[ $res == *": OK" ]] || fail "allreduce printed '$res'"
-LD_LIBRARY_PATH=$libdir ldd "$work/allreduce" | grep -q "libnccl.so.2 => $libdir/libnccl.so.2" ||
-  fail "allreduce does not load $libdir/libnccl.so.2"
+libs=$(LD_LIBRARY_PATH=$libdir ldd "$work/allreduce")
+[[ $libs == *"libnccl.so.2 => $libdir/libnccl.so.2"* ]] ||
+  fail "allreduce does not load $libdir/libnccl.so.2: $libs"
 
 # The kernels: in the folder the installed library looks in (oxccl-kernels
 # beside it), each program as a CUBIN for sm_80 (which an sm_86 GPU takes
