@@ -711,22 +711,8 @@ fn in_place_layout(op: &OpDesc, rank: usize, esize: usize) -> bool {
     }
 }
 
-struct Prepared<'b> {
-    task: Task<'b>,
-}
-
-/// Validates one operation and builds its engine and buffers.
-///
-/// # Safety
-/// As [`HostComm::run`].
-unsafe fn prepare<'b>(
-    comm: &mut HostComm,
-    op: &OpDesc,
-    scratch: &'b mut Vec<u8>,
-) -> Result<Prepared<'b>> {
-    let n = comm.nranks;
-    let rank = comm.rank;
-    let name = op.kind.snake_name();
+/// Refuses a root (or a send's or receive's peer) outside the communicator.
+fn check_root(op: &OpDesc, n: usize) -> Result<()> {
     if matches!(
         op.kind,
         CollKind::Broadcast
@@ -743,11 +729,40 @@ unsafe fn prepare<'b>(
             "root"
         };
         return Err(Error::invalid_argument(format!(
-            "{name}: {what} {} is out of range for a communicator of {n} ranks (valid: 0..={})",
+            "{}: {what} {} is out of range for a communicator of {n} ranks (valid: 0..={})",
+            op.kind.snake_name(),
             op.root,
             n - 1
         )));
     }
+    Ok(())
+}
+
+/// A collective of 0 elements: it moves nothing and meets no one, so a group
+/// of only these is checked and done, as NCCL discards them (2 ranks as
+/// processes: 1.7-2.5 µs through the step engine, where MPI takes 0.01).
+/// Sends and receives of 0 still pair up.
+fn is_empty_collective(op: &OpDesc) -> bool {
+    op.count == 0 && !matches!(op.kind, CollKind::Send | CollKind::Recv)
+}
+
+struct Prepared<'b> {
+    task: Task<'b>,
+}
+
+/// Validates one operation and builds its engine and buffers.
+///
+/// # Safety
+/// As [`HostComm::run`].
+unsafe fn prepare<'b>(
+    comm: &mut HostComm,
+    op: &OpDesc,
+    scratch: &'b mut Vec<u8>,
+) -> Result<Prepared<'b>> {
+    let n = comm.nranks;
+    let rank = comm.rank;
+    let name = op.kind.snake_name();
+    check_root(op, n)?;
     let e = op.dtype.size();
     let (sc, rc, use_s, use_r) = extents(op, rank, n);
     let sbytes = byte_len(sc, op.dtype, &format!("{name}: send buffer"))?;
@@ -1157,6 +1172,17 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
                 ),
             ));
         }
+    }
+    if items
+        .iter()
+        .all(|(_, ops)| ops.iter().all(is_empty_collective))
+    {
+        for (comm, ops) in items.iter() {
+            for op in ops.iter() {
+                check_root(op, comm.nranks)?;
+            }
+        }
+        return Ok(());
     }
     // Small sends and receives alone: straight through the rings.
     if let [(comm, ops)] = items {

@@ -64,11 +64,14 @@ use oxccl_core::{CollKind, Error, Reduction, Result};
 
 use crate::transport::ShmSegment;
 
-/// The largest all-reduce, in bytes, that takes the slots. One-shot reads
-/// every rank's whole input, so it loses to the ring's reduce-scatter +
-/// all-gather as sizes grow; at 2 ranks, 4 KiB moves two 4 KiB inputs, a
-/// few hundred ns at 20 GB/s, well under the ring path's fixed cost.
-pub const ONESHOT_MAX_BYTES: usize = 4096;
+/// Bytes of one slot: the most a rank posts in a call that takes the slots
+/// (every rank's block for a reduce-scatter, the input otherwise). What a
+/// rank may read from its peers is bounded apart
+/// (`oxccl_core::slots::READ_BUDGET`, also 64 KiB): a 2-rank all-reduce of
+/// up to 64 KiB takes the slots, a 4-rank one up to 21 KiB. Two slots a
+/// rank, mapped by every rank of the host (at most 8): 1 MiB of mappings a
+/// rank at most.
+pub const ONESHOT_MAX_BYTES: usize = 64 * 1024;
 
 const SLOT_HEAD: usize = 16;
 

@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use oxccl::raw::OpDesc;
 use oxccl::{
-    Bf16, CollKind, Communicator, Config, DataType, ErrorKind, RedOp, Scalar, UniqueId, F16,
+    Bf16, CollKind, Communicator, Config, DataType, ErrorKind, Group, RedOp, Scalar, UniqueId, F16,
 };
 use std::ptr::NonNull;
 use std::time::Duration;
@@ -162,6 +162,49 @@ fn roots_and_peers_out_of_range() {
         assert_err(&c.scatter(&[], &mut b, 2), ia, &["root 2"]);
         assert_err(&c.send(&s, 2), ia, &["peer 2", "out of range"]);
         assert_err(&c.recv(&mut b, 99), ia, &["peer 99"]);
+        // An empty collective is checked before it is discarded.
+        let mut empty: Vec<u8> = Vec::new();
+        assert_err(&c.broadcast_in_place(&mut empty, 2), ia, &["root 2"]);
+        assert_err(
+            &c.reduce_in_place(&mut empty, RedOp::Sum, usize::MAX),
+            ia,
+            &["root", "out of range"],
+        );
+    });
+    still_usable(&comms);
+}
+
+/// A collective of 0 elements concerns only the rank that calls it (NCCL
+/// discards it): here only rank 0 makes empty calls (every collective, alone
+/// and in a group); it neither waits for the others nor puts its calls out
+/// of step with theirs at the next real call.
+#[test]
+fn empty_collectives_are_done_at_once() {
+    let _w = Watchdog::new(
+        "empty_collectives_are_done_at_once",
+        Duration::from_secs(60),
+    );
+    let comms = init_threads(3, &test_config(|_| {})).unwrap();
+    on_ranks(&comms, |c| {
+        if c.rank() == 0 {
+            let mut e: Vec<f32> = Vec::new();
+            c.all_reduce_in_place(&mut e, RedOp::Sum).unwrap();
+            c.broadcast_in_place(&mut e, 2).unwrap();
+            c.reduce_in_place(&mut e, RedOp::Max, 1).unwrap();
+            c.all_gather(&[], &mut e).unwrap();
+            c.reduce_scatter(&[], &mut e, RedOp::Sum).unwrap();
+            c.all_to_all(&[], &mut e).unwrap();
+            c.gather(&[], &mut e, 0).unwrap();
+            c.scatter(&[], &mut e, 1).unwrap();
+            let (mut e1, mut e2): (Vec<f32>, Vec<f32>) = (Vec::new(), Vec::new());
+            let mut g = Group::new();
+            g.all_reduce_in_place(c, &mut e1, RedOp::Sum);
+            g.all_reduce(c, &[], &mut e2, RedOp::Max).unwrap();
+            g.run().unwrap();
+        }
+        let mut x = vec![c.rank() as i64 + 1; 7];
+        c.all_reduce_in_place(&mut x, RedOp::Sum).unwrap();
+        assert_eq!(x, vec![6; 7]);
     });
     still_usable(&comms);
 }

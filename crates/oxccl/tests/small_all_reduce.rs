@@ -1,6 +1,6 @@
 //! Small collectives between processes of one host take the one-shot
 //! shared-memory slots (all-reduce, reduce, reduce-scatter, all-gather and
-//! broadcast, each rank's input 1 byte to `ONESHOT_MAX_BYTES`): results
+//! broadcast, each rank's input 1 byte to the largest that fits the slots): results
 //! against the float64 or exact reference over ranks x collectives x counts
 //! x datatypes x ops x roots (count 0, odd counts and both sides of the
 //! slot bound included),
@@ -15,7 +15,7 @@ mod common;
 use common::*;
 use oxccl::raw::OpDesc;
 use oxccl::{CollKind, Communicator, DataType, ErrorKind, Group, RedOp, Scalar, UniqueId};
-use oxccl_host::oneshot::ONESHOT_MAX_BYTES;
+use oxccl_host::oneshot::{SlotCall, ONESHOT_MAX_BYTES};
 use std::time::{Duration, Instant};
 
 /// The reductions with every datatype and every op (PreMulSum with an
@@ -42,12 +42,22 @@ fn small_cases(nranks: usize) -> Vec<Case> {
     ];
     for coll in colls {
         for dtype in DataType::ALL {
-            let per_rank = if coll == Coll::ReduceScatter {
-                nranks
-            } else {
-                1
+            // The largest count that takes the slots.
+            let kind = match coll {
+                Coll::AllReduce => CollKind::AllReduce,
+                Coll::Reduce => CollKind::Reduce,
+                Coll::ReduceScatter => CollKind::ReduceScatter,
+                Coll::AllGather => CollKind::AllGather,
+                _ => CollKind::Broadcast,
             };
-            let bound = ONESHOT_MAX_BYTES / dtype.size() / per_rank;
+            let bound = SlotCall {
+                kind,
+                count: 0,
+                dtype,
+                op: RedOp::Sum,
+                root: 0,
+            }
+            .largest_fitting_count(nranks, ONESHOT_MAX_BYTES);
             let ops: &[RedOp] = if coll.reduces() { &ops } else { &[RedOp::Sum] };
             for (oi, &op) in ops.iter().enumerate() {
                 if matches!(op, RedOp::PreMulSum(Scalar::F64(_))) && !dtype.is_float() {
