@@ -11,30 +11,32 @@
 //! data's lines), against the ring path's header, data and head/tail
 //! updates through each peer's ring and the step engine around them.
 //!
-//! Slots and their reuse: a rank has two slots, used by sequence number
-//! parity, and a call needs only the posts it reads: an all-reduce,
-//! all-gather and reduce-scatter every rank's, a reduce's root every rank's
-//! and the other ranks none, a broadcast's receivers the root's and the
-//! root none. So ranks may be a call apart, and reuse has a rule of its
-//! own: before posting call `s` a rank waits until every peer has posted
-//! call `s - 1` ([`ShmOneShot::clear_to_post`]). A peer posts `s - 1` only
-//! after it finished call `s - 2`, its last read of the slot that call `s`
-//! rewrites, so a slot is never rewritten while a peer may still read it,
-//! and no acknowledgement beyond the posts is needed. A broadcast root then
-//! returns once its input is in its slot and waits, at its next call, only
-//! for the receivers' posts of this one; back-to-back broadcasts overlap.
-//! After a call that read every rank's post the wait costs nothing.
+//! Slots and their reuse: a rank has [`SLOTS`] slots, used in turn by
+//! sequence number, and a call needs only the posts it reads: an
+//! all-reduce, all-gather and reduce-scatter every rank's, a reduce's root
+//! every rank's and the other ranks none, a broadcast's receivers the
+//! root's and the root none. So ranks may be several calls apart, and reuse
+//! has a rule of its own: before posting call `s` a rank waits until every
+//! peer has posted call `s - SLOTS + 1` ([`ShmOneShot::clear_to_post`]). A
+//! peer posts that call only after it finished call `s - SLOTS`, its last
+//! read of the slot that call `s` rewrites, so a slot is never rewritten
+//! while a peer may still read it, and no acknowledgement beyond the posts
+//! is needed. A broadcast root therefore returns once its input is in its
+//! slot and runs up to `SLOTS - 1` calls ahead of its receivers, as an MPI
+//! root runs ahead through its eager buffers; after a call that read every
+//! rank's post the wait costs nothing.
 //!
-//! Why two slots and not three: with three, a rank would wait only for the
-//! peers' posts of `s - 2` and could run two calls ahead, but a peer may
-//! then already be rewriting the slot of `s - 2` with call `s + 1`, so the
-//! comparison of its record of `s - 2` with this rank's races with that
-//! write (tried: false mismatch reports in the rooted tests), and a
-//! broadcast whose roots differ between ranks is caught only two calls
-//! later. With two, the slot a rank compares holds exactly `s - 1` or the
-//! older `s - 3` and stays so until this rank posts `s` (a peer cannot post
-//! `s + 1` before that), so the check is exact; one call of slack is what
-//! lets a root's return overlap its receivers' reads.
+//! Mismatched calls a rank did not read (two ranks that both think they
+//! are a broadcast's root) are caught through each rank's call record: a
+//! ring of [`RECORDS`] (sequence number, call) pairs after its slots,
+//! written before the post. A rank compares its peers' records of the calls
+//! it has not checked yet at the next call that reads every rank, and at
+//! the latest when it reuses a slot. Why records of their own and not the
+//! slots' headers: a peer may run up to `SLOTS - 1` calls ahead, so the
+//! header of a call `SLOTS - 1` back may be rewritten while it is compared
+//! (tried with three slots: false mismatch reports); a record is rewritten
+//! `RECORDS` = 2 × `SLOTS` calls later, which no peer can reach before this
+//! rank posts again.
 //!
 //! Calls of one communicator must run one after another (the executor keeps
 //! them in issue order).
@@ -47,11 +49,12 @@
 //! 16  data (the first 48 bytes share the sequence number's cache line)
 //! ```
 //!
-//! After a rank's two slots, a cache line of its own counts the peers that
+//! After a rank's slots, a cache line of its own counts the peers that
 //! sleep on its posts ([`ShmOneShot::sleep_until_posted`]): a peer whose
 //! wait outlasted its spin and yields counts itself there and sleeps in the
 //! kernel (futex) on the sequence number it awaits, and a post that finds
-//! the count non-zero wakes the sleepers on the word it wrote.
+//! the count non-zero wakes the sleepers on the word it wrote. The call
+//! records follow it, 16 bytes each.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -68,26 +71,33 @@ use crate::transport::ShmSegment;
 /// (every rank's block for a reduce-scatter, the input otherwise). What a
 /// rank may read from its peers is bounded apart
 /// (`oxccl_core::slots::READ_BUDGET`, also 64 KiB): a 2-rank all-reduce of
-/// up to 64 KiB takes the slots, a 4-rank one up to 21 KiB. Two slots a
-/// rank, mapped by every rank of the host (at most 8): 1 MiB of mappings a
-/// rank at most.
+/// up to 64 KiB takes the slots, a 4-rank one up to 21 KiB. [`SLOTS`] slots
+/// a rank, mapped by every rank of the host (at most 8): 8 MiB of mappings
+/// a rank at most, of which small calls touch a page a slot.
 pub const ONESHOT_MAX_BYTES: usize = 64 * 1024;
 
 const SLOT_HEAD: usize = 16;
 
-/// Slots per rank, used in turn by sequence number (why two: the module's
-/// notes).
-const SLOTS: u64 = 2;
+/// Slots per rank, used in turn by sequence number: a broadcast root may run
+/// `SLOTS - 1` calls ahead of its receivers (the module's notes). 2 ranks as
+/// processes, 8 B broadcasts back to back: 0.40 µs a call with 2 slots,
+/// where Open MPI takes 0.15-0.19; with 4 ranks on 2 vCPUs 4.6-5 µs
+/// against 0.25-0.65 (Intel Xeon guest, 2026-12-03).
+pub const SLOTS: u64 = 16;
+
+/// Call records per rank: twice the slots, so that no peer can rewrite a
+/// record this rank may still compare (the module's notes).
+pub const RECORDS: u64 = 2 * SLOTS;
 
 /// Bytes between slots for inputs of up to `max` bytes.
 pub fn slot_stride(max: usize) -> usize {
     (SLOT_HEAD + max).next_multiple_of(64)
 }
 
-/// Bytes of a rank's slot area (two slots, by parity, and the line that
-/// counts the peers sleeping on its posts).
+/// Bytes of a rank's slot area: its slots, the line that counts the peers
+/// sleeping on its posts, and its call records.
 pub fn area_bytes(max: usize) -> usize {
-    SLOTS as usize * slot_stride(max) + 64
+    SLOTS as usize * slot_stride(max) + 64 + RECORDS as usize * 16
 }
 
 /// One rank's view of every rank's slot area on this host.
@@ -99,7 +109,8 @@ pub struct ShmOneShot {
     stride: usize,
     /// The sequence number of the last call posted.
     seq: u64,
-    /// Every peer is known to have posted calls up to this one.
+    /// Every peer is known to have posted calls up to this one, each the
+    /// same call as this rank's.
     clear: u64,
     /// Keep the mappings alive.
     _segments: Vec<Arc<ShmSegment>>,
@@ -198,13 +209,47 @@ impl ShmOneShot {
         (self.seq + 2).saturating_sub(SLOTS)
     }
 
+    /// Rank q's record of call `seq`: (sequence number, call).
+    fn record(&self, q: usize, seq: u64) -> &[AtomicU64; 2] {
+        // SAFETY: the records follow the slots and the sleepers' line within
+        // rank q's area (area_bytes, checked in `new`), 16-byte aligned,
+        // mapped as long as self and only accessed through atomics in every
+        // process.
+        unsafe {
+            &*self.areas[q]
+                .as_ptr()
+                .add(SLOTS as usize * self.stride + 64 + (seq % RECORDS) as usize * 16)
+                .cast::<[AtomicU64; 2]>()
+        }
+    }
+
+    /// Compares every peer's records of calls `self.clear + 1 ..= upto`
+    /// (every peer has posted them) with this rank's, then counts them
+    /// checked. An error names the first peer whose call differs.
+    fn check_records(&mut self, upto: u64) -> Result<()> {
+        let n = self.areas.len();
+        for seq in self.clear + 1..=upto {
+            let mine = self.record(self.rank, seq)[1].load(Ordering::Relaxed);
+            for q in (0..n).filter(|&q| q != self.rank) {
+                let r = self.record(q, seq);
+                // A peer that posted `seq` wrote its record first; the record
+                // is not rewritten before this rank posts again.
+                if r[0].load(Ordering::Acquire) == seq {
+                    self.mismatch(q, r[1].load(Ordering::Relaxed), mine)?;
+                }
+            }
+        }
+        self.clear = self.clear.max(upto);
+        Ok(())
+    }
+
     /// The sequence number the next call posts.
     pub fn next_seq(&self) -> u64 {
         self.seq + 1
     }
 
     fn slot(&self, q: usize, seq: u64) -> *mut u8 {
-        // SAFETY: the offset lies within rank q's slot area (two slots of
+        // SAFETY: the offset lies within rank q's slot area (SLOTS slots of
         // `stride` bytes, checked in `new`).
         unsafe {
             self.areas[q]
@@ -222,7 +267,7 @@ impl ShmOneShot {
 
     /// How many peers sleep on rank q's posts (the line after its slots).
     fn sleepers(&self, q: usize) -> &AtomicU32 {
-        // SAFETY: the line after the two slots lies within rank q's area
+        // SAFETY: the line after the slots lies within rank q's area
         // (area_bytes, checked in `new`), is 64-byte aligned, mapped as long
         // as self and only accessed through atomics in every process.
         unsafe {
@@ -273,10 +318,10 @@ impl ShmOneShot {
                 call.kind.snake_name(),
             )));
         }
-        // SAFETY: the data part of this rank's slot `seq % 2`, inside the
-        // area; no peer reads it now (every peer posted call `seq - 1`, so
-        // finished call `seq - 2`, checked above; see the module's notes)
-        // and it does not overlap the atomic words.
+        // SAFETY: the data part of this rank's slot `seq % SLOTS`, inside
+        // the area; no peer reads it now (every peer posted call
+        // `seq - SLOTS + 1`, so finished call `seq - SLOTS`, checked above;
+        // see the module's notes) and it does not overlap the atomic words.
         let data = unsafe {
             std::slice::from_raw_parts_mut(self.slot(self.rank, seq).add(SLOT_HEAD), input.len())
         };
@@ -284,6 +329,10 @@ impl ShmOneShot {
             Some(red) => red.start(data, input, false),
             None => data.copy_from_slice(input),
         }
+        // The record first: a peer that sees the post may compare it.
+        let r = self.record(self.rank, seq);
+        r[1].store(call.meta(), Ordering::Relaxed);
+        r[0].store(seq, Ordering::Release);
         let w = self.words(self.rank, seq);
         w[1].store(call.meta(), Ordering::Relaxed);
         w[0].store(seq, Ordering::Release);
@@ -296,33 +345,25 @@ impl ShmOneShot {
     }
 
     /// Whether this rank may post its next call: every peer has posted the
-    /// call before it (see the module's notes), or one it is waiting for,
-    /// looking at `from` first. A peer whose record of that call differs
-    /// from this rank's is an error naming both.
+    /// call `SLOTS - 1` before it (see the module's notes), or one it is
+    /// waiting for, looking at `from` first. A peer whose record of a call
+    /// up to that one differs from this rank's is an error naming both.
     pub fn clear_to_post(&mut self, from: usize) -> Result<Progress> {
         let last = self.must_be_clear();
         if self.clear >= last {
             return Ok(Progress::Ready);
         }
         let n = self.areas.len();
-        let mine = self.words(self.rank, last)[1].load(Ordering::Relaxed);
         for i in 0..n {
             let q = (from + i) % n;
-            if q == self.rank {
-                continue;
-            }
-            let theirs = self.words(q, last)[0].load(Ordering::Acquire);
-            if theirs < last {
+            if q != self.rank && !self.posted(q, last) {
                 return Ok(Progress::Waiting {
                     waiting_for: q,
                     seq: last,
                 });
             }
-            if theirs == last {
-                self.check_post(q, last, mine)?;
-            }
         }
-        self.clear = last;
+        self.check_records(last)?;
         Ok(Progress::Ready)
     }
 
@@ -349,18 +390,20 @@ impl ShmOneShot {
                     seq,
                 });
             }
-            self.check_post(q, seq, mine)?;
+            self.mismatch(q, self.words(q, seq)[1].load(Ordering::Relaxed), mine)?;
         }
         if all {
-            self.clear = self.clear.max(seq);
+            // Every peer posted this call (compared above), so every call
+            // before it: the ones not read (rooted calls) are compared now,
+            // from the records (none after a call that read every rank).
+            self.check_records(seq - 1)?;
+            self.clear = seq;
         }
         Ok(Progress::Ready)
     }
 
-    /// An error if peer `q`'s post of call `seq` (seen posted) records
-    /// another call than `mine`.
-    fn check_post(&self, q: usize, seq: u64, mine: u64) -> Result<()> {
-        let theirs = self.words(q, seq)[1].load(Ordering::Relaxed);
+    /// An error if peer `q`'s call `theirs` is another than `mine`.
+    fn mismatch(&self, q: usize, theirs: u64, mine: u64) -> Result<()> {
         if theirs != mine {
             return Err(Error::invalid_usage(format!(
                 "mismatched collectives: rank {q} called {}, rank {} {} \
@@ -375,7 +418,8 @@ impl ShmOneShot {
     }
 
     /// Whether peer `q` posted call `seq` (its slot for `seq` holds it or,
-    /// where the peer may be ahead, a later call).
+    /// where the peer is ahead, a later call; never one past the call this
+    /// rank is in).
     pub fn posted(&self, q: usize, seq: u64) -> bool {
         self.words(q, seq)[0].load(Ordering::Acquire) >= seq
     }
@@ -395,7 +439,7 @@ impl ShmOneShot {
         }
         let out = &mut out[..want];
         // SAFETY: bytes `off..off + len` of the data part of rank q's slot
-        // `seq % 2`, which q posted (seen with acquire in `progress`; only
+        // `seq % SLOTS`, which q posted (seen with acquire in `progress`; only
         // the slots of peers `reads` names are read below) and does not
         // rewrite before this rank posts `seq + 1` (see the module's notes);
         // `off + len` is within what q posted.
@@ -576,18 +620,25 @@ mod tests {
         }
     }
 
-    /// A broadcast root posts and is done without its receivers; its next
-    /// post waits until every receiver posted the call before.
+    /// A broadcast root posts and is done without its receivers, up to
+    /// `SLOTS - 1` calls ahead; its next post waits until every receiver
+    /// posted the first of them.
     #[test]
-    fn a_root_runs_one_call_ahead_and_no_further() {
+    fn a_root_runs_slots_minus_one_calls_ahead_and_no_further() {
         let mut v = views(3);
         let call = bcast(4, 0);
         let mut out = [0u8; 4];
-        let seq = v[0].post(&call, &[1, 2, 3, 4], None).unwrap();
-        assert_eq!(v[0].progress(seq, &call, 0).unwrap(), Progress::Ready);
-        v[0].finish(seq, &call, &mut out, None);
-        assert_eq!(out, [1, 2, 3, 4]);
-        // Call 2 waits for rank 1, then rank 2, to post call 1.
+        for k in 1..SLOTS {
+            assert_eq!(v[0].clear_to_post(1).unwrap(), Progress::Ready, "call {k}");
+            let input = [k as u8; 4];
+            let seq = v[0].post(&call, &input, None).unwrap();
+            assert_eq!(seq, k);
+            assert_eq!(v[0].progress(seq, &call, 0).unwrap(), Progress::Ready);
+            v[0].finish(seq, &call, &mut out, None);
+            assert_eq!(out, input);
+        }
+        // Call SLOTS reuses call 1's slot: it waits for rank 1, then rank
+        // 2, to post call 1.
         assert_eq!(
             v[0].clear_to_post(1).unwrap(),
             Progress::Waiting {
@@ -599,46 +650,85 @@ mod tests {
             v[0].post(&call, &[5; 4], None).is_err(),
             "posted over a slot a peer may read"
         );
+        // The receivers read each call's own bytes, all still there.
         let mut got = [0u8; 4];
-        let s1 = v[1].post(&call, &[], None).unwrap();
-        assert_eq!(v[1].progress(s1, &call, 0).unwrap(), Progress::Ready);
-        v[1].finish(s1, &call, &mut got, None);
-        assert_eq!(got, [1, 2, 3, 4]);
-        assert_eq!(
-            v[0].clear_to_post(1).unwrap(),
-            Progress::Waiting {
-                waiting_for: 2,
-                seq: 1
+        for k in 1..SLOTS {
+            assert_eq!(v[1].clear_to_post(0).unwrap(), Progress::Ready);
+            let s1 = v[1].post(&call, &[], None).unwrap();
+            assert_eq!(v[1].progress(s1, &call, 0).unwrap(), Progress::Ready);
+            v[1].finish(s1, &call, &mut got, None);
+            assert_eq!(got, [k as u8; 4], "call {k}");
+            if k == 1 {
+                assert_eq!(
+                    v[0].clear_to_post(1).unwrap(),
+                    Progress::Waiting {
+                        waiting_for: 2,
+                        seq: 1
+                    }
+                );
             }
-        );
+        }
         v[2].post(&call, &[], None).unwrap();
         assert_eq!(v[0].clear_to_post(1).unwrap(), Progress::Ready);
         // A receiver waits for the root only.
-        let s2 = v[1].next_seq();
+        let s2 = v[2].next_seq();
+        assert_eq!(v[2].clear_to_post(0).unwrap(), Progress::Ready);
+        v[2].post(&call, &[], None).unwrap();
+        assert_eq!(v[2].progress(s2, &call, 0).unwrap(), Progress::Ready);
+        let s3 = v[1].next_seq();
+        assert_eq!(s3, SLOTS);
         assert_eq!(v[1].clear_to_post(0).unwrap(), Progress::Ready);
         v[1].post(&call, &[], None).unwrap();
         assert_eq!(
-            v[1].progress(s2, &call, 2).unwrap(),
+            v[1].progress(s3, &call, 2).unwrap(),
             Progress::Waiting {
                 waiting_for: 0,
-                seq: 2
+                seq: SLOTS
             }
         );
     }
 
-    /// A peer whose record of the call before differs is caught before the
-    /// slot is reused, though neither rank read the other's post.
+    /// Two ranks that both think they are a broadcast's root read nothing
+    /// of each other; the mismatch is caught at the latest when a slot is
+    /// reused, from the records.
     #[test]
-    fn roots_that_differ_are_caught_at_the_next_post() {
+    fn roots_that_differ_are_caught_when_a_slot_is_reused() {
+        let mut v = views(2);
+        for k in 1..SLOTS {
+            for (r, x) in v.iter_mut().enumerate() {
+                let call = bcast(2, r);
+                assert_eq!(x.clear_to_post(0).unwrap(), Progress::Ready, "call {k}");
+                let seq = x.post(&call, &[r as u8; 2], None).unwrap();
+                assert_eq!(x.progress(seq, &call, 0).unwrap(), Progress::Ready);
+            }
+        }
+        for x in v.iter_mut() {
+            let e = x.clear_to_post(0).unwrap_err();
+            assert!(e.message().contains("mismatched collectives"), "{e}");
+        }
+    }
+
+    /// ... and at once at the next call that reads every rank.
+    #[test]
+    fn roots_that_differ_are_caught_at_the_next_call_that_reads_every_rank() {
         let mut v = views(2);
         for (r, x) in v.iter_mut().enumerate() {
             let call = bcast(2, r);
             let seq = x.post(&call, &[r as u8; 2], None).unwrap();
             assert_eq!(x.progress(seq, &call, 0).unwrap(), Progress::Ready);
         }
+        let ar = SlotCall {
+            kind: CollKind::AllGather,
+            ..bcast(2, 0)
+        };
+        for (r, x) in v.iter_mut().enumerate() {
+            assert_eq!(x.clear_to_post(0).unwrap(), Progress::Ready);
+            x.post(&ar, &[r as u8; 2], None).unwrap();
+        }
         for x in v.iter_mut() {
-            let e = x.clear_to_post(0).unwrap_err();
+            let e = x.progress(2, &ar, 0).unwrap_err();
             assert!(e.message().contains("mismatched collectives"), "{e}");
+            assert!(e.message().contains("broadcast"), "{e}");
         }
     }
 
