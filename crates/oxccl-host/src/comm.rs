@@ -983,6 +983,14 @@ unsafe fn mut_slice<'a>(ptr: *mut u8, len: usize) -> &'a mut [u8] {
 /// # Safety
 /// As [`HostComm::run`], for every operation.
 pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> {
+    // Without a profiler, the usual case, nothing to start or stop: the
+    // events' per-call allocation was 250 of the ~610 instructions of an
+    // empty call through `oxccl perf` (callgrind, `oxccl perf all_gather
+    // --ranks 1 -b 0 -e 0`: 611 a call before, 358 after).
+    if items.iter().all(|(c, _)| c.profiler.is_none()) {
+        // SAFETY: forwarded from this function's contract.
+        return unsafe { run_group_inner(items) };
+    }
     // Profiler events span the whole group: started before anything is
     // prepared, stopped once it completed or failed.
     let events = profile_start(items);
