@@ -20,7 +20,44 @@ pub struct Streams<'c> {
     /// The one-shot slots of a communicator whose ranks share this host.
     pub oneshot: Option<&'c mut ShmOneShot>,
     /// Names the communicator in messages ("rank 2 of 4").
-    pub who: String,
+    pub who: RankOf,
+}
+
+/// "rank 2 of 4", formatted only when a message needs it (a call formats
+/// nothing on its way).
+#[derive(Debug, Clone, Copy)]
+pub struct RankOf {
+    pub rank: usize,
+    pub nranks: usize,
+}
+
+impl std::fmt::Display for RankOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} of {}", self.rank, self.nranks)
+    }
+}
+
+/// "all_reduce(count 1024, float32, sum)", formatted only when a message
+/// needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct OpLabel {
+    pub kind: CollKind,
+    pub count: usize,
+    pub dtype: oxccl_core::DataType,
+    pub op: oxccl_core::RedOp,
+}
+
+impl std::fmt::Display for OpLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}(count {}, {}, {})",
+            self.kind.snake_name(),
+            self.count,
+            self.dtype,
+            self.op
+        )
+    }
 }
 
 /// The stream key of one-shot slot calls: no real stream, but it keeps a
@@ -133,8 +170,8 @@ pub struct Task<'b> {
     pub bufs: Buffers<'b>,
     /// (peer, channel, is_send) streams this task uses.
     pub streams: HashSet<(usize, usize, bool)>,
-    /// For messages: "all_reduce #3 (count 1024, float)".
-    pub what: String,
+    /// For messages: "all_reduce(count 1024, float32, sum)".
+    pub what: OpLabel,
 }
 
 /// How long to wait and how.
@@ -247,7 +284,7 @@ pub fn drive(
                     if let Some(Some(c)) = s.controls.get_mut(p) {
                         if let Err(e) = c.check_while_waiting() {
                             if !(c.left() && left_bytes_unread(&waits, p, s.rx)) {
-                                return Err(e.context(s.who.clone()));
+                                return Err(e.context(s.who.to_string()));
                             }
                         }
                     }
