@@ -369,6 +369,21 @@ impl ParamKind for SocketFamily {
     }
 }
 
+/// `NCCL_CROSS_NIC`: 0, 1 or 2 ([`crate::topo::CrossNic`]).
+impl ParamKind for crate::topo::CrossNic {
+    type Value = crate::topo::CrossNic;
+    const KIND: Kind = kind("0, 1 or 2");
+    fn parse(s: &str) -> std::result::Result<crate::topo::CrossNic, String> {
+        use crate::topo::CrossNic;
+        match s {
+            "0" => Ok(CrossNic::Aligned),
+            "1" => Ok(CrossNic::Allowed),
+            "2" => Ok(CrossNic::PreferAligned),
+            _ => Err("0, 1 or 2".into()),
+        }
+    }
+}
+
 /// A typed handle on one parameter; pass it to [`Params::get`].
 pub struct Param<K> {
     /// The variable's name ("NCCL_BUFFSIZE").
@@ -738,7 +753,7 @@ params! {
     NET_FORCE_FLUSH: Opt<I64> = "NCCL_NET_FORCE_FLUSH", "", honoured, "1: flush (the plugin's iflush) every receive into GPU memory before the kernel reads it. Unset: only on GPUs before compute capability 9.0, or where the device's properties say forceFlush.";
     NET_SHARED_BUFFERS: Opt<I64> = "NCCL_NET_SHARED_BUFFERS", "", recognised, "Shared network buffers.";
     NCHANNELS_PER_NET_PEER: Opt<I64> = "NCCL_NCHANNELS_PER_NET_PEER", "", recognised, "Channels per remote peer for point-to-point.";
-    CROSS_NIC: Opt<I64> = "NCCL_CROSS_NIC", "", recognised, "Rings/trees across NICs: 0, 1 or 2 (NCCL default 2).";
+    CROSS_NIC: crate::topo::CrossNic = "NCCL_CROSS_NIC", "2", honoured, "Whether a channel's network connection may use NICs of different indices on its two hosts (a network plugin with several devices; GPU ring and host path). 0: channel c uses the c-th usable device on every host (rail-aligned), however near. 1: each rank takes the devices nearest its GPU (host buffers: its NUMA node), spread by its index on the host; the ends may differ. 2: rail-aligned when every usable device is as near as the nearest, otherwise as 1.";
     RUNTIME_CONNECT: Opt<I64> = "NCCL_RUNTIME_CONNECT", "", recognised, "Connect peers lazily at the first collective (NCCL default 1).";
     LOCAL_REGISTER: Opt<I64> = "NCCL_LOCAL_REGISTER", "", recognised, "User buffer registration (NCCL default 1).";
     GRAPH_REGISTER: Opt<I64> = "NCCL_GRAPH_REGISTER", "", recognised, "Buffer registration under CUDA graphs (NCCL default 1).";
@@ -1158,7 +1173,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ALL.len());
         let honoured: Vec<&str> = ALL.iter().filter(|p| p.honoured).map(|p| p.name).collect();
-        assert_eq!(honoured.len(), 64);
+        assert_eq!(honoured.len(), 65);
         assert!(ALL.iter().all(|p| !(p.honoured && p.internal)));
         assert!(ALL.len() > 80);
     }
@@ -1534,6 +1549,33 @@ mod tests {
         );
         assert_eq!(w.len(), 1);
         assert_eq!(w[0].0, "f:9: ignoring line with a bad name: =3");
+    }
+
+    #[test]
+    fn cross_nic_takes_nccl_values() {
+        use crate::topo::CrossNic;
+        assert_eq!(
+            Params::from_pairs::<&str, &str>(&[]).get(&CROSS_NIC),
+            CrossNic::PreferAligned
+        );
+        for (v, want) in [
+            ("0", CrossNic::Aligned),
+            ("1", CrossNic::Allowed),
+            (" 2 ", CrossNic::PreferAligned),
+        ] {
+            let p = Params::from_pairs(&[("NCCL_CROSS_NIC", v)]);
+            assert!(p.warnings().is_empty(), "{:?}", p.warnings());
+            assert_eq!(p.get(&CROSS_NIC), want, "{v}");
+            assert_eq!(want.value().to_string(), v.trim());
+        }
+        // Anything else: a warning naming the form, and the default.
+        let p = Params::from_pairs(&[("NCCL_CROSS_NIC", "3")]);
+        assert_eq!(p.get(&CROSS_NIC), CrossNic::PreferAligned);
+        let w = p.warnings().join("\n");
+        assert!(
+            w.contains("NCCL_CROSS_NIC") && w.contains("0, 1 or 2"),
+            "{w}"
+        );
     }
 
     #[test]

@@ -699,7 +699,13 @@ mod tests {
                 .into_iter()
                 .map(|(d, _)| (d, None))
                 .collect();
-        let devs = oxccl_core::topo::nic_per_channel(&Default::default(), &nics, 0, nch);
+        let devs = oxccl_core::topo::nic_per_channel(
+            &Default::default(),
+            &nics,
+            0,
+            nch,
+            oxccl_core::topo::CrossNic::Allowed,
+        );
         assert_eq!(devs.len(), nch as usize);
         devs
     }

@@ -974,9 +974,9 @@ impl Ring {
         }
         let mut listens: Vec<Option<Listens>> = (0..n).map(|_| None).collect();
         let shadows = self.net.shadows.clone();
-        // Channel c on devs[c]: the NICs nearest this rank's GPU, spread
-        // (oxccl_core::topo::nic_per_channel); the communicator's device
-        // when the plugin's devices cannot be listed.
+        // Channel c on devs[c]: the NICs nearest this rank's GPU, spread,
+        // or rail-aligned by NCCL_CROSS_NIC (oxccl_core::topo::nic_per_channel);
+        // the communicator's device when the plugin's devices cannot be listed.
         let place = GpuPlace::current()?;
         let local = (0..self.common.rank as usize)
             .filter(|&r| self.same_host(r))
@@ -986,27 +986,28 @@ impl Ring {
                 .into_iter()
                 .map(|(d, p)| (d, place.nic_site(&p)))
                 .collect();
-            let d = oxccl_core::topo::nic_per_channel(&place.site, &nics, local, nch as u32);
+            let d = oxccl_core::topo::nic_per_channel(
+                &place.site,
+                &nics,
+                local,
+                nch as u32,
+                cfg.cross_nic,
+            );
             if d.len() == nch {
                 d
             } else {
                 vec![dev; nch]
             }
         };
-        let mut used: Vec<usize> = devs.clone();
-        used.sort_unstable();
-        used.dedup();
         oxccl_env::info!(
             oxccl_env::log::Subsys::NET,
-            "GPU {} ({} channels) uses NET/{} device{} {}",
-            place.busid,
-            nch,
-            net.name(),
-            if used.len() == 1 { "" } else { "s" },
-            used.iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
+            "{}",
+            oxccl_core::topo::nic_channels_line(
+                &format!("GPU {}", place.busid),
+                net.name(),
+                &devs,
+                cfg.cross_nic
+            )
         );
         let blob = agree("plugin listen", exchange, || {
             let mut blob = vec![0u8; n * nch * H];

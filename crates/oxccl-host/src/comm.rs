@@ -272,9 +272,28 @@ impl HostComm {
         // between threads, and a different channel count an internal error.
         // The transport of a pair is decided by each end alone from its own
         // NCCL_SHM_DISABLE / NCCL_P2P_DISABLE, so those must agree too.
-        let net_slot = plugin
-            .as_ref()
-            .map(|(_, _, props)| slot_bytes(cap.max(1 << 20), props.max_p2p_bytes));
+        // Slots fit every device a channel may use: the smallest largest
+        // transfer among the plugin's usable devices (the same on every
+        // host of a uniform cluster; rank 0's check below catches others).
+        let net_slot = plugin.as_ref().map(|(net, _, props)| {
+            let max = oxccl_net::usable_devices(net.as_ref(), cfg.net.ib_hca.as_deref())
+                .iter()
+                .map(|(_, p)| p.max_p2p_bytes)
+                .min()
+                .unwrap_or(props.max_p2p_bytes)
+                .min(props.max_p2p_bytes);
+            slot_bytes(cap.max(1 << 20), max)
+        });
+        // The device of each stream to peers on other hosts: spread over
+        // the plugin's usable devices, the rank's index on its host
+        // offsetting the start (NCCL_CROSS_NIC decides).
+        let net_devs = plugin.as_ref().map(|(net, dev, _)| {
+            let local = peers[..rank]
+                .iter()
+                .filter(|p| p.host_hash == peers[rank].host_hash)
+                .count();
+            crate::transport::net::channel_devices(net.as_ref(), *dev, &cfg.net, rank, local, nch)
+        });
         // NCCL also looks for tuners and profilers in the network plugin's
         // library (already loaded when one is in use).
         let net_library = match &network {
@@ -386,7 +405,10 @@ impl HostComm {
             nch,
             cap,
             link_timeout: cfg.link_timeout.unwrap_or(cfg.timeout),
-            plugin: plugin.as_ref().map(|(net, dev, _)| (net.clone(), *dev)),
+            plugin: plugin
+                .as_ref()
+                .zip(net_devs)
+                .map(|((net, _, _), devs)| (net.clone(), devs)),
             net_slot,
         };
         let mut tx: Vec<Vec<Box<dyn SendHalf>>> = (0..n).map(|_| Vec::new()).collect();

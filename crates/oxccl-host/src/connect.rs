@@ -75,7 +75,9 @@ pub(crate) struct Connector {
     /// Bytes of each stream's ring.
     pub cap: usize,
     pub link_timeout: Duration,
-    pub plugin: Option<(Arc<dyn oxccl_net::Net>, usize)>,
+    /// The network plugin and the device of each stream
+    /// ([`crate::transport::net::channel_devices`]).
+    pub plugin: Option<(Arc<dyn oxccl_net::Net>, Vec<usize>)>,
     pub net_slot: Option<usize>,
 }
 
@@ -304,21 +306,27 @@ impl<'a> Connecting<'a> {
                 shm_link(q, &mine, 0, &theirs, 0, control)?
             }
             LinkKind::Net => {
-                let (net, dev) = self
+                let (net, devs) = self
                     .conn
                     .plugin
                     .as_ref()
                     .ok_or_else(|| Error::internal("net peer without a plugin"))?;
+                if devs.len() != self.conn.nch {
+                    return Err(Error::internal(format!(
+                        "{} plugin devices for {} streams",
+                        devs.len(),
+                        self.conn.nch
+                    )));
+                }
                 let slot = self
                     .conn
                     .net_slot
                     .ok_or_else(|| Error::internal("net peer without a slot size"))?;
                 let conns = net_connect(
                     net,
-                    *dev,
+                    devs,
                     self.boot,
                     q,
-                    self.conn.nch,
                     self.boot.wait_timeout(),
                     self.abort,
                 )?;

@@ -7,8 +7,10 @@
 //! `only-v11`: v11 only). From v11 on, `init` returns a context that
 //! `listen` and `connect` must be given back: they fail on any other.
 //!
-//! * Devices: the IPv4 interfaces that are up, loopback last. Properties say
-//!   host memory only (`NCCL_PTR_HOST`), one receive per `irecv`.
+//! * Devices: the IPv4 interfaces that are up other than loopback, or
+//!   loopback when there is no other (as NCCL's socket network picks).
+//!   Properties say host memory only (`NCCL_PTR_HOST`), one receive per
+//!   `irecv`, no PCI path.
 //! * `listen` binds a non-blocking listener on the device's address; the
 //!   handle carries a magic, the address and the port. `connect` returns
 //!   NULL on its first call for a handle (so callers' retry loops are
@@ -29,7 +31,13 @@
 //! `OXTEST_NET_FAIL_INIT=1` (`init` logs a WARN and fails),
 //! `OXTEST_NET_PTR` (`cuda` or `cuda,dmabuf`: the devices also declare
 //! `NCCL_PTR_CUDA`, and `NCCL_PTR_DMABUF`), `OXTEST_NET_FORCE_FLUSH=1`
-//! (v9+ properties say `forceFlush`).
+//! (v9+ properties say `forceFlush`), `OXTEST_NET_DEVICES=N` (N devices
+//! `oxnic0`..`oxnicN-1`, 1 to 32, all on the first interface's address,
+//! each with a PCI path of its own under `/sys/devices/pci0000:f0`, which
+//! names no real device: several NICs on a machine with one),
+//! `OXTEST_NET_TRACE` (also: every connection logs at close the device it
+//! was made on, its tag and the bytes and messages it carried, as
+//! `send closed: device D 'NAME' tag T: B bytes in M messages`).
 //!
 //! GPU memory (`OXTEST_NET_PTR`): `regMr` with `NCCL_PTR_CUDA` and
 //! `regMrDmaBuf` check, through libcuda (loaded at run time), that the range
@@ -405,6 +413,8 @@ pub static ncclNetPlugin_v12: NetCtx<PropsV12> = NetCtx {
 struct Dev {
     name: CString,
     addr: Ipv4Addr,
+    /// A sysfs PCI path (`OXTEST_NET_DEVICES`), or none.
+    pci_path: Option<CString>,
 }
 
 static DEVS: OnceLock<Vec<Dev>> = OnceLock::new();
@@ -622,7 +632,11 @@ fn interfaces() -> Vec<Dev> {
         let addr = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
         // SAFETY: ifa_name is a NUL-terminated string.
         let name = unsafe { std::ffi::CStr::from_ptr(a.ifa_name) }.to_owned();
-        let d = Dev { name, addr };
+        let d = Dev {
+            name,
+            addr,
+            pci_path: None,
+        };
         if a.ifa_flags & libc::IFF_LOOPBACK as u32 != 0 {
             lo.push(d);
         } else {
@@ -631,12 +645,43 @@ fn interfaces() -> Vec<Dev> {
     }
     // SAFETY: the list from getifaddrs above.
     unsafe { libc::freeifaddrs(ifa) };
-    out.extend(lo);
+    if out.is_empty() {
+        out.extend(lo);
+    }
     out
 }
 
+/// The devices: the interfaces, or `OXTEST_NET_DEVICES` copies of the first.
+fn device_list() -> Vec<Dev> {
+    let ifs = interfaces();
+    let n = std::env::var("OXTEST_NET_DEVICES")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| (1..=32).contains(n));
+    match (n, ifs.first()) {
+        (Some(n), Some(first)) => (0..n)
+            .map(|i| Dev {
+                name: CString::new(format!("oxnic{i}")).unwrap_or_default(),
+                addr: first.addr,
+                pci_path: CString::new(format!(
+                    "/sys/devices/pci0000:f0/0000:f0:{i:02x}.0/0000:{:02x}:00.0",
+                    0xf1 + i
+                ))
+                .ok(),
+            })
+            .collect(),
+        _ => ifs,
+    }
+}
+
 fn devs() -> &'static [Dev] {
-    DEVS.get_or_init(interfaces)
+    DEVS.get_or_init(device_list)
+}
+
+fn pci_path_ptr(dv: &Dev) -> *mut c_char {
+    dv.pci_path
+        .as_ref()
+        .map_or(std::ptr::null_mut(), |p| p.as_ptr() as *mut c_char)
 }
 
 unsafe extern "C" fn init_v8(logger: Logger) -> R {
@@ -754,7 +799,7 @@ unsafe extern "C" fn get_properties_v8(d: c_int, p: *mut PropsV8) -> R {
     unsafe {
         p.write(PropsV8 {
             name: dv.name.as_ptr() as *mut c_char,
-            pci_path: std::ptr::null_mut(),
+            pci_path: pci_path_ptr(dv),
             guid: d as u64,
             ptr_support: ptr_support(),
             reg_is_global: 0,
@@ -773,7 +818,7 @@ unsafe extern "C" fn get_properties_v8(d: c_int, p: *mut PropsV8) -> R {
 fn props_v9_head(d: c_int, dv: &Dev) -> PropsV9Head {
     PropsV9Head {
         name: dv.name.as_ptr() as *mut c_char,
-        pci_path: std::ptr::null_mut(),
+        pci_path: pci_path_ptr(dv),
         guid: d as u64,
         ptr_support: ptr_support(),
         reg_is_global: 0,
@@ -834,7 +879,7 @@ unsafe extern "C" fn get_properties_v9(d: c_int, p: *mut PropsV9) -> R {
     unsafe {
         p.write(PropsV9 {
             name: dv.name.as_ptr() as *mut c_char,
-            pci_path: std::ptr::null_mut(),
+            pci_path: pci_path_ptr(dv),
             guid: d as u64,
             ptr_support: ptr_support(),
             reg_is_global: 0,
@@ -857,6 +902,7 @@ unsafe extern "C" fn get_properties_v9(d: c_int, p: *mut PropsV9) -> R {
 
 struct Listen {
     sock: TcpListener,
+    dev: c_int,
 }
 
 unsafe extern "C" fn listen(d: c_int, handle: Vp, out: Vpp) -> R {
@@ -884,7 +930,7 @@ unsafe extern "C" fn listen(d: c_int, handle: Vp, out: Vpp) -> R {
     h[4..8].copy_from_slice(&dv.addr.octets());
     h[8..10].copy_from_slice(&port.to_be_bytes());
     // SAFETY: caller's out-pointer.
-    unsafe { *out = Box::into_raw(Box::new(Listen { sock })).cast() };
+    unsafe { *out = Box::into_raw(Box::new(Listen { sock, dev: d })).cast() };
     OK
 }
 
@@ -940,6 +986,12 @@ struct Conn {
     flushes: u64,
     regs_address: u64,
     regs_dmabuf: u64,
+    /// The device it was made on (connect's, or the listen's).
+    dev: c_int,
+    /// The tag of its first message, bytes and messages completed.
+    tag: Option<u32>,
+    bytes: u64,
+    msgs: u64,
 }
 
 unsafe fn connect_common(d: c_int, handle: Vp, out: Vpp) -> R {
@@ -985,6 +1037,10 @@ unsafe fn connect_common(d: c_int, handle: Vp, out: Vpp) -> R {
         flushes: 0,
         regs_address: 0,
         regs_dmabuf: 0,
+        dev: d,
+        tag: None,
+        bytes: 0,
+        msgs: 0,
     };
     // SAFETY: caller's out-pointer.
     unsafe { *out = Box::into_raw(Box::new(c)).cast() };
@@ -1022,6 +1078,10 @@ unsafe extern "C" fn accept(l: Vp, out: Vpp, _dev: Vpp) -> R {
                 flushes: 0,
                 regs_address: 0,
                 regs_dmabuf: 0,
+                dev: l.dev,
+                tag: None,
+                bytes: 0,
+                msgs: 0,
             };
             // SAFETY: caller's out-pointer.
             unsafe { *out = Box::into_raw(Box::new(c)).cast() };
@@ -1437,6 +1497,11 @@ unsafe extern "C" fn test(req: Vp, done: *mut c_int, size: *mut c_int) -> R {
         return OK;
     }
     let n = r.size;
+    if r.hdr_done == 16 && !r.data.is_null() {
+        c.tag.get_or_insert(r.tag);
+        c.bytes += n as u64;
+        c.msgs += 1;
+    }
     c.queue.retain(|&q| q != p);
     // SAFETY: made by Box::into_raw in post; no longer queued.
     let mut done_req = unsafe { Box::from_raw(p) };
@@ -1460,6 +1525,20 @@ unsafe fn close_conn(c: Vp) -> R {
     }
     // SAFETY: a connection from connect/accept; its requests die with it.
     let mut c = unsafe { Box::from_raw(c.cast::<Conn>()) };
+    if std::env::var("OXTEST_NET_TRACE").is_ok() {
+        let name = dev(c.dev).map_or("?".into(), |d| d.name.to_string_lossy().into_owned());
+        log(
+            LOG_INFO,
+            &format!(
+                "{} closed: device {} '{name}' tag {}: {} bytes in {} messages",
+                if c.recv { "receive" } else { "send" },
+                c.dev,
+                c.tag.map_or("-".into(), |t| t.to_string()),
+                c.bytes,
+                c.msgs
+            ),
+        );
+    }
     if c.gpu_bytes > 0 || c.regs_address > 0 || c.regs_dmabuf > 0 {
         log(
             LOG_INFO,

@@ -18,9 +18,10 @@
 //! * `NCCL_IB_HCA` (for a network named `IB`): devices by name, `name[:port]`
 //!   items, `^` to exclude, `=` for exact names, prefixes otherwise.
 //! * The device: the first (after `NCCL_IB_HCA`) that supports host memory
-//!   (`NCCL_PTR_HOST`), which the host path uses. The GPU ring spreads its
-//!   channels over the usable devices nearest its GPU ([`usable_devices`],
-//!   `oxccl_core::topo::nic_per_channel`).
+//!   (`NCCL_PTR_HOST`). The GPU ring and the host path spread their channels
+//!   over the usable devices ([`usable_devices`]) by
+//!   `oxccl_core::topo::nic_per_channel`: the devices nearest the GPU (host
+//!   buffers: the rank's NUMA node), or rail-aligned by `NCCL_CROSS_NIC`.
 
 use std::sync::Arc;
 
@@ -42,6 +43,9 @@ pub struct NetSettings {
     pub ib_disable: bool,
     /// `NCCL_IB_HCA`.
     pub ib_hca: Option<String>,
+    /// `NCCL_CROSS_NIC`: how the host path's channels pick among the
+    /// plugin's usable devices ([`oxccl_core::topo::nic_per_channel`]).
+    pub cross_nic: oxccl_core::topo::CrossNic,
 }
 
 /// The chosen network for peers on other hosts.

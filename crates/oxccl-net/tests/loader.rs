@@ -78,6 +78,7 @@ fn settings_from_env() -> NetSettings {
         net: v("NCCL_NET"),
         ib_disable: v("NCCL_IB_DISABLE").is_some_and(|s| s != "0"),
         ib_hca: v("NCCL_IB_HCA"),
+        ..NetSettings::default()
     }
 }
 
@@ -495,9 +496,18 @@ fn nccl_net_ib_disable_and_ib_hca() {
         field(&out, "OXNET_SOCKET").contains("NCCL_IB_DISABLE=1"),
         "{out}"
     );
-    // NCCL_IB_HCA picks the device by name (lo is always the last device).
-    let out = run("choose", &[ib[0], ib[1], ("NCCL_IB_HCA", "=lo")]);
-    assert!(field(&out, "OXNET_PLUGIN").contains("devname=lo"), "{out}");
+    // NCCL_IB_HCA picks the device by name (three devices oxnic0..2).
+    let three = ("OXTEST_NET_DEVICES", "3");
+    let out = run("choose", &[ib[0], ib[1], three, ("NCCL_IB_HCA", "=oxnic2")]);
+    assert!(
+        field(&out, "OXNET_PLUGIN").contains("devname=oxnic2"),
+        "{out}"
+    );
+    let out = run("choose", &[ib[0], ib[1], three, ("NCCL_IB_HCA", "^oxnic0")]);
+    assert!(
+        field(&out, "OXNET_PLUGIN").contains("devname=oxnic1"),
+        "{out}"
+    );
     let out = run("choose", &[ib[0], ib[1], ("NCCL_IB_HCA", "nomatch0")]);
     assert!(
         field(&out, "OXNET_SOCKET").contains("NCCL_IB_HCA allows none"),

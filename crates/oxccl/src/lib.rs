@@ -213,6 +213,7 @@ pub(crate) fn host_config(p: &Params) -> HostConfig {
             net: p.get(&params::NET),
             ib_disable: p.get(&params::IB_DISABLE).is_some_and(|v| v != 0),
             ib_hca: p.get(&params::IB_HCA),
+            cross_nic: p.get(&params::CROSS_NIC),
         },
         tuner_plugin: p.get(&params::TUNER_PLUGIN),
         profiler_plugin: p.get(&params::PROFILER_PLUGIN),

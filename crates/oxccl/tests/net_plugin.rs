@@ -472,3 +472,179 @@ fn loopback_killed_peer_is_an_error_not_a_hang() {
     assert!(ms < 10_000, "the error took {ms} ms: {line}");
     eprintln!("survivor: {line}");
 }
+
+/// One plugin connection as the test plugin logs it at close
+/// (`OXTEST_NET_TRACE`): (send?, device, tag, bytes).
+fn closed_connections(log: &str) -> Vec<(bool, usize, Option<usize>, u64)> {
+    log.lines()
+        .filter_map(|l| {
+            let (send, rest) = if let Some(i) = l.find("send closed: device ") {
+                (true, &l[i + "send closed: device ".len()..])
+            } else if let Some(i) = l.find("receive closed: device ") {
+                (false, &l[i + "receive closed: device ".len()..])
+            } else {
+                return None;
+            };
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            // D 'NAME' tag T: B bytes in M messages
+            let dev = w.first()?.parse().ok()?;
+            let tag = w.get(3)?.trim_end_matches(':').parse().ok();
+            let bytes = w.get(4)?.parse().ok()?;
+            Some((send, dev, tag, bytes))
+        })
+        .collect()
+}
+
+/// The device channel `c` of a rank with index `local` on its host uses
+/// among `ndev` equally near devices, by NCCL_CROSS_NIC (unset: 2): the
+/// rule of `oxccl_core::topo::nic_per_channel`, restated.
+fn want_device(cross: Option<&str>, local: usize, c: usize, ndev: usize) -> usize {
+    match cross {
+        Some("1") => (local + c) % ndev,
+        _ => c % ndev,
+    }
+}
+
+/// Hosts made of network namespaces, 2 ranks on each, through a plugin with
+/// several devices: each channel's connections (both ends) go through the
+/// device NCCL_CROSS_NIC's rule gives (0: the same index on both hosts;
+/// 1: spread from the rank's index on its host; unset: rail-aligned, every
+/// device being equally near), as the plugin's per-connection counts show,
+/// and every result is exact. With one device, everything on it.
+#[test]
+fn netns_channels_spread_over_nics_by_cross_nic() {
+    let _s = netns_support::serial();
+    let so = plugin("");
+    let p = so.to_str().unwrap();
+    let h = Hosts::new("nics", 2, 1);
+    let placement = [0usize, 0, 1, 1];
+    let local = |r: usize| (0..r).filter(|&q| placement[q] == placement[r]).count();
+    // 4 collective + 2 point-to-point streams per peer on other hosts.
+    let nch = 6;
+    for (ndev, cross) in [(3, Some("0")), (3, Some("1")), (3, None), (1, None)] {
+        let mut env = vec![
+            ("NCCL_NET_PLUGIN", p),
+            ("OXTEST_NET_TRACE", "1"),
+            ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
+        ];
+        let n = ndev.to_string();
+        if ndev > 1 {
+            env.push(("OXTEST_NET_DEVICES", &n));
+        }
+        if let Some(v) = cross {
+            env.push(("NCCL_CROSS_NIC", v));
+        }
+        let what = format!("{ndev} devices, NCCL_CROSS_NIC={cross:?}");
+        let ends = Job::start(&h, "colls", &placement, &env).wait(JOB_LIMIT);
+        assert_ok_via(&ends, "oxtest");
+        for e in &ends {
+            let l = local(e.rank);
+            let want: Vec<usize> = (0..nch).map(|c| want_device(cross, l, c, ndev)).collect();
+            let line = format!("rank {} ({nch} channels) uses NET/oxtest device", e.rank);
+            let by_channel = format!(
+                "; by channel: {} (NCCL_CROSS_NIC={})",
+                want.iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                cross.unwrap_or("2")
+            );
+            assert!(
+                e.log
+                    .lines()
+                    .any(|x| x.contains(&line) && x.contains(&by_channel)),
+                "{what}: rank {} logs no '{line}...{by_channel}'\n{}",
+                e.rank,
+                format_logs(&ends)
+            );
+            let conns = closed_connections(&e.log);
+            // Two peers on the other host, a send and a receive connection
+            // per stream each.
+            assert_eq!(
+                conns.len(),
+                2 * 2 * nch,
+                "{what}: rank {}: {conns:?}\n{}",
+                e.rank,
+                format_logs(&ends)
+            );
+            let mut moved = vec![0u64; nch];
+            for &(send, dev, tag, bytes) in &conns {
+                let Some(c) = tag else {
+                    assert_eq!(bytes, 0, "{what}: rank {}: {conns:?}", e.rank);
+                    continue;
+                };
+                assert!(c < nch, "{what}: rank {}: tag {c}", e.rank);
+                assert_eq!(
+                    dev, want[c],
+                    "{what}: rank {} (local {l}) channel {c} ({}) went through device {dev}, want {}: {conns:?}",
+                    e.rank,
+                    if send { "send" } else { "receive" },
+                    want[c]
+                );
+                moved[c] += bytes;
+            }
+            assert!(
+                moved.iter().all(|&b| b > 0),
+                "{what}: rank {}: bytes by channel {moved:?}",
+                e.rank
+            );
+        }
+    }
+}
+
+/// Hosts with two real interfaces each (eth0 and eth1, one subnet each),
+/// one rank per host: the plugin's devices are the two interfaces, and
+/// rail-aligned channels (NCCL_CROSS_NIC=0) put the odd channels on eth1
+/// of both hosts, whose kernel counters show the bytes (the bootstrap and
+/// the even channels use eth0).
+#[test]
+fn netns_channels_use_both_interfaces() {
+    let _s = netns_support::serial();
+    let so = plugin("");
+    let p = so.to_str().unwrap();
+    let h = Hosts::new("twoif", 2, 2);
+    let before: Vec<u64> = (0..2).map(|i| h.counter(i, "eth1", "rx_bytes")).collect();
+    let env = [
+        ("NCCL_NET_PLUGIN", p),
+        ("OXTEST_NET_TRACE", "1"),
+        ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
+        ("NCCL_CROSS_NIC", "0"),
+    ];
+    let ends = Job::start(&h, "colls", &[0, 1], &env).wait(JOB_LIMIT);
+    assert_ok_via(&ends, "oxtest");
+    for e in &ends {
+        assert!(
+            e.log.contains(&format!(
+                "rank {} (6 channels) uses NET/oxtest devices 0, 1; by channel: 0 1 0 1 0 1 (NCCL_CROSS_NIC=0)",
+                e.rank
+            )) && e.log.contains("device(s): eth0 ") && e.log.contains(", eth1 "),
+            "{}",
+            format_logs(&ends)
+        );
+        let conns = closed_connections(&e.log);
+        assert_eq!(conns.len(), 2 * 6, "{conns:?}");
+        for &(_, dev, tag, _) in &conns {
+            assert_eq!(Some(dev), tag.map(|c| c % 2), "{conns:?}");
+        }
+        let on1: u64 = conns
+            .iter()
+            .filter(|&&(send, dev, _, _)| !send && dev == 1)
+            .map(|c| c.3)
+            .sum();
+        assert!(on1 > 1 << 20, "rank {}: {on1} bytes in on eth1", e.rank);
+    }
+    // What each host received on eth1 is at least what its plugin says
+    // came in on device 1 (eth1).
+    for (i, e) in ends.iter().enumerate() {
+        let on1: u64 = closed_connections(&e.log)
+            .iter()
+            .filter(|&&(send, dev, _, _)| !send && dev == 1)
+            .map(|c| c.3)
+            .sum();
+        let got = h.counter(e.host, "eth1", "rx_bytes") - before[e.host];
+        assert!(
+            got >= on1,
+            "host {i}: eth1 received {got} bytes, the plugin counted {on1} in on device 1"
+        );
+    }
+}

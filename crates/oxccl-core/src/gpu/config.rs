@@ -191,6 +191,7 @@ impl RingConfig {
             force_flush: p.get(&params::NET_FORCE_FLUSH),
         };
         cfg.ib_hca = p.get(&params::IB_HCA);
+        cfg.cross_nic = p.get(&params::CROSS_NIC);
         // The GPU network path's connections per peer, NCCL's way: threads x
         // sockets per thread (each connection here has its own two threads).
         // Neither set: 0, the ring picks by the number of peers on other

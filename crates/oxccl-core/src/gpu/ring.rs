@@ -134,6 +134,9 @@ pub struct RingConfig {
     /// `NCCL_IB_HCA`: the plugin devices (of a network named IB) the
     /// channels may spread over.
     pub ib_hca: Option<String>,
+    /// `NCCL_CROSS_NIC`: how the channels pick among those devices
+    /// ([`crate::topo::nic_per_channel`]).
+    pub cross_nic: crate::topo::CrossNic,
 }
 
 /// Connections per peer on another host when the user set none: as many as
@@ -334,6 +337,7 @@ impl RingConfig {
             net_streams: 0,
             gdr: Default::default(),
             ib_hca: None,
+            cross_nic: Default::default(),
             channels_set: min_channels.is_some() || max_channels.is_some(),
             ring_order: Vec::new(),
         }

@@ -448,20 +448,57 @@ pub fn pci_path_site(path: &str, numaid: u32) -> Option<GpuSite> {
     })
 }
 
-/// Which NIC each of a GPU's `nch` channels uses: the NICs nearest to the
-/// GPU (by [`site_path`]; a NIC without a known place counts as the
-/// farthest, `Sys`), channel `c` on the `(first + c)`-th of them, where
-/// `first` is `local` (the rank's index among its host's ranks) modulo
-/// their number, so ranks sharing a set of equally near NICs start on
-/// different ones and each rank's channels spread over all of them.
-/// `nics`: (device index, site or `None`). Empty when `nics` is.
+/// `NCCL_CROSS_NIC`: whether the two ends of a channel's network
+/// connection may use NICs of different indices on their hosts. On a
+/// rail-optimised fabric NIC i of every host hangs off switch i (rail i),
+/// and a connection from NIC i to NIC j != i crosses rails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CrossNic {
+    /// `0`: channel `c` uses the same NIC index on every host (the `c`-th
+    /// usable NIC, modulo their number), however near each is: rails are
+    /// never crossed.
+    Aligned,
+    /// `1`: each rank takes the NICs nearest to it, channel `c` on the
+    /// `(local + c)`-th of them; the two ends may use different indices.
+    Allowed,
+    /// `2` (the default): rail-aligned when that costs no distance (every
+    /// usable NIC is as near as the nearest), otherwise as `1`.
+    #[default]
+    PreferAligned,
+}
+
+impl CrossNic {
+    /// The `NCCL_CROSS_NIC` value: 0, 1 or 2.
+    pub fn value(self) -> u8 {
+        match self {
+            CrossNic::Aligned => 0,
+            CrossNic::Allowed => 1,
+            CrossNic::PreferAligned => 2,
+        }
+    }
+}
+
+/// Which NIC each of a rank's `nch` channels uses, by `cross`
+/// ([`CrossNic`]). `site` is where the rank sits (its GPU, or for host
+/// buffers its NUMA node); `nics`: (device index, site or `None`), the same
+/// list in the same order on every host. Distances are [`site_path`]'s; a
+/// NIC without a known place counts as the farthest (`Sys`).
+///
+/// Rail-aligned (`0`, and `2` when every NIC is equally near): channel `c`
+/// on `nics[c % nics.len()]`, so both ends of a channel's connection use
+/// the same index. Otherwise the NICs nearest to the rank, channel `c` on
+/// the `(first + c)`-th of them, where `first` is `local` (the rank's index
+/// among its host's ranks) modulo their number, so ranks sharing a set of
+/// equally near NICs start on different ones and each rank's channels
+/// spread over all of them. Empty when `nics` is.
 pub fn nic_per_channel(
-    gpu: &GpuSite,
+    site: &GpuSite,
     nics: &[(usize, Option<GpuSite>)],
     local: usize,
     nch: u32,
+    cross: CrossNic,
 ) -> Vec<usize> {
-    let dist = |s: &Option<GpuSite>| s.as_ref().map_or(Path::Sys, |n| site_path(gpu, n));
+    let dist = |s: &Option<GpuSite>| s.as_ref().map_or(Path::Sys, |n| site_path(site, n));
     let Some(best) = nics.iter().map(|(_, s)| dist(s)).min() else {
         return Vec::new();
     };
@@ -470,10 +507,78 @@ pub fn nic_per_channel(
         .filter(|(_, s)| dist(s) == best)
         .map(|(d, _)| *d)
         .collect();
+    let aligned = match cross {
+        CrossNic::Aligned => true,
+        CrossNic::Allowed => false,
+        CrossNic::PreferAligned => near.len() == nics.len(),
+    };
+    if aligned {
+        return (0..nch as usize).map(|c| nics[c % nics.len()].0).collect();
+    }
     let first = local % near.len();
     (0..nch as usize)
         .map(|c| near[(first + c) % near.len()])
         .collect()
+}
+
+/// The CPUs of a kernel CPU list (`0-3,8,10-11`, as in
+/// `/sys/devices/system/node/node0/cpulist`); `None` when malformed.
+pub fn parse_cpulist(s: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for part in s.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if b < a || b - a > 1 << 16 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+/// The NUMA node that holds every CPU a process may run on (`affinity`),
+/// among `nodes` (node id, its CPUs); `None` when the CPUs span several
+/// nodes, or some CPU is in none, or nothing is known.
+pub fn numa_node_of(affinity: &[u32], nodes: &[(u32, Vec<u32>)]) -> Option<u32> {
+    let first = *affinity.first()?;
+    let (id, cpus) = nodes.iter().find(|(_, c)| c.contains(&first))?;
+    affinity.iter().all(|c| cpus.contains(c)).then_some(*id)
+}
+
+/// Host memory on NUMA node `numaid` as a site for [`nic_per_channel`]: a
+/// NIC on that node is `Node` away, one on another node `Sys`.
+pub fn numa_site(numaid: u32) -> GpuSite {
+    GpuSite {
+        numaid,
+        ..GpuSite::default()
+    }
+}
+
+/// The INFO line (subsystem NET) that says which device each channel of
+/// `who` ("GPU 0000:19:00.0", "rank 3") uses on network `net`: the GPU
+/// ring and the host path print the same words.
+pub fn nic_channels_line(who: &str, net: &str, devs: &[usize], cross: CrossNic) -> String {
+    let mut used: Vec<usize> = devs.to_vec();
+    used.sort_unstable();
+    used.dedup();
+    let list = |v: &[usize], sep: &str| {
+        v.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(sep)
+    };
+    format!(
+        "{who} ({} channels) uses NET/{net} device{} {}; by channel: {} (NCCL_CROSS_NIC={})",
+        devs.len(),
+        if used.len() == 1 { "" } else { "s" },
+        list(&used, ", "),
+        list(devs, " "),
+        cross.value()
+    )
 }
 
 /// The ring order over ranks whose GPUs are `sites`, with `host[r]` naming
@@ -1169,8 +1274,19 @@ mod tests {
             (2, Some(site("0000:81:00.0", &["0000:80:01.0"], 1))),
             (3, None),
         ];
-        assert_eq!(nic_per_channel(&g0, &nics, 0, 4), vec![0, 0, 0, 0]);
-        assert_eq!(nic_per_channel(&g1, &nics, 1, 3), vec![1, 1, 1]);
+        use CrossNic::{Aligned, Allowed, PreferAligned};
+        for cross in [Allowed, PreferAligned] {
+            // The nearest NIC whatever the index: the others are farther.
+            assert_eq!(nic_per_channel(&g0, &nics, 0, 4, cross), vec![0, 0, 0, 0]);
+            assert_eq!(nic_per_channel(&g1, &nics, 1, 3, cross), vec![1, 1, 1]);
+        }
+        // Rail-aligned: channel c on the c-th NIC on every host, near or
+        // not, whatever the local rank.
+        assert_eq!(
+            nic_per_channel(&g0, &nics, 0, 6, Aligned),
+            vec![0, 1, 2, 3, 0, 1]
+        );
+        assert_eq!(nic_per_channel(&g1, &nics, 1, 3, Aligned), vec![0, 1, 2]);
         // Two equally near NICs (a dual-port card under the GPU's switch):
         // channels alternate, and the second local rank starts on the other.
         let mut two = nics.clone();
@@ -1182,12 +1298,99 @@ mod tests {
                 0,
             )),
         ));
-        assert_eq!(nic_per_channel(&g0, &two, 0, 4), vec![0, 4, 0, 4]);
-        assert_eq!(nic_per_channel(&g0, &two, 1, 3), vec![4, 0, 4]);
-        // Nothing known about any NIC: all equally far, spread by rank.
+        for cross in [Allowed, PreferAligned] {
+            assert_eq!(nic_per_channel(&g0, &two, 0, 4, cross), vec![0, 4, 0, 4]);
+            assert_eq!(nic_per_channel(&g0, &two, 1, 3, cross), vec![4, 0, 4]);
+        }
+        assert_eq!(nic_per_channel(&g0, &two, 1, 3, Aligned), vec![0, 1, 2]);
+        // Nothing known about any NIC: all equally far. Cross allowed:
+        // spread by local rank; otherwise rail-aligned (it costs nothing).
         let unknown = vec![(0, None), (1, None), (2, None)];
-        assert_eq!(nic_per_channel(&g0, &unknown, 0, 4), vec![0, 1, 2, 0]);
-        assert_eq!(nic_per_channel(&g0, &unknown, 4, 2), vec![1, 2]);
-        assert!(nic_per_channel(&g0, &[], 0, 4).is_empty());
+        assert_eq!(
+            nic_per_channel(&g0, &unknown, 0, 4, Allowed),
+            vec![0, 1, 2, 0]
+        );
+        assert_eq!(nic_per_channel(&g0, &unknown, 4, 2, Allowed), vec![1, 2]);
+        for cross in [Aligned, PreferAligned] {
+            assert_eq!(
+                nic_per_channel(&g0, &unknown, 0, 4, cross),
+                vec![0, 1, 2, 0]
+            );
+            assert_eq!(nic_per_channel(&g0, &unknown, 4, 2, cross), vec![0, 1]);
+            assert_eq!(
+                nic_per_channel(&g1, &unknown, 1, 5, cross),
+                vec![0, 1, 2, 0, 1]
+            );
+        }
+        // Device indices, not positions: a list with gaps (NCCL_IB_HCA).
+        let gaps = vec![(1, None), (3, None)];
+        assert_eq!(nic_per_channel(&g0, &gaps, 1, 3, Allowed), vec![3, 1, 3]);
+        assert_eq!(
+            nic_per_channel(&g0, &gaps, 1, 3, PreferAligned),
+            vec![1, 3, 1]
+        );
+        // One NIC: every value gives it to every channel.
+        for cross in [Aligned, Allowed, PreferAligned] {
+            assert_eq!(
+                nic_per_channel(&g0, &[(2, None)], 3, 3, cross),
+                vec![2, 2, 2]
+            );
+            assert!(nic_per_channel(&g0, &[], 0, 4, cross).is_empty());
+            assert!(nic_per_channel(&g0, &unknown, 0, 0, cross).is_empty());
+        }
+    }
+
+    #[test]
+    fn host_sites_by_numa_node() {
+        assert_eq!(
+            parse_cpulist("0-3,8, 10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpulist(""), Some(vec![]));
+        assert_eq!(parse_cpulist("3-1"), None);
+        assert_eq!(parse_cpulist("a"), None);
+        let nodes = vec![(0, vec![0, 1, 2, 3]), (1, vec![4, 5, 6, 7])];
+        assert_eq!(numa_node_of(&[5, 6], &nodes), Some(1));
+        assert_eq!(numa_node_of(&[3, 4], &nodes), None);
+        assert_eq!(numa_node_of(&[9], &nodes), None);
+        assert_eq!(numa_node_of(&[], &nodes), None);
+        // NICs on the rank's node are nearer than those on the other node
+        // and those whose place is unknown.
+        let nic = |b: &str, numa| Some(site(b, numa, &["0000:80:01.0"], &[]));
+        let nics = vec![
+            (0, nic("0000:81:00.0", 1)),
+            (1, nic("0000:82:00.0", 0)),
+            (2, None),
+            (3, nic("0000:83:00.0", 0)),
+        ];
+        let on0 = numa_site(0);
+        assert_eq!(
+            nic_per_channel(&on0, &nics, 0, 3, CrossNic::Allowed),
+            vec![1, 3, 1]
+        );
+        assert_eq!(
+            nic_per_channel(&on0, &nics, 1, 3, CrossNic::PreferAligned),
+            vec![3, 1, 3]
+        );
+        assert_eq!(
+            nic_per_channel(&on0, &nics, 1, 3, CrossNic::Aligned),
+            vec![0, 1, 2]
+        );
+        assert_eq!(
+            nic_per_channel(&numa_site(1), &nics, 1, 2, CrossNic::Allowed),
+            vec![0, 0]
+        );
+    }
+
+    #[test]
+    fn nic_line_names_every_channel() {
+        assert_eq!(
+            nic_channels_line("rank 3", "IB", &[1, 0, 1, 0], CrossNic::Allowed),
+            "rank 3 (4 channels) uses NET/IB devices 0, 1; by channel: 1 0 1 0 (NCCL_CROSS_NIC=1)"
+        );
+        assert_eq!(
+            nic_channels_line("GPU 0000:19:00.0", "oxtest", &[2, 2], CrossNic::default()),
+            "GPU 0000:19:00.0 (2 channels) uses NET/oxtest device 2; by channel: 2 2 (NCCL_CROSS_NIC=2)"
+        );
     }
 }

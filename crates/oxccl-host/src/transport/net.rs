@@ -14,10 +14,13 @@
 //! The receive half keeps every free slot posted (`irecv`) and exposes
 //! completed slots in order (`peek`/`consume`).
 //!
-//! Setup ([`net_connect`]): for each channel this rank listens, sends the
-//! handles to the peer through the bootstrap, receives the peer's, and then
-//! drives `connect` and `accept` (both non-blocking) until every connection
-//! is up, within the communicator's timeout and observing its abort flag.
+//! Setup ([`net_connect`]): for each channel this rank listens on the
+//! channel's device, sends the handles to the peer through the bootstrap,
+//! receives the peer's, and then drives `connect` (from the channel's
+//! device) and `accept` (both non-blocking) until every connection is up,
+//! within the communicator's timeout and observing its abort flag. Each end
+//! picks its channels' devices alone ([`channel_devices`]); the peer's
+//! handle carries the device it listens on, so nothing else is exchanged.
 //!
 //! A failed receive request (the peer closed or reset its end) does not fail
 //! the stream at once: like a TCP end of stream, it is an error only when
@@ -389,33 +392,125 @@ impl Drop for NetRecv {
     }
 }
 
+/// The device of each of this rank's `nch` channels to peers on other
+/// hosts: [`oxccl_core::topo::nic_per_channel`] over the plugin's usable
+/// devices ([`oxccl_net::usable_devices`]) with `NCCL_CROSS_NIC`, where the
+/// rank sits on the NUMA node holding every CPU it may run on (when one
+/// does) and a device on the NUMA node its PCI path's `numa_node` names;
+/// a device whose node is unknown counts as far. `local`: the rank's index
+/// among its host's ranks. `dev` (the device `choose` picked) for every
+/// channel when the devices cannot be listed. Logs one INFO line (NET).
+pub fn channel_devices(
+    net: &dyn Net,
+    dev: usize,
+    settings: &oxccl_net::NetSettings,
+    rank: usize,
+    local: usize,
+    nch: usize,
+) -> Vec<usize> {
+    use oxccl_core::topo;
+    let usable = oxccl_net::usable_devices(net, settings.ib_hca.as_deref());
+    let numa = rank_numa_node();
+    let nics: Vec<(usize, Option<topo::GpuSite>)> = usable
+        .iter()
+        .map(|(d, p)| {
+            let site = numa.and(p.pci_path.as_deref()).and_then(|path| {
+                let at = topo::pci_path_site(path, 0)?;
+                let node = read_sys(&format!("/sys/bus/pci/devices/{}/numa_node", at.busid))?
+                    .trim()
+                    .parse::<u32>()
+                    .ok()?;
+                Some(topo::GpuSite { numaid: node, ..at })
+            });
+            (*d, site)
+        })
+        .collect();
+    let site = numa.map_or_else(topo::GpuSite::default, topo::numa_site);
+    let mut devs = topo::nic_per_channel(&site, &nics, local, nch as u32, settings.cross_nic);
+    if devs.len() != nch {
+        devs = vec![dev; nch];
+    }
+    oxccl_env::info!(
+        oxccl_env::Subsys::NET,
+        "{}",
+        topo::nic_channels_line(
+            &format!("rank {rank}"),
+            net.name(),
+            &devs,
+            settings.cross_nic
+        )
+    );
+    devs
+}
+
+fn read_sys(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// The NUMA node holding every CPU this process may run on, if one does.
+fn rank_numa_node() -> Option<u32> {
+    // SAFETY: cpu_set_t is a plain bit array: all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most size_of::<cpu_set_t>() bytes
+    // into `set`, which holds that many.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return None;
+    }
+    let affinity: Vec<u32> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` is below CPU_SETSIZE, the number of bits in `set`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .map(|c| c as u32)
+        .collect();
+    let nodes: Vec<(u32, Vec<u32>)> = std::fs::read_dir("/sys/devices/system/node")
+        .ok()?
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let id = name.strip_prefix("node")?.parse::<u32>().ok()?;
+            let cpus = read_sys(&format!("/sys/devices/system/node/{name}/cpulist"))?;
+            Some((id, oxccl_core::topo::parse_cpulist(&cpus)?))
+        })
+        .collect();
+    oxccl_core::topo::numa_node_of(&affinity, &nodes)
+}
+
 /// The plugin connections of one peer, one per channel and direction.
 pub struct NetConns {
     pub send: Vec<SendComm>,
     pub recv: Vec<RecvComm>,
 }
 
-/// Connects `nch` channels each way to `peer` through `net`'s device `dev`:
+/// Connects `devs.len()` channels each way to `peer` through `net`,
+/// channel `c` on this rank's device `devs[c]` ([`channel_devices`]):
 /// listens, exchanges handles with the peer through the bootstrap, then
 /// drives `connect` and `accept` until all are up. Bounded by `timeout`;
 /// returns early when `abort` is set.
 pub fn net_connect(
     net: &Arc<dyn Net>,
-    dev: usize,
+    devs: &[usize],
     bootstrap: &Bootstrap,
     peer: usize,
-    nch: usize,
     timeout: Duration,
     abort: &AtomicBool,
 ) -> Result<NetConns> {
+    let nch = devs.len();
     let name = net.name().to_string();
     let ctx = |e: Error| e.context(format!("NET/{name}: connecting to rank {peer}"));
-    let mut listens = Vec::with_capacity(nch);
+    let mut listens: Vec<Option<oxccl_net::ListenComm>> = Vec::with_capacity(nch);
     let mut mine = Vec::with_capacity(nch * std::mem::size_of::<Handle>());
-    for _ in 0..nch {
-        let (h, l) = net.listen(dev).map_err(ctx)?;
-        mine.extend_from_slice(&h);
-        listens.push(Some(l));
+    for (c, &dev) in devs.iter().enumerate() {
+        match net.listen(dev) {
+            Ok((h, l)) => {
+                mine.extend_from_slice(&h);
+                listens.push(Some(l));
+            }
+            Err(e) => {
+                for l in listens.iter_mut().filter_map(Option::take) {
+                    let _ = net.close_listen(l);
+                }
+                return Err(ctx(e.context(format!("channel {c}, device {dev}"))));
+            }
+        }
     }
     let close_all = |ls: &mut Vec<Option<oxccl_net::ListenComm>>| {
         for l in ls.iter_mut().filter_map(Option::take) {
@@ -454,7 +549,7 @@ pub fn net_connect(
         let mut err = None;
         for c in 0..nch {
             if send[c].is_none() {
-                match net.connect(dev, &mut handles[c]) {
+                match net.connect(devs[c], &mut handles[c]) {
                     Ok(Some(s)) => {
                         send[c] = Some(s);
                         progress = true;
