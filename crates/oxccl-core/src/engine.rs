@@ -161,20 +161,40 @@ pub struct Buffers<'a> {
     pub scratch: &'a mut [u8],
 }
 
-/// Per-stream operation counters of a communicator, indexed `[peer][channel]`.
+/// Per-stream operation counters of a communicator, by peer and channel,
+/// each direction in one flat array: a group saves them before preparing
+/// its operations, so a copy is two allocations whatever the rank count
+/// (a vector per peer made it 2 N + 1 a call).
 #[derive(Debug, Clone, Default)]
 pub struct StreamSeqs {
-    pub tx: Vec<Vec<u32>>,
-    pub rx: Vec<Vec<u32>>,
+    nchannels: usize,
+    tx: Vec<u32>,
+    rx: Vec<u32>,
 }
 
 impl StreamSeqs {
     /// Counters for `nranks` peers and `nchannels` channels, all zero.
     pub fn new(nranks: usize, nchannels: usize) -> StreamSeqs {
         StreamSeqs {
-            tx: vec![vec![0; nchannels]; nranks],
-            rx: vec![vec![0; nchannels]; nranks],
+            nchannels,
+            tx: vec![0; nranks * nchannels],
+            rx: vec![0; nranks * nchannels],
         }
+    }
+
+    /// The sequence number of the next operation on the stream to
+    /// (`is_send`) or from `peer` on `channel`, counted.
+    pub fn take(&mut self, peer: usize, channel: usize, is_send: bool) -> u32 {
+        let i = peer * self.nchannels + channel;
+        let v = if is_send { &mut self.tx } else { &mut self.rx };
+        let s = v[i];
+        v[i] = s.wrapping_add(1);
+        s
+    }
+
+    /// Operations sent on every stream so far (NCCL's `opCount` in logs).
+    pub fn sent(&self) -> u32 {
+        self.tx.iter().fold(0, |a, &s| a.wrapping_add(s))
     }
 }
 
@@ -236,16 +256,14 @@ impl Engine {
         let tx_hdr = tx
             .into_iter()
             .map(|(p, c)| {
-                let s = seqs.tx[p][c];
-                seqs.tx[p][c] = s.wrapping_add(1);
+                let s = seqs.take(p, c, true);
                 ((p, c), HeaderState::Pending(0, [0; HEADER_BYTES]), s)
             })
             .collect();
         let rx_hdr = rx
             .into_iter()
             .map(|(p, c)| {
-                let s = seqs.rx[p][c];
-                seqs.rx[p][c] = s.wrapping_add(1);
+                let s = seqs.take(p, c, false);
                 ((p, c), HeaderState::Pending(0, [0; HEADER_BYTES]), s)
             })
             .collect();

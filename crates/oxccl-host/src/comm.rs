@@ -963,7 +963,7 @@ unsafe fn prepare<'b>(
         Subsys::COLL,
         "{}: opCount {:x} sendbuff {:p} recvbuff {:p} count {} datatype {} op {} root {} comm rank {} [nranks={}] -> Algo {} proto {} nchannels {}",
         op.kind.nccl_name(),
-        comm.seqs.tx.iter().flatten().sum::<u32>(),
+        comm.seqs.sent(),
         op.send,
         op.recv,
         op.count,

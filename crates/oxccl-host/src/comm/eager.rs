@@ -144,13 +144,7 @@ pub(super) unsafe fn run(comm: &mut HostComm, ops: &[OpDesc]) -> Result<()> {
         }
         let is_send = op.kind == CollKind::Send;
         let q = op.root;
-        let seq = if is_send {
-            &mut comm.seqs.tx[q][ch]
-        } else {
-            &mut comm.seqs.rx[q][ch]
-        };
-        let s = *seq;
-        *seq = s.wrapping_add(1);
+        let s = comm.seqs.take(q, ch, is_send);
         if oxccl_env::log::enabled(oxccl_env::log::Level::Info, Subsys::COLL) {
             oxccl_env::info!(
                 Subsys::COLL,
