@@ -20,6 +20,7 @@
 #     ms per 8-byte all_reduce under load, so a full sweep can take hours)
 #   GLOO_PYTHON [python3]  OXCCL (the oxccl binary) [built: target/release/oxccl]
 #   SUMMARY_ONLY: set to summarise the raw runs already in OUTDIR again
+#   TITLE ["oxccl host collectives beside MPI"]: the heading of results.md
 #   LOAD_PROCS [0]: busy processes (`yes > /dev/null`) started after the
 #     idle gate and stopped right after each run, so every library meets
 #     the same fixed background load
@@ -43,6 +44,7 @@ LOAD_WAIT=${LOAD_WAIT:-120}
 RUN_LIMIT=${RUN_LIMIT:-600}
 LIBS=${LIBS:-"oxccl openmpi mpich gloo"}
 LOAD_PROCS=${LOAD_PROCS:-0}
+TITLE=${TITLE:-oxccl host collectives beside MPI}
 PY=${GLOO_PYTHON:-python3}
 mkdir -p "$OUT/raw"
 
@@ -150,7 +152,7 @@ for r in $(seq 1 "$ROUNDS_TO_RUN"); do
   done
 done
 
-python3 - "$OUT" "$ROUNDS" "${libs[*]}" "$RANKS" "$COLLS" "$LOAD_PROCS" <<'PY'
+python3 - "$OUT" "$ROUNDS" "${libs[*]}" "$RANKS" "$COLLS" "$LOAD_PROCS" "$TITLE" <<'PY'
 import os, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 busy = int(sys.argv[6])
@@ -185,7 +187,7 @@ for line in open(os.path.join(out, "raw", "loads.txt")):
     lib, n, coll, r, before, after = line.split()
     loads.setdefault((lib, n, coll), []).append(float(before))
 
-md = [f"# oxccl host collectives beside MPI\n",
+md = [f"# {sys.argv[7]}\n",
       f"Median of {rounds} alternated rounds; time per call in µs, float32 (sum where reducing); "
       f"out of place / in place. Load: the 1-minute load average at the start of each run "
       f"(median, max)"
