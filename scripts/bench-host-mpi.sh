@@ -73,6 +73,9 @@ for lib in $LIBS; do
       else
         echo "# no torch for $PY: Gloo left out (set GLOO_PYTHON)" >&2
       fi ;;
+    oxccl-*) # another oxccl configuration's runs, from a script that made them
+      [[ -n ${SUMMARY_ONLY:-} ]] || { echo "bench-host-mpi.sh: $lib: only with SUMMARY_ONLY" >&2; exit 2; }
+      libs+=("$lib") ;;
     *) echo "bench-host-mpi.sh: unknown library $lib (accepted: oxccl openmpi mpich gloo)" >&2; exit 2 ;;
   esac
 done
@@ -242,7 +245,7 @@ for n in ranks:
                 load_cells.append(f"{l} {med(ls):.2f} (max {max(ls):.2f})")
         md.append("Load: " + "; ".join(load_cells) + "\n")
         head = "| size | " + " | ".join(present) + " |"
-        if "oxccl" in present and len(present) > 1:
+        if "oxccl" in present and any(not l.startswith("oxccl") for l in present):
             head += " best other / oxccl (in place) |"
         md.append(head)
         md.append("|---" * (head.count("|") - 1) + "|")
@@ -253,12 +256,12 @@ for n in ranks:
                 fmt = lambda t: "—" if t is None else f"{t:.2f}"
                 cells.append("—" if v is None else f"{fmt(v[0])} / {fmt(v[1])}")
             line = f"| {s} | " + " | ".join(cells) + " |"
-            if "oxccl" in present and len(present) > 1:
+            if "oxccl" in present and any(not l.startswith("oxccl") for l in present):
                 ox = data["oxccl"].get(s)
                 # In place where there is one (send/recv: out of place).
                 k = 1 if ox and ox[1] is not None else 0
                 others = [data[l][s][k] for l in present
-                          if l != "oxccl" and s in data[l] and data[l][s][k] is not None]
+                          if not l.startswith("oxccl") and s in data[l] and data[l][s][k] is not None]
                 ok = ox and ox[k] is not None and ox[k] > 0 and others
                 ratio = f"{min(others) / ox[k]:.2f}" if ok else "—"
                 line += f" {ratio} |"

@@ -14,6 +14,9 @@
 #   oxccl: `oxccl perf COLL --backend cpu` started once in each host with
 #     RANK, WORLD_SIZE and NCCL_COMM_ID=<host 0>:<port> (oxccl perf's
 #     external-launcher mode, as under torchrun).
+#   oxccl-nospin: the same with OXCCL_SPIN_US=0 (a waiting rank yields at
+#     once), the counterpart of OMPI_YIELD below: a rank spinning through
+#     its 2 ms takes a CPU the kernel needs to move its bytes.
 #   Open MPI: mpirun.openmpi run in host 0 with a hostfile of the hosts'
 #     addresses; it starts its daemons in the other hosts through
 #     --mca plm_rsh_agent <agent>, a script that runs the command in the
@@ -35,7 +38,7 @@
 #
 # Usage (as root): scripts/bench-hosts-mpi.sh [OUTDIR]
 # Environment (defaults in brackets):
-#   PARTS ["coll start"]  HOSTS [2]  LIBS ["oxccl openmpi mpich"]
+#   PARTS ["coll start"]  HOSTS [2]  LIBS ["oxccl oxccl-nospin openmpi mpich"]
 #   ROUNDS [3]  COLLS ["all_reduce all_gather broadcast"]
 #   MIN_BYTES [8]  MAX_BYTES [67108864]  ITERS [20]  WARMUP [5]
 #   START_HOSTS [4]  START_RANKS ["4 16 64"]  START_LIBS ["oxccl openmpi"]
@@ -71,7 +74,7 @@ OUT=${1:-$(mktemp -d /tmp/bench-hosts-mpi.XXXXXX)}
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 PARTS=${PARTS:-"coll start"}
 HOSTS=${HOSTS:-2}
-LIBS=${LIBS:-"oxccl openmpi mpich"}
+LIBS=${LIBS:-"oxccl oxccl-nospin openmpi mpich"}
 ROUNDS=${ROUNDS:-3}
 COLLS=${COLLS:-"all_reduce all_gather broadcast"}
 MIN_BYTES=${MIN_BYTES:-8}
@@ -92,6 +95,16 @@ IF=oxh0
 TAG=oxhm$$
 mkdir -p "$OUT/raw"
 
+for lib in $LIBS; do
+  case $lib in oxccl | oxccl-nospin | openmpi | mpich) ;;
+    *) die "LIBS: unknown library $lib (accepted: oxccl oxccl-nospin openmpi mpich)" ;;
+  esac
+done
+for lib in $START_LIBS; do
+  case $lib in oxccl | openmpi | mpich) ;;
+    *) die "START_LIBS: unknown library $lib (accepted: oxccl openmpi mpich)" ;;
+  esac
+done
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 nhosts=0
 want coll && nhosts=$HOSTS
@@ -100,7 +113,7 @@ want start && ((START_HOSTS > nhosts)) && nhosts=$START_HOSTS
 
 # --- builds ---------------------------------------------------------------
 all_libs=" $LIBS $START_LIBS "
-if [[ $all_libs == *" oxccl "* ]]; then
+if [[ $all_libs == *" oxccl"* ]]; then
   if [[ -z ${OXCCL:-} ]]; then
     cargo build --release -q --bin oxccl
     OXCCL="${CARGO_TARGET_DIR:-target}/release/oxccl"
@@ -215,13 +228,14 @@ coll_run() { # lib coll file
   local lib=$1 coll=$2 f=$3 i rc=0
   local args=(-b "$MIN_BYTES" -e "$MAX_BYTES" -f 2 -n "$ITERS" -w "$WARMUP")
   case $lib in
-    oxccl)
+    oxccl | oxccl-nospin)
       next_port
-      local pids=()
+      local pids=() spin=()
+      [[ $lib == oxccl-nospin ]] && spin=(OXCCL_SPIN_US=0)
       for ((i = HOSTS - 1; i >= 0; i--)); do
         local o=/dev/null
         ((i == 0)) && o=$f
-        in_host "$i" env RANK="$i" WORLD_SIZE="$HOSTS" LOCAL_RANK=0 \
+        in_host "$i" env "${spin[@]}" RANK="$i" WORLD_SIZE="$HOSTS" LOCAL_RANK=0 \
           NCCL_COMM_ID="$(addr 0):$PORT" timeout "$RUN_LIMIT" \
           "$OXCCL" perf "$coll" --backend cpu "${args[@]}" -c 1 >"$o" 2>"$f.err.$i" &
         pids+=($!)
