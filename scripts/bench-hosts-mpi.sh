@@ -137,9 +137,19 @@ addr() { echo "$NET.$(($1 + 1))"; }
 PIDS=()
 cleanup() {
   local p i
+  local live=()
   for p in "${PIDS[@]:-}"; do
-    if [[ -n $p ]]; then kill -- "$p" 2>/dev/null || true; fi
+    if [[ -n $p ]]; then kill -- "$p" 2>/dev/null && live+=("$p"); fi
   done
+  # Leave the network up while they stop: mpirun stops its remote daemons
+  # over it (and hangs if they are gone). Then the rest are killed.
+  for ((i = 0; i < 100 && ${#live[@]} > 0; i++)); do
+    sleep 0.1
+    local still=()
+    for p in "${live[@]}"; do kill -0 "$p" 2>/dev/null && still+=("$p"); done
+    live=("${still[@]}")
+  done
+  for p in "${live[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   for ((i = 0; i < nhosts; i++)); do ip netns del "$(ns "$i")" 2>/dev/null || true; done
   ip netns del "${TAG}_sw" 2>/dev/null || true
 }
@@ -171,12 +181,24 @@ exec ip netns exec "${TAG}_\$i" unshare --uts -- sh -c 'hostname "oxh-h\$0" && e
 EOF
 chmod +x "$AGENT"
 
-# in_host I CMD...: CMD in host I under its host name.
-in_host() {
-  local i=$1
-  shift
+# spawn I OUT ERR CMD...: CMD in host I under its host name, in the
+# background (its pid in LAST and PIDS: ip, unshare, sh, env and timeout each
+# exec the next, so that pid is the command's own).
+spawn() {
+  local i=$1 o=$2 e=$3
+  shift 3
   # shellcheck disable=SC2016 # expanded by the inner shell
-  ip netns exec "$(ns "$i")" unshare --uts -- sh -c 'hostname "oxh-h$0" && exec "$@"' "$i" "$@"
+  ip netns exec "$(ns "$i")" unshare --uts -- sh -c 'hostname "oxh-h$0" && exec "$@"' "$i" "$@" \
+    >"$o" 2>"$e" &
+  LAST=$!
+  PIDS+=("$LAST")
+}
+# wait_all PID...: waits for each; returns the last failure's status.
+wait_all() {
+  local p rc=0
+  for p in "$@"; do wait "$p" || rc=$?; done
+  PIDS=()
+  return "$rc"
 }
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
@@ -225,7 +247,7 @@ mpi_cmd() {
 
 # --- part 1: collectives, one rank per host ---------------------------------
 coll_run() { # lib coll file
-  local lib=$1 coll=$2 f=$3 i rc=0
+  local lib=$1 coll=$2 f=$3 i
   local args=(-b "$MIN_BYTES" -e "$MAX_BYTES" -f 2 -n "$ITERS" -w "$WARMUP")
   case $lib in
     oxccl | oxccl-nospin)
@@ -235,25 +257,24 @@ coll_run() { # lib coll file
       for ((i = HOSTS - 1; i >= 0; i--)); do
         local o=/dev/null
         ((i == 0)) && o=$f
-        in_host "$i" env "${spin[@]}" RANK="$i" WORLD_SIZE="$HOSTS" LOCAL_RANK=0 \
+        spawn "$i" "$o" "$f.err.$i" env "${spin[@]}" RANK="$i" WORLD_SIZE="$HOSTS" LOCAL_RANK=0 \
           NCCL_COMM_ID="$(addr 0):$PORT" timeout "$RUN_LIMIT" \
-          "$OXCCL" perf "$coll" --backend cpu "${args[@]}" -c 1 >"$o" 2>"$f.err.$i" &
-        pids+=($!)
-        PIDS+=($!)
+          "$OXCCL" perf "$coll" --backend cpu "${args[@]}" -c 1
+        pids+=("$LAST")
       done
-      for p in "${pids[@]}"; do wait "$p" || rc=$?; done
-      PIDS=()
-      return "$rc"
+      wait_all "${pids[@]}"
       ;;
     openmpi)
       mpi_cmd openmpi "$HOSTS" "$HOSTS"
-      in_host 0 timeout "$RUN_LIMIT" "${MPI_CMD[@]}" --mca pml ob1 --mca btl tcp,self \
-        "$OUT/coll_bench.openmpi" "$coll" "${args[@]}" >"$f" 2>"$f.err"
+      spawn 0 "$f" "$f.err" timeout "$RUN_LIMIT" "${MPI_CMD[@]}" --mca pml ob1 --mca btl tcp,self \
+        "$OUT/coll_bench.openmpi" "$coll" "${args[@]}"
+      wait_all "$LAST"
       ;;
     mpich)
       mpi_cmd mpich "$HOSTS" "$HOSTS"
-      in_host 0 timeout "$RUN_LIMIT" "${MPI_CMD[@]}" -genv UCX_TLS tcp,self \
-        "$OUT/coll_bench.mpich" "$coll" "${args[@]}" >"$f" 2>"$f.err"
+      spawn 0 "$f" "$f.err" timeout "$RUN_LIMIT" "${MPI_CMD[@]}" -genv UCX_TLS tcp,self \
+        "$OUT/coll_bench.mpich" "$coll" "${args[@]}"
+      wait_all "$LAST"
       ;;
   esac
 }
@@ -283,7 +304,7 @@ fi
 
 # --- part 2: start-up across hosts -----------------------------------------
 start_run() { # lib ranks file
-  local lib=$1 n=$2 f=$3 h=$START_HOSTS i rc=0
+  local lib=$1 n=$2 f=$3 h=$START_HOSTS i
   local per=$((n / h))
   case $lib in
     oxccl)
@@ -291,23 +312,24 @@ start_run() { # lib ranks file
       local pids=() t0
       t0=$(date +%s.%N)
       for ((i = 0; i < h; i++)); do
+        local o=$f.out.$i
+        ((i == 0)) && o=$f
         # One shell per host starts its block of ranks (as an MPI daemon would).
         # shellcheck disable=SC2016 # expanded by the inner shell
-        in_host "$i" env WORLD_SIZE="$n" NCCL_COMM_ID="$(addr 0):$PORT" LAUNCH_T0="$t0" \
-          FIRST=$((i * per)) PER="$per" PROBE="$PROBE" timeout "$RUN_LIMIT" bash -c '
+        spawn "$i" "$o" "$f.err.$i" env WORLD_SIZE="$n" NCCL_COMM_ID="$(addr 0):$PORT" \
+          LAUNCH_T0="$t0" FIRST=$((i * per)) PER="$per" PROBE="$PROBE" \
+          timeout "$RUN_LIMIT" bash -c '
             pids=()
+            trap '\''kill "${pids[@]}" 2>/dev/null; exit 143'\'' TERM
             for ((r = FIRST; r < FIRST + PER; r++)); do
               RANK=$r LOCAL_RANK=$((r - FIRST)) "$PROBE" --process & pids+=($!)
             done
             rc=0
             for p in "${pids[@]}"; do wait "$p" || rc=1; done
-            exit $rc' >>"$f" 2>>"$f.err" &
-        pids+=($!)
-        PIDS+=($!)
+            exit $rc'
+        pids+=("$LAST")
       done
-      for p in "${pids[@]}"; do wait "$p" || rc=$?; done
-      PIDS=()
-      return "$rc"
+      wait_all "${pids[@]}"
       ;;
     openmpi | mpich)
       mpi_cmd "$lib" "$h" "$n"
@@ -320,8 +342,9 @@ start_run() { # lib ranks file
       else
         extra=(-genv LAUNCH_T0 "$t0")
       fi
-      in_host 0 timeout "$RUN_LIMIT" "${MPI_CMD[@]}" "${extra[@]}" \
-        "$OUT/scale_probe.$lib" >"$f" 2>"$f.err"
+      spawn 0 "$f" "$f.err" timeout "$RUN_LIMIT" "${MPI_CMD[@]}" "${extra[@]}" \
+        "$OUT/scale_probe.$lib"
+      wait_all "$LAST"
       ;;
   esac
 }
@@ -338,7 +361,7 @@ if want start; then
         echo "# start-up round $r/$START_ROUNDS: $lib, $n ranks over $START_HOSTS hosts, load $load" >&2
         if ! start_run "$lib" "$n" "$f"; then
           echo "bench-hosts-mpi.sh: start-up of $lib with $n ranks over $START_HOSTS hosts failed; output: $f, errors: $f.err" >&2
-          cat "$f.err" >&2 || true
+          cat "$f".err* >&2 || true
           exit 1
         fi
         line=$(grep '^ranks' "$f" || true)
