@@ -17,7 +17,7 @@
 #   oxccl-nospin: the same with OXCCL_SPIN_US=0 (a waiting rank yields at
 #     once), the counterpart of OMPI_YIELD below: a rank spinning through
 #     its 2 ms takes a CPU the kernel needs to move its bytes.
-#   Open MPI: mpirun.openmpi run in host 0 with a hostfile of the hosts'
+#   Open MPI: mpirun.openmpi run in host 0 with --host set to the hosts'
 #     addresses; it starts its daemons in the other hosts through
 #     --mca plm_rsh_agent <agent>, a script that runs the command in the
 #     host's namespace in place of ssh; pml ob1, btl tcp,self on oxh0;
@@ -56,7 +56,7 @@
 #     they wait, and it sees one slot per host, so by itself it does not
 #     yield; but the "hosts" share this machine's CPUs, and spinning ranks
 #     starve the kernel's network work for the veth and bridge (2 ranks on
-#     2 vCPUs: 4 ms per 8-byte all-reduce, 8-60 us with 1). 1 is what Open
+#     2 vCPUs: 4 ms per 8-byte all-reduce, 17-60 us with 1). 1 is what Open
 #     MPI itself picks when it knows ranks outnumber CPUs; 0 measures it
 #     as it starts.
 # Needs: ip (iproute2), unshare (util-linux); for the MPIs:
