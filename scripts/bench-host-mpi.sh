@@ -20,6 +20,7 @@
 #     ms per 8-byte all_reduce under load, so a full sweep can take hours)
 #   GLOO_PYTHON [python3]  OXCCL (the oxccl binary) [built: target/release/oxccl]
 #   SUMMARY_ONLY: set to summarise the raw runs already in OUTDIR again
+#   TITLE ["oxccl host collectives beside MPI"]: the heading of results.md
 #   LOAD_PROCS [0]: busy processes (`yes > /dev/null`) started after the
 #     idle gate and stopped right after each run, so every library meets
 #     the same fixed background load
@@ -43,6 +44,7 @@ LOAD_WAIT=${LOAD_WAIT:-120}
 RUN_LIMIT=${RUN_LIMIT:-600}
 LIBS=${LIBS:-"oxccl openmpi mpich gloo"}
 LOAD_PROCS=${LOAD_PROCS:-0}
+TITLE=${TITLE:-oxccl host collectives beside MPI}
 PY=${GLOO_PYTHON:-python3}
 mkdir -p "$OUT/raw"
 
@@ -71,6 +73,9 @@ for lib in $LIBS; do
       else
         echo "# no torch for $PY: Gloo left out (set GLOO_PYTHON)" >&2
       fi ;;
+    oxccl-*) # another oxccl configuration's runs, from a script that made them
+      [[ -n ${SUMMARY_ONLY:-} ]] || { echo "bench-host-mpi.sh: $lib: only with SUMMARY_ONLY" >&2; exit 2; }
+      libs+=("$lib") ;;
     *) echo "bench-host-mpi.sh: unknown library $lib (accepted: oxccl openmpi mpich gloo)" >&2; exit 2 ;;
   esac
 done
@@ -150,7 +155,7 @@ for r in $(seq 1 "$ROUNDS_TO_RUN"); do
   done
 done
 
-python3 - "$OUT" "$ROUNDS" "${libs[*]}" "$RANKS" "$COLLS" "$LOAD_PROCS" <<'PY'
+python3 - "$OUT" "$ROUNDS" "${libs[*]}" "$RANKS" "$COLLS" "$LOAD_PROCS" "$TITLE" <<'PY'
 import os, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 busy = int(sys.argv[6])
@@ -185,7 +190,7 @@ for line in open(os.path.join(out, "raw", "loads.txt")):
     lib, n, coll, r, before, after = line.split()
     loads.setdefault((lib, n, coll), []).append(float(before))
 
-md = [f"# oxccl host collectives beside MPI\n",
+md = [f"# {sys.argv[7]}\n",
       f"Median of {rounds} alternated rounds; time per call in µs, float32 (sum where reducing); "
       f"out of place / in place. Load: the 1-minute load average at the start of each run "
       f"(median, max)"
@@ -240,7 +245,7 @@ for n in ranks:
                 load_cells.append(f"{l} {med(ls):.2f} (max {max(ls):.2f})")
         md.append("Load: " + "; ".join(load_cells) + "\n")
         head = "| size | " + " | ".join(present) + " |"
-        if "oxccl" in present and len(present) > 1:
+        if "oxccl" in present and any(not l.startswith("oxccl") for l in present):
             head += " best other / oxccl (in place) |"
         md.append(head)
         md.append("|---" * (head.count("|") - 1) + "|")
@@ -251,12 +256,12 @@ for n in ranks:
                 fmt = lambda t: "—" if t is None else f"{t:.2f}"
                 cells.append("—" if v is None else f"{fmt(v[0])} / {fmt(v[1])}")
             line = f"| {s} | " + " | ".join(cells) + " |"
-            if "oxccl" in present and len(present) > 1:
+            if "oxccl" in present and any(not l.startswith("oxccl") for l in present):
                 ox = data["oxccl"].get(s)
                 # In place where there is one (send/recv: out of place).
                 k = 1 if ox and ox[1] is not None else 0
                 others = [data[l][s][k] for l in present
-                          if l != "oxccl" and s in data[l] and data[l][s][k] is not None]
+                          if not l.startswith("oxccl") and s in data[l] and data[l][s][k] is not None]
                 ok = ox and ox[k] is not None and ox[k] > 0 and others
                 ratio = f"{min(others) / ox[k]:.2f}" if ok else "—"
                 line += f" {ratio} |"

@@ -198,7 +198,7 @@ int main(int argc, char **argv) {
     enum coll c = ALL_REDUCE;
     size_t lo = 8, hi = 8 << 20, factor = 2, bytes;
     int iters = 100, warmup = 10, i, found = 0, len, mypid, *pids;
-    char lib[MPI_MAX_LIBRARY_VERSION_STRING], host[MPI_MAX_PROCESSOR_NAME], *nl;
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING], host[MPI_MAX_PROCESSOR_NAME], *hosts, *nl;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -237,17 +237,23 @@ int main(int argc, char **argv) {
         *nl = 0;
     if ((nl = strchr(lib, ',')) != NULL)
         *nl = 0;
+    memset(host, 0, sizeof host);
     MPI_Get_processor_name(host, &len);
     pids = malloc(sizeof(int) * (size_t)nranks);
+    hosts = malloc(sizeof host * (size_t)nranks);
     mypid = (int)getpid();
     MPI_Gather(&mypid, 1, MPI_INT, pids, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    /* Each rank's own host name: ranks may run on different hosts. */
+    MPI_Gather(host, (int)sizeof host, MPI_CHAR, hosts, (int)sizeof host, MPI_CHAR, 0,
+               MPI_COMM_WORLD);
     if (rank == 0) {
         printf("# Collective test starting: %s_perf\n", names[c]);
         printf("# library: %s\n", lib);
         printf("# nranks %d, float32, %d iterations after %d warm-up calls\n", nranks, iters,
                warmup);
         for (i = 0; i < nranks; i++)
-            printf("#  Rank %2d Group  0 Pid %6d on %s device  0 [host] CPU\n", i, pids[i], host);
+            printf("#  Rank %2d Group  0 Pid %6d on %s device  0 [host] CPU\n", i, pids[i],
+                   hosts + (size_t)i * sizeof host);
         printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
                "algbw", "busbw", "#wrong");
