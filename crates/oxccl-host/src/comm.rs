@@ -1038,20 +1038,31 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
     r
 }
 
-/// The profiler events of one communicator's part of a group: the group's
-/// and its operations'.
-type GroupEvents = (
-    Option<oxccl_net::profiler::Event>,
-    Vec<oxccl_net::profiler::Event>,
-);
+/// The profiler events of one communicator's part of a group: the group
+/// API event, the group's, and its operations'.
+struct GroupEvents {
+    group_api: Option<oxccl_net::profiler::Event>,
+    group: Option<oxccl_net::profiler::Event>,
+    children: Vec<oxccl_net::profiler::Event>,
+}
 
-/// Starts the group, collective and point-to-point events the profiler of
-/// each communicator wants (NCCL's descriptors: function, buffers, count,
-/// datatype, root or peer, the plan's algorithm, protocol and channels).
+/// Starts the events the profiler of each communicator starts (NCCL's
+/// rules, [`oxccl_net::profiler::enabled_by`]), in NCCL's order and with
+/// its parents: the group API event (one per communicator of the group),
+/// its start state, one collective or point-to-point API event per call
+/// (stopped at once: NCCL's spans the call, which only enqueues), the end
+/// state, then the group event and the operations' events (NCCL's
+/// descriptors: function, buffers, count, datatype, root or peer, the
+/// plan's algorithm, protocol and channels), whose parent is their API
+/// event (`parentGroup`: the group event). Descriptors are built only for
+/// kinds that are started.
 fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEvents>> {
     use oxccl_net::profiler::{
-        CollDescr, DescrUnion, EventDescr, P2pDescr, PROFILE_COLL, PROFILE_GROUP, PROFILE_P2P,
+        CollApiDescr, CollDescr, DescrUnion, EventDescr, GroupApiDescr, P2pApiDescr, P2pDescr,
+        PROFILE_COLL, PROFILE_COLL_API, PROFILE_GROUP, PROFILE_GROUP_API, PROFILE_P2P,
+        PROFILE_P2P_API, STATE_GROUP_END_API_START, STATE_GROUP_START_API_STOP,
     };
+    let null = std::ptr::null_mut();
     let mut out = Vec::with_capacity(items.len());
     for (comm, ops) in items.iter_mut() {
         if comm.profiler.is_none() {
@@ -1059,12 +1070,12 @@ fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEv
             continue;
         }
         // The plans first (they need `&comm`; only when collectives are
-        // wanted: with a tuner plugin each costs a getCollInfo), then the
+        // started: with a tuner plugin each costs a getCollInfo), then the
         // events.
         let wants_coll = comm
             .profiler
             .as_ref()
-            .is_some_and(|(p, _)| p.wants(PROFILE_COLL));
+            .is_some_and(|(p, _)| p.starts(PROFILE_COLL));
         let plans: Vec<(Algo, Proto, usize)> = ops
             .iter()
             .map(|op| {
@@ -1080,87 +1091,145 @@ fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEv
             out.push(None);
             continue;
         };
-        let zero = DescrUnion {
-            ce_coll: oxccl_net::profiler::CeCollDescr {
-                seq_number: 0,
-                func: std::ptr::null(),
-                send_buff: std::ptr::null(),
-                recv_buff: std::ptr::null_mut(),
-                count: 0,
-                root: 0,
-                datatype: std::ptr::null(),
-                sync_strategy: std::ptr::null(),
-                intra_batch_sync: false,
-                batch_size: 0,
-                num_batches: 0,
-                ce_seq_num: 0,
-                stream: std::ptr::null_mut(),
-            },
-        };
-        let group = prof.start(&mut EventDescr {
-            kind: PROFILE_GROUP,
-            parent_obj: std::ptr::null_mut(),
+        let descr = |kind, parent_obj, u| EventDescr {
+            kind,
+            parent_obj,
             rank: rank as i32,
-            u: zero,
-        });
-        let parent = group.as_ref().map_or(std::ptr::null_mut(), |g| g.as_ptr());
-        let mut children = Vec::new();
-        for (op, (algo, proto, nch)) in ops.iter().zip(plans) {
-            let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
-            let mut d = EventDescr {
-                kind: if p2p { PROFILE_P2P } else { PROFILE_COLL },
-                parent_obj: parent,
-                rank: rank as i32,
-                u: zero,
+            u,
+        };
+        let group_api = if prof.starts(PROFILE_GROUP_API) {
+            // The host path runs the outermost group: depth 1.
+            let u = DescrUnion {
+                group_api: GroupApiDescr {
+                    graph_captured: false,
+                    group_depth: 1,
+                },
             };
-            if p2p {
-                d.u.p2p = P2pDescr {
-                    func: prof_names::func_name(op.kind).as_ptr(),
-                    buff: if op.kind == CollKind::Send {
-                        op.send as *mut _
-                    } else {
-                        op.recv.cast()
-                    },
-                    datatype: prof_names::dtype_name(op.dtype).as_ptr(),
-                    count: op.count,
-                    peer: op.root as i32,
-                    n_channels: p2p_channels.min(255) as u8,
-                    parent_group: parent,
-                };
-            } else {
-                d.u.coll = CollDescr {
-                    seq_number: seqs.take(op.kind),
-                    func: prof_names::func_name(op.kind).as_ptr(),
-                    send_buff: op.send.cast(),
-                    recv_buff: op.recv.cast(),
-                    count: op.count,
-                    root: op.root as i32,
-                    datatype: prof_names::dtype_name(op.dtype).as_ptr(),
-                    n_channels: nch.clamp(1, 255) as u8,
-                    n_warps: 0,
-                    algo: prof_names::algo_name(algo).as_ptr(),
-                    proto: prof_names::proto_name(proto).as_ptr(),
-                    parent_group: parent,
-                };
-            }
-            children.extend(prof.start(&mut d));
+            prof.start(&mut descr(PROFILE_GROUP_API, null, u))
+        } else {
+            None
+        };
+        if let Some(g) = &group_api {
+            prof.record_state(g, STATE_GROUP_START_API_STOP);
         }
-        out.push(Some((group, children)));
+        let api_parent = group_api.as_ref().map_or(null, |g| g.as_ptr());
+        let (coll_api, p2p_api) = (prof.starts(PROFILE_COLL_API), prof.starts(PROFILE_P2P_API));
+        // The API events' handles, parents of the operations' events (NCCL
+        // too hands a stopped API event's handle as the parent).
+        let mut api_handles = Vec::with_capacity(ops.len());
+        for op in ops.iter() {
+            let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
+            let func = prof_names::func_name(op.kind).as_ptr();
+            let datatype = prof_names::dtype_name(op.dtype).as_ptr();
+            let ev = if p2p && p2p_api {
+                let u = DescrUnion {
+                    p2p_api: P2pApiDescr {
+                        func,
+                        count: op.count,
+                        datatype,
+                        stream: null,
+                        graph_captured: false,
+                    },
+                };
+                prof.start(&mut descr(PROFILE_P2P_API, api_parent, u))
+            } else if !p2p && coll_api {
+                let u = DescrUnion {
+                    coll_api: CollApiDescr {
+                        func,
+                        count: op.count,
+                        datatype,
+                        root: op.root as i32,
+                        stream: null,
+                        graph_captured: false,
+                    },
+                };
+                prof.start(&mut descr(PROFILE_COLL_API, api_parent, u))
+            } else {
+                None
+            };
+            api_handles.push(ev.as_ref().map_or(null, |e| e.as_ptr()));
+            if let Some(e) = ev {
+                prof.stop(e);
+            }
+        }
+        if let Some(g) = &group_api {
+            prof.record_state(g, STATE_GROUP_END_API_START);
+        }
+        let group = if prof.starts(PROFILE_GROUP) {
+            // SAFETY: all-zero is a valid value of the union (NULL
+            // pointers, zero numbers); a group has no members.
+            let u: DescrUnion = unsafe { std::mem::zeroed() };
+            prof.start(&mut descr(PROFILE_GROUP, null, u))
+        } else {
+            None
+        };
+        let parent_group = group.as_ref().map_or(null, |g| g.as_ptr());
+        let (coll, p2p_on) = (prof.starts(PROFILE_COLL), prof.starts(PROFILE_P2P));
+        let mut children = Vec::new();
+        for ((op, (algo, proto, nch)), api) in ops.iter().zip(plans).zip(api_handles) {
+            let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
+            // NCCL numbers every collective, profiled or not.
+            let seq = if p2p { 0 } else { seqs.take(op.kind) };
+            let u = if p2p && p2p_on {
+                DescrUnion {
+                    p2p: P2pDescr {
+                        func: prof_names::func_name(op.kind).as_ptr(),
+                        buff: if op.kind == CollKind::Send {
+                            op.send as *mut _
+                        } else {
+                            op.recv.cast()
+                        },
+                        datatype: prof_names::dtype_name(op.dtype).as_ptr(),
+                        count: op.count,
+                        peer: op.root as i32,
+                        n_channels: p2p_channels.min(255) as u8,
+                        parent_group,
+                    },
+                }
+            } else if !p2p && coll {
+                DescrUnion {
+                    coll: CollDescr {
+                        seq_number: seq,
+                        func: prof_names::func_name(op.kind).as_ptr(),
+                        send_buff: op.send.cast(),
+                        recv_buff: op.recv.cast(),
+                        count: op.count,
+                        root: op.root as i32,
+                        datatype: prof_names::dtype_name(op.dtype).as_ptr(),
+                        n_channels: nch.clamp(1, 255) as u8,
+                        n_warps: 0,
+                        algo: prof_names::algo_name(algo).as_ptr(),
+                        proto: prof_names::proto_name(proto).as_ptr(),
+                        parent_group,
+                    },
+                }
+            } else {
+                continue;
+            };
+            let kind = if p2p { PROFILE_P2P } else { PROFILE_COLL };
+            children.extend(prof.start(&mut descr(kind, api, u)));
+        }
+        out.push(Some(GroupEvents {
+            group_api,
+            group,
+            children,
+        }));
     }
     out
 }
 
-/// Stops what [`profile_start`] started: the operations, then their group.
+/// Stops what [`profile_start`] started: the operations, their group, then
+/// the group API event.
 fn profile_stop(items: &mut [(&mut HostComm, &[OpDesc])], events: Vec<Option<GroupEvents>>) {
     for ((comm, _), ev) in items.iter_mut().zip(events) {
-        let (Some((prof, _)), Some((group, children))) = (comm.profiler.as_mut(), ev) else {
+        let (Some((prof, _)), Some(ev)) = (comm.profiler.as_mut(), ev) else {
             continue;
         };
-        for e in children {
+        for e in ev.children {
             prof.stop(e);
         }
-        if let Some(g) = group {
-            prof.stop(g);
+        for e in [ev.group, ev.group_api].into_iter().flatten() {
+            prof.stop(e);
         }
     }
 }

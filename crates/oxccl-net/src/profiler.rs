@@ -39,12 +39,62 @@ pub const PROFILE_P2P: u64 = 1 << 2;
 pub const PROFILE_PROXY_OP: u64 = 1 << 3;
 /// `ncclProfileProxyStep`.
 pub const PROFILE_PROXY_STEP: u64 = 1 << 4;
+/// `ncclProfileProxyCtrl`.
+pub const PROFILE_PROXY_CTRL: u64 = 1 << 5;
+/// `ncclProfileKernelCh`.
+pub const PROFILE_KERNEL_CH: u64 = 1 << 6;
+/// `ncclProfileNetPlugin`.
+pub const PROFILE_NET_PLUGIN: u64 = 1 << 7;
 /// `ncclProfileGroupApi`: `ncclGroupStart` to `ncclGroupEnd`.
 pub const PROFILE_GROUP_API: u64 = 1 << 8;
 /// `ncclProfileCollApi`: a collective call.
 pub const PROFILE_COLL_API: u64 = 1 << 9;
 /// `ncclProfileP2pApi`: a send or receive call.
 pub const PROFILE_P2P_API: u64 = 1 << 10;
+/// `ncclProfileKernelLaunch`.
+pub const PROFILE_KERNEL_LAUNCH: u64 = 1 << 11;
+/// `ncclProfileCeColl`, `ncclProfileCeSync`, `ncclProfileCeBatch` (v6).
+pub const PROFILE_CE: u64 = (1 << 12) | (1 << 13) | (1 << 14);
+
+/// `ncclProfilerGroupStartApiStop`: the group's start call returned (the
+/// operations are being enqueued).
+pub const STATE_GROUP_START_API_STOP: c_int = 23;
+/// `ncclProfilerGroupEndApiStart`: the group's end call began (the
+/// operations are about to run).
+pub const STATE_GROUP_END_API_START: c_int = 24;
+
+/// The kinds of a plugin's activation mask that make oxccl start an event
+/// of `kind`, by NCCL's rules: an event is started when its own kind or a
+/// kind of its descendants is wanted, so that every event a plugin asked
+/// for has the parents NCCL gives it (a plugin asking for collectives also
+/// gets the group API, collective API and group events above them, and
+/// decides itself what to keep of those).
+pub const fn enabled_by(kind: u64) -> u64 {
+    // Below a collective or point-to-point operation.
+    const OP_CHILDREN: u64 =
+        PROFILE_PROXY_OP | PROFILE_PROXY_STEP | PROFILE_KERNEL_CH | PROFILE_NET_PLUGIN;
+    match kind {
+        PROFILE_GROUP_API => {
+            PROFILE_GROUP_API
+                | PROFILE_COLL_API
+                | PROFILE_P2P_API
+                | PROFILE_KERNEL_LAUNCH
+                | PROFILE_GROUP
+                | PROFILE_COLL
+                | PROFILE_P2P
+                | OP_CHILDREN
+                | PROFILE_CE
+        }
+        PROFILE_COLL_API => PROFILE_COLL_API | PROFILE_COLL | OP_CHILDREN | PROFILE_CE,
+        PROFILE_P2P_API => PROFILE_P2P_API | PROFILE_P2P | OP_CHILDREN,
+        PROFILE_GROUP => PROFILE_GROUP | PROFILE_COLL | PROFILE_P2P | OP_CHILDREN,
+        PROFILE_COLL => PROFILE_COLL | OP_CHILDREN,
+        PROFILE_P2P => PROFILE_P2P | OP_CHILDREN,
+        PROFILE_PROXY_OP => PROFILE_PROXY_OP | PROFILE_PROXY_STEP | PROFILE_NET_PLUGIN,
+        PROFILE_PROXY_STEP => PROFILE_PROXY_STEP | PROFILE_NET_PLUGIN,
+        k => k,
+    }
+}
 
 /// `groupApi` member of the descriptor's union.
 #[repr(C)]
@@ -402,8 +452,7 @@ pub union StateArgsV4 {
 
 /// An `ncclProfiler_vN_t` table: `init` of type `I`, `startEvent` taking a
 /// descriptor `D`, `recordEventState` taking the state (an
-/// `ncclProfilerEventState_t`, an int) and arguments `A`. oxccl records
-/// no states yet: `recordEventState` is checked present, never called.
+/// `ncclProfilerEventState_t`, an int) and arguments `A`.
 #[repr(C)]
 pub struct Table<I, D, A> {
     pub name: *const c_char,
@@ -1098,15 +1147,23 @@ impl ProfilerComm {
         self.mask & kind != 0
     }
 
+    /// Whether events of `kind` are started for this plugin: it wants them
+    /// or a kind below them ([`enabled_by`]), and its version has the kind.
+    /// Callers build a descriptor only when this holds.
+    pub fn starts(&self, kind: u64) -> bool {
+        self.mask & enabled_by(kind) != 0 && self.lib.version.known_kinds() & kind == kind
+    }
+
     /// The library behind this context.
     pub fn lib(&self) -> &ProfilerLib {
         &self.lib
     }
 
-    /// `startEvent` for `descr` when the plugin wants its kind. `None`: not
-    /// wanted, refused, or no handle returned (then no stop either).
+    /// `startEvent` for `descr` when [`ProfilerComm::starts`] its kind.
+    /// `None`: not started, refused, or no handle returned (then no stop
+    /// either).
     pub fn start(&mut self, descr: &mut EventDescr) -> Option<Event> {
-        if !self.wants(descr.kind) {
+        if !self.starts(descr.kind) {
             return None;
         }
         let mut h: Vp = ptr::null_mut();
@@ -1146,6 +1203,42 @@ impl ProfilerComm {
             return None;
         }
         ptr::NonNull::new(h).map(Event)
+    }
+
+    /// `recordEventState` of `e` to `state` (an `ncclProfilerEventState_t`)
+    /// with no arguments, as NCCL records the group API states.
+    pub fn record_state(&mut self, e: &Event, state: c_int) {
+        // SAFETY: in every arm, the entry was checked present at load; the
+        // handle came from this plugin's startEvent and is not stopped yet
+        // (`e` is borrowed, stopping takes it); NULL arguments are allowed
+        // for the states recorded this way.
+        let rc = unsafe {
+            match self.lib.table {
+                AnyTable::V5(t) => {
+                    (t.record_event_state.unwrap_unchecked())(e.as_ptr(), state, ptr::null_mut())
+                }
+                AnyTable::V4(t) => {
+                    (t.record_event_state.unwrap_unchecked())(e.as_ptr(), state, ptr::null_mut())
+                }
+                AnyTable::V3(t) => {
+                    (t.record_event_state.unwrap_unchecked())(e.as_ptr(), state, ptr::null_mut())
+                }
+                AnyTable::V2(t) => {
+                    (t.record_event_state.unwrap_unchecked())(e.as_ptr(), state, ptr::null_mut())
+                }
+                AnyTable::V1(t) => {
+                    (t.record_event_state.unwrap_unchecked())(e.as_ptr(), state, ptr::null_mut())
+                }
+            }
+        };
+        if rc != ffi::NCCL_SUCCESS {
+            oxccl_env::info!(
+                Subsys::INIT,
+                "PROFILER/Plugin: {} recordEventState({state}) returned {rc} ({})",
+                self.lib.name,
+                ffi::result_name(rc)
+            );
+        }
     }
 
     /// `stopEvent`.
@@ -1291,6 +1384,56 @@ mod tests {
             ProfilerVersion::V5.known_kinds() & PROFILE_P2P_API,
             PROFILE_P2P_API
         );
+    }
+
+    #[test]
+    fn events_start_for_their_descendants_as_in_nccl() {
+        // Wanting collectives starts the group API, collective API and
+        // group events above them, not the point-to-point side.
+        let colls = PROFILE_COLL;
+        for k in [
+            PROFILE_GROUP_API,
+            PROFILE_COLL_API,
+            PROFILE_GROUP,
+            PROFILE_COLL,
+        ] {
+            assert_ne!(enabled_by(k) & colls, 0, "kind {k:#x}");
+        }
+        for k in [
+            PROFILE_P2P_API,
+            PROFILE_P2P,
+            PROFILE_PROXY_OP,
+            PROFILE_PROXY_STEP,
+        ] {
+            assert_eq!(enabled_by(k) & colls, 0, "kind {k:#x}");
+        }
+        // Proxy operations start everything above an operation.
+        for k in [
+            PROFILE_GROUP_API,
+            PROFILE_COLL_API,
+            PROFILE_P2P_API,
+            PROFILE_GROUP,
+            PROFILE_COLL,
+            PROFILE_P2P,
+        ] {
+            assert_ne!(enabled_by(k) & PROFILE_PROXY_OP, 0, "kind {k:#x}");
+        }
+        // Groups alone: the group API event above, nothing below.
+        let started: Vec<u64> = (0..15)
+            .map(|b| 1u64 << b)
+            .filter(|&k| enabled_by(k) & PROFILE_GROUP != 0)
+            .collect();
+        assert_eq!(started, vec![PROFILE_GROUP, PROFILE_GROUP_API]);
+        // The API events alone start no group or operation events.
+        let api = PROFILE_GROUP_API | PROFILE_COLL_API | PROFILE_P2P_API;
+        for k in [PROFILE_GROUP, PROFILE_COLL, PROFILE_P2P, PROFILE_PROXY_OP] {
+            assert_eq!(enabled_by(k) & api, 0, "kind {k:#x}");
+        }
+        // A proxy step is below its proxy operation; kinds without
+        // descendants are started for themselves only.
+        assert_ne!(enabled_by(PROFILE_PROXY_OP) & PROFILE_PROXY_STEP, 0);
+        assert_eq!(enabled_by(PROFILE_PROXY_STEP) & PROFILE_PROXY_OP, 0);
+        assert_eq!(enabled_by(PROFILE_PROXY_CTRL), PROFILE_PROXY_CTRL);
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! A profiler plugin (`NCCL_PROFILER_PLUGIN`) receives the host path's
-//! group, collective and point-to-point events: the C test profiler of
-//! oxccl-net, compiled with cc, on four ranks as threads. The events it
-//! counted must match the calls made, per rank and kind, with NCCL's
-//! descriptor fields (function, count, datatype, root, peer, algorithm,
-//! protocol, channels, per-function sequence numbers), for each ABI
-//! version from v6 down to v1 (v1's numbers checked as numbers); a plugin
-//! that asks for collectives only gets nothing else (and children without
-//! a parent group); one whose init fails is refused and the job runs.
+//! group API, collective and point-to-point API, group, collective and
+//! point-to-point events: the C test profiler of oxccl-net, compiled with
+//! cc, on four ranks as threads. The events it counted must match the
+//! calls made, per rank and kind, started and stopped, with NCCL's parents
+//! and descriptor fields (function, count, datatype, root, peer,
+//! algorithm, protocol, channels, per-function sequence numbers) and the
+//! group API states in NCCL's order, for each ABI version from v6 down to
+//! v1 (v1's numbers checked as numbers; v1 to v4 never see API events); a
+//! plugin's mask starts the kinds it asks for and, as NCCL does, their
+//! parents and nothing else; one whose init fails is refused and the job
+//! runs.
 
 mod common;
 
@@ -52,10 +55,69 @@ fn int(file: &str, name: &str) -> i32 {
     unsafe { *(sym(file, name) as *const i32) }
 }
 
-/// `name[rank][k]` of an `int [MAX_RANKS][3]` array.
+/// Kinds (as bits) and states the plugin counts per rank.
+const NKINDS: usize = 16;
+const NSTATES: usize = 32;
+/// `ncclProfileGroup`, `Coll`, `P2p`, `GroupApi`, `CollApi`, `P2pApi` as
+/// the bit numbers the plugin counts them by.
+const GROUP: usize = 0;
+const COLL: usize = 1;
+const P2P: usize = 2;
+const GROUP_API: usize = 8;
+const COLL_API: usize = 9;
+const P2P_API: usize = 10;
+/// `ncclProfilerGroupStartApiStop`, `ncclProfilerGroupEndApiStart`.
+const GROUP_START_API_STOP: usize = 23;
+const GROUP_END_API_START: usize = 24;
+
+/// `name[rank][k]` of an `int [MAX_RANKS][NKINDS]` array.
 fn per_kind(file: &str, name: &str, rank: usize, k: usize) -> i32 {
-    // SAFETY: the plugin defines `int name[MAX_RANKS][3]`; rank < MAX_RANKS.
-    unsafe { *(sym(file, name) as *const i32).add(rank * 3 + k) }
+    assert!(rank < MAX_RANKS && k < NKINDS);
+    // SAFETY: the plugin defines `int name[MAX_RANKS][NKINDS]`.
+    unsafe { *(sym(file, name) as *const i32).add(rank * NKINDS + k) }
+}
+
+/// Checks, on every rank, that exactly the kinds in `want` (bit number,
+/// events, of which outside the plugin's mask) were started and stopped,
+/// every other kind never, that each group API event had its two states
+/// (`group_apis` of each), and that the plugin found nothing wrong.
+fn assert_kinds(so: &str, want: &[(usize, i32, i32)], group_apis: i32) {
+    for r in 0..NRANKS {
+        for k in 0..NKINDS {
+            let (n, unasked) = want
+                .iter()
+                .find(|w| w.0 == k)
+                .map_or((0, 0), |w| (w.1, w.2));
+            assert_eq!(
+                per_kind(so, "oxtest_prof_started", r, k),
+                n,
+                "rank {r} kind {k}"
+            );
+            assert_eq!(
+                per_kind(so, "oxtest_prof_stopped", r, k),
+                n,
+                "rank {r} kind {k}"
+            );
+            assert_eq!(
+                per_kind(so, "oxtest_prof_unasked", r, k),
+                unasked,
+                "rank {r} kind {k} outside the mask"
+            );
+        }
+        for s in 0..NSTATES {
+            let n = if s == GROUP_START_API_STOP || s == GROUP_END_API_START {
+                group_apis
+            } else {
+                0
+            };
+            assert_eq!(
+                code(so, "oxtest_prof_states", NSTATES, r, s),
+                n,
+                "rank {r} state {s}"
+            );
+        }
+        assert_eq!(at::<i32>(so, "oxtest_prof_bad", r), 0, "rank {r}");
+    }
 }
 
 /// `name[rank]` of an array of `T`.
@@ -121,21 +183,32 @@ fn check_events(so: &str, version: i32) -> Vec<(String, String)> {
     let comms = comms_with(so);
     assert_eq!(int(so, "oxtest_prof_version"), version);
     let (groups, colls, p2ps) = make_calls(&comms);
+    // The plugin asks for groups, collectives and point-to-points; from v5
+    // on it also gets the API events above them (one group API event per
+    // group, one API event per call), as NCCL starts them.
+    let mut want = vec![(GROUP, groups, 0), (COLL, colls, 0), (P2P, p2ps, 0)];
+    if version >= 5 {
+        want.extend([
+            (GROUP_API, groups, groups),
+            (COLL_API, colls, colls),
+            (P2P_API, p2ps, p2ps),
+        ]);
+    }
+    assert_kinds(so, &want, if version >= 5 { groups } else { 0 });
     let mut plans = Vec::new();
     for r in 0..NRANKS {
-        for (k, want) in [groups, colls, p2ps].into_iter().enumerate() {
-            assert_eq!(
-                per_kind(so, "oxtest_prof_started", r, k),
-                want,
-                "rank {r} kind {k}"
-            );
-            assert_eq!(
-                per_kind(so, "oxtest_prof_stopped", r, k),
-                want,
-                "rank {r} kind {k}"
-            );
+        if version >= 5 {
+            // The last calls: the group's all-reduce of 5 doubles and its
+            // receive of 17 bytes, in the outermost group.
+            assert_eq!(at::<i32>(so, "oxtest_prof_group_api_depth", r), 1);
+            assert_eq!(text(so, "oxtest_prof_coll_api_func", r), "AllReduce");
+            assert_eq!(text(so, "oxtest_prof_coll_api_dtype", r), "ncclFloat64");
+            assert_eq!(at::<usize>(so, "oxtest_prof_coll_api_count", r), 5);
+            assert_eq!(at::<i32>(so, "oxtest_prof_coll_api_root", r), 0);
+            assert_eq!(text(so, "oxtest_prof_p2p_api_func", r), "Recv");
+            assert_eq!(text(so, "oxtest_prof_p2p_api_dtype", r), "ncclUint8");
+            assert_eq!(at::<usize>(so, "oxtest_prof_p2p_api_count", r), 17);
         }
-        assert_eq!(at::<i32>(so, "oxtest_prof_bad", r), 0, "rank {r}");
         // The last collective: the group's all-reduce of 5 doubles, the
         // fourth all-reduce of this communicator (sequence numbers from 0).
         assert_eq!(text(so, "oxtest_prof_coll_func", r), "AllReduce");
@@ -222,21 +295,62 @@ fn every_version_gets_its_events() {
 #[test]
 fn activation_mask_is_honoured_and_broken_profilers_are_refused() {
     let _w = Watchdog::new("profiler mask", std::time::Duration::from_secs(180));
-    // Collectives only (v5): no group or point-to-point events, and the
-    // collectives' parent is NULL (the plugin checks).
+    // Collectives only (v5): no point-to-point events, and, as NCCL starts
+    // them, the group API, collective API and group events above the
+    // collectives (the plugin checks the parents).
     let so = profiler(&["PROFILER_VERSION=5", "MASK=2"], "oxccl-profiler-coll");
     let comms = comms_with(&so);
-    let (_, colls, _) = make_calls(&comms);
-    for r in 0..NRANKS {
-        assert_eq!(per_kind(&so, "oxtest_prof_started", r, 0), 0, "rank {r}");
-        assert_eq!(
-            per_kind(&so, "oxtest_prof_started", r, 1),
-            colls,
-            "rank {r}"
-        );
-        assert_eq!(per_kind(&so, "oxtest_prof_started", r, 2), 0, "rank {r}");
-        assert_eq!(at::<i32>(&so, "oxtest_prof_bad", r), 0, "rank {r}");
-    }
+    let (groups, colls, _) = make_calls(&comms);
+    assert_kinds(
+        &so,
+        &[
+            (GROUP_API, groups, groups),
+            (COLL_API, colls, colls),
+            (GROUP, groups, groups),
+            (COLL, colls, 0),
+        ],
+        groups,
+    );
+    drop(comms);
+    // The API events only (v6): no group or operation events.
+    let so = profiler(&["PROFILER_VERSION=6", "MASK=0x700"], "oxccl-profiler-api");
+    let comms = comms_with(&so);
+    let (groups, colls, p2ps) = make_calls(&comms);
+    assert_kinds(
+        &so,
+        &[
+            (GROUP_API, groups, 0),
+            (COLL_API, colls, 0),
+            (P2P_API, p2ps, 0),
+        ],
+        groups,
+    );
+    drop(comms);
+    // Groups only (v6): the group API event above them, nothing below (no
+    // operation, API call or proxy event).
+    let so = profiler(&["PROFILER_VERSION=6", "MASK=1"], "oxccl-profiler-group");
+    let comms = comms_with(&so);
+    let (groups, _, _) = make_calls(&comms);
+    assert_kinds(
+        &so,
+        &[(GROUP_API, groups, groups), (GROUP, groups, 0)],
+        groups,
+    );
+    drop(comms);
+    // A v4 plugin asking for every kind up to the API events gets none of
+    // those (v4 has none; the plugin counts any kind its version lacks as
+    // wrong).
+    let so = profiler(
+        &["PROFILER_VERSION=4", "MASK=0xfff"],
+        "oxccl-profiler-v4-all",
+    );
+    let comms = comms_with(&so);
+    let (groups, colls, p2ps) = make_calls(&comms);
+    assert_kinds(
+        &so,
+        &[(GROUP, groups, 0), (COLL, colls, 0), (P2P, p2ps, 0)],
+        0,
+    );
     drop(comms);
     // init fails: the communicators work without it.
     let so = profiler(&["FAIL_INIT"], "oxccl-profiler-fail");

@@ -3,12 +3,20 @@
  * default 6) makes it export ncclProfiler_vN only, with that version's
  * init signature and event descriptor (oxtest_profiler_abi.h). It asks for
  * the events in -DMASK=... (default: group, collective and
- * point-to-point), counts every start and stop per rank and kind, checks
- * each descriptor (strings set; members older versions keep but NCCL no
- * longer fills are NULL or 0; a child's parent is a live group of the same
- * rank when groups are on, NULL otherwise) and keeps the last collective's
- * and point-to-point's fields per rank (v1's numbers named back, and kept
- * as numbers too), all in exported arrays that the test reads.
+ * point-to-point), counts every start and stop per rank and kind (and
+ * apart, the events started of kinds its mask left out: NCCL starts the
+ * parents of wanted events too), every state recorded per rank, and checks
+ * each descriptor: a kind its version defines; strings set; members older
+ * versions keep but NCCL no longer fills NULL or 0; parents as NCCL sets
+ * them (group API: none; collective and point-to-point API: a live group
+ * API event of the same rank; group: none; collective and point-to-point:
+ * their API event from v5 on, `parentGroup` or, before v5, `parentObj` a
+ * live group event of the same rank); group API states in NCCL's order
+ * (start-API-stop, then end-API-start, then the stop). It keeps the last
+ * collective's, point-to-point's and API events' fields per rank (v1's
+ * numbers named back, and kept as numbers too), all in exported arrays
+ * that the test reads. Events are never freed: an API event's handle
+ * stays the parent of its operation after it stopped, as in NCCL.
  * -DFAIL_INIT makes init fail; -DNO_STOP exports a table without stopEvent;
  * -DEXPORT_AS=name exports the table under another name.
  */
@@ -25,7 +33,21 @@
 #endif
 #define MAX_RANKS 16
 
-enum { GROUP = 1 << 0, COLL = 1 << 1, P2P = 1 << 2 };
+enum { GROUP = 1 << 0, COLL = 1 << 1, P2P = 1 << 2, GROUP_API = 1 << 8, COLL_API = 1 << 9, P2P_API = 1 << 10 };
+/* ncclProfilerGroupStartApiStop, ncclProfilerGroupEndApiStart. */
+enum { GROUP_START_API_STOP = 23, GROUP_END_API_START = 24 };
+#define NKINDS 16
+#define NSTATES 32
+
+#if PROFILER_VERSION >= 6
+#define KNOWN ((1 << 15) - 1)
+#elif PROFILER_VERSION == 5
+#define KNOWN ((1 << 12) - 1)
+#elif PROFILER_VERSION >= 3
+#define KNOWN ((1 << 8) - 1)
+#else
+#define KNOWN ((1 << 6) - 1)
+#endif
 
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
@@ -46,13 +68,19 @@ typedef struct {
   uint64_t type;
   int rank;
   int magic;
+  int stopped;
+  int last_state;
 } event_t;
 
 int oxtest_prof_inits = 0;
 int oxtest_prof_finalizes = 0;
-/* [rank][0 group, 1 coll, 2 p2p] */
-int oxtest_prof_started[MAX_RANKS][3];
-int oxtest_prof_stopped[MAX_RANKS][3];
+/* [rank][kind's bit: 0 group, 1 coll, 2 p2p, 8 group API, ...] */
+int oxtest_prof_started[MAX_RANKS][NKINDS];
+int oxtest_prof_stopped[MAX_RANKS][NKINDS];
+/* Started though MASK leaves the kind out. */
+int oxtest_prof_unasked[MAX_RANKS][NKINDS];
+/* [rank][ncclProfilerEventState_t] */
+int oxtest_prof_states[MAX_RANKS][NSTATES];
 int oxtest_prof_bad[MAX_RANKS];
 int oxtest_prof_version = PROFILER_VERSION;
 /* v1's numbers of the last collective (func, datatype, algo, proto) and
@@ -73,6 +101,15 @@ int oxtest_prof_p2p_peer[MAX_RANKS];
 size_t oxtest_prof_p2p_count[MAX_RANKS];
 char oxtest_prof_p2p_dtype[MAX_RANKS][32];
 char oxtest_prof_p2p_func[MAX_RANKS][32];
+/* The last API events of each rank (v5 and v6). */
+int oxtest_prof_group_api_depth[MAX_RANKS];
+char oxtest_prof_coll_api_func[MAX_RANKS][32];
+char oxtest_prof_coll_api_dtype[MAX_RANKS][32];
+size_t oxtest_prof_coll_api_count[MAX_RANKS];
+int oxtest_prof_coll_api_root[MAX_RANKS];
+char oxtest_prof_p2p_api_func[MAX_RANKS][32];
+char oxtest_prof_p2p_api_dtype[MAX_RANKS][32];
+size_t oxtest_prof_p2p_api_count[MAX_RANKS];
 
 static int marker;
 
@@ -123,22 +160,57 @@ static ncclResult_t init(void** ctx, int* mask, const char* commName, uint64_t c
 static ncclResult_t init(void** ctx, int* mask) { return init_common(ctx, mask); }
 #endif
 
+static void bad(int r) { __atomic_add_fetch(&oxtest_prof_bad[r], 1, __ATOMIC_SEQ_CST); }
+
+/* Whether p is an event this plugin handed out, of `type`, of rank r, and
+ * (when `live`) not stopped yet. */
+static int is_event(void* p, uint64_t type, int r, int live) {
+  event_t* e = (event_t*)p;
+  return e && e->magic == 0x6f78 && e->type == type && e->rank == r && (!live || !e->stopped);
+}
+
 static ncclResult_t start_event(void* ctx, void** handle, descr_t* d) {
   *handle = NULL;
   int r = d->rank;
   if (ctx != &marker || r < 0 || r >= MAX_RANKS) return 4;
-  int k = d->type == GROUP ? 0 : d->type == COLL ? 1 : d->type == P2P ? 2 : -1;
-  if (k < 0 || !(d->type & MASK)) {
-    __atomic_add_fetch(&oxtest_prof_bad[r], 1, __ATOMIC_SEQ_CST);
+  uint64_t type = d->type;
+  if (type == 0 || (type & (type - 1)) || !(type & KNOWN)) {
+    bad(r);
     return 0;
   }
-  if (k > 0) {
-    event_t* parent = (event_t*)d->parentObj;
-    bool parent_ok = (MASK & GROUP) ? (parent && parent->magic == 0x6f78 && parent->type == GROUP && parent->rank == r)
-                                    : parent == NULL;
-    if (!parent_ok) __atomic_add_fetch(&oxtest_prof_bad[r], 1, __ATOMIC_SEQ_CST);
+  int k = __builtin_ctzll(type);
+  if (!(type & MASK)) __atomic_add_fetch(&oxtest_prof_unasked[r][k], 1, __ATOMIC_SEQ_CST);
+  if (type == GROUP) {
+    if (d->parentObj) bad(r);
   }
-  if (k == 1) {
+#if PROFILER_VERSION >= 5
+  if (type == GROUP_API) {
+    if (d->parentObj || d->groupApi.graphCaptured || d->groupApi.groupDepth < 1) bad(r);
+    oxtest_prof_group_api_depth[r] = d->groupApi.groupDepth;
+  } else if (type == COLL_API) {
+    if (!is_event(d->parentObj, GROUP_API, r, 1) || !d->collApi.func || !d->collApi.datatype || d->collApi.stream ||
+        d->collApi.graphCaptured)
+      bad(r);
+    copy(oxtest_prof_coll_api_func[r], d->collApi.func);
+    copy(oxtest_prof_coll_api_dtype[r], d->collApi.datatype);
+    oxtest_prof_coll_api_count[r] = d->collApi.count;
+    oxtest_prof_coll_api_root[r] = d->collApi.root;
+  } else if (type == P2P_API) {
+    if (!is_event(d->parentObj, GROUP_API, r, 1) || !d->p2pApi.func || !d->p2pApi.datatype || d->p2pApi.stream ||
+        d->p2pApi.graphCaptured)
+      bad(r);
+    copy(oxtest_prof_p2p_api_func[r], d->p2pApi.func);
+    copy(oxtest_prof_p2p_api_dtype[r], d->p2pApi.datatype);
+    oxtest_prof_p2p_api_count[r] = d->p2pApi.count;
+  } else if (type == COLL) {
+    if (!is_event(d->parentObj, COLL_API, r, 0) || !is_event(d->coll.parentGroup, GROUP, r, 1)) bad(r);
+  } else if (type == P2P) {
+    if (!is_event(d->parentObj, P2P_API, r, 0) || !is_event(d->p2p.parentGroup, GROUP, r, 1)) bad(r);
+  }
+#else
+  if ((type == COLL || type == P2P) && !is_event(d->parentObj, GROUP, r, 1)) bad(r);
+#endif
+  if (type == COLL) {
 #if PROFILER_VERSION <= 3
     if (d->coll.name || d->coll.commHash) __atomic_add_fetch(&oxtest_prof_bad[r], 1, __ATOMIC_SEQ_CST);
 #endif
@@ -168,7 +240,7 @@ static ncclResult_t start_event(void* ctx, void** handle, descr_t* d) {
     copy(oxtest_prof_coll_dtype[r], dtype);
     copy(oxtest_prof_coll_algo[r], algo);
     copy(oxtest_prof_coll_proto[r], proto);
-  } else if (k == 2) {
+  } else if (type == P2P) {
 #if PROFILER_VERSION <= 3
     if (d->p2p.name || d->p2p.commHash) __atomic_add_fetch(&oxtest_prof_bad[r], 1, __ATOMIC_SEQ_CST);
 #endif
@@ -186,8 +258,8 @@ static ncclResult_t start_event(void* ctx, void** handle, descr_t* d) {
     copy(oxtest_prof_p2p_func[r], func);
     copy(oxtest_prof_p2p_dtype[r], dtype);
   }
-  event_t* e = malloc(sizeof(event_t));
-  e->type = d->type;
+  event_t* e = calloc(1, sizeof(event_t));
+  e->type = type;
   e->rank = r;
   e->magic = 0x6f78;
   __atomic_add_fetch(&oxtest_prof_started[r][k], 1, __ATOMIC_SEQ_CST);
@@ -198,16 +270,28 @@ static ncclResult_t start_event(void* ctx, void** handle, descr_t* d) {
 __attribute__((unused)) static ncclResult_t stop_event(void* handle) {
   event_t* e = (event_t*)handle;
   if (!e || e->magic != 0x6f78) return 4;
-  int k = e->type == GROUP ? 0 : e->type == COLL ? 1 : 2;
-  __atomic_add_fetch(&oxtest_prof_stopped[e->rank][k], 1, __ATOMIC_SEQ_CST);
-  /* Groups stop after their children: freeing here is safe. */
-  e->magic = 0;
-  free(e);
+  if (e->stopped || (e->type == GROUP_API && e->last_state != GROUP_END_API_START)) bad(e->rank);
+  e->stopped = 1;
+  __atomic_add_fetch(&oxtest_prof_stopped[e->rank][__builtin_ctzll(e->type)], 1, __ATOMIC_SEQ_CST);
   return 0;
 }
 
 static ncclResult_t record_state(void* handle, int state, void* args) {
-  (void)handle; (void)state; (void)args;
+  event_t* e = (event_t*)handle;
+  if (!e || e->magic != 0x6f78) return 4;
+  int r = e->rank;
+  if (e->stopped || state < 0 || state >= NSTATES) {
+    bad(r);
+    return 0;
+  }
+  if (e->type == GROUP_API) {
+    int want = state == GROUP_START_API_STOP ? 0 : state == GROUP_END_API_START ? GROUP_START_API_STOP : -1;
+    if (e->last_state != want || args) bad(r);
+  } else {
+    bad(r);
+  }
+  e->last_state = state;
+  __atomic_add_fetch(&oxtest_prof_states[r][state], 1, __ATOMIC_SEQ_CST);
   return 0;
 }
 
