@@ -296,6 +296,18 @@ impl Engine {
                 .all(|(s, l)| s.idx >= l.steps.len())
     }
 
+    /// The program this engine runs.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// Where lane `li` of the program is: (index of its current step, wire
+    /// bytes of that step done); the index is the lane's step count once it
+    /// finished. For observers of progress (the profiler's proxy steps).
+    pub fn lane_cursor(&self, li: usize) -> (usize, usize) {
+        self.lanes.get(li).map_or((0, 0), |s| (s.idx, s.pos))
+    }
+
     /// The streams still waited on, for messages: (peer, channel, is_send).
     pub fn waiting_on(&self) -> Vec<(usize, usize, bool)> {
         let mut v = Vec::new();

@@ -14,6 +14,7 @@ mod eager;
 use crate::connect::{connect_peers, install, Connecting, Connector};
 use crate::exec::{drive, OpLabel, RankOf, SlotTask, Streams, Task, WaitPolicy, Work, SLOT_STREAM};
 use crate::oneshot::{self, Progress, ShmOneShot, SlotCall};
+use crate::proxy_events::ProxyTrack;
 use crate::transport::net::slot_bytes;
 use crate::transport::{LinkKind, PeerControl, RecvHalf, SendHalf, ShmRingLayout, ShmSegment};
 pub use eager::EAGER_MAX_BYTES;
@@ -1027,13 +1028,13 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
     // --ranks 1 -b 0 -e 0`: 611 a call before, 358 after).
     if items.iter().all(|(c, _)| c.profiler.is_none()) {
         // SAFETY: forwarded from this function's contract.
-        return unsafe { run_group_inner(items) };
+        return unsafe { run_group_inner(items, &[]) };
     }
     // Profiler events span the whole group: started before anything is
     // prepared, stopped once it completed or failed.
     let events = profile_start(items);
     // SAFETY: forwarded from this function's contract.
-    let r = unsafe { run_group_inner(items) };
+    let r = unsafe { run_group_inner(items, &events) };
     profile_stop(items, events);
     r
 }
@@ -1044,6 +1045,8 @@ struct GroupEvents {
     group_api: Option<oxccl_net::profiler::Event>,
     group: Option<oxccl_net::profiler::Event>,
     children: Vec<oxccl_net::profiler::Event>,
+    /// Each operation's event handle (NULL where none), in call order.
+    op_events: Vec<*mut std::ffi::c_void>,
 }
 
 /// Starts the events the profiler of each communicator starts (NCCL's
@@ -1110,7 +1113,7 @@ fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEv
             None
         };
         if let Some(g) = &group_api {
-            prof.record_state(g, STATE_GROUP_START_API_STOP);
+            prof.record_state(g, STATE_GROUP_START_API_STOP, None);
         }
         let api_parent = group_api.as_ref().map_or(null, |g| g.as_ptr());
         let (coll_api, p2p_api) = (prof.starts(PROFILE_COLL_API), prof.starts(PROFILE_P2P_API));
@@ -1153,7 +1156,7 @@ fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEv
             }
         }
         if let Some(g) = &group_api {
-            prof.record_state(g, STATE_GROUP_END_API_START);
+            prof.record_state(g, STATE_GROUP_END_API_START, None);
         }
         let group = if prof.starts(PROFILE_GROUP) {
             // SAFETY: all-zero is a valid value of the union (NULL
@@ -1166,6 +1169,7 @@ fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEv
         let parent_group = group.as_ref().map_or(null, |g| g.as_ptr());
         let (coll, p2p_on) = (prof.starts(PROFILE_COLL), prof.starts(PROFILE_P2P));
         let mut children = Vec::new();
+        let mut op_events = Vec::with_capacity(ops.len());
         for ((op, (algo, proto, nch)), api) in ops.iter().zip(plans).zip(api_handles) {
             let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
             // NCCL numbers every collective, profiled or not.
@@ -1204,15 +1208,19 @@ fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEv
                     },
                 }
             } else {
+                op_events.push(null);
                 continue;
             };
             let kind = if p2p { PROFILE_P2P } else { PROFILE_COLL };
-            children.extend(prof.start(&mut descr(kind, api, u)));
+            let e = prof.start(&mut descr(kind, api, u));
+            op_events.push(e.as_ref().map_or(null, |e| e.as_ptr()));
+            children.extend(e);
         }
         out.push(Some(GroupEvents {
             group_api,
             group,
             children,
+            op_events,
         }));
     }
     out
@@ -1272,11 +1280,16 @@ fn op_total_bytes(op: &OpDesc, rank: usize, n: usize) -> usize {
     }
 }
 
-/// [`run_group`] without the profiler's events.
+/// [`run_group`] without the profiler's group and operation events;
+/// `events[i]` are those of `items[i]` (none at all without a profiler),
+/// whose operations' events are the parents of their proxy events.
 ///
 /// # Safety
 /// As [`run_group`].
-unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> {
+unsafe fn run_group_inner(
+    items: &mut [(&mut HostComm, &[OpDesc])],
+    events: &[Option<GroupEvents>],
+) -> Result<()> {
     for (comm, _) in items.iter() {
         if let Some(e) = &comm.failed {
             return Err(Error::new(
@@ -1433,12 +1446,20 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
     }
     let mut streams: Vec<Streams<'_>> = items
         .iter_mut()
-        .map(|(comm, _)| {
+        .zip(&groups)
+        .enumerate()
+        .map(|(ci, ((comm, ops), tasks))| {
             let who = RankOf {
                 rank: comm.rank,
                 nranks: comm.nranks,
             };
+            // The proxy events start here, once the peers are connected.
+            let proxy = match events.get(ci) {
+                Some(Some(ev)) => proxy_tracks(comm, ops, tasks, &ev.op_events),
+                _ => Vec::new(),
+            };
             Streams {
+                proxy,
                 tx: &mut comm.tx,
                 rx: &mut comm.rx,
                 controls: &mut comm.controls,
@@ -1458,6 +1479,36 @@ unsafe fn run_group_inner(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()
         }
     }
     result
+}
+
+/// The proxy event trackers of one communicator's tasks (by task index),
+/// when its profiler starts proxy operations: each task's network steps,
+/// under its operation's event. Tasks are the operations that are not
+/// sends or receives to this rank itself, in order.
+fn proxy_tracks(
+    comm: &HostComm,
+    ops: &[OpDesc],
+    tasks: &[Task<'_>],
+    parents: &[*mut std::ffi::c_void],
+) -> Vec<Option<ProxyTrack>> {
+    use oxccl_net::profiler::PROFILE_PROXY_OP;
+    let Some((prof, _)) = comm
+        .profiler
+        .as_ref()
+        .filter(|(p, _)| p.starts(PROFILE_PROXY_OP))
+    else {
+        return Vec::new();
+    };
+    let net = |q: usize| matches!(comm.kinds.get(q), Some(Some(LinkKind::Tcp | LinkKind::Net)));
+    ops.iter()
+        .zip(parents)
+        .filter(|(op, _)| !is_self_p2p(op, comm.rank))
+        .zip(tasks)
+        .map(|((_, &parent), t)| match &t.engine {
+            Work::Engine(e) => ProxyTrack::new(prof.share(), e, &net, comm.rank, parent),
+            Work::Slots(_) => None,
+        })
+        .collect()
 }
 
 impl HostComm {

@@ -21,6 +21,9 @@ pub struct Streams<'c> {
     pub oneshot: Option<&'c mut ShmOneShot>,
     /// Names the communicator in messages ("rank 2 of 4").
     pub who: RankOf,
+    /// The profiler's proxy events of each task's network steps, by task
+    /// index (empty when no profiler wants them).
+    pub proxy: Vec<Option<crate::proxy_events::ProxyTrack>>,
 }
 
 /// "rank 2 of 4", formatted only when a message needs it (a call formats
@@ -209,7 +212,7 @@ pub fn drive(
                 }
             }
             let mut busy: HashSet<(usize, usize, bool)> = HashSet::new();
-            for t in tasks.iter_mut() {
+            for (ti, t) in tasks.iter_mut().enumerate() {
                 if t.engine.is_done() {
                     continue;
                 }
@@ -227,6 +230,9 @@ pub fn drive(
                         reported_cause(s.controls, &peers, e)
                             .context(format!("{}: {}", s.who, t.what))
                     })?;
+                if let (Some(Some(p)), Work::Engine(e)) = (s.proxy.get_mut(ti), &t.engine) {
+                    p.observe(e);
+                }
                 if !t.engine.is_done() {
                     all_done = false;
                 }

@@ -11,6 +11,7 @@ pub mod comm;
 mod connect;
 pub mod exec;
 pub mod oneshot;
+pub mod proxy_events;
 pub mod stream_copy;
 pub mod transport;
 

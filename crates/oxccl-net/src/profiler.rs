@@ -56,6 +56,16 @@ pub const PROFILE_KERNEL_LAUNCH: u64 = 1 << 11;
 /// `ncclProfileCeColl`, `ncclProfileCeSync`, `ncclProfileCeBatch` (v6).
 pub const PROFILE_CE: u64 = (1 << 12) | (1 << 13) | (1 << 14);
 
+/// `ncclProfilerProxyOpInProgress_v4`: a proxy operation began (v4 on).
+pub const STATE_PROXY_OP_IN_PROGRESS: c_int = 19;
+/// `ncclProfilerProxyStepSendPeerWait_v4`: a send step waits for room at
+/// the receiver (v4 on).
+pub const STATE_SEND_PEER_WAIT: c_int = 20;
+/// `ncclProfilerProxyStepSendWait`: a send step's bytes are on their way.
+pub const STATE_SEND_WAIT: c_int = 9;
+/// `ncclProfilerProxyStepRecvWait`: a receive step waits for its bytes.
+pub const STATE_RECV_WAIT: c_int = 10;
+
 /// `ncclProfilerGroupStartApiStop`: the group's start call returned (the
 /// operations are being enqueued).
 pub const STATE_GROUP_START_API_STOP: c_int = 23;
@@ -158,6 +168,26 @@ pub struct P2pDescr {
     pub parent_group: Vp,
 }
 
+/// `proxyOp` member (the same in every version): one network transfer of
+/// an operation, to or from one peer on one channel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProxyOpDescr {
+    pub pid: i32,
+    pub channel_id: u8,
+    pub peer: c_int,
+    pub n_steps: c_int,
+    pub chunk_size: c_int,
+    pub is_send: c_int,
+}
+
+/// `proxyStep` member (the same in every version).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProxyStepDescr {
+    pub step: c_int,
+}
+
 /// `ceColl` member (v6), the union's largest: there for its size only.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -186,6 +216,8 @@ pub union DescrUnion {
     pub p2p_api: P2pApiDescr,
     pub coll: CollDescr,
     pub p2p: P2pDescr,
+    pub proxy_op: ProxyOpDescr,
+    pub proxy_step: ProxyStepDescr,
     pub ce_coll: CeCollDescr,
 }
 
@@ -235,6 +267,8 @@ pub struct P2pDescrV4 {
 pub union DescrUnionV4 {
     pub coll: CollDescrV4,
     pub p2p: P2pDescrV4,
+    pub proxy_op: ProxyOpDescr,
+    pub proxy_step: ProxyStepDescr,
 }
 
 /// `ncclProfilerEventDescr_v4_t`.
@@ -285,6 +319,8 @@ pub struct P2pDescrV2 {
 pub union DescrUnionV3 {
     pub coll: CollDescrV3,
     pub p2p: P2pDescrV2,
+    pub proxy_op: ProxyOpDescr,
+    pub proxy_step: ProxyStepDescr,
 }
 
 /// `ncclProfilerEventDescr_v3_t`.
@@ -324,6 +360,8 @@ pub struct CollDescrV2 {
 pub union DescrUnionV2 {
     pub coll: CollDescrV2,
     pub p2p: P2pDescrV2,
+    pub proxy_op: ProxyOpDescr,
+    pub proxy_step: ProxyStepDescr,
 }
 
 /// `ncclProfilerEventDescr_v2_t`.
@@ -380,6 +418,8 @@ pub struct P2pDescrV1 {
 pub union DescrUnionV1 {
     pub coll: CollDescrV1,
     pub p2p: P2pDescrV1,
+    pub proxy_op: ProxyOpDescr,
+    pub proxy_step: ProxyStepDescr,
 }
 
 /// `ncclProfilerEventDescr_v1_t`.
@@ -639,10 +679,36 @@ pub fn to_v4(d: &EventDescr) -> Option<EventDescrV4> {
                 n_channels: p.n_channels,
             };
         }
+        PROFILE_PROXY_OP => {
+            // SAFETY: the kind says `proxy_op` is the member in use.
+            out.u.proxy_op = unsafe { d.u.proxy_op };
+        }
+        PROFILE_PROXY_STEP => {
+            // SAFETY: the kind says `proxy_step` is the member in use.
+            out.u.proxy_step = unsafe { d.u.proxy_step };
+        }
         // Group: no members. Other kinds oxccl does not describe.
         _ => {}
     }
     Some(out)
+}
+
+/// Copies the proxy members of an older descriptor (the same in every
+/// version) from v4's.
+macro_rules! proxy_members {
+    ($kind:expr, $v4:expr, $u:expr) => {
+        match $kind {
+            PROFILE_PROXY_OP => {
+                // SAFETY: to_v4 filled `proxy_op` for this kind.
+                $u.proxy_op = unsafe { $v4.u.proxy_op };
+            }
+            PROFILE_PROXY_STEP => {
+                // SAFETY: to_v4 filled `proxy_step` for this kind.
+                $u.proxy_step = unsafe { $v4.u.proxy_step };
+            }
+            _ => {}
+        }
+    };
 }
 
 /// The v3 descriptor of `d` (`name` NULL and `commHash` 0, as NCCL fills
@@ -672,7 +738,7 @@ pub fn to_v3(d: &EventDescr) -> Option<EventDescrV3> {
             };
         }
         PROFILE_P2P => u.p2p = p2p_v2(&v4),
-        _ => {}
+        k => proxy_members!(k, v4, u),
     }
     Some(EventDescrV3 {
         kind: v4.kind,
@@ -728,7 +794,7 @@ pub fn to_v2(d: &EventDescr) -> Option<EventDescrV2> {
             };
         }
         PROFILE_P2P => u.p2p = p2p_v2(&v4),
-        _ => {}
+        k => proxy_members!(k, v4, u),
     }
     Some(EventDescrV2 {
         kind: v4.kind,
@@ -855,7 +921,7 @@ pub fn to_v1(d: &EventDescr) -> Option<EventDescrV1> {
                 peer: p.peer,
             };
         }
-        _ => {}
+        k => proxy_members!(k, v2, u),
     }
     Some(EventDescrV1 {
         kind: v2.kind,
@@ -1052,11 +1118,11 @@ impl Event {
     }
 }
 
-/// A profiler's context for one communicator. `finalize` runs on drop.
+/// A profiler's context for one communicator. `finalize` runs on drop;
+/// events are started, stopped and given states through [`ProfilerRef`]
+/// (what it dereferences to).
 pub struct ProfilerComm {
-    lib: Arc<ProfilerLib>,
-    ctx: Vp,
-    mask: u64,
+    r: ProfilerRef,
 }
 
 // SAFETY: the context is used by one communicator, behind its `&mut`.
@@ -1065,11 +1131,34 @@ unsafe impl Send for ProfilerComm {}
 impl std::fmt::Debug for ProfilerComm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProfilerComm")
-            .field("lib", &self.lib)
-            .field("mask", &self.mask)
+            .field("lib", &self.r.lib)
+            .field("mask", &self.r.mask)
             .finish()
     }
 }
+
+impl std::ops::Deref for ProfilerComm {
+    type Target = ProfilerRef;
+    fn deref(&self) -> &ProfilerRef {
+        &self.r
+    }
+}
+
+/// The events side of a [`ProfilerComm`]: a copy ([`ProfilerComm::share`])
+/// lets the code driving a group's transfers start and stop events while
+/// the communicator is borrowed elsewhere. Only valid while its
+/// `ProfilerComm` is (the context is finalized when that drops).
+#[derive(Clone)]
+pub struct ProfilerRef {
+    lib: Arc<ProfilerLib>,
+    ctx: Vp,
+    mask: u64,
+}
+
+// SAFETY: NCCL calls a profiler's entries from application and proxy
+// threads, so plugins must allow calls from any thread; the context is
+// only handed to the plugin.
+unsafe impl Send for ProfilerRef {}
 
 impl ProfilerComm {
     /// Calls the plugin's `init` for rank `rank` of a communicator of
@@ -1131,12 +1220,21 @@ impl ProfilerComm {
         // Bits for kinds this version does not define are dropped.
         let known = lib.version.known_kinds();
         Ok(ProfilerComm {
-            lib,
-            ctx,
-            mask: mask as u32 as u64 & known,
+            r: ProfilerRef {
+                lib,
+                ctx,
+                mask: mask as u32 as u64 & known,
+            },
         })
     }
 
+    /// A copy of the events side, valid while this context lives.
+    pub fn share(&self) -> ProfilerRef {
+        self.r.clone()
+    }
+}
+
+impl ProfilerRef {
     /// The plugin's `eActivationMask`: the event kinds it wants.
     pub fn mask(&self) -> u64 {
         self.mask
@@ -1162,7 +1260,7 @@ impl ProfilerComm {
     /// `startEvent` for `descr` when [`ProfilerComm::starts`] its kind.
     /// `None`: not started, refused, or no handle returned (then no stop
     /// either).
-    pub fn start(&mut self, descr: &mut EventDescr) -> Option<Event> {
+    pub fn start(&self, descr: &mut EventDescr) -> Option<Event> {
         if !self.starts(descr.kind) {
             return None;
         }
@@ -1206,29 +1304,38 @@ impl ProfilerComm {
     }
 
     /// `recordEventState` of `e` to `state` (an `ncclProfilerEventState_t`)
-    /// with no arguments, as NCCL records the group API states.
-    pub fn record_state(&mut self, e: &Event, state: c_int) {
+    /// with `args` (NULL when `None`, as NCCL records the group API
+    /// states). v1 to v3 get their own arguments (zero: the members oxccl
+    /// passes are v4's) and only the states they define, as NCCL's
+    /// adapters pass them (the proxy step and proxy control states).
+    pub fn record_state(&self, e: &Event, state: c_int, args: Option<StateArgsV4>) {
+        let h = e.as_ptr();
+        let mut v4 = args;
+        let p4 = v4
+            .as_mut()
+            .map_or(ptr::null_mut(), |a| a as *mut StateArgsV4);
+        // SAFETY: all-zero is a valid value of this plain C union.
+        let mut v1: StateArgsV1 = unsafe { std::mem::zeroed() };
+        let p1 = if args.is_some() {
+            &mut v1 as *mut StateArgsV1
+        } else {
+            ptr::null_mut()
+        };
+        let old = !matches!(self.lib.table, AnyTable::V4(_) | AnyTable::V5(_));
+        if old && !(8..=18).contains(&state) {
+            return;
+        }
         // SAFETY: in every arm, the entry was checked present at load; the
         // handle came from this plugin's startEvent and is not stopped yet
-        // (`e` is borrowed, stopping takes it); NULL arguments are allowed
-        // for the states recorded this way.
+        // (`e` is borrowed, stopping takes it); the arguments are this
+        // version's, valid for the call, or NULL.
         let rc = unsafe {
             match self.lib.table {
-                AnyTable::V5(t) => {
-                    (t.record_event_state.unwrap_unchecked())(e.as_ptr(), state, ptr::null_mut())
-                }
-                AnyTable::V4(t) => {
-                    (t.record_event_state.unwrap_unchecked())(e.as_ptr(), state, ptr::null_mut())
-                }
-                AnyTable::V3(t) => {
-                    (t.record_event_state.unwrap_unchecked())(e.as_ptr(), state, ptr::null_mut())
-                }
-                AnyTable::V2(t) => {
-                    (t.record_event_state.unwrap_unchecked())(e.as_ptr(), state, ptr::null_mut())
-                }
-                AnyTable::V1(t) => {
-                    (t.record_event_state.unwrap_unchecked())(e.as_ptr(), state, ptr::null_mut())
-                }
+                AnyTable::V5(t) => (t.record_event_state.unwrap_unchecked())(h, state, p4),
+                AnyTable::V4(t) => (t.record_event_state.unwrap_unchecked())(h, state, p4),
+                AnyTable::V3(t) => (t.record_event_state.unwrap_unchecked())(h, state, p1),
+                AnyTable::V2(t) => (t.record_event_state.unwrap_unchecked())(h, state, p1),
+                AnyTable::V1(t) => (t.record_event_state.unwrap_unchecked())(h, state, p1),
             }
         };
         if rc != ffi::NCCL_SUCCESS {
@@ -1242,7 +1349,7 @@ impl ProfilerComm {
     }
 
     /// `stopEvent`.
-    pub fn stop(&mut self, e: Event) {
+    pub fn stop(&self, e: Event) {
         // SAFETY: entry checked present at load; the handle came from this
         // plugin's startEvent and is stopped once (moved in).
         let rc = unsafe { (self.lib.table.stop_event().unwrap_unchecked())(e.as_ptr()) };
@@ -1261,12 +1368,12 @@ impl Drop for ProfilerComm {
     fn drop(&mut self) {
         // SAFETY: entry checked present at load; `ctx` came from init and is
         // not used after this.
-        let rc = unsafe { (self.lib.table.finalize().unwrap_unchecked())(self.ctx) };
+        let rc = unsafe { (self.r.lib.table.finalize().unwrap_unchecked())(self.r.ctx) };
         if rc != ffi::NCCL_SUCCESS {
             oxccl_env::info!(
                 Subsys::INIT,
                 "PROFILER/Plugin: {} finalize returned {rc} ({})",
-                self.lib.name,
+                self.r.lib.name,
                 ffi::result_name(rc)
             );
         }
@@ -1376,6 +1483,46 @@ mod tests {
         let mut kch = d;
         kch.kind = 1 << 6;
         assert!(to_v3(&kch).is_some() && to_v2(&kch).is_none());
+        // Proxy operations and steps keep their members in every version.
+        let mut op = d;
+        op.kind = PROFILE_PROXY_OP;
+        op.u.proxy_op = ProxyOpDescr {
+            pid: 77,
+            channel_id: 3,
+            peer: 5,
+            n_steps: 12,
+            chunk_size: 4096,
+            is_send: 1,
+        };
+        let got = [
+            // SAFETY: a proxy operation's descriptor, translated.
+            unsafe { to_v4(&op).unwrap().u.proxy_op },
+            // SAFETY: as above.
+            unsafe { to_v3(&op).unwrap().u.proxy_op },
+            // SAFETY: as above.
+            unsafe { to_v2(&op).unwrap().u.proxy_op },
+            // SAFETY: as above.
+            unsafe { to_v1(&op).unwrap().u.proxy_op },
+        ];
+        for g in got {
+            assert_eq!(
+                (
+                    g.pid,
+                    g.channel_id,
+                    g.peer,
+                    g.n_steps,
+                    g.chunk_size,
+                    g.is_send
+                ),
+                (77, 3, 5, 12, 4096, 1)
+            );
+        }
+        assert_eq!(to_v1(&op).unwrap().parent_obj, 0x10 as Vp);
+        let mut step = d;
+        step.kind = PROFILE_PROXY_STEP;
+        step.u.proxy_step = ProxyStepDescr { step: 9 };
+        // SAFETY: a proxy step's descriptor.
+        assert_eq!(unsafe { to_v1(&step).unwrap().u.proxy_step.step }, 9);
         assert_eq!(algo_code(c"OneShot"), u8::MAX);
         assert_eq!(func_code(c"AlltoAll"), 8);
         assert_eq!(dtype_code(c"ncclUint8"), 1);

@@ -225,6 +225,102 @@ fn descriptor_layout_matches_c() {
         ("state_args_v4_t", size_of::<StateArgsV4>()),
     ];
     let members = [
+        member!("descr_v1_t", EventDescrV1, "proxyOp.pid", u.proxy_op.pid),
+        member!(
+            "descr_v1_t",
+            EventDescrV1,
+            "proxyOp.channelId",
+            u.proxy_op.channel_id
+        ),
+        member!("descr_v1_t", EventDescrV1, "proxyOp.peer", u.proxy_op.peer),
+        member!(
+            "descr_v1_t",
+            EventDescrV1,
+            "proxyOp.nSteps",
+            u.proxy_op.n_steps
+        ),
+        member!(
+            "descr_v1_t",
+            EventDescrV1,
+            "proxyOp.chunkSize",
+            u.proxy_op.chunk_size
+        ),
+        member!(
+            "descr_v1_t",
+            EventDescrV1,
+            "proxyOp.isSend",
+            u.proxy_op.is_send
+        ),
+        member!(
+            "descr_v1_t",
+            EventDescrV1,
+            "proxyStep.step",
+            u.proxy_step.step
+        ),
+        member!("descr_v4_t", EventDescrV4, "proxyOp.pid", u.proxy_op.pid),
+        member!(
+            "descr_v4_t",
+            EventDescrV4,
+            "proxyOp.channelId",
+            u.proxy_op.channel_id
+        ),
+        member!("descr_v4_t", EventDescrV4, "proxyOp.peer", u.proxy_op.peer),
+        member!(
+            "descr_v4_t",
+            EventDescrV4,
+            "proxyOp.nSteps",
+            u.proxy_op.n_steps
+        ),
+        member!(
+            "descr_v4_t",
+            EventDescrV4,
+            "proxyOp.chunkSize",
+            u.proxy_op.chunk_size
+        ),
+        member!(
+            "descr_v4_t",
+            EventDescrV4,
+            "proxyOp.isSend",
+            u.proxy_op.is_send
+        ),
+        member!(
+            "descr_v4_t",
+            EventDescrV4,
+            "proxyStep.step",
+            u.proxy_step.step
+        ),
+        member!("descr_v6_t", EventDescr, "proxyOp.pid", u.proxy_op.pid),
+        member!(
+            "descr_v6_t",
+            EventDescr,
+            "proxyOp.channelId",
+            u.proxy_op.channel_id
+        ),
+        member!("descr_v6_t", EventDescr, "proxyOp.peer", u.proxy_op.peer),
+        member!(
+            "descr_v6_t",
+            EventDescr,
+            "proxyOp.nSteps",
+            u.proxy_op.n_steps
+        ),
+        member!(
+            "descr_v6_t",
+            EventDescr,
+            "proxyOp.chunkSize",
+            u.proxy_op.chunk_size
+        ),
+        member!(
+            "descr_v6_t",
+            EventDescr,
+            "proxyOp.isSend",
+            u.proxy_op.is_send
+        ),
+        member!(
+            "descr_v6_t",
+            EventDescr,
+            "proxyStep.step",
+            u.proxy_step.step
+        ),
         member!("descr_v1_t", EventDescrV1, "parentObj", parent_obj),
         member!("descr_v1_t", EventDescrV1, "rank", rank),
         member!("descr_v1_t", EventDescrV1, "coll", u.coll),

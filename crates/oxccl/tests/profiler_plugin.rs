@@ -63,12 +63,20 @@ const NSTATES: usize = 32;
 const GROUP: usize = 0;
 const COLL: usize = 1;
 const P2P: usize = 2;
+const PROXY_OP: usize = 3;
+const PROXY_STEP: usize = 4;
 const GROUP_API: usize = 8;
 const COLL_API: usize = 9;
 const P2P_API: usize = 10;
 /// `ncclProfilerGroupStartApiStop`, `ncclProfilerGroupEndApiStart`.
 const GROUP_START_API_STOP: usize = 23;
 const GROUP_END_API_START: usize = 24;
+/// `ncclProfilerProxyStepSendWait`, `RecvWait`, `ProxyOpInProgress_v4`,
+/// `ProxyStepSendPeerWait_v4`.
+const SEND_WAIT: usize = 9;
+const RECV_WAIT: usize = 10;
+const PROXY_OP_IN_PROGRESS: usize = 19;
+const SEND_PEER_WAIT: usize = 20;
 
 /// `name[rank][k]` of an `int [MAX_RANKS][NKINDS]` array.
 fn per_kind(file: &str, name: &str, rank: usize, k: usize) -> i32 {
@@ -360,4 +368,139 @@ fn activation_mask_is_honoured_and_broken_profilers_are_refused() {
     for r in 0..NRANKS {
         assert_eq!(per_kind(&so, "oxtest_prof_started", r, 1), 0, "rank {r}");
     }
+}
+
+/// Ranks as threads whose every pair talks over TCP sockets (shared memory
+/// and in-process rings disabled): the network transfers NCCL's proxy
+/// drives, with ring all-reduces on `CHANNELS` channels.
+const CHANNELS: usize = 2;
+fn tcp_comms_with(profiler: &str) -> Vec<Communicator> {
+    let cfg = test_config(|h| {
+        h.profiler_plugin = Some(profiler.to_string());
+        h.shm_disable = true;
+        h.p2p_disable = true;
+        h.algos = oxccl_core::algo::Selection::parse("Ring").unwrap();
+        h.min_channels = Some(CHANNELS);
+        h.max_channels = Some(CHANNELS);
+        h.nchannels = Some(CHANNELS);
+    });
+    init_threads(NRANKS, &cfg).expect("init")
+}
+
+/// `calls` all-reduces of `count` floats on every rank, checked.
+fn all_reduces(comms: &[Communicator], calls: usize, count: usize) {
+    on_ranks(comms, |c| {
+        let r = c.rank();
+        for _ in 0..calls {
+            let send: Vec<f32> = (0..count).map(|i| ((i + r) % 7) as f32).collect();
+            let mut recv = vec![0f32; count];
+            c.all_reduce(&send, &mut recv, RedOp::Sum).unwrap();
+            for (i, v) in recv.iter().enumerate() {
+                let want: usize = (0..NRANKS).map(|q| (i + q) % 7).sum();
+                assert_eq!(*v, want as f32, "rank {r} element {i}");
+            }
+        }
+    });
+}
+
+/// Over TCP, each ring all-reduce gives on every rank one proxy operation
+/// per channel and direction (sending to the next rank, receiving from the
+/// previous one), each with the steps it declared, numbered in order under
+/// it, each step with its states in NCCL's order (the plugin checks the
+/// order and parents; the test the counts), for v6, v4 (the first with
+/// the peer-wait and in-progress states) and v1.
+#[test]
+fn network_transfers_give_proxy_events() {
+    let _w = Watchdog::new("profiler proxy events", std::time::Duration::from_secs(300));
+    const CALLS: usize = 3;
+    // Odd, and large enough for several steps per channel.
+    const COUNT: usize = 300_001;
+    // Collectives, proxy operations and steps.
+    let mask = (1 << COLL) | (1 << PROXY_OP) | (1 << PROXY_STEP);
+    for v in [6, 4, 1] {
+        let so = profiler(
+            &[&format!("PROFILER_VERSION={v}"), &format!("MASK={mask}")],
+            &format!("oxccl-profiler-proxy-v{v}"),
+        );
+        let comms = tcp_comms_with(&so);
+        all_reduces(&comms, CALLS, COUNT);
+        let calls = CALLS as i32;
+        for r in 0..NRANKS {
+            assert_eq!(at::<i32>(&so, "oxtest_prof_bad", r), 0, "v{v} rank {r}");
+            assert_eq!(at::<i32>(&so, "oxtest_prof_coll_nch", r), CHANNELS as i32);
+            let ops = calls * 2 * CHANNELS as i32;
+            assert_eq!(
+                per_kind(&so, "oxtest_prof_started", r, PROXY_OP),
+                ops,
+                "v{v} rank {r}"
+            );
+            assert_eq!(
+                per_kind(&so, "oxtest_prof_stopped", r, PROXY_OP),
+                ops,
+                "v{v} rank {r}"
+            );
+            assert_eq!(at::<i32>(&so, "oxtest_prof_proxy_sends", r), ops / 2);
+            assert_eq!(at::<i32>(&so, "oxtest_prof_proxy_recvs", r), ops / 2);
+            // A ring all-reduce of N ranks: 2(N-1) steps per channel and
+            // direction at least (more when a step is cut in chunks).
+            let steps = at::<i32>(&so, "oxtest_prof_proxy_declared_steps", r);
+            let sends = at::<i32>(&so, "oxtest_prof_proxy_send_steps", r);
+            let per_op_min = 2 * (NRANKS as i32 - 1);
+            assert!(sends >= ops / 2 * per_op_min, "v{v} rank {r}: {sends}");
+            // The ring sends what it receives: as many steps each way.
+            assert_eq!(steps, 2 * sends, "v{v} rank {r}");
+            assert_eq!(per_kind(&so, "oxtest_prof_started", r, PROXY_STEP), steps);
+            assert_eq!(per_kind(&so, "oxtest_prof_stopped", r, PROXY_STEP), steps);
+            let state = |s| code(&so, "oxtest_prof_states", NSTATES, r, s);
+            assert_eq!(state(SEND_WAIT), sends, "v{v} rank {r}");
+            assert_eq!(state(RECV_WAIT), steps - sends, "v{v} rank {r}");
+            let (peer_wait, in_progress) = if v >= 4 { (sends, ops) } else { (0, 0) };
+            assert_eq!(state(SEND_PEER_WAIT), peer_wait, "v{v} rank {r}");
+            assert_eq!(state(PROXY_OP_IN_PROGRESS), in_progress, "v{v} rank {r}");
+            // No other state but the group API events' two (v5 on).
+            let group_api = if v >= 5 { 2 * calls } else { 0 };
+            let total: i32 = (0..NSTATES).map(state).sum();
+            assert_eq!(
+                total,
+                steps + peer_wait + in_progress + group_api,
+                "v{v} rank {r}"
+            );
+            // The last operation: one of this rank's ring neighbours.
+            let peer = at::<i32>(&so, "oxtest_prof_proxy_peer", r) as usize;
+            assert!(
+                peer == (r + 1) % NRANKS || peer == (r + NRANKS - 1) % NRANKS,
+                "v{v} rank {r}: peer {peer}"
+            );
+            assert!(at::<i32>(&so, "oxtest_prof_proxy_channel", r) < CHANNELS as i32);
+        }
+        drop(comms);
+    }
+    // Ranks of one process reach each other without a network: no proxy
+    // events, whatever the mask asks.
+    let so = profiler(
+        &["PROFILER_VERSION=6", &format!("MASK={mask}")],
+        "oxccl-profiler-proxy-local",
+    );
+    let comms = comms_with(&so);
+    all_reduces(&comms, CALLS, COUNT);
+    for r in 0..NRANKS {
+        assert_eq!(per_kind(&so, "oxtest_prof_started", r, COLL), CALLS as i32);
+        assert_eq!(per_kind(&so, "oxtest_prof_started", r, PROXY_OP), 0);
+        assert_eq!(per_kind(&so, "oxtest_prof_started", r, PROXY_STEP), 0);
+        assert_eq!(at::<i32>(&so, "oxtest_prof_bad", r), 0, "rank {r}");
+    }
+    drop(comms);
+    // Groups only, over TCP: no proxy event (nor anything below groups).
+    let so = profiler(
+        &["PROFILER_VERSION=6", "MASK=1"],
+        "oxccl-profiler-proxy-groups",
+    );
+    let comms = tcp_comms_with(&so);
+    all_reduces(&comms, CALLS, COUNT);
+    let groups = CALLS as i32;
+    assert_kinds(
+        &so,
+        &[(GROUP_API, groups, groups), (GROUP, groups, 0)],
+        groups,
+    );
 }

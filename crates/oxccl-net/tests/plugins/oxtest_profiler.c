@@ -21,6 +21,7 @@
  * -DEXPORT_AS=name exports the table under another name.
  */
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "oxtest_profiler_abi.h"
@@ -33,9 +34,25 @@
 #endif
 #define MAX_RANKS 16
 
-enum { GROUP = 1 << 0, COLL = 1 << 1, P2P = 1 << 2, GROUP_API = 1 << 8, COLL_API = 1 << 9, P2P_API = 1 << 10 };
-/* ncclProfilerGroupStartApiStop, ncclProfilerGroupEndApiStart. */
-enum { GROUP_START_API_STOP = 23, GROUP_END_API_START = 24 };
+enum {
+  GROUP = 1 << 0,
+  COLL = 1 << 1,
+  P2P = 1 << 2,
+  PROXY_OP = 1 << 3,
+  PROXY_STEP = 1 << 4,
+  GROUP_API = 1 << 8,
+  COLL_API = 1 << 9,
+  P2P_API = 1 << 10
+};
+/* ncclProfilerEventState_t values. */
+enum {
+  SEND_WAIT = 9,
+  RECV_WAIT = 10,
+  PROXY_OP_IN_PROGRESS = 19,
+  SEND_PEER_WAIT = 20,
+  GROUP_START_API_STOP = 23,
+  GROUP_END_API_START = 24
+};
 #define NKINDS 16
 #define NSTATES 32
 
@@ -64,12 +81,17 @@ typedef CAT(CAT(descr_v, PROFILER_VERSION), _t) descr_t;
 #define COLL_NCH(d) ((d)->coll.nMaxChannels)
 #endif
 
-typedef struct {
+typedef struct event {
   uint64_t type;
   int rank;
   int magic;
   int stopped;
   int last_state;
+  /* Proxy operations: steps declared and started; steps: their operation. */
+  int n_steps;
+  int steps_seen;
+  int is_send;
+  struct event* op;
 } event_t;
 
 int oxtest_prof_inits = 0;
@@ -101,6 +123,15 @@ int oxtest_prof_p2p_peer[MAX_RANKS];
 size_t oxtest_prof_p2p_count[MAX_RANKS];
 char oxtest_prof_p2p_dtype[MAX_RANKS][32];
 char oxtest_prof_p2p_func[MAX_RANKS][32];
+/* Proxy operations: the steps they declared, of those sending, and the
+ * sends' and receives' count, per rank. */
+int oxtest_prof_proxy_declared_steps[MAX_RANKS];
+int oxtest_prof_proxy_send_steps[MAX_RANKS];
+int oxtest_prof_proxy_sends[MAX_RANKS];
+int oxtest_prof_proxy_recvs[MAX_RANKS];
+/* The last proxy operation's channel and peer. */
+int oxtest_prof_proxy_channel[MAX_RANKS];
+int oxtest_prof_proxy_peer[MAX_RANKS];
 /* The last API events of each rank (v5 and v6). */
 int oxtest_prof_group_api_depth[MAX_RANKS];
 char oxtest_prof_coll_api_func[MAX_RANKS][32];
@@ -180,8 +211,30 @@ static ncclResult_t start_event(void* ctx, void** handle, descr_t* d) {
   }
   int k = __builtin_ctzll(type);
   if (!(type & MASK)) __atomic_add_fetch(&oxtest_prof_unasked[r][k], 1, __ATOMIC_SEQ_CST);
+  event_t* op = NULL;
   if (type == GROUP) {
     if (d->parentObj) bad(r);
+  } else if (type == PROXY_OP) {
+    /* Under its collective or point-to-point, still running. */
+    if (!is_event(d->parentObj, COLL, r, 1) && !is_event(d->parentObj, P2P, r, 1)) bad(r);
+    if (d->proxyOp.pid != getpid() || d->proxyOp.nSteps < 1 || d->proxyOp.chunkSize < 1 || d->proxyOp.peer == r ||
+        d->proxyOp.peer < 0 || (d->proxyOp.isSend != 0 && d->proxyOp.isSend != 1))
+      bad(r);
+    __atomic_add_fetch(&oxtest_prof_proxy_declared_steps[r], d->proxyOp.nSteps, __ATOMIC_SEQ_CST);
+    if (d->proxyOp.isSend) __atomic_add_fetch(&oxtest_prof_proxy_send_steps[r], d->proxyOp.nSteps, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(d->proxyOp.isSend ? &oxtest_prof_proxy_sends[r] : &oxtest_prof_proxy_recvs[r], 1,
+                       __ATOMIC_SEQ_CST);
+    oxtest_prof_proxy_channel[r] = d->proxyOp.channelId;
+    oxtest_prof_proxy_peer[r] = d->proxyOp.peer;
+  } else if (type == PROXY_STEP) {
+    /* Under its live proxy operation, numbered in order. */
+    if (!is_event(d->parentObj, PROXY_OP, r, 1)) {
+      bad(r);
+    } else {
+      op = (event_t*)d->parentObj;
+      if (d->proxyStep.step != op->steps_seen || d->proxyStep.step >= op->n_steps) bad(r);
+      op->steps_seen++;
+    }
   }
 #if PROFILER_VERSION >= 5
   if (type == GROUP_API) {
@@ -262,6 +315,14 @@ static ncclResult_t start_event(void* ctx, void** handle, descr_t* d) {
   e->type = type;
   e->rank = r;
   e->magic = 0x6f78;
+  if (type == PROXY_OP) {
+    e->n_steps = d->proxyOp.nSteps;
+    e->is_send = d->proxyOp.isSend;
+  }
+  if (op) {
+    e->op = op;
+    e->is_send = op->is_send;
+  }
   __atomic_add_fetch(&oxtest_prof_started[r][k], 1, __ATOMIC_SEQ_CST);
   *handle = e;
   return 0;
@@ -271,6 +332,10 @@ __attribute__((unused)) static ncclResult_t stop_event(void* handle) {
   event_t* e = (event_t*)handle;
   if (!e || e->magic != 0x6f78) return 4;
   if (e->stopped || (e->type == GROUP_API && e->last_state != GROUP_END_API_START)) bad(e->rank);
+  /* An operation stops after all its steps (when steps are started); a
+   * step after its last state, in NCCL's order. */
+  if (e->type == PROXY_OP && (MASK & PROXY_STEP) && e->steps_seen != e->n_steps) bad(e->rank);
+  if (e->type == PROXY_STEP && e->last_state != (e->is_send ? SEND_WAIT : RECV_WAIT)) bad(e->rank);
   e->stopped = 1;
   __atomic_add_fetch(&oxtest_prof_stopped[e->rank][__builtin_ctzll(e->type)], 1, __ATOMIC_SEQ_CST);
   return 0;
@@ -287,6 +352,21 @@ static ncclResult_t record_state(void* handle, int state, void* args) {
   if (e->type == GROUP_API) {
     int want = state == GROUP_START_API_STOP ? 0 : state == GROUP_END_API_START ? GROUP_START_API_STOP : -1;
     if (e->last_state != want || args) bad(r);
+  } else if (e->type == PROXY_OP) {
+    /* v1 to v3 have no in-progress state. */
+    if (PROFILER_VERSION < 4 || state != PROXY_OP_IN_PROGRESS || e->last_state != 0 || !args) bad(r);
+  } else if (e->type == PROXY_STEP) {
+    /* Sends: peer wait (v4 on), then send wait; receives: receive wait.
+     * From v4 the arguments carry the step's bytes. */
+    int first = PROFILER_VERSION >= 4 ? SEND_PEER_WAIT : SEND_WAIT;
+    int want = !e->is_send                     ? (state == RECV_WAIT ? 0 : -1)
+               : state == first                ? 0
+               : state == SEND_WAIT            ? SEND_PEER_WAIT
+                                               : -1;
+    if (e->last_state != want || !args) bad(r);
+#if PROFILER_VERSION >= 4
+    if (args && ((state_args_v4_t*)args)->proxyStep.transSize == 0) bad(r);
+#endif
   } else {
     bad(r);
   }

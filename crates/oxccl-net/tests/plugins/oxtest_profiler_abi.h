@@ -9,8 +9,23 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef int ncclResult_t;
+
+/* The proxy members, the same in every version. */
+#define PROXY_MEMBERS      \
+  struct {                 \
+    pid_t pid;             \
+    uint8_t channelId;     \
+    int peer;              \
+    int nSteps;            \
+    int chunkSize;         \
+    int isSend;            \
+  } proxyOp;               \
+  struct {                 \
+    int step;              \
+  } proxyStep;
 typedef void (*logger_t)(int level, unsigned long flags, const char* file, int line, const char* fmt, ...);
 
 /* v1: function, datatype, algorithm and protocol as numbers. */
@@ -47,6 +62,7 @@ typedef struct {
       size_t count;
       int peer;
     } p2p;
+    PROXY_MEMBERS
   };
 } descr_v1_t;
 
@@ -81,6 +97,7 @@ typedef struct {
       size_t count;
       int peer;
     } p2p;
+    PROXY_MEMBERS
   };
 } descr_v2_t;
 
@@ -115,6 +132,7 @@ typedef struct {
       size_t count;
       int peer;
     } p2p;
+    PROXY_MEMBERS
   };
 } descr_v3_t;
 
@@ -145,6 +163,7 @@ typedef struct {
       int peer;
       uint8_t nChannels;
     } p2p;
+    PROXY_MEMBERS
   };
 } descr_v4_t;
 
@@ -197,6 +216,7 @@ typedef struct {
       uint8_t nChannels;
       void* parentGroup;
     } p2p;
+    PROXY_MEMBERS
     struct {
       uint64_t seqNumber;
       const char* func;

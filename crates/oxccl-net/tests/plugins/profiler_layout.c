@@ -42,6 +42,13 @@ int main(void) {
   OFF(descr_v1_t, p2p.datatype);
   OFF(descr_v1_t, p2p.count);
   OFF(descr_v1_t, p2p.peer);
+  OFF(descr_v1_t, proxyOp.pid);
+  OFF(descr_v1_t, proxyOp.channelId);
+  OFF(descr_v1_t, proxyOp.peer);
+  OFF(descr_v1_t, proxyOp.nSteps);
+  OFF(descr_v1_t, proxyOp.chunkSize);
+  OFF(descr_v1_t, proxyOp.isSend);
+  OFF(descr_v1_t, proxyStep.step);
 
   HEAD(descr_v2_t);
   OFF(descr_v2_t, coll.name);
@@ -105,6 +112,13 @@ int main(void) {
   OFF(descr_v4_t, p2p.datatype);
   OFF(descr_v4_t, p2p.count);
   OFF(descr_v4_t, p2p.peer);
+  OFF(descr_v4_t, proxyOp.pid);
+  OFF(descr_v4_t, proxyOp.channelId);
+  OFF(descr_v4_t, proxyOp.peer);
+  OFF(descr_v4_t, proxyOp.nSteps);
+  OFF(descr_v4_t, proxyOp.chunkSize);
+  OFF(descr_v4_t, proxyOp.isSend);
+  OFF(descr_v4_t, proxyStep.step);
   OFF(descr_v4_t, p2p.nChannels);
 
   HEAD(descr_v6_t);
@@ -138,6 +152,13 @@ int main(void) {
   OFF(descr_v6_t, p2p.datatype);
   OFF(descr_v6_t, p2p.count);
   OFF(descr_v6_t, p2p.peer);
+  OFF(descr_v6_t, proxyOp.pid);
+  OFF(descr_v6_t, proxyOp.channelId);
+  OFF(descr_v6_t, proxyOp.peer);
+  OFF(descr_v6_t, proxyOp.nSteps);
+  OFF(descr_v6_t, proxyOp.chunkSize);
+  OFF(descr_v6_t, proxyOp.isSend);
+  OFF(descr_v6_t, proxyStep.step);
   OFF(descr_v6_t, p2p.nChannels);
   OFF(descr_v6_t, p2p.parentGroup);
   OFF(descr_v6_t, ceColl.seqNumber);
