@@ -1500,6 +1500,10 @@ fn proxy_tracks(
         return Vec::new();
     };
     let net = |q: usize| matches!(comm.kinds.get(q), Some(Some(LinkKind::Tcp | LinkKind::Net)));
+    debug_assert_eq!(
+        ops.iter().filter(|op| !is_self_p2p(op, comm.rank)).count(),
+        tasks.len()
+    );
     ops.iter()
         .zip(parents)
         .filter(|(op, _)| !is_self_p2p(op, comm.rank))
