@@ -558,7 +558,7 @@ params! {
     TUNER_PLUGIN: Opt<Str> = "NCCL_TUNER_PLUGIN", "", honoured,
         "Tuner plugin (ncclTunerPlugin v2-v6) whose cost table decides the host path's algorithm, protocol and channel count: foo loads foo, then libnccl-tuner-foo.so; a path is used as is; none disables. Unset: libnccl-tuner.so if present. A plugin that cannot be used: a WARN and oxccl's own tuning.";
     PROFILER_PLUGIN: Opt<Str> = "NCCL_PROFILER_PLUGIN", "", honoured,
-        "Profiler plugin (ncclProfiler v1-v6) that receives group, collective and point-to-point events of host-path calls: foo loads foo, then libnccl-profiler-foo.so; a path is used as is; none disables. Unset: libnccl-profiler.so if present. A plugin that cannot be used: a WARN and no profiler.";
+        "Profiler plugin (ncclProfiler v1-v6) that receives the group API, collective and point-to-point API (v5 on), group, collective and point-to-point events of host-path calls, and proxy operation and step events of their network transfers: foo loads foo, then libnccl-profiler-foo.so; a path is used as is; none disables. Unset: libnccl-profiler.so if present. A plugin that cannot be used: a WARN and no profiler.";
     // ---- honoured: transports and tuning
     SHM_DISABLE: Bool = "NCCL_SHM_DISABLE", "0", honoured,
         "1 disables the shared-memory transport.";
