@@ -201,6 +201,7 @@ fn netns_worker_entry() {
     match scenario.as_str() {
         "colls" => scenario_colls(&c),
         "loop" => scenario_loop(c, &dir),
+        "profiler" => netns_support::prof_counts::run(&c, 3, 200_003),
         s => panic!("unknown scenario {s}"),
     }
     c.destroy().expect("destroy");
@@ -355,6 +356,29 @@ fn loopback_two_hosts_through_plugin_v12() {
         format_logs(&ends)
     );
     eprintln!("loopback v12: {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// Two processes, two "hosts", through the plugin, with a profiler plugin
+/// (the C test profiler, v6): the plugin's transfers are network transfers
+/// too, with their proxy events counted exactly per rank
+/// (`netns_support::prof_counts::check_two_hosts`).
+#[test]
+fn loopback_through_plugin_gives_proxy_events() {
+    let _s = netns_support::serial();
+    let so = plugin("");
+    let prof = netns_support::prof_counts::build();
+    let ends = run_loopback_with(
+        "prof",
+        "profiler",
+        &[0, 1],
+        &[
+            ("NCCL_NET_PLUGIN", so.to_str().unwrap()),
+            ("NCCL_PROFILER_PLUGIN", prof.as_str()),
+        ],
+        |_, _| {},
+    );
+    assert_ok_via(&ends, "oxtest");
+    netns_support::prof_counts::check_two_hosts(&ends, 3);
 }
 
 /// Three processes on two "hosts" (two share memory), through a plugin that

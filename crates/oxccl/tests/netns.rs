@@ -334,66 +334,16 @@ fn netns_worker_entry() {
         "loop" => scenario_loop(c, &dir),
         "send_exit" => scenario_send_exit(&c),
         "children" => scenario_children(&c),
-        "profiler" => scenario_profiler(&c),
+        "profiler" => netns_support::prof_counts::run(&c, PROF_CALLS, PROF_COUNT),
         s => panic!("unknown scenario {s}"),
     }
     c.destroy().expect("destroy");
     println!("OXH_OK rank {rank}");
 }
 
-/// Counts all-reduced (twice each) in the profiler's scenario.
+/// All-reduces in the profiler's scenario, and their count.
 const PROF_CALLS: usize = 3;
 const PROF_COUNT: usize = 200_003;
-
-/// `int name[16][n]`'s entry `[rank][i]` in the loaded test profiler.
-fn prof_int(name: &str, n: usize, rank: usize, i: usize) -> i32 {
-    let lib = std::env::var("NCCL_PROFILER_PLUGIN").expect("NCCL_PROFILER_PLUGIN");
-    let f = std::ffi::CString::new(lib).unwrap();
-    let s = std::ffi::CString::new(name).unwrap();
-    assert!(rank < 16 && i < n);
-    // SAFETY: the library is loaded already (RTLD_NOLOAD only takes a
-    // reference); both names are C strings.
-    let h = unsafe { libc::dlopen(f.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-    assert!(!h.is_null(), "the profiler is not loaded");
-    // SAFETY: a live handle and a C string.
-    let p = unsafe { libc::dlsym(h, s.as_ptr()) } as *const i32;
-    assert!(!p.is_null(), "the profiler exports no {name}");
-    // SAFETY: the plugin defines `int name[16][n]`; no call into it is in
-    // flight (this rank's operations completed).
-    unsafe { *p.add(rank * n + i) }
-}
-
-/// All-reduces with the test profiler loaded, then its counters of this
-/// rank on one line: `OXH_PROF key=value ...`.
-fn scenario_profiler(c: &Communicator) {
-    all_reduce_sweep(c, &[PROF_COUNT; PROF_CALLS]);
-    let r = c.rank();
-    let kind = |k| prof_int("oxtest_prof_started", 16, r, k);
-    let stopped = |k| prof_int("oxtest_prof_stopped", 16, r, k);
-    let state = |s| prof_int("oxtest_prof_states", 32, r, s);
-    let one = |name| prof_int(name, 1, r, 0);
-    println!(
-        "OXH_PROF rank={r} coll={} group_api={} coll_api={} proxy_op={} proxy_op_stopped={} proxy_step={} proxy_step_stopped={} declared={} send_steps={} sends={} recvs={} nch={} peer={} send_wait={} recv_wait={} in_progress={} peer_wait={} bad={}",
-        kind(1),
-        kind(8),
-        kind(9),
-        kind(3),
-        stopped(3),
-        kind(4),
-        stopped(4),
-        one("oxtest_prof_proxy_declared_steps"),
-        one("oxtest_prof_proxy_send_steps"),
-        one("oxtest_prof_proxy_sends"),
-        one("oxtest_prof_proxy_recvs"),
-        one("oxtest_prof_coll_nch"),
-        one("oxtest_prof_proxy_peer"),
-        state(9),
-        state(10),
-        state(19),
-        state(20),
-        one("oxtest_prof_bad"),
-    );
-}
 
 // ---------------------------------------------------------------- tests
 
@@ -1131,75 +1081,14 @@ fn slow_link_stall_longer_than_keepalive_completes() {
 }
 
 /// Two processes on two hosts with a profiler plugin (the C test profiler
-/// of oxccl-net, v6, asking for collectives, their API events and proxy
-/// operations and steps): on each rank, one group API and one collective
-/// API event per all-reduce, and per all-reduce one proxy operation per
-/// channel and direction to the other host, each with the steps it
-/// declared (the plugin checks their numbering, parents and states' order),
-/// every step's states counted exactly.
+/// of oxccl-net, v6): its API and proxy events counted exactly per rank
+/// (`netns_support::prof_counts::check_two_hosts`).
 #[test]
 fn two_hosts_profiler_proxy_events() {
     let _s = netns_support::serial();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../oxccl-net/tests/plugins/oxtest_profiler.c");
-    // Coll, ProxyOp, ProxyStep, CollApi.
-    let mask = format!("MASK={}", (1 << 1) | (1 << 3) | (1 << 4) | (1 << 9));
-    let so = oxccl_net::testing::build_c_plugin(
-        &src,
-        &["PROFILER_VERSION=6", &mask],
-        "oxccl-profiler-netns",
-        "libnccl-profiler-oxtest.so",
-    );
-    let so = so.to_str().unwrap().to_string();
+    let so = netns_support::prof_counts::build();
     let h = Hosts::new("prof", 2, 1);
     let env = [("NCCL_PROFILER_PLUGIN", so.as_str())];
     let ends = Job::start(&h, "profiler", &[0, 1], &env).wait_ok(JOB_LIMIT);
-    for e in &ends {
-        let line = e
-            .log
-            .lines()
-            .find_map(|l| l.split_once("OXH_PROF ").map(|(_, v)| v))
-            .unwrap_or_else(|| {
-                panic!(
-                    "rank {} printed no counters\n{}",
-                    e.rank,
-                    format_logs(&ends)
-                )
-            });
-        let field = |k: &str| -> i32 {
-            line.split(' ')
-                .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
-                .unwrap_or_else(|| panic!("no {k} in {line}"))
-                .parse()
-                .unwrap()
-        };
-        // Each count is all-reduced twice (out of place, in place).
-        let calls = 2 * PROF_CALLS as i32;
-        let nch = field("nch");
-        assert!(nch >= 1, "{line}");
-        assert_eq!(field("rank"), e.rank as i32, "{line}");
-        assert_eq!(field("bad"), 0, "{line}");
-        assert_eq!(field("coll"), calls, "{line}");
-        assert_eq!(field("group_api"), calls, "{line}");
-        assert_eq!(field("coll_api"), calls, "{line}");
-        // The other rank is the ring's next and previous rank.
-        let ops = calls * nch * 2;
-        assert_eq!(field("proxy_op"), ops, "{line}");
-        assert_eq!(field("proxy_op_stopped"), ops, "{line}");
-        assert_eq!(field("sends"), ops / 2, "{line}");
-        assert_eq!(field("recvs"), ops / 2, "{line}");
-        assert_eq!(field("peer"), 1 - e.rank as i32, "{line}");
-        let (steps, sends) = (field("declared"), field("send_steps"));
-        // Two ranks: a reduce-scatter step and an all-gather step per
-        // channel and direction at least.
-        assert!(sends >= ops / 2 * 2, "{line}");
-        assert_eq!(steps, 2 * sends, "{line}");
-        assert_eq!(field("proxy_step"), steps, "{line}");
-        assert_eq!(field("proxy_step_stopped"), steps, "{line}");
-        assert_eq!(field("send_wait"), sends, "{line}");
-        assert_eq!(field("peer_wait"), sends, "{line}");
-        assert_eq!(field("recv_wait"), steps - sends, "{line}");
-        assert_eq!(field("in_progress"), ops, "{line}");
-        eprintln!("rank {}: {line}", e.rank);
-    }
+    netns_support::prof_counts::check_two_hosts(&ends, PROF_CALLS);
 }

@@ -21,6 +21,7 @@
 
 #![allow(dead_code)]
 
+pub mod prof_counts;
 pub mod proxy;
 
 use std::fs::File;
