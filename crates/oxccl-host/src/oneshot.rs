@@ -223,23 +223,36 @@ impl ShmOneShot {
         }
     }
 
-    /// Compares every peer's records of calls `self.clear + 1 ..= upto`
-    /// (every peer has posted them) with this rank's, then counts them
-    /// checked. An error names the first peer whose call differs.
-    fn check_records(&mut self, upto: u64) -> Result<()> {
+    /// Compares every peer's records of calls from `self.clear + 1` with
+    /// this rank's and counts them checked: every call up to `need` (every
+    /// peer has posted it), then further, up to `limit` (at most this
+    /// rank's last post), as long as every peer has posted the call. An
+    /// error names the first peer whose call differs. Looking past `need`
+    /// is what spares a rank that reads nothing of its peers (a broadcast
+    /// receiver, whose root is ahead) a look at every call: it clears up
+    /// to its own last post at once and looks again `SLOTS - 1` calls
+    /// later, reading the records four to a cache line.
+    fn check_records(&mut self, need: u64, limit: u64) -> Result<()> {
         let n = self.areas.len();
-        for seq in self.clear + 1..=upto {
+        let mut seq = self.clear + 1;
+        while seq <= limit {
             let mine = self.record(self.rank, seq)[1].load(Ordering::Relaxed);
             for q in (0..n).filter(|&q| q != self.rank) {
                 let r = self.record(q, seq);
                 // A peer that posted `seq` wrote its record first; the record
-                // is not rewritten before this rank posts again.
+                // is not rewritten before this rank posts again (the
+                // module's notes).
                 if r[0].load(Ordering::Acquire) == seq {
                     self.mismatch(q, r[1].load(Ordering::Relaxed), mine)?;
+                } else if seq > need {
+                    // Not posted yet: cleared so far.
+                    return Ok(());
                 }
             }
+            self.clear = seq;
+            seq += 1;
         }
-        self.clear = self.clear.max(upto);
+        self.clear = self.clear.max(need);
         Ok(())
     }
 
@@ -363,7 +376,7 @@ impl ShmOneShot {
                 });
             }
         }
-        self.check_records(last)?;
+        self.check_records(last, self.seq)?;
         Ok(Progress::Ready)
     }
 
@@ -396,7 +409,7 @@ impl ShmOneShot {
             // Every peer posted this call (compared above), so every call
             // before it: the ones not read (rooted calls) are compared now,
             // from the records (none after a call that read every rank).
-            self.check_records(seq - 1)?;
+            self.check_records(seq - 1, seq - 1)?;
             self.clear = seq;
         }
         Ok(Progress::Ready)
@@ -686,6 +699,41 @@ mod tests {
                 seq: SLOTS
             }
         );
+    }
+
+    /// A rank that reads nothing of its peers (a broadcast root) clears
+    /// every call up to its own last post in one look, as far as its peers
+    /// posted them, and looks again only when it would reuse a slot past
+    /// those.
+    #[test]
+    fn a_root_clears_as_far_as_every_peer_posted() {
+        let mut v = views(2);
+        let call = bcast(1, 0);
+        let mut out = [0u8; 1];
+        for k in 1..=2 * SLOTS {
+            assert_eq!(
+                v[0].clear_to_post(1).unwrap(),
+                Progress::Ready,
+                "root, call {k}"
+            );
+            v[0].post(&call, &[k as u8], None).unwrap();
+            // Calls 1 .. SLOTS - 1 need no look; call SLOTS clears up to
+            // SLOTS - 1, the root's last post then; the next look is at
+            // call 2 SLOTS - 1.
+            let want = if k < SLOTS {
+                0
+            } else if k < 2 * SLOTS - 1 {
+                SLOTS - 1
+            } else {
+                2 * SLOTS - 2
+            };
+            assert_eq!(v[0].clear, want, "after call {k}");
+            assert_eq!(v[1].clear_to_post(0).unwrap(), Progress::Ready, "call {k}");
+            let s = v[1].post(&call, &[], None).unwrap();
+            assert_eq!(v[1].progress(s, &call, 0).unwrap(), Progress::Ready);
+            v[1].finish(s, &call, &mut out, None);
+            assert_eq!(out, [k as u8]);
+        }
     }
 
     /// Two ranks that both think they are a broadcast's root read nothing
