@@ -84,21 +84,9 @@ if [[ " ${libs[*]} " == *" oxccl "* && -z ${OXCCL:-} ]]; then
   OXCCL="${CARGO_TARGET_DIR:-target}/release/oxccl"
 fi
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
-# Waits until the 1-minute load average is below LOAD_MAX (at most
-# LOAD_WAIT seconds) and prints the load the run starts under.
-wait_idle() {
-  local t=0
-  while awk -v l="$(load1)" -v m="$LOAD_MAX" 'BEGIN { exit !(l >= m) }'; do
-    if (( t >= LOAD_WAIT )); then
-      echo "# load $(load1) still at or above $LOAD_MAX after ${LOAD_WAIT} s: running anyway" >&2
-      break
-    fi
-    sleep 5
-    t=$((t + 5))
-  done
-  load1
-}
+# load1, wait_idle (LOAD_MAX, LOAD_WAIT).
+# shellcheck source=scripts/idle-gate.sh
+. scripts/idle-gate.sh
 
 run_one() { # lib ranks coll file
   local lib=$1 n=$2 coll=$3 f=$4

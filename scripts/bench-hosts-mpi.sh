@@ -201,19 +201,9 @@ wait_all() {
   return "$rc"
 }
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
-wait_idle() {
-  local t=0
-  while awk -v l="$(load1)" -v m="$LOAD_MAX" 'BEGIN { exit !(l >= m) }'; do
-    if ((t >= LOAD_WAIT)); then
-      echo "# load $(load1) still at or above $LOAD_MAX after ${LOAD_WAIT} s: running anyway" >&2
-      break
-    fi
-    sleep 5
-    t=$((t + 5))
-  done
-  load1
-}
+# load1, wait_idle (LOAD_MAX, LOAD_WAIT).
+# shellcheck source=scripts/idle-gate.sh
+. scripts/idle-gate.sh
 
 PORT=29800
 next_port() { PORT=$((PORT + 1)); }
