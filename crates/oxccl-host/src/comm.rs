@@ -739,6 +739,18 @@ fn in_place_layout(op: &OpDesc, rank: usize, esize: usize) -> bool {
     }
 }
 
+impl OpDesc {
+    /// Names the operation in messages, formatted only when one is made.
+    fn label(&self) -> OpLabel {
+        OpLabel {
+            kind: self.kind,
+            count: self.count,
+            dtype: self.dtype,
+            op: self.op,
+        }
+    }
+}
+
 /// Refuses a root (or a send's or receive's peer) outside the communicator.
 fn check_root(op: &OpDesc, n: usize) -> Result<()> {
     if matches!(
@@ -892,12 +904,7 @@ unsafe fn prepare<'b>(
                     scratch: &mut scratch[..],
                 },
                 streams: HashSet::from([SLOT_STREAM]),
-                what: OpLabel {
-                    kind: op.kind,
-                    count: op.count,
-                    dtype: op.dtype,
-                    op: op.op,
-                },
+                what: op.label(),
             },
         });
     }
@@ -1002,12 +1009,7 @@ unsafe fn prepare<'b>(
                 scratch: &mut scratch[..],
             },
             streams,
-            what: OpLabel {
-                kind: op.kind,
-                count: op.count,
-                dtype: op.dtype,
-                op: op.op,
-            },
+            what: op.label(),
         },
     })
 }
