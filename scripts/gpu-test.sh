@@ -102,11 +102,12 @@ run() { # name, command...  (OXCCL_GPU_ONLY="name ..." runs only those rows)
 B=$TESTS_DIR
 # Every row runs ignored tests too (`--include-ignored`); tests with a row of
 # their own are `--skip`ped in the others. With one GPU the tests that need
-# two (`two_gpus_*`) are skipped too, and a row says so.
+# two (`two_gpus_*`, and GPUDirect across hosts, which one GPU runs only
+# under MPS: scripts/gpu-gdr-check.sh) are skipped too, and a row says so.
 ALL=--include-ignored
 NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$NGPUS" -lt 2 ]; then
-  ALL="$ALL --skip two_gpus"
+  ALL="$ALL --skip two_gpus --skip across_hosts_with_gpudirect"
   rows+=("two_gpus_* tests: not run ($NGPUS GPU visible)  SKIP")
 fi
 # Processes for the PyTorch rows: one per GPU, two at most.

@@ -1983,18 +1983,21 @@ fn across_hosts_gpudirect_decision_is_logged() {
     }
 }
 
-/// Two ranks on two GPUs as two "hosts", through the test plugin with GPU
-/// memory. Not on one GPU: processes sharing it take turns in time slices,
-/// and each step waits for the plugin's copies in its own process's slice
-/// (~80 ms a copy on one H200 with both ranks' kernels resident: a sweep
-/// does not finish in minutes).
+/// Two ranks as two "hosts", through the test plugin with GPU memory: on
+/// two GPUs, or on one GPU whose processes run at once under MPS
+/// (`OXCCL_TEST_MPS=1`, set by `scripts/gpu-gdr-check.sh` after it starts
+/// an MPS control daemon). Not on one GPU without MPS: processes sharing it
+/// take turns in time slices, and each step waits for the plugin's copies
+/// in its own process's slice (~80 ms a copy on one H200 with both ranks'
+/// kernels resident: a sweep does not finish in minutes).
 #[test]
-#[ignore = "needs two GPUs: GPUDirect RDMA through a network plugin that declares GPU memory"]
-fn two_gpus_across_hosts_with_gpudirect_through_a_network_plugin() {
+#[ignore = "needs two GPUs, or one GPU under MPS: GPUDirect RDMA through a network plugin that declares GPU memory"]
+fn across_hosts_with_gpudirect_through_a_network_plugin() {
     require_gpu();
+    let mps = std::env::var("OXCCL_TEST_MPS").is_ok_and(|v| v == "1");
     assert!(
-        oxccl_cuda::Gpu::count().unwrap() >= 2,
-        "needs two GPUs (one process each)"
+        mps || oxccl_cuda::Gpu::count().unwrap() >= 2,
+        "needs two GPUs (one process each), or OXCCL_TEST_MPS=1 with an MPS daemon serving one GPU"
     );
     let so = test_plugin();
     let base = [
