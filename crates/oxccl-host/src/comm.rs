@@ -22,12 +22,12 @@ use oxccl_bootstrap::Bootstrap;
 use oxccl_core::algo::{Algo, Choice, Proto, Selection};
 use oxccl_core::engine::{Buffers, Engine, Header, StreamSeqs};
 use oxccl_core::profiler_plugin::{self as prof_names, SeqNumbers};
-use oxccl_net::profiler_group::GroupEvents;
 use oxccl_core::schedule::{build, Request, Shape, Shaped};
 use oxccl_core::tuner::{choose, LinkModel, Plan, TuneInput};
 use oxccl_core::tuner_plugin::{self, Verdict};
 use oxccl_core::{byte_len, CollKind, DataType, Error, ErrorKind, RedOp, Reduction, Result};
 use oxccl_env::Subsys;
+use oxccl_net::profiler_group::GroupEvents;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -544,6 +544,16 @@ impl HostComm {
     pub fn tuner(&self) -> Option<std::sync::Arc<std::sync::Mutex<oxccl_net::tuner::TunerComm>>> {
         self.tuner.clone()
     }
+    /// Whether a profiler plugin was loaded for this communicator.
+    pub fn has_profiler(&self) -> bool {
+        self.profiler.is_some()
+    }
+    /// The profiler plugin's context and the collective sequence numbers,
+    /// for the GPU path's events (one numbering per communicator, whatever
+    /// the buffers).
+    pub fn profiler(&mut self) -> Option<(&oxccl_net::profiler::ProfilerComm, &mut SeqNumbers)> {
+        self.profiler.as_mut().map(|(p, s)| (&*p, s))
+    }
     /// Ranks in the communicator.
     pub fn nranks(&self) -> usize {
         self.nranks
@@ -1050,6 +1060,17 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
     let r = unsafe { run_group_inner(items, &events) };
     profile_stop(items, events);
     r
+}
+
+/// [`run_group`] for the library's own exchanges (the GPU path's agreement
+/// on a group's rooted calls): a profiler sees no events of them, and no
+/// collective sequence number is taken.
+///
+/// # Safety
+/// As [`run_group`].
+pub unsafe fn run_group_unprofiled(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { run_group_inner(items, &[]) }
 }
 
 /// Starts the events the profiler of each communicator starts (NCCL's
