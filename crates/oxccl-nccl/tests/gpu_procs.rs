@@ -2195,8 +2195,8 @@ fn one_shot_all_reduce_at_every_size() {
 }
 
 /// The C test profiler plugin (oxccl-net's `tests/plugins/oxtest_profiler.c`)
-/// for ABI `version`, asking for the group, operation and API events, with
-/// the API events' stream required (calls on device buffers pass theirs),
+/// for ABI `version`, asking for the group, operation, API and kernel
+/// launch events, with the API and kernel launch events' stream required (calls on device buffers pass theirs),
 /// compiled with cc (the GPU machine has it): the source
 /// OXCCL_TEST_PROFILER_SRC names, else the one this binary was built
 /// beside, else the checkout's the test runs in.
@@ -2213,8 +2213,12 @@ fn test_profiler(version: u32) -> String {
         std::path::PathBuf::from(rel)
     };
     let v = format!("PROFILER_VERSION={version}");
-    // Group, Coll, P2p, GroupApi, CollApi, P2pApi (v1 to v4 drop the last three).
-    let mask = format!("MASK={}", 1 | 2 | 4 | (1 << 8) | (1 << 9) | (1 << 10));
+    // Group, Coll, P2p, GroupApi, CollApi, P2pApi, KernelLaunch (v1 to v4
+    // drop the last four).
+    let mask = format!(
+        "MASK={}",
+        1 | 2 | 4 | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11)
+    );
     oxccl_net::testing::build_c_plugin(
         &src,
         &[&v, &mask, "API_STREAM"],
@@ -2268,7 +2272,8 @@ fn prof_text(file: &str, name: &str, rank: usize) -> String {
 /// last all-reduce of 5. Then the communicator is destroyed (the plugin's
 /// finalize) and the plugin's counts are checked against the calls: per
 /// kind started and stopped, the group API states, descriptors and parents
-/// as the plugin checks them (nothing bad), and sequence numbers
+/// as the plugin checks them (nothing bad), one kernel launch event per
+/// group (v5, v6) under its group API event, and sequence numbers
 /// consecutive per function.
 fn profiled_calls(comm: ncclComm_t, rank: usize, n: usize) {
     use oxccl_cuda::bench_gpu::PerfGpu;
@@ -2464,6 +2469,8 @@ fn profiled_calls(comm: ncclComm_t, rank: usize, n: usize) {
             8 if api => groups,
             9 if api => colls,
             10 if api => p2ps,
+            // One kernel launch event per group (one communicator).
+            11 if api => groups,
             _ => 0,
         }
     };

@@ -48,7 +48,8 @@ enum {
   PROXY_STEP = 1 << 4,
   GROUP_API = 1 << 8,
   COLL_API = 1 << 9,
-  P2P_API = 1 << 10
+  P2P_API = 1 << 10,
+  KERNEL_LAUNCH = 1 << 11
 };
 /* ncclProfilerEventState_t values. */
 enum {
@@ -286,6 +287,8 @@ static ncclResult_t start_event(void* ctx, void** handle, descr_t* d) {
     copy(oxtest_prof_p2p_api_func[r], d->p2pApi.func);
     copy(oxtest_prof_p2p_api_dtype[r], d->p2pApi.datatype);
     oxtest_prof_p2p_api_count[r] = d->p2pApi.count;
+  } else if (type == KERNEL_LAUNCH) {
+    if (!is_event(d->parentObj, GROUP_API, r, 1) || BAD_API_STREAM(d->kernelLaunch.stream)) bad(r);
   } else if (type == COLL) {
     if (!is_event(d->parentObj, COLL_API, r, 0) || !is_event(d->coll.parentGroup, GROUP, r, 1)) bad(r);
   } else if (type == P2P) {

@@ -10,7 +10,9 @@ use super::cuda::{self, Memory};
 use crate::{Communicator, Error, OpDesc, RedOp, Result};
 use oxccl_core::gpu::rooted::{self, RootedCall};
 use oxccl_core::{CollKind, DataType, Scalar};
-use oxccl_net::profiler::ProfilerRef;
+use oxccl_net::profiler::{
+    DescrUnion, Event, EventDescr, KernelLaunchDescr, ProfilerRef, PROFILE_KERNEL_LAUNCH,
+};
 use oxccl_net::profiler_group::{start_group, stop_group, GroupEvents, OpEvent};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -174,11 +176,44 @@ pub fn launch_all(launches: Vec<DeviceLaunch>) -> Result<()> {
         return cuda::launch_all(launches.into_iter().map(|l| l.launch).collect());
     }
     let events = profile_start(&launches);
+    // Kernel launch events (v5, v6, when the plugin asks for them): one per
+    // communicator's part, around the group's launch, under its group API
+    // event, with the stream of its first call.
+    let kernel_launches: Vec<Option<Event>> = events
+        .iter()
+        .map(|(prof, ev, stream)| {
+            if !prof.starts(PROFILE_KERNEL_LAUNCH) {
+                return None;
+            }
+            let mut d = EventDescr {
+                kind: PROFILE_KERNEL_LAUNCH,
+                parent_obj: ev
+                    .events
+                    .group_api
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |g| g.as_ptr()),
+                rank: ev.rank as i32,
+                u: DescrUnion {
+                    kernel_launch: KernelLaunchDescr { stream: *stream },
+                },
+            };
+            prof.start(&mut d)
+        })
+        .collect();
     let r = cuda::launch_all(launches.into_iter().map(|l| l.launch).collect());
-    for (prof, ev) in events {
-        stop_group(&prof, ev);
+    for ((prof, ev, _), kl) in events.into_iter().zip(kernel_launches) {
+        if let Some(k) = kl {
+            prof.stop(k);
+        }
+        stop_group(&prof, ev.events);
     }
     r
+}
+
+/// A communicator's events of a group being launched, and its rank.
+struct CommEvents {
+    events: GroupEvents,
+    rank: usize,
 }
 
 /// Starts the profiler events of a group of launches, per communicator
@@ -193,7 +228,10 @@ pub fn launch_all(launches: Vec<DeviceLaunch>) -> Result<()> {
 /// where NCCL stops them too (after handing the plan's network work to its
 /// proxy thread, before the kernel has run). The kernel's progress is not
 /// an event of theirs.
-fn profile_start(launches: &[DeviceLaunch]) -> Vec<(ProfilerRef, GroupEvents)> {
+///
+/// Returns each communicator's profiler, events and the stream of its first
+/// call.
+fn profile_start(launches: &[DeviceLaunch]) -> Vec<(ProfilerRef, CommEvents, *mut c_void)> {
     let mut per: Vec<(&Communicator, Vec<OpEvent>, bool)> = Vec::new();
     for p in launches.iter().filter_map(|l| l.profile.as_deref()) {
         match per
@@ -215,8 +253,12 @@ fn profile_start(launches: &[DeviceLaunch]) -> Vec<(ProfilerRef, GroupEvents)> {
         let Some((prof, seqs)) = g.as_mut().and_then(|h| h.profiler()) else {
             continue;
         };
-        let ev = start_group(prof, seqs, c.rank(), captured, &ops);
-        out.push((prof.share(), ev));
+        let events = start_group(prof, seqs, c.rank(), captured, &ops);
+        let ev = CommEvents {
+            events,
+            rank: c.rank(),
+        };
+        out.push((prof.share(), ev, ops[0].stream));
     }
     out
 }
