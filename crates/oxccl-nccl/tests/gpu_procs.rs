@@ -28,6 +28,43 @@ use std::process::Command;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
+/// Counts the allocations each thread makes ([`thread_allocs`]): the
+/// profiler tests check that a call on device buffers allocates nothing
+/// for the profiler when none is loaded.
+struct CountingAlloc;
+
+thread_local! {
+    static ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; the
+// counter is a thread-local Cell with a const initializer (no allocation,
+// no reentry).
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's layout, forwarded.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        // SAFETY: `p` came from `alloc` above (the system allocator's).
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, n: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: as for `dealloc`; `n` is the caller's.
+        unsafe { std::alloc::System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: CountingAlloc = CountingAlloc;
+
+/// The allocations the calling thread made so far.
+fn thread_allocs() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
+
 const TYPES: &[(i32, &str, usize)] = &[
     (0, "int8", 1),
     (1, "uint8", 1),
@@ -492,6 +529,7 @@ fn child_rank() {
         Ok("window") => return window(comm, rank, n),
         Ok("simulate") => return simulate(comm, rank, n),
         Ok("profiler") => return profiled_calls(comm, rank, n),
+        Ok("no_alloc") => return no_allocation_per_call(comm, rank, n),
         _ => {}
     }
     let t0 = Instant::now();
@@ -2608,4 +2646,59 @@ fn one_rank_gives_a_profiler_plugin_its_events() {
 #[ignore = "needs a GPU: two processes give a profiler plugin their events"]
 fn two_processes_give_a_profiler_plugin_their_events() {
     profiler_on_the_gpu_path(2, &[6, 3, 1]);
+}
+
+/// Without a profiler plugin, a small all-reduce on device buffers
+/// allocates nothing on the calling thread: 1,000 calls of 5 float32 (out
+/// of place, after 10 to warm up), counted by the test's allocator.
+fn no_allocation_per_call(comm: ncclComm_t, rank: usize, n: usize) {
+    use oxccl_cuda::bench_gpu::PerfGpu;
+    assert!(std::env::var("NCCL_PROFILER_PLUGIN").is_err());
+    let g = oxccl_cuda::Gpu::count().unwrap();
+    let gpu = PerfGpu::open(rank % g).unwrap();
+    gpu.make_current().unwrap();
+    let stream = gpu.stream().unwrap();
+    let (x, y) = (Dev::new(5 * 4), Dev::new(5 * 4));
+    let vals: Vec<u8> = (0..5)
+        .flat_map(|i| (i as f32 + 1.0).to_le_bytes())
+        .collect();
+    x.put(&vals);
+    let call = || {
+        ok(
+            // SAFETY: `x` and `y` hold 5 float32; `stream` is a live stream of this rank's GPU.
+            unsafe { ncclAllReduce(x.p, y.p, 5, 7, 0, comm, stream.raw()) },
+            "ncclAllReduce",
+        )
+    };
+    for _ in 0..10 {
+        call();
+    }
+    let before = thread_allocs();
+    for _ in 0..1000 {
+        call();
+    }
+    let allocs = thread_allocs() - before;
+    assert!(stream
+        .wait(Instant::now() + Duration::from_secs(60))
+        .unwrap());
+    let got = y.get(5 * 4);
+    for i in 0..5 {
+        let v = f32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(v, (i as f32 + 1.0) * n as f32, "rank {rank}: element {i}");
+    }
+    assert_eq!(
+        allocs, 0,
+        "rank {rank}: allocations in 1,000 small all-reduces without a profiler"
+    );
+    drop((x, y));
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    println!("CHILD OK rank {rank}: 1,000 all-reduces of 5 float32, {allocs} allocations");
+}
+
+#[test]
+#[ignore = "needs a GPU: one rank without a profiler allocates nothing per call"]
+fn one_rank_without_a_profiler_allocates_nothing_per_call() {
+    require_gpu();
+    run_ranks(1, "0", &[("OXCCL_TEST_MODE", "no_alloc")]);
 }
