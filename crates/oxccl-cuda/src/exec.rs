@@ -1153,6 +1153,83 @@ impl CopyKind {
     }
 }
 
+/// What a launch tells a profiler plugin about the work it queues
+/// ([`Launch::profile`]): the algorithm and protocol names (NCCL's where
+/// the GPU path runs NCCL's algorithm, oxccl's own otherwise: `Pair` for
+/// the two-GPU kernels, `CopyEngine` for the copy engines), the thread
+/// blocks it launches (NCCL's channels) and the warps of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchProfile {
+    pub algo: &'static std::ffi::CStr,
+    pub proto: &'static std::ffi::CStr,
+    pub blocks: u32,
+    pub warps: u32,
+    /// Whether the stream is capturing into a CUDA graph.
+    pub graph_captured: bool,
+}
+
+impl Launch {
+    /// What this launch runs, for a profiler's descriptor: the kernel it
+    /// was planned with, before a group pairs it for the copy engines or
+    /// joins it into one launch with other ranks' calls (a ring call that
+    /// the copy engines with a peer process take at launch reports its
+    /// ring kernel). Asks the driver whether the stream is capturing:
+    /// called only when a profiler is loaded.
+    pub fn profile(&self) -> LaunchProfile {
+        use oxccl_core::profiler_plugin::{algo_name, proto_name};
+        let warps = |blocks: u32, threads: u32| if blocks == 0 { 0 } else { threads / 32 };
+        let (algo, proto, blocks, threads) = match &self.kind {
+            // Nothing, or one rank's copy: no kernel (NCCL too runs a
+            // lone rank's call as a ring of one).
+            LaunchKind::Nothing | LaunchKind::Copy { .. } => (c"Ring", c"Simple", 1, 0),
+            LaunchKind::Scale { blocks, .. } => {
+                (c"Ring", c"Simple", *blocks, oxccl_core::gpu::ring::THREADS)
+            }
+            LaunchKind::Half { blocks, .. } | LaunchKind::Pcopy { blocks, .. } => {
+                (c"Pair", c"Simple", *blocks, oxccl_core::gpu::pair::THREADS)
+            }
+            LaunchKind::Ring { kernel, blocks, .. } => (
+                algo_name(kernel.algorithm()),
+                proto_name(kernel.protocol()),
+                *blocks,
+                oxccl_core::gpu::ring::THREADS,
+            ),
+            LaunchKind::Ce { .. } => (c"CopyEngine", c"Simple", 1, 0),
+            LaunchKind::CeReduce { .. } => (
+                c"CopyEngine",
+                c"Simple",
+                allreduce::CER_BLOCKS,
+                oxccl_core::gpu::pair::THREADS,
+            ),
+            LaunchKind::P2p { sends, recvs, .. } => {
+                // The most channels any of its transfers with another rank
+                // takes (a copy to itself runs beside them, on one).
+                let ring = self.comm.ring().ok();
+                let nch = sends
+                    .iter()
+                    .chain(recvs)
+                    .filter(|x| x.0 != self.comm.rank && x.2 > 0)
+                    .map(|x| ring.map_or(1, |r| r.p2p_op_channels(x.2)))
+                    .max()
+                    .unwrap_or(1);
+                (c"Ring", c"Simple", nch, oxccl_core::gpu::ring::THREADS)
+            }
+        };
+        LaunchProfile {
+            algo,
+            proto,
+            blocks,
+            warps: warps(blocks, threads),
+            graph_captured: capturing(self.stream),
+        }
+    }
+
+    /// The `CUstream` this launch is queued on.
+    pub fn stream(&self) -> usize {
+        self.stream
+    }
+}
+
 impl Launch {
     /// Launches on the stream (this rank's context made current for the
     /// call); returns without waiting for the GPU.

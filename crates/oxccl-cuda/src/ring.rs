@@ -1373,6 +1373,19 @@ impl Ring {
     /// The launches of a group's sends and receives with other ranks
     /// (`(peer, pointer, bytes)`), with `self_copy` in the first (see
     /// [`p2p_launch_args`]).
+    /// The channels a send or receive of `bytes` to another rank runs on
+    /// (what [`Ring::p2p_launches`] gives it).
+    pub fn p2p_op_channels(&self, bytes: usize) -> u32 {
+        let (t, nch) = (&self.thresholds, self.common.nch);
+        let ll = bytes as u64 <= t.p2p_ll_max
+            && bytes as u64 <= P2P_LL_CAP * p2p_max_channels(nch) as u64;
+        if ll {
+            p2p_ll_channels(bytes as u64, nch)
+        } else {
+            p2p_channels(bytes as u64, nch, t.p2p_wide_min)
+        }
+    }
+
     pub fn p2p_launches(
         &self,
         sends: &[(usize, u64, usize)],

@@ -27,6 +27,7 @@ use oxccl_core::tuner::{choose, LinkModel, Plan, TuneInput};
 use oxccl_core::tuner_plugin::{self, Verdict};
 use oxccl_core::{byte_len, CollKind, DataType, Error, ErrorKind, RedOp, Reduction, Result};
 use oxccl_env::Subsys;
+use oxccl_net::profiler_group::GroupEvents;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -543,6 +544,16 @@ impl HostComm {
     pub fn tuner(&self) -> Option<std::sync::Arc<std::sync::Mutex<oxccl_net::tuner::TunerComm>>> {
         self.tuner.clone()
     }
+    /// Whether a profiler plugin was loaded for this communicator.
+    pub fn has_profiler(&self) -> bool {
+        self.profiler.is_some()
+    }
+    /// The profiler plugin's context and the collective sequence numbers,
+    /// for the GPU path's events (one numbering per communicator, whatever
+    /// the buffers).
+    pub fn profiler(&mut self) -> Option<(&oxccl_net::profiler::ProfilerComm, &mut SeqNumbers)> {
+        self.profiler.as_mut().map(|(p, s)| (&*p, s))
+    }
     /// Ranks in the communicator.
     pub fn nranks(&self) -> usize {
         self.nranks
@@ -1051,189 +1062,65 @@ pub unsafe fn run_group(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> 
     r
 }
 
-/// The profiler events of one communicator's part of a group: the group
-/// API event, the group's, and its operations'.
-struct GroupEvents {
-    group_api: Option<oxccl_net::profiler::Event>,
-    group: Option<oxccl_net::profiler::Event>,
-    children: Vec<oxccl_net::profiler::Event>,
-    /// Each operation's event handle (NULL where none), in call order.
-    op_events: Vec<*mut std::ffi::c_void>,
+/// [`run_group`] for the library's own exchanges (the GPU path's agreement
+/// on a group's rooted calls): a profiler sees no events of them, and no
+/// collective sequence number is taken.
+///
+/// # Safety
+/// As [`run_group`].
+pub unsafe fn run_group_unprofiled(items: &mut [(&mut HostComm, &[OpDesc])]) -> Result<()> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { run_group_inner(items, &[]) }
 }
 
 /// Starts the events the profiler of each communicator starts (NCCL's
-/// rules, [`oxccl_net::profiler::enabled_by`]), in NCCL's order and with
-/// its parents: the group API event (one per communicator of the group),
-/// its start state, one collective or point-to-point API event per call
-/// (stopped at once: NCCL's spans the call, which only enqueues), the end
-/// state, then the group event and the operations' events (NCCL's
-/// descriptors: function, buffers, count, datatype, root or peer, the
-/// plan's algorithm, protocol and channels), whose parent is their API
-/// event (`parentGroup`: the group event). Descriptors are built only for
-/// kinds that are started.
+/// rules, [`oxccl_net::profiler::enabled_by`]; the events, their order and
+/// parents: [`oxccl_net::profiler_group::start_group`]); each operation's
+/// descriptor names the plan it runs (algorithm, protocol, channels).
 fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEvents>> {
-    use oxccl_net::profiler::{
-        CollApiDescr, CollDescr, DescrUnion, EventDescr, GroupApiDescr, P2pApiDescr, P2pDescr,
-        PROFILE_COLL, PROFILE_COLL_API, PROFILE_GROUP, PROFILE_GROUP_API, PROFILE_P2P,
-        PROFILE_P2P_API, STATE_GROUP_END_API_START, STATE_GROUP_START_API_STOP,
-    };
-    let null = std::ptr::null_mut();
+    use oxccl_net::profiler::PROFILE_COLL;
+    use oxccl_net::profiler_group::{start_group, OpEvent};
     let mut out = Vec::with_capacity(items.len());
     for (comm, ops) in items.iter_mut() {
-        if comm.profiler.is_none() {
-            out.push(None);
-            continue;
-        }
         // The plans first (they need `&comm`; only when collectives are
         // started: with a tuner plugin each costs a getCollInfo), then the
         // events.
-        let wants_coll = comm
-            .profiler
-            .as_ref()
-            .is_some_and(|(p, _)| p.starts(PROFILE_COLL));
-        let plans: Vec<(Algo, Proto, usize)> = ops
+        let Some(wants_coll) = comm.profiler.as_ref().map(|(p, _)| p.starts(PROFILE_COLL)) else {
+            out.push(None);
+            continue;
+        };
+        let events: Vec<OpEvent> = ops
             .iter()
             .map(|op| {
-                if wants_coll {
+                let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
+                let (algo, proto, nch) = if p2p {
+                    (Algo::Ring, Proto::Simple, comm.p2p_channels)
+                } else if wants_coll {
                     comm.profile_plan(op)
                 } else {
                     (Algo::Ring, Proto::Simple, 0)
+                };
+                OpEvent {
+                    kind: op.kind,
+                    send: op.send.cast(),
+                    recv: op.recv.cast(),
+                    count: op.count,
+                    dtype: op.dtype,
+                    root: op.root,
+                    algo: prof_names::algo_name(algo),
+                    proto: prof_names::proto_name(proto),
+                    n_channels: nch,
+                    n_warps: 0,
+                    stream: std::ptr::null_mut(),
                 }
             })
             .collect();
-        let (rank, p2p_channels) = (comm.rank, comm.p2p_channels);
+        let rank = comm.rank;
         let Some((prof, seqs)) = comm.profiler.as_mut() else {
             out.push(None);
             continue;
         };
-        let descr = |kind, parent_obj, u| EventDescr {
-            kind,
-            parent_obj,
-            rank: rank as i32,
-            u,
-        };
-        let group_api = if prof.starts(PROFILE_GROUP_API) {
-            // The host path runs the outermost group: depth 1.
-            let u = DescrUnion {
-                group_api: GroupApiDescr {
-                    graph_captured: false,
-                    group_depth: 1,
-                },
-            };
-            prof.start(&mut descr(PROFILE_GROUP_API, null, u))
-        } else {
-            None
-        };
-        if let Some(g) = &group_api {
-            prof.record_state(g, STATE_GROUP_START_API_STOP, None);
-        }
-        let api_parent = group_api.as_ref().map_or(null, |g| g.as_ptr());
-        let (coll_api, p2p_api) = (prof.starts(PROFILE_COLL_API), prof.starts(PROFILE_P2P_API));
-        // The API events' handles, parents of the operations' events (NCCL
-        // too hands a stopped API event's handle as the parent).
-        let mut api_handles = Vec::with_capacity(ops.len());
-        for op in ops.iter() {
-            let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
-            let func = prof_names::func_name(op.kind).as_ptr();
-            let datatype = prof_names::dtype_name(op.dtype).as_ptr();
-            let ev = if p2p && p2p_api {
-                let u = DescrUnion {
-                    p2p_api: P2pApiDescr {
-                        func,
-                        count: op.count,
-                        datatype,
-                        stream: null,
-                        graph_captured: false,
-                    },
-                };
-                prof.start(&mut descr(PROFILE_P2P_API, api_parent, u))
-            } else if !p2p && coll_api {
-                let u = DescrUnion {
-                    coll_api: CollApiDescr {
-                        func,
-                        count: op.count,
-                        datatype,
-                        root: op.root as i32,
-                        stream: null,
-                        graph_captured: false,
-                    },
-                };
-                prof.start(&mut descr(PROFILE_COLL_API, api_parent, u))
-            } else {
-                None
-            };
-            api_handles.push(ev.as_ref().map_or(null, |e| e.as_ptr()));
-            if let Some(e) = ev {
-                prof.stop(e);
-            }
-        }
-        if let Some(g) = &group_api {
-            prof.record_state(g, STATE_GROUP_END_API_START, None);
-        }
-        let group = if prof.starts(PROFILE_GROUP) {
-            // SAFETY: all-zero is a valid value of the union (NULL
-            // pointers, zero numbers); a group has no members.
-            let u: DescrUnion = unsafe { std::mem::zeroed() };
-            prof.start(&mut descr(PROFILE_GROUP, null, u))
-        } else {
-            None
-        };
-        let parent_group = group.as_ref().map_or(null, |g| g.as_ptr());
-        let (coll, p2p_on) = (prof.starts(PROFILE_COLL), prof.starts(PROFILE_P2P));
-        let mut children = Vec::new();
-        let mut op_events = Vec::with_capacity(ops.len());
-        for ((op, (algo, proto, nch)), api) in ops.iter().zip(plans).zip(api_handles) {
-            let p2p = matches!(op.kind, CollKind::Send | CollKind::Recv);
-            // NCCL numbers every collective, profiled or not.
-            let seq = if p2p { 0 } else { seqs.take(op.kind) };
-            let u = if p2p && p2p_on {
-                DescrUnion {
-                    p2p: P2pDescr {
-                        func: prof_names::func_name(op.kind).as_ptr(),
-                        buff: if op.kind == CollKind::Send {
-                            op.send as *mut _
-                        } else {
-                            op.recv.cast()
-                        },
-                        datatype: prof_names::dtype_name(op.dtype).as_ptr(),
-                        count: op.count,
-                        peer: op.root as i32,
-                        n_channels: p2p_channels.min(255) as u8,
-                        parent_group,
-                    },
-                }
-            } else if !p2p && coll {
-                DescrUnion {
-                    coll: CollDescr {
-                        seq_number: seq,
-                        func: prof_names::func_name(op.kind).as_ptr(),
-                        send_buff: op.send.cast(),
-                        recv_buff: op.recv.cast(),
-                        count: op.count,
-                        root: op.root as i32,
-                        datatype: prof_names::dtype_name(op.dtype).as_ptr(),
-                        n_channels: nch.clamp(1, 255) as u8,
-                        n_warps: 0,
-                        algo: prof_names::algo_name(algo).as_ptr(),
-                        proto: prof_names::proto_name(proto).as_ptr(),
-                        parent_group,
-                    },
-                }
-            } else {
-                op_events.push(null);
-                continue;
-            };
-            let kind = if p2p { PROFILE_P2P } else { PROFILE_COLL };
-            let e = prof.start(&mut descr(kind, api, u));
-            op_events.push(e.as_ref().map_or(null, |e| e.as_ptr()));
-            children.extend(e);
-        }
-        out.push(Some(GroupEvents {
-            group_api,
-            group,
-            children,
-            op_events,
-        }));
+        out.push(Some(start_group(prof, seqs, rank, false, &events)));
     }
     out
 }
@@ -1242,14 +1129,8 @@ fn profile_start(items: &mut [(&mut HostComm, &[OpDesc])]) -> Vec<Option<GroupEv
 /// the group API event.
 fn profile_stop(items: &mut [(&mut HostComm, &[OpDesc])], events: Vec<Option<GroupEvents>>) {
     for ((comm, _), ev) in items.iter_mut().zip(events) {
-        let (Some((prof, _)), Some(ev)) = (comm.profiler.as_mut(), ev) else {
-            continue;
-        };
-        for e in ev.children {
-            prof.stop(e);
-        }
-        for e in [ev.group, ev.group_api].into_iter().flatten() {
-            prof.stop(e);
+        if let (Some((prof, _)), Some(ev)) = (comm.profiler.as_ref(), ev) {
+            oxccl_net::profiler_group::stop_group(prof, ev);
         }
     }
 }

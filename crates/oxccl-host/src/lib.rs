@@ -15,4 +15,4 @@ pub mod proxy_events;
 pub mod stream_copy;
 pub mod transport;
 
-pub use comm::{run_group, HostComm, HostConfig, OpDesc};
+pub use comm::{run_group, run_group_unprofiled, HostComm, HostConfig, OpDesc};

@@ -28,6 +28,43 @@ use std::process::Command;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
+/// Counts the allocations each thread makes ([`thread_allocs`]): the
+/// profiler tests check that a call on device buffers allocates nothing
+/// for the profiler when none is loaded.
+struct CountingAlloc;
+
+thread_local! {
+    static ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; the
+// counter is a thread-local Cell with a const initializer (no allocation,
+// no reentry).
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's layout, forwarded.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        // SAFETY: `p` came from `alloc` above (the system allocator's).
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, n: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: as for `dealloc`; `n` is the caller's.
+        unsafe { std::alloc::System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: CountingAlloc = CountingAlloc;
+
+/// The allocations the calling thread made so far.
+fn thread_allocs() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
+
 const TYPES: &[(i32, &str, usize)] = &[
     (0, "int8", 1),
     (1, "uint8", 1),
@@ -491,6 +528,8 @@ fn child_rank() {
         Ok("revoke") => return revoke(comm, rank, n, &counts),
         Ok("window") => return window(comm, rank, n),
         Ok("simulate") => return simulate(comm, rank, n),
+        Ok("profiler") => return profiled_calls(comm, rank, n),
+        Ok("no_alloc") => return no_allocation_per_call(comm, rank, n),
         _ => {}
     }
     let t0 = Instant::now();
@@ -2194,4 +2233,475 @@ fn one_shot_all_reduce_at_every_size() {
     ];
     run_ranks(2, "1,4099,70001,1000003", &env);
     run_ranks(4, "7,65537", &env);
+}
+
+/// The C test profiler plugin (oxccl-net's `tests/plugins/oxtest_profiler.c`)
+/// for ABI `version`, asking for the group, operation, API and kernel
+/// launch events, with the API and kernel launch events' stream required (calls on device buffers pass theirs),
+/// compiled with cc (the GPU machine has it): the source
+/// OXCCL_TEST_PROFILER_SRC names, else the one this binary was built
+/// beside, else the checkout's the test runs in.
+fn test_profiler(version: u32) -> String {
+    let rel = "crates/oxccl-net/tests/plugins/oxtest_profiler.c";
+    let built_from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel);
+    let src = if let Ok(p) = std::env::var("OXCCL_TEST_PROFILER_SRC") {
+        std::path::PathBuf::from(p)
+    } else if built_from.exists() {
+        built_from
+    } else {
+        std::path::PathBuf::from(rel)
+    };
+    let v = format!("PROFILER_VERSION={version}");
+    // Group, Coll, P2p, GroupApi, CollApi, P2pApi, KernelLaunch (v1 to v4
+    // drop the last four).
+    let mask = format!(
+        "MASK={}",
+        1 | 2 | 4 | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11)
+    );
+    oxccl_net::testing::build_c_plugin(
+        &src,
+        &[&v, &mask, "API_STREAM"],
+        &format!("gpu-procs-profiler-v{version}"),
+        "libnccl-profiler-oxtest.so",
+    )
+    .display()
+    .to_string()
+}
+
+/// An exported symbol of the loaded profiler plugin `file`.
+fn prof_sym(file: &str, name: &str) -> *mut c_void {
+    let f = std::ffi::CString::new(file).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    // SAFETY: both are C strings; RTLD_NOLOAD only takes another reference
+    // to a library this process loaded already.
+    let h = unsafe { libc::dlopen(f.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(!h.is_null(), "{file} is not loaded");
+    // SAFETY: a live handle and a C string.
+    let p = unsafe { libc::dlsym(h, n.as_ptr()) };
+    assert!(!p.is_null(), "{file} exports no {name}");
+    p
+}
+
+/// `name[rank][k]` of the plugin's `int name[16][width]` array.
+fn prof_int(file: &str, name: &str, width: usize, rank: usize, k: usize) -> i32 {
+    assert!(rank < 16 && k < width);
+    // SAFETY: the plugin defines `int name[16][width]`; no plugin call is in
+    // flight (the communicator was destroyed).
+    unsafe { *(prof_sym(file, name) as *const i32).add(rank * width + k) }
+}
+
+/// `name[rank]` of the plugin's `char name[16][32]` array.
+fn prof_text(file: &str, name: &str, rank: usize) -> String {
+    assert!(rank < 16);
+    // SAFETY: the plugin defines `char name[16][32]`, each NUL-terminated.
+    unsafe {
+        std::ffi::CStr::from_ptr((prof_sym(file, name) as *const std::ffi::c_char).add(rank * 32))
+    }
+    .to_string_lossy()
+    .into_owned()
+}
+
+/// The calls the profiler test makes on each rank (float32 sums on
+/// device buffers, on a stream of their own), with every result checked:
+/// single all-reduces of 1, 5, 4099 and 70,001 elements and one of 0 (no
+/// events: NCCL returns before enqueueing it), an all-gather and a
+/// reduce-scatter of 4,099, an in-place broadcast of 70,001 from the last
+/// rank, a group of a send to the next rank and a receive from the
+/// previous one (4,099), a group of two all-reduces (5 and 70,001), and a
+/// last all-reduce of 5. Then the communicator is destroyed (the plugin's
+/// finalize) and the plugin's counts are checked against the calls: per
+/// kind started and stopped, the group API states, descriptors and parents
+/// as the plugin checks them (nothing bad), one kernel launch event per
+/// group (v5, v6) under its group API event, and sequence numbers
+/// consecutive per function.
+fn profiled_calls(comm: ncclComm_t, rank: usize, n: usize) {
+    use oxccl_cuda::bench_gpu::PerfGpu;
+    let version: u32 = std::env::var("OXCCL_TEST_PROF_VERSION")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let so = std::env::var("NCCL_PROFILER_PLUGIN").unwrap();
+    let g = oxccl_cuda::Gpu::count().unwrap();
+    let gpu = PerfGpu::open(rank % g).unwrap();
+    gpu.make_current().unwrap();
+    let stream = gpu.stream().unwrap();
+    let st = stream.raw();
+    let sync = || {
+        assert!(stream
+            .wait(Instant::now() + Duration::from_secs(60))
+            .unwrap())
+    };
+    let f32s = |b: &[u8]| -> Vec<f32> {
+        b.chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    // Rank r's element i: a small integer, so every sum is exact.
+    let val = |r: usize, i: usize| ((i % 13) + r + 1) as f32;
+    let (prev, next) = ((rank + n - 1) % n, (rank + 1) % n);
+    let big = 70_001usize;
+    let x = Dev::new(big * (n + 2) * 4);
+    let y = Dev::new(big * (n + 2) * 4);
+    let all_reduce = |count: usize| {
+        x.put(&bytes(
+            &(0..count).map(|i| val(rank, i)).collect::<Vec<_>>(),
+        ));
+        ok(
+            // SAFETY: `x` and `y` hold `count` float32; `st` is a live stream of this rank's GPU.
+            unsafe { ncclAllReduce(x.p, y.p, count, 7, 0, comm, st) },
+            "ncclAllReduce",
+        );
+        sync();
+        let got = f32s(&y.get(count * 4));
+        for i in 0..count {
+            let want: f32 = (0..n).map(|r| val(r, i)).sum();
+            assert_eq!(
+                got[i], want,
+                "rank {rank}: all-reduce of {count}, element {i}"
+            );
+        }
+    };
+    let mut colls = 0;
+    let mut groups = 0;
+    for count in [1, 5, 4099, big] {
+        all_reduce(count);
+        colls += 1;
+        groups += 1;
+    }
+    // Count 0: returns before anything is enqueued (no events).
+    ok(
+        // SAFETY: a count of 0 reads and writes nothing; `st` is a live stream.
+        unsafe { ncclAllReduce(x.p, y.p, 0, 7, 0, comm, st) },
+        "ncclAllReduce of 0",
+    );
+    let c = 4099usize;
+    x.put(&bytes(&(0..c).map(|i| val(rank, i)).collect::<Vec<_>>()));
+    ok(
+        // SAFETY: `x` holds `c` float32, `y` `c * n`; `st` is a live stream.
+        unsafe { ncclAllGather(x.p, y.p, c, 7, comm, st) },
+        "ncclAllGather",
+    );
+    sync();
+    let got = f32s(&y.get(c * n * 4));
+    for r in 0..n {
+        for i in 0..c {
+            assert_eq!(
+                got[r * c + i],
+                val(r, i),
+                "rank {rank}: all-gather from {r}, element {i}"
+            );
+        }
+    }
+    x.put(&bytes(
+        &(0..c * n).map(|i| val(rank, i)).collect::<Vec<_>>(),
+    ));
+    ok(
+        // SAFETY: `x` holds `c * n` float32, `y` `c`; `st` is a live stream.
+        unsafe { ncclReduceScatter(x.p, y.p, c, 7, 0, comm, st) },
+        "ncclReduceScatter",
+    );
+    sync();
+    let got = f32s(&y.get(c * 4));
+    for i in 0..c {
+        let want: f32 = (0..n).map(|r| val(r, rank * c + i)).sum();
+        assert_eq!(got[i], want, "rank {rank}: reduce-scatter, element {i}");
+    }
+    let root = n - 1;
+    y.put(&bytes(&(0..big).map(|i| val(rank, i)).collect::<Vec<_>>()));
+    ok(
+        // SAFETY: `y` holds `big` float32 (in place); `st` is a live stream.
+        unsafe { ncclBroadcast(y.p, y.p, big, 7, root as i32, comm, st) },
+        "ncclBroadcast",
+    );
+    sync();
+    let got = f32s(&y.get(big * 4));
+    for i in 0..big {
+        assert_eq!(got[i], val(root, i), "rank {rank}: broadcast, element {i}");
+    }
+    colls += 3;
+    groups += 3;
+    x.put(&bytes(&(0..c).map(|i| val(rank, i)).collect::<Vec<_>>()));
+    // SAFETY: ncclGroupStart takes no arguments.
+    ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+    ok(
+        // SAFETY: `x` holds `c` float32; `st` is a live stream.
+        unsafe { ncclSend(x.p, c, 7, next as i32, comm, st) },
+        "ncclSend",
+    );
+    ok(
+        // SAFETY: `y` holds `c` float32; `st` is a live stream.
+        unsafe { ncclRecv(y.p, c, 7, prev as i32, comm, st) },
+        "ncclRecv",
+    );
+    // SAFETY: closes the group opened above.
+    ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+    sync();
+    let got = f32s(&y.get(c * 4));
+    for i in 0..c {
+        assert_eq!(
+            got[i],
+            val(prev, i),
+            "rank {rank}: received from {prev}, element {i}"
+        );
+    }
+    let p2ps = 2;
+    groups += 1;
+    // A group of two all-reduces: 5 elements from 0, `big` from `big`.
+    let half = big * 4;
+    x.put(&bytes(
+        &(0..2 * big).map(|i| val(rank, i)).collect::<Vec<_>>(),
+    ));
+    // SAFETY: ncclGroupStart takes no arguments.
+    ok(unsafe { ncclGroupStart() }, "ncclGroupStart");
+    for (count, off) in [(5usize, 0usize), (big, half)] {
+        ok(
+            // SAFETY: `x` and `y` hold `count` float32 from `off` bytes
+            // (big * (n + 2) float32 each); `st` is a live stream.
+            unsafe {
+                ncclAllReduce(
+                    x.p.cast::<u8>().add(off).cast(),
+                    y.p.cast::<u8>().add(off).cast(),
+                    count,
+                    7,
+                    0,
+                    comm,
+                    st,
+                )
+            },
+            "grouped ncclAllReduce",
+        );
+    }
+    // SAFETY: closes the group opened above.
+    ok(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+    sync();
+    let got = f32s(&y.get(2 * big * 4));
+    for i in (0..5).chain(big..2 * big) {
+        let want: f32 = (0..n).map(|r| val(r, i)).sum();
+        assert_eq!(
+            got[i], want,
+            "rank {rank}: grouped all-reduces, element {i}"
+        );
+    }
+    colls += 2;
+    groups += 1;
+    all_reduce(5);
+    colls += 1;
+    groups += 1;
+    drop((x, y));
+    let mut err = 0;
+    ok(
+        // SAFETY: `comm` is this rank's live communicator; `err` is writable.
+        unsafe { ncclCommGetAsyncError(comm, &mut err) },
+        "ncclCommGetAsyncError",
+    );
+    assert_eq!(err, ncclSuccess);
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    // The plugin's counts, per kind (bit number) and state.
+    let api = version >= 5;
+    let want = |k: usize| -> i32 {
+        match k {
+            0 => groups,
+            1 => colls,
+            2 => p2ps,
+            8 if api => groups,
+            9 if api => colls,
+            10 if api => p2ps,
+            // One kernel launch event per group (one communicator).
+            11 if api => groups,
+            _ => 0,
+        }
+    };
+    for k in 0..16 {
+        for (what, name) in [
+            ("started", "oxtest_prof_started"),
+            ("stopped", "oxtest_prof_stopped"),
+        ] {
+            assert_eq!(
+                prof_int(&so, name, 16, rank, k),
+                want(k),
+                "rank {rank}, v{version}: events of kind bit {k} {what}"
+            );
+        }
+        assert_eq!(
+            prof_int(&so, "oxtest_prof_unasked", 16, rank, k),
+            0,
+            "rank {rank} kind {k}"
+        );
+    }
+    for s in 0..32 {
+        let n_states = if api && (s == 23 || s == 24) {
+            groups
+        } else {
+            0
+        };
+        assert_eq!(
+            prof_int(&so, "oxtest_prof_states", 32, rank, s),
+            n_states,
+            "rank {rank}, v{version}: state {s}"
+        );
+    }
+    assert_eq!(
+        prof_int(&so, "oxtest_prof_bad", 1, rank, 0),
+        0,
+        "rank {rank}, v{version}: bad descriptors"
+    );
+    assert_eq!(
+        prof_int(&so, "oxtest_prof_seq_bad", 1, rank, 0),
+        0,
+        "rank {rank}, v{version}: collectives numbered out of order"
+    );
+    // SAFETY: `int`s the plugin defines; no plugin call is in flight.
+    let (inits, fins) = unsafe {
+        (
+            *(prof_sym(&so, "oxtest_prof_inits") as *const i32),
+            *(prof_sym(&so, "oxtest_prof_finalizes") as *const i32),
+        )
+    };
+    assert_eq!(
+        (inits, fins),
+        (1, 1),
+        "rank {rank}: one init and one finalize"
+    );
+    // The last collective: the 7th all-reduce (sequence number 6) of 5.
+    // SAFETY: the plugin defines `uint64_t oxtest_prof_coll_seq[16]` and `size_t oxtest_prof_coll_count[16]`.
+    let (seq, count) = unsafe {
+        (
+            *(prof_sym(&so, "oxtest_prof_coll_seq") as *const u64).add(rank),
+            *(prof_sym(&so, "oxtest_prof_coll_count") as *const usize).add(rank),
+        )
+    };
+    assert_eq!(
+        (seq, count),
+        (6, 5),
+        "rank {rank}: the last collective's seqNumber and count"
+    );
+    assert_eq!(prof_text(&so, "oxtest_prof_coll_func", rank), "AllReduce");
+    assert_eq!(
+        prof_text(&so, "oxtest_prof_coll_dtype", rank),
+        "ncclFloat32"
+    );
+    let (algo, proto) = (
+        prof_text(&so, "oxtest_prof_coll_algo", rank),
+        prof_text(&so, "oxtest_prof_coll_proto", rank),
+    );
+    let nch = prof_int(&so, "oxtest_prof_coll_nch", 1, rank, 0);
+    // v1 numbers the algorithm: oxccl's own (Pair, CopyEngine, OneShot)
+    // are NCCL_ALGO_UNDEF there, which the plugin names "(unknown)".
+    let algos = [
+        "Ring",
+        "Tree",
+        "OneShot",
+        "TwoShot",
+        "Pair",
+        "CopyEngine",
+        "(unknown)",
+    ];
+    assert!(
+        algos.contains(&algo.as_str()),
+        "rank {rank}: algorithm {algo}"
+    );
+    assert!(
+        ["LL", "LL128", "Simple"].contains(&proto.as_str()),
+        "rank {rank}: protocol {proto}"
+    );
+    assert!(nch >= 1, "rank {rank}: {nch} channels");
+    assert_eq!(
+        prof_int(&so, "oxtest_prof_p2p_peer", 1, rank, 0),
+        prev as i32,
+        "rank {rank}: the receive's peer"
+    );
+    assert_eq!(prof_text(&so, "oxtest_prof_p2p_func", rank), "Recv");
+    println!(
+        "CHILD OK rank {rank}: v{version} profiler: {groups} groups, {colls} collectives, {p2ps} sends/receives; last all-reduce {algo}/{proto} on {nch} channels"
+    );
+}
+
+/// `n` ranks (processes) with the test profiler of each `version`: the
+/// events of their calls on device buffers ([`profiled_calls`]).
+fn profiler_on_the_gpu_path(n: usize, versions: &[u32]) {
+    require_gpu();
+    for &v in versions {
+        let so = test_profiler(v);
+        let vs = v.to_string();
+        run_ranks(
+            n,
+            "0",
+            &[
+                ("OXCCL_TEST_MODE", "profiler"),
+                ("OXCCL_TEST_PROF_VERSION", &vs),
+                ("NCCL_PROFILER_PLUGIN", &so),
+            ],
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: one rank gives a profiler plugin its events"]
+fn one_rank_gives_a_profiler_plugin_its_events() {
+    profiler_on_the_gpu_path(1, &[6, 3, 1]);
+}
+
+#[test]
+#[ignore = "needs a GPU: two processes give a profiler plugin their events"]
+fn two_processes_give_a_profiler_plugin_their_events() {
+    profiler_on_the_gpu_path(2, &[6, 3, 1]);
+}
+
+/// Without a profiler plugin, a small all-reduce on device buffers
+/// allocates nothing on the calling thread: 1,000 calls of 5 float32 (out
+/// of place, after 10 to warm up), counted by the test's allocator.
+fn no_allocation_per_call(comm: ncclComm_t, rank: usize, n: usize) {
+    use oxccl_cuda::bench_gpu::PerfGpu;
+    assert!(std::env::var("NCCL_PROFILER_PLUGIN").is_err());
+    let g = oxccl_cuda::Gpu::count().unwrap();
+    let gpu = PerfGpu::open(rank % g).unwrap();
+    gpu.make_current().unwrap();
+    let stream = gpu.stream().unwrap();
+    let (x, y) = (Dev::new(5 * 4), Dev::new(5 * 4));
+    let vals: Vec<u8> = (0..5)
+        .flat_map(|i| (i as f32 + 1.0).to_le_bytes())
+        .collect();
+    x.put(&vals);
+    let call = || {
+        ok(
+            // SAFETY: `x` and `y` hold 5 float32; `stream` is a live stream of this rank's GPU.
+            unsafe { ncclAllReduce(x.p, y.p, 5, 7, 0, comm, stream.raw()) },
+            "ncclAllReduce",
+        )
+    };
+    for _ in 0..10 {
+        call();
+    }
+    let before = thread_allocs();
+    for _ in 0..1000 {
+        call();
+    }
+    let allocs = thread_allocs() - before;
+    assert!(stream
+        .wait(Instant::now() + Duration::from_secs(60))
+        .unwrap());
+    let got = y.get(5 * 4);
+    for i in 0..5 {
+        let v = f32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(v, (i as f32 + 1.0) * n as f32, "rank {rank}: element {i}");
+    }
+    assert_eq!(
+        allocs, 0,
+        "rank {rank}: allocations in 1,000 small all-reduces without a profiler"
+    );
+    drop((x, y));
+    // SAFETY: `comm` is this rank's live communicator, destroyed once and not used afterwards.
+    ok(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy");
+    println!("CHILD OK rank {rank}: 1,000 all-reduces of 5 float32, {allocs} allocations");
+}
+
+#[test]
+#[ignore = "needs a GPU: one rank without a profiler allocates nothing per call"]
+fn one_rank_without_a_profiler_allocates_nothing_per_call() {
+    require_gpu();
+    run_ranks(1, "0", &[("OXCCL_TEST_MODE", "no_alloc")]);
 }

@@ -34,6 +34,7 @@ pub mod choose;
 pub mod ffi;
 pub mod loader;
 pub mod profiler;
+pub mod profiler_group;
 pub mod testing;
 pub mod tuner;
 

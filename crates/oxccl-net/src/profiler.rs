@@ -137,6 +137,13 @@ pub struct P2pApiDescr {
     pub graph_captured: bool,
 }
 
+/// `kernelLaunch` member (v5, v6).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelLaunchDescr {
+    pub stream: Vp,
+}
+
 /// `coll` member.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -214,6 +221,7 @@ pub union DescrUnion {
     pub group_api: GroupApiDescr,
     pub coll_api: CollApiDescr,
     pub p2p_api: P2pApiDescr,
+    pub kernel_launch: KernelLaunchDescr,
     pub coll: CollDescr,
     pub p2p: P2pDescr,
     pub proxy_op: ProxyOpDescr,

@@ -231,6 +231,9 @@ struct Inner {
     stop: Arc<AtomicBool>,
     /// `None` once destroyed or aborted.
     comm: Mutex<Option<HostComm>>,
+    /// Whether `comm` has a profiler plugin (set once at creation): the GPU
+    /// path's launches look here, not behind the lock.
+    profiled: bool,
     /// The GPU state (`gpu` module), set once at creation.
     gpu: gpu::GpuSlot,
     config: Config,
@@ -317,6 +320,7 @@ impl Communicator {
                 nranks,
                 abort,
                 stop,
+                profiled: comm.has_profiler(),
                 comm: Mutex::new(Some(comm)),
                 gpu: Mutex::new(None),
                 config,
@@ -1148,6 +1152,19 @@ impl<'a> Group<'a> {
 /// # Safety
 /// Every pointer valid for its operation until this returns.
 pub(crate) unsafe fn run_group_raw(ops: &[(&Communicator, OpDesc)]) -> Result<()> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { run_group_raw_with(ops, true) }
+}
+
+/// [`run_group_raw`]; `profiled` false for the library's own exchanges,
+/// which a profiler plugin does not see ([`oxccl_host::run_group_unprofiled`]).
+///
+/// # Safety
+/// As [`run_group_raw`].
+pub(crate) unsafe fn run_group_raw_with(
+    ops: &[(&Communicator, OpDesc)],
+    profiled: bool,
+) -> Result<()> {
     // One entry per distinct communicator, in first-use order; lock them in
     // address order so two threads grouping the same communicators can't deadlock.
     let mut comms: Vec<&Communicator> = Vec::new();
@@ -1185,7 +1202,13 @@ pub(crate) unsafe fn run_group_raw(ops: &[(&Communicator, OpDesc)]) -> Result<()
     // internal error. The communicators involved are left in their error state.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: forwarded from this function's contract.
-        unsafe { oxccl_host::run_group(&mut items) }
+        unsafe {
+            if profiled {
+                oxccl_host::run_group(&mut items)
+            } else {
+                oxccl_host::run_group_unprofiled(&mut items)
+            }
+        }
     }));
     r.unwrap_or_else(|p| {
         let what = p

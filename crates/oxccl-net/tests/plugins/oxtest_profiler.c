@@ -18,7 +18,13 @@
  * that the test reads. Events are never freed: an API event's handle
  * stays the parent of its operation after it stopped, as in NCCL.
  * -DFAIL_INIT makes init fail; -DNO_STOP exports a table without stopEvent;
- * -DEXPORT_AS=name exports the table under another name.
+ * -DEXPORT_AS=name exports the table under another name; -DAPI_STREAM
+ * makes the API events' `stream` required (calls on device buffers pass
+ * theirs) where it is otherwise required NULL (host buffers). It also
+ * checks that each rank's collectives are numbered from 0 per function,
+ * one after another (oxtest_prof_seq_bad counts those that are not; the
+ * numbering is per communicator, so that holds for a process with one
+ * communicator per rank).
  */
 #include <stdlib.h>
 #include <unistd.h>
@@ -42,7 +48,8 @@ enum {
   PROXY_STEP = 1 << 4,
   GROUP_API = 1 << 8,
   COLL_API = 1 << 9,
-  P2P_API = 1 << 10
+  P2P_API = 1 << 10,
+  KERNEL_LAUNCH = 1 << 11
 };
 /* ncclProfilerEventState_t values. */
 enum {
@@ -142,7 +149,32 @@ char oxtest_prof_p2p_api_func[MAX_RANKS][32];
 char oxtest_prof_p2p_api_dtype[MAX_RANKS][32];
 size_t oxtest_prof_p2p_api_count[MAX_RANKS];
 
+/* Collectives whose seqNumber is not the count of that rank's earlier
+ * collectives of the same function. */
+int oxtest_prof_seq_bad[MAX_RANKS];
+static char seq_funcs[MAX_RANKS][16][32];
+static uint64_t seq_next[MAX_RANKS][16];
+
 static int marker;
+
+#ifdef API_STREAM
+#define BAD_API_STREAM(s) (!(s))
+#else
+#define BAD_API_STREAM(s) ((s) != NULL)
+#endif
+
+/* Counts a collective of function `func` numbered `seq` on rank r. */
+static void check_seq(int r, const char* func, uint64_t seq) {
+  for (int i = 0; i < 16; i++) {
+    if (seq_funcs[r][i][0] == 0) strncpy(seq_funcs[r][i], func, 31);
+    if (strncmp(seq_funcs[r][i], func, 31) == 0) {
+      if (seq != seq_next[r][i]) __atomic_add_fetch(&oxtest_prof_seq_bad[r], 1, __ATOMIC_SEQ_CST);
+      seq_next[r][i] = seq + 1;
+      return;
+    }
+  }
+  __atomic_add_fetch(&oxtest_prof_seq_bad[r], 1, __ATOMIC_SEQ_CST);
+}
 
 static void copy(char* dst, const char* src) {
   strncpy(dst, src ? src : "(null)", 31);
@@ -241,7 +273,7 @@ static ncclResult_t start_event(void* ctx, void** handle, descr_t* d) {
     if (d->parentObj || d->groupApi.graphCaptured || d->groupApi.groupDepth < 1) bad(r);
     oxtest_prof_group_api_depth[r] = d->groupApi.groupDepth;
   } else if (type == COLL_API) {
-    if (!is_event(d->parentObj, GROUP_API, r, 1) || !d->collApi.func || !d->collApi.datatype || d->collApi.stream ||
+    if (!is_event(d->parentObj, GROUP_API, r, 1) || !d->collApi.func || !d->collApi.datatype || BAD_API_STREAM(d->collApi.stream) ||
         d->collApi.graphCaptured)
       bad(r);
     copy(oxtest_prof_coll_api_func[r], d->collApi.func);
@@ -249,12 +281,14 @@ static ncclResult_t start_event(void* ctx, void** handle, descr_t* d) {
     oxtest_prof_coll_api_count[r] = d->collApi.count;
     oxtest_prof_coll_api_root[r] = d->collApi.root;
   } else if (type == P2P_API) {
-    if (!is_event(d->parentObj, GROUP_API, r, 1) || !d->p2pApi.func || !d->p2pApi.datatype || d->p2pApi.stream ||
+    if (!is_event(d->parentObj, GROUP_API, r, 1) || !d->p2pApi.func || !d->p2pApi.datatype || BAD_API_STREAM(d->p2pApi.stream) ||
         d->p2pApi.graphCaptured)
       bad(r);
     copy(oxtest_prof_p2p_api_func[r], d->p2pApi.func);
     copy(oxtest_prof_p2p_api_dtype[r], d->p2pApi.datatype);
     oxtest_prof_p2p_api_count[r] = d->p2pApi.count;
+  } else if (type == KERNEL_LAUNCH) {
+    if (!is_event(d->parentObj, GROUP_API, r, 1) || BAD_API_STREAM(d->kernelLaunch.stream)) bad(r);
   } else if (type == COLL) {
     if (!is_event(d->parentObj, COLL_API, r, 0) || !is_event(d->coll.parentGroup, GROUP, r, 1)) bad(r);
   } else if (type == P2P) {
@@ -286,6 +320,7 @@ static ncclResult_t start_event(void* ctx, void** handle, descr_t* d) {
     if (!func || !dtype || !algo || !proto || COLL_NCH(d) == 0)
       __atomic_add_fetch(&oxtest_prof_bad[r], 1, __ATOMIC_SEQ_CST);
     oxtest_prof_coll_seq[r] = d->coll.seqNumber;
+    if (func) check_seq(r, func, d->coll.seqNumber);
     oxtest_prof_coll_count[r] = d->coll.count;
     oxtest_prof_coll_root[r] = d->coll.root;
     oxtest_prof_coll_nch[r] = COLL_NCH(d);

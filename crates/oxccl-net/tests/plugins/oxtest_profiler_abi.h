@@ -194,6 +194,9 @@ typedef struct {
       bool graphCaptured;
     } p2pApi;
     struct {
+      void* stream;
+    } kernelLaunch;
+    struct {
       uint64_t seqNumber;
       const char* func;
       void const* sendBuff;

@@ -355,7 +355,32 @@ impl Communicator {
             };
             (self.clone(), call)
         });
-        Ok(DeviceLaunch { launch, rooted })
+        // With no profiler plugin, the usual case: this one branch.
+        let profile = self.inner.profiled.then(|| {
+            let p = launch.profile();
+            Box::new(raw::Profiled {
+                comm: self.clone(),
+                graph_captured: p.graph_captured,
+                op: oxccl_net::profiler_group::OpEvent {
+                    kind: op.kind,
+                    send: op.send as *const c_void,
+                    recv: op.recv as *mut c_void,
+                    count: op.count,
+                    dtype: op.dtype,
+                    root: op.root,
+                    algo: p.algo,
+                    proto: p.proto,
+                    n_channels: p.blocks as usize,
+                    n_warps: p.warps as usize,
+                    stream: op.stream as *mut c_void,
+                },
+            })
+        });
+        Ok(DeviceLaunch {
+            launch,
+            rooted,
+            profile,
+        })
     }
 
     /// This rank's GPU (the device ordinal its GPU state was set up on);

@@ -10,6 +10,10 @@ use super::cuda::{self, Memory};
 use crate::{Communicator, Error, OpDesc, RedOp, Result};
 use oxccl_core::gpu::rooted::{self, RootedCall};
 use oxccl_core::{CollKind, DataType, Scalar};
+use oxccl_net::profiler::{
+    DescrUnion, Event, EventDescr, KernelLaunchDescr, ProfilerRef, PROFILE_KERNEL_LAUNCH,
+};
+use oxccl_net::profiler_group::{start_group, stop_group, GroupEvents, OpEvent};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -125,6 +129,16 @@ pub struct DeviceLaunch {
     /// A broadcast, reduce, gather or scatter of a communicator of several
     /// ranks: the call every rank must agree on before it is queued.
     pub(super) rooted: Option<(Communicator, RootedCall)>,
+    /// The call as a profiler plugin's events describe it; `None` without
+    /// a profiler (no allocation then).
+    pub(super) profile: Option<Box<Profiled>>,
+}
+
+/// An operation on device buffers of a communicator with a profiler plugin.
+pub(super) struct Profiled {
+    pub(super) comm: Communicator,
+    pub(super) op: OpEvent,
+    pub(super) graph_captured: bool,
 }
 
 impl std::fmt::Debug for DeviceLaunch {
@@ -138,7 +152,7 @@ impl DeviceLaunch {
     /// GPU (a rooted collective first waits for every rank's call: see
     /// [`launch_all`]).
     pub fn launch(self) -> Result<()> {
-        if self.rooted.is_some() {
+        if self.rooted.is_some() || self.profile.is_some() {
             return launch_all(vec![self]);
         }
         self.launch.enqueue()
@@ -153,9 +167,100 @@ impl DeviceLaunch {
 /// ranks of their communicator (`OXCCL_CHECK_ROOTS`): ranks whose rooted
 /// calls differ (root, count or type) all fail here with `InvalidUsage`,
 /// and nothing of the group is queued.
+///
+/// With a profiler plugin, each communicator's part of the group gets
+/// NCCL's events around the launch ([`profile_start`]).
 pub fn launch_all(launches: Vec<DeviceLaunch>) -> Result<()> {
     agree_on_rooted_calls(&launches)?;
-    cuda::launch_all(launches.into_iter().map(|l| l.launch).collect())
+    if launches.iter().all(|l| l.profile.is_none()) {
+        return cuda::launch_all(launches.into_iter().map(|l| l.launch).collect());
+    }
+    let events = profile_start(&launches);
+    // Kernel launch events (v5, v6, when the plugin asks for them): one per
+    // communicator's part, around the group's launch, under its group API
+    // event, with the stream of its first call.
+    let kernel_launches: Vec<Option<Event>> = events
+        .iter()
+        .map(|(prof, ev, stream)| {
+            if !prof.starts(PROFILE_KERNEL_LAUNCH) {
+                return None;
+            }
+            let mut d = EventDescr {
+                kind: PROFILE_KERNEL_LAUNCH,
+                parent_obj: ev
+                    .events
+                    .group_api
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |g| g.as_ptr()),
+                rank: ev.rank as i32,
+                u: DescrUnion {
+                    kernel_launch: KernelLaunchDescr { stream: *stream },
+                },
+            };
+            prof.start(&mut d)
+        })
+        .collect();
+    let r = cuda::launch_all(launches.into_iter().map(|l| l.launch).collect());
+    for ((prof, ev, _), kl) in events.into_iter().zip(kernel_launches) {
+        if let Some(k) = kl {
+            prof.stop(k);
+        }
+        stop_group(&prof, ev.events);
+    }
+    r
+}
+
+/// A communicator's events of a group being launched, and its rank.
+struct CommEvents {
+    events: GroupEvents,
+    rank: usize,
+}
+
+/// Starts the profiler events of a group of launches, per communicator
+/// (in the order of their first call): the group API event, an API event
+/// per call, the group event and an event per collective or send/receive
+/// ([`start_group`]), on the communicator's profiler context and with its
+/// collective sequence numbers, which the host path shares.
+///
+/// When they stop, as NCCL's: the API events at once (a call only
+/// enqueues); the operations', the group's and the group API event once
+/// the group's kernels and copies are queued on their streams, which is
+/// where NCCL stops them too (after handing the plan's network work to its
+/// proxy thread, before the kernel has run). The kernel's progress is not
+/// an event of theirs.
+///
+/// Returns each communicator's profiler, events and the stream of its first
+/// call.
+fn profile_start(launches: &[DeviceLaunch]) -> Vec<(ProfilerRef, CommEvents, *mut c_void)> {
+    let mut per: Vec<(&Communicator, Vec<OpEvent>, bool)> = Vec::new();
+    for p in launches.iter().filter_map(|l| l.profile.as_deref()) {
+        match per
+            .iter_mut()
+            .find(|(c, _, _)| Arc::ptr_eq(&c.inner, &p.comm.inner))
+        {
+            Some((_, ops, captured)) => {
+                ops.push(p.op);
+                *captured |= p.graph_captured;
+            }
+            None => per.push((&p.comm, vec![p.op], p.graph_captured)),
+        }
+    }
+    let mut out = Vec::with_capacity(per.len());
+    for (c, ops, captured) in per {
+        // A destroyed or poisoned communicator: no events (the launch
+        // reports what is wrong).
+        let Ok(mut g) = c.lock_raw() else { continue };
+        let Some((prof, seqs)) = g.as_mut().and_then(|h| h.profiler()) else {
+            continue;
+        };
+        let events = start_group(prof, seqs, c.rank(), captured, &ops);
+        let ev = CommEvents {
+            events,
+            rank: c.rank(),
+        };
+        out.push((prof.share(), ev, ops[0].stream));
+    }
+    out
 }
 
 /// Trades each communicator's rooted calls of the group with its other
@@ -201,10 +306,11 @@ fn agree_on_rooted_calls(launches: &[DeviceLaunch]) -> Result<()> {
             (*c, op)
         })
         .collect();
+    // The library's own exchange: no profiler events.
     // SAFETY: every operation's send buffer is one record of RECORD_LEN
     // bytes in `mine`, its receive buffer RECORD_LEN x its communicator's
     // ranks in `all`; both live until this call returns.
-    unsafe { crate::run_group_raw(&ops) }.map_err(|e| {
+    unsafe { crate::run_group_raw_with(&ops, false) }.map_err(|e| {
         Error::new(
             e.kind(),
             format!(
