@@ -1370,9 +1370,6 @@ impl Ring {
         self.common.timeout_ns
     }
 
-    /// The launches of a group's sends and receives with other ranks
-    /// (`(peer, pointer, bytes)`), with `self_copy` in the first (see
-    /// [`p2p_launch_args`]).
     /// The channels a send or receive of `bytes` to another rank runs on
     /// (what [`Ring::p2p_launches`] gives it).
     pub fn p2p_op_channels(&self, bytes: usize) -> u32 {
@@ -1386,6 +1383,9 @@ impl Ring {
         }
     }
 
+    /// The launches of a group's sends and receives with other ranks
+    /// (`(peer, pointer, bytes)`), with `self_copy` in the first (see
+    /// [`p2p_launch_args`]).
     pub fn p2p_launches(
         &self,
         sends: &[(usize, u64, usize)],
