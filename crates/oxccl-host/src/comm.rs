@@ -1205,19 +1205,20 @@ unsafe fn run_group_inner(
         }
         return Ok(());
     }
+    // One small collective alone: the slots, without the group machinery
+    // (with a tuner plugin, `prepare` decides between slots and its choice).
+    // Looked at before the eager path, which takes no collective.
+    if let [(comm, [op])] = items {
+        if comm.tuner.is_none() && comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { run_oneshot(comm, op) };
+        }
+    }
     // Small sends and receives alone: straight through the rings.
     if let [(comm, ops)] = items {
         if eager::takes(comm, ops) {
             // SAFETY: forwarded from this function's contract.
             return unsafe { eager::run(comm, ops) };
-        }
-    }
-    // One small collective alone: the slots, without the group machinery
-    // (with a tuner plugin, `prepare` decides between slots and its choice).
-    if let [(comm, [op])] = items {
-        if comm.tuner.is_none() && comm.oneshot.as_ref().is_some_and(|s| oneshot_fits(op, s)) {
-            // SAFETY: forwarded from this function's contract.
-            return unsafe { run_oneshot(comm, op) };
         }
     }
     // Scratch buffers outlive the tasks that borrow them.

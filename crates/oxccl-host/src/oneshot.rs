@@ -343,11 +343,12 @@ impl ShmOneShot {
             None => data.copy_from_slice(input),
         }
         // The record first: a peer that sees the post may compare it.
+        let meta = call.meta();
         let r = self.record(self.rank, seq);
-        r[1].store(call.meta(), Ordering::Relaxed);
+        r[1].store(meta, Ordering::Relaxed);
         r[0].store(seq, Ordering::Release);
         let w = self.words(self.rank, seq);
-        w[1].store(call.meta(), Ordering::Relaxed);
+        w[1].store(meta, Ordering::Relaxed);
         w[0].store(seq, Ordering::Release);
         fence(Ordering::SeqCst);
         if self.sleepers(self.rank).load(Ordering::Relaxed) != 0 {
@@ -416,18 +417,26 @@ impl ShmOneShot {
     }
 
     /// An error if peer `q`'s call `theirs` is another than `mine`.
+    #[inline]
     fn mismatch(&self, q: usize, theirs: u64, mine: u64) -> Result<()> {
         if theirs != mine {
-            return Err(Error::invalid_usage(format!(
-                "mismatched collectives: rank {q} called {}, rank {} {} \
-                 (every rank must call the same collectives in the same order, with \
-                 the same count, datatype, op and root)",
-                describe_meta(theirs),
-                self.rank,
-                describe_meta(mine)
-            )));
+            return Err(self.mismatch_error(q, theirs, mine));
         }
         Ok(())
+    }
+
+    /// [`ShmOneShot::mismatch`]'s error, out of the line of every call.
+    #[cold]
+    #[inline(never)]
+    fn mismatch_error(&self, q: usize, theirs: u64, mine: u64) -> Error {
+        Error::invalid_usage(format!(
+            "mismatched collectives: rank {q} called {}, rank {} {} \
+             (every rank must call the same collectives in the same order, with \
+             the same count, datatype, op and root)",
+            describe_meta(theirs),
+            self.rank,
+            describe_meta(mine)
+        ))
     }
 
     /// Whether peer `q` posted call `seq` (its slot for `seq` holds it or,
