@@ -9,17 +9,18 @@
 # default /tmp/oxccl-mps: no other process on the machine is served by it)
 # and quits it on exit. MPS changes no setting of the GPU.
 #
-# 1. gpu_procs::across_hosts_with_gpudirect_through_a_network_plugin
-#    (DMA-BUF, sends and receives in GPU memory; registration by address
-#    with staged sends and flushed receives; results against the reference,
-#    the plugin's byte counts), and ..._decision_is_logged (the ways it
-#    stays off).
+# 1. gpu_procs::across_hosts_gpudirect_decision_is_logged (the ways it
+#    stays off), ..._with_gpudirect_through_a_network_plugin (DMA-BUF,
+#    receives in GPU memory, sends staged; registration by address with
+#    flushed receives; results against the reference, the plugin's byte
+#    counts) and ..._gpudirect_sends_reading_gpu_memory (opt-in
+#    NCCL_NET_GDR_READ=1), each with the ranks' threads dumped 25 s in.
 # 2. all_reduce busbw through the plugin, staged (NCCL_NET_GDR_LEVEL unset)
-#    against GPUDirect (NCCL_NET_GDR_LEVEL=SYS), alternated for $ROUNDS
+#    against GPUDirect receives (NCCL_NET_GDR_LEVEL=SYS), alternated for $ROUNDS
 #    rounds, results checked (-c 1).
 #
 # Build here first: scripts/gpu-test.sh --build (gpu_procs, the test plugin,
-# the oxccl executable in BUNDLE = $OXCCL_GPU_BUNDLE, default
+# libnccl.so.2, the oxccl executable in BUNDLE = $OXCCL_GPU_BUNDLE, default
 # target/gpu-bundle); copy BUNDLE to the same path in the GPU machine's
 # checkout and run there: scripts/gpu-gdr-check.sh. Logs go to
 # /tmp/oxccl-gpu-gdr and, packed with the ranks' NCCL_DEBUG logs and MPS's
@@ -67,6 +68,7 @@ stop_mps() {
   [ -n "${OUT:-}" ] && tar -C "$OUTDIR" -czf "$OUT/gdr-logs.tgz" .
 }
 trap stop_mps EXIT
+trap "exit 1" INT TERM
 
 declare -a rows
 run() { # name, seconds, command...
@@ -82,20 +84,37 @@ run() { # name, seconds, command...
 }
 
 # GPUDirect off first: two processes through the plugin under MPS at all.
-run gdr_off_logged 200 "$B/gpu_procs" --nocapture --test-threads=1 --ignored --exact \
+run gdr_off_logged 150 "$B/gpu_procs" --nocapture --test-threads=1 --ignored --exact \
   across_hosts_gpudirect_decision_is_logged
-OXCCL_TEST_MPS=1 OXTEST_NET_TRACE=1 run gdr_checked 240 "$B/gpu_procs" --nocapture --test-threads=1 \
+# Where every thread of the ranks is $STALL_DUMP_S seconds into a run (a
+# stalled one shows which wait holds it): name, wchan, syscall, kernel stack.
+dump_threads_after() {
+  sleep "$1"
+  for pid in $(pgrep -f "$B/gpu_procs"); do
+    for t in /proc/"$pid"/task/*; do
+      echo "== pid $pid tid ${t##*/} $(cat "$t/comm" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null) syscall=$(cut -d' ' -f1-3 "$t/syscall" 2>/dev/null)"
+      head -12 "$t/stack" 2>/dev/null
+    done
+  done >"$OUTDIR/$2.threads.txt"
+}
+dump_threads_after "${STALL_DUMP_S:-25}" gdr_checked &
+OXCCL_TEST_MPS=1 OXTEST_NET_TRACE=1 run gdr_checked 180 "$B/gpu_procs" --nocapture --test-threads=1 \
   --ignored --exact across_hosts_with_gpudirect_through_a_network_plugin
 
+# Sends reading GPU memory (NCCL_NET_GDR_READ=1, opt-in).
+dump_threads_after "${STALL_DUMP_S:-25}" gdr_sends_read_gpu &
+OXCCL_TEST_MPS=1 run gdr_sends_read_gpu 120 "$B/gpu_procs" --nocapture --test-threads=1 \
+  --ignored --exact across_hosts_gpudirect_sends_reading_gpu_memory
+
 # busbw, staged against GPUDirect, alternated.
-SIZES=(-b 1M -e 64M -f 4)
+SIZES=(-b 1M -e 16M -f 4)
 for r in $(seq "$ROUNDS"); do
   for mode in staged gdr; do
     lvl=()
     [ "$mode" = gdr ] && lvl=(NCCL_NET_GDR_LEVEL=SYS)
-    run "busbw_${mode}_$r" 120 env NCCL_NET_PLUGIN="$SO" OXTEST_NET_PTR=cuda,dmabuf "${lvl[@]}" \
+    run "busbw_${mode}_$r" 90 env NCCL_NET_PLUGIN="$SO" OXTEST_NET_PTR=cuda,dmabuf "${lvl[@]}" \
       NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET NCCL_DEBUG_FILE="$OUTDIR/busbw_${mode}_$r.debug.%p" \
-      "$OXCCL" perf -T 60 all_reduce --backend cuda --ranks 2 --share-gpus --hosts 2 "${SIZES[@]}" -n 20 -w 5 -c 1 \
+      "$OXCCL" perf --lib "$BUNDLE/oxccl-nccl/lib/libnccl.so.2" -T 40 all_reduce --backend cuda --ranks 2 --share-gpus --hosts 2 "${SIZES[@]}" -n 20 -w 5 -c 1 \
       -J "$OUTDIR/busbw_${mode}_$r.json"
   done
 done

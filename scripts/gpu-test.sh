@@ -107,7 +107,7 @@ B=$TESTS_DIR
 ALL=--include-ignored
 NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$NGPUS" -lt 2 ]; then
-  ALL="$ALL --skip two_gpus --skip across_hosts_with_gpudirect"
+  ALL="$ALL --skip two_gpus --skip across_hosts_with_gpudirect --skip across_hosts_gpudirect_sends"
   rows+=("two_gpus_* tests: not run ($NGPUS GPU visible)  SKIP")
 fi
 # Processes for the PyTorch rows: one per GPU, two at most.

@@ -749,7 +749,7 @@ params! {
     LAUNCH_MODE: Opt<Str> = "NCCL_LAUNCH_MODE", "", recognised, "PARALLEL or GROUP (deprecated).";
     CGA_CLUSTER_SIZE: Opt<I64> = "NCCL_CGA_CLUSTER_SIZE", "", recognised, "CUDA cluster size, 0-8.";
     NET_GDR_LEVEL: Opt<Str> = "NCCL_NET_GDR_LEVEL", "", honoured, "Furthest PCI distance from a GPU to the network plugin's NIC at which the GPU ring hands the plugin GPU memory (GPUDirect RDMA, where the device declares NCCL_PTR_CUDA): LOC, NVL, PIX, PXB, PHB or SYS, or 0-4 (LOC, PIX, PXB, PHB, SYS). A NIC whose PCI path the plugin does not give counts as SYS. Unset: off (NCCL's default is PXB; oxccl's GPUDirect path is opt-in until it has run on an RDMA NIC).";
-    NET_GDR_READ: Opt<I64> = "NCCL_NET_GDR_READ", "", honoured, "With GPUDirect RDMA, whether sends read GPU memory too (1) or go through pinned host memory (0). Unset: on for compute capability 8.0 and later.";
+    NET_GDR_READ: Opt<I64> = "NCCL_NET_GDR_READ", "", honoured, "With GPUDirect RDMA, whether sends read GPU memory too (1) or go through pinned host memory (0). Unset: 0 (NCCL: on for compute capability 8.0 and later; oxccl's sends from GPU memory stalled on large calls in its check through a test plugin, so they are opt-in).";
     NET_FORCE_FLUSH: Opt<I64> = "NCCL_NET_FORCE_FLUSH", "", honoured, "1: flush (the plugin's iflush) every receive into GPU memory before the kernel reads it. Unset: only on GPUs before compute capability 9.0, or where the device's properties say forceFlush.";
     NET_SHARED_BUFFERS: Opt<I64> = "NCCL_NET_SHARED_BUFFERS", "", recognised, "Shared network buffers.";
     NCHANNELS_PER_NET_PEER: Opt<I64> = "NCCL_NCHANNELS_PER_NET_PEER", "", recognised, "Channels per remote peer for point-to-point.";

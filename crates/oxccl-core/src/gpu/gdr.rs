@@ -14,9 +14,14 @@
 //!   `SYS`. Unlike NCCL, unset means off: this path has been run with a
 //!   test plugin that copies GPU memory, not yet with an RDMA NIC, so it
 //!   is opt-in until it has;
-//! - sends read GPU memory only when `NCCL_NET_GDR_READ` allows it (unset:
-//!   on GPUs of compute capability 8.0 and later; on older ones reads from
-//!   GPU memory over PCIe were slower than from host memory);
+//! - sends read GPU memory only when `NCCL_NET_GDR_READ=1` (and never on
+//!   GPUs before compute capability 8.0 unless asked: reads from GPU memory
+//!   over PCIe were slower there than from host memory). Unset, unlike
+//!   NCCL (on from 8.0), sends stay in pinned host memory: on one H200
+//!   with two processes under MPS and the test plugin, receives into GPU
+//!   memory gave exact results at every size tried, while sends reading
+//!   GPU memory stalled at 1.2 MB all-reduces (32 channels, both proxy
+//!   threads polling until the 60 s operation timeout);
 //! - DMA-BUF registration (`regMrDmaBuf`) when the plugin declares
 //!   `NCCL_PTR_DMABUF`, the GPU exports DMA-BUFs and `NCCL_DMABUF_ENABLE`
 //!   is not 0; else registration by address (`regMr` with `NCCL_PTR_CUDA`),
@@ -210,11 +215,8 @@ pub fn decide(f: &GdrFacts, s: &GdrSettings) -> Result<GdrChoice, String> {
             f.distance, level
         )));
     }
-    let send = match s.read {
-        Some(0) => false,
-        Some(r) if r > 0 => true,
-        _ => f.gpu_cc.0 >= 8,
-    };
+    // Only when asked (see the module text for why unset stays staged).
+    let send = matches!(s.read, Some(r) if r > 0);
     let flush =
         f.net_has_flush && (f.gpu_cc.0 < 9 || f.net_force_flush || s.force_flush == Some(1));
     let registration = if dmabuf {
@@ -237,6 +239,8 @@ pub fn decide(f: &GdrFacts, s: &GdrSettings) -> Result<GdrChoice, String> {
             },
             if send {
                 "read GPU memory"
+            } else if s.read.is_none() {
+                "staged (NCCL_NET_GDR_READ unset; 1 reads GPU memory)"
             } else {
                 "staged (NCCL_NET_GDR_READ)"
             },
@@ -328,7 +332,7 @@ mod tests {
                 )
                 .unwrap();
                 assert_eq!(c.recv, d <= l, "{d} {l}");
-                assert_eq!(c.send, d <= l, "{d} {l}");
+                assert!(!c.send, "sends stay staged unless asked: {d} {l}");
                 if d > l {
                     assert!(
                         c.why.contains(&format!("{d} > NCCL_NET_GDR_LEVEL {l}")),
@@ -412,7 +416,9 @@ mod tests {
             gpu_cc: (7, 0),
             ..facts()
         };
-        assert!(decide(&facts(), &set(None)).unwrap().send);
+        // Unset: staged on every architecture; 1: read on every one.
+        assert!(!decide(&facts(), &set(None)).unwrap().send);
+        assert!(decide(&facts(), &set(Some(1))).unwrap().send);
         assert!(!decide(&volta, &set(None)).unwrap().send);
         assert!(!decide(&volta, &set(Some(-2))).unwrap().send);
         assert!(decide(&volta, &set(Some(1))).unwrap().send);
