@@ -1954,6 +1954,22 @@ struct PluginGpuCounts {
     address_regs: u64,
 }
 
+/// The lines naming channel 0's network links (`Channel 00/0 : ... via ...`).
+fn channel_zero_links(lines: &[String]) -> Vec<&String> {
+    lines
+        .iter()
+        .filter(|l| l.contains("Channel 00/0 :"))
+        .collect()
+}
+
+/// The ranks' GPUDirect RDMA decision lines.
+fn gdr_lines(lines: &[String]) -> Vec<&String> {
+    lines
+        .iter()
+        .filter(|l| l.contains("GPU Direct RDMA"))
+        .collect()
+}
+
 fn plugin_gpu_counts(lines: &[String]) -> PluginGpuCounts {
     let mut c = PluginGpuCounts::default();
     for l in lines {
@@ -1998,10 +2014,7 @@ fn across_hosts_gpudirect_decision_is_logged() {
             env.push(("NCCL_NET_GDR_LEVEL", l));
         }
         let lines = logged_lines(2, "1,4099,65537", &env, "INIT,NET", "");
-        let gdr: Vec<_> = lines
-            .iter()
-            .filter(|l| l.contains("GPU Direct RDMA"))
-            .collect();
+        let gdr = gdr_lines(&lines);
         assert!(
             gdr.len() == 2
                 && gdr
@@ -2009,10 +2022,7 @@ fn across_hosts_gpudirect_decision_is_logged() {
                     .all(|l| l.contains("Disabled") && l.contains(why)),
             "{gdr:?}"
         );
-        let links: Vec<_> = lines
-            .iter()
-            .filter(|l| l.contains("Channel 00/0 :"))
-            .collect();
+        let links = channel_zero_links(&lines);
         assert!(
             !links.is_empty() && links.iter().all(|l| !l.contains("GDRDMA")),
             "{links:?}"
@@ -2046,10 +2056,7 @@ fn across_hosts_with_gpudirect_through_a_network_plugin() {
     let mut env = base.to_vec();
     env.push(("OXTEST_NET_PTR", "cuda,dmabuf"));
     let lines = logged_lines(2, "1,4099,300007", &env, "INIT,NET", "");
-    let gdr: Vec<_> = lines
-        .iter()
-        .filter(|l| l.contains("GPU Direct RDMA"))
-        .collect();
+    let gdr = gdr_lines(&lines);
     assert!(
         gdr.len() == 2
             && gdr.iter().all(|l| l.contains("Enabled")
@@ -2057,10 +2064,7 @@ fn across_hosts_with_gpudirect_through_a_network_plugin() {
                 && l.contains("NCCL_NET_GDR_READ unset")),
         "{gdr:?}"
     );
-    let links: Vec<_> = lines
-        .iter()
-        .filter(|l| l.contains("Channel 00/0 :"))
-        .collect();
+    let links = channel_zero_links(&lines);
     assert!(
         !links.is_empty()
             && links
@@ -2081,10 +2085,7 @@ fn across_hosts_with_gpudirect_through_a_network_plugin() {
         ("NCCL_NET_FORCE_FLUSH", "1"),
     ]);
     let lines = logged_lines(2, "1,4099,300007", &env, "INIT,NET", "");
-    let links: Vec<_> = lines
-        .iter()
-        .filter(|l| l.contains("Channel 00/0 :"))
-        .collect();
+    let links = channel_zero_links(&lines);
     assert!(
         !links.is_empty()
             && links
@@ -2117,10 +2118,7 @@ fn across_hosts_gpudirect_sends_reading_gpu_memory() {
         ("OXTEST_NET_PTR", "cuda,dmabuf"),
     ];
     let lines = logged_lines(2, "1,4099,300007", &env, "INIT,NET", "");
-    let links: Vec<_> = lines
-        .iter()
-        .filter(|l| l.contains("Channel 00/0 :"))
-        .collect();
+    let links = channel_zero_links(&lines);
     assert!(
         !links.is_empty() && links.iter().all(|l| l.contains("via NET/oxtest/0/GDRDMA")),
         "{links:?}"
