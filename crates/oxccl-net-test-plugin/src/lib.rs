@@ -525,21 +525,21 @@ fn check_device_range(p: u64, size: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// A pinned buffer of at least `size` bytes (1 MiB at least, so slots of
-/// any size reuse them) from the connection's pool, or a new one.
-fn take_pinned(c: &mut Conn, size: usize) -> Result<Pinned, String> {
-    if let Some(i) = c.pool.iter().position(|b| b.len >= size) {
-        return Ok(c.pool.swap_remove(i));
-    }
+/// A pinned host buffer of `len` bytes (at least one), the NIC-side copy
+/// of a GPU-memory registration. Made when the memory is registered, before
+/// the caller's kernels run: allocating pinned memory while they run can
+/// wait for them to finish, and a kernel waiting for this very transfer
+/// never does.
+fn alloc_pinned(len: usize) -> Result<Pinned, String> {
     let cu = cuda().ok_or("libcuda.so.1 could not be loaded")?;
-    let len = size.max(1 << 20);
+    let len = len.max(1);
     let mut p: Vp = std::ptr::null_mut();
     // SAFETY: writes one pointer; flags 0.
     let rc = unsafe { (cu.mem_host_alloc)(&mut p, len, 0) };
     if rc != 0 {
         return Err(format!("cuMemHostAlloc of {len} bytes returned {rc}"));
     }
-    Ok(Pinned { ptr: p.cast(), len })
+    Ok(Pinned { ptr: p.cast() })
 }
 
 /// Copies `size` bytes between GPU memory at `dev` and `host`, into the
@@ -948,27 +948,25 @@ struct Req {
     done_bytes: usize,
     done: bool,
     comm: *mut Conn,
-    /// GPU memory: the caller's device address (a receive copies the
-    /// bytes there when they are in `bounce`; a send copied them out).
+    /// GPU memory: the caller's device address (`data` then points at the
+    /// same offset of the registration's pinned mirror: a receive copies
+    /// the bytes from there into GPU memory, a send copied them out).
     dev: u64,
-    /// Pinned host copy of a GPU-memory request's bytes (`data` points
-    /// into it; back to the connection's pool when the request ends).
-    /// Pinned: a copy from pageable memory may wait on the legacy stream,
-    /// where the caller's kernels run.
-    bounce: Option<Pinned>,
 }
 
 /// A pinned host buffer from `cuMemHostAlloc`.
 struct Pinned {
     ptr: *mut u8,
-    len: usize,
 }
 
 struct Mr {
     start: usize,
     len: usize,
-    /// Registered as GPU memory.
-    device: bool,
+    /// Registered as GPU memory: the pinned host buffer of `len` bytes
+    /// the device's transfers go through (made at registration). Pinned:
+    /// a copy from pageable memory may wait on the legacy stream, where
+    /// the caller's kernels run.
+    mirror: Option<Pinned>,
 }
 
 struct Conn {
@@ -979,8 +977,6 @@ struct Conn {
     failed: Option<String>,
     /// Non-blocking stream for GPU copies (0: none yet).
     stream: usize,
-    /// Pinned buffers of finished GPU-memory requests, for the next ones.
-    pool: Vec<Pinned>,
     /// Bytes moved from (sends) or into (receives) GPU memory.
     gpu_bytes: u64,
     flushes: u64,
@@ -1032,7 +1028,6 @@ unsafe fn connect_common(d: c_int, handle: Vp, out: Vpp) -> R {
         queue: VecDeque::new(),
         failed: None,
         stream: 0,
-        pool: Vec::new(),
         gpu_bytes: 0,
         flushes: 0,
         regs_address: 0,
@@ -1073,7 +1068,6 @@ unsafe extern "C" fn accept(l: Vp, out: Vpp, _dev: Vpp) -> R {
                 queue: VecDeque::new(),
                 failed: None,
                 stream: 0,
-                pool: Vec::new(),
                 gpu_bytes: 0,
                 flushes: 0,
                 regs_address: 0,
@@ -1117,10 +1111,21 @@ unsafe extern "C" fn reg_mr(comm: Vp, data: Vp, size: usize, kind: c_int, out: V
         // SAFETY: a connection made by connect/accept.
         unsafe { (*(comm as *mut Conn)).regs_address += 1 };
     }
+    let mirror = if device {
+        match alloc_pinned(size) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                log(LOG_WARN, &format!("regMr(NCCL_PTR_CUDA): {e}"));
+                return SYSTEM_ERROR;
+            }
+        }
+    } else {
+        None
+    };
     let mr = Mr {
         start: data as usize,
         len: size,
-        device,
+        mirror,
     };
     // SAFETY: caller's out-pointer.
     unsafe { *out = Box::into_raw(Box::new(mr)).cast() };
@@ -1159,10 +1164,17 @@ unsafe extern "C" fn reg_mr_dma_buf(
         // SAFETY: a connection made by connect/accept.
         unsafe { (*(comm as *mut Conn)).regs_dmabuf += 1 };
     }
+    let mirror = match alloc_pinned(size) {
+        Ok(m) => m,
+        Err(e) => {
+            log(LOG_WARN, &format!("regMrDmaBuf: {e}"));
+            return SYSTEM_ERROR;
+        }
+    };
     let mr = Mr {
         start: data as usize,
         len: size,
-        device: true,
+        mirror: Some(mirror),
     };
     // SAFETY: caller's out-pointer.
     unsafe { *out = Box::into_raw(Box::new(mr)).cast() };
@@ -1189,7 +1201,7 @@ unsafe extern "C" fn iflush(
     // SAFETY: one registration, made by reg_mr or reg_mr_dma_buf.
     let mh = unsafe { *mhs };
     // SAFETY: as above (non-NULL checked first).
-    if !c.recv || mh.is_null() || !unsafe { &*(mh as *const Mr) }.device {
+    if !c.recv || mh.is_null() || unsafe { &*(mh as *const Mr) }.mirror.is_none() {
         log(LOG_WARN, "iflush: not a receive into GPU memory");
         return INVALID_ARGUMENT;
     }
@@ -1205,7 +1217,6 @@ unsafe extern "C" fn iflush(
         done: true,
         comm: c,
         dev: 0,
-        bounce: None,
     });
     // SAFETY: caller's out-pointer; `test` frees it.
     unsafe { *out = Box::into_raw(r).cast() };
@@ -1214,22 +1225,33 @@ unsafe extern "C" fn iflush(
 
 unsafe extern "C" fn dereg_mr(_comm: Vp, mh: Vp) -> R {
     if !mh.is_null() {
-        // SAFETY: made by reg_mr.
-        drop(unsafe { Box::from_raw(mh.cast::<Mr>()) });
+        // SAFETY: made by reg_mr or reg_mr_dma_buf.
+        let mr = unsafe { Box::from_raw(mh.cast::<Mr>()) };
+        if let (Some(m), Some(cu)) = (mr.mirror, cuda()) {
+            // SAFETY: allocated by cuMemHostAlloc, freed once; no request
+            // uses it after deregistration (the caller's contract).
+            unsafe { (cu.mem_free_host)(m.ptr.cast()) };
+        }
     }
     OK
 }
 
-/// Whether `data..data+size` lies in the registration, and if so whether
-/// it is GPU memory.
-fn in_mr(mh: Vp, data: *const u8, size: usize) -> Option<bool> {
+/// Whether `data..data+size` lies in the registration: `None` if not,
+/// else `Some(None)` for host memory and `Some(Some(p))` for GPU memory,
+/// `p` the same offset of the registration's pinned mirror.
+fn in_mr(mh: Vp, data: *const u8, size: usize) -> Option<Option<*mut u8>> {
     if mh.is_null() {
         return None;
     }
     // SAFETY: made by reg_mr and not yet deregistered (caller's contract).
     let mr = unsafe { &*(mh as *const Mr) };
     let a = data as usize;
-    (a >= mr.start && a.saturating_add(size) <= mr.start + mr.len).then_some(mr.device)
+    (a >= mr.start && a.saturating_add(size) <= mr.start + mr.len).then(|| {
+        mr.mirror
+            .as_ref()
+            // SAFETY: `a - start + size <= len`, inside the mirror.
+            .map(|m| unsafe { m.ptr.add(a - mr.start) })
+    })
 }
 
 unsafe fn post(comm: Vp, recv: bool, data: Vp, size: usize, tag: c_int, mh: Vp, out: Vpp) -> R {
@@ -1244,7 +1266,7 @@ unsafe fn post(comm: Vp, recv: bool, data: Vp, size: usize, tag: c_int, mh: Vp, 
         );
         return INVALID_ARGUMENT;
     }
-    let Some(device) = in_mr(mh, data as *const u8, size) else {
+    let Some(mirror) = in_mr(mh, data as *const u8, size) else {
         log(
             LOG_WARN,
             &format!(
@@ -1269,19 +1291,10 @@ unsafe fn post(comm: Vp, recv: bool, data: Vp, size: usize, tag: c_int, mh: Vp, 
         done: false,
         comm: c,
         dev: 0,
-        bounce: None,
     });
-    if device {
+    if let Some(m) = mirror {
         r.dev = data as u64;
-        let b = match take_pinned(c, size) {
-            Ok(b) => b,
-            Err(e) => {
-                log(LOG_WARN, &format!("GPU memory request: {e}"));
-                return SYSTEM_ERROR;
-            }
-        };
-        r.data = b.ptr;
-        r.bounce = Some(b);
+        r.data = m;
         if !recv && size > 0 {
             // What the NIC would read now: the caller may reuse the memory
             // only once the send completes, and it has not yet.
@@ -1504,11 +1517,7 @@ unsafe extern "C" fn test(req: Vp, done: *mut c_int, size: *mut c_int) -> R {
     }
     c.queue.retain(|&q| q != p);
     // SAFETY: made by Box::into_raw in post; no longer queued.
-    let mut done_req = unsafe { Box::from_raw(p) };
-    if let Some(b) = done_req.bounce.take() {
-        c.pool.push(b);
-    }
-    drop(done_req);
+    drop(unsafe { Box::from_raw(p) });
     // SAFETY: caller's out-pointers (size may be NULL).
     unsafe {
         *done = 1;
@@ -1524,7 +1533,7 @@ unsafe fn close_conn(c: Vp) -> R {
         return OK;
     }
     // SAFETY: a connection from connect/accept; its requests die with it.
-    let mut c = unsafe { Box::from_raw(c.cast::<Conn>()) };
+    let c = unsafe { Box::from_raw(c.cast::<Conn>()) };
     if std::env::var("OXTEST_NET_TRACE").is_ok() {
         let name = dev(c.dev).map_or("?".into(), |d| d.name.to_string_lossy().into_owned());
         log(
@@ -1557,20 +1566,6 @@ unsafe fn close_conn(c: Vp) -> R {
         if c.stream != 0 {
             // SAFETY: a stream this connection created; its copies ended.
             unsafe { (cu.stream_destroy)(c.stream as Vp) };
-        }
-        let queued = c.queue.iter().filter_map(|&p| {
-            // SAFETY: queued requests are live until freed below.
-            unsafe { (*p).bounce.take() }
-        });
-        for b in c
-            .pool
-            .drain(..)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .chain(queued.collect::<Vec<_>>())
-        {
-            // SAFETY: allocated by cuMemHostAlloc, freed once.
-            unsafe { (cu.mem_free_host)(b.ptr.cast()) };
         }
     }
     for p in c.queue.iter() {
